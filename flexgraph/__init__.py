@@ -1,0 +1,84 @@
+"""flexgraph: training setup as a graph of named steps that strategies rewrite.
+
+The public face. Everything users and specs need is re-exported here; the
+modules behind it are private. Importing flexgraph never imports torch.
+"""
+
+from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.executor import Executor, RunResult, StepFailedError, StepRecord
+from flexgraph.core.graph import (
+    AmbiguousOrderError,
+    CycleError,
+    DuplicateProducerError,
+    DuplicateStepError,
+    Edge,
+    Graph,
+    GraphError,
+    MissingInputError,
+    UnknownStepError,
+)
+from flexgraph.core.plan import Origin, Plan, make_plan
+from flexgraph.core.rewrite import (
+    Configure,
+    Fuse,
+    Insert,
+    Move,
+    Remove,
+    Replace,
+    Rewrite,
+    RewriteDefinitionError,
+)
+from flexgraph.core.step import (
+    Step,
+    StepDefinitionError,
+    StepFunctionError,
+    StepOutputError,
+    step,
+)
+from flexgraph.core.strategy import (
+    Strategy,
+    StrategyOptionError,
+    UnknownStrategyError,
+    get_strategy,
+    register_strategy,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AmbiguousOrderError",
+    "Configure",
+    "CycleError",
+    "DuplicateProducerError",
+    "DuplicateStepError",
+    "Edge",
+    "Executor",
+    "FlexgraphError",
+    "Fuse",
+    "Graph",
+    "GraphError",
+    "Insert",
+    "MissingInputError",
+    "Move",
+    "Origin",
+    "Plan",
+    "Remove",
+    "Replace",
+    "Rewrite",
+    "RewriteDefinitionError",
+    "RunResult",
+    "Step",
+    "StepDefinitionError",
+    "StepFailedError",
+    "StepFunctionError",
+    "StepOutputError",
+    "StepRecord",
+    "Strategy",
+    "StrategyOptionError",
+    "UnknownStepError",
+    "UnknownStrategyError",
+    "get_strategy",
+    "make_plan",
+    "register_strategy",
+    "step",
+]

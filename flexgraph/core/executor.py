@@ -1,0 +1,148 @@
+"""The executor: runs a plan's steps in order over a context of artifacts.
+
+It fires hooks around each step, records each step's wall time and memory, and
+on failure raises :class:`StepFailedError` naming the step and its origin, with
+the original exception chained. A dry run checks the inputs and executes nothing.
+
+Memory: ``peak_rss_mib`` is the process's peak resident set size when the step
+ended (``getrusage``), so the step that raised the peak shows the jump;
+``rss_mib`` is the resident size right after it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from flexgraph.core.errors import FlexgraphError, did_you_mean
+from flexgraph.core.graph import MissingInputError
+from flexgraph.core.plan import Plan
+from flexgraph.core.step import Step, run_step
+
+
+class StepFailedError(FlexgraphError, RuntimeError):
+    """A step raised; the original exception is chained as ``__cause__``."""
+
+    def __init__(self, message: str, step: str = "", origin: str = "") -> None:
+        super().__init__(message)
+        self.step = step
+        self.origin = origin
+
+
+@attrs.define
+class StepRecord:
+    """What happened when a step ran."""
+
+    name: str
+    origin: str
+    status: str = "planned"
+    seconds: float = 0.0
+    rss_mib: float | None = None
+    peak_rss_mib: float | None = None
+
+
+class ExecutorHook(Protocol):
+    """Methods an executor hook may define; each is optional."""
+
+    def before_step(self, step: Step, context: Mapping[str, Any]) -> None: ...
+
+    def after_step(self, step: Step, context: Mapping[str, Any], record: StepRecord) -> None: ...
+
+    def on_error(self, step: Step, context: Mapping[str, Any], error: BaseException) -> None: ...
+
+
+def _peak_rss_mib() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def _rss_mib() -> float | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+    except OSError:
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+
+
+@attrs.define
+class RunResult:
+    """The final context of artifacts and one record per step, in order."""
+
+    context: dict[str, Any]
+    records: list[StepRecord]
+
+
+class Executor:
+    """Run plans. ``hooks`` are objects with any of the :class:`ExecutorHook` methods.
+
+    Examples
+    --------
+    >>> from flexgraph import Graph, step, make_plan
+    >>> @step(provides="y")
+    ... def double(x):
+    ...     return 2 * x
+    >>> Executor().run(make_plan(Graph.of([double], inputs=["x"])), {"x": 21}).context["y"]
+    42
+    """
+
+    def __init__(self, hooks: Iterable[object] = ()) -> None:
+        self.hooks = list(hooks)
+
+    def _fire(self, point: str, *args: Any) -> None:
+        for hook in self.hooks:
+            method = getattr(hook, point, None)
+            if method is not None:
+                method(*args)
+
+    def run(
+        self, plan: Plan, context: Mapping[str, Any] | None = None, *, dry_run: bool = False
+    ) -> RunResult:
+        """Run ``plan`` over ``context`` (the graph's inputs) and return the result.
+
+        Raises
+        ------
+        MissingInputError
+            ``context`` lacks one of the graph's inputs.
+        StepFailedError
+            A step raised; ``__cause__`` is the original error.
+        """
+        context = dict(context or {})
+        missing = sorted(a for a in plan.graph.inputs if a not in context)
+        if missing:
+            hint = did_you_mean(missing[0], context)
+            raise MissingInputError(
+                f"the plan needs input {missing[0]!r}, which the run was not given{hint}"
+            )
+        records = [StepRecord(name, str(plan.origin(name))) for name in plan.order]
+        if dry_run:
+            return RunResult(context, records)
+        for step, record in zip(plan.steps, records):
+            self._fire("before_step", step, context)
+            start = time.perf_counter()
+            try:
+                outputs = run_step(step, context)
+            except BaseException as exc:
+                record.status = "failed"
+                record.seconds = time.perf_counter() - start
+                self._fire("on_error", step, context, exc)
+                if not isinstance(exc, Exception):
+                    raise
+                raise StepFailedError(
+                    f"step {step.name!r} ({record.origin}) failed: {type(exc).__name__}: {exc}",
+                    step=step.name,
+                    origin=record.origin,
+                ) from exc
+            record.seconds = time.perf_counter() - start
+            record.status = "ok"
+            record.rss_mib = _rss_mib()
+            record.peak_rss_mib = _peak_rss_mib()
+            context.update(outputs)
+            self._fire("after_step", step, context, record)
+        return RunResult(context, records)

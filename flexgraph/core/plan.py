@@ -1,0 +1,174 @@
+"""Plans: a strategy applied to a graph, validated, ordered, and attributed.
+
+:func:`make_plan` validates the base graph, then applies the strategy's rewrites
+one at a time and validates after each, so a rewrite that breaks the graph is
+refused with the strategy, the rewrite and the problem named. The result is a
+:class:`Plan`: a deterministic order (ties broken by declaration order), the
+stages (topological generations: steps in one stage do not depend on each
+other), and for every step where it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import attrs
+import networkx as nx
+
+from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.graph import Edge, Graph
+from flexgraph.core.strategy import Strategy
+from flexgraph.core.step import Step
+from flexgraph.core.validate import validate
+
+
+@attrs.frozen
+class Origin:
+    """Where a step's place in the plan comes from.
+
+    ``action`` is ``"base"`` for steps the base graph declared and untouched by
+    the strategy, else what a rewrite did (inserted, moved, replaced, fused,
+    configured); ``strategy``, ``index`` (0-based) and ``rewrite`` say which.
+    """
+
+    action: str = "base"
+    strategy: str | None = None
+    index: int | None = None
+    rewrite: str | None = None
+
+    def __str__(self) -> str:
+        if self.action == "base":
+            return "base"
+        return f"{self.action} by {self.strategy} #{self.index + 1}: {self.rewrite}"
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (see the plan JSON schema in the README)."""
+        return attrs.asdict(self)
+
+
+BASE = Origin()
+
+
+@attrs.frozen
+class AppliedRewrite:
+    """One rewrite as applied: its position, text and what it did to which step."""
+
+    index: int
+    strategy: str
+    description: str
+    kind: str
+    touched: Mapping[str, str]
+
+
+def _order(graph: Graph, dag: nx.DiGraph) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    key = graph.position.__getitem__
+    order = tuple(nx.lexicographical_topological_sort(dag, key=key))
+    stages = tuple(tuple(sorted(gen, key=key)) for gen in nx.topological_generations(dag))
+    return order, stages
+
+
+@attrs.frozen
+class Plan:
+    """The result of applying a strategy to a graph; see :func:`make_plan`."""
+
+    base: Graph
+    graph: Graph
+    strategy: str | None
+    order: tuple[str, ...]
+    stages: tuple[tuple[str, ...], ...]
+    base_order: tuple[str, ...]
+    rewrites: tuple[AppliedRewrite, ...]
+    history: Mapping[str, tuple[Origin, ...]]
+    edges: tuple[Edge, ...]
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The steps in execution order."""
+        return tuple(self.graph.by_name[n] for n in self.order)
+
+    def origin(self, name: str) -> Origin:
+        """The last rewrite that placed or changed ``name``, or ``BASE``."""
+        self.graph.step(name)
+        history = self.history.get(name, ())
+        return history[-1] if history else BASE
+
+    def explain(self, name: str) -> str:
+        """Say why ``name`` sits where it does: its origin and its incoming edges."""
+        step = self.graph.step(name)
+        position = self.order.index(name)
+        lines = [f"{name} is step {position + 1} of {len(self.order)} ({step.fn_name})"]
+        history = self.history.get(name, ())
+        if history:
+            lines += [f"  {h}" for h in history]
+        else:
+            lines.append("  declared by the base graph, untouched by the strategy")
+        incoming = sorted(
+            (e for e in self.edges if e.target == name), key=lambda e: self.order.index(e.source)
+        )
+        outgoing = sorted(
+            (e for e in self.edges if e.source == name), key=lambda e: self.order.index(e.target)
+        )
+        if incoming:
+            lines.append("  runs after:")
+            lines += [f"    {e.source}: {e.reason}" for e in incoming]
+        if outgoing:
+            lines.append("  runs before:")
+            lines += [f"    {e.target}: {e.reason}" for e in outgoing]
+        if not incoming and not outgoing:
+            lines.append("  no edges: its place comes from declaration order alone")
+        return "\n".join(lines)
+
+
+def make_plan(graph: Graph, strategy: Strategy | None = None) -> Plan:
+    """Validate ``graph``, apply ``strategy`` rewrite by rewrite, and order it.
+
+    Raises
+    ------
+    FlexgraphError
+        The subclass that fits (cycle, missing input, unknown step, ...). When
+        a rewrite caused it, the message starts with the strategy and rewrite.
+    """
+    base_dag = validate(graph)
+    base_order, _ = _order(graph, base_dag)
+    applied: list[AppliedRewrite] = []
+    history: dict[str, list[Origin]] = {}
+    current, dag = graph, base_dag
+    for index, rewrite in enumerate(strategy.rewrites if strategy else ()):
+        try:
+            current, touched = rewrite.apply(current)
+            dag = validate(current)
+        except FlexgraphError as exc:
+            where = f"strategy {strategy.name!r}, rewrite #{index + 1}"
+            if not str(exc).startswith(rewrite.describe()):
+                where += f" ({rewrite.describe()})"
+            raise type(exc)(f"{where}: {exc}") from exc
+        applied.append(
+            AppliedRewrite(
+                index=index,
+                strategy=strategy.name,
+                description=rewrite.describe(),
+                kind=type(rewrite).__name__.lower(),
+                touched=MappingProxyType(dict(touched)),
+            )
+        )
+        for name, action in touched.items():
+            origin = Origin(action, strategy.name, index, rewrite.describe())
+            history.setdefault(name, []).append(origin)
+    order, stages = _order(current, dag)
+    edges = tuple(
+        Edge(u, v, data["reason"]) for u, v, data in dag.edges(data=True)
+    )
+    return Plan(
+        base=graph,
+        graph=current,
+        strategy=strategy.name if strategy else None,
+        order=order,
+        stages=stages,
+        base_order=base_order,
+        rewrites=tuple(applied),
+        history=MappingProxyType(
+            {n: tuple(h) for n, h in history.items() if n in current}
+        ),
+        edges=edges,
+    )

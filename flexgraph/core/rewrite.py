@@ -1,0 +1,349 @@
+"""Rewrites: one edit of a graph, as data.
+
+A strategy is a list of these. Each rewrite names the steps it touches, refuses
+to touch one that does not exist (with a did-you-mean), says in one line what it
+does (:meth:`Rewrite.describe`), and returns the new graph together with what it
+did to which step, so that a plan can say where each step came from.
+
+The rewrites keep the updater chains of :mod:`flexgraph.core.graph` ordered:
+``Move`` splices a step out of its chains (its neighbours are re-linked) and in
+at its new place, and replaces its own ordering edges with the new anchor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.graph import DuplicateStepError, Graph
+from flexgraph.core.step import Step, run_step
+
+
+class RewriteDefinitionError(FlexgraphError, ValueError):
+    """A rewrite is malformed (e.g. a move with neither after nor before)."""
+
+
+Touched = Mapping[str, str]
+"""Step name -> what the rewrite did to it: inserted, moved, replaced, ..."""
+
+
+def _detach(graph: Graph, name: str) -> Graph:
+    """Take ``name`` out of the steps and chains, leaving others' references."""
+    steps = [s for s in graph.steps if s.name != name]
+    chains = {a: tuple(n for n in c if n != name) for a, c in graph.chains.items()}
+    return Graph(steps, chains, graph.inputs)
+
+
+def _rename_references(graph: Graph, old: set[str], new: str) -> Graph:
+    """Point other steps' ``after`` / ``before`` at ``new`` instead of ``old``."""
+
+    def renamed(names: tuple[str, ...], owner: str) -> tuple[str, ...]:
+        out = []
+        for n in names:
+            n = new if n in old else n
+            if n != owner and n not in out:
+                out.append(n)
+        return tuple(out)
+
+    steps = [s.evolve(after=renamed(s.after, s.name), before=renamed(s.before, s.name))
+             for s in graph.steps]
+    return Graph(steps, graph.chains, graph.inputs)
+
+
+def _substitute(graph: Graph, gone: set[str], new: Step, index: int) -> Graph:
+    """Put ``new`` at declaration ``index`` in place of the steps ``gone``.
+
+    In each chain that held one of ``gone``, ``new`` takes the place of the
+    first of them if it updates that artifact; artifacts only ``new`` updates
+    are spliced in as an insert would.
+    """
+    chains = {}
+    for artifact, chain in graph.chains.items():
+        members = [n for n in chain if n in gone]
+        if members and artifact in new.updates:
+            first = members[0]
+            chain = tuple(
+                new.name if n == first else n for n in chain if n == first or n not in gone
+            )
+        else:
+            chain = tuple(n for n in chain if n not in gone)
+        chains[artifact] = chain
+    chained = {a for a, c in chains.items() if new.name in c}
+    steps = [s for s in graph.steps if s.name not in gone]
+    steps.insert(index, new.evolve(updates=tuple(a for a in new.updates if a in chained)))
+    result = _rename_references(Graph(steps, chains, graph.inputs), gone, new.name)
+    placed = result.by_name[new.name].evolve(updates=new.updates)
+    if any(a not in chained for a in new.updates):
+        return _detach(result, new.name).splice(placed, index)
+    steps = list(result.steps)
+    steps[index] = placed
+    return Graph(steps, result.chains, result.inputs)
+
+
+def _anchor(after: str | None, before: str | None, what: str) -> None:
+    if after is None and before is None:
+        raise RewriteDefinitionError(f"{what} needs after= or before=")
+    if after is not None and before is not None:
+        raise RewriteDefinitionError(f"{what} takes after= or before=, not both")
+
+
+class Rewrite:
+    """Base class: ``apply`` returns ``(new_graph, touched)``."""
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """One line saying what this rewrite does."""
+        raise NotImplementedError
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        """Names of the existing steps this rewrite refers to."""
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _where(after: str | None, before: str | None) -> str:
+    return f"after {after}" if after is not None else f"before {before}"
+
+
+@attrs.frozen
+class Insert(Rewrite):
+    """Add ``step`` right after ``after`` (or right before ``before``)."""
+
+    step: Step
+    after: str | None = None
+    before: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _anchor(self.after, self.before, f"insert {self.step.name}")
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.after, self.before) if n is not None)
+
+    def describe(self) -> str:
+        return f"insert {self.step.name} {_where(self.after, self.before)}"
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        for name in self.touches:
+            graph.step(name, self.describe())
+        if self.step.name in graph:
+            raise DuplicateStepError(
+                f"{self.describe()}: a step named {self.step.name!r} exists; use a Replace"
+            )
+        return _place(graph, self.step, self.after, self.before), {self.step.name: "inserted"}
+
+
+def _place(graph: Graph, step: Step, after: str | None, before: str | None) -> Graph:
+    if after is not None:
+        step = step.evolve(after=tuple(dict.fromkeys(step.after + (after,))))
+        index = graph.position[after] + 1
+    else:
+        step = step.evolve(before=tuple(dict.fromkeys(step.before + (before,))))
+        index = graph.position[before]
+    return graph.splice(step, index)
+
+
+@attrs.frozen
+class Remove(Rewrite):
+    """Drop a step; other steps' ordering references to it go too."""
+
+    name: str
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def describe(self) -> str:
+        return f"remove {self.name}"
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        graph.step(self.name, self.describe())
+        return graph.remove(self.name), {self.name: "removed"}
+
+
+@attrs.frozen
+class Replace(Rewrite):
+    """Swap a step for another in place.
+
+    The new step takes the old one's declaration slot, its place in every chain
+    it still updates, and the ordering references other steps make to it.
+    """
+
+    name: str
+    step: Step
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def describe(self) -> str:
+        target = self.step.name if self.step.name != self.name else ""
+        return f"replace {self.name} with {target + ' ' if target else ''}({self.step.fn_name})"
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        graph.step(self.name, self.describe())
+        if self.step.name != self.name and self.step.name in graph:
+            raise DuplicateStepError(f"{self.describe()}: a step named {self.step.name!r} exists")
+        index = graph.position[self.name]
+        return _substitute(graph, {self.name}, self.step, index), {self.step.name: "replaced"}
+
+
+@attrs.frozen
+class Move(Rewrite):
+    """Move a step right after ``after`` (or right before ``before``).
+
+    The step is spliced out of its chains and in at the new place; its own
+    ``after`` / ``before`` are replaced by the new anchor.
+    """
+
+    name: str
+    after: str | None = None
+    before: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _anchor(self.after, self.before, f"move {self.name}")
+        if self.name in (self.after, self.before):
+            raise RewriteDefinitionError(f"move {self.name}: cannot move a step next to itself")
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.name, self.after, self.before) if n is not None)
+
+    def describe(self) -> str:
+        return f"move {self.name} {_where(self.after, self.before)}"
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        for name in self.touches:
+            graph.step(name, self.describe())
+        moved = graph.step(self.name).evolve(after=(), before=())
+        return _place(_detach(graph, self.name), moved, self.after, self.before), {
+            self.name: "moved"
+        }
+
+
+@attrs.frozen
+class FusedSteps:
+    """The function of a fused step: runs the member steps in order."""
+
+    members: tuple[Step, ...]
+
+    @property
+    def flexgraph_ref(self) -> str:
+        return "fused(" + ", ".join(s.fn_name for s in self.members) + ")"
+
+    def __call__(self, **artifacts: Any) -> Any:
+        context = dict(artifacts)
+        for member in self.members:
+            context.update(run_step(member, context))
+        return context
+
+
+def fused_step(name: str, members: Sequence[Step]) -> Step:
+    """A step that runs ``members`` in order, with their combined interface.
+
+    Artifacts one member provides and a later one reads stay inside.
+    """
+    member_names = {s.name for s in members}
+    provides = tuple(dict.fromkeys(a for s in members for a in s.provides))
+    updates = tuple(dict.fromkeys(a for s in members for a in s.updates if a not in provides))
+    requires = tuple(
+        dict.fromkeys(
+            a for s in members for a in s.requires if a not in provides and a not in updates
+        )
+    )
+    fn = FusedSteps(tuple(members))
+
+    def outputs_only(**artifacts: Any) -> dict[str, Any]:
+        context = fn(**artifacts)
+        return {a: context[a] for a in provides + updates}
+
+    outputs_only.flexgraph_ref = fn.flexgraph_ref  # type: ignore[attr-defined]
+    return Step(
+        name=name,
+        fn=outputs_only,
+        requires=requires,
+        provides=provides,
+        updates=updates,
+        after=tuple(dict.fromkeys(a for s in members for a in s.after if a not in member_names)),
+        before=tuple(dict.fromkeys(b for s in members for b in s.before if b not in member_names)),
+        doc="runs " + ", ".join(s.name for s in members),
+    )
+
+
+@attrs.frozen
+class Fuse(Rewrite):
+    """Replace several steps by one, at the place of the earliest of them.
+
+    ``into`` is either a :class:`Step` (e.g. ``deepspeed_initialize``, which does
+    the work of ``wrap_model`` and ``build_optim_wrapper`` in one call) or a
+    name, in which case the fused step runs the members in order.
+    """
+
+    names: tuple[str, ...] = attrs.field(converter=tuple)
+    into: Step | str = attrs.field()
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.names) < 2:
+            raise RewriteDefinitionError("fuse needs at least two steps")
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        return self.names
+
+    @property
+    def fused_name(self) -> str:
+        return self.into if isinstance(self.into, str) else self.into.name
+
+    def describe(self) -> str:
+        return f"fuse {', '.join(self.names)} into {self.fused_name}"
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        members = [graph.step(n, self.describe()) for n in self.names]
+        members.sort(key=lambda s: graph.position[s.name])
+        gone = {s.name for s in members}
+        fused = self.into if isinstance(self.into, Step) else fused_step(self.into, members)
+        if fused.name in graph and fused.name not in gone:
+            raise DuplicateStepError(f"{self.describe()}: a step named {fused.name!r} exists")
+        index = graph.position[members[0].name]
+        return _substitute(graph, gone, fused, index), {fused.name: "fused"}
+
+
+@attrs.frozen
+class Configure(Rewrite):
+    """Bind parameters of a step (merged over the ones it has)."""
+
+    name: str
+    params: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def describe(self) -> str:
+        bound = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"configure {self.name}: {bound}"
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        step = graph.step(self.name, self.describe())
+        configured = step.evolve(params={**step.params, **self.params})
+        steps = [configured if s.name == self.name else s for s in graph.steps]
+        return Graph(steps, graph.chains, graph.inputs), {self.name: "configured"}
+
+
+REWRITE_KINDS: Mapping[str, type[Rewrite]] = {
+    "insert": Insert,
+    "remove": Remove,
+    "replace": Replace,
+    "move": Move,
+    "fuse": Fuse,
+    "configure": Configure,
+}
+"""The rewrite kinds by the keyword that names them in specs."""

@@ -1,0 +1,252 @@
+"""Steps: named units of work with declared inputs and outputs.
+
+A step is a plain function plus what it ``requires`` (artifacts it reads),
+``provides`` (artifacts it creates), ``updates`` (artifacts it reads and
+replaces in place, like ``init_weights`` on ``model``) and pure ordering edges
+``after`` / ``before``. Steps are immutable values: rewrites make new ones.
+
+The function may be given as a callable or as a ``"module:attr"`` reference.
+References are resolved only when the step runs, so planning a graph never
+imports the modules its steps live in (planning the training graph must not
+import torch).
+
+Contract for the function: it is called with one keyword argument per name in
+``requires`` and ``updates``, plus the bound ``params``. It returns nothing when
+the step has no outputs, the value itself when it has exactly one, and a mapping
+(or a tuple in declared order) when it has several. Outputs are ``provides``
+followed by ``updates``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from flexgraph.core.errors import FlexgraphError, did_you_mean
+
+
+class StepDefinitionError(FlexgraphError, ValueError):
+    """A step is malformed: bad name, an artifact declared twice, a bad fn."""
+
+
+class StepFunctionError(FlexgraphError, ImportError):
+    """A ``"module:attr"`` function reference cannot be imported."""
+
+
+def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+def _frozen_params(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+def fn_ref(fn: Callable[..., Any] | str) -> str:
+    """Return the ``"module:qualname"`` text that names ``fn``."""
+    if isinstance(fn, str):
+        return fn
+    if hasattr(fn, "flexgraph_ref"):
+        return fn.flexgraph_ref
+    module = getattr(fn, "__module__", None) or "?"
+    qualname = getattr(fn, "__qualname__", None) or repr(fn)
+    return f"{module}:{qualname}"
+
+
+def resolve_fn(ref: Callable[..., Any] | str) -> Callable[..., Any]:
+    """Import a ``"module:attr"`` reference (``"module.attr"`` also works)."""
+    if callable(ref):
+        return ref
+    module_name, sep, attr = ref.partition(":")
+    if not sep:
+        module_name, _, attr = ref.rpartition(".")
+    if not module_name or not attr:
+        raise StepFunctionError(f"fn {ref!r} is not of the form 'module:attr'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise StepFunctionError(f"fn {ref!r}: cannot import module {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            known = [n for n in dir(obj) if not n.startswith("_")]
+            raise StepFunctionError(
+                f"fn {ref!r}: {module_name!r} has no attribute {part!r}{did_you_mean(part, known)}"
+            ) from None
+    if not callable(obj):
+        raise StepFunctionError(f"fn {ref!r} is not callable")
+    return obj
+
+
+def _check(step: Step, attribute: attrs.Attribute, value: object) -> None:
+    del attribute, value
+    if not step.name or not isinstance(step.name, str) or not step.name.isidentifier():
+        raise StepDefinitionError(f"step name {step.name!r} must be a Python identifier")
+    seen: dict[str, str] = {}
+    for field in ("requires", "provides", "updates"):
+        for artifact in getattr(step, field):
+            if not isinstance(artifact, str) or not artifact:
+                raise StepDefinitionError(f"step {step.name!r}: {field} has a non-name {artifact!r}")
+            if artifact in seen:
+                raise StepDefinitionError(
+                    f"step {step.name!r} declares artifact {artifact!r} in both "
+                    f"{seen[artifact]} and {field}; an artifact it changes belongs in updates only"
+                )
+            seen[artifact] = field
+    if step.name in step.after or step.name in step.before:
+        raise StepDefinitionError(f"step {step.name!r} cannot be ordered relative to itself")
+
+
+@attrs.frozen(eq=True)
+class Step:
+    """One named unit of work. Immutable; use :meth:`evolve` to change it.
+
+    Parameters
+    ----------
+    name : str
+        Public, stable name (configs, specs and rewrites refer to it).
+    fn : callable or str
+        The function, or a ``"module:attr"`` reference resolved at run time.
+    requires, provides, updates : tuple of str
+        Artifacts read, created, and read-and-replaced.
+    after, before : tuple of str
+        Names of steps this one must run after / before (pure ordering).
+    params : mapping
+        Keyword arguments bound to the function (``Configure`` edits them).
+    doc : str
+        One line saying what the step does, shown in plans.
+
+    Examples
+    --------
+    >>> s = Step("load", fn="json:loads", provides=("data",))
+    >>> s.outputs
+    ('data',)
+    """
+
+    name: str = attrs.field(validator=_check)
+    fn: Callable[..., Any] | str = attrs.field(eq=fn_ref)
+    requires: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    provides: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    updates: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    after: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    before: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    params: Mapping[str, Any] = attrs.field(
+        factory=dict, converter=_frozen_params, eq=lambda p: dict(p)
+    )
+    doc: str = attrs.field(default="", eq=False)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Artifacts the function receives: ``requires`` then ``updates``."""
+        return self.requires + self.updates
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Artifacts the function returns: ``provides`` then ``updates``."""
+        return self.provides + self.updates
+
+    @property
+    def fn_name(self) -> str:
+        """The function as ``"module:qualname"`` text, for plans and errors."""
+        return fn_ref(self.fn)
+
+    def evolve(self, **changes: Any) -> Step:
+        """Return a copy with ``changes`` applied (attrs.evolve)."""
+        return attrs.evolve(self, **changes)
+
+
+def step(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    requires: str | Iterable[str] | None = None,
+    provides: str | Iterable[str] | None = None,
+    updates: str | Iterable[str] | None = None,
+    after: str | Iterable[str] | None = None,
+    before: str | Iterable[str] | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> Any:
+    """Make a :class:`Step` from a plain function.
+
+    ``requires`` defaults to the function's parameters without defaults that
+    are not in ``updates``; ``name`` defaults to the function's name, and the
+    docstring's first line becomes the step's ``doc``.
+
+    Examples
+    --------
+    >>> @step(provides="total")
+    ... def add(a, b):
+    ...     return a + b
+    >>> add.requires
+    ('a', 'b')
+    """
+
+    def make(func: Callable[..., Any]) -> Step:
+        import inspect
+
+        updated = _names(updates)
+        if requires is None:
+            signature = inspect.signature(func)
+            needed = tuple(
+                p.name
+                for p in signature.parameters.values()
+                if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and p.name not in updated
+            )
+        else:
+            needed = _names(requires)
+        doc = (inspect.getdoc(func) or "").strip().splitlines()
+        return Step(
+            name=name or func.__name__,
+            fn=func,
+            requires=needed,
+            provides=_names(provides),
+            updates=updated,
+            after=_names(after),
+            before=_names(before),
+            params=params,
+            doc=doc[0] if doc else "",
+        )
+
+    return make(fn) if fn is not None else make
+
+
+class StepOutputError(FlexgraphError, TypeError):
+    """A step's function returned something that does not match its outputs."""
+
+
+def run_step(step: Step, artifacts: Mapping[str, Any]) -> dict[str, Any]:
+    """Call ``step``'s function on ``artifacts`` and return its outputs by name.
+
+    Raises
+    ------
+    StepOutputError
+        When the return value does not match ``step.outputs``.
+    """
+    func = resolve_fn(step.fn)
+    result = func(**{name: artifacts[name] for name in step.inputs}, **step.params)
+    outputs = step.outputs
+    if not outputs:
+        return {}
+    if len(outputs) == 1:
+        return {outputs[0]: result}
+    if isinstance(result, Mapping):
+        if set(result) != set(outputs):
+            raise StepOutputError(
+                f"step {step.name!r} returned keys {sorted(result)}, expected {list(outputs)}"
+            )
+        return dict(result)
+    if isinstance(result, tuple) and len(result) == len(outputs):
+        return dict(zip(outputs, result))
+    raise StepOutputError(
+        f"step {step.name!r} has outputs {list(outputs)}: return a mapping with those keys"
+    )

@@ -1,0 +1,132 @@
+"""Strategies: a named, ordered list of rewrites, and the registry that finds them.
+
+A strategy never branches inside another strategy's code and no step asks which
+strategy is active: the whole difference between, say, single-device and DDP
+training is the list of rewrites here (plus the functions of the steps those
+rewrites bring in).
+
+Strategies are found by name through a registry. Built-in and third-party
+strategies register as entry points in the group ``flexgraph.strategies``; each
+entry point is a factory ``factory(**options) -> Strategy``. Python code can
+also :func:`register_strategy` a factory, and specs can define strategies as
+data. The core knows no strategy by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+import inspect
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import attrs
+
+from flexgraph.core.errors import FlexgraphError, did_you_mean
+from flexgraph.core.rewrite import Rewrite
+
+ENTRY_POINT_GROUP = "flexgraph.strategies"
+
+
+class UnknownStrategyError(FlexgraphError, LookupError):
+    """No strategy of that name is registered; the message lists the known ones."""
+
+
+class StrategyOptionError(FlexgraphError, ValueError):
+    """A strategy was given an option it does not take."""
+
+
+@attrs.frozen
+class Strategy:
+    """A named, ordered list of rewrites.
+
+    Parameters
+    ----------
+    name : str
+        The name plans attribute rewrites to.
+    rewrites : tuple of Rewrite
+        Applied in order; each is validated before the next.
+    doc : str
+        One line on what the strategy is for.
+    world_size : str
+        ``"one"`` for strategies that run in a single process, ``"many"`` for
+        ones that expect a process group (the CLI uses it to pick a default).
+    """
+
+    name: str
+    rewrites: tuple[Rewrite, ...] = attrs.field(default=(), converter=tuple)
+    doc: str = ""
+    world_size: str = attrs.field(default="one", validator=attrs.validators.in_(("one", "many")))
+
+    def then(self, *rewrites: Rewrite) -> Strategy:
+        """Return this strategy with ``rewrites`` appended."""
+        return attrs.evolve(self, rewrites=self.rewrites + rewrites)
+
+
+StrategyFactory = Callable[..., Strategy]
+_registered: dict[str, StrategyFactory] = {}
+
+
+def register_strategy(name: str, factory: StrategyFactory, *aliases: str) -> None:
+    """Make ``factory`` findable as ``name`` (and ``aliases``) in this process."""
+    for key in (name, *aliases):
+        _registered[key] = factory
+
+
+def known_strategies() -> dict[str, Any]:
+    """Name -> factory or entry point, for every strategy that can be found."""
+    found: dict[str, Any] = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    found.update(_registered)
+    return found
+
+
+def get_strategy(
+    name: str | Strategy | Mapping[str, Any],
+    extra: Mapping[str, Strategy] | None = None,
+    **options: Any,
+) -> Strategy:
+    """Find a strategy by name (or ``dict(type=name, **options)``) and build it.
+
+    ``extra`` holds strategies defined as data (a spec's ``strategies:``); they
+    shadow registered ones of the same name.
+
+    Raises
+    ------
+    UnknownStrategyError
+        The name is not known; the message lists the known names.
+    StrategyOptionError
+        The factory does not take one of the options.
+    """
+    if isinstance(name, Strategy):
+        return name
+    if isinstance(name, Mapping):
+        options = {**{k: v for k, v in name.items() if k != "type"}, **options}
+        if "type" not in name:
+            raise StrategyOptionError(f"strategy {dict(name)!r} has no 'type'")
+        name = name["type"]
+    extra = extra or {}
+    if name in extra:
+        if options:
+            raise StrategyOptionError(
+                f"strategy {name!r} is defined in the spec and takes no options "
+                f"(got {', '.join(sorted(options))})"
+            )
+        return extra[name]
+    known = known_strategies()
+    if name not in known:
+        names = sorted(set(known) | set(extra))
+        raise UnknownStrategyError(
+            f"unknown strategy {name!r}{did_you_mean(name, names)}; known: {', '.join(names)}"
+        )
+    factory = known[name]
+    if isinstance(factory, EntryPoint):
+        factory = factory.load()
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as exc:
+        raise StrategyOptionError(f"strategy {name!r}: {exc}") from None
+    return factory(**options)
+
+
+def strategy_names(extra: Iterable[str] = ()) -> list[str]:
+    """Sorted names of every findable strategy, plus ``extra``."""
+    return sorted(set(known_strategies()) | set(extra))

@@ -1,0 +1,102 @@
+"""Validation of a graph: every rule a plan relies on, checked in one place.
+
+Run on the base graph and again after every rewrite, so that a strategy that
+breaks the graph is caught at the rewrite that broke it. Each failure raises
+its own class (see :mod:`flexgraph.core.graph`) with a message that names the
+culprit: the step, the artifact, the cycle's path.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from flexgraph.core.errors import did_you_mean
+from flexgraph.core.graph import (
+    CycleError,
+    DuplicateProducerError,
+    Graph,
+    GraphError,
+    MissingInputError,
+    unknown_step,
+)
+
+
+def validate(graph: Graph) -> nx.DiGraph:
+    """Check ``graph`` and return its derived DAG.
+
+    Raises
+    ------
+    UnknownStepError
+        A step's ``after`` / ``before`` names a step that does not exist.
+    DuplicateProducerError
+        Two steps (or a step and an input) provide one artifact.
+    MissingInputError
+        A step needs an artifact nobody provides.
+    CycleError
+        The derived edges form a cycle; the message gives its path and why
+        each edge exists.
+    """
+    _check_ordering_names(graph)
+    _check_producers(graph)
+    _check_inputs(graph)
+    _check_chains(graph)
+    dag = graph.digraph()
+    if not nx.is_directed_acyclic_graph(dag):
+        raise CycleError(_describe_cycle(dag))
+    return dag
+
+
+def _check_ordering_names(graph: Graph) -> None:
+    for s in graph.steps:
+        for field in ("after", "before"):
+            for ref in getattr(s, field):
+                if ref not in graph:
+                    raise unknown_step(ref, graph.names, f"step {s.name!r} says {field}={ref!r}")
+
+
+def _check_producers(graph: Graph) -> None:
+    seen: dict[str, str] = {}
+    for s in graph.steps:
+        for artifact in s.provides:
+            if artifact in graph.inputs:
+                raise DuplicateProducerError(
+                    f"artifact {artifact!r} is a graph input and is also provided by step "
+                    f"{s.name!r}; drop one of them"
+                )
+            if artifact in seen:
+                raise DuplicateProducerError(
+                    f"artifact {artifact!r} is provided by both {seen[artifact]!r} and {s.name!r}; "
+                    "remove one, or make the second one update it instead"
+                )
+            seen[artifact] = s.name
+
+
+def _check_inputs(graph: Graph) -> None:
+    available = set(graph.producers) | graph.inputs
+    for s in graph.steps:
+        for artifact in s.inputs:
+            if artifact not in available:
+                hint = did_you_mean(artifact, available)
+                raise MissingInputError(
+                    f"step {s.name!r} needs artifact {artifact!r}, which no step provides "
+                    f"and no input supplies{hint}"
+                )
+
+
+def _check_chains(graph: Graph) -> None:
+    """The chains must list exactly the updaters: a broken invariant is our bug."""
+    for s in graph.steps:
+        for artifact in s.updates:
+            if s.name not in graph.chains.get(artifact, ()):
+                raise GraphError(f"internal: {s.name!r} updates {artifact!r} but is not chained")
+    for artifact, chain in graph.chains.items():
+        for name in chain:
+            if name not in graph or artifact not in graph.by_name[name].updates:
+                raise GraphError(f"internal: chain of {artifact!r} lists {name!r}")
+
+
+def _describe_cycle(dag: nx.DiGraph) -> str:
+    cycle = nx.find_cycle(dag)
+    path = " -> ".join([cycle[0][0]] + [target for _, target in cycle])
+    reasons = "; ".join(dag.edges[u, v]["reason"] for u, v in cycle)
+    return f"cycle: {path} ({reasons})"

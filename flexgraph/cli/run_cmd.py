@@ -1,15 +1,163 @@
-"""``flexgraph run``: plan a config and execute it (written by the lead)."""
+"""``flexgraph run``: plan a config, then execute the plan.
+
+Everything that can be checked before a step runs is checked first (the spec,
+the strategy, the plan), so bad input exits 2 without starting processes or
+writing files. With ``--nproc-per-node N`` (or ``--nnodes``) this process only
+launches: it hands itself to ``torch.distributed.run`` (elastic launch), which
+starts N copies of ``flexgraph run`` with the usual RANK / WORLD_SIZE variables.
+A copy started by ``torchrun`` directly works the same way.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from flexgraph.core.strategy import Strategy, get_strategy
+
+LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``flexgraph run`` (filled in by the lead)."""
-    parser.add_argument("config")
+    """Flags of ``flexgraph run``."""
+    parser.add_argument("config", help="a cfg.py, a Python pipeline script, or a YAML spec")
+    parser.add_argument("--work-dir", help="where checkpoints and metrics go")
+    parser.add_argument("--resume", help="'auto' (latest checkpoint in the work dir) or a path")
+    parser.add_argument("--load-from", help="weights to start from (checkpoint or state_dict)")
+    parser.add_argument("--strategy", help="strategy name (default: the config's, else "
+                        "single, or ddp with more than one process)")
+    parser.add_argument("--cfg-options", nargs="+", default=[], metavar="K=V",
+                        help="override config keys, mmengine style (a.b=1 c=[1,2])")
+    parser.add_argument("--dry-run", action="store_true", help="plan and check, run nothing")
+    launch = parser.add_argument_group("launch (torch.distributed.run)")
+    launch.add_argument("--nproc-per-node", type=int, default=1, help="processes per node")
+    launch.add_argument("--nnodes", default="1", help="nodes, or MIN:MAX for elastic")
+    launch.add_argument("--node-rank", type=int, default=0)
+    launch.add_argument("--master-addr", default=None)
+    launch.add_argument("--master-port", type=int, default=None)
+
+
+def _cfg_options(args: argparse.Namespace) -> dict[str, Any]:
+    from flexgraph.cli.options import parse_cfg_options
+
+    options = parse_cfg_options(args.cfg_options)
+    if args.work_dir:
+        options["work_dir"] = args.work_dir
+    if args.resume:
+        options["resume"] = args.resume
+    if args.load_from:
+        options["load_from"] = args.load_from
+    return options
+
+
+def _is_launcher(args: argparse.Namespace) -> bool:
+    launched = "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
+    return not launched and (args.nproc_per_node > 1 or args.nnodes != "1")
+
+
+def _world_size(args: argparse.Namespace) -> int:
+    if "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    nodes = int(str(args.nnodes).split(":")[-1])
+    return args.nproc_per_node * nodes
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
+    """Load the spec and choose its strategy (checked against the world size)."""
+    from flexgraph.spec import load_spec
+    from flexgraph.training.graph import standard_graph
+
+    path = Path(args.config)
+    options = _cfg_options(args)
+    if path.suffix == ".py" and options.get("work_dir") is None:
+        options.setdefault("work_dir", str(Path("work_dirs") / path.stem))
+    spec = load_spec(path, cfg_options=options or None, default_graph=standard_graph)
+    chosen = args.strategy or spec.strategy
+    world = _world_size(args)
+    if chosen is None and spec.cfg is not None:
+        chosen = "ddp" if world > 1 else "single"
+    strategy = get_strategy(chosen, extra=spec.strategies) if chosen is not None else None
+    if strategy is not None and strategy.world_size == "one" and world > 1:
+        from flexgraph.core.strategy import StrategyOptionError
+
+        raise StrategyOptionError(
+            f"strategy {strategy.name!r} runs one process but the world size is {world}; "
+            "use --strategy ddp"
+        )
+    return spec, strategy
+
+
+def _launch(args: argparse.Namespace, strategy: Strategy | None) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as elastic_run
+
+    launch = ["--nproc-per-node", str(args.nproc_per_node), "--nnodes", str(args.nnodes)]
+    if args.master_addr or args.master_port or args.nnodes != "1":
+        launch += ["--node-rank", str(args.node_rank)]
+        launch += ["--master-addr", args.master_addr or "127.0.0.1"]
+        launch += ["--master-port", str(args.master_port or 29500)]
+    else:
+        launch += ["--standalone"]
+    child = ["run", args.config]
+    for flag in ("work_dir", "resume", "load_from"):
+        if getattr(args, flag):
+            child += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    if strategy is not None:
+        child += ["--strategy", strategy.name]
+    if args.cfg_options:
+        child += ["--cfg-options", *args.cfg_options]
+    debug = ["--debug"] if getattr(args, "debug", False) else []
+    argv = launch + ["-m", "flexgraph", *debug, *child]
+    try:
+        elastic_run(get_args_parser().parse_args(argv))
+    except ChildFailedError as exc:
+        failures = "; ".join(f"rank {f.rank}: exit {f.exitcode}" for f in exc.failures.values())
+        print(f"error: training processes failed ({failures})", file=sys.stderr)
+        return 1
+    return 0
+
+
+class _StartupReport:
+    """Executor hook: prints the setup steps' timings right before the last step."""
+
+    def __init__(self, plan: Any, console: Any) -> None:
+        self.last = plan.order[-1]
+        self.console = console
+        self.records: list[Any] = []
+
+    def after_step(self, step: Any, context: Any, record: Any) -> None:
+        self.records.append(record)
+
+    def before_step(self, step: Any, context: Any) -> None:
+        if step.name == self.last and self.records:
+            from flexgraph.render import timings_table
+
+            self.console.print(timings_table(self.records))
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the config; return the exit status."""
-    raise NotImplementedError
+    from rich.console import Console
+
+    from flexgraph.core.executor import Executor
+    from flexgraph.core.plan import make_plan
+
+    spec, strategy = _load(args)
+    plan = make_plan(spec.graph, strategy)
+    if _is_launcher(args) and not args.dry_run:
+        return _launch(args, strategy)
+    rank = int(os.environ.get("RANK", 0))
+    console = Console(stderr=False, quiet=rank != 0, soft_wrap=True)
+    console.print(
+        f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}: "
+        + " -> ".join(plan.order)
+    )
+    executor = Executor([_StartupReport(plan, console)])
+    result = executor.run(plan, dict(spec.inputs), dry_run=args.dry_run)
+    if args.dry_run:
+        console.print("dry run: nothing executed")
+    return 0 if result else 1

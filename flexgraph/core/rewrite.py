@@ -185,8 +185,9 @@ class Replace(Rewrite):
         return (self.name,)
 
     def describe(self) -> str:
-        target = self.step.name if self.step.name != self.name else ""
-        return f"replace {self.name} with {target + ' ' if target else ''}({self.step.fn_name})"
+        if self.step.name != self.name:
+            return f"replace {self.name} with {self.step.name} ({self.step.fn_name})"
+        return f"replace {self.name} with {self.step.fn_name}"
 
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:
         graph.step(self.name, self.describe())

@@ -1,0 +1,113 @@
+"""The standard training graph, with the public step names of DESIGN.md.
+
+Declared order (ties in a plan follow it):
+
+    setup_env -> build_model -> init_weights -> [build_hooks, build_checkpointer]
+      -> load_checkpoint -> wrap_model -> [compile] -> build_dataloaders
+      -> build_optim_wrapper -> build_param_schedulers -> resume -> train
+
+``init_weights``, ``load_checkpoint``, ``wrap_model`` (and ``compile``) all
+update ``model``; that chain is what strategies rearrange. Everything that reads
+the model (the optimizer, resume, the loop) runs after the whole chain.
+
+Functions are referenced as ``"module:attr"`` text, so planning this graph does
+not import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flexgraph.core.graph import Graph
+from flexgraph.core.step import Step
+
+STEPS = "flexgraph.training.steps"
+
+LOOP_INPUTS = (
+    "cfg",
+    "env",
+    "model",
+    "optim_wrapper",
+    "param_schedulers",
+    "train_dataloader",
+    "val_dataloader",
+    "checkpointer",
+    "hooks",
+    "loop_state",
+)
+
+
+def _step(name: str, doc: str, **fields: Any) -> Step:
+    return Step(name=name, fn=f"{STEPS}:{name}", doc=doc, **fields)
+
+
+def standard_graph(cfg: Mapping[str, Any] | None = None) -> Graph:
+    """The training graph for ``cfg`` (``compile=True`` in it adds ``compile``).
+
+    Examples
+    --------
+    >>> standard_graph().names[:3]
+    ('setup_env', 'build_model', 'init_weights')
+    """
+    cfg = cfg or {}
+    steps = [
+        _step("setup_env", "seed, pick the device", requires="cfg", provides="env"),
+        _step("build_model", "build cfg.model", requires=("cfg", "env"), provides="model"),
+        _step("init_weights", "model.init_weights() when it has one", updates="model"),
+        _step("build_hooks", "default and custom hooks", requires="cfg", provides="hooks"),
+        _step(
+            "build_checkpointer",
+            "where and how often to save",
+            requires=("cfg", "env"),
+            provides="checkpointer",
+        ),
+        _step(
+            "load_checkpoint",
+            "load_from: weights only",
+            requires=("cfg", "checkpointer", "hooks"),
+            updates="model",
+        ),
+        _step("wrap_model", "place the model for the strategy", requires="env", updates="model"),
+    ]
+    if cfg.get("compile"):
+        options = cfg["compile"] if isinstance(cfg["compile"], Mapping) else {}
+        steps.append(
+            _step("compile", "torch.compile", updates="model", params={"options": dict(options)})
+        )
+    steps += [
+        _step(
+            "build_dataloaders",
+            "train/val/test loaders",
+            requires=("cfg", "env"),
+            provides=("train_dataloader", "val_dataloader", "test_dataloader"),
+        ),
+        _step(
+            "build_optim_wrapper",
+            "optimizer in mmengine's OptimWrapper",
+            requires=("cfg", "model"),
+            provides="optim_wrapper",
+        ),
+        _step(
+            "build_param_schedulers",
+            "LR and momentum schedulers",
+            requires=("cfg", "optim_wrapper", "train_dataloader"),
+            provides="param_schedulers",
+        ),
+        _step(
+            "resume",
+            "restore the full training state",
+            requires=(
+                "cfg",
+                "model",
+                "optim_wrapper",
+                "param_schedulers",
+                "checkpointer",
+                "hooks",
+                "train_dataloader",
+            ),
+            provides="loop_state",
+        ),
+        _step("train", "the training loop", requires=LOOP_INPUTS, provides="train_result"),
+    ]
+    return Graph.of(steps, inputs=["cfg"])

@@ -1,0 +1,131 @@
+"""DDPStrategy: one process per device, gradients averaged by DistributedDataParallel.
+
+As rewrites: ``setup_env`` is replaced by one that joins the process group
+(gloo on CPU, NCCL on CUDA) and ``wrap_model`` by one that wraps the model.
+``load_checkpoint`` stays before ``wrap_model``: every rank loads the full
+state dict into the bare model, so there are no ``module.`` prefixes to strip
+and the wrapper's first broadcast already carries the loaded weights.
+
+Processes are launched by ``torch.distributed.run`` (``flexgraph run
+--nproc-per-node N`` or ``torchrun``); a run started without it is a world of one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from flexgraph.core.rewrite import Replace
+from flexgraph.core.step import Step
+from flexgraph.core.strategy import Strategy
+
+HERE = "flexgraph.strategies.ddp"
+
+
+def ddp(
+    model_wrapper: Mapping[str, Any] | None = None,
+    sync_bn: str | None = None,
+    dist_cfg: Mapping[str, Any] | None = None,
+    device: str | None = None,
+) -> Strategy:
+    """DistributedDataParallel over a torch.distributed process group.
+
+    Parameters follow mmengine's ``DDPStrategy``: ``model_wrapper`` (a dict with
+    ``type`` and wrapper options, default mmengine's MMDistributedDataParallel
+    for mmengine models and torch's DistributedDataParallel otherwise),
+    ``sync_bn`` (``'torch'`` converts BatchNorm to SyncBatchNorm) and
+    ``dist_cfg`` (``backend``, ``timeout`` in seconds).
+    """
+    dist_cfg = dict(dist_cfg or {})
+    return Strategy(
+        "ddp",
+        [
+            Replace(
+                "setup_env",
+                Step(
+                    "setup_env",
+                    f"{HERE}:setup_process_group",
+                    requires="cfg",
+                    provides="env",
+                    params={"device": device, **dist_cfg},
+                    doc="join the process group, pick this rank's device",
+                ),
+            ),
+            Replace(
+                "wrap_model",
+                Step(
+                    "wrap_model",
+                    f"{HERE}:wrap_ddp",
+                    requires="env",
+                    updates="model",
+                    params={"model_wrapper": dict(model_wrapper or {}), "sync_bn": sync_bn},
+                    doc="wrap in DistributedDataParallel",
+                ),
+            ),
+        ],
+        doc="DistributedDataParallel, one process per device",
+        world_size="many",
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def setup_process_group(
+    cfg: Any, *, device: str | None = None, backend: str | None = None, timeout: float = 1800
+) -> Any:
+    """Join (or create) the process group from torchrun's environment variables."""
+    import torch
+    import torch.distributed as dist
+
+    from flexgraph.training.env import make_env
+
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if "MASTER_ADDR" not in os.environ:  # not under torchrun: a world of one
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda":
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend or ("nccl" if device.startswith("cuda") else "gloo"),
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
+    return make_env(cfg, device=device, rank=rank, world_size=world_size, local_rank=local_rank)
+
+
+def wrap_ddp(
+    model: Any, env: Any, *, model_wrapper: Mapping[str, Any], sync_bn: str | None = None
+) -> Any:
+    """Wrap ``model`` for data-parallel training on ``env.device``."""
+    import torch
+    from mmengine.model import BaseModel
+    from mmengine.registry import MODEL_WRAPPERS
+
+    from flexgraph.training.errors import ConfigError
+
+    model = model.to(env.device)
+    if sync_bn:
+        if not str(env.device).startswith("cuda"):
+            raise ConfigError("sync_bn needs CUDA devices; drop strategy.sync_bn for a CPU run")
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    options = dict(model_wrapper)
+    default = "MMDistributedDataParallel" if isinstance(model, BaseModel) else (
+        "DistributedDataParallel"
+    )
+    wrapper_type = options.pop("type", default)
+    device_ids = [env.local_rank] if str(env.device).startswith("cuda") else None
+    return MODEL_WRAPPERS.build(
+        dict(type=wrapper_type, module=model, device_ids=device_ids, **options)
+    )

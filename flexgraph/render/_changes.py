@@ -1,0 +1,162 @@
+"""What a strategy did to each step, in the form every view needs.
+
+The views (table, diff, dot, mermaid) all answer the same questions: which
+action placed or changed a step, how to mark it, and why a base step is no
+longer in the plan. Answering them once here keeps the views consistent: the
+same step is called "fused" with the same marker and colour everywhere.
+
+A plan records what each rewrite did to the steps it *produced*; a step that a
+``Replace`` or ``Fuse`` consumed under another name is not in the final graph,
+so :func:`gone_steps` recovers it from the rewrite's one-line description, whose
+form the rewrites in :mod:`flexgraph.core.rewrite` fix (step names are
+identifiers, so the parse is exact).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import attrs
+
+from flexgraph.core.graph import Edge
+from flexgraph.core.plan import AppliedRewrite, Origin, Plan
+
+ACTIONS = ("inserted", "moved", "replaced", "fused", "configured", "removed")
+"""Every action a rewrite reports, in the order legends list them."""
+
+MARKERS: Mapping[str, str] = {
+    "base": " ",
+    "inserted": "+",
+    "removed": "-",
+    "moved": "~",
+    "replaced": "!",
+    "fused": "&",
+    "configured": "*",
+}
+"""One-character marker per action, so plain text (no colour) still shows it."""
+
+COLOURS: Mapping[str, str] = {
+    "base": "dim",
+    "inserted": "green",
+    "removed": "red",
+    "moved": "yellow",
+    "replaced": "magenta",
+    "fused": "cyan",
+    "configured": "blue",
+}
+"""Rich style per action (terminal views only; pipes get the markers)."""
+
+
+def rewrite_label(applied: AppliedRewrite) -> str:
+    """``"ddp #1"``: the strategy and 1-based number of an applied rewrite."""
+    return f"{applied.strategy} #{applied.index + 1}"
+
+
+def history(plan: Plan, name: str) -> tuple[Origin, ...]:
+    """Every rewrite that placed or changed ``name``, oldest first (empty for base)."""
+    return tuple(plan.history.get(name, ()))
+
+
+def first_action(plan: Plan, name: str) -> str:
+    """The action that put ``name`` where it is: its first rewrite's, or ``"base"``.
+
+    A step inserted and later configured is marked as inserted: where it came
+    from matters more than that it was configured afterwards.
+    """
+    entries = history(plan, name)
+    return entries[0].action if entries else "base"
+
+
+@attrs.frozen
+class Gone:
+    """A base step the plan no longer has, and the rewrite that took it out.
+
+    ``action`` is ``"removed"``, ``"replaced"`` or ``"fused"``; ``into`` names
+    the step that took its place (``None`` for a removal).
+    """
+
+    name: str
+    action: str
+    rewrite: AppliedRewrite
+    into: str | None = None
+
+    def __str__(self) -> str:
+        what = f"{self.action} into {self.into}" if self.into else self.action
+        if self.action == "replaced":
+            what = f"replaced by {self.into}"
+        return f"{what} by {rewrite_label(self.rewrite)}: {self.rewrite.description}"
+
+
+_REPLACE = re.compile(r"^replace (?P<old>\w+) with ")
+_FUSE = re.compile(r"^fuse (?P<names>\w+(?:, \w+)+) into (?P<into>\w+)$")
+
+
+def _consumed(applied: AppliedRewrite) -> list[tuple[str, str, str | None]]:
+    """``(name, action, into)`` for each step ``applied`` took out of the graph."""
+    out: list[tuple[str, str, str | None]] = []
+    if applied.kind == "remove":
+        out += [(n, "removed", None) for n, a in applied.touched.items() if a == "removed"]
+    elif applied.kind == "replace":
+        match = _REPLACE.match(applied.description)
+        new = next(iter(applied.touched), None)
+        if match and new is not None and match["old"] != new:
+            out.append((match["old"], "replaced", new))
+    elif applied.kind == "fuse":
+        match = _FUSE.match(applied.description)
+        if match:
+            into = match["into"]
+            out += [(n, "fused", into) for n in match["names"].split(", ") if n != into]
+    return out
+
+
+def gone_steps(plan: Plan) -> dict[str, Gone]:
+    """Base steps missing from the plan, by name, with the rewrite that took each.
+
+    Returns
+    -------
+    dict
+        Name -> :class:`Gone`, in base order. The last rewrite that took a step
+        out wins (a step removed, re-inserted and removed again names the last).
+    """
+    taken: dict[str, Gone] = {}
+    for applied in plan.rewrites:
+        for name, action, into in _consumed(applied):
+            taken[name] = Gone(name, action, applied, into)
+    return {
+        name: taken.get(name, Gone(name, "removed", _UNKNOWN))
+        for name in plan.base_order
+        if name not in plan.graph
+    }
+
+
+_UNKNOWN = AppliedRewrite(
+    index=-1, strategy="?", description="taken out by an unrecorded rewrite", kind="?", touched={}
+)
+
+
+def edge_artifacts(plan: Plan, edge: Edge) -> tuple[str, ...]:
+    """The artifacts an edge's reason names (empty for a pure ordering edge).
+
+    An edge carries an artifact when its source writes it (provides or updates)
+    and its reason says the target requires or updates it; reasons of merged
+    edges are joined with ``"; "``, so one edge may carry several.
+    """
+    source = plan.graph.by_name[edge.source]
+    target = plan.graph.by_name[edge.target]
+    reasons = edge.reason.split("; ")
+    return tuple(
+        artifact
+        for artifact in source.outputs
+        if artifact in target.inputs
+        and any(
+            f"requires {artifact}" in reason or f"updates {artifact}" in reason
+            for reason in reasons
+        )
+    )
+
+
+def ordered_edges(plan: Plan) -> list[Edge]:
+    """The plan's derived edges sorted by the positions of source, then target."""
+    position = {name: i for i, name in enumerate(plan.order)}
+    return sorted(plan.edges, key=lambda e: (position[e.source], position[e.target]))

@@ -1,0 +1,1 @@
+"""The training layer: standard steps, the loop, hooks, checkpoints."""

@@ -1,38 +1,35 @@
-"""``--cfg-options K=V``: mmengine's override syntax, parsed without mmengine.
+"""``--cfg-options K=V``: mmengine's override syntax, parsed by mmengine itself.
 
-Values are Python literals when they parse as one (``1``, ``0.1``, ``True``,
-``[1, 2]``, ``'x'``), else plain strings; ``a=1,2`` is the list ``[1, 2]``
-like mmengine's DictAction. Keys may be dotted (``optim_wrapper.optimizer.lr``).
+A command line that works with an OpenMMLab ``tools/train.py`` works here:
+the items go through :class:`mmengine.config.DictAction` (dotted keys, ``[a,b]``
+lists, ``true``/``None``...). mmengine is imported only when options are given,
+so ``flexgraph plan`` on a YAML spec stays light.
 """
 
 from __future__ import annotations
 
-import ast
+import argparse
 from collections.abc import Iterable
 from typing import Any
 
 from flexgraph.core.errors import FlexgraphError
 
 
-class OptionSyntaxError(FlexgraphError, ValueError):
+class CfgOptionError(FlexgraphError, ValueError):
     """A ``--cfg-options`` item is not ``KEY=VALUE``."""
 
 
-def _value(text: str) -> Any:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        if "," in text and not text.startswith(("[", "(", "{")):
-            return [_value(part) for part in text.split(",")]
-        return text
-
-
-def parse_cfg_options(items: Iterable[str]) -> dict[str, Any]:
-    """Turn ``["a.b=1", "c=x"]`` into ``{"a.b": 1, "c": "x"}``."""
-    options: dict[str, Any] = {}
+def parse_cfg_options(items: Iterable[str] | None) -> dict[str, Any]:
+    """Turn ``["a.b=1", "c=x"]`` into ``{"a.b": 1, "c": "x"}`` as mmengine does."""
+    items = list(items or ())
+    if not items:
+        return {}
     for item in items:
-        key, sep, text = item.partition("=")
+        key, sep, _ = item.partition("=")
         if not sep or not key:
-            raise OptionSyntaxError(f"--cfg-options {item!r}: expected KEY=VALUE")
-        options[key] = _value(text)
-    return options
+            raise CfgOptionError(f"--cfg-options {item!r}: expected KEY=VALUE")
+    from mmengine.config import DictAction
+
+    namespace = argparse.Namespace()
+    DictAction(option_strings=["--cfg-options"], dest="options")(None, namespace, items)
+    return dict(namespace.options)

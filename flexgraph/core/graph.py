@@ -110,7 +110,9 @@ class Graph:
         seen: set[str] = set()
         for s in self.steps:
             if s.name in seen:
-                raise DuplicateStepError(f"two steps are named {s.name!r}; step names must be unique")
+                raise DuplicateStepError(
+                    f"two steps are named {s.name!r}; step names must be unique"
+                )
             seen.add(s.name)
 
     # construction -----------------------------------------------------------
@@ -240,11 +242,14 @@ class Graph:
         """The derived edges, each with its reason (see the module docstring)."""
         return derive_edges(self)
 
-    def digraph(self) -> nx.DiGraph:
-        """The derived edges as a networkx DiGraph (edge attribute ``reason``)."""
+    def digraph(self, edges: Iterable[Edge] | None = None) -> nx.DiGraph:
+        """The derived edges (or ``edges``, if given) as a networkx DiGraph.
+
+        Each edge has the attribute ``reason``; parallel edges join theirs.
+        """
         dag = nx.DiGraph()
         dag.add_nodes_from(self.names)
-        for e in self.edges():
+        for e in self.edges() if edges is None else edges:
             if dag.has_edge(e.source, e.target):
                 dag.edges[e.source, e.target]["reason"] += "; " + e.reason
             else:
@@ -257,6 +262,8 @@ class Graph:
         self, step: Step, artifact: str, chain: list[str], previous: str | None = None
     ) -> int:
         """Where ``step`` goes in ``chain`` given its own ordering edges."""
+        if not chain:  # the first updater of this artifact: nothing to order against
+            return 0
         after = {n for n in chain if n in step.after or step.name in self.by_name[n].before}
         before = {n for n in chain if n in step.before or step.name in self.by_name[n].after}
         if previous is not None and previous in chain:
@@ -331,8 +338,9 @@ def derive_edges(graph: Graph) -> list[Edge]:
     for artifact, chain in graph.chains.items():
         producer = producers.get(artifact)
         if producer is not None:
-            edges.append(Edge(producer, chain[0], f"{chain[0]} updates {artifact}, made by {producer}"))
-        for first, second in zip(chain, chain[1:]):
+            reason = f"{chain[0]} updates {artifact}, made by {producer}"
+            edges.append(Edge(producer, chain[0], reason))
+        for first, second in zip(chain, chain[1:], strict=False):
             edges.append(Edge(first, second, f"{second} updates {artifact} after {first}"))
     position_in_chain = {a: {n: i for i, n in enumerate(c)} for a, c in graph.chains.items()}
     for s in graph.steps:
@@ -355,5 +363,6 @@ def derive_edges(graph: Graph) -> list[Edge]:
                     edges.append(Edge(producer, s.name, f"{s.name} requires {artifact}"))
                 continue
             last = chain[cut - 1]
-            edges.append(Edge(last, s.name, f"{s.name} requires {artifact}, last updated by {last}"))
+            reason = f"{s.name} requires {artifact}, last updated by {last}"
+            edges.append(Edge(last, s.name, reason))
     return edges

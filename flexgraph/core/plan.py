@@ -18,9 +18,9 @@ import networkx as nx
 
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.graph import Edge, Graph
-from flexgraph.core.strategy import Strategy
 from flexgraph.core.step import Step
-from flexgraph.core.validate import validate
+from flexgraph.core.strategy import Strategy
+from flexgraph.core.validate import check, validate
 
 
 @attrs.frozen
@@ -133,11 +133,11 @@ def make_plan(graph: Graph, strategy: Strategy | None = None) -> Plan:
     base_order, _ = _order(graph, base_dag)
     applied: list[AppliedRewrite] = []
     history: dict[str, list[Origin]] = {}
-    current, dag = graph, base_dag
+    current, edges = graph, None
     for index, rewrite in enumerate(strategy.rewrites if strategy else ()):
         try:
             current, touched = rewrite.apply(current)
-            dag = validate(current)
+            edges = check(current)
         except FlexgraphError as exc:
             where = f"strategy {strategy.name!r}, rewrite #{index + 1}"
             if not str(exc).startswith(rewrite.describe()):
@@ -155,6 +155,7 @@ def make_plan(graph: Graph, strategy: Strategy | None = None) -> Plan:
         for name, action in touched.items():
             origin = Origin(action, strategy.name, index, rewrite.describe())
             history.setdefault(name, []).append(origin)
+    dag = base_dag if edges is None else current.digraph(edges)
     order, stages = _order(current, dag)
     edges = tuple(
         Edge(u, v, data["reason"]) for u, v, data in dag.edges(data=True)

@@ -94,7 +94,13 @@ def _check(step: Step, attribute: attrs.Attribute, value: object) -> None:
     for field in ("requires", "provides", "updates"):
         for artifact in getattr(step, field):
             if not isinstance(artifact, str) or not artifact:
-                raise StepDefinitionError(f"step {step.name!r}: {field} has a non-name {artifact!r}")
+                raise StepDefinitionError(
+                    f"step {step.name!r}: {field} has a non-name {artifact!r}"
+                )
+            if seen.get(artifact) == field:
+                raise StepDefinitionError(
+                    f"step {step.name!r} lists artifact {artifact!r} twice in {field}"
+                )
             if artifact in seen:
                 raise StepDefinitionError(
                     f"step {step.name!r} declares artifact {artifact!r} in both "
@@ -246,7 +252,7 @@ def run_step(step: Step, artifacts: Mapping[str, Any]) -> dict[str, Any]:
             )
         return dict(result)
     if isinstance(result, tuple) and len(result) == len(outputs):
-        return dict(zip(outputs, result))
+        return dict(zip(outputs, result, strict=True))
     raise StepOutputError(
         f"step {step.name!r} has outputs {list(outputs)}: return a mapping with those keys"
     )

@@ -4,6 +4,11 @@ Run on the base graph and again after every rewrite, so that a strategy that
 breaks the graph is caught at the rewrite that broke it. Each failure raises
 its own class (see :mod:`flexgraph.core.graph`) with a message that names the
 culprit: the step, the artifact, the cycle's path.
+
+:func:`check` does the checking and returns the derived edges; :func:`validate`
+also builds the networkx DAG. Planning checks after every rewrite but builds the
+DAG once, at the end: building it is most of the cost of a check (see
+benchmarks/plan_speed.py), and the cycle test needs only the edges.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from flexgraph.core.errors import did_you_mean
 from flexgraph.core.graph import (
     CycleError,
     DuplicateProducerError,
+    Edge,
     Graph,
     GraphError,
     MissingInputError,
@@ -36,14 +42,38 @@ def validate(graph: Graph) -> nx.DiGraph:
         The derived edges form a cycle; the message gives its path and why
         each edge exists.
     """
+    return graph.digraph(check(graph))
+
+
+def check(graph: Graph) -> list[Edge]:
+    """Check ``graph`` as :func:`validate` does; return its derived edges."""
     _check_ordering_names(graph)
     _check_producers(graph)
     _check_inputs(graph)
     _check_chains(graph)
-    dag = graph.digraph()
-    if not nx.is_directed_acyclic_graph(dag):
-        raise CycleError(_describe_cycle(dag))
-    return dag
+    edges = graph.edges()
+    if _has_cycle(graph.names, edges):
+        raise CycleError(_describe_cycle(graph.digraph(edges)))
+    return edges
+
+
+def _has_cycle(names: tuple[str, ...], edges: list[Edge]) -> bool:
+    """Kahn's algorithm on plain dicts: whether some step is never freed."""
+    successors: dict[str, list[str]] = {n: [] for n in names}
+    waiting = dict.fromkeys(names, 0)
+    for e in edges:
+        successors[e.source].append(e.target)
+        waiting[e.target] += 1
+    ready = [n for n, count in waiting.items() if count == 0]
+    freed = 0
+    while ready:
+        name = ready.pop()
+        freed += 1
+        for target in successors[name]:
+            waiting[target] -= 1
+            if waiting[target] == 0:
+                ready.append(target)
+    return freed < len(names)
 
 
 def _check_ordering_names(graph: Graph) -> None:

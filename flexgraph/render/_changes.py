@@ -82,10 +82,10 @@ class Gone:
     into: str | None = None
 
     def __str__(self) -> str:
-        what = f"{self.action} into {self.into}" if self.into else self.action
-        if self.action == "replaced":
-            what = f"replaced by {self.into}"
-        return f"{what} by {rewrite_label(self.rewrite)}: {self.rewrite.description}"
+        """``"removed by ddp #2: remove resume"``, the form of an Origin's text."""
+        if self.rewrite.index < 0:
+            return f"{self.action} by a rewrite the plan does not name"
+        return f"{self.action} by {rewrite_label(self.rewrite)}: {self.rewrite.description}"
 
 
 _REPLACE = re.compile(r"^replace (?P<old>\w+) with ")
@@ -130,9 +130,8 @@ def gone_steps(plan: Plan) -> dict[str, Gone]:
     }
 
 
-_UNKNOWN = AppliedRewrite(
-    index=-1, strategy="?", description="taken out by an unrecorded rewrite", kind="?", touched={}
-)
+_UNKNOWN = AppliedRewrite(index=-1, strategy="?", description="?", kind="?", touched={})
+"""Stands in when no rewrite's record names a missing base step (a future kind)."""
 
 
 def edge_artifacts(plan: Plan, edge: Edge) -> tuple[str, ...]:
@@ -140,19 +139,16 @@ def edge_artifacts(plan: Plan, edge: Edge) -> tuple[str, ...]:
 
     An edge carries an artifact when its source writes it (provides or updates)
     and its reason says the target requires or updates it; reasons of merged
-    edges are joined with ``"; "``, so one edge may carry several.
+    edges are joined with ``"; "``, so one edge may carry several. The source
+    writing the artifact is checked too, so a name in a reason is never mistaken.
     """
     source = plan.graph.by_name[edge.source]
     target = plan.graph.by_name[edge.target]
-    reasons = edge.reason.split("; ")
     return tuple(
         artifact
         for artifact in source.outputs
         if artifact in target.inputs
-        and any(
-            f"requires {artifact}" in reason or f"updates {artifact}" in reason
-            for reason in reasons
-        )
+        and re.search(rf"\b(?:requires|updates) {re.escape(artifact)}(?:,|;| |$)", edge.reason)
     )
 
 

@@ -1,0 +1,138 @@
+"""How long planning takes, next to the cost of ``import flexgraph`` itself.
+
+Planning runs on every ``flexgraph plan`` and before every ``flexgraph run``, so
+it should never be what a user waits for: the goal is that planning a graph of
+1,000 steps under a strategy of 20 rewrites costs less than importing flexgraph
+(measured here in fresh interpreters, median of several).
+
+The generated graphs are made of groups of five steps, shaped like a training
+graph: one producer, two in-place updaters (a chain), two consumers. The
+strategy mixes 8 moves, 6 inserts, 4 configures, a replace and a fuse.
+
+    python benchmarks/plan_speed.py [--repeats N] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+
+from flexgraph import (
+    Configure,
+    Fuse,
+    Graph,
+    Insert,
+    Move,
+    Replace,
+    Rewrite,
+    Step,
+    Strategy,
+    make_plan,
+)
+
+SIZES = (10, 100, 1000)
+GROUP = 5
+
+
+def s(i: int) -> str:
+    return f"s{i}"
+
+
+def generated_graph(n: int) -> Graph:
+    """``n`` steps in groups of five: producer, two updaters, two consumers."""
+    steps = []
+    for i in range(n):
+        base, role = i - i % GROUP, i % GROUP
+        artifact = f"a{base}"
+        if role == 0:
+            previous = (f"a{base - GROUP}",) if base else ("seed",)
+            steps.append(Step(s(i), f"bench:f{i}", requires=previous, provides=artifact))
+        elif role in (1, 2):
+            steps.append(Step(s(i), f"bench:f{i}", updates=artifact))
+        else:
+            steps.append(Step(s(i), f"bench:f{i}", requires=artifact, provides=f"c{i}"))
+    return Graph.of(steps, inputs=["seed"])
+
+
+def generated_strategy(n: int) -> Strategy:
+    """20 rewrites spread over the groups: 8 moves, 6 inserts, 4 configures, 1 replace, 1 fuse."""
+    groups = n // GROUP
+    rewrites: list[Rewrite] = []
+    for k in range(8):
+        g = (k * 7) % groups * GROUP
+        where = {"before": s(g + 1)} if (k // groups) % 2 == 0 else {"after": s(g + 1)}
+        rewrites.append(Move(s(g + 2), **where))
+    for k in range(6):
+        g = (k * 11 + 3) % groups * GROUP
+        new = Step(f"inserted{k}", f"bench:ins{k}", updates=f"a{g}")
+        rewrites.append(Insert(new, after=s(g + 1)))
+    for k in range(4):
+        g = (k * 13 + 1) % groups * GROUP
+        rewrites.append(Configure(s(g + 3), {"k": k}))
+    g = (groups // 2) * GROUP
+    rewrites.append(Replace(s(g + 4), Step(s(g + 4), "bench:other", requires=f"a{g}")))
+    g = (groups - 1) * GROUP
+    rewrites.append(Fuse([s(g + 3), s(g + 4)], f"fused{g}"))
+    return Strategy("bench", rewrites)
+
+
+def median_seconds(func: object, repeats: int) -> tuple[float, float]:
+    """Median wall time and median CPU time of ``func()`` (CPU time shrugs off a busy box)."""
+    wall, cpu = [], []
+    for _ in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        func()  # type: ignore[operator]
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def import_seconds(repeats: int) -> float:
+    """Median cost of ``import flexgraph`` in a fresh interpreter."""
+    code = (
+        "import time; t = time.perf_counter(); import flexgraph; "
+        "print(time.perf_counter() - t)"
+    )
+    runs = [
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout)
+        for _ in range(repeats)
+    ]
+    return statistics.median(runs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="cProfile the 1,000-step plan")
+    args = parser.parse_args()
+
+    imported = import_seconds(args.repeats)
+    print(f"import flexgraph: {imported * 1e3:8.1f} ms (median of {args.repeats} fresh processes)")
+    print(f"{'steps':>6} {'rewrites':>8} {'plan (ms)':>10} {'cpu (ms)':>9} {'plan / import':>14}")
+    slowest = 0.0
+    for n in SIZES:
+        graph, strategy = generated_graph(n), generated_strategy(n)
+        plan = make_plan(graph, strategy)
+        assert len(plan.rewrites) == 20 and len(plan.order) == n + 6 - 1
+        seconds, cpu = median_seconds(lambda g=graph, st=strategy: make_plan(g, st), args.repeats)
+        slowest = seconds
+        print(f"{n:>6} {len(strategy.rewrites):>8} {seconds * 1e3:>10.1f} {cpu * 1e3:>9.1f} "
+              f"{seconds / imported:>14.2f}")
+    verdict = "under" if slowest < imported else "OVER"
+    print(f"planning {SIZES[-1]} steps is {verdict} the cost of importing flexgraph")
+    if args.profile:
+        graph, strategy = generated_graph(SIZES[-1]), generated_strategy(SIZES[-1])
+        profiler = cProfile.Profile()
+        profiler.runcall(make_plan, graph, strategy)
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

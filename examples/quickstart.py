@@ -1,0 +1,43 @@
+"""Quickstart: an MLP on scikit-learn's digits, MMEngine-style config.
+
+Run it with ``flexgraph run examples/quickstart.py``. It trains for 20 epochs
+(900 iterations) and reaches validation accuracy >= 0.95 (0.97-0.98 measured)
+in about 5 s on 2 CPU cores; a test in tests/training/ checks the threshold.
+
+Everything here is plain MMEngine config: components are named by registry
+``type`` (registered in ``digits.py``, imported via ``custom_imports``; the
+folder of this file is importable when flexgraph loads it).
+"""
+
+custom_imports = dict(imports=["digits"], allow_failed_imports=False)
+
+model = dict(type="DigitsMLP", hidden=128, dropout=0.1)
+
+train_dataloader = dict(
+    batch_size=32,
+    num_workers=0,
+    dataset=dict(type="DigitsDataset", split="train"),
+    sampler=dict(type="DefaultSampler", shuffle=True),
+)
+val_dataloader = dict(
+    batch_size=128,
+    num_workers=0,
+    dataset=dict(type="DigitsDataset", split="val"),
+    sampler=dict(type="DefaultSampler", shuffle=False),
+)
+val_evaluator = dict(type="DigitsAccuracy")
+
+optim_wrapper = dict(optimizer=dict(type="AdamW", lr=3e-3, weight_decay=1e-4))
+param_scheduler = [
+    dict(type="CosineAnnealingLR", by_epoch=True, eta_min=1e-5, convert_to_iter_based=True),
+]
+
+train_cfg = dict(by_epoch=True, max_epochs=20, val_interval=5)
+val_cfg = dict()
+
+default_hooks = dict(
+    checkpoint=dict(type="CheckpointHook", interval=10, max_keep_ckpts=2),
+    logger=dict(type="LoggerHook", interval=50),
+)
+randomness = dict(seed=0)
+work_dir = "work_dirs/quickstart"

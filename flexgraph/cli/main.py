@@ -1,0 +1,187 @@
+"""``flexgraph``: the command line. ``main(argv) -> exit status``.
+
+Subcommands: ``plan`` (print a plan; see :mod:`flexgraph.cli.plan_cmd`) and
+``run`` (execute one; :mod:`flexgraph.cli.run_cmd`). ``run``'s module is
+imported only when ``run`` is the command, so ``flexgraph plan`` and
+``flexgraph --help`` never import torch.
+
+Exit status, the contract scripts rely on:
+
+- ``0``: done;
+- ``2``: bad input: a usage error, any :class:`~flexgraph.FlexgraphError` that
+  is not a :class:`~flexgraph.StepFailedError`, and a step failure whose cause
+  is a FlexgraphError (a step that found its input bad);
+- ``1``: anything else that went wrong (a step raised, a bug);
+- ``130``: interrupted (Ctrl-C).
+
+An error is printed on stderr as one line, ``error: <message>``, plus for
+exit 1 a second line pointing at ``--debug``; never a traceback unless
+``--debug`` is given, which prints the whole chained traceback first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+
+from flexgraph import __version__
+from flexgraph.cli import plan_cmd
+from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.executor import StepFailedError
+
+DEBUG_HINT = "(run with --debug to see the traceback)"
+
+PLAN_EPILOG = """\
+examples:
+  flexgraph plan pipeline.yaml                   the plan as a table
+  flexgraph plan cfg.py --strategy ddp --diff    what ddp changes, step by step
+  flexgraph plan cfg.py --explain load_checkpoint
+  flexgraph plan pipeline.yaml -f mermaid        paste into a GitHub comment
+
+exit status: 0 ok, 2 bad input (one line on stderr), 1 anything else"""
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand in ``argv``: its first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default,
+        help="on error, print the full traceback (chained causes included)",
+    )
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The argument parser; ``run``'s flags are added only when ``argv`` runs it.
+
+    Parameters
+    ----------
+    argv : sequence of str
+        The arguments about to be parsed (they decide whether ``run_cmd`` is
+        imported).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
+    parser = argparse.ArgumentParser(
+        prog="flexgraph",
+        description="Training setup as a graph of named steps that strategies rewrite.",
+    )
+    _add_debug(parser, False)
+    parser.add_argument("--version", action="version", version=f"flexgraph {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    plan = commands.add_parser(
+        "plan",
+        help="print the plan a strategy makes of a config, without running it",
+        description="Print the plan a strategy makes of a config, without running anything.",
+        epilog=PLAN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    plan_cmd.add_arguments(plan)
+    _add_debug(plan, argparse.SUPPRESS)
+    plan.set_defaults(handler=plan_cmd.plan_command)
+
+    run = commands.add_parser(
+        "run",
+        help="plan a config and execute it (single process or launched on many)",
+        description="Plan a config and execute the plan.",
+    )
+    if _command_of(argv) == "run":
+        from flexgraph.cli import run_cmd
+
+        run_cmd.add_arguments(run)
+        run.set_defaults(handler=run_cmd.run_command)
+    _add_debug(run, argparse.SUPPRESS)
+    return parser
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def describe_error(exc: BaseException) -> tuple[int, str]:
+    """The exit status and the one-line message for an error that ended a command.
+
+    Parameters
+    ----------
+    exc : BaseException
+
+    Returns
+    -------
+    (int, str)
+        ``(2, message)`` for bad input, ``(1, message)`` otherwise (see the
+        module docstring); the message has no line breaks.
+    """
+    if isinstance(exc, StepFailedError):
+        cause = exc.__cause__
+        if isinstance(cause, FlexgraphError):
+            return 2, _one_line(f"step {exc.step!r}: {cause}")
+        return 1, _one_line(str(exc))
+    if isinstance(exc, FlexgraphError):
+        return 2, _one_line(str(exc)) or type(exc).__name__
+    message = _one_line(str(exc))
+    return 1, f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _report(exc: BaseException, debug: bool) -> int:
+    status, message = describe_error(exc)
+    if debug:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    print(f"error: {message}", file=sys.stderr)
+    if status == 1 and not debug:
+        print(DEBUG_HINT, file=sys.stderr)
+    return status
+
+
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (``| head``): stop quietly, as the docs advise."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``flexgraph`` command line and return its exit status.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0, 1, 2 or 130; see the module docstring.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        try:
+            args = build_parser(argv).parse_args(argv)
+        except SystemExit as exit_:  # --help and --version (0), usage errors (2)
+            return exit_.code if isinstance(exit_.code, int) else 2
+        debug = args.debug
+        handler: Callable[[argparse.Namespace], int | None] = args.handler
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except Exception as exc:
+        return _report(exc, debug)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""``flexgraph plan CONFIG``: print the plan a strategy makes, run nothing.
+
+CONFIG is a YAML spec (``.yaml`` / ``.yml``) or a Python config (``.py``: an
+MMEngine-style cfg.py or a pipeline script); the spec layer loads either. The
+plan is printed to stdout in one of four formats (``text``, the default table;
+``json``, the stable ``flexgraph.plan/1`` schema; ``dot``; ``mermaid``), or as
+a diff against the base graph (``--diff``), or as the reasons one step sits
+where it does (``--explain STEP``). Planning imports no step function, so this
+never imports torch and is safe to run anywhere, CI included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from flexgraph import render as views
+from flexgraph.cli.console import print_renderable
+from flexgraph.cli.options import parse_cfg_options
+from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.graph import Graph
+from flexgraph.core.plan import Plan
+
+FORMATS = ("text", "json", "dot", "mermaid")
+
+
+class UsageError(FlexgraphError, ValueError):
+    """Flags that argparse accepts one by one but not together (exit 2)."""
+
+
+NO_STRATEGY = "none"
+"""``--strategy none``: plan the base graph even when the config names a strategy."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``plan``'s arguments to ``parser``."""
+    parser.add_argument("config", help="a YAML spec (.yaml, .yml) or a Python config (.py)")
+    parser.add_argument(
+        "--strategy",
+        "-s",
+        metavar="NAME",
+        help="strategy to plan with (default: the one the config names); "
+        "'none' plans the base graph as declared",
+    )
+    parser.add_argument(
+        "--format",
+        "-f",
+        choices=FORMATS,
+        default="text",
+        help="text (table, default), json (schema flexgraph.plan/1), dot (Graphviz), mermaid",
+    )
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument(
+        "--diff",
+        action="store_true",
+        help="show the base order and the planned order side by side, and the rewrites",
+    )
+    view.add_argument(
+        "--explain", metavar="STEP", help="say why STEP sits where it does in the plan"
+    )
+    parser.add_argument(
+        "--cfg-options",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="K=V",
+        help="override config keys, mmengine style (a.b=1 c=[1,2]); repeatable",
+    )
+
+
+def _standard_graph(cfg: Any) -> Graph:
+    """The standard training graph, imported only for a cfg.py without ``steps``.
+
+    Lazily, because the training package may import torch: a YAML spec or a
+    pipeline script never needs it, and planning one must stay light.
+    """
+    from flexgraph.training.graph import standard_graph
+
+    return standard_graph(cfg)
+
+
+def load_plan(config: str, strategy: str | None, cfg_options: list[str]) -> Plan:
+    """Load ``config`` through the spec layer and plan it.
+
+    Parameters
+    ----------
+    config : str
+        Path of the YAML spec or Python config.
+    strategy : str or None
+        Strategy name; ``None`` keeps the config's choice, ``"none"`` plans the
+        base graph without any strategy.
+    cfg_options : list of str
+        ``K=V`` overrides (see :mod:`flexgraph.cli.options`).
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    FlexgraphError
+        The spec layer's or the engine's error for bad input.
+    """
+    from flexgraph.spec import load_spec
+
+    options = parse_cfg_options(cfg_options)
+    spec = load_spec(Path(config), cfg_options=options or None, default_graph=_standard_graph)
+    if strategy != NO_STRATEGY:
+        return spec.plan(strategy=strategy)
+    from flexgraph.core.plan import make_plan
+    from flexgraph.spec.errors import restate
+
+    try:
+        return make_plan(spec.graph)
+    except FlexgraphError as exc:
+        raise restate(exc, str(spec.source)) from exc
+
+
+def render(plan: Plan, args: argparse.Namespace) -> None:
+    """Print ``plan`` to stdout the way ``args`` ask."""
+    if args.format == "json":
+        sys.stdout.write(views.plan_json(plan) + "\n")
+    elif args.format == "dot":
+        sys.stdout.write(views.plan_dot(plan))
+    elif args.format == "mermaid":
+        sys.stdout.write(views.plan_mermaid(plan))
+    elif args.explain:
+        text = views.explain_step(plan, args.explain)
+        sys.stdout.write(text + "\n")
+    elif args.diff:
+        print_renderable(views.plan_diff(plan))
+    else:
+        print_renderable(views.plan_table(plan))
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    """Run ``flexgraph plan``; return the exit status (errors propagate to main)."""
+    if args.format != "text" and (args.diff or args.explain):
+        flag = "--diff" if args.diff else "--explain"
+        raise UsageError(f"{flag} prints text; drop --format {args.format}")
+    plan = load_plan(args.config, args.strategy, args.cfg_options)
+    render(plan, args)
+    return 0

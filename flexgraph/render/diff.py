@@ -1,0 +1,133 @@
+"""The plan next to the base graph: what the strategy changed, row by row.
+
+``flexgraph plan CONFIG --diff`` prints this. The left column is the base
+graph's order, the right column the planned order, one row per position, so a
+reader sees at a glance which steps a strategy inserted, moved, replaced, fused
+or configured, and which base steps it took out. A terminal shows the actions in
+colour (taken-out steps struck through); a pipe gets the same information from
+one-character markers, explained in a legend under the table:
+
+    + inserted   - removed   ~ moved   ! replaced   & fused   * configured
+
+and ``-> name`` after a base step that another step took the place of. Under
+the table comes the numbered list of the rewrites as applied (``ddp #1: ...``).
+"""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from flexgraph.core.plan import Plan
+from flexgraph.render._changes import (
+    ACTIONS,
+    COLOURS,
+    MARKERS,
+    Gone,
+    first_action,
+    gone_steps,
+    history,
+    rewrite_label,
+)
+
+
+def _base_cell(name: str, gone: Gone | None) -> Text:
+    if gone is None:
+        return Text(f"  {name}")
+    text = Text(f"{MARKERS['removed']} ")
+    text.append(name, style=f"{COLOURS['removed']} strike")
+    if gone.into:
+        text.append(f" -> {gone.into}", style=COLOURS[gone.action])
+    return text
+
+
+def _planned_cell(plan: Plan, name: str) -> Text:
+    action = first_action(plan, name)
+    return Text(f"{MARKERS[action]} {name}", style="" if action == "base" else COLOURS[action])
+
+
+def _change_cell(plan: Plan, name: str | None, gone: Gone | None) -> Text:
+    text = Text()
+    lines: list[tuple[str, str]] = []
+    if name is not None:
+        lines += [(str(o), COLOURS.get(o.action, "")) for o in history(plan, name)]
+    if gone is not None and all(o.index != gone.rewrite.index for o in history(plan, name or "")):
+        lines.append((f"{gone.name} {gone}", COLOURS["removed"]))
+    for i, (line, style) in enumerate(lines):
+        if i:
+            text.append("\n")
+        text.append(line, style=style)
+    return text
+
+
+def legend() -> Text:
+    """The marker legend: ``+ inserted   - removed   ~ moved ...``."""
+    text = Text()
+    for i, action in enumerate(ACTIONS):
+        if i:
+            text.append("   ")
+        text.append(f"{MARKERS[action]} {action}", style=COLOURS[action])
+    return text
+
+
+def rewrite_list(plan: Plan) -> Text:
+    """The applied rewrites, one numbered line each (``  ddp #1: replace ...``).
+
+    Parameters
+    ----------
+    plan : Plan
+
+    Returns
+    -------
+    rich.text.Text
+        A heading and one line per rewrite, or a line saying there were none.
+    """
+    if not plan.rewrites:
+        return Text("no rewrites applied: the plan is the base graph's order")
+    text = Text(f"rewrites applied by {plan.strategy}:")
+    for applied in plan.rewrites:
+        text.append(f"\n  {rewrite_label(applied)}: {applied.description}")
+    return text
+
+
+def plan_diff(plan: Plan) -> RenderableType:
+    """Render the base order and the planned order side by side, then the rewrites.
+
+    Parameters
+    ----------
+    plan : Plan
+
+    Returns
+    -------
+    rich.console.RenderableType
+        A group of: a table (``#``, ``base``, ``plan``, ``change``) with one row
+        per position, each planned step marked with what the strategy did to
+        it, each taken-out base step struck through (and marked ``-``); the
+        marker legend; the numbered list of applied rewrites. Deterministic.
+    """
+    gone = gone_steps(plan)
+    table = Table(
+        title=f"plan diff: base graph -> {plan.strategy or 'no strategy'}",
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("base", overflow="fold")
+    table.add_column("plan", overflow="fold")
+    table.add_column("change", overflow="fold")
+    for position in range(max(len(plan.base_order), len(plan.order))):
+        base = plan.base_order[position] if position < len(plan.base_order) else None
+        planned = plan.order[position] if position < len(plan.order) else None
+        taken = gone.get(base) if base is not None else None
+        table.add_row(
+            Text(str(position + 1)),
+            _base_cell(base, taken) if base is not None else Text(""),
+            _planned_cell(plan, planned) if planned is not None else Text(""),
+            _change_cell(plan, planned, taken),
+        )
+    return Group(table, legend(), Text(""), rewrite_list(plan))

@@ -1,0 +1,87 @@
+"""``load_spec``: one entry point for the three kinds of pipeline file.
+
+The suffix decides: ``.yaml`` / ``.yml`` is a YAML spec; a ``.py`` file that
+binds a top-level ``pipeline`` (read with :mod:`ast`, not run) is a Python-API
+script, any other ``.py`` an MMEngine-style config. The file's folder goes to
+the front of ``sys.path`` first, so that ``"textstats:tokenize"`` functions,
+``custom_imports`` and a script's own imports find their sibling modules.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flexgraph.core.graph import Graph
+from flexgraph.spec.errors import SpecFormatError, SpecNotFoundError
+from flexgraph.spec.model import Spec
+
+SUFFIXES = (".yaml", ".yml", ".py")
+
+
+def put_folder_on_path(path: Path) -> None:
+    """Put ``path``'s folder at the front of ``sys.path`` (once)."""
+    folder = str(path.resolve().parent)
+    if folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)
+
+
+def load_spec(
+    path: str | Path,
+    cfg_options: dict[str, Any] | None = None,
+    default_graph: Callable[[Any], Graph] | None = None,
+) -> Spec:
+    """Load a YAML spec, a Python-API script or an MMEngine-style cfg.py.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file. Messages show it as given.
+    cfg_options : dict, optional
+        ``--cfg-options``: merged into a cfg.py's Config (``merge_from_dict``);
+        for YAML and Python specs they override entries of ``inputs``.
+    default_graph : callable, optional
+        ``default_graph(cfg) -> Graph`` for configs without ``steps``.
+
+    Returns
+    -------
+    Spec
+
+    Raises
+    ------
+    SpecError
+        A subclass per failure (missing file, unknown suffix, syntax, an unknown
+        or mistyped field, ...); the message names the file, step and field.
+    FlexgraphError
+        An engine error found while building the graph, with the file in front.
+
+    Examples
+    --------
+    >>> spec = load_spec("examples/textstats.yaml")  # doctest: +SKIP
+    >>> spec.plan().order  # doctest: +SKIP
+    """
+    path = Path(path)
+    shown = str(path)
+    if path.suffix not in SUFFIXES:
+        raise SpecFormatError(
+            f"{shown}: unknown kind of spec {path.suffix or '(no suffix)'!r}; "
+            "expected .yaml / .yml (YAML spec) or .py (Python script or cfg.py)"
+        )
+    if not path.is_file():
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise SpecNotFoundError(f"{shown}: the spec file {what}")
+    put_folder_on_path(path)
+    if path.suffix != ".py":
+        from flexgraph.spec.yaml_front import load_yaml_spec
+
+        return load_yaml_spec(path, shown, cfg_options)
+    from flexgraph.spec.python_front import defines_pipeline, load_python_spec, parse_python
+
+    if defines_pipeline(parse_python(path, shown)):
+        return load_python_spec(path, shown, cfg_options)
+    from flexgraph.spec.cfg_front import load_cfg_spec
+
+    return load_cfg_spec(path, shown, cfg_options, default_graph)

@@ -1,0 +1,98 @@
+"""The :class:`Spec`: what every front end (YAML, Python script, cfg.py) produces.
+
+One value type for all three, so the CLI, the renderers and the tests never ask
+which kind of file a pipeline came from: they read ``spec.graph`` and
+``spec.inputs`` and call :meth:`Spec.plan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.graph import Graph
+from flexgraph.core.plan import Plan, make_plan
+from flexgraph.core.strategy import Strategy, get_strategy
+from flexgraph.spec.errors import restate
+
+StrategyChoice = str | Mapping[str, Any] | None
+
+
+def _frozen(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+@attrs.frozen
+class Spec:
+    """A pipeline as loaded from a file.
+
+    Parameters
+    ----------
+    graph : Graph
+        The base graph (its ``inputs`` include the names of ``inputs``).
+    strategies : mapping of str to Strategy
+        Strategies defined as data in the spec; they shadow registered ones.
+    strategy : str, mapping or None
+        The spec's choice: a name, or ``dict(type=name, **options)``.
+    inputs : mapping
+        Initial artifact values for running (a cfg.py's own Config is ``cfg``).
+    source : Path
+        The file it was loaded from.
+    cfg : mmengine Config or None
+        The config, for cfg.py specs.
+    """
+
+    graph: Graph
+    strategies: Mapping[str, Strategy] = attrs.field(factory=dict, converter=_frozen)
+    strategy: StrategyChoice = None
+    inputs: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen, eq=False)
+    source: Path = attrs.field(default=Path("<python>"), converter=Path)
+    cfg: Any = attrs.field(default=None, eq=False, repr=False)
+
+    def resolve_strategy(self, strategy: StrategyChoice | Strategy = None) -> Strategy | None:
+        """The strategy to plan with: ``strategy`` (the CLI's) if given, else the spec's.
+
+        Names are looked up in the spec's own ``strategies`` first, then in the
+        registry. ``None`` when neither chose one.
+
+        Raises
+        ------
+        UnknownStrategyError, StrategyOptionError
+            From :func:`~flexgraph.core.strategy.get_strategy`; when the spec made
+            the choice, the message starts with the file.
+        """
+        chosen = strategy if strategy is not None else self.strategy
+        if chosen is None:
+            return None
+        try:
+            return get_strategy(chosen, extra=self.strategies)
+        except FlexgraphError as exc:
+            if strategy is not None:
+                raise
+            raise restate(exc, f"{self.source}: field 'strategy'") from exc
+
+    def plan(self, strategy: StrategyChoice | Strategy = None) -> Plan:
+        """Plan the graph under ``strategy`` (see :meth:`resolve_strategy`).
+
+        Raises
+        ------
+        FlexgraphError
+            The engine's error for a broken graph or rewrite, restated with the
+            file in front.
+
+        Examples
+        --------
+        >>> from flexgraph import Graph, Step
+        >>> Spec(Graph.of([Step("a", "m:f", provides="x")])).plan().order
+        ('a',)
+        """
+        chosen = self.resolve_strategy(strategy)
+        try:
+            return make_plan(self.graph, chosen)
+        except FlexgraphError as exc:
+            raise restate(exc, str(self.source)) from exc

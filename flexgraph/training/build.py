@@ -1,0 +1,149 @@
+"""Resolve ``type=`` in config dicts and build the component it names.
+
+MMEngine configs name components three ways: a registered name (``'SGD'``,
+``'DefaultSampler'``, possibly scoped as ``'mmdet.ResNet'``), a dotted import
+path (``'torch.optim.AdamW'``), or the class object itself. MMEngine's registries
+already accept all three, but they populate lazily (only after the module that
+registers a name is imported) and report an unknown name as ``KeyError`` without
+suggestions. This module is the single place that forces registration, turns an
+unknown name into :class:`UnknownComponentError` with a did-you-mean, and then lets
+the registry build (so registry-specific build functions, such as the parameter
+schedulers' ``convert_to_iter_based``, still apply).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from mmengine.registry import Registry
+
+from flexgraph.core.errors import did_you_mean
+from flexgraph.training.errors import ConfigError, UnknownComponentError
+
+__all__ = ["build_from_cfg", "registered_names", "resolve_type"]
+
+# Importing these modules registers MMEngine's own components (DefaultSampler,
+# OptimWrapper, the LR schedulers, torch optimizers, pseudo_collate, ...).
+_MMENGINE_MODULES = (
+    "mmengine.dataset",
+    "mmengine.evaluator",
+    "mmengine.hooks",
+    "mmengine.model",
+    "mmengine.optim",
+)
+_registered = False
+
+
+def _register_mmengine() -> None:
+    global _registered
+    if not _registered:
+        for name in _MMENGINE_MODULES:
+            importlib.import_module(name)
+        _registered = True
+
+
+def registered_names(registry: Registry) -> list[str]:
+    """Every name ``registry`` can resolve: its own, its ancestors', its children's."""
+    _register_mmengine()
+    names: set[str] = set()
+    node: Registry | None = registry
+    while node is not None:
+        names.update(node.module_dict)
+        node = node.parent
+    for scope, child in registry.children.items():
+        names.update(f"{scope}.{name}" for name in child.module_dict)
+    return sorted(names)
+
+
+def resolve_type(type_: Any, registry: Registry, *, what: str = "") -> Any:
+    """Return the class or function that ``type_`` names in ``registry``.
+
+    Parameters
+    ----------
+    type_:
+        A registered name, a dotted import path, or already a class / callable.
+    registry:
+        The MMEngine registry to look the name up in (``MODELS``, ``HOOKS``, ...).
+    what:
+        Where the name came from (``'model'``, ``'custom_hooks[0]'``), for messages.
+
+    Raises
+    ------
+    UnknownComponentError
+        The name is neither registered nor importable; the message suggests close
+        registered names.
+    """
+    if not isinstance(type_, str):
+        if callable(type_):
+            return type_
+        raise ConfigError(f"{what or registry.name}: type={type_!r} is neither a name nor a class")
+    _register_mmengine()
+    try:
+        obj = registry.get(type_)
+    except (RuntimeError, ImportError, AttributeError, ValueError):
+        obj = None
+    if obj is None and "." in type_:
+        obj = _import_object(type_)
+    if obj is None:
+        where = f"{what}: " if what else ""
+        raise UnknownComponentError(
+            f"{where}type={type_!r} is not in mmengine's {registry.name!r} registry "
+            f"and is not an importable 'package.module.Name'"
+            f"{did_you_mean(type_, registered_names(registry))}; register it with "
+            f"@{registry.name.upper().replace(' ', '_')}.register_module() in a module "
+            f"listed in custom_imports, or give the full import path"
+        )
+    return obj
+
+
+def _import_object(path: str) -> Any:
+    module_name, _, attr = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    return getattr(module, attr, None)
+
+
+def build_from_cfg(
+    cfg: Any,
+    registry: Registry,
+    *,
+    default_args: Mapping[str, Any] | None = None,
+    what: str = "",
+) -> Any:
+    """Build the component that ``cfg`` (a dict with ``type=``) describes.
+
+    Anything that is not a mapping is returned unchanged, so a config may hold an
+    already-built object wherever it may hold a dict (as MMEngine allows).
+
+    Examples
+    --------
+    >>> from mmengine.registry import MODELS
+    >>> build_from_cfg(dict(type='torch.nn.Linear', in_features=2, out_features=1),
+    ...                MODELS)
+    Linear(in_features=2, out_features=1, bias=True)
+    """
+    if not isinstance(cfg, Mapping):
+        return cfg
+    if "type" not in cfg:
+        raise ConfigError(
+            f"{what or registry.name}: {dict(cfg)!r} has no 'type' key; "
+            f"add type='<registered name or package.module.Class>'"
+        )
+    args = dict(cfg)
+    args["type"] = resolve_type(args["type"], registry, what=what)
+    try:
+        return registry.build(args, default_args=dict(default_args or {}))
+    except TypeError as exc:
+        name = getattr(args["type"], "__name__", args["type"])
+        raise ConfigError(f"{what or registry.name}: building {name} failed: {exc}") from exc
+
+
+def build_all(cfgs: Iterable[Any], registry: Registry, *, what: str = "") -> list[Any]:
+    """Build each entry of a list config (``custom_hooks``, metric lists)."""
+    return [
+        build_from_cfg(c, registry, what=f"{what}[{i}]") for i, c in enumerate(cfgs)
+    ]

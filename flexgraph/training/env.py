@@ -1,0 +1,144 @@
+"""The process's place in the run (device, rank, world size) and its seeding.
+
+:class:`Env` is what every later step reads to learn where it runs. It is a
+frozen value, built once by :func:`make_env`: the single-device ``setup_env`` step
+calls it for rank 0 of 1, and a distributed strategy calls it after it has
+initialised the process group, so no step ever needs to know which strategy set
+the process up.
+
+Seeding follows MMEngine's ``randomness`` section. ``Env.seed`` is the *base*
+seed shared by all ranks (samplers must shuffle identically on every rank and
+then take their own slice); with ``diff_rank_seed=True`` the global RNGs get
+``seed + rank`` so that dropout and augmentations differ between ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from flexgraph.training.config import section
+from flexgraph.training.errors import ConfigError
+
+__all__ = ["Env", "make_env", "seed_everything"]
+
+
+@attrs.frozen
+class Env:
+    """Where this process trains.
+
+    Attributes
+    ----------
+    device:
+        ``'cpu'``, ``'cuda'`` or ``'cuda:<local_rank>'``; the model and batches go here.
+    rank, world_size, local_rank:
+        This process's place among all training processes (0, 1, 0 when alone).
+    seed:
+        Base seed of the run (the same on every rank); samplers derive their
+        per-epoch order from it, checkpoints record it.
+    """
+
+    device: str = "cpu"
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    seed: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes files and prints; the others stay quiet."""
+        return self.rank == 0
+
+
+def _random_seed() -> int:
+    """A fresh seed, identical on all ranks when a process group exists."""
+    seed = int(np.random.default_rng().integers(2**31))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        box = [seed]
+        torch.distributed.broadcast_object_list(box, src=0)
+        seed = int(box[0])
+    return seed
+
+
+def seed_everything(randomness: Any = None, rank: int = 0) -> int:
+    """Seed python, numpy and torch (and CUDA) as ``randomness`` asks.
+
+    Parameters
+    ----------
+    randomness:
+        MMEngine's ``randomness`` dict: ``seed`` (``None`` picks one and shares it
+        across ranks), ``deterministic`` (use deterministic algorithms, which can
+        be slower), ``diff_rank_seed`` (offset the global RNGs by ``rank``).
+    rank:
+        This process's global rank.
+
+    Returns
+    -------
+    int
+        The base seed (without the rank offset), to record in :class:`Env`.
+    """
+    randomness = dict(randomness or {})
+    seed = randomness.get("seed")
+    seed = _random_seed() if seed is None else int(seed)
+    rng_seed = seed + rank if randomness.get("diff_rank_seed", False) else seed
+    random.seed(rng_seed)
+    np.random.seed(rng_seed % 2**32)
+    torch.manual_seed(rng_seed)  # also seeds every CUDA device
+    if randomness.get("deterministic", False):
+        # cuBLAS needs a fixed workspace to be deterministic; set it before any
+        # CUDA kernel runs, and only when the user has not chosen one.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    return seed
+
+
+def _resolve_device(device: str | None, local_rank: int) -> str:
+    if device is None:
+        return f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"device={device!r} was requested but torch sees no CUDA device; "
+            f"use device='cpu' or run on a machine with a GPU"
+        )
+    return str(device)
+
+
+def make_env(
+    cfg: Any,
+    device: str | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    local_rank: int = 0,
+) -> Env:
+    """Seed this process and describe it; reusable by distributed strategies.
+
+    Call it after the process group is initialised (a ``seed=None`` config
+    needs it to agree on one seed). ``cfg.env_cfg.cudnn_benchmark`` is honoured;
+    the rest of ``env_cfg`` (``mp_cfg``, ``dist_cfg``) belongs to the launcher and
+    is ignored here. ``cfg.default_scope`` becomes MMEngine's default registry
+    scope, so short names resolve as OpenMMLab configs expect.
+    """
+    resolved = _resolve_device(device, local_rank)
+    if resolved.startswith("cuda:"):
+        torch.cuda.set_device(torch.device(resolved))
+    env_cfg = section(cfg, "env_cfg", {})
+    if env_cfg.get("cudnn_benchmark") is not None:
+        torch.backends.cudnn.benchmark = bool(env_cfg["cudnn_benchmark"])
+    scope = section(cfg, "default_scope")
+    if scope:
+        from mmengine.registry import DefaultScope
+
+        if DefaultScope.get_current_instance() is None or (
+            DefaultScope.get_current_instance().scope_name != scope
+        ):
+            DefaultScope.get_instance(f"flexgraph-{scope}-{id(cfg)}", scope_name=scope)
+    seed = seed_everything(section(cfg, "randomness", {}), rank)
+    return Env(device=resolved, rank=rank, world_size=world_size, local_rank=local_rank,
+               seed=seed)

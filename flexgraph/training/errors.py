@@ -1,0 +1,60 @@
+"""Training failures, one class per kind.
+
+Each class derives from :class:`~flexgraph.core.errors.FlexgraphError` (so the CLI
+can print it as one line and exit 2) and from the builtin that describes the
+failure, so code written against plain Python exceptions keeps working:
+``except ValueError`` still catches a bad config. Messages name the culprit and
+say how to fix it; raise them *before* any parameter is updated wherever the
+failure can be detected that early.
+"""
+
+from __future__ import annotations
+
+from flexgraph.core.errors import FlexgraphError
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "ConfigError",
+    "EmptyDatasetError",
+    "NoLossError",
+    "TrainingError",
+    "UnknownComponentError",
+    "UnsafeCheckpointError",
+]
+
+
+class TrainingError(FlexgraphError, RuntimeError):
+    """A failure of the training runtime that is not one of the kinds below."""
+
+
+class ConfigError(FlexgraphError, ValueError):
+    """A section of the training config is missing, malformed or contradictory."""
+
+
+class UnknownComponentError(ConfigError, LookupError):
+    """A ``type=`` name matches no registered component and no importable object."""
+
+
+class EmptyDatasetError(FlexgraphError, ValueError):
+    """A dataloader would yield no batch, so training could not make progress."""
+
+
+class NoLossError(FlexgraphError, TypeError):
+    """A model's training forward returned nothing that can be back-propagated."""
+
+
+class CheckpointError(FlexgraphError, RuntimeError):
+    """A checkpoint could not be written, read, or applied to the run."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """A checkpoint path named in the config does not exist."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """``torch.load(weights_only=True)`` refused a file: it holds arbitrary objects.
+
+    flexgraph never retries such a file with unsafe loading, because unpickling
+    it could execute code that the file's author chose.
+    """

@@ -1,0 +1,299 @@
+"""What a run shows and records: progress, log lines, metrics.jsonl, TensorBoard.
+
+The loop hands this module one tuple per iteration, ``(logged value, lr)``,
+appended to :attr:`TrainOutput.buffer` without any conversion. Everything that
+costs something (``.item()`` / ``.tolist()`` syncs, JSON encoding, file writes,
+TensorBoard, progress updates) happens in :meth:`TrainOutput.flush`, which the
+loop calls at log intervals, epoch ends, before validation and at the end. So the
+per-iteration cost of all outputs is one ``list.append``, and on a GPU the loop
+never waits for a loss value between log intervals.
+
+Only rank 0 writes or prints. On a terminal, a rich progress bar with ETA is
+updated at most about ten times a second (its own refresh rate); otherwise
+plain log lines are printed every ``log_interval`` iterations.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["METRICS_FILE", "TrainOutput", "format_duration"]
+
+METRICS_FILE = "metrics.jsonl"
+_TICK_SECONDS = 0.1  # rich refreshes at 10 Hz; updating faster is wasted work
+_NEVER = 2**62
+
+
+def format_duration(seconds: float) -> str:
+    """``h:mm:ss`` for ETAs."""
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _tensorboard_writer(log_dir: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard not installed: scalars go to metrics.jsonl only
+        return None
+    return SummaryWriter(log_dir=str(log_dir))
+
+
+_LOSS_ONLY = ("loss",)
+
+
+@functools.lru_cache(maxsize=256)
+def _json_key(key: str) -> str:
+    return json.dumps(key)
+
+
+def _json_number(value: float) -> str:
+    """Like ``json.dumps`` for a float (NaN / Infinity included), without its overhead."""
+    return repr(value) if math.isfinite(value) else json.dumps(value)
+
+
+def _to_floats(values: list[Any]) -> list[float]:
+    """Python floats of many scalar tensors, with one stack and one device sync."""
+    with torch.no_grad():
+        try:
+            return torch.stack(values).float().tolist()  # the common case: 0-dim, same dtype
+        except (TypeError, RuntimeError):
+            return torch.stack([
+                (v if isinstance(v, torch.Tensor) else torch.tensor(float(v)))
+                .detach().float().reshape(()).cpu() for v in values
+            ]).tolist()
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else value.tolist()
+    return value
+
+
+class TrainOutput:
+    """Progress display and metric sinks of one ``train`` / ``val`` / ``test`` run.
+
+    Parameters
+    ----------
+    work_dir:
+        ``metrics.jsonl`` and ``tensorboard/`` go here (rank 0 only).
+    is_main:
+        Rank 0; other ranks keep the buffer short and write nothing.
+    logger, message_hub:
+        The run's MMEngine logger and message hub (the hub receives interval
+        means, as MMEngine's LoggerHook would leave them).
+    log_interval, max_iters, max_epochs, by_epoch, epoch_length:
+        For log cadence, ETA and the ``Epoch(train) [e/E][i/N]`` prefix.
+    interactive:
+        Force the rich progress bar on or off; default: stdout is a terminal.
+    """
+
+    def __init__(self, *, work_dir: str, is_main: bool, logger: Any, message_hub: Any,
+                 log_interval: int, max_iters: int, max_epochs: int, by_epoch: bool,
+                 epoch_length: int, interactive: bool | None = None) -> None:
+        self.work_dir = Path(work_dir)
+        self.is_main = is_main
+        self.logger = logger
+        self.message_hub = message_hub
+        self.log_interval = log_interval
+        self.max_iters = max_iters
+        self.max_epochs = max_epochs
+        self.by_epoch = by_epoch
+        self.epoch_length = epoch_length
+        self.interactive = is_main and (sys.stdout.isatty() if interactive is None
+                                        else interactive)
+        #: one ``(logged value, lr)`` per iteration since the last flush
+        self.buffer: list[tuple[Any, float]] = []
+        self._window: dict[str, list[float]] = {}  # sums and counts since the last log line
+        self._window_n = 0
+        self._last: dict[str, float] = {}
+        self._jsonl: Any = None
+        self._tb: Any = None
+        self._progress: Any = None
+        self._task: Any = None
+        self._start_iter = 0
+        self._next_iter = 1
+        self._t0 = time.perf_counter()
+        self._tick_every = 1
+        self._t_tick = self._t0
+
+    # -- lifecycle ------------------------------------------------------------------
+    def open(self, start_iter: int) -> None:
+        """Start timing at ``start_iter`` and open the sinks (rank 0)."""
+        self._start_iter = start_iter
+        self._next_iter = start_iter + 1
+        self._t0 = self._t_tick = time.perf_counter()
+        if not self.is_main:
+            return
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")
+        self._tb = _tensorboard_writer(self.work_dir / "tensorboard")
+        if self.interactive:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                TextColumn("{task.fields[status]}"), transient=False)
+            self._task = self._progress.add_task(
+                "train", total=self.max_iters, completed=start_iter, status="")
+            self._progress.start()
+
+    def close(self) -> None:
+        """Flush what is buffered and release files; safe to call twice."""
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    # -- per-interval work ----------------------------------------------------------------
+    @property
+    def last_values(self) -> dict[str, float]:
+        """The most recent value of every logged key (and ``lr``)."""
+        return dict(self._last)
+
+    def flush(self, epoch: int) -> None:
+        """Convert and write the buffered iterations (of epoch index ``epoch``).
+
+        Records are numbered on from the last flushed one. All buffered loss
+        tensors are converted with one ``stack().tolist()``, so a flush costs one
+        device sync however many iterations it covers.
+        """
+        buffer = self.buffer.copy()
+        self.buffer.clear()  # in place: the loop holds a bound ``self.buffer.append``
+        first = self._next_iter
+        self._next_iter += len(buffer)
+        if not buffer or not self.is_main:
+            return
+        flat: list[Any] = []
+        layout: list[tuple[str, ...]] = []
+        for value, _ in buffer:
+            if isinstance(value, Mapping):
+                keys = tuple(value)
+                layout.append(keys)
+                flat.extend(value[k] for k in keys)
+            else:
+                layout.append(_LOSS_ONLY)
+                flat.append(value)
+        numbers = iter(_to_floats(flat))
+        lines = []
+        window, last = self._window, self._last
+        for i, (keys, (_, lr)) in enumerate(zip(layout, buffer, strict=True)):
+            fields = [f'"iter": {first + i}, "epoch": {epoch + 1}']
+            for key in keys:
+                number = next(numbers)
+                fields.append(f"{_json_key(key)}: {_json_number(number)}")
+                acc = window.get(key)
+                if acc is None:
+                    acc = window[key] = [0.0, 0]
+                acc[0] += number
+                acc[1] += 1
+                last[key] = number
+            fields.append(f'"lr": {_json_number(lr)}')
+            lines.append("{" + ", ".join(fields) + "}\n")
+        last["lr"] = buffer[-1][1]
+        self._window_n += len(buffer)
+        if self._jsonl is not None:
+            self._jsonl.write("".join(lines))
+            self._jsonl.flush()
+
+    def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
+        """Print one line (means over the interval), update TensorBoard and the hub."""
+        self.flush(epoch)
+        if not self.is_main or not self._window_n:
+            return
+        means = {k: s / n for k, (s, n) in self._window.items() if n}
+        self._window, self._window_n = {}, 0
+        lr = self._last.get("lr", float("nan"))
+        for key, value in means.items():
+            self.message_hub.update_scalar(f"train/{key}", value)
+            if self._tb is not None:
+                self._tb.add_scalar(f"train/{key}", value, iters_done)
+        self.message_hub.update_scalar("train/lr", lr)
+        if self._tb is not None:
+            self._tb.add_scalar("train/lr", lr, iters_done)
+        done = iters_done - self._start_iter
+        elapsed = time.perf_counter() - self._t0
+        per_iter = elapsed / done if done else float("nan")
+        eta = format_duration(per_iter * (self.max_iters - iters_done))
+        if self.by_epoch:
+            where = (f"Epoch(train) [{epoch + 1}/{self.max_epochs}]"
+                     f"[{batch_idx:>{len(str(self.epoch_length))}}/{self.epoch_length}]")
+        else:
+            where = f"Iter(train) [{iters_done:>{len(str(self.max_iters))}}/{self.max_iters}]"
+        losses = "  ".join(f"{k}: {v:.4f}" for k, v in means.items())
+        line = (f"{where}  lr: {lr:.4e}  eta: {eta}  time: {per_iter * 1e3:.2f} ms/it  "
+                f"{losses}")
+        self._print(line)
+
+    def tick(self, iters_done: int) -> int:
+        """Update the progress bar; return the iteration count of the next tick.
+
+        The stride adapts so that ticks come about every 0.1 s, rich's refresh
+        period: a fast loop pays one progress update per ~100 ms, not per step.
+        """
+        if self._progress is None:
+            return _NEVER
+        now = time.perf_counter()
+        elapsed, self._t_tick = now - self._t_tick, now
+        per_iter = elapsed / max(self._tick_every, 1)
+        self._tick_every = max(1, min(int(_TICK_SECONDS / per_iter) if per_iter > 0 else 1,
+                                      10_000))
+        loss = self._last.get("loss")
+        status = f"loss {loss:.4f}" if loss is not None else ""
+        self._progress.update(self._task, completed=iters_done, status=status)
+        return iters_done + self._tick_every
+
+    # -- evaluation ---------------------------------------------------------------------
+    def eval_metrics(self, metrics: Mapping[str, Any], *, mode: str, iters_done: int,
+                     epoch: int) -> None:
+        """Record one evaluation: a ``"mode": mode`` line, TensorBoard, hub, log line."""
+        if not self.is_main:
+            return
+        values = {k: _scalar(v) for k, v in metrics.items()}
+        if self._jsonl is not None:
+            record = {"mode": mode, "iter": iters_done, "epoch": epoch, **values}
+            self._jsonl.write(json.dumps(record, default=str) + "\n")
+            self._jsonl.flush()
+        for key, value in values.items():
+            if isinstance(value, (int, float)):
+                self.message_hub.update_scalar(f"{mode}/{key}", value)
+                if self._tb is not None:
+                    self._tb.add_scalar(f"{mode}/{key}", value, iters_done)
+        shown = "  ".join(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}"
+                          for k, v in values.items())
+        self._print(f"Epoch({mode}) [{epoch}]  {shown}" if self.by_epoch
+                    else f"Iter({mode}) [{iters_done}]  {shown}")
+
+    def info(self, message: str) -> None:
+        """A one-off line (resume notices, the final summary), rank 0 only."""
+        if self.is_main:
+            self._print(message)
+
+    def _print(self, line: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(line, highlight=False, markup=False)
+        else:
+            self.logger.info(line)

@@ -1,0 +1,153 @@
+"""Training state in a form ``torch.load(weights_only=True)`` accepts.
+
+Checkpoints are only ever read with ``weights_only=True``, which admits tensors
+and plain containers of numbers and strings, nothing else. Two parts of the
+training state are not naturally in that form:
+
+* RNG states: numpy's is an ``ndarray`` inside a tuple. :func:`capture_rng`
+  stores it as a tensor and :func:`restore_rng` converts it back.
+* MMEngine parameter-scheduler state dicts: they hold e.g. a
+  ``collections.Counter`` of milestones. :func:`to_plain` tags such values as
+  plain dicts and :func:`from_plain` rebuilds them; values that cannot be stored
+  safely at all (functions, arbitrary objects) are left out, and the scheduler
+  keeps the value its constructor gave it, which for those is the config's.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+__all__ = [
+    "LoopState",
+    "capture_rng",
+    "from_plain",
+    "gather_rng_states",
+    "restore_rng",
+    "to_plain",
+]
+
+
+
+@attrs.frozen
+class LoopState:
+    """Where training starts: the ``resume`` step's answer to the ``train`` step.
+
+    A fresh run starts at zero. A resumed one starts after ``iter`` completed
+    iterations, in epoch ``epoch`` (the number of completed epochs) with
+    ``batch_idx`` of its batches already trained on. ``rng_state`` is this rank's
+    RNG state at the moment of the save; the loop restores it right before the
+    first batch it trains on (or before the epoch's hooks when resuming at an
+    epoch boundary), the point where the interrupted run captured it.
+    """
+
+    epoch: int = 0
+    iter: int = 0
+    batch_idx: int = 0
+    rng_state: dict[str, Any] | None = attrs.field(default=None, repr=False)
+    resumed_from: str | None = None
+
+
+_TAG = "__flexgraph_type__"
+_DROP = object()
+
+
+def capture_rng() -> dict[str, Any]:
+    """This process's python, numpy, torch and (if present) CUDA RNG states."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Put back what :func:`capture_rng` captured (CUDA only on the same devices)."""
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    np_state = state["numpy"]
+    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32),
+                         np_state["pos"], np_state["has_gauss"], np_state["gauss"]))
+    torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def gather_rng_states() -> list[dict[str, Any]]:
+    """Every rank's RNG state, in rank order (just this one without a process group).
+
+    A collective: with a process group, every rank must call it.
+    """
+    mine = capture_rng()
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [mine]
+    states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, mine)
+    return states
+
+
+def to_plain(obj: Any) -> Any:
+    """``obj`` with every value turned into something ``weights_only`` loads.
+
+    Counters, defaultdicts and sets become tagged dicts; numpy values become
+    tensors or Python numbers; values with no safe form are dropped from their
+    container.
+    """
+    out = _plain(obj)
+    return None if out is _DROP else out
+
+
+def _plain(obj: Any) -> Any:
+    if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor, torch.dtype,
+                                       torch.device, torch.Size)):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    if isinstance(obj, collections.Counter):
+        return {_TAG: "Counter", "items": [[_plain(k), _plain(v)] for k, v in obj.items()]}
+    if isinstance(obj, (set, frozenset)):
+        return {_TAG: type(obj).__name__, "items": [_plain(v) for v in obj]}
+    if isinstance(obj, dict):
+        kind = "OrderedDict" if isinstance(obj, collections.OrderedDict) else "dict"
+        items = {k: _plain(v) for k, v in obj.items()}
+        items = {k: v for k, v in items.items() if v is not _DROP}
+        return collections.OrderedDict(items) if kind == "OrderedDict" else items
+    if isinstance(obj, (list, tuple)):
+        items = [_plain(v) for v in obj]
+        if any(v is _DROP for v in items):
+            return _DROP  # a sequence with a hole would change meaning
+        return items if isinstance(obj, list) else tuple(items)
+    return _DROP
+
+
+def from_plain(obj: Any) -> Any:
+    """Inverse of :func:`to_plain` (dropped values stay absent)."""
+    if isinstance(obj, dict):
+        kind = obj.get(_TAG)
+        if kind == "Counter":
+            return collections.Counter({from_plain(k): from_plain(v) for k, v in obj["items"]})
+        if kind in ("set", "frozenset"):
+            items = (from_plain(v) for v in obj["items"])
+            return set(items) if kind == "set" else frozenset(items)
+        rebuilt = {k: from_plain(v) for k, v in obj.items()}
+        return collections.OrderedDict(rebuilt) if isinstance(obj, collections.OrderedDict) \
+            else rebuilt
+    if isinstance(obj, list):
+        return [from_plain(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(from_plain(v) for v in obj)
+    return obj

@@ -1,0 +1,278 @@
+"""The standard training graph's steps, as plain functions.
+
+Each step takes its input artifacts as keyword arguments (named exactly like the
+artifacts) and its parameters as keyword-only arguments with defaults, and
+returns its output: one value, or a dict when it provides several artifacts.
+They are thin on purpose: the work lives in the modules they call, so a
+strategy that replaces a step can reuse the same pieces.
+
+No step asks which strategy is active. Whatever differs between single-device
+and distributed runs comes from ``env`` (built by the strategy's process setup)
+and from ``torch.distributed.is_initialized()``.
+
+:data:`STANDARD_STEPS` declares what each step requires, provides and updates,
+in the standard graph's order, for the engine (and tests) to wire them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+from mmengine.registry import MODELS
+from torch import nn
+
+from flexgraph.training import data, optim
+from flexgraph.training.build import build_from_cfg
+from flexgraph.training.checkpoint import Checkpointer
+from flexgraph.training.config import (
+    checkpoint_policy,
+    log_interval,
+    section,
+    train_schedule,
+    work_dir_of,
+)
+from flexgraph.training.env import Env, make_env
+from flexgraph.training.errors import ConfigError
+from flexgraph.training.evaluate import build_evaluator, run_evaluation
+from flexgraph.training.hooks import Hooks
+from flexgraph.training.hooks import build_hooks as _build_hooks
+from flexgraph.training.loop import TrainLoop
+from flexgraph.training.model_api import unwrap_model, uses_step_api
+from flexgraph.training.output import TrainOutput
+from flexgraph.training.resume import load_weights, resume_training
+from flexgraph.training.state import LoopState
+
+__all__ = [
+    "STANDARD_STEPS",
+    "StepDecl",
+    "build_checkpointer",
+    "build_dataloaders",
+    "build_hooks",
+    "build_model",
+    "build_optim_wrapper",
+    "build_param_schedulers",
+    "compile_model",
+    "init_weights",
+    "load_checkpoint",
+    "resume",
+    "setup_env",
+    "test",
+    "train",
+    "val",
+    "wrap_model",
+]
+
+
+def setup_env(cfg: Any, *, device: str | None = None) -> Env:
+    """Single-process environment: seed, pick the device (CUDA when available)."""
+    return make_env(cfg, device=device)
+
+
+def build_model(cfg: Any, env: Env) -> nn.Module:
+    """Build ``cfg.model`` through MMEngine's ``MODELS`` registry (on the CPU).
+
+    ``wrap_model`` moves it to ``env.device`` later, after weights are loaded.
+    """
+    model_cfg = section(cfg, "model")
+    if model_cfg is None:
+        raise ConfigError("the config has no 'model'; add model=dict(type=...)")
+    model = build_from_cfg(model_cfg, MODELS, what="model")
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model: type built a {type(model).__name__}, not a torch nn.Module")
+    return model
+
+
+def init_weights(model: nn.Module) -> nn.Module:
+    """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one."""
+    if callable(getattr(model, "init_weights", None)):
+        model.init_weights()
+    return model
+
+
+def build_hooks(cfg: Any) -> Hooks:
+    """``custom_hooks`` (+ non-builtin ``default_hooks``) and the runner view they see."""
+    return _build_hooks(cfg)
+
+
+def build_checkpointer(cfg: Any, env: Env) -> Checkpointer:
+    """A checkpointer for ``work_dir`` following ``default_hooks.checkpoint``."""
+    return Checkpointer(work_dir_of(cfg), checkpoint_policy(cfg), rank=env.rank)
+
+
+def load_checkpoint(cfg: Any, checkpointer: Checkpointer, hooks: Hooks,
+                    model: nn.Module) -> nn.Module:
+    """Load ``cfg.load_from`` weights (flexgraph checkpoint or raw state_dict)."""
+    return load_weights(cfg, checkpointer, hooks, model)
+
+
+def wrap_model(env: Env, model: nn.Module) -> nn.Module:
+    """Move the model to ``env.device``; wrap it for data parallelism when distributed.
+
+    With a process group of more than one rank, step-API models get MMEngine's
+    ``MMDistributedDataParallel`` (which keeps ``train_step``) and plain models
+    torch's ``DistributedDataParallel``. Alone, nothing is wrapped.
+    """
+    model = model.to(env.device)
+    dist = torch.distributed
+    if not (env.world_size > 1 and dist.is_available() and dist.is_initialized()):
+        return model
+    if unwrap_model(model) is not model:
+        return model  # already wrapped by someone who knew better
+    device_ids = [env.local_rank] if env.device.startswith("cuda") else None
+    if uses_step_api(model):
+        from mmengine.model import MMDistributedDataParallel
+
+        return MMDistributedDataParallel(module=model, device_ids=device_ids)
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+def compile_model(model: nn.Module, *, backend: str = "inductor", mode: str | None = None,
+                  fullgraph: bool = False, dynamic: bool | None = None) -> nn.Module:
+    """``torch.compile`` the model in place (the ``compile`` step; optional).
+
+    In place (``nn.Module.compile``) rather than wrapping, so the model keeps its
+    type, its ``train_step`` and its state-dict keys.
+    """
+    model.compile(backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
+    return model
+
+
+def build_dataloaders(cfg: Any, env: Env) -> dict[str, Any]:
+    """``train_dataloader`` / ``val_dataloader`` / ``test_dataloader`` (``None`` if absent)."""
+    return data.build_dataloaders(cfg, env)
+
+
+def build_optim_wrapper(cfg: Any, model: nn.Module) -> Any:
+    """MMEngine optimizer wrapper from ``cfg.optim_wrapper`` (AMP, accumulation, clipping)."""
+    return optim.build_optim_wrapper(cfg, model)
+
+
+def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) -> list[Any]:
+    """MMEngine parameter schedulers from ``cfg.param_scheduler`` (maybe empty)."""
+    return optim.build_param_schedulers(cfg, optim_wrapper, train_dataloader)
+
+
+def resume(cfg: Any, model: nn.Module, optim_wrapper: Any, param_schedulers: list[Any],
+           checkpointer: Checkpointer, hooks: Hooks, train_dataloader: Any) -> LoopState:
+    """Restore model, optimizer, schedulers, position and RNG as ``cfg.resume`` asks."""
+    return resume_training(cfg=cfg, model=model, optim_wrapper=optim_wrapper,
+                           param_schedulers=param_schedulers, checkpointer=checkpointer,
+                           hooks=hooks, train_dataloader=train_dataloader)
+
+
+def _output(cfg: Any, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
+    runner = hooks.runner
+    return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
+                       message_hub=runner.message_hub, log_interval=log_interval(cfg),
+                       **schedule)
+
+
+def train(cfg: Any, env: Env, model: nn.Module, optim_wrapper: Any,
+          param_schedulers: list[Any], train_dataloader: Any, val_dataloader: Any,
+          checkpointer: Checkpointer, hooks: Hooks, loop_state: LoopState) -> dict[str, Any]:
+    """Run the training loop; returns the final metrics (loss, lr, ``val/*``)."""
+    if train_dataloader is None:
+        raise ConfigError("train needs a train_dataloader in the config")
+    schedule = train_schedule(cfg, data.epoch_length_of(train_dataloader))
+    runner = hooks.runner
+    runner.model, runner.optim_wrapper = model, optim_wrapper
+    runner.param_schedulers = param_schedulers
+    runner.train_dataloader, runner.val_dataloader = train_dataloader, val_dataloader
+    runner.max_epochs, runner.max_iters = schedule.max_epochs, schedule.max_iters
+    runner.val_interval, runner.val_begin = schedule.val_interval, schedule.val_begin
+    runner.seed = env.seed
+    evaluator = None
+    if val_dataloader is not None:
+        evaluator = build_evaluator(section(cfg, "val_evaluator"))
+        runner.val_evaluator = evaluator
+    if hasattr(optim_wrapper, "message_hub"):
+        optim_wrapper.message_hub = runner.message_hub  # grad norms land in this run's hub
+    output = _output(cfg, env, hooks, max_iters=schedule.max_iters,
+                     max_epochs=schedule.max_epochs, by_epoch=schedule.by_epoch,
+                     epoch_length=schedule.epoch_length)
+    loop = TrainLoop(schedule=schedule, env=env, model=model, optim_wrapper=optim_wrapper,
+                     param_schedulers=param_schedulers, train_dataloader=train_dataloader,
+                     val_dataloader=val_dataloader, val_evaluator=evaluator,
+                     checkpointer=checkpointer, hooks=hooks, output=output,
+                     log_interval=log_interval(cfg), state=loop_state)
+    return loop.run()
+
+
+def _evaluate(mode: str, cfg: Any, env: Env, model: nn.Module, dataloader: Any,
+              hooks: Hooks) -> dict[str, Any]:
+    if dataloader is None:
+        raise ConfigError(f"{mode} needs a {mode}_dataloader in the config")
+    evaluator = build_evaluator(section(cfg, f"{mode}_evaluator"), what=f"{mode}_evaluator")
+    runner = hooks.runner
+    runner.model = model
+    setattr(runner, f"{mode}_dataloader", dataloader)
+    setattr(runner, f"{mode}_evaluator", evaluator)
+    output = _output(cfg, env, hooks, max_iters=0, max_epochs=0, by_epoch=True,
+                     epoch_length=0, interactive=False)
+    output.open(0)
+    try:
+        hooks.start_run()
+        metrics = run_evaluation(mode=mode, model=model, dataloader=dataloader,
+                                 evaluator=evaluator, hooks=hooks, env=env)
+        output.eval_metrics(metrics, mode=mode, iters_done=0, epoch=0)
+        hooks.end_run()
+    finally:
+        output.close()
+    return dict(metrics)
+
+
+def val(cfg: Any, env: Env, model: nn.Module, val_dataloader: Any,
+        hooks: Hooks) -> dict[str, Any]:
+    """Entry point: one validation pass (``val_evaluator``, else mean loss)."""
+    return _evaluate("val", cfg, env, model, val_dataloader, hooks)
+
+
+def test(cfg: Any, env: Env, model: nn.Module, test_dataloader: Any,
+         hooks: Hooks) -> dict[str, Any]:
+    """Entry point: one test pass (``test_evaluator``, else mean loss)."""
+    return _evaluate("test", cfg, env, model, test_dataloader, hooks)
+
+
+test.__test__ = False  # a step, not a pytest test, when imported into a test module
+
+
+@attrs.frozen
+class StepDecl:
+    """What the engine needs to wire one step: its function and its artifacts."""
+
+    name: str
+    fn: Any
+    requires: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+    updates: tuple[str, ...] = ()
+    optional: bool = False
+
+
+#: The standard training graph, in its base order (``val`` / ``test`` are
+#: alternative last steps for evaluation-only plans; ``compile`` is optional).
+STANDARD_STEPS: tuple[StepDecl, ...] = (
+    StepDecl("setup_env", setup_env, ("cfg",), ("env",)),
+    StepDecl("build_model", build_model, ("cfg", "env"), ("model",)),
+    StepDecl("init_weights", init_weights, (), (), ("model",)),
+    StepDecl("build_hooks", build_hooks, ("cfg",), ("hooks",)),
+    StepDecl("build_checkpointer", build_checkpointer, ("cfg", "env"), ("checkpointer",)),
+    StepDecl("load_checkpoint", load_checkpoint, ("cfg", "checkpointer", "hooks"), (),
+             ("model",)),
+    StepDecl("wrap_model", wrap_model, ("env",), (), ("model",)),
+    StepDecl("compile", compile_model, (), (), ("model",), optional=True),
+    StepDecl("build_dataloaders", build_dataloaders, ("cfg", "env"), data.DATALOADER_KEYS),
+    StepDecl("build_optim_wrapper", build_optim_wrapper, ("cfg", "model"), ("optim_wrapper",)),
+    StepDecl("build_param_schedulers", build_param_schedulers,
+             ("cfg", "optim_wrapper", "train_dataloader"), ("param_schedulers",)),
+    StepDecl("resume", resume, ("cfg", "model", "optim_wrapper", "param_schedulers",
+                                "checkpointer", "hooks", "train_dataloader"), ("loop_state",)),
+    StepDecl("train", train, ("cfg", "env", "model", "optim_wrapper", "param_schedulers",
+                              "train_dataloader", "val_dataloader", "checkpointer", "hooks",
+                              "loop_state"), ("train_result",)),
+    StepDecl("val", val, ("cfg", "env", "model", "val_dataloader", "hooks"), ("val_result",),
+             optional=True),
+    StepDecl("test", test, ("cfg", "env", "model", "test_dataloader", "hooks"),
+             ("test_result",), optional=True),
+)

@@ -1,0 +1,307 @@
+"""``flexgraph plan``, end to end: a YAML spec in, a plan out, exit codes as documented.
+
+Most tests run ``python -m flexgraph`` in a subprocess (stdout is a pipe, as in
+CI); the exit-code mapping for errors no spec can produce (a failed step, a
+crash, Ctrl-C) is checked in-process through :func:`flexgraph.cli.main.main`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flexgraph import FlexgraphError, StepFailedError
+from flexgraph.cli import main as cli_main
+from flexgraph.cli import plan_cmd
+
+SPEC = textwrap.dedent(
+    """\
+    # a training-shaped pipeline and a strategy that uses every kind of rewrite
+    steps:
+      - {name: setup_env, fn: "demo_steps:setup_env", requires: cfg, provides: env}
+      - {name: build_model, fn: "demo_steps:build_model", requires: [cfg, env], provides: model}
+      - {name: init_weights, fn: "demo_steps:init_weights", updates: model}
+      - {name: load_checkpoint, fn: "demo_steps:load_checkpoint", requires: cfg, updates: model}
+      - {name: wrap_model, fn: "demo_steps:wrap_model", updates: model}
+      - name: build_optim_wrapper
+        fn: "demo_steps:build_optim_wrapper"
+        requires: [cfg, model]
+        provides: optim_wrapper
+      - name: build_param_schedulers
+        fn: "demo_steps:build_param_schedulers"
+        requires: [cfg, optim_wrapper]
+        provides: param_schedulers
+      - {name: resume, fn: "demo_steps:resume", requires: cfg, updates: optim_wrapper}
+      - name: train
+        fn: "demo_steps:train"
+        requires: [model, optim_wrapper, param_schedulers]
+    strategies:
+      demo:
+        - insert: {name: freeze_backbone, fn: "demo_steps:freeze_backbone", updates: model}
+          after: init_weights
+        - {move: load_checkpoint, after: wrap_model}
+        - replace: wrap_model
+          with: {name: shard_model, fn: "demo_steps:shard_model", updates: model}
+        - {fuse: [build_optim_wrapper, build_param_schedulers], into: build_optim}
+        - {configure: build_model, params: {device: meta}}
+        - {remove: resume}
+    strategy: demo
+    inputs: {cfg: {lr: 0.1}}
+    """
+)
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Path:
+    path = tmp_path / "demo.yaml"
+    path.write_text(SPEC)
+    return path
+
+
+def flexgraph(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m flexgraph ARGS`` with stdout and stderr captured (pipes)."""
+    return subprocess.run(
+        [sys.executable, "-m", "flexgraph", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=False,
+        timeout=60,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+# formats ---------------------------------------------------------------------
+
+
+def test_text_is_the_default(spec):
+    result = flexgraph("plan", spec)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("plan: demo\n")
+    row = next(line for line in result.stdout.splitlines() if " freeze_backbone " in line)
+    assert "inserted by" in row
+    assert "  demo #6: remove resume" in result.stdout
+    assert result.stderr == ""
+
+
+def test_text_in_a_pipe_is_plain_whatever_the_environment_says(spec):
+    result = flexgraph("plan", spec, FORCE_COLOR="1", COLUMNS="40", TERM="xterm-256color")
+    assert "\x1b[" not in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 120
+    assert all(line == line.rstrip() for line in result.stdout.splitlines())
+    assert result.stdout == flexgraph("plan", spec).stdout
+
+
+def test_json(spec):
+    result = flexgraph("plan", spec, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema"] == "flexgraph.plan/1"
+    assert data["strategy"] == "demo"
+    assert [s["name"] for s in data["steps"]] == [
+        "setup_env", "build_model", "init_weights", "freeze_backbone", "shard_model",
+        "load_checkpoint", "build_optim", "train",
+    ]
+
+
+def test_dot(spec):
+    result = flexgraph("plan", spec, "--format", "dot")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("digraph plan {\n") and result.stdout.endswith("}\n")
+    assert '"build_optim" -> "train"' in result.stdout
+
+
+def test_mermaid(spec):
+    result = flexgraph("plan", spec, "-f", "mermaid")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("flowchart TD\n")
+    assert "classDef fused" in result.stdout
+
+
+def test_diff(spec):
+    result = flexgraph("plan", spec, "--diff")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("plan diff: base graph -> demo\n")
+    for marker in ("+ freeze_backbone", "~ load_checkpoint", "! shard_model", "& build_optim",
+                   "* build_model", "- resume", "- wrap_model -> shard_model"):
+        assert marker in out
+    assert "rewrites applied by demo:" in out
+
+
+def test_explain(spec):
+    result = flexgraph("plan", spec, "--explain", "load_checkpoint")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("load_checkpoint is step 6 of 8")
+    assert "moved by demo #2" in result.stdout
+
+
+def test_strategy_flag_overrides_the_spec(spec):
+    result = flexgraph("plan", spec, "--strategy", "none", "--format", "json")
+    data = json.loads(result.stdout)
+    assert data["strategy"] is None
+    assert [s["name"] for s in data["steps"]] == data["base_order"]
+
+
+def test_cfg_options_reach_the_spec(spec):
+    result = flexgraph("plan", spec, "--cfg-options", "cfg.lr=0.5", "--format", "json")
+    assert result.returncode == 0, result.stderr
+
+
+def test_output_is_byte_identical_across_runs(spec):
+    for args in ([], ["--format", "json"], ["--format", "dot"], ["--diff"]):
+        assert flexgraph("plan", spec, *args).stdout == flexgraph("plan", spec, *args).stdout
+
+
+def test_plan_never_imports_torch(spec):
+    code = (
+        "import sys; from flexgraph.cli.main import main; "
+        f"rc = main(['plan', {str(spec)!r}, '--diff']); "
+        "print(rc, 'torch' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.stdout.splitlines()[-1] == "0 False", result.stderr
+
+
+# bad input: exit 2, one line, no traceback ---------------------------------------
+
+
+def test_missing_file(tmp_path):
+    assert_one_line_error(flexgraph("plan", tmp_path / "nope.yaml"), "nope.yaml", "does not exist")
+
+
+def test_broken_yaml(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: [\n")
+    assert_one_line_error(flexgraph("plan", bad), "bad.yaml", "YAML")
+
+
+def test_unknown_strategy(spec):
+    assert_one_line_error(flexgraph("plan", spec, "-s", "dem"), "unknown strategy 'dem'")
+
+
+def test_unknown_step_to_explain_suggests_close_names(spec):
+    result = flexgraph("plan", spec, "--explain", "load_chekpoint")
+    assert_one_line_error(
+        result, "no step named 'load_chekpoint'", "did you mean 'load_checkpoint'"
+    )
+
+
+def test_a_step_the_strategy_took_out_is_explained(spec):
+    result = flexgraph("plan", spec, "--explain", "resume")
+    assert result.returncode == 0
+    assert "removed by demo #6: remove resume" in result.stdout
+
+
+def test_diff_and_explain_print_text_only(spec):
+    assert_one_line_error(flexgraph("plan", spec, "--diff", "-f", "json"), "--diff", "json")
+
+
+def test_bad_cfg_option(spec):
+    assert_one_line_error(flexgraph("plan", spec, "--cfg-options", "lr"), "KEY=VALUE")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["plan"], ["plan", "x.yaml", "--format", "svg"], ["plan", "x.yaml", "--diff",
+                                                             "--explain", "a"], ["fly"]],
+)
+def test_usage_errors_exit_2(args):
+    result = flexgraph(*args)
+    assert result.returncode == 2
+    assert "usage: flexgraph" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_shows_the_chained_traceback(spec):
+    result = flexgraph("--debug", "plan", spec, "-s", "dem")
+    assert result.returncode == 2
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("error: unknown strategy 'dem'")
+
+
+def test_debug_is_accepted_after_the_command(spec):
+    result = flexgraph("plan", spec, "--debug", "--explain", "nope")
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr
+
+
+def test_help_and_version():
+    assert flexgraph("--help").returncode == 0
+    version = flexgraph("--version")
+    assert version.returncode == 0 and version.stdout.startswith("flexgraph ")
+    assert "--explain" in flexgraph("plan", "--help").stdout
+
+
+# the exit-code contract, in-process -------------------------------------------------
+
+
+def raising(exc: BaseException):
+    def command(args):
+        raise exc
+
+    return command
+
+
+def failed_step(cause: BaseException) -> StepFailedError:
+    try:
+        raise cause
+    except BaseException as inner:
+        try:
+            raise StepFailedError(
+                f"step 'train' (base) failed: {type(inner).__name__}: {inner}", step="train"
+            ) from inner
+        except StepFailedError as outer:
+            return outer
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "first_line"),
+    [
+        (FlexgraphError("bad\ninput"), 2, "error: bad input"),
+        (failed_step(FlexgraphError("no such file")), 2, "error: step 'train': no such file"),
+        (failed_step(ValueError("boom")), 1, "error: step 'train' (base) failed: ValueError: boom"),
+        (RuntimeError("crash"), 1, "error: RuntimeError: crash"),
+        (KeyboardInterrupt(), 130, "error: interrupted"),
+    ],
+)
+def test_exit_status_and_message(monkeypatch, capsys, exc, status, first_line):
+    monkeypatch.setattr(plan_cmd, "plan_command", raising(exc))
+    assert cli_main.main(["plan", "x.yaml"]) == status
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == first_line
+    assert len(err) == (2 if status == 1 else 1)
+    if status == 1:
+        assert err[1] == cli_main.DEBUG_HINT
+
+
+def test_debug_prints_the_cause_too(monkeypatch, capsys):
+    monkeypatch.setattr(plan_cmd, "plan_command", raising(failed_step(ValueError("boom"))))
+    assert cli_main.main(["--debug", "plan", "x.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert "ValueError: boom" in err
+    assert "The above exception was the direct cause" in err
+    assert cli_main.DEBUG_HINT not in err
+
+
+def test_plan_alone_never_imports_run_cmd(monkeypatch):
+    monkeypatch.delitem(sys.modules, "flexgraph.cli.run_cmd", raising=False)
+    cli_main.build_parser(["plan", "x.yaml"])
+    assert "flexgraph.cli.run_cmd" not in sys.modules

@@ -1,0 +1,44 @@
+"""Planning never imports torch: not ``import flexgraph``, not any of the three front ends.
+
+Checked in fresh interpreters, since the test process itself may have imported
+torch for other tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+CHECK = """
+import sys
+{body}
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+assert not loaded, loaded
+print("ok")
+"""
+
+
+def run_clean(body: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", CHECK.format(body=body)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_import_flexgraph_does_not_import_torch() -> None:
+    run_clean("import flexgraph, flexgraph.spec")
+
+
+@pytest.mark.parametrize("name", ["textstats.yaml", "textstats_pipeline.py", "textstats_cfg.py"])
+def test_planning_an_example_does_not_import_torch(name: str) -> None:
+    run_clean(
+        "from flexgraph.spec import load_spec\n"
+        f"plan = load_spec({str(EXAMPLES / name)!r}).plan()\n"
+        "assert plan.order[0] == 'load_text'"
+    )

@@ -1,0 +1,110 @@
+"""Hooks: MMEngine Hook subclasses run unchanged, in MMEngine's order."""
+
+from __future__ import annotations
+
+from mmengine.hooks import Hook
+from training_helpers import RecordingHook, run_steps
+
+from flexgraph.training.hooks import HOOK_POINTS, Hooks, build_hooks
+
+
+def _collapse(calls):
+    """Keep the order of points but collapse runs of per-iteration calls."""
+    out = []
+    for call in calls:
+        point = call[0]
+        if out and point in ("before_train_iter", "after_train_iter", "before_val_iter",
+                             "after_val_iter") and out[-1][0] == "iters" and (
+            out[-1][1] == point.split("_")[1]
+        ):
+            continue
+        if point.endswith("_iter"):
+            out.append(("iters", point.split("_")[1]))
+        else:
+            out.append((point,))
+    return out
+
+
+def test_hook_points_fire_in_documented_order(make_cfg):
+    cfg = make_cfg(
+        train_cfg=dict(by_epoch=True, max_epochs=2, val_interval=1),
+        default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=1)),
+        custom_hooks=[dict(type="RecordingHook")],
+    )
+    run_steps(cfg)
+    calls = RecordingHook.calls
+    epoch = [("before_train_epoch",), ("iters", "train"), ("after_train_epoch",),
+             ("before_val",), ("before_val_epoch",), ("iters", "val"),
+             ("after_val_epoch",), ("after_val",), ("before_save_checkpoint",)]
+    assert _collapse(calls) == [("before_run",), ("before_train",), *epoch, *epoch,
+                                ("after_train",), ("after_run",)]
+    # MMEngine's counters: iteration hooks see the index of the current iteration,
+    # epoch hooks the index of the current epoch, val after an epoch the count.
+    train_iters = [c for c in calls if c[0] == "after_train_iter"]
+    assert [c[2] for c in train_iters] == list(range(20))
+    assert [c[3] for c in train_iters] == list(range(10)) * 2  # batch_idx inside the epoch
+    assert [c[1] for c in calls if c[0] == "after_train_epoch"] == [0, 1]
+    assert [c[1:3] for c in calls if c[0] == "after_val"] == [(1, 10), (2, 20)]
+
+
+def test_iteration_loop_passes_global_index_and_wraps_epoch_hooks(make_cfg):
+    cfg = make_cfg(
+        train_cfg=dict(type="IterBasedTrainLoop", max_iters=25, val_interval=10),
+        param_scheduler=None,
+        custom_hooks=[dict(type="RecordingHook")],
+    )
+    run_steps(cfg)
+    calls = RecordingHook.calls
+    assert [c[0] for c in calls].count("before_train_epoch") == 1  # as in MMEngine
+    assert [c[3] for c in calls if c[0] == "before_train_iter"] == list(range(25))
+    assert [c[2] for c in calls if c[0] == "after_val"] == [10, 20, 25]
+
+
+class _OnlyAfterIter(Hook):
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        pass
+
+
+class _GenericAfterIter(Hook):
+    def _after_iter(self, runner, batch_idx, data_batch=None, outputs=None, mode="train"):
+        pass
+
+
+def test_dispatch_lists_only_overriding_hooks(make_cfg):
+    runner = build_hooks(make_cfg()).runner
+    hooks = Hooks([Hook(), _OnlyAfterIter(), _GenericAfterIter()], runner)
+    assert hooks.before_train_iter == ()
+    assert len(hooks.after_train_iter) == 2
+    assert len(hooks.after_val_iter) == 1  # the generic override covers every mode
+    assert all(getattr(Hooks([Hook()], runner), p) == () for p in HOOK_POINTS)
+
+
+def test_priority_orders_hooks_stably(make_cfg):
+    class Named(Hook):
+        def __init__(self, name, priority="NORMAL"):
+            self.name, self.priority = name, priority
+
+        def before_run(self, runner):
+            order.append(self.name)
+
+    order: list[str] = []
+    runner = build_hooks(make_cfg()).runner
+    hooks = Hooks([Named("a"), Named("low", "LOW"), Named("b"), Named("high", "HIGHEST")],
+                  runner)
+    hooks.start_run()
+    hooks.start_run()  # before_run fires once per run
+    assert order == ["high", "a", "b", "low"]
+
+
+def test_custom_hook_priority_key_and_builtin_defaults_are_skipped(make_cfg):
+    cfg = make_cfg(
+        default_hooks=dict(timer=dict(type="IterTimerHook"),
+                           sampler_seed=dict(type="DistSamplerSeedHook"),
+                           param_scheduler=dict(type="ParamSchedulerHook"),
+                           checkpoint=dict(type="CheckpointHook", interval=1),
+                           logger=dict(type="LoggerHook", interval=5)),
+        custom_hooks=[dict(type="RecordingHook", priority="VERY_LOW"),
+                      dict(type="EmptyCacheHook")],
+    )
+    hooks = build_hooks(cfg)
+    assert [type(h).__name__ for h in hooks.hooks] == ["EmptyCacheHook", "RecordingHook"]

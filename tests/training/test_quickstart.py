@@ -1,0 +1,29 @@
+"""The quickstart example trains to the accuracy its docstring promises."""
+
+from __future__ import annotations
+
+import json
+
+from mmengine.config import Config
+from training_helpers import EXAMPLES, run_steps
+
+
+def test_quickstart_reaches_stated_accuracy(tmp_path):
+    cfg = Config.fromfile(str(EXAMPLES / "quickstart.py"))
+    cfg.work_dir = str(tmp_path / "quickstart")
+    ctx = run_steps(cfg)
+    result = ctx["train_result"]
+    assert result["iter"] == 900 and result["epoch"] == 20
+    assert result["val/accuracy/top1"] >= 0.95
+
+    work = tmp_path / "quickstart"
+    lines = [json.loads(line) for line in (work / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in lines if "mode" not in r]
+    assert [r["iter"] for r in train] == list(range(1, 901))
+    assert {"iter", "epoch", "loss", "lr"} <= set(train[0])
+    val = [r for r in lines if r.get("mode") == "val"]
+    assert [r["epoch"] for r in val] == [5, 10, 15, 20]
+    # interval=10 epochs, max_keep_ckpts=2; the pointer names the last one
+    assert sorted(p.name for p in work.glob("*.pth")) == ["epoch_10.pth", "epoch_20.pth"]
+    assert (work / "last_checkpoint").read_text().endswith("epoch_20.pth")
+    assert any((work / "tensorboard").iterdir())

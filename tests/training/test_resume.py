@@ -1,0 +1,95 @@
+"""Resume is bit-identical: a crashed-then-resumed run ends where an unbroken one does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from training_helpers import run_steps
+
+from flexgraph.training.checkpoint import load_checkpoint_file
+
+
+def assert_same(a, b, path="state"):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert set(a) == set(b), path
+        for key in a:
+            assert_same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+CASES = {
+    # crash inside epoch 2, resume from an iteration checkpoint in its middle
+    "mid-epoch": dict(checkpoint=dict(type="CheckpointHook", interval=7, by_epoch=False),
+                      crash_at=16, resumed_from="iter_14.pth"),
+    # crash inside epoch 2, resume from the checkpoint saved when epoch 1 ended
+    "epoch-end": dict(checkpoint=dict(type="CheckpointHook", interval=1),
+                      crash_at=13, resumed_from="epoch_1.pth"),
+    # iteration-based loop, crash in the second pass over the data
+    "iter-loop": dict(checkpoint=dict(type="CheckpointHook", interval=8, by_epoch=False),
+                      crash_at=19, resumed_from="iter_16.pth",
+                      train_cfg=dict(type="IterBasedTrainLoop", max_iters=30, val_interval=10)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_resumed_run_is_bit_identical(case, tmp_path, make_cfg):
+    spec = dict(CASES[case])
+    extra = {"train_cfg": spec["train_cfg"]} if "train_cfg" in spec else {}
+    hooks = dict(checkpoint=spec["checkpoint"], logger=dict(type="LoggerHook", interval=5))
+
+    full = run_steps(make_cfg(work_dir=str(tmp_path / "full"), default_hooks=hooks, **extra))
+
+    broken = str(tmp_path / "broken")
+    crash = [dict(type="CrashHook", at_iter=spec["crash_at"])]
+    with pytest.raises(KeyboardInterrupt):
+        run_steps(make_cfg(work_dir=broken, default_hooks=hooks, custom_hooks=crash, **extra))
+    resumed = run_steps(make_cfg(work_dir=broken, default_hooks=hooks, resume="auto", **extra))
+
+    assert resumed["loop_state"].resumed_from.endswith(spec["resumed_from"])
+    assert_same(full["model"].state_dict(), resumed["model"].state_dict(), "model")
+    assert_same(full["optim_wrapper"].state_dict(), resumed["optim_wrapper"].state_dict(),
+                "optimizer")
+    assert [s.get_last_value() for s in full["param_schedulers"]] == [
+        s.get_last_value() for s in resumed["param_schedulers"]]
+    assert full["train_result"]["loss"] == resumed["train_result"]["loss"]
+    assert full["train_result"]["val/loss"] == resumed["train_result"]["val/loss"]
+
+
+def test_resume_auto_without_checkpoint_starts_fresh(make_cfg):
+    ctx = run_steps(make_cfg(resume="auto"), last="resume")
+    assert ctx["loop_state"].iter == 0 and ctx["loop_state"].resumed_from is None
+
+
+def test_resume_from_explicit_path_and_from_finished_run(tmp_path, make_cfg):
+    hooks = dict(checkpoint=dict(type="CheckpointHook", interval=1))
+    first = run_steps(make_cfg(default_hooks=hooks))
+    path = str(tmp_path / "work" / "epoch_2.pth")
+    ctx = run_steps(make_cfg(default_hooks=hooks, resume=path), last="resume")
+    assert (ctx["loop_state"].epoch, ctx["loop_state"].iter) == (2, 20)
+    # resuming a finished run trains nothing more and leaves the weights alone
+    done = run_steps(make_cfg(default_hooks=hooks, resume=True))
+    assert done["train_result"]["iter"] == 30
+    assert_same(first["model"].state_dict(), done["model"].state_dict())
+
+
+def test_keep_last_prunes_only_after_saving_and_across_resume(tmp_path, make_cfg):
+    hooks = dict(checkpoint=dict(type="CheckpointHook", interval=4, by_epoch=False,
+                                 max_keep_ckpts=2))
+    work = tmp_path / "work"
+    with pytest.raises(KeyboardInterrupt):
+        run_steps(make_cfg(default_hooks=hooks,
+                           custom_hooks=[dict(type="CrashHook", at_iter=14)]))
+    assert sorted(p.name for p in work.glob("*.pth")) == ["iter_12.pth", "iter_8.pth"]
+    run_steps(make_cfg(default_hooks=hooks, resume="auto"))
+    # saves at 16, 20, 24, 28 and the last one at 30; two are kept
+    assert sorted(p.name for p in work.glob("*.pth")) == ["iter_28.pth", "iter_30.pth"]
+    meta = load_checkpoint_file(work / "iter_30.pth")["meta"]
+    assert meta["saved_checkpoints"] == ["iter_28.pth", "iter_30.pth"]
+    assert (meta["epoch"], meta["iter"], meta["batch_idx"]) == (3, 30, 0)

@@ -1,0 +1,174 @@
+"""Shared pieces for the training-runtime tests: toy components and a step runner.
+
+The tests call the step functions directly, in the standard graph's order, over
+a dict of artifacts (:func:`run_steps`), so they test the runtime without the
+engine. Toy components are registered in MMEngine's registries (``force=True``:
+re-registering on re-import is fine) and are tiny, so the whole folder runs in
+well under a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from mmengine.config import Config
+from mmengine.hooks import Hook
+from mmengine.registry import DATASETS, HOOKS, MODELS
+from torch import nn
+
+from flexgraph.training.steps import STANDARD_STEPS
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+# The test machine is small and shared; one intra-op thread avoids OpenMP
+# oversubscription, which otherwise makes tiny models 10-50x slower.
+torch.set_num_threads(1)
+
+EVAL_LAST = ("setup_env", "build_model", "init_weights", "build_hooks", "build_checkpointer",
+             "load_checkpoint", "wrap_model", "build_dataloaders")
+
+
+def run_steps(cfg: Any, *, last: str = "train", include: tuple[str, ...] = (),
+              **params: dict[str, Any]) -> dict[str, Any]:
+    """Run the standard steps in graph order up to ``last``; return the artifacts.
+
+    ``last='val'`` / ``'test'`` runs the evaluation-only graph; ``include`` adds
+    optional steps (``'compile'``). ``params`` binds step parameters by step
+    name, e.g. ``setup_env={'device': 'cpu'}``.
+    """
+    decls = {d.name: d for d in STANDARD_STEPS}
+    if last in ("val", "test"):
+        order = [*EVAL_LAST, last]
+    else:
+        order = [d.name for d in STANDARD_STEPS if not d.optional or d.name in include]
+        order = order[: order.index(last) + 1]
+    ctx: dict[str, Any] = {"cfg": cfg}
+    for name in order:
+        decl = decls[name]
+        signature = inspect.signature(decl.fn).parameters
+        kwargs = {n: ctx[n] for n, p in signature.items() if p.kind is not p.KEYWORD_ONLY}
+        result = decl.fn(**kwargs, **params.get(name, {}))
+        outputs = decl.provides + decl.updates
+        if len(outputs) == 1:
+            ctx[outputs[0]] = result
+        else:
+            ctx.update(result)
+    return ctx
+
+
+# -- toy components ---------------------------------------------------------------
+
+
+@DATASETS.register_module(force=True)
+class ToyDataset(torch.utils.data.Dataset):
+    """``n`` seeded samples ``(x, y)``: 8 features, 3 classes (a learnable rule)."""
+
+    def __init__(self, n: int = 40, seed: int = 0, as_dict: bool = False) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 8, generator=g)
+        self.y = (self.x[:, 0] > 0).long() + (self.x[:, 1] > 0.5).long()
+        self.as_dict = as_dict
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> Any:
+        if self.as_dict:
+            return {"x": self.x[i], "y": self.y[i]}
+        return self.x[i], self.y[i]
+
+
+@MODELS.register_module(force=True)
+class ToyNet(nn.Module):
+    """A plain module returning its loss; dropout makes RNG restore matter."""
+
+    def __init__(self, hidden: int = 16, dropout: float = 0.3, dict_loss: bool = False) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Dropout(dropout))
+        self.head = nn.Linear(hidden, 3)
+        self.dict_loss = dict_loss
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Any:
+        logits = self.head(self.body(x))
+        loss = F.cross_entropy(logits, y)
+        if self.dict_loss:
+            return {"loss_ce": loss, "loss_l2": 1e-3 * logits.pow(2).mean(),
+                    "acc": (logits.argmax(1) == y).float().mean()}
+        return loss
+
+
+@MODELS.register_module(force=True)
+class NoLossNet(ToyNet):
+    """Returns logits only: a model that forgot to compute its loss."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Any:
+        return {"logits": self.head(self.body(x))}
+
+
+@HOOKS.register_module(force=True)
+class CrashHook(Hook):
+    """Simulates a crash: raises after iteration index ``at_iter`` finished."""
+
+    def __init__(self, at_iter: int) -> None:
+        self.at_iter = at_iter
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        if runner.iter == self.at_iter:
+            raise KeyboardInterrupt(f"simulated crash after iteration {runner.iter + 1}")
+
+
+@HOOKS.register_module(force=True)
+class RecordingHook(Hook):
+    """Records every hook point it sees, with the runner's counters."""
+
+    calls: list[tuple[Any, ...]] = []
+
+    def __init__(self) -> None:
+        self.calls = []
+        RecordingHook.calls = self.calls
+
+
+def _record(point: str):
+    def method(self, runner, *args, **kwargs):
+        self.calls.append((point, runner.epoch, runner.iter, kwargs.get("batch_idx")))
+
+    method.__name__ = point
+    return method
+
+
+for _point in ("before_run", "after_run", "before_train", "after_train", "before_train_epoch",
+               "after_train_epoch", "before_train_iter", "after_train_iter", "before_val",
+               "after_val", "before_val_epoch", "after_val_epoch", "before_val_iter",
+               "after_val_iter", "before_save_checkpoint", "after_load_checkpoint"):
+    setattr(RecordingHook, _point, _record(_point))
+
+
+def toy_cfg(work_dir: Path, **overrides: Any) -> Config:
+    """A small plain-model config: 40 samples, batch 4, 3 epochs (30 iterations)."""
+    cfg = dict(
+        model=dict(type="ToyNet"),
+        train_dataloader=dict(batch_size=4, num_workers=0, dataset=dict(type="ToyDataset"),
+                              sampler=dict(type="DefaultSampler", shuffle=True)),
+        val_dataloader=dict(batch_size=10, dataset=dict(type="ToyDataset", n=20, seed=1),
+                            sampler=dict(type="DefaultSampler", shuffle=False)),
+        optim_wrapper=dict(optimizer=dict(type="AdamW", lr=0.01)),
+        param_scheduler=[
+            dict(type="LinearLR", start_factor=0.5, by_epoch=False, begin=0, end=5),
+            dict(type="MultiStepLR", milestones=[1, 2], gamma=0.5, by_epoch=True),
+        ],
+        train_cfg=dict(by_epoch=True, max_epochs=3, val_interval=1),
+        default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=-1),
+                           logger=dict(type="LoggerHook", interval=5)),
+        randomness=dict(seed=123),
+        work_dir=str(work_dir),
+    )
+    cfg.update(copy.deepcopy(overrides))
+    return Config(cfg)
+
+

@@ -123,7 +123,7 @@ class Executor:
         records = [StepRecord(name, str(plan.origin(name))) for name in plan.order]
         if dry_run:
             return RunResult(context, records)
-        for step, record in zip(plan.steps, records):
+        for step, record in zip(plan.steps, records, strict=True):
             self._fire("before_step", step, context)
             start = time.perf_counter()
             try:

@@ -26,15 +26,18 @@ chain); otherwise :class:`AmbiguousOrderError`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cached_property
 from types import MappingProxyType
+from typing import TypeVar
 
 import attrs
 import networkx as nx
 
 from flexgraph.core.errors import FlexgraphError, did_you_mean
 from flexgraph.core.step import Step
+
+T = TypeVar("T")
 
 
 class GraphError(FlexgraphError, ValueError):
@@ -319,29 +322,38 @@ def _chains_in_order(steps: tuple[Step, ...]) -> dict[str, tuple[str, ...]]:
             order.add_edges_from((a, name) for a in step.after if a in members)
             order.add_edges_from((name, b) for b in step.before if b in members)
         try:
-            chains[artifact] = tuple(nx.lexicographical_topological_sort(order, key=index.get))
+            # A step that must precede others sorts where the earliest of them
+            # was declared: [b, c, d(before=b)] chains as d, b, c.
+            rank = {
+                n: (min(index[m] for m in nx.descendants(order, n) | {n}), index[n]) for n in names
+            }
+            chains[artifact] = tuple(nx.lexicographical_topological_sort(order, key=rank.get))
         except nx.NetworkXUnfeasible:
             chains[artifact] = tuple(names)  # the cycle check reports it with its path
     return chains
 
 
-def derive_edges(graph: Graph) -> list[Edge]:
-    """Derive every edge of ``graph``; see the module docstring for the rules."""
-    edges: list[Edge] = []
+def derive_edges(graph: Graph, edge: Callable[[str, str, str], T] = Edge) -> list[T]:
+    """Derive every edge of ``graph``; see the module docstring for the rules.
+
+    ``edge(source, target, reason)`` makes each one; the checks pass a plain
+    tuple, which is much cheaper than an :class:`Edge`.
+    """
+    edges: list[T] = []
     by_name = graph.by_name
     producers = graph.producers
     for s in graph.steps:
         for a in s.after:
-            edges.append(Edge(a, s.name, f"{s.name} says after={a}"))
+            edges.append(edge(a, s.name, f"{s.name} says after={a}"))
         for b in s.before:
-            edges.append(Edge(s.name, b, f"{s.name} says before={b}"))
+            edges.append(edge(s.name, b, f"{s.name} says before={b}"))
     for artifact, chain in graph.chains.items():
         producer = producers.get(artifact)
         if producer is not None:
             reason = f"{chain[0]} updates {artifact}, made by {producer}"
-            edges.append(Edge(producer, chain[0], reason))
+            edges.append(edge(producer, chain[0], reason))
         for first, second in zip(chain, chain[1:], strict=False):
-            edges.append(Edge(first, second, f"{second} updates {artifact} after {first}"))
+            edges.append(edge(first, second, f"{second} updates {artifact} after {first}"))
     position_in_chain = {a: {n: i for i, n in enumerate(c)} for a, c in graph.chains.items()}
     for s in graph.steps:
         for artifact in s.requires:
@@ -349,7 +361,7 @@ def derive_edges(graph: Graph) -> list[Edge]:
             producer = producers.get(artifact)
             if not chain:
                 if producer is not None:
-                    edges.append(Edge(producer, s.name, f"{s.name} requires {artifact}"))
+                    edges.append(edge(producer, s.name, f"{s.name} requires {artifact}"))
                 continue
             positions = position_in_chain[artifact]
             ahead = [
@@ -360,9 +372,9 @@ def derive_edges(graph: Graph) -> list[Edge]:
             cut = min(ahead) if ahead else len(chain)
             if cut == 0:
                 if producer is not None:
-                    edges.append(Edge(producer, s.name, f"{s.name} requires {artifact}"))
+                    edges.append(edge(producer, s.name, f"{s.name} requires {artifact}"))
                 continue
             last = chain[cut - 1]
             reason = f"{s.name} requires {artifact}, last updated by {last}"
-            edges.append(Edge(last, s.name, reason))
+            edges.append(edge(last, s.name, reason))
     return edges

@@ -14,8 +14,8 @@ data. The core knows no strategy by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
 import inspect
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 

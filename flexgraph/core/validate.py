@@ -5,10 +5,11 @@ breaks the graph is caught at the rewrite that broke it. Each failure raises
 its own class (see :mod:`flexgraph.core.graph`) with a message that names the
 culprit: the step, the artifact, the cycle's path.
 
-:func:`check` does the checking and returns the derived edges; :func:`validate`
-also builds the networkx DAG. Planning checks after every rewrite but builds the
-DAG once, at the end: building it is most of the cost of a check (see
-benchmarks/plan_speed.py), and the cycle test needs only the edges.
+:func:`check` does the checking; :func:`validate` also builds the networkx DAG.
+Planning checks after every rewrite but builds the DAG once, at the end: the
+DAG (and the :class:`~flexgraph.core.graph.Edge` objects with their reasons) is
+most of the cost of a check (see benchmarks/plan_speed.py), and the cycle test
+needs only the bare edges.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from flexgraph.core.errors import did_you_mean
 from flexgraph.core.graph import (
     CycleError,
     DuplicateProducerError,
-    Edge,
     Graph,
     GraphError,
     MissingInputError,
+    derive_edges,
     unknown_step,
 )
 
@@ -42,28 +43,32 @@ def validate(graph: Graph) -> nx.DiGraph:
         The derived edges form a cycle; the message gives its path and why
         each edge exists.
     """
-    return graph.digraph(check(graph))
+    check(graph)
+    return graph.digraph()
 
 
-def check(graph: Graph) -> list[Edge]:
-    """Check ``graph`` as :func:`validate` does; return its derived edges."""
+def check(graph: Graph) -> None:
+    """Check ``graph`` as :func:`validate` does, without building the DAG."""
     _check_ordering_names(graph)
     _check_producers(graph)
     _check_inputs(graph)
     _check_chains(graph)
-    edges = graph.edges()
-    if _has_cycle(graph.names, edges):
-        raise CycleError(_describe_cycle(graph.digraph(edges)))
-    return edges
+    if _has_cycle(graph.names, derive_edges(graph, _pair)):
+        raise CycleError(_describe_cycle(graph.digraph()))
 
 
-def _has_cycle(names: tuple[str, ...], edges: list[Edge]) -> bool:
+def _pair(source: str, target: str, reason: str) -> tuple[str, str]:
+    del reason
+    return source, target
+
+
+def _has_cycle(names: tuple[str, ...], edges: list[tuple[str, str]]) -> bool:
     """Kahn's algorithm on plain dicts: whether some step is never freed."""
     successors: dict[str, list[str]] = {n: [] for n in names}
     waiting = dict.fromkeys(names, 0)
-    for e in edges:
-        successors[e.source].append(e.target)
-        waiting[e.target] += 1
+    for source, target in edges:
+        successors[source].append(target)
+        waiting[target] += 1
     ready = [n for n, count in waiting.items() if count == 0]
     freed = 0
     while ready:

@@ -7,16 +7,20 @@ or a function of no arguments returning one) and may assign ``strategies``
 ``.py`` file is such a script is decided by reading it (:func:`defines_pipeline`),
 never by running it: anything else is an MMEngine-style config.
 
-The script runs with ``__name__ == "__flexgraph_spec__"``, so its
-``if __name__ == "__main__":`` block (printing, running) stays out of loading.
+The script runs as if imported (``__name__`` is its file's stem, when that
+names no other module), so its ``if __name__ == "__main__":`` block (printing,
+running) stays out of loading, and the functions it decorates get readable,
+importable names in plans (``textstats_pipeline:fold_accents``).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import os
 import runpy
+import sys
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -41,6 +45,21 @@ from flexgraph.spec.model import Spec
 from flexgraph.spec.toplevel import apply_options, inputs_from_data, strategy_choice
 
 RUN_NAME = "__flexgraph_spec__"
+"""``__name__`` of a script whose stem is taken by another module (``json.py``)."""
+
+
+def run_name(path: Path) -> str:
+    """The script's stem, unless that would shadow a different module."""
+    stem = path.stem
+    if not stem.isidentifier() or stem in sys.stdlib_module_names:
+        return RUN_NAME
+    try:
+        found = importlib.util.find_spec(stem)
+    except (ImportError, ValueError):
+        return RUN_NAME
+    if found is None or (found.origin and os.path.samefile(found.origin, path)):
+        return stem
+    return RUN_NAME
 
 
 def parse_python(path: Path, shown: str) -> ast.Module:
@@ -80,7 +99,7 @@ def _failure_line(exc: BaseException, path: Path) -> str:
     return line
 
 
-def script_error(exc: BaseException, path: Path, shown: str, what: str) -> FlexgraphError:
+def script_error(exc: BaseException, path: Path, shown: str, what: str) -> Exception:
     """The spec error for ``exc``, raised while ``what`` ran: it names the file and line."""
     if isinstance(exc, SyntaxError):
         return SpecSyntaxError(f"{shown}:{exc.lineno}: Python syntax error: {exc.msg}")
@@ -95,7 +114,7 @@ def call_reporting(func: Callable[[], Any], path: Path, shown: str, what: str) -
     """Call ``func``; what it raises becomes :func:`script_error` (the cause chained)."""
     try:
         return func()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a script's sys.exit() must not end the CLI
         raise script_error(exc, path, shown, what) from exc
 
 
@@ -138,8 +157,9 @@ def _strategies(value: object, where: Where) -> dict[str, Strategy]:
 def load_python_spec(path: Path, shown: str, cfg_options: dict[str, Any] | None = None) -> Spec:
     """Run the script and collect its ``pipeline``, ``strategies``, ``strategy``, ``inputs``."""
     where = Where(shown)
+    name = run_name(path)
     namespace = call_reporting(
-        lambda: runpy.run_path(str(path), run_name=RUN_NAME), path, shown, "running the script"
+        lambda: runpy.run_path(str(path), run_name=name), path, shown, "running the script"
     )
     if "pipeline" not in namespace:
         raise SpecPipelineError(f"{shown}: the script did not define 'pipeline' when run")

@@ -2,7 +2,7 @@
 
 Hot path first. Per iteration the loop does exactly: fetch a batch, call the
 train step (forward, backward, optimizer step through the optimizer wrapper),
-append ``(loss, lr)`` to the output buffer, step per-iteration schedulers, bump
+append the loss and the lr to the output's lists, step per-iteration schedulers, bump
 two counters, and compare the iteration count with ``next_event``. Hooks nobody
 overrides are empty tuples; logging, validation, checkpoints and progress
 updates are all "events" whose next iteration number is precomputed, so
@@ -149,7 +149,7 @@ class TrainLoop:
         """Train on ``batches``; returns (iterations done, batch index, hit max_iters)."""
         runner = self.hooks.runner
         step = self._step
-        append = self.output.buffer.append
+        append_value, append_lr = self.output.values.append, self.output.lrs.append
         group = self._lr_group
         before, after = self.hooks.before_train_iter, self.hooks.after_train_iter
         schedulers = self.iter_schedulers
@@ -162,7 +162,8 @@ class TrainLoop:
                 for fn in before:
                     fn(runner, batch_idx=idx, data_batch=data_batch)
             value = step(data_batch)
-            append((value, group["lr"]))
+            append_value(value)
+            append_lr(group["lr"])
             if after:
                 self._after_iter(after, batch_idx if by_epoch else it, data_batch, value)
             for scheduler in schedulers:

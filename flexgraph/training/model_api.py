@@ -89,10 +89,10 @@ def batch_mover(device: str) -> Callable[[Any], Any] | None:
 
 def forward(model: nn.Module, batch: Any) -> Any:
     """Call a plain model on a batch: ``**dict``, ``*tuple/list``, or the batch itself."""
+    if isinstance(batch, (tuple, list)):  # checked first: a cheap, exact type test
+        return model(*batch)
     if isinstance(batch, Mapping):
         return model(**batch)
-    if isinstance(batch, (tuple, list)):
-        return model(*batch)
     return model(batch)
 
 
@@ -200,7 +200,11 @@ def make_train_step(model: nn.Module, optim_wrapper: Any, device: str) -> Callab
     def plain_without_context(batch: Any) -> Any:
         if move is not None:
             batch = move(batch)
-        loss, logged = loss_of(forward(model, batch), model)
+        output = forward(model, batch)
+        if type(output) is torch.Tensor and output.requires_grad and output.ndim == 0:
+            update(output)  # the common case, without the generality of loss_of()
+            return output.detach()
+        loss, logged = loss_of(output, model)
         update(loss)
         return logged
 

@@ -1,12 +1,13 @@
 """What a run shows and records: progress, log lines, metrics.jsonl, TensorBoard.
 
-The loop hands this module one tuple per iteration, ``(logged value, lr)``,
-appended to :attr:`TrainOutput.buffer` without any conversion. Everything that
-costs something (``.item()`` / ``.tolist()`` syncs, JSON encoding, file writes,
-TensorBoard, progress updates) happens in :meth:`TrainOutput.flush`, which the
-loop calls at log intervals, epoch ends, before validation and at the end. So the
-per-iteration cost of all outputs is one ``list.append``, and on a GPU the loop
-never waits for a loss value between log intervals.
+The loop hands this module two things per iteration, the logged value and the
+learning rate, appended to :attr:`TrainOutput.values` and :attr:`TrainOutput.lrs`
+without any conversion (two list appends: no tuple or dict for the garbage
+collector to track). Everything that costs something (``.item()`` / ``.tolist()``
+syncs, JSON encoding, file writes, TensorBoard, progress updates) happens in
+:meth:`TrainOutput.flush`, which the loop calls at log intervals, epoch ends,
+before validation and at the end. So on a GPU the loop never waits for a loss
+value between log intervals.
 
 Only rank 0 writes or prints. On a terminal, a rich progress bar with ETA is
 updated at most about ten times a second (its own refresh rate); otherwise
@@ -112,8 +113,10 @@ class TrainOutput:
         self.epoch_length = epoch_length
         self.interactive = is_main and (sys.stdout.isatty() if interactive is None
                                         else interactive)
-        #: one ``(logged value, lr)`` per iteration since the last flush
-        self.buffer: list[tuple[Any, float]] = []
+        #: per iteration since the last flush: the logged value (a loss tensor or a
+        #: dict of them) and the learning rate; the loop appends to both
+        self.values: list[Any] = []
+        self.lrs: list[float] = []
         self._window: dict[str, list[float]] = {}  # sums and counts since the last log line
         self._window_n = 0
         self._last: dict[str, float] = {}
@@ -181,15 +184,42 @@ class TrainOutput:
         tensors are converted with one ``stack().tolist()``, so a flush costs one
         device sync however many iterations it covers.
         """
-        buffer = self.buffer.copy()
-        self.buffer.clear()  # in place: the loop holds a bound ``self.buffer.append``
+        values, lrs = self.values.copy(), self.lrs.copy()
+        self.values.clear()  # in place: the loop holds the bound ``append`` methods
+        self.lrs.clear()
         first = self._next_iter
-        self._next_iter += len(buffer)
-        if not buffer or not self.is_main:
+        self._next_iter += len(values)
+        if not values or not self.is_main:
             return
+        if any(isinstance(value, Mapping) for value in values):
+            lines = self._records_with_keys(values, lrs, first, epoch + 1)
+        else:
+            lines = self._loss_records(values, lrs, first, epoch + 1)
+        self._last["lr"] = lrs[-1]
+        self._window_n += len(values)
+        if self._jsonl is not None:
+            self._jsonl.write("".join(lines))
+            self._jsonl.flush()
+
+    def _loss_records(self, values: list[Any], lrs: list[float], first: int,
+                      epoch: int) -> list[str]:
+        """The common case, one loss per iteration: one line per record, no dicts."""
+        losses = _to_floats(values)
+        acc = self._window.setdefault("loss", [0.0, 0])
+        acc[0] += math.fsum(losses)
+        acc[1] += len(losses)
+        self._last["loss"] = losses[-1]
+        num = repr if all(map(math.isfinite, losses + lrs)) else _json_number
+        return [f'{{"iter": {first + i}, "epoch": {epoch}, "loss": {num(loss)}, '
+                f'"lr": {num(lr)}}}\n'
+                for i, (loss, lr) in enumerate(zip(losses, lrs, strict=True))]
+
+    def _records_with_keys(self, values: list[Any], lrs: list[float], first: int,
+                           epoch: int) -> list[str]:
+        """Iterations that logged several values (dict losses, MMEngine log_vars)."""
         flat: list[Any] = []
         layout: list[tuple[str, ...]] = []
-        for value, _ in buffer:
+        for value in values:
             if isinstance(value, Mapping):
                 keys = tuple(value)
                 layout.append(keys)
@@ -200,8 +230,8 @@ class TrainOutput:
         numbers = iter(_to_floats(flat))
         lines = []
         window, last = self._window, self._last
-        for i, (keys, (_, lr)) in enumerate(zip(layout, buffer, strict=True)):
-            fields = [f'"iter": {first + i}, "epoch": {epoch + 1}']
+        for i, (keys, lr) in enumerate(zip(layout, lrs, strict=True)):
+            fields = [f'"iter": {first + i}, "epoch": {epoch}']
             for key in keys:
                 number = next(numbers)
                 fields.append(f"{_json_key(key)}: {_json_number(number)}")
@@ -213,11 +243,7 @@ class TrainOutput:
                 last[key] = number
             fields.append(f'"lr": {_json_number(lr)}')
             lines.append("{" + ", ".join(fields) + "}\n")
-        last["lr"] = buffer[-1][1]
-        self._window_n += len(buffer)
-        if self._jsonl is not None:
-            self._jsonl.write("".join(lines))
-            self._jsonl.flush()
+        return lines
 
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
         """Print one line (means over the interval), update TensorBoard and the hub."""

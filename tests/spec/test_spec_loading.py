@@ -8,8 +8,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from flexgraph import Executor, Graph, Step, Strategy
-from flexgraph.spec import Spec, load_spec
+from flexgraph import Executor, Graph, Step, Strategy, UnknownStrategyError
+from flexgraph.spec import Spec, SpecConfigError, SpecScriptError, load_spec
 
 
 def write(folder: Path, name: str, body: str) -> Path:
@@ -217,3 +217,41 @@ def test_the_spec_is_a_frozen_value(tmp_path: Path) -> None:
         spec.strategy = "x"  # type: ignore[misc]
     with pytest.raises(TypeError):
         spec.inputs["raw"] = "changed"  # type: ignore[index]
+
+
+def test_an_unknown_strategy_from_the_caller_does_not_blame_the_file(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, "u.yaml", YAML_STEPS))
+    with pytest.raises(UnknownStrategyError, match=r"^unknown strategy 'nope'"):
+        spec.plan("nope")
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [({"model.depth.x": 1}, "depth"), ({"steps.0.name": "x"}, "Index 0")],
+)
+def test_bad_cfg_options_name_the_file(tmp_path: Path, options: dict, fragment: str) -> None:
+    path = write(tmp_path, "cfg.py", "model = dict(depth=2)\nsteps = []\n")
+    with pytest.raises(SpecConfigError, match=rf"cfg.py: --cfg-options: .*{fragment}"):
+        load_spec(path, cfg_options=options)
+
+
+def test_a_script_calling_sys_exit_is_a_spec_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "quits.py", "import sys\npipeline = None\nsys.exit(3)\n")
+    with pytest.raises(SpecScriptError, match=r"quits.py:3: running the script raised SystemExit"):
+        load_spec(path)
+
+
+@pytest.mark.parametrize(
+    ("file", "module"), [("my_pipe_script.py", "my_pipe_script"), ("json.py", "__flexgraph_spec__")]
+)
+def test_functions_of_a_script_are_named_after_it(tmp_path: Path, file: str, module: str) -> None:
+    path = write(tmp_path, file, """\
+        import flexgraph
+
+        @flexgraph.step(provides="x")
+        def make():
+            return 1
+
+        pipeline = flexgraph.Graph.of([make])
+    """)
+    assert load_spec(path).graph.by_name["make"].fn_name == f"{module}:make"

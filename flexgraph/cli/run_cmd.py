@@ -141,8 +141,7 @@ class _StartupReport:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the config; return the exit status."""
-    from rich.console import Console
-
+    from flexgraph.cli.console import stdout_console
     from flexgraph.core.executor import Executor
     from flexgraph.core.plan import make_plan
 
@@ -151,7 +150,8 @@ def run_command(args: argparse.Namespace) -> int:
     if _is_launcher(args) and not args.dry_run:
         return _launch(args, strategy)
     rank = int(os.environ.get("RANK", 0))
-    console = Console(stderr=False, quiet=rank != 0, soft_wrap=True)
+    console = stdout_console()
+    console.quiet = rank != 0
     console.print(
         f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}: "
         + " -> ".join(plan.order)

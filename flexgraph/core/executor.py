@@ -120,7 +120,7 @@ class Executor:
             raise MissingInputError(
                 f"the plan needs input {missing[0]!r}, which the run was not given{hint}"
             )
-        records = [StepRecord(name, str(plan.origin(name))) for name in plan.order]
+        records = [StepRecord(name, plan.origin(name).short) for name in plan.order]
         if dry_run:
             return RunResult(context, records)
         for step, record in zip(plan.steps, records, strict=True):
@@ -134,10 +134,11 @@ class Executor:
                 self._fire("on_error", step, context, exc)
                 if not isinstance(exc, Exception):
                     raise
+                origin = str(plan.origin(step.name))
                 raise StepFailedError(
-                    f"step {step.name!r} ({record.origin}) failed: {type(exc).__name__}: {exc}",
+                    f"step {step.name!r} ({origin}) failed: {type(exc).__name__}: {exc}",
                     step=step.name,
-                    origin=record.origin,
+                    origin=origin,
                 ) from exc
             record.seconds = time.perf_counter() - start
             record.status = "ok"

@@ -40,7 +40,14 @@ class Origin:
     def __str__(self) -> str:
         if self.action == "base":
             return "base"
-        return f"{self.action} by {self.strategy} #{self.index + 1}: {self.rewrite}"
+        return f"{self.short}: {self.rewrite}"
+
+    @property
+    def short(self) -> str:
+        """``"base"`` or e.g. ``"replaced by ddp #2"`` (for narrow columns)."""
+        if self.action == "base":
+            return "base"
+        return f"{self.action} by {self.strategy} #{self.index + 1}"
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (see the plan JSON schema in the README)."""

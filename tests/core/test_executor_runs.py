@@ -79,7 +79,7 @@ def test_records_say_what_ran_where_it_came_from_and_what_it_cost() -> None:
     assert [r.name for r in result.records] == ["load", "noop", "split", "upper", "count"]
     assert all(r.status == "ok" and r.seconds >= 0 for r in result.records)
     assert all(r.peak_rss_mib and r.peak_rss_mib > 0 for r in result.records)
-    assert result.records[1].origin == "inserted by s #1: insert noop after load"
+    assert result.records[1].origin == "inserted by s #1"
 
 
 def test_a_failure_names_the_step_and_its_origin_and_chains_the_cause() -> None:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
+import pydot
 import pytest
 
 from flexgraph import Graph, Step, make_plan
@@ -108,9 +107,8 @@ def test_is_deterministic(plan):
     assert plan_dot(plan) == plan_dot(plan)
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is not installed")
-def test_graphviz_accepts_it(plan):
-    result = subprocess.run(
-        ["dot", "-Tsvg"], input=plan_dot(plan), capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
+def test_a_dot_parser_accepts_it(plan):
+    """pydot parses DOT with Graphviz's grammar, without needing Graphviz installed."""
+    (graph,) = pydot.graph_from_dot_data(plan_dot(plan))
+    assert {n.get_name().strip('"') for n in graph.get_nodes()} >= set(plan.order)
+    assert len(graph.get_edges()) == len(plan.edges)

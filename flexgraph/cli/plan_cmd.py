@@ -18,6 +18,7 @@ from typing import Any
 
 from flexgraph import render as views
 from flexgraph.cli.console import print_renderable
+from flexgraph.cli.choice import default_strategy
 from flexgraph.cli.options import parse_cfg_options
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.graph import Graph
@@ -108,7 +109,7 @@ def load_plan(config: str, strategy: str | None, cfg_options: list[str]) -> Plan
     options = parse_cfg_options(cfg_options)
     spec = load_spec(Path(config), cfg_options=options or None, default_graph=_standard_graph)
     if strategy != NO_STRATEGY:
-        return spec.plan(strategy=strategy)
+        return spec.plan(strategy=strategy or default_strategy(spec))
     from flexgraph.core.plan import make_plan
     from flexgraph.spec.errors import restate
 

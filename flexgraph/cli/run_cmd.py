@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from flexgraph.cli.choice import default_strategy
 from flexgraph.core.strategy import Strategy, get_strategy
 
 LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port")
@@ -75,10 +76,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
     if path.suffix == ".py" and options.get("work_dir") is None:
         options.setdefault("work_dir", str(Path("work_dirs") / path.stem))
     spec = load_spec(path, cfg_options=options or None, default_graph=standard_graph)
-    chosen = args.strategy or spec.strategy
     world = _world_size(args)
-    if chosen is None and spec.cfg is not None:
-        chosen = "ddp" if world > 1 else "single"
+    chosen = args.strategy or spec.strategy or default_strategy(spec, world)
     strategy = get_strategy(chosen, extra=spec.strategies) if chosen is not None else None
     if strategy is not None and strategy.world_size == "one" and world > 1:
         from flexgraph.core.strategy import StrategyOptionError

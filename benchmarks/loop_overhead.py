@@ -15,7 +15,15 @@ iterations, in one process, alternating, several repeats:
 Only the iteration loop is timed: for the runners, from ``before_train`` to
 ``after_train`` (a hook records both; it overrides no per-iteration point), so
 building the model, dataloaders and sinks is excluded. Checkpointing is off for
-all three. Run: ``python benchmarks/loop_overhead.py [--iters N] [--repeats R]``.
+all three, and the log level is WARNING for both runners (their log lines are
+still composed every 50 iterations, just not printed).
+
+Both wall time and process CPU time are reported; CPU time is less disturbed by
+other processes on a shared machine. The "paired" ratio is the median over
+repeats of flexgraph/hand measured back to back, which cancels slow drifts of
+the machine's speed. Run::
+
+    python benchmarks/loop_overhead.py [--iters N] [--repeats R]
 """
 
 from __future__ import annotations
@@ -183,6 +191,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--skip-mmengine", action="store_true",
+                        help="compare flexgraph with the hand-written loop only (faster "
+                             "alternation, so less exposed to drifts of machine speed)")
     args = parser.parse_args()
     # One thread: on a small shared machine OpenMP threads oversubscribe the
     # cores and per-step time swings 10x; every loop gets the same setting.
@@ -190,6 +201,8 @@ def main() -> None:
     loops = {"hand": lambda i, d: hand_written(args.iters),
              "flexgraph": lambda i, d: flexgraph_loop(args.iters, d),
              "mmengine": lambda i, d: mmengine_loop(args.iters, d, i)}
+    if args.skip_mmengine:
+        del loops["mmengine"]
     wall: dict[str, list[float]] = {name: [] for name in loops}
     cpu: dict[str, list[float]] = {name: [] for name in loops}
     mmengine_error = None

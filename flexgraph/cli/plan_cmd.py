@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph import render as views
-from flexgraph.cli.console import print_renderable
 from flexgraph.cli.choice import default_strategy
+from flexgraph.cli.console import print_renderable
 from flexgraph.cli.options import parse_cfg_options
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.graph import Graph

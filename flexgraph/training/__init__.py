@@ -6,28 +6,46 @@ graph. It uses torch and MMEngine's components (registries, optimizer wrappers,
 schedulers, evaluators, hooks) but not MMEngine's Runner, so that the order of
 setup is the graph's to decide. It never imports strategies or the CLI.
 
-Public names are re-exported here; the modules behind them are private.
+Public names are re-exported here (lazily: importing this package, or
+planning the standard graph, does not import torch); the modules behind
+them are private.
 """
 
-from flexgraph.training.checkpoint import Checkpointer, load_checkpoint_file
-from flexgraph.training.config import CheckpointPolicy, TrainSchedule
-from flexgraph.training.env import Env, make_env, seed_everything
-from flexgraph.training.errors import (
-    CheckpointError,
-    CheckpointNotFoundError,
-    ConfigError,
-    EmptyDatasetError,
-    NoLossError,
-    TrainingError,
-    UnknownComponentError,
-    UnsafeCheckpointError,
-)
-from flexgraph.training.hooks import Hooks, RunnerView
-from flexgraph.training.state import LoopState
-from flexgraph.training.steps import STANDARD_STEPS, StepDecl
+from importlib import import_module
+from typing import Any
+
+from flexgraph.training.graph import standard_graph
+
+_LAZY = {
+    "Checkpointer": "checkpoint",
+    "load_checkpoint_file": "checkpoint",
+    "CheckpointPolicy": "config",
+    "TrainSchedule": "config",
+    "Env": "env",
+    "make_env": "env",
+    "seed_everything": "env",
+    "CheckpointError": "errors",
+    "CheckpointNotFoundError": "errors",
+    "ConfigError": "errors",
+    "EmptyDatasetError": "errors",
+    "NoLossError": "errors",
+    "TrainingError": "errors",
+    "UnknownComponentError": "errors",
+    "UnsafeCheckpointError": "errors",
+    "Hooks": "hooks",
+    "RunnerView": "hooks",
+    "LoopState": "state",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import torch-backed names on first use: planning the graph needs none of them."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'flexgraph.training' has no attribute {name!r}")
+    return getattr(import_module(f"flexgraph.training.{_LAZY[name]}"), name)
+
 
 __all__ = [
-    "STANDARD_STEPS",
     "CheckpointError",
     "CheckpointNotFoundError",
     "CheckpointPolicy",
@@ -39,7 +57,6 @@ __all__ = [
     "LoopState",
     "NoLossError",
     "RunnerView",
-    "StepDecl",
     "TrainSchedule",
     "TrainingError",
     "UnknownComponentError",
@@ -47,4 +64,5 @@ __all__ = [
     "load_checkpoint_file",
     "make_env",
     "seed_everything",
+    "standard_graph",
 ]

@@ -14,7 +14,7 @@ schedulers' ``convert_to_iter_based``, still apply).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from mmengine.registry import Registry
@@ -140,10 +140,3 @@ def build_from_cfg(
     except TypeError as exc:
         name = getattr(args["type"], "__name__", args["type"])
         raise ConfigError(f"{what or registry.name}: building {name} failed: {exc}") from exc
-
-
-def build_all(cfgs: Iterable[Any], registry: Registry, *, what: str = "") -> list[Any]:
-    """Build each entry of a list config (``custom_hooks``, metric lists)."""
-    return [
-        build_from_cfg(c, registry, what=f"{what}[{i}]") for i, c in enumerate(cfgs)
-    ]

@@ -48,9 +48,11 @@ __all__ = [
     "POINTER_NAME",
     "Checkpointer",
     "apply_weights",
+    "atomic_write",
     "build_checkpoint",
     "load_checkpoint_file",
     "model_weights",
+    "restore_schedulers",
 ]
 
 POINTER_NAME = "last_checkpoint"

@@ -161,6 +161,26 @@ def _is_base_model(model_cfg: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, BaseModel)
 
 
+def _sampling(args: dict[str, Any], dataset: Any, env: Env, name: str, shuffle: bool,
+              batch_size: int, generator: torch.Generator) -> dict[str, Any]:
+    """Sampler (or batch sampler) arguments for a map-style dataset, made skippable."""
+    sampler_cfg = args.pop("sampler", None) or {"type": "DefaultSampler", "shuffle": shuffle}
+    sampler = build_from_cfg(sampler_cfg, DATA_SAMPLERS, what=f"{name}.sampler",
+                             default_args={"dataset": dataset, "seed": env.seed})
+    batch_sampler_cfg = args.pop("batch_sampler", None)
+    if batch_sampler_cfg is not None:
+        batch_sampler = build_from_cfg(
+            batch_sampler_cfg, DATA_SAMPLERS, what=f"{name}.batch_sampler",
+            default_args={"sampler": sampler, "batch_size": batch_size})
+        skippable = SkippableSampler(batch_sampler, generator, env.seed, env.rank)
+        skippable.set_epoch(0)
+        return {"batch_sampler": skippable}
+    skippable = SkippableSampler(sampler, generator, env.seed, env.rank)
+    skippable.set_epoch(0)
+    return {"sampler": skippable, "batch_size": batch_size,
+            "drop_last": bool(args.pop("drop_last", False))}
+
+
 def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
                      model_cfg: Any = None) -> DataLoader:
     """Build one dataloader from an MMEngine dataloader dict.
@@ -200,23 +220,17 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
             f"data path / split so that it finds data"
         )
     shuffle = bool(args.pop("shuffle", False))
-    sampler_cfg = args.pop("sampler", None) or {"type": "DefaultSampler", "shuffle": shuffle}
-    sampler = build_from_cfg(sampler_cfg, DATA_SAMPLERS, what=f"{name}.sampler",
-                             default_args={"dataset": dataset, "seed": env.seed})
     batch_size = args.pop("batch_size", 1)
-    batch_sampler_cfg = args.pop("batch_sampler", None)
     generator = torch.Generator()
-    if batch_sampler_cfg is not None:
-        batch_sampler = build_from_cfg(
-            batch_sampler_cfg, DATA_SAMPLERS, what=f"{name}.batch_sampler",
-            default_args={"sampler": sampler, "batch_size": batch_size})
-        skippable = SkippableSampler(batch_sampler, generator, env.seed, env.rank)
-        loader_args = {"batch_sampler": skippable}
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        # The dataset orders itself; torch forbids samplers here, and resuming
+        # inside an epoch can only skip batches by reading them.
+        args.pop("sampler", None)
+        generator.manual_seed(hash((env.seed, env.rank)) & (2**63 - 1))
+        loader_args: dict[str, Any] = {"batch_size": batch_size,
+                                       "drop_last": bool(args.pop("drop_last", False))}
     else:
-        skippable = SkippableSampler(sampler, generator, env.seed, env.rank)
-        loader_args = {"sampler": skippable, "batch_size": batch_size,
-                       "drop_last": bool(args.pop("drop_last", False))}
-    skippable.set_epoch(0)
+        loader_args = _sampling(args, dataset, env, name, shuffle, batch_size, generator)
     collate = _collate_fn(args.pop("collate_fn", None), model_cfg)
     worker_init = args.pop("worker_init_fn", None)
     if isinstance(worker_init, Mapping):
@@ -233,7 +247,7 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
                             **loader_args, **args)
     except TypeError as exc:
         raise ConfigError(f"{name}: {exc}") from exc
-    if hasattr(dataset, "__len__") and len(loader) == 0:
+    if epoch_length_of(loader) == 0:
         raise EmptyDatasetError(
             f"{name}: {len(dataset)} samples make no batch of batch_size={batch_size} "
             f"with drop_last=True; lower batch_size or set drop_last=False"

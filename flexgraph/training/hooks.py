@@ -57,10 +57,10 @@ _DELEGATES = {
     "_after_iter": ("after_train_iter", "after_val_iter", "after_test_iter"),
 }
 
-# MMEngine default hooks whose behaviour is built into the loop. ``checkpoint``
-# and ``logger`` are read by :mod:`flexgraph.training.config`.
 _RUN_NUMBERS = itertools.count()  # logger / message-hub names are process-global
 
+# MMEngine default hooks whose behaviour is built into the loop. ``checkpoint``
+# and ``logger`` are read by :mod:`flexgraph.training.config`.
 _BUILTIN_HOOK_KEYS = frozenset({
     "runtime_info", "timer", "sampler_seed", "logger", "param_scheduler", "checkpoint",
 })
@@ -245,7 +245,8 @@ def build_hooks(cfg: Any) -> Hooks:
         cfg,
         work_dir=work_dir_of(cfg),
         timestamp=timestamp,
-        logger=MMLogger.get_instance(name, log_level=section(cfg, "log_level", "INFO")),
+        logger=MMLogger.get_instance(name, logger_name="flexgraph",
+                                     log_level=section(cfg, "log_level", "INFO")),
         message_hub=MessageHub.get_instance(name),
     )
     return Hooks(hooks, runner)

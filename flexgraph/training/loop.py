@@ -97,11 +97,14 @@ class TrainLoop:
         pending_rng = self.state.rng_state
         batch_idx = skip
         t0 = time.perf_counter()
-        out.open(it)
+        out.open(it, resumed=self.state.resumed_from is not None)
         try:
             hooks.start_run()
             self.model.train()
             runner.epoch, runner.iter = epoch, it
+            runner.message_hub.update_info_dict(  # what MMEngine's RuntimeInfoHook records
+                {"epoch": epoch, "iter": it, "max_epochs": s.max_epochs,
+                 "max_iters": s.max_iters})
             hooks.call("before_train")
             self.optim_wrapper.initialize_count_status(self.model, it, s.max_iters)
             self._next_tick = out.tick(it)
@@ -181,6 +184,7 @@ class TrainLoop:
         runner = self.hooks.runner
         outputs = value if isinstance(value, Mapping) else {"loss": value}
         hub = runner.message_hub
+        hub.update_info("iter", runner.iter)
         for key, v in outputs.items():
             hub.update_scalar(f"train/{key}", v)
         for fn in fns:
@@ -224,6 +228,7 @@ class TrainLoop:
             scheduler.step()
         epoch += 1
         runner.epoch = epoch
+        runner.message_hub.update_info("epoch", epoch)
         if s.by_epoch:
             if self.val_dataloader is not None and s.val_due_after_epoch(epoch):
                 self._validate(it, epoch, shown_epoch=epoch)

@@ -133,7 +133,7 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
         total = parts[0] if len(parts) == 1 else sum(parts)
         if len(logged) == 1 and "loss" in logged:
             return total, total.detach()
-        return total, {"loss": total, **logged}
+        return total, {"loss": total, **{k: v for k, v in logged.items() if k != "loss"}}
     raise NoLossError(
         f"model {_name(model)} returned {type(output).__name__} from forward(); return "
         f"a loss tensor or a dict of losses (keys containing 'loss'), or subclass "

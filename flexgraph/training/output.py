@@ -17,6 +17,7 @@ plain log lines are printed every ``log_interval`` iterations.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import sys
@@ -42,15 +43,40 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def _tensorboard_writer(log_dir: Path) -> Any:
-    try:
+class _TensorBoard:
+    """TensorBoard scalars, all of one step in a single event.
+
+    ``SummaryWriter.add_scalar`` writes one event per value, each a protobuf
+    round and a wake-up of the writer thread; a log line's values share a step,
+    so they go out together.
+    """
+
+    def __init__(self, log_dir: Path) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter
+
+        self._summary = Summary
+        self._writer = SummaryWriter(log_dir=str(log_dir))
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        entries = [self._summary.Value(tag=tag, simple_value=float(value))
+                   for tag, value in values.items()]
+        self._writer._get_file_writer().add_summary(self._summary(value=entries), step)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def _tensorboard_writer(log_dir: Path) -> _TensorBoard | None:
+    try:
+        return _TensorBoard(log_dir)
     except ImportError:  # tensorboard not installed: scalars go to metrics.jsonl only
         return None
-    return SummaryWriter(log_dir=str(log_dir))
 
 
 _LOSS_ONLY = ("loss",)
+_LOSS_RECORD = '{"iter": %d, "epoch": %d, "loss": %r, "lr": %r}\n'
+_LOSS_RECORD_TEXT = '{"iter": %d, "epoch": %d, "loss": %s, "lr": %s}\n'
 
 
 @functools.lru_cache(maxsize=256)
@@ -73,6 +99,22 @@ def _to_floats(values: list[Any]) -> list[float]:
                 (v if isinstance(v, torch.Tensor) else torch.tensor(float(v)))
                 .detach().float().reshape(()).cpu() for v in values
             ]).tolist()
+
+
+def _truncate_after(path: Path, last_iter: int) -> None:
+    """Drop the records of iterations after ``last_iter`` (records are in order)."""
+    if not path.is_file():
+        return
+    with open(path, "r+b") as f:
+        offset = 0
+        for line in f:
+            try:
+                if json.loads(line).get("iter", 0) > last_iter:
+                    break
+            except (ValueError, AttributeError):
+                break  # a torn last line from a crash
+            offset += len(line)
+        f.truncate(offset)
 
 
 def _scalar(value: Any) -> Any:
@@ -131,15 +173,23 @@ class TrainOutput:
         self._t_tick = self._t0
 
     # -- lifecycle ------------------------------------------------------------------
-    def open(self, start_iter: int) -> None:
-        """Start timing at ``start_iter`` and open the sinks (rank 0)."""
+    def open(self, start_iter: int, *, resumed: bool = False) -> None:
+        """Start timing at ``start_iter`` and open the sinks (rank 0).
+
+        A resumed run first cuts ``metrics.jsonl`` back to ``start_iter``: the
+        records an interrupted run wrote after its checkpoint describe steps
+        that were rolled back and are about to be trained (and logged) again.
+        """
         self._start_iter = start_iter
         self._next_iter = start_iter + 1
         self._t0 = self._t_tick = time.perf_counter()
         if not self.is_main:
             return
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")
+        if resumed:
+            _truncate_after(self.work_dir / METRICS_FILE, start_iter)
+        # Open for the whole run (closed in close()), so each flush is one write.
+        self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         self._tb = _tensorboard_writer(self.work_dir / "tensorboard")
         if self.interactive:
             from rich.progress import (
@@ -160,7 +210,7 @@ class TrainOutput:
             self._progress.start()
 
     def close(self) -> None:
-        """Flush what is buffered and release files; safe to call twice."""
+        """Release the sinks (call :meth:`flush` first); safe to call twice."""
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
@@ -209,10 +259,12 @@ class TrainOutput:
         acc[0] += math.fsum(losses)
         acc[1] += len(losses)
         self._last["loss"] = losses[-1]
-        num = repr if all(map(math.isfinite, losses + lrs)) else _json_number
-        return [f'{{"iter": {first + i}, "epoch": {epoch}, "loss": {num(loss)}, '
-                f'"lr": {num(lr)}}}\n'
-                for i, (loss, lr) in enumerate(zip(losses, lrs, strict=True))]
+        iters = range(first, first + len(losses))
+        if all(map(math.isfinite, losses + lrs)):  # %r of a finite float is valid JSON
+            return [_LOSS_RECORD % fields
+                    for fields in zip(iters, itertools.repeat(epoch), losses, lrs)]
+        return [_LOSS_RECORD_TEXT % (i, epoch, _json_number(loss), _json_number(lr))
+                for i, loss, lr in zip(iters, losses, lrs, strict=True)]
 
     def _records_with_keys(self, values: list[Any], lrs: list[float], first: int,
                            epoch: int) -> list[str]:
@@ -253,13 +305,12 @@ class TrainOutput:
         means = {k: s / n for k, (s, n) in self._window.items() if n}
         self._window, self._window_n = {}, 0
         lr = self._last.get("lr", float("nan"))
-        for key, value in means.items():
-            self.message_hub.update_scalar(f"train/{key}", value)
-            if self._tb is not None:
-                self._tb.add_scalar(f"train/{key}", value, iters_done)
-        self.message_hub.update_scalar("train/lr", lr)
+        scalars = {f"train/{key}": value for key, value in means.items()}
+        scalars["train/lr"] = lr
+        for tag, value in scalars.items():
+            self.message_hub.update_scalar(tag, value)
         if self._tb is not None:
-            self._tb.add_scalar("train/lr", lr, iters_done)
+            self._tb.scalars(scalars, iters_done)
         done = iters_done - self._start_iter
         elapsed = time.perf_counter() - self._t0
         per_iter = elapsed / done if done else float("nan")
@@ -303,11 +354,12 @@ class TrainOutput:
             record = {"mode": mode, "iter": iters_done, "epoch": epoch, **values}
             self._jsonl.write(json.dumps(record, default=str) + "\n")
             self._jsonl.flush()
-        for key, value in values.items():
-            if isinstance(value, (int, float)):
-                self.message_hub.update_scalar(f"{mode}/{key}", value)
-                if self._tb is not None:
-                    self._tb.add_scalar(f"{mode}/{key}", value, iters_done)
+        scalars = {f"{mode}/{key}": value for key, value in values.items()
+                   if isinstance(value, (int, float))}
+        for tag, value in scalars.items():
+            self.message_hub.update_scalar(tag, value)
+        if self._tb is not None and scalars:
+            self._tb.scalars(scalars, iters_done)
         shown = "  ".join(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}"
                           for k, v in values.items())
         self._print(f"Epoch({mode}) [{epoch}]  {shown}" if self.by_epoch

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from flexgraph.training.checkpoint import Checkpointer, apply_weights, restore_schedulers
-from flexgraph.training.config import resume_source, section
+from flexgraph.training.config import resume_source, section, train_schedule
+from flexgraph.training.data import epoch_length_of
 from flexgraph.training.env import seed_everything
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.hooks import Hooks
@@ -90,10 +91,14 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
     checkpointer.restore_saved(checkpoint)
 
     epoch, iteration, batch_idx = meta["epoch"], meta["iter"], meta.get("batch_idx", 0)
-    if train_dataloader is not None and batch_idx > len(train_dataloader):
+    # Only epoch loops promise a fixed epoch length (iteration loops may run an
+    # infinite sampler, whose single "epoch" outgrows len(train_dataloader)).
+    epoch_length = epoch_length_of(train_dataloader) if train_dataloader is not None else None
+    by_epoch = epoch_length is not None and train_schedule(cfg, epoch_length).by_epoch
+    if by_epoch and batch_idx > epoch_length:
         raise CheckpointError(
             f"{str(path)!r} stopped after batch {batch_idx} of an epoch, but the "
-            f"train_dataloader now has {len(train_dataloader)} batches per epoch; "
+            f"train_dataloader now has {epoch_length} batches per epoch; "
             f"resume with the batch size and dataset it was saved with")
     seed = meta.get("seed")
     sampler = getattr(train_dataloader, "sampler", None)

@@ -10,15 +10,15 @@ No step asks which strategy is active. Whatever differs between single-device
 and distributed runs comes from ``env`` (built by the strategy's process setup)
 and from ``torch.distributed.is_initialized()``.
 
-:data:`STANDARD_STEPS` declares what each step requires, provides and updates,
-in the standard graph's order, for the engine (and tests) to wire them.
+:mod:`flexgraph.training.graph` declares what each step requires, provides and
+updates; a test checks that every declared step matches its function here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-import attrs
 import torch
 from mmengine.registry import MODELS
 from torch import nn
@@ -45,15 +45,13 @@ from flexgraph.training.resume import load_weights, resume_training
 from flexgraph.training.state import LoopState
 
 __all__ = [
-    "STANDARD_STEPS",
-    "StepDecl",
     "build_checkpointer",
     "build_dataloaders",
     "build_hooks",
     "build_model",
     "build_optim_wrapper",
     "build_param_schedulers",
-    "compile_model",
+    "compile",
     "init_weights",
     "load_checkpoint",
     "resume",
@@ -128,14 +126,17 @@ def wrap_model(env: Env, model: nn.Module) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
-def compile_model(model: nn.Module, *, backend: str = "inductor", mode: str | None = None,
-                  fullgraph: bool = False, dynamic: bool | None = None) -> nn.Module:
-    """``torch.compile`` the model in place (the ``compile`` step; optional).
+def compile(  # noqa: A001 (the public step name; shadows the builtin in this module only)
+    model: nn.Module, *, options: Mapping[str, Any] | None = None
+) -> nn.Module:
+    """``torch.compile`` the model in place (the optional ``compile`` step).
 
-    In place (``nn.Module.compile``) rather than wrapping, so the model keeps its
-    type, its ``train_step`` and its state-dict keys.
+    ``options`` are ``torch.compile``'s keyword arguments (``backend``, ``mode``,
+    ``fullgraph``, ``dynamic``, ...). In place (``nn.Module.compile``) rather than
+    wrapping, so the model keeps its type, its ``train_step`` and its
+    state-dict keys.
     """
-    model.compile(backend=backend, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
+    model.compile(**dict(options or {}))
     return model
 
 
@@ -236,43 +237,3 @@ def test(cfg: Any, env: Env, model: nn.Module, test_dataloader: Any,
 
 
 test.__test__ = False  # a step, not a pytest test, when imported into a test module
-
-
-@attrs.frozen
-class StepDecl:
-    """What the engine needs to wire one step: its function and its artifacts."""
-
-    name: str
-    fn: Any
-    requires: tuple[str, ...] = ()
-    provides: tuple[str, ...] = ()
-    updates: tuple[str, ...] = ()
-    optional: bool = False
-
-
-#: The standard training graph, in its base order (``val`` / ``test`` are
-#: alternative last steps for evaluation-only plans; ``compile`` is optional).
-STANDARD_STEPS: tuple[StepDecl, ...] = (
-    StepDecl("setup_env", setup_env, ("cfg",), ("env",)),
-    StepDecl("build_model", build_model, ("cfg", "env"), ("model",)),
-    StepDecl("init_weights", init_weights, (), (), ("model",)),
-    StepDecl("build_hooks", build_hooks, ("cfg",), ("hooks",)),
-    StepDecl("build_checkpointer", build_checkpointer, ("cfg", "env"), ("checkpointer",)),
-    StepDecl("load_checkpoint", load_checkpoint, ("cfg", "checkpointer", "hooks"), (),
-             ("model",)),
-    StepDecl("wrap_model", wrap_model, ("env",), (), ("model",)),
-    StepDecl("compile", compile_model, (), (), ("model",), optional=True),
-    StepDecl("build_dataloaders", build_dataloaders, ("cfg", "env"), data.DATALOADER_KEYS),
-    StepDecl("build_optim_wrapper", build_optim_wrapper, ("cfg", "model"), ("optim_wrapper",)),
-    StepDecl("build_param_schedulers", build_param_schedulers,
-             ("cfg", "optim_wrapper", "train_dataloader"), ("param_schedulers",)),
-    StepDecl("resume", resume, ("cfg", "model", "optim_wrapper", "param_schedulers",
-                                "checkpointer", "hooks", "train_dataloader"), ("loop_state",)),
-    StepDecl("train", train, ("cfg", "env", "model", "optim_wrapper", "param_schedulers",
-                              "train_dataloader", "val_dataloader", "checkpointer", "hooks",
-                              "loop_state"), ("train_result",)),
-    StepDecl("val", val, ("cfg", "env", "model", "val_dataloader", "hooks"), ("val_result",),
-             optional=True),
-    StepDecl("test", test, ("cfg", "env", "model", "test_dataloader", "hooks"),
-             ("test_result",), optional=True),
-)

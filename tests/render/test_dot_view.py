@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pydot
-import pytest
 
 from flexgraph import Graph, Step, make_plan
 from flexgraph.render import plan_dot

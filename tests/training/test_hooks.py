@@ -108,3 +108,26 @@ def test_custom_hook_priority_key_and_builtin_defaults_are_skipped(make_cfg):
     )
     hooks = build_hooks(cfg)
     assert [type(h).__name__ for h in hooks.hooks] == ["EmptyCacheHook", "RecordingHook"]
+
+
+def test_before_run_precedes_after_load_checkpoint(tmp_path, make_cfg):
+    run_steps(make_cfg(default_hooks=dict(checkpoint=dict(interval=1))))
+    ckpt = str(tmp_path / "work" / "epoch_1.pth")
+    run_steps(make_cfg(load_from=ckpt, custom_hooks=[dict(type="RecordingHook")]))
+    points = [c[0] for c in RecordingHook.calls]
+    assert points[:3] == ["before_run", "after_load_checkpoint", "before_train"]
+    assert points.count("before_run") == 1 and points[-1] == "after_run"
+
+
+class _ReadsMessageHub(Hook):
+    seen: list[float] = []
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        _ReadsMessageHub.seen.append(runner.message_hub.get_scalar("train/loss").current())
+        assert float(outputs["loss"]) == _ReadsMessageHub.seen[-1]
+
+
+def test_iteration_hooks_see_mmengine_runtime_info(make_cfg):
+    _ReadsMessageHub.seen = []
+    run_steps(make_cfg(custom_hooks=[_ReadsMessageHub()], val_dataloader=None))
+    assert len(_ReadsMessageHub.seen) == 30

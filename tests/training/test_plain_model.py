@@ -75,10 +75,27 @@ def test_val_and_test_entry_points(tmp_path, make_cfg):
 def test_compile_step_keeps_the_model_usable(make_cfg):
     cfg = make_cfg(train_cfg=dict(by_epoch=False, max_iters=3), param_scheduler=None,
                    val_dataloader=None)
-    ctx = run_steps(cfg, include=("compile",), compile={"backend": "eager"})
+    ctx = run_steps(cfg, include=("compile",), compile={"options": {"backend": "eager"}})
     model = ctx["model"]
     assert model._compiled_call_impl is not None  # compiled in place, type unchanged
     assert set(model.state_dict()) == {"body.0.weight", "body.0.bias", "head.weight",
                                        "head.bias"}
     assert ctx["train_result"]["iter"] == 3
     assert torch.isfinite(torch.tensor(ctx["train_result"]["loss"]))
+
+
+def test_iterable_dataset_in_an_iteration_loop(make_cfg):
+    stream = dict(batch_size=4, dataset=dict(type="ToyStream"))
+    cfg = make_cfg(train_dataloader=stream, val_dataloader=None, param_scheduler=None,
+                   train_cfg=dict(by_epoch=False, max_iters=23))
+    assert run_steps(cfg)["train_result"]["iter"] == 23
+
+
+def test_an_iterable_dataset_that_yields_nothing_fails_clearly(make_cfg):
+    from flexgraph.training.errors import EmptyDatasetError
+
+    stream = dict(batch_size=4, dataset=dict(type="ToyStream", n=0))
+    cfg = make_cfg(train_dataloader=stream, val_dataloader=None, param_scheduler=None,
+                   train_cfg=dict(by_epoch=False, max_iters=5))
+    with pytest.raises(EmptyDatasetError, match="yielded no batch in epoch 1"):
+        run_steps(cfg)

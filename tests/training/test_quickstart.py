@@ -27,3 +27,16 @@ def test_quickstart_reaches_stated_accuracy(tmp_path):
     assert sorted(p.name for p in work.glob("*.pth")) == ["epoch_10.pth", "epoch_20.pth"]
     assert (work / "last_checkpoint").read_text().endswith("epoch_20.pth")
     assert any((work / "tensorboard").iterdir())
+
+
+def test_quickstart_checkpoint_evaluates_the_same_through_the_val_entry_point(tmp_path):
+    cfg = Config.fromfile(str(EXAMPLES / "quickstart.py"))
+    cfg.work_dir = str(tmp_path / "q")
+    cfg.train_cfg.max_epochs = 2
+    cfg.train_cfg.val_interval = 1
+    trained = run_steps(cfg)["train_result"]
+    cfg.load_from = str(tmp_path / "q" / "epoch_2.pth")
+    assert run_steps(cfg, last="val")["val_result"] == {
+        "accuracy/top1": trained["val/accuracy/top1"]}
+    cfg.val_evaluator = None  # a BaseModel without an evaluator reports its mean loss
+    assert set(run_steps(cfg, last="val")["val_result"]) == {"loss"}

@@ -21,7 +21,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import DATASETS, HOOKS, MODELS
 from torch import nn
 
-from flexgraph.training.steps import STANDARD_STEPS
+from flexgraph.training import steps
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -30,31 +30,54 @@ EXAMPLES = REPO / "examples"
 # oversubscription, which otherwise makes tiny models 10-50x slower.
 torch.set_num_threads(1)
 
+#: The standard graph's steps in base order: (name, outputs). Inputs are the
+#: function's positional-or-keyword parameters; keyword-only ones are params.
+STEP_ORDER = (
+    ("setup_env", ("env",)),
+    ("build_model", ("model",)),
+    ("init_weights", ("model",)),
+    ("build_hooks", ("hooks",)),
+    ("build_checkpointer", ("checkpointer",)),
+    ("load_checkpoint", ("model",)),
+    ("wrap_model", ("model",)),
+    ("compile", ("model",)),  # optional
+    ("build_dataloaders", ("train_dataloader", "val_dataloader", "test_dataloader")),
+    ("build_optim_wrapper", ("optim_wrapper",)),
+    ("build_param_schedulers", ("param_schedulers",)),
+    ("resume", ("loop_state",)),
+    ("train", ("train_result",)),
+)
+OPTIONAL = {"compile"}
 EVAL_LAST = ("setup_env", "build_model", "init_weights", "build_hooks", "build_checkpointer",
              "load_checkpoint", "wrap_model", "build_dataloaders")
 
 
 def run_steps(cfg: Any, *, last: str = "train", include: tuple[str, ...] = (),
-              **params: dict[str, Any]) -> dict[str, Any]:
+              env: Any = None, **params: dict[str, Any]) -> dict[str, Any]:
     """Run the standard steps in graph order up to ``last``; return the artifacts.
 
     ``last='val'`` / ``'test'`` runs the evaluation-only graph; ``include`` adds
-    optional steps (``'compile'``). ``params`` binds step parameters by step
-    name, e.g. ``setup_env={'device': 'cpu'}``.
+    optional steps (``'compile'``); a given ``env`` replaces ``setup_env`` (as a
+    distributed strategy's process setup does). ``params`` binds step parameters
+    by step name, e.g. ``setup_env={'device': 'cpu'}``.
     """
-    decls = {d.name: d for d in STANDARD_STEPS}
+    outputs_of = dict(STEP_ORDER)
+    outputs_of.update(val=("val_result",), test=("test_result",))
     if last in ("val", "test"):
         order = [*EVAL_LAST, last]
     else:
-        order = [d.name for d in STANDARD_STEPS if not d.optional or d.name in include]
+        order = [name for name, _ in STEP_ORDER if name not in OPTIONAL or name in include]
         order = order[: order.index(last) + 1]
     ctx: dict[str, Any] = {"cfg": cfg}
+    if env is not None:
+        ctx["env"] = env
+        order.remove("setup_env")
     for name in order:
-        decl = decls[name]
-        signature = inspect.signature(decl.fn).parameters
+        fn = getattr(steps, name)
+        signature = inspect.signature(fn).parameters
         kwargs = {n: ctx[n] for n, p in signature.items() if p.kind is not p.KEYWORD_ONLY}
-        result = decl.fn(**kwargs, **params.get(name, {}))
-        outputs = decl.provides + decl.updates
+        result = fn(**kwargs, **params.get(name, {}))
+        outputs = outputs_of[name]
         if len(outputs) == 1:
             ctx[outputs[0]] = result
         else:
@@ -82,6 +105,17 @@ class ToyDataset(torch.utils.data.Dataset):
         if self.as_dict:
             return {"x": self.x[i], "y": self.y[i]}
         return self.x[i], self.y[i]
+
+
+@DATASETS.register_module(force=True)
+class ToyStream(torch.utils.data.IterableDataset):
+    """An iterable (length-less) version of :class:`ToyDataset`."""
+
+    def __init__(self, n: int = 40) -> None:
+        self.data = ToyDataset(n)
+
+    def __iter__(self):
+        return (self.data[i] for i in range(len(self.data)))
 
 
 @MODELS.register_module(force=True)
@@ -172,3 +206,29 @@ def toy_cfg(work_dir: Path, **overrides: Any) -> Config:
     return Config(cfg)
 
 
+
+
+def ddp_worker(rank: int, world_size: int, port: int, work_dir: str, out_dir: str) -> None:
+    """One rank of a 2-process gloo run (see test_distributed.py)."""
+    import os
+
+    import torch.distributed as dist
+
+    from flexgraph.training.env import make_env
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    torch.set_num_threads(1)
+    try:
+        cfg = toy_cfg(Path(work_dir), randomness=dict(seed=7, diff_rank_seed=True),
+                      default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=1)))
+        env = make_env(cfg, device="cpu", rank=rank, world_size=world_size, local_rank=rank)
+        ctx = run_steps(cfg, env=env)
+        resumed = run_steps(toy_cfg(Path(work_dir), resume=True), env=env, last="resume")
+        torch.save({"model": {k: v.clone() for k, v in ctx["model"].module.state_dict().items()},
+                    "wrapped": type(ctx["model"]).__name__,
+                    "result": ctx["train_result"],
+                    "resumed_rng": resumed["loop_state"].rng_state["torch"]},
+                   f"{out_dir}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()

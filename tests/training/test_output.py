@@ -1,0 +1,63 @@
+"""Output sinks: metrics.jsonl records, the rich progress path, non-finite values."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import torch
+from mmengine.logging import MessageHub
+
+from flexgraph.training.output import TrainOutput
+
+
+def _output(tmp_path, interactive):
+    return TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
+                       message_hub=MessageHub.get_instance("test_output"), log_interval=2,
+                       max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
+                       interactive=interactive)
+
+
+def test_records_are_json_lines_even_for_nan_and_dicts(tmp_path):
+    out = _output(tmp_path, interactive=False)
+    out.open(0)
+    for value in (torch.tensor(1.5), torch.tensor(float("nan"))):
+        out.values.append(value)
+        out.lrs.append(0.1)
+    out.log(2, 0, 2)
+    out.values.append({"loss": torch.tensor(2.0), "loss_aux": torch.tensor(0.5)})
+    out.lrs.append(0.05)
+    out.flush(0)
+    out.eval_metrics({"acc": torch.tensor(0.75)}, mode="val", iters_done=3, epoch=1)
+    out.close()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text()
+               .splitlines()]
+    assert records[0] == {"iter": 1, "epoch": 1, "loss": 1.5, "lr": 0.1}
+    assert records[1]["iter"] == 2 and records[1]["loss"] != records[1]["loss"]  # NaN
+    assert records[2] == {"iter": 3, "epoch": 1, "loss": 2.0, "loss_aux": 0.5, "lr": 0.05}
+    assert records[3] == {"mode": "val", "iter": 3, "epoch": 1, "acc": 0.75}
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == {"train/loss", "train/lr", "val/acc"}
+    assert [(e.step, e.value) for e in events.Scalars("val/acc")] == [(3, 0.75)]
+
+
+def test_rich_progress_path_updates_the_bar(tmp_path):
+    out = _output(tmp_path, interactive=True)
+    out.open(0)
+    next_tick = out.tick(0)
+    assert next_tick >= 1
+    for i in range(1, 7):
+        out.values.append(torch.tensor(float(i)))
+        out.lrs.append(0.1)
+        if i % 2 == 0:
+            out.log(i, 0, i)
+    out.tick(6)
+    task = out._progress.tasks[0]
+    assert (task.completed, task.total) == (6, 6)
+    assert task.fields["status"] == "loss 6.0000"
+    out.close()
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 6

@@ -159,4 +159,9 @@ def run_command(args: argparse.Namespace) -> int:
     result = executor.run(plan, dict(spec.inputs), dry_run=args.dry_run)
     if args.dry_run:
         console.print("dry run: nothing executed")
-    return 0 if result else 1
+        return 0
+    for artifact in plan.steps[-1].outputs:  # what the run was for: the last step's outputs
+        value = repr(result.context[artifact])
+        console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",
+                      markup=False, highlight=False)
+    return 0

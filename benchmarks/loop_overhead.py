@@ -1,29 +1,31 @@
 """How much does flexgraph's training loop cost per iteration over a hand-written one?
 
-The workload is deliberately tiny (an MLP step takes about a millisecond on
-one CPU thread) so that any per-iteration overhead of the runtime shows.
-Three loops train the same model on the same data for the same number of
-iterations, in one process, alternating, several repeats:
+The workload (``_tiny.py``) is deliberately tiny (an MLP step takes about a
+millisecond on one CPU thread) so that any per-iteration overhead of the
+runtime shows. Three loops train the same model on the same data for the same
+number of iterations, in one process, alternating, several repeats:
 
 * ``hand``: ``for x, y in loader: zero_grad / forward / backward / step`` plus
   ``loss.item()`` for logging, as a real hand-written loop does;
-* ``flexgraph``: the ``train`` step on artifacts built by the step functions
-  (logging every 50 iterations, metrics.jsonl, TensorBoard: all on);
+* ``flexgraph``: the real engine, as ``flexgraph run`` drives it: the config,
+  ``make_plan(standard_graph(cfg), get_strategy("single", device="cpu"))`` and
+  ``Executor().run(plan, {"cfg": cfg})`` (logging every 50 iterations,
+  metrics.jsonl, TensorBoard: all on);
 * ``mmengine``: MMEngine's own ``Runner`` with its default hooks, when it can
   run here.
 
 Only the iteration loop is timed: for the runners, from ``before_train`` to
 ``after_train`` (a hook records both; it overrides no per-iteration point), so
-building the model, dataloaders and sinks is excluded. Checkpointing is off for
-all three, and the log level is WARNING for both runners (their log lines are
-still composed every 50 iterations, just not printed).
+planning, building the model, dataloaders and sinks is excluded. Checkpointing
+is off for all three, and the log level is WARNING for both runners (their log
+lines are still composed every 50 iterations, just not printed).
 
 Both wall time and process CPU time are reported; CPU time is less disturbed by
 other processes on a shared machine. The "paired" ratio is the median over
 repeats of flexgraph/hand measured back to back, which cancels slow drifts of
-the machine's speed. Run::
+the machine's speed; it is the number the goal (<= 1.03) is about. Run::
 
-    python benchmarks/loop_overhead.py [--iters N] [--repeats R]
+    python benchmarks/loop_overhead.py [--iters N] [--repeats R] [--skip-mmengine]
 """
 
 from __future__ import annotations
@@ -42,55 +44,28 @@ from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, HOOKS, MODELS
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flexgraph.training import steps  # noqa: E402 (needs the checkout on sys.path)
+import _tiny  # noqa: E402 (this folder is sys.path[0] when run as a script)
+from _tiny import BATCH, TinyData, TinyMLP  # noqa: E402
 
-BATCH, FEATURES, CLASSES = 32, 32, 10
+from flexgraph import Executor, get_strategy, make_plan  # noqa: E402
+from flexgraph.training import standard_graph  # noqa: E402
 
+REPEATS = 21
 
-@DATASETS.register_module(force=True)
-class BenchData(torch.utils.data.Dataset):
-    """Fixed random features and labels (the same for every loop)."""
-
-    def __init__(self, n: int) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, FEATURES, generator=g)
-        self.y = torch.randint(0, CLASSES, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int):
-        return self.x[i], self.y[i]
-
-
-def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(FEATURES, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
-                         nn.Linear(128, CLASSES))
+MODELS.register_module(module=TinyMLP, force=True)
+DATASETS.register_module(module=TinyData, force=True)
 
 
 @MODELS.register_module(force=True)
-class BenchMLP(nn.Module):
-    """The plain model flexgraph trains: ``forward(x, y)`` returns the loss."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = mlp()
-
-    def forward(self, x, y):
-        return F.cross_entropy(self.net(x), y)
-
-
-@MODELS.register_module(force=True)
-class BenchBaseModel(BaseModel):
+class TinyBaseModel(BaseModel):
     """The same MLP behind MMEngine's BaseModel contract, for MMEngine's Runner."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.net = mlp()
+        self.net = _tiny.mlp()
 
     def forward(self, x, y, mode="tensor"):
         logits = self.net(x)
@@ -99,7 +74,7 @@ class BenchBaseModel(BaseModel):
 
 @HOOKS.register_module(force=True)
 class LoopTimer(Hook):
-    """Records the wall time between ``before_train`` and ``after_train``.
+    """Records the wall and CPU time between ``before_train`` and ``after_train``.
 
     The result goes to a class attribute because runners build their own
     instance from ``custom_hooks=[dict(type='LoopTimer')]``.
@@ -126,9 +101,10 @@ def _since(t0: tuple[float, float]) -> tuple[float, float]:
 
 
 def hand_written(iters: int) -> tuple[float, float]:
-    model = BenchMLP()
+    torch.manual_seed(0)
+    model = TinyMLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loader = torch.utils.data.DataLoader(BenchData(iters * BATCH), batch_size=BATCH,
+    loader = torch.utils.data.DataLoader(TinyData(iters * BATCH), batch_size=BATCH,
                                          shuffle=True)
     logged = []
     t0 = _clocks()
@@ -142,45 +118,23 @@ def hand_written(iters: int) -> tuple[float, float]:
 
 
 def _cfg(work_dir: str, iters: int, model: str) -> dict:
-    return dict(
-        model=dict(type=model),
-        train_dataloader=dict(batch_size=BATCH, num_workers=0,
-                              dataset=dict(type="BenchData", n=iters * BATCH),
-                              sampler=dict(type="DefaultSampler", shuffle=True)),
-        optim_wrapper=dict(optimizer=dict(type="SGD", lr=0.01, momentum=0.9)),
-        # One epoch of `iters` iterations: MMEngine's iteration loop sleeps 2 s at
-        # every pass over the data ("prevent possible deadlock"), which would
-        # swamp the comparison, so no loop here ever starts a second pass.
-        train_cfg=dict(by_epoch=True, max_epochs=1, val_interval=10**9),
-        default_hooks=dict(checkpoint=None, logger=dict(type="LoggerHook", interval=50)),
-        custom_hooks=[dict(type="LoopTimer")],
-        randomness=dict(seed=0),
-        work_dir=work_dir,
-        log_level="WARNING",
-    )
+    return _tiny.config(work_dir, iters, model=model, custom_hooks=[dict(type="LoopTimer")])
 
 
 def flexgraph_loop(iters: int, work_dir: str) -> tuple[float, float]:
-    cfg = Config(_cfg(work_dir, iters, "BenchMLP"))
-    env = steps.setup_env(cfg, device="cpu")
-    model = steps.init_weights(steps.build_model(cfg, env))
-    hooks = steps.build_hooks(cfg)
-    checkpointer = steps.build_checkpointer(cfg, env)
-    model = steps.wrap_model(env, steps.load_checkpoint(cfg, checkpointer, hooks, model))
-    loaders = steps.build_dataloaders(cfg, env)
-    ow = steps.build_optim_wrapper(cfg, model)
-    schedulers = steps.build_param_schedulers(cfg, ow, loaders["train_dataloader"])
-    state = steps.resume(cfg, model, ow, schedulers, checkpointer, hooks,
-                         loaders["train_dataloader"])
-    steps.train(cfg, env, model, ow, schedulers, loaders["train_dataloader"], None,
-                checkpointer, hooks, state)
+    """What ``flexgraph run`` does with the config, minus the CLI's printing."""
+    cfg = Config(_cfg(work_dir, iters, "TinyMLP"))
+    # device="cpu": the hand loop trains on the CPU, so flexgraph must too even
+    # where CUDA is available (the strategy's default).
+    plan = make_plan(standard_graph(cfg), get_strategy("single", device="cpu"))
+    Executor().run(plan, {"cfg": cfg})
     return LoopTimer.seconds
 
 
 def mmengine_loop(iters: int, work_dir: str, run: int) -> tuple[float, float]:
     from mmengine.runner import Runner
 
-    cfg = _cfg(work_dir, iters, "BenchBaseModel")
+    cfg = _cfg(work_dir, iters, "TinyBaseModel")
     # MMEngine's BaseModel data path: its own default_collate stacks the tensors.
     cfg["train_dataloader"]["collate_fn"] = dict(type="default_collate")
     Runner(**cfg, experiment_name=f"bench_{run}").train()
@@ -190,7 +144,7 @@ def mmengine_loop(iters: int, work_dir: str, run: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--skip-mmengine", action="store_true",
                         help="compare flexgraph with the hand-written loop only (faster "
                              "alternation, so less exposed to drifts of machine speed)")
@@ -228,17 +182,15 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for name in loops:
         print(f"{name:>10}: median wall {statistics.median(wall[name]):.4f} ms/iter, "
-              f"median CPU {statistics.median(cpu[name]):.4f} ms/iter  "
-              f"(wall runs: {', '.join(f'{t:.3f}' for t in wall[name])})")
-    for name in loops:
-        if name == "hand":
-            continue
+              f"median CPU {statistics.median(cpu[name]):.4f} ms/iter")
+        print(f"{'':>10}  wall runs: {' '.join(f'{t:.3f}' for t in wall[name])}")
+    if mmengine_error:
+        print(f"mmengine Runner could not run here: {mmengine_error}"[:100])
+    for name in sorted((n for n in loops if n != "hand"), key="flexgraph".__eq__):  # it last
         paired = [a / b for a, b in zip(cpu[name], cpu["hand"], strict=True)]
         print(f"ratio {name}/hand: wall {_ratio(wall, name)}, CPU {_ratio(cpu, name)}, "
               f"median of paired CPU ratios {statistics.median(paired):.3f}"
               + ("  (goal <= 1.03)" if name == "flexgraph" else ""))
-    if mmengine_error:
-        print(f"mmengine Runner could not run here: {mmengine_error}")
 
 
 def _ratio(times: dict[str, list[float]], name: str) -> str:

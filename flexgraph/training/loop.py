@@ -135,6 +135,7 @@ class TrainLoop:
                 runner.iter = it
                 hooks.call("after_train_epoch")
             out.log(it, epoch, batch_idx)
+            out.tick(it)  # the bar ends at the last iteration, not at the last ~0.1 s tick
             if self.checkpointer is not None and self.checkpointer.save_last and (
                 self._saved_at != it
             ):

@@ -34,6 +34,7 @@ class TinyData(torch.utils.data.Dataset):
         g = torch.Generator().manual_seed(0)
         self.x = torch.randn(n, FEATURES, generator=g)
         self.y = torch.randint(0, CLASSES, (n,), generator=g)
+        self.metainfo: dict[str, Any] = {}  # MMEngine's loops warn when it is missing
 
     def __len__(self) -> int:
         return len(self.y)

@@ -31,10 +31,12 @@ the machine's speed; it is the number the goal (<= 1.03) is about. Run::
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -53,7 +55,7 @@ from _tiny import BATCH, TinyData, TinyMLP  # noqa: E402
 from flexgraph import Executor, get_strategy, make_plan  # noqa: E402
 from flexgraph.training import standard_graph  # noqa: E402
 
-REPEATS = 21
+REPEATS = 17
 
 MODELS.register_module(module=TinyMLP, force=True)
 DATASETS.register_module(module=TinyData, force=True)
@@ -173,6 +175,7 @@ def main() -> None:
         for run in range(args.repeats):
             order = list(loops) if run % 2 == 0 else list(reversed(loops))  # alternate
             for name in order:
+                gc.collect()  # the previous loop's garbage is not this loop's to collect
                 seconds_wall, seconds_cpu = loops[name](run, f"{tmp}/{name}_{run}")
                 wall[name].append(seconds_wall / args.iters * 1e3)
                 cpu[name].append(seconds_cpu / args.iters * 1e3)
@@ -183,7 +186,8 @@ def main() -> None:
     for name in loops:
         print(f"{name:>10}: median wall {statistics.median(wall[name]):.4f} ms/iter, "
               f"median CPU {statistics.median(cpu[name]):.4f} ms/iter")
-        print(f"{'':>10}  wall runs: {' '.join(f'{t:.3f}' for t in wall[name])}")
+        print(textwrap.fill(" ".join(f"{t:.3f}" for t in wall[name]), width=100,
+                            initial_indent=f"{'':>12}wall runs: ", subsequent_indent=" " * 23))
     if mmengine_error:
         print(f"mmengine Runner could not run here: {mmengine_error}"[:100])
     for name in sorted((n for n in loops if n != "hand"), key="flexgraph".__eq__):  # it last

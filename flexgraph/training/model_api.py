@@ -109,8 +109,8 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
     Raises
     ------
     NoLossError
-        A tensor that does not require grad (while training), a dict with no key
-        containing ``'loss'``, or any other kind of output.
+        A tensor that is not a scalar or does not require grad (while training),
+        a dict with no key containing ``'loss'``, or any other kind of output.
     """
     if isinstance(output, torch.Tensor):
         if training and not output.requires_grad:
@@ -119,7 +119,13 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
                 f"there is nothing to back-propagate; return the loss computed from "
                 f"the model's outputs (not a detached value or a metric)"
             )
-        loss = output if output.ndim == 0 else output.mean()
+        if output.numel() != 1:
+            raise NoLossError(
+                f"model {_name(model)} returned a tensor of shape {tuple(output.shape)} "
+                f"from forward(), not a scalar loss; reduce it to the loss to minimise "
+                f"(e.g. F.cross_entropy(logits, y)) or return a dict of losses"
+            )
+        loss = output.reshape(())
         return loss, loss.detach()
     if isinstance(output, Mapping):
         logged = {k: v.mean() for k, v in output.items() if isinstance(v, torch.Tensor)}

@@ -56,6 +56,20 @@ def test_plain_model_returning_a_detached_tensor_has_no_loss(make_cfg):
         run_steps(make_cfg(model=dict(type="DetachedLoss")))
 
 
+def test_plain_model_returning_logits_has_no_loss(make_cfg):
+    @MODELS.register_module(force=True)
+    class ReturnsLogits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 3)
+
+        def forward(self, x, y):
+            return self.lin(x)  # forgot the loss: minimising mean logits would "train"
+
+    with pytest.raises(NoLossError, match=r"tensor of shape \(\d+, 3\).*not a scalar loss"):
+        run_steps(make_cfg(model=dict(type="ReturnsLogits")))
+
+
 def test_base_model_without_loss_key_fails_clearly(make_cfg):
     @MODELS.register_module(force=True)
     class MetricsOnly(BaseModel):

@@ -114,7 +114,7 @@ def _launch(args: argparse.Namespace, strategy: Strategy | None) -> int:
     try:
         elastic_run(get_args_parser().parse_args(argv))
     except ChildFailedError as exc:
-        failures = "; ".join(f"rank {f.rank}: exit {f.exitcode}" for f in exc.failures.values())
+        failures = "; ".join(f"rank {r}: exit {f.exitcode}" for r, f in exc.failures.items())
         print(f"error: training processes failed ({failures})", file=sys.stderr)
         return 1
     return 0

@@ -52,15 +52,42 @@ KILLER = textwrap.dedent(
                     f.flush()
                     os.kill(os.getpid(), signal.SIGKILL)
                 torch.save = half_then_die
+
+
+    POINTS = [
+        "before_run", "after_run", "before_train", "after_train", "before_train_epoch",
+        "after_train_epoch", "before_train_iter", "after_train_iter", "before_val",
+        "after_val", "before_val_epoch", "after_val_epoch", "before_val_iter",
+        "after_val_iter", "before_save_checkpoint", "after_load_checkpoint",
+    ]
+
+
+    @HOOKS.register_module(force=True)
+    class Record(Hook):
+        """Appends every hook point it sees to work_dir/hooks-rank<R>.txt."""
+
+
+    def _recorder(point):
+        def record(self, runner, *args, **kwargs):
+            os.makedirs(runner.work_dir, exist_ok=True)
+            with open(os.path.join(runner.work_dir, f"hooks-rank{runner.rank}.txt"), "a") as f:
+                f.write(point + "\\n")
+        return record
+
+
+    for _point in POINTS:
+        setattr(Record, _point, _recorder(_point))
     '''
 )
 
 
-def write_config(folder: Path, **killer) -> Path:
+def write_config(folder: Path, record: bool = False, **killer) -> Path:
     """A 3-epoch quickstart that checkpoints every 20 iterations (mid-epoch)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "killer.py").write_text(KILLER)
-    hooks = f"[dict(type='KillAt', **{killer!r})]" if killer else "[]"
+    hooks = [f"dict(type='KillAt', **{killer!r})"] if killer else []
+    hooks += ["dict(type='Record')"] if record else []
+    hooks = "[" + ", ".join(hooks) + "]"
     config = folder / "cfg.py"
     config.write_text(
         textwrap.dedent(
@@ -155,6 +182,44 @@ def test_quickstart_with_two_processes_writes_metrics_once(tmp_path):
     train = [x for x in lines if x.get("mode", "train") == "train"]
     assert [x["iter"] for x in train] == sorted({x["iter"] for x in train}), "one writer"
     assert max(x["iter"] for x in train) == 3 * 23
+
+
+def hook_trace(path: Path) -> list[str]:
+    """The hook points in order; each run of train (or val) iterations becomes one entry.
+
+    The iteration count differs between one process and two; the structure must not.
+    """
+    trace: list[str] = []
+    for point in path.read_text().split():
+        if point.endswith("_iter"):
+            point = point.split("_", 1)[1] + "s*"  # before_train_iter -> train_iters*
+        if not (point.endswith("*") and trace and trace[-1] == point):
+            trace.append(point)
+    return trace
+
+
+def test_every_hook_point_fires_in_the_same_order_under_single_and_ddp(tmp_path):
+    config = write_config(tmp_path / "cfg", record=True)
+    traces = {}
+    per_epoch = ["default_hooks.checkpoint.by_epoch=True", "default_hooks.checkpoint.interval=1"]
+    for name, launch in (("single", []), ("ddp", ["--nproc-per-node", "2"])):
+        for run in ("first", "resumed"):
+            extra = ["--resume", "auto"] if run == "resumed" else []
+            epochs = ["train_cfg.max_epochs=4"] if run == "resumed" else []
+            done = flexgraph_run(
+                str(config), "--work-dir", name, *launch, *extra,
+                "--cfg-options", *per_epoch, *epochs, cwd=tmp_path,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+    for name, ranks in (("single", [0]), ("ddp", [0, 1])):
+        for rank in ranks:
+            traces[name, rank] = hook_trace(tmp_path / name / f"hooks-rank{rank}.txt")
+    assert traces["single", 0] == traces["ddp", 0] == traces["ddp", 1]
+    trace = traces["single", 0]
+    assert trace[:3] == ["before_run", "before_train", "before_train_epoch"]
+    assert "before_save_checkpoint" in trace and "after_load_checkpoint" in trace
+    assert trace.count("before_run") == trace.count("after_run") == 2
+    assert trace.index("after_load_checkpoint") > trace.index("after_run")  # the resumed run
 
 
 def test_a_bad_config_exits_2_before_anything_is_written(tmp_path):

@@ -26,12 +26,7 @@ count_words = flexgraph.step(ts.count_words, provides="counts")
 top_words = flexgraph.step(ts.top_words, provides="top", params={"n": 3})
 report = flexgraph.step(ts.report, provides="summary")
 strip_punctuation = flexgraph.step(ts.strip_punctuation, updates="tokens", after="lowercase")
-
-
-@flexgraph.step(updates="tokens")
-def fold_accents(tokens: list[str]) -> list[str]:
-    """Fold accented letters to plain ones."""
-    return ts.fold_accents(tokens)
+fold_accents = flexgraph.step(ts.fold_accents, updates="tokens")  # the strategy inserts it
 
 
 # Declared together, the three updaters of ``tokens`` chain in list order

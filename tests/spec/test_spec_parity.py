@@ -55,6 +55,15 @@ def test_the_three_front_ends_plan_identically(specs: dict[str, Spec]) -> None:
         assert plans[name] == yaml_plan, name
 
 
+def test_the_three_front_ends_give_byte_identical_plan_json(specs: dict[str, Spec]) -> None:
+    """Functions, params and edges included: the JSON view is the whole plan."""
+    from flexgraph.render import plan_json
+
+    texts = {name: plan_json(spec.plan()) for name, spec in specs.items()}
+    assert texts["textstats_pipeline.py"] == texts["textstats.yaml"]
+    assert texts["textstats_cfg.py"] == texts["textstats.yaml"]
+
+
 @pytest.mark.parametrize("chosen", ["lowercase_first", {"type": "lowercase_first"}])
 def test_they_agree_when_the_caller_picks_the_strategy(
     specs: dict[str, Spec], chosen: object

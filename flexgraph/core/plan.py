@@ -66,6 +66,8 @@ class AppliedRewrite:
     description: str
     kind: str
     touched: Mapping[str, str]
+    consumed: Mapping[str, str | None] = attrs.field(factory=dict)
+    """Steps this rewrite took out of the graph -> the step in their place (None if removed)."""
 
 
 def _order(graph: Graph, dag: nx.DiGraph) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
@@ -134,6 +136,12 @@ def _shape(graph: Graph) -> tuple[object, ...]:
     return graph.inputs, tuple(graph.chains.items()), interfaces
 
 
+def _consumed(before: Graph, after: Graph, touched: Mapping[str, str]) -> dict[str, str | None]:
+    """Steps of ``before`` that ``after`` lacks, each with the step that took its place."""
+    into = next((n for n, a in touched.items() if a in ("replaced", "fused")), None)
+    return {n: into for n in before.names if n not in after}
+
+
 def make_plan(graph: Graph, strategy: Strategy | None = None) -> Plan:
     """Validate ``graph``, apply ``strategy`` rewrite by rewrite, and order it.
 
@@ -149,6 +157,7 @@ def make_plan(graph: Graph, strategy: Strategy | None = None) -> Plan:
     history: dict[str, list[Origin]] = {}
     current, shape = graph, _shape(graph)
     for index, rewrite in enumerate(strategy.rewrites if strategy else ()):
+        before = current
         try:
             current, touched = rewrite.apply(current)
             previous, shape = shape, _shape(current)
@@ -166,6 +175,7 @@ def make_plan(graph: Graph, strategy: Strategy | None = None) -> Plan:
                 description=rewrite.describe(),
                 kind=type(rewrite).__name__.lower(),
                 touched=MappingProxyType(dict(touched)),
+                consumed=MappingProxyType(_consumed(before, current, touched)),
             )
         )
         for name, action in touched.items():

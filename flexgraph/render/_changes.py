@@ -88,26 +88,13 @@ class Gone:
         return f"{self.action} by {rewrite_label(self.rewrite)}: {self.rewrite.description}"
 
 
-_REPLACE = re.compile(r"^replace (?P<old>\w+) with ")
-_FUSE = re.compile(r"^fuse (?P<names>\w+(?:, \w+)+) into (?P<into>\w+)$")
+_ACTION_OF_KIND = {"remove": "removed", "replace": "replaced", "fuse": "fused"}
 
 
 def _consumed(applied: AppliedRewrite) -> list[tuple[str, str, str | None]]:
     """``(name, action, into)`` for each step ``applied`` took out of the graph."""
-    out: list[tuple[str, str, str | None]] = []
-    if applied.kind == "remove":
-        out += [(n, "removed", None) for n, a in applied.touched.items() if a == "removed"]
-    elif applied.kind == "replace":
-        match = _REPLACE.match(applied.description)
-        new = next(iter(applied.touched), None)
-        if match and new is not None and match["old"] != new:
-            out.append((match["old"], "replaced", new))
-    elif applied.kind == "fuse":
-        match = _FUSE.match(applied.description)
-        if match:
-            into = match["into"]
-            out += [(n, "fused", into) for n in match["names"].split(", ") if n != into]
-    return out
+    action = _ACTION_OF_KIND.get(applied.kind, "removed")
+    return [(name, action, into) for name, into in applied.consumed.items()]
 
 
 def gone_steps(plan: Plan) -> dict[str, Gone]:

@@ -32,7 +32,9 @@ Schema ``flexgraph.plan/1``::
           "strategy": "ddp",
           "kind": "replace",            # insert|remove|replace|move|fuse|configure
           "description": "replace wrap_model with (...)",
-          "touched": {"wrap_model": "replaced"}   # step -> action
+          "touched": {"wrap_model": "replaced"},  # step -> action
+          "consumed": {}                # steps taken out -> the step in their place
+                                        # (null for a removal)
         }
       ],
       "stages": [["setup_env"], ["build_model"]],  # topological generations
@@ -135,6 +137,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "kind": applied.kind,
                 "description": applied.description,
                 "touched": dict(applied.touched),
+                "consumed": dict(applied.consumed),
             }
             for applied in plan.rewrites
         ],

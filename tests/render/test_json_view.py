@@ -17,7 +17,7 @@ STEP_KEYS = [
     "name", "fn", "requires", "provides", "updates", "after", "before", "params", "stage",
     "origin",
 ]
-REWRITE_KEYS = ["index", "strategy", "kind", "description", "touched"]
+REWRITE_KEYS = ["index", "strategy", "kind", "description", "touched", "consumed"]
 
 
 def test_top_level_keys_in_schema_order(plan):
@@ -67,6 +67,10 @@ def test_rewrites_in_order_with_what_they_touched(plan):
     ]
     assert [r["index"] for r in rewrites] == list(range(6))
     assert rewrites[5]["touched"] == {"resume": "removed"}
+    assert rewrites[5]["consumed"] == {"resume": None}
+    assert rewrites[3]["consumed"] == {
+        "build_optim_wrapper": "build_optim", "build_param_schedulers": "build_optim",
+    }
     assert rewrites[3]["description"] == (
         "fuse build_optim_wrapper, build_param_schedulers into build_optim"
     )

@@ -42,14 +42,24 @@ def _step(name: str, doc: str, **fields: Any) -> Step:
     return Step(name=name, fn=f"{STEPS}:{name}", doc=doc, **fields)
 
 
-def standard_graph(cfg: Mapping[str, Any] | None = None) -> Graph:
+ENTRIES = ("train", "val", "test")
+
+
+def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -> Graph:
     """The training graph for ``cfg`` (``compile=True`` in it adds ``compile``).
+
+    ``entry`` picks the last step: ``train`` (the loop), or ``val`` / ``test``
+    (one evaluation pass), whose graphs keep only the steps those need.
 
     Examples
     --------
     >>> standard_graph().names[:3]
     ('setup_env', 'build_model', 'init_weights')
+    >>> standard_graph(entry="val").names[-1]
+    'val'
     """
+    if entry not in ENTRIES:
+        raise ValueError(f"entry must be one of {ENTRIES}, not {entry!r}")
     cfg = cfg or {}
     steps = [
         _step("setup_env", "seed, pick the device", requires="cfg", provides="env"),
@@ -68,7 +78,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None) -> Graph:
             requires=("cfg", "checkpointer", "hooks"),
             updates="model",
         ),
-        _step("wrap_model", "place the model for the strategy", requires="env", updates="model"),
+        _step("wrap_model", "move the model to its device", requires="env", updates="model"),
     ]
     if cfg.get("compile"):
         options = cfg["compile"] if isinstance(cfg["compile"], Mapping) else {}
@@ -108,6 +118,16 @@ def standard_graph(cfg: Mapping[str, Any] | None = None) -> Graph:
             ),
             provides="loop_state",
         ),
-        _step("train", "the training loop", requires=LOOP_INPUTS, provides="train_result"),
     ]
-    return Graph.of(steps, inputs=["cfg"])
+    if entry == "train":
+        steps.append(
+            _step("train", "the training loop", requires=LOOP_INPUTS, provides="train_result")
+        )
+        return Graph.of(steps, inputs=["cfg"])
+    evaluate = _step(
+        entry,
+        f"one {entry} pass",
+        requires=("cfg", "env", "model", f"{entry}_dataloader", "hooks"),
+        provides=f"{entry}_result",
+    )
+    return Graph.of([*steps, evaluate], inputs=["cfg"]).upstream(entry)

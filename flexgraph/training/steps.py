@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from mmengine.registry import MODELS
 from torch import nn
 
@@ -39,7 +38,6 @@ from flexgraph.training.evaluate import build_evaluator, run_evaluation
 from flexgraph.training.hooks import Hooks
 from flexgraph.training.hooks import build_hooks as _build_hooks
 from flexgraph.training.loop import TrainLoop
-from flexgraph.training.model_api import unwrap_model, uses_step_api
 from flexgraph.training.output import TrainOutput
 from flexgraph.training.resume import load_weights, resume_training
 from flexgraph.training.state import LoopState
@@ -106,24 +104,12 @@ def load_checkpoint(cfg: Any, checkpointer: Checkpointer, hooks: Hooks,
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:
-    """Move the model to ``env.device``; wrap it for data parallelism when distributed.
+    """Move the model to ``env.device``: the whole of wrapping for one device.
 
-    With a process group of more than one rank, step-API models get MMEngine's
-    ``MMDistributedDataParallel`` (which keeps ``train_step``) and plain models
-    torch's ``DistributedDataParallel``. Alone, nothing is wrapped.
+    Distributed strategies replace this step with their own wrapper (DDP's is
+    ``flexgraph.strategies.ddp:wrap_ddp``); no step here looks at the world size.
     """
-    model = model.to(env.device)
-    dist = torch.distributed
-    if not (env.world_size > 1 and dist.is_available() and dist.is_initialized()):
-        return model
-    if unwrap_model(model) is not model:
-        return model  # already wrapped by someone who knew better
-    device_ids = [env.local_rank] if env.device.startswith("cuda") else None
-    if uses_step_api(model):
-        from mmengine.model import MMDistributedDataParallel
-
-        return MMDistributedDataParallel(module=model, device_ids=device_ids)
-    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+    return model.to(env.device)
 
 
 def compile(  # noqa: A001 (the public step name; shadows the builtin in this module only)

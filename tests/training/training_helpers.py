@@ -1,16 +1,15 @@
 """Shared pieces for the training-runtime tests: toy components and a step runner.
 
-The tests call the step functions directly, in the standard graph's order, over
-a dict of artifacts (:func:`run_steps`), so they test the runtime without the
-engine. Toy components are registered in MMEngine's registries (``force=True``:
-re-registering on re-import is fine) and are tiny, so the whole folder runs in
-well under a minute on two cores.
+The tests plan the standard graph (or the part of it up to one step) and run
+it with the engine (:func:`run_steps`), so each test exercises the steps the
+way ``flexgraph run`` wires them. Toy components are registered in MMEngine's
+registries (``force=True``: re-registering on re-import is fine) and are tiny,
+so the whole folder runs in well under a minute on two cores.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,8 @@ from mmengine.hooks import Hook
 from mmengine.registry import DATASETS, HOOKS, MODELS
 from torch import nn
 
-from flexgraph.training import steps
+from flexgraph import Configure, Executor, StepFailedError, Strategy, get_strategy, make_plan
+from flexgraph.training.graph import ENTRIES, standard_graph
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -30,59 +30,31 @@ EXAMPLES = REPO / "examples"
 # oversubscription, which otherwise makes tiny models 10-50x slower.
 torch.set_num_threads(1)
 
-#: The standard graph's steps in base order: (name, outputs). Inputs are the
-#: function's positional-or-keyword parameters; keyword-only ones are params.
-STEP_ORDER = (
-    ("setup_env", ("env",)),
-    ("build_model", ("model",)),
-    ("init_weights", ("model",)),
-    ("build_hooks", ("hooks",)),
-    ("build_checkpointer", ("checkpointer",)),
-    ("load_checkpoint", ("model",)),
-    ("wrap_model", ("model",)),
-    ("compile", ("model",)),  # optional
-    ("build_dataloaders", ("train_dataloader", "val_dataloader", "test_dataloader")),
-    ("build_optim_wrapper", ("optim_wrapper",)),
-    ("build_param_schedulers", ("param_schedulers",)),
-    ("resume", ("loop_state",)),
-    ("train", ("train_result",)),
-)
-OPTIONAL = {"compile"}
-EVAL_LAST = ("setup_env", "build_model", "init_weights", "build_hooks", "build_checkpointer",
-             "load_checkpoint", "wrap_model", "build_dataloaders")
-
 
 def run_steps(cfg: Any, *, last: str = "train", include: tuple[str, ...] = (),
-              env: Any = None, **params: dict[str, Any]) -> dict[str, Any]:
-    """Run the standard steps in graph order up to ``last``; return the artifacts.
+              env: Any = None, strategy: str | None = None,
+              **params: dict[str, Any]) -> dict[str, Any]:
+    """Plan the standard graph up to ``last`` and run it; return the artifacts.
 
-    ``last='val'`` / ``'test'`` runs the evaluation-only graph; ``include`` adds
-    optional steps (``'compile'``); a given ``env`` replaces ``setup_env`` (as a
-    distributed strategy's process setup does). ``params`` binds step parameters
-    by step name, e.g. ``setup_env={'device': 'cpu'}``.
+    ``last='val'`` / ``'test'`` uses that entry point's graph; ``include`` adds
+    optional steps (``'compile'``); a given ``env`` stands in for ``setup_env``
+    (an input instead of a step); ``strategy`` names one from the registry;
+    ``params`` binds step parameters by step name, e.g.
+    ``setup_env={'device': 'cpu'}``. A step's own error is re-raised as is.
     """
-    outputs_of = dict(STEP_ORDER)
-    outputs_of.update(val=("val_result",), test=("test_result",))
-    if last in ("val", "test"):
-        order = [*EVAL_LAST, last]
-    else:
-        order = [name for name, _ in STEP_ORDER if name not in OPTIONAL or name in include]
-        order = order[: order.index(last) + 1]
-    ctx: dict[str, Any] = {"cfg": cfg}
+    entry = last if last in ENTRIES else "train"
+    graph = standard_graph({name: True for name in include}, entry=entry).upstream(last)
+    context = {"cfg": cfg}
     if env is not None:
-        ctx["env"] = env
-        order.remove("setup_env")
-    for name in order:
-        fn = getattr(steps, name)
-        signature = inspect.signature(fn).parameters
-        kwargs = {n: ctx[n] for n, p in signature.items() if p.kind is not p.KEYWORD_ONLY}
-        result = fn(**kwargs, **params.get(name, {}))
-        outputs = outputs_of[name]
-        if len(outputs) == 1:
-            ctx[outputs[0]] = result
-        else:
-            ctx.update(result)
-    return ctx
+        graph = graph.remove("setup_env").with_inputs("env")
+        context["env"] = env
+    base = get_strategy(strategy) if strategy else Strategy("tests")
+    configured = base.then(*(Configure(name, p) for name, p in params.items()))
+    try:
+        return Executor().run(make_plan(graph, configured), context).context
+    except StepFailedError as exc:
+        raise exc.__cause__ from None
+
 
 
 # -- toy components ---------------------------------------------------------------
@@ -214,17 +186,16 @@ def ddp_worker(rank: int, world_size: int, port: int, work_dir: str, out_dir: st
 
     import torch.distributed as dist
 
-    from flexgraph.training.env import make_env
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     torch.set_num_threads(1)
     try:
         cfg = toy_cfg(Path(work_dir), randomness=dict(seed=7, diff_rank_seed=True),
                       default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=1)))
-        env = make_env(cfg, device="cpu", rank=rank, world_size=world_size, local_rank=rank)
-        ctx = run_steps(cfg, env=env)
-        resumed = run_steps(toy_cfg(Path(work_dir), resume=True), env=env, last="resume")
+        ctx = run_steps(cfg, strategy="ddp", setup_env={"device": "cpu"})
+        resumed = run_steps(toy_cfg(Path(work_dir), resume=True), strategy="ddp",
+                            last="resume", setup_env={"device": "cpu"})
         torch.save({"model": {k: v.clone() for k, v in ctx["model"].module.state_dict().items()},
                     "wrapped": type(ctx["model"]).__name__,
                     "result": ctx["train_result"],

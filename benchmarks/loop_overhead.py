@@ -11,8 +11,8 @@ number of iterations, in one process, alternating, several repeats:
   ``make_plan(standard_graph(cfg), get_strategy("single", device="cpu"))`` and
   ``Executor().run(plan, {"cfg": cfg})`` (logging every 50 iterations,
   metrics.jsonl, TensorBoard: all on);
-* ``mmengine``: MMEngine's own ``Runner`` with its default hooks, when it can
-  run here.
+* ``mmengine``: MMEngine's ``FlexibleRunner`` (single device) with its default
+  hooks, when it can run here.
 
 Only the iteration loop is timed: for the runners, from ``before_train`` to
 ``after_train`` (a hook records both; it overrides no per-iteration point), so
@@ -63,7 +63,7 @@ DATASETS.register_module(module=TinyData, force=True)
 
 @MODELS.register_module(force=True)
 class TinyBaseModel(BaseModel):
-    """The same MLP behind MMEngine's BaseModel contract, for MMEngine's Runner."""
+    """The same MLP behind MMEngine's BaseModel contract, for MMEngine's runner."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -134,12 +134,14 @@ def flexgraph_loop(iters: int, work_dir: str) -> tuple[float, float]:
 
 
 def mmengine_loop(iters: int, work_dir: str, run: int) -> tuple[float, float]:
-    from mmengine.runner import Runner
+    """MMEngine's FlexibleRunner (the runner flexgraph succeeds), single device."""
+    from mmengine.runner import FlexibleRunner
 
     cfg = _cfg(work_dir, iters, "TinyBaseModel")
     # MMEngine's BaseModel data path: its own default_collate stacks the tensors.
     cfg["train_dataloader"]["collate_fn"] = dict(type="default_collate")
-    Runner(**cfg, experiment_name=f"bench_{run}").train()
+    FlexibleRunner(**cfg, strategy=dict(type="SingleDeviceStrategy"),
+                   experiment_name=f"bench_{run}").train()
     return LoopTimer.seconds
 
 
@@ -189,7 +191,7 @@ def main() -> None:
         print(textwrap.fill(" ".join(f"{t:.3f}" for t in wall[name]), width=100,
                             initial_indent=f"{'':>12}wall runs: ", subsequent_indent=" " * 23))
     if mmengine_error:
-        print(f"mmengine Runner could not run here: {mmengine_error}"[:100])
+        print(f"mmengine FlexibleRunner could not run here: {mmengine_error}"[:100])
     for name in sorted((n for n in loops if n != "hand"), key="flexgraph".__eq__):  # it last
         paired = [a / b for a, b in zip(cpu[name], cpu["hand"], strict=True)]
         print(f"ratio {name}/hand: wall {_ratio(wall, name)}, CPU {_ratio(cpu, name)}, "

@@ -232,9 +232,14 @@ class Move(Rewrite):
 
 @attrs.frozen
 class FusedSteps:
-    """The function of a fused step: runs the member steps in order."""
+    """The function of a fused step: runs the member steps in order.
+
+    Returns what the step contract asks of a step with these ``outputs``: the
+    value itself for one output, a mapping for several.
+    """
 
     members: tuple[Step, ...]
+    outputs: tuple[str, ...]
 
     @property
     def flexgraph_ref(self) -> str:
@@ -244,7 +249,9 @@ class FusedSteps:
         context = dict(artifacts)
         for member in self.members:
             context.update(run_step(member, context))
-        return context
+        if len(self.outputs) == 1:
+            return context[self.outputs[0]]
+        return {a: context[a] for a in self.outputs}
 
 
 def fused_step(name: str, members: Sequence[Step]) -> Step:
@@ -260,16 +267,9 @@ def fused_step(name: str, members: Sequence[Step]) -> Step:
             a for s in members for a in s.requires if a not in provides and a not in updates
         )
     )
-    fn = FusedSteps(tuple(members))
-
-    def outputs_only(**artifacts: Any) -> dict[str, Any]:
-        context = fn(**artifacts)
-        return {a: context[a] for a in provides + updates}
-
-    outputs_only.flexgraph_ref = fn.flexgraph_ref  # type: ignore[attr-defined]
     return Step(
         name=name,
-        fn=outputs_only,
+        fn=FusedSteps(tuple(members), provides + updates),
         requires=requires,
         provides=provides,
         updates=updates,

@@ -20,6 +20,7 @@ from flexgraph import (
     Strategy,
     UnknownStepError,
     make_plan,
+    step,
 )
 
 
@@ -217,3 +218,18 @@ def test_rewrites_never_change_the_graph_they_are_given() -> None:
         rewrite.apply(base)
         assert (base.names, dict(base.chains)) == snapshot
     assert order_after() == make_plan(base).order
+
+
+def test_a_fused_step_with_one_output_returns_that_value():
+    """The composite keeps the step contract: one output is the value, not a mapping."""
+
+    def make(x):
+        return x + 1
+
+    def double(y):
+        return y * 2
+
+    graph = Graph.of([step(make, provides="y"), step(double, updates="y")], inputs=["x"])
+    plan = make_plan(graph, Strategy("s", [Fuse(["make", "double"], into="both")]))
+    assert plan.graph.by_name["both"].outputs == ("y",)
+    assert Executor().run(plan, {"x": 1}).context["y"] == 4

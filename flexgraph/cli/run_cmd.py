@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "single, or ddp with more than one process)")
     parser.add_argument("--cfg-options", nargs="+", default=[], metavar="K=V",
                         help="override config keys, mmengine style (a.b=1 c=[1,2])")
+    parser.add_argument("--entry", choices=("train", "val", "test"), default="train",
+                        help="for a training config: train (default), or one val / test "
+                        "pass (with --load-from to evaluate a checkpoint)")
     parser.add_argument("--dry-run", action="store_true", help="plan and check, run nothing")
     launch = parser.add_argument_group("launch (torch.distributed.run)")
     launch.add_argument("--nproc-per-node", type=int, default=1, help="processes per node")
@@ -75,7 +78,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
     options = _cfg_options(args)
     if path.suffix == ".py" and options.get("work_dir") is None:
         options.setdefault("work_dir", str(Path("work_dirs") / path.stem))
-    spec = load_spec(path, cfg_options=options or None, default_graph=standard_graph)
+    spec = load_spec(path, cfg_options=options or None,
+                     default_graph=lambda cfg: standard_graph(cfg, entry=args.entry))
     world = _world_size(args)
     chosen = args.strategy or spec.strategy or default_strategy(spec, world)
     strategy = get_strategy(chosen, extra=spec.strategies) if chosen is not None else None
@@ -101,7 +105,7 @@ def _launch(args: argparse.Namespace, strategy: Strategy | None) -> int:
         launch += ["--master-port", str(args.master_port or 29500)]
     else:
         launch += ["--standalone"]
-    child = ["run", args.config]
+    child = ["run", args.config, "--entry", args.entry]
     for flag in ("work_dir", "resume", "load_from"):
         if getattr(args, flag):
             child += [f"--{flag.replace('_', '-')}", getattr(args, flag)]

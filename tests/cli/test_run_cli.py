@@ -238,3 +238,17 @@ def test_single_strategy_refuses_two_processes(tmp_path):
     )
     assert result.returncode == 2
     assert "use --strategy ddp" in result.stderr
+
+
+def test_entry_val_evaluates_a_checkpoint_to_the_accuracy_training_reported(tmp_path):
+    config = write_config(tmp_path / "cfg")
+    trained = flexgraph_run(str(config), "--work-dir", "work", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    reported = trained.stdout.split("'val/accuracy/top1': ")[1].split("}")[0]
+    last = (tmp_path / "work" / "last_checkpoint").read_text().strip()
+    evaluated = flexgraph_run(
+        str(config), "--entry", "val", "--load-from", last, "--work-dir", "eval", cwd=tmp_path
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "resume" not in evaluated.stdout.split("\n")[0], "val plans no optimizer or resume"
+    assert f"val_result: {{'accuracy/top1': {reported}}}" in evaluated.stdout

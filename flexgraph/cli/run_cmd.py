@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph.cli.choice import default_strategy
-from flexgraph.core.strategy import Strategy, get_strategy
+from flexgraph.core.strategy import Strategy
 
 LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port")
 
@@ -81,8 +81,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
     spec = load_spec(path, cfg_options=options or None,
                      default_graph=lambda cfg: standard_graph(cfg, entry=args.entry))
     world = _world_size(args)
-    chosen = args.strategy or spec.strategy or default_strategy(spec, world)
-    strategy = get_strategy(chosen, extra=spec.strategies) if chosen is not None else None
+    strategy = spec.resolve_strategy(args.strategy or default_strategy(spec, world))
     if strategy is not None and strategy.world_size == "one" and world > 1:
         from flexgraph.core.strategy import StrategyOptionError
 

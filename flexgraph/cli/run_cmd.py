@@ -6,20 +6,34 @@ writing files. With ``--nproc-per-node N`` (or ``--nnodes``) this process only
 launches: it hands itself to ``torch.distributed.run`` (elastic launch), which
 starts N copies of ``flexgraph run`` with the usual RANK / WORLD_SIZE variables.
 A copy started by ``torchrun`` directly works the same way.
+
+The launched copies read the same config with the same arguments and the same
+world size, so they plan what the launcher planned; to make that a checked
+fact rather than a hope, the launcher hands them the digest of its plan
+(``FLEXGRAPH_PLAN_DIGEST``) and a copy whose plan differs refuses to run.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from flexgraph.cli.choice import default_strategy
+from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.plan import Plan
 from flexgraph.core.strategy import Strategy
 
 LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port")
+PLAN_DIGEST_VAR = "FLEXGRAPH_PLAN_DIGEST"
+
+
+class PlanMismatchError(FlexgraphError, RuntimeError):
+    """A launched process planned something other than what its launcher printed."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +106,30 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
     return spec, strategy
 
 
-def _launch(args: argparse.Namespace, strategy: Strategy | None) -> int:
+def plan_digest(plan: Plan) -> str:
+    """A digest of everything the plan says (the ``flexgraph plan -f json`` text).
+
+    Object addresses in parameter reprs (``<... at 0x7f...>``) differ between
+    processes without meaning anything, so they are left out.
+    """
+    from flexgraph.render.json_view import plan_json
+
+    text = re.sub(r" at 0x[0-9a-fA-F]+", "", plan_json(plan))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_launched_plan(plan: Plan) -> None:
+    expected = os.environ.get(PLAN_DIGEST_VAR)
+    if expected and plan_digest(plan) != expected:
+        rank = os.environ.get("RANK", "?")
+        raise PlanMismatchError(
+            f"rank {rank} planned differently from its launcher (plan digest "
+            f"{plan_digest(plan)}, launcher's {expected}); the config or the files it "
+            f"imports differ between the launcher and this process"
+        )
+
+
+def _launch(args: argparse.Namespace, plan: Plan) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser
     from torch.distributed.run import run as elastic_run
@@ -104,16 +141,17 @@ def _launch(args: argparse.Namespace, strategy: Strategy | None) -> int:
         launch += ["--master-port", str(args.master_port or 29500)]
     else:
         launch += ["--standalone"]
+    # The user's own arguments, nothing re-derived: each copy resolves the strategy
+    # (with the config's options) exactly as this process did.
     child = ["run", args.config, "--entry", args.entry]
-    for flag in ("work_dir", "resume", "load_from"):
+    for flag in ("work_dir", "resume", "load_from", "strategy"):
         if getattr(args, flag):
             child += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
-    if strategy is not None:
-        child += ["--strategy", strategy.name]
     if args.cfg_options:
         child += ["--cfg-options", *args.cfg_options]
     debug = ["--debug"] if getattr(args, "debug", False) else []
     argv = launch + ["-m", "flexgraph", *debug, *child]
+    os.environ[PLAN_DIGEST_VAR] = plan_digest(plan)
     try:
         elastic_run(get_args_parser().parse_args(argv))
     except ChildFailedError as exc:
@@ -145,12 +183,12 @@ def run_command(args: argparse.Namespace) -> int:
     """Run the config; return the exit status."""
     from flexgraph.cli.console import stdout_console
     from flexgraph.core.executor import Executor
-    from flexgraph.core.plan import make_plan
 
     spec, strategy = _load(args)
-    plan = make_plan(spec.graph, strategy)
+    plan = spec.plan(strategy, targets=() if args.entry == "train" else (args.entry,))
     if _is_launcher(args) and not args.dry_run:
-        return _launch(args, strategy)
+        return _launch(args, plan)
+    _check_launched_plan(plan)
     rank = int(os.environ.get("RANK", 0))
     console = stdout_console()
     console.quiet = rank != 0

@@ -6,6 +6,11 @@ refused with the strategy, the rewrite and the problem named. The result is a
 :class:`Plan`: a deterministic order (ties broken by declaration order), the
 stages (topological generations: steps in one stage do not depend on each
 other), and for every step where it came from.
+
+``targets`` cut the plan down to what those steps need *after* the rewrites,
+so an entry point (``val``, ``test``) keeps whatever the strategy made the
+model depend on (DeepSpeed's ``deepspeed_initialize``, FSDP's ``materialize``)
+without the strategy knowing which entry runs.
 """
 
 from __future__ import annotations
@@ -142,8 +147,13 @@ def _consumed(before: Graph, after: Graph, touched: Mapping[str, str]) -> dict[s
     return {n: into for n in before.names if n not in after}
 
 
-def make_plan(graph: Graph, strategy: Strategy | None = None) -> Plan:
+def make_plan(
+    graph: Graph, strategy: Strategy | None = None, *, targets: tuple[str, ...] = ()
+) -> Plan:
     """Validate ``graph``, apply ``strategy`` rewrite by rewrite, and order it.
+
+    With ``targets``, the rewritten graph is then cut to those steps and
+    everything they depend on (and the base order shown beside it likewise).
 
     Raises
     ------
@@ -181,6 +191,12 @@ def make_plan(graph: Graph, strategy: Strategy | None = None) -> Plan:
         for name, action in touched.items():
             origin = Origin(action, strategy.name, index, rewrite.describe())
             history.setdefault(name, []).append(origin)
+    if targets:
+        current = current.upstream(*targets)
+        known = tuple(t for t in targets if t in graph)  # a rewrite may have made the others
+        if known:
+            needed = graph.upstream(*known)
+            base_order = tuple(n for n in base_order if n in needed)
     dag = base_dag if current is graph else current.digraph()
     order, stages = _order(current, dag)
     edges = tuple(

@@ -76,8 +76,13 @@ class Spec:
                 raise
             raise restate(exc, f"{self.source}: field 'strategy'") from exc
 
-    def plan(self, strategy: StrategyChoice | Strategy = None) -> Plan:
+    def plan(
+        self, strategy: StrategyChoice | Strategy = None, targets: tuple[str, ...] = ()
+    ) -> Plan:
         """Plan the graph under ``strategy`` (see :meth:`resolve_strategy`).
+
+        ``targets`` cut the rewritten graph to what those steps need (an entry
+        point such as ``val``; see :func:`~flexgraph.make_plan`).
 
         Raises
         ------
@@ -93,6 +98,6 @@ class Spec:
         """
         chosen = self.resolve_strategy(strategy)
         try:
-            return make_plan(self.graph, chosen)
+            return make_plan(self.graph, chosen, targets=targets)
         except FlexgraphError as exc:
             raise restate(exc, str(self.source)) from exc

@@ -49,7 +49,9 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     """The training graph for ``cfg`` (``compile=True`` in it adds ``compile``).
 
     ``entry`` picks the last step: ``train`` (the loop), or ``val`` / ``test``
-    (one evaluation pass), whose graphs keep only the steps those need.
+    (one evaluation pass). An evaluation graph still holds every setup step;
+    plan it with ``targets=(entry,)`` to keep only what the pass needs once the
+    strategy has rewritten the graph (see :func:`flexgraph.make_plan`).
 
     Examples
     --------
@@ -130,4 +132,6 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         requires=("cfg", "env", "model", f"{entry}_dataloader", "hooks"),
         provides=f"{entry}_result",
     )
-    return Graph.of([*steps, evaluate], inputs=["cfg"]).upstream(entry)
+    # Not cut here: a strategy rewrites the whole graph first, then the plan keeps
+    # what ``entry`` needs (``make_plan(..., targets=(entry,))``).
+    return Graph.of([*steps, evaluate], inputs=["cfg"])

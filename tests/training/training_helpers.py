@@ -43,7 +43,7 @@ def run_steps(cfg: Any, *, last: str = "train", include: tuple[str, ...] = (),
     ``setup_env={'device': 'cpu'}``. A step's own error is re-raised as is.
     """
     entry = last if last in ENTRIES else "train"
-    graph = standard_graph({name: True for name in include}, entry=entry).upstream(last)
+    graph = standard_graph({name: True for name in include}, entry=entry)
     context = {"cfg": cfg}
     if env is not None:
         graph = graph.remove("setup_env").with_inputs("env")
@@ -51,7 +51,8 @@ def run_steps(cfg: Any, *, last: str = "train", include: tuple[str, ...] = (),
     base = get_strategy(strategy) if strategy else Strategy("tests")
     configured = base.then(*(Configure(name, p) for name, p in params.items()))
     try:
-        return Executor().run(make_plan(graph, configured), context).context
+        plan = make_plan(graph, configured, targets=(last,))
+        return Executor().run(plan, context).context
     except StepFailedError as exc:
         raise exc.__cause__ from None
 

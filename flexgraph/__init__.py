@@ -4,6 +4,7 @@ The public face. Everything users and specs need is re-exported here; the
 modules behind it are private. Importing flexgraph never imports torch.
 """
 
+from flexgraph.core.checks import PlanCheckError, Precedes, Runs
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.executor import Executor, RunResult, StepFailedError, StepRecord
 from flexgraph.core.graph import (
@@ -62,11 +63,14 @@ __all__ = [
     "Move",
     "Origin",
     "Plan",
+    "PlanCheckError",
+    "Precedes",
     "Remove",
     "Replace",
     "Rewrite",
     "RewriteDefinitionError",
     "RunResult",
+    "Runs",
     "Step",
     "StepDefinitionError",
     "StepFailedError",

@@ -12,9 +12,6 @@ Processes are launched by ``torch.distributed.run`` (``flexgraph run
 
 from __future__ import annotations
 
-import datetime
-import os
-import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,7 +44,7 @@ def ddp(
                 "setup_env",
                 Step(
                     "setup_env",
-                    f"{HERE}:setup_process_group",
+                    "flexgraph.training.distributed:setup_process_group",
                     requires="cfg",
                     provides="env",
                     params={"device": device, **dist_cfg},
@@ -69,40 +66,6 @@ def ddp(
         doc="DistributedDataParallel, one process per device",
         world_size="many",
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def setup_process_group(
-    cfg: Any, *, device: str | None = None, backend: str | None = None, timeout: float = 1800
-) -> Any:
-    """Join (or create) the process group from torchrun's environment variables."""
-    import torch
-    import torch.distributed as dist
-
-    from flexgraph.training.env import make_env
-
-    rank = int(os.environ.get("RANK", 0))
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if "MASTER_ADDR" not in os.environ:  # not under torchrun: a world of one
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda":
-        device = f"cuda:{local_rank}"
-        torch.cuda.set_device(local_rank)
-    if not dist.is_initialized():
-        dist.init_process_group(
-            backend or ("nccl" if device.startswith("cuda") else "gloo"),
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout),
-        )
-    return make_env(cfg, device=device, rank=rank, world_size=world_size, local_rank=local_rank)
 
 
 def wrap_ddp(

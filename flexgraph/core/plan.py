@@ -21,6 +21,7 @@ from types import MappingProxyType
 import attrs
 import networkx as nx
 
+from flexgraph.core.checks import verify_checks
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.graph import Edge, Graph
 from flexgraph.core.step import Step
@@ -157,6 +158,8 @@ def make_plan(
 
     Raises
     ------
+    PlanCheckError
+        The rewritten graph breaks one of the strategy's checks.
     FlexgraphError
         The subclass that fits (cycle, missing input, unknown step, ...). When
         a rewrite caused it, the message starts with the strategy and rewrite.
@@ -191,13 +194,16 @@ def make_plan(
         for name, action in touched.items():
             origin = Origin(action, strategy.name, index, rewrite.describe())
             history.setdefault(name, []).append(origin)
+    dag = base_dag if current is graph else current.digraph()
+    if strategy is not None and strategy.checks:
+        verify_checks(strategy.name, strategy.checks, current, dag)
     if targets:
         current = current.upstream(*targets)
+        dag = current.digraph()
         known = tuple(t for t in targets if t in graph)  # a rewrite may have made the others
         if known:
             needed = graph.upstream(*known)
             base_order = tuple(n for n in base_order if n in needed)
-    dag = base_dag if current is graph else current.digraph()
     order, stages = _order(current, dag)
     edges = tuple(
         Edge(u, v, data["reason"]) for u, v, data in dag.edges(data=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from flexgraph.core.checks import Check
 from flexgraph.core.errors import FlexgraphError, did_you_mean
 from flexgraph.core.rewrite import Rewrite
 
@@ -50,15 +51,20 @@ class Strategy:
     world_size : str
         ``"one"`` for strategies that run in a single process, ``"many"`` for
         ones that expect a process group (the CLI uses it to pick a default).
+    checks : tuple of Check
+        Orders and choices the rewrites establish for a reason
+        (:mod:`flexgraph.core.checks`); the plan is refused, with the reason,
+        when the final graph breaks one, even through rewrites appended later.
     """
 
     name: str
     rewrites: tuple[Rewrite, ...] = attrs.field(default=(), converter=tuple)
     doc: str = ""
     world_size: str = attrs.field(default="one", validator=attrs.validators.in_(("one", "many")))
+    checks: tuple[Check, ...] = attrs.field(default=(), converter=tuple)
 
     def then(self, *rewrites: Rewrite) -> Strategy:
-        """Return this strategy with ``rewrites`` appended."""
+        """Return this strategy with ``rewrites`` appended (its checks still apply)."""
         return attrs.evolve(self, rewrites=self.rewrites + rewrites)
 
 

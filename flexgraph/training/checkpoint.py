@@ -1,24 +1,31 @@
-"""Checkpoint files: atomic saves, safe loads, and what a checkpoint holds.
+"""Checkpoints: atomic saves, safe loads, and what a checkpoint holds.
+
+How the model and optimizer state is stored is a :class:`CheckpointIO`'s job
+(:mod:`flexgraph.training.checkpoint_io`: one file, sharded directories, an
+engine's own format). This module keeps what is the same for all of them.
 
 Guarantees, and how they are kept:
 
-* **A crash never damages the last good checkpoint.** A save writes a temporary
-  file in the same directory, flushes and fsyncs it, then ``os.replace``-s it
-  onto its final name (atomic on POSIX) and fsyncs the directory. The
+* **A crash never damages the last good checkpoint.** A save writes under a
+  temporary name in the work_dir (a file, or a directory every rank writes
+  into), fsyncs, and only when every rank is done ``os.replace``-s it onto its
+  final name (atomic on POSIX) and fsyncs the directory. The
   ``last_checkpoint`` pointer is written the same way, after the checkpoint it
   names. Older checkpoints are pruned (``keep_last``) only after both succeed.
 * **Loading never executes code from the file.** Every load is
   ``torch.load(path, weights_only=True, map_location='cpu')``; a file that needs
   more is refused with :class:`UnsafeCheckpointError`, with no unsafe retry.
-* **Resume is exact.** A checkpoint holds the model (unwrapped), the optimizer
-  wrapper, the parameter schedulers (as plain data, see
-  :mod:`flexgraph.training.state`), the loop position (epoch, global iteration,
-  batch index inside the epoch) and the RNG states of *every* rank.
-* **One writer.** Rank 0 writes, every rank reads; with a process group, a
-  barrier follows each save so no rank reads a file that is not there yet.
+* **Resume is exact.** A checkpoint holds the model, the optimizer wrapper,
+  the parameter schedulers (as plain data, see :mod:`flexgraph.training.state`),
+  the loop position (epoch, global iteration, batch index inside the epoch) and
+  the RNG states of *every* rank.
+* **Every rank's state is saved.** A save is a collective: every rank calls
+  it, the IO decides who writes what, and barriers keep any rank from reading
+  a checkpoint before it is complete under its final name.
 
-The file layout is MMEngine's where MMEngine has one (``meta``, ``state_dict``,
-``optimizer``, ``param_schedulers``), so MMEngine tools can read the weights.
+The single-file layout is MMEngine's where MMEngine has one (``meta``,
+``state_dict``, ``optimizer``, ``param_schedulers``), so MMEngine tools can read
+the weights.
 """
 
 from __future__ import annotations
@@ -28,19 +35,20 @@ import datetime
 import os
 import pickle
 import re
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
+from flexgraph.training.checkpoint_io import CheckpointIO, FileCheckpointIO
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     UnsafeCheckpointError,
 )
+from flexgraph.training.materialize import meta_parameters
 from flexgraph.training.model_api import unwrap_model
 from flexgraph.training.state import from_plain, gather_rng_states, to_plain
 
@@ -49,14 +57,13 @@ __all__ = [
     "Checkpointer",
     "apply_weights",
     "atomic_write",
-    "build_checkpoint",
     "load_checkpoint_file",
     "model_weights",
     "restore_schedulers",
 ]
 
 POINTER_NAME = "last_checkpoint"
-_CHECKPOINT_NAME = re.compile(r"^(epoch|iter)_\d+\.pth$")
+_CHECKPOINT_STEM = re.compile(r"^(epoch|iter)_\d+$")
 _TEMP_PREFIX = ".tmp-"
 
 
@@ -139,38 +146,27 @@ def model_weights(model: torch.nn.Module) -> dict[str, Any]:
     return unwrap_model(model).state_dict()
 
 
-def build_checkpoint(*, model: torch.nn.Module, optim_wrapper: Any,
-                     param_schedulers: Sequence[Any], epoch: int, iteration: int,
-                     batch_idx: int, seed: int | None) -> dict[str, Any]:
-    """Everything needed to continue training exactly from this point.
-
-    A collective when a process group exists (RNG states are gathered from all
-    ranks), so every rank calls it; only rank 0 then writes the result.
+def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int,
+                    seed: int | None) -> dict[str, Any]:
+    """The ``meta`` entry: where the loop stands, and what wrote the checkpoint.
 
     ``epoch`` counts completed epochs, ``iteration`` completed iterations, and
     ``batch_idx`` the batches of epoch ``epoch`` already trained on.
     """
-    dist = _dist_ready()
     return {
-        "meta": {
-            "flexgraph_version": _flexgraph_version(),
-            "torch_version": str(torch.__version__),
-            "time": datetime.datetime.now().isoformat(timespec="seconds"),
-            "world_size": torch.distributed.get_world_size() if dist else 1,
-            "epoch": int(epoch),
-            "iter": int(iteration),
-            "batch_idx": int(batch_idx),
-            "seed": seed,
-        },
-        "state_dict": model_weights(model),
-        "optimizer": optim_wrapper.state_dict() if optim_wrapper is not None else None,
-        "param_schedulers": [to_plain(s.state_dict()) for s in param_schedulers],
-        "rng_states": gather_rng_states(),
+        "flexgraph_version": _flexgraph_version(),
+        "torch_version": str(torch.__version__),
+        "time": datetime.datetime.now().isoformat(timespec="seconds"),
+        "world_size": torch.distributed.get_world_size() if _dist_ready() else 1,
+        "epoch": int(epoch),
+        "iter": int(iteration),
+        "batch_idx": int(batch_idx),
+        "seed": seed,
     }
 
 
 def restore_schedulers(param_schedulers: Sequence[Any], states: Sequence[Any]) -> None:
-    """Load plain scheduler states saved by :func:`build_checkpoint`."""
+    """Load plain scheduler states saved by :meth:`Checkpointer.snapshot`."""
     if len(states) != len(param_schedulers):
         raise CheckpointError(
             f"the checkpoint has {len(states)} parameter schedulers but the config "
@@ -207,6 +203,14 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
     """
     weights = {k.removeprefix("module."): v for k, v in _weights_in(checkpoint, path).items()}
     target = unwrap_model(model)
+    unmade = meta_parameters(target)
+    if unmade:
+        raise CheckpointError(
+            f"cannot load {path!r}: {type(target).__name__} has {len(unmade)} parameters on "
+            f"the meta device (e.g. {unmade[0]!r}), which have no storage to load into; a "
+            f"model built with build_model(device='meta') must be materialized (and, when "
+            f"sharded, loaded by its strategy's sharded loader) before weights go in"
+        )
     if not strict and not set(weights) & set(target.state_dict()):
         raise CheckpointError(
             f"none of the {len(weights)} weights in {path!r} match a parameter of "
@@ -223,7 +227,7 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
 
 
 class Checkpointer:
-    """Saves and finds the run's checkpoints in ``work_dir``.
+    """Saves and finds the run's checkpoints in ``work_dir``, through a :class:`CheckpointIO`.
 
     Parameters
     ----------
@@ -233,14 +237,17 @@ class Checkpointer:
     policy:
         When to save and how many to keep (:class:`CheckpointPolicy`).
     rank:
-        Only rank 0 touches the filesystem.
+        Only rank 0 renames, points and prunes; the IO decides who writes.
+    io:
+        The storage format (default: :class:`FileCheckpointIO`, one file).
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], policy: CheckpointPolicy | None = None,
-                 *, rank: int = 0) -> None:
+                 *, rank: int = 0, io: CheckpointIO | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.policy = policy or CheckpointPolicy()
         self.rank = rank
+        self.io = io or FileCheckpointIO()
         self.saved: list[str] = []  # names this run (and the runs it resumed) wrote
 
     # -- when ---------------------------------------------------------------------
@@ -259,67 +266,106 @@ class Checkpointer:
         return self.policy.enabled and self.policy.save_last
 
     # -- write --------------------------------------------------------------------
-    def save(self, checkpoint: dict[str, Any], filename: str) -> Path:
-        """Write ``checkpoint`` as ``work_dir/filename`` atomically, then prune.
+    def snapshot(self, *, model: torch.nn.Module, optim_wrapper: Any,
+                 param_schedulers: Sequence[Any], epoch: int, iteration: int,
+                 batch_idx: int, seed: int | None) -> dict[str, Any]:
+        """Everything needed to continue training exactly from this point.
 
-        ``checkpoint['meta']['saved_checkpoints']`` is updated to include this
-        file, so a resumed run continues pruning the files this run wrote (and
-        never files it did not write).
+        A collective when a process group exists (RNG states are gathered from
+        all ranks, and a sharded IO gathers its state), so every rank calls it.
+        Hooks see the result in ``before_save_checkpoint`` before it is saved.
         """
-        path = self.work_dir / filename
-        saved = [name for name in self.saved if name != filename] + [filename]
+        return {
+            "meta": checkpoint_meta(epoch=epoch, iteration=iteration, batch_idx=batch_idx,
+                                    seed=seed),
+            **self.io.states(model, optim_wrapper),
+            "param_schedulers": [to_plain(s.state_dict()) for s in param_schedulers],
+            "rng_states": gather_rng_states(),
+        }
+
+    def save(self, checkpoint: dict[str, Any], stem: str, *, model: Any = None,
+             optim_wrapper: Any = None) -> Path:
+        """Write ``checkpoint`` as ``work_dir/<stem><io.suffix>`` atomically, then prune.
+
+        A collective: every rank calls it. ``checkpoint['meta']['saved_checkpoints']``
+        is updated to include this checkpoint, so a resumed run continues pruning
+        what this run wrote (and never anything it did not write).
+        """
+        name = stem + self.io.suffix
+        path = self.work_dir / name
+        saved = [n for n in self.saved if n != name] + [name]
         limit = self.policy.keep_last
         doomed = saved[:-limit] if 0 < limit < len(saved) else []
         saved = saved[len(doomed):]
         checkpoint.setdefault("meta", {})["saved_checkpoints"] = list(saved)
+        temp = path.with_name(_TEMP_PREFIX + name)
         if self.rank == 0:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             for stale in self.work_dir.glob(_TEMP_PREFIX + "*"):  # left by a killed save
-                with contextlib.suppress(OSError):
-                    stale.unlink()
-            atomic_write(path, lambda f: torch.save(checkpoint, f))
+                self.io.remove(stale)
+        _barrier()  # nobody writes into a temporary name rank 0 is still sweeping
+        try:
+            self.io.write(checkpoint, temp, model=model, optim_wrapper=optim_wrapper)
+        except BaseException:
+            self.io.remove(temp)
+            raise
+        _barrier()  # every rank's part is on disk
+        if self.rank == 0:
+            if path.is_dir():  # a re-save under the same name; files are replaced atomically
+                self.io.remove(path)
+            os.replace(temp, path)
+            _fsync_dir(self.work_dir)
             pointer = str(path.resolve()).encode()
             atomic_write(self.work_dir / POINTER_NAME, lambda f: f.write(pointer))
             for old in doomed:  # only now that the new checkpoint is safely in place
-                with contextlib.suppress(FileNotFoundError):
-                    (self.work_dir / old).unlink()
+                self.io.remove(self.work_dir / old)
         self.saved = saved
-        if _dist_ready():
-            torch.distributed.barrier()
+        _barrier()  # no rank looks for the checkpoint before it has its final name
         return path
 
     # -- read ---------------------------------------------------------------------
-    def load(self, path: str | os.PathLike[str]) -> Any:
-        """:func:`load_checkpoint_file` (kept as a method so strategies can override)."""
-        return load_checkpoint_file(path)
+    def read(self, path: str | os.PathLike[str], *, model: Any = None,
+             optim_wrapper: Any = None) -> dict[str, Any]:
+        """The checkpoint at ``path`` as its IO reads it (see :meth:`CheckpointIO.read`)."""
+        path = Path(path)
+        if not path.exists():
+            raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
+        return self.io.read(path, model=model, optim_wrapper=optim_wrapper)
+
+    def apply(self, checkpoint: dict[str, Any], path: str | os.PathLike[str], *,
+              model: torch.nn.Module, optim_wrapper: Any, strict: bool = True) -> None:
+        """Put a read checkpoint's model and optimizer state into place."""
+        self.io.apply(checkpoint, Path(path), model=model, optim_wrapper=optim_wrapper,
+                      strict=strict)
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint in ``work_dir``, or ``None``.
 
-        The ``last_checkpoint`` pointer wins when it names a complete file;
-        otherwise (pointer missing, or the file it names was removed) the newest
-        ``epoch_*.pth`` / ``iter_*.pth`` that is a complete zip archive is used.
+        The ``last_checkpoint`` pointer wins when it names a complete checkpoint;
+        otherwise (pointer missing, or what it names was removed) the newest
+        ``epoch_*`` / ``iter_*`` checkpoint of this IO's kind that is complete.
         """
         pointer = self.work_dir / POINTER_NAME
         if pointer.is_file():
             named = Path(pointer.read_text().strip())
             for candidate in (named, self.work_dir / named.name):
-                if _is_complete(candidate):
+                if candidate.name.endswith(self.io.suffix) and self.io.is_complete(candidate):
                     return candidate
         if not self.work_dir.is_dir():
             return None
-        found = [p for p in self.work_dir.iterdir() if _CHECKPOINT_NAME.match(p.name)]
+        found = [p for p in self.work_dir.iterdir() if p.name.endswith(self.io.suffix)
+                 and _CHECKPOINT_STEM.match(p.name.removesuffix(self.io.suffix))]
         for candidate in sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True):
-            if _is_complete(candidate):
+            if self.io.is_complete(candidate):
                 return candidate
         return None
 
     def restore_saved(self, checkpoint: Mapping[str, Any]) -> None:
-        """Continue ``keep_last`` pruning with the files the resumed run wrote."""
+        """Continue ``keep_last`` pruning with the checkpoints the resumed run wrote."""
         names = checkpoint.get("meta", {}).get("saved_checkpoints", [])
-        self.saved = [n for n in names if (self.work_dir / n).is_file()]
+        self.saved = [n for n in names if (self.work_dir / n).exists()]
 
 
-def _is_complete(path: Path) -> bool:
-    """A torch.save file is a zip archive: a truncated one has no central directory."""
-    return path.is_file() and zipfile.is_zipfile(path)
+def _barrier() -> None:
+    if _dist_ready():
+        torch.distributed.barrier()

@@ -4,11 +4,17 @@ Declared order (ties in a plan follow it):
 
     setup_env -> build_model -> init_weights -> [build_hooks, build_checkpointer]
       -> load_checkpoint -> wrap_model -> [compile] -> build_dataloaders
-      -> build_optim_wrapper -> build_param_schedulers -> resume -> train
+      -> build_optim_wrapper -> build_param_schedulers -> build_train_step
+      -> resume -> train
 
 ``init_weights``, ``load_checkpoint``, ``wrap_model`` (and ``compile``) all
 update ``model``; that chain is what strategies rearrange. Everything that reads
 the model (the optimizer, resume, the loop) runs after the whole chain.
+
+The seams strategies use instead of branching: ``build_model`` takes a device
+(``'meta'`` included) and an init context; ``build_checkpointer`` takes the
+checkpoint IO; ``build_train_step`` makes the function the loop calls every
+iteration, so an engine that owns backward and step replaces that one step.
 
 Functions are referenced as ``"module:attr"`` text, so planning this graph does
 not import torch.
@@ -28,6 +34,7 @@ LOOP_INPUTS = (
     "cfg",
     "env",
     "model",
+    "train_step",
     "optim_wrapper",
     "param_schedulers",
     "train_dataloader",
@@ -66,7 +73,8 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     steps = [
         _step("setup_env", "seed, pick the device", requires="cfg", provides="env"),
         _step("build_model", "build cfg.model", requires=("cfg", "env"), provides="model"),
-        _step("init_weights", "model.init_weights() when it has one", updates="model"),
+        _step("init_weights", "model.init_weights() when it has one", requires="env",
+              updates="model"),
         _step("build_hooks", "default and custom hooks", requires="cfg", provides="hooks"),
         _step(
             "build_checkpointer",
@@ -77,7 +85,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         _step(
             "load_checkpoint",
             "load_from: weights only",
-            requires=("cfg", "checkpointer", "hooks"),
+            requires=("cfg", "hooks"),
             updates="model",
         ),
         _step("wrap_model", "move the model to its device", requires="env", updates="model"),
@@ -97,7 +105,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         _step(
             "build_optim_wrapper",
             "optimizer in mmengine's OptimWrapper",
-            requires=("cfg", "model"),
+            requires=("cfg", "env", "model"),
             provides="optim_wrapper",
         ),
         _step(
@@ -105,6 +113,12 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
             "LR and momentum schedulers",
             requires=("cfg", "optim_wrapper", "train_dataloader"),
             provides="param_schedulers",
+        ),
+        _step(
+            "build_train_step",
+            "forward, backward, optimizer step",
+            requires=("env", "model", "optim_wrapper"),
+            provides="train_step",
         ),
         _step(
             "resume",

@@ -31,19 +31,18 @@ the interrupted run actually continued; resuming therefore replays nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-from flexgraph.training.checkpoint import Checkpointer, build_checkpoint
+from flexgraph.training.checkpoint import Checkpointer
 from flexgraph.training.config import TrainSchedule
 from flexgraph.training.data import epoch_batches
 from flexgraph.training.env import Env
 from flexgraph.training.errors import EmptyDatasetError
 from flexgraph.training.evaluate import run_evaluation
 from flexgraph.training.hooks import Hooks
-from flexgraph.training.model_api import make_train_step
 from flexgraph.training.optim import first_param_group
 from flexgraph.training.output import TrainOutput
 from flexgraph.training.state import LoopState, restore_rng
@@ -63,7 +62,8 @@ class TrainLoop:
     """
 
     def __init__(self, *, schedule: TrainSchedule, env: Env, model: torch.nn.Module,
-                 optim_wrapper: Any, param_schedulers: list[Any], train_dataloader: Any,
+                 train_step: Callable[[Any], Any], optim_wrapper: Any,
+                 param_schedulers: list[Any], train_dataloader: Any,
                  val_dataloader: Any, val_evaluator: Any, checkpointer: Checkpointer | None,
                  hooks: Hooks, output: TrainOutput, log_interval: int,
                  state: LoopState) -> None:
@@ -86,7 +86,7 @@ class TrainLoop:
         # A resumed run does not re-save the checkpoint it started from.
         self._saved_at: int | None = state.iter if state.resumed_from else None
         self._next_tick = 0
-        self._step = make_train_step(model, optim_wrapper, env.device)
+        self._step = train_step
         self._lr_group = first_param_group(optim_wrapper)
 
     # -- the run ------------------------------------------------------------------------
@@ -246,14 +246,15 @@ class TrainLoop:
 
     def _save(self, it: int, epoch: int, batch_idx: int) -> None:
         """Save the state after ``it`` iterations; ``epoch`` = completed epochs."""
-        checkpoint = build_checkpoint(
+        checkpoint = self.checkpointer.snapshot(
             model=self.model, optim_wrapper=self.optim_wrapper,
             param_schedulers=self.param_schedulers, epoch=epoch, iteration=it,
             batch_idx=batch_idx, seed=self.env.seed)
         self.hooks.call("before_save_checkpoint", checkpoint=checkpoint)
         by_epoch = self.checkpointer.policy.by_epoch and self.schedule.by_epoch
-        name = f"epoch_{epoch}.pth" if by_epoch and batch_idx == 0 else f"iter_{it}.pth"
-        path = self.checkpointer.save(checkpoint, name)
+        stem = f"epoch_{epoch}" if by_epoch and batch_idx == 0 else f"iter_{it}"
+        path = self.checkpointer.save(checkpoint, stem, model=self.model,
+                                      optim_wrapper=self.optim_wrapper)
         self._saved_at = it
         self.output.info(f"Saved checkpoint {path}")
 

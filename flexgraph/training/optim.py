@@ -25,13 +25,15 @@ from flexgraph.training.errors import ConfigError
 __all__ = ["build_optim_wrapper", "build_param_schedulers", "first_param_group"]
 
 
-def build_optim_wrapper(cfg: Any, model: torch.nn.Module) -> Any:
+def build_optim_wrapper(cfg: Any, model: torch.nn.Module, device: str = "cpu") -> Any:
     """``cfg.optim_wrapper`` -> an MMEngine optimizer wrapper over ``model``'s params.
 
-    Build it after the model is on its device and wrapped, as the optimizer keeps
-    references to the parameters it was given.
+    Build it after the model is on its device and wrapped (or sharded), as the
+    optimizer keeps references to the parameters it was given. On a CPU
+    ``device``, MMEngine's ``AmpOptimWrapper`` (which refuses the CPU) becomes
+    :class:`~flexgraph.training.amp.CPUAmpOptimWrapper`.
     """
-    from mmengine.optim import OptimWrapper
+    from mmengine.optim import AmpOptimWrapper, OptimWrapper
     from mmengine.optim import build_optim_wrapper as mm_build
 
     ow_cfg = section(cfg, "optim_wrapper")
@@ -42,6 +44,10 @@ def build_optim_wrapper(cfg: Any, model: torch.nn.Module) -> Any:
     if isinstance(ow_cfg, OptimWrapper):
         return ow_cfg
     ow_cfg = _resolved(ow_cfg)
+    if str(device).startswith("cpu") and ow_cfg.get("type") is AmpOptimWrapper:
+        from flexgraph.training.amp import CPUAmpOptimWrapper
+
+        ow_cfg["type"] = CPUAmpOptimWrapper
     try:
         return mm_build(model, ow_cfg)
     except (KeyError, TypeError, AssertionError) as exc:

@@ -1,10 +1,14 @@
 """Bringing a checkpoint into the run: ``load_from`` weights and full ``resume``.
 
 ``load_from`` only seeds the model's weights (fine-tuning, evaluation), loading
-non-strictly like MMEngine. ``resume`` restores everything a checkpoint holds so
-that training continues exactly where it stopped: weights (strictly), optimizer,
-schedulers, the loop position, and this rank's RNG state (handed to the loop in
-:class:`LoopState`, because the loop must restore it at the matching point).
+non-strictly like MMEngine, from a single file every rank reads: the loader of
+models every rank holds whole. Sharding strategies replace the
+``load_checkpoint`` step with their own loader. ``resume`` restores everything a
+checkpoint holds so that training continues exactly where it stopped: weights
+(strictly), optimizer, schedulers, the loop position, and this rank's RNG state
+(handed to the loop in :class:`LoopState`, because the loop must restore it at
+the matching point). It reads and applies through the run's checkpointer, so it
+works unchanged for every checkpoint IO.
 
 Both fire ``after_load_checkpoint(runner, checkpoint)`` before applying the
 checkpoint, as MMEngine does, so a hook may still rewrite its contents.
@@ -16,7 +20,12 @@ from typing import Any
 
 import torch
 
-from flexgraph.training.checkpoint import Checkpointer, apply_weights, restore_schedulers
+from flexgraph.training.checkpoint import (
+    Checkpointer,
+    apply_weights,
+    load_checkpoint_file,
+    restore_schedulers,
+)
 from flexgraph.training.config import resume_source, section, train_schedule
 from flexgraph.training.data import epoch_length_of
 from flexgraph.training.env import seed_everything
@@ -34,13 +43,12 @@ def _rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def load_weights(cfg: Any, checkpointer: Checkpointer, hooks: Hooks,
-                 model: torch.nn.Module) -> torch.nn.Module:
+def load_weights(cfg: Any, hooks: Hooks, model: torch.nn.Module) -> torch.nn.Module:
     """Load ``cfg.load_from`` into ``model`` (unless ``resume`` will load that file)."""
     path = section(cfg, "load_from")
     if not path or resume_source(cfg) == str(path):
         return model
-    checkpoint = checkpointer.load(path)
+    checkpoint = load_checkpoint_file(path)
     runner = hooks.runner
     runner.model = model
     hooks.start_run()
@@ -74,9 +82,9 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
         runner.logger.info(f"resume='auto': no checkpoint in {checkpointer.work_dir}; "
                            f"starting from scratch")
         return LoopState()
-    checkpoint = checkpointer.load(path)
+    checkpoint = checkpointer.read(path, model=model, optim_wrapper=optim_wrapper)
     meta = checkpoint.get("meta") if isinstance(checkpoint, dict) else None
-    if not isinstance(meta, dict) or "iter" not in meta or "state_dict" not in checkpoint:
+    if not isinstance(meta, dict) or "iter" not in meta:
         raise CheckpointError(
             f"{str(path)!r} has no training state to resume (no meta/iter); use "
             f"load_from for a weights-only file, or resume from a flexgraph checkpoint")
@@ -84,9 +92,7 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
     runner.param_schedulers = param_schedulers
     hooks.start_run()
     hooks.call("after_load_checkpoint", checkpoint=checkpoint)
-    apply_weights(model, checkpoint, str(path), strict=True)
-    if checkpoint.get("optimizer") is not None:
-        optim_wrapper.load_state_dict(checkpoint["optimizer"])
+    checkpointer.apply(checkpoint, path, model=model, optim_wrapper=optim_wrapper, strict=True)
     restore_schedulers(param_schedulers, checkpoint.get("param_schedulers", []))
     checkpointer.restore_saved(checkpoint)
 

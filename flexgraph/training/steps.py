@@ -16,12 +16,15 @@ updates; a test checks that every declared step matches its function here.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from mmengine.registry import MODELS
 from torch import nn
 
+from flexgraph.core.step import resolve_fn
 from flexgraph.training import data, optim
 from flexgraph.training.build import build_from_cfg
 from flexgraph.training.checkpoint import Checkpointer
@@ -38,6 +41,12 @@ from flexgraph.training.evaluate import build_evaluator, run_evaluation
 from flexgraph.training.hooks import Hooks
 from flexgraph.training.hooks import build_hooks as _build_hooks
 from flexgraph.training.loop import TrainLoop
+from flexgraph.training.materialize import (
+    independent_shard_rng,
+    meta_parameters,
+    parameters_on_meta,
+)
+from flexgraph.training.model_api import make_train_step
 from flexgraph.training.output import TrainOutput
 from flexgraph.training.resume import load_weights, resume_training
 from flexgraph.training.state import LoopState
@@ -49,6 +58,7 @@ __all__ = [
     "build_model",
     "build_optim_wrapper",
     "build_param_schedulers",
+    "build_train_step",
     "compile",
     "init_weights",
     "load_checkpoint",
@@ -66,24 +76,55 @@ def setup_env(cfg: Any, *, device: str | None = None) -> Env:
     return make_env(cfg, device=device)
 
 
-def build_model(cfg: Any, env: Env) -> nn.Module:
-    """Build ``cfg.model`` through MMEngine's ``MODELS`` registry (on the CPU).
+def build_model(cfg: Any, env: Env, *, device: str | None = None,
+                init_context: str | None = None,
+                init_options: Mapping[str, Any] | None = None) -> nn.Module:
+    """Build ``cfg.model`` through MMEngine's ``MODELS`` registry.
 
-    ``wrap_model`` moves it to ``env.device`` later, after weights are loaded.
+    Parameters
+    ----------
+    device:
+        ``None`` builds on the CPU (``wrap_model`` moves the model to
+        ``env.device`` later, after weights are loaded); ``'meta'`` builds the
+        parameters without storage (buffers stay real), for strategies that
+        shard before any weight exists; any other device builds there.
+    init_context:
+        ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` returning
+        a context manager to build the model in (DeepSpeed's ``zero.Init``
+        partitions parameters as they are created).
     """
     model_cfg = section(cfg, "model")
     if model_cfg is None:
         raise ConfigError("the config has no 'model'; add model=dict(type=...)")
-    model = build_from_cfg(model_cfg, MODELS, what="model")
+    with contextlib.ExitStack() as stack:
+        if device == "meta":
+            stack.enter_context(parameters_on_meta())
+        elif device is not None:
+            stack.enter_context(torch.device(device))
+        if init_context is not None:
+            factory = resolve_fn(init_context)
+            stack.enter_context(factory(cfg=cfg, env=env, **dict(init_options or {})))
+        model = build_from_cfg(model_cfg, MODELS, what="model")
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model: type built a {type(model).__name__}, not a torch nn.Module")
     return model
 
 
-def init_weights(model: nn.Module) -> nn.Module:
-    """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one."""
+def init_weights(env: Env, model: nn.Module) -> nn.Module:
+    """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one.
+
+    Sharded parameters get independent draws per shard where torch cannot
+    coordinate them (:func:`~flexgraph.training.materialize.independent_shard_rng`).
+    """
+    unmade = meta_parameters(model)
+    if unmade:
+        raise ConfigError(
+            f"init_weights: {len(unmade)} parameters are still on the meta device "
+            f"(e.g. {unmade[0]!r}); initialising them would do nothing. The step that "
+            f"gives them storage (a strategy's materialize) must run before init_weights")
     if callable(getattr(model, "init_weights", None)):
-        model.init_weights()
+        with independent_shard_rng(model, env.rank):
+            model.init_weights()
     return model
 
 
@@ -92,15 +133,21 @@ def build_hooks(cfg: Any) -> Hooks:
     return _build_hooks(cfg)
 
 
-def build_checkpointer(cfg: Any, env: Env) -> Checkpointer:
-    """A checkpointer for ``work_dir`` following ``default_hooks.checkpoint``."""
-    return Checkpointer(work_dir_of(cfg), checkpoint_policy(cfg), rank=env.rank)
+def build_checkpointer(cfg: Any, env: Env, *, io: str | None = None,
+                       io_options: Mapping[str, Any] | None = None) -> Checkpointer:
+    """A checkpointer for ``work_dir`` following ``default_hooks.checkpoint``.
+
+    ``io`` is the ``"module:attr"`` of a :class:`~flexgraph.training.checkpoint_io.CheckpointIO`
+    class, built with ``io_options`` (default: one file per checkpoint).
+    """
+    checkpoint_io = resolve_fn(io)(**dict(io_options or {})) if io else None
+    return Checkpointer(work_dir_of(cfg), checkpoint_policy(cfg), rank=env.rank,
+                        io=checkpoint_io)
 
 
-def load_checkpoint(cfg: Any, checkpointer: Checkpointer, hooks: Hooks,
-                    model: nn.Module) -> nn.Module:
+def load_checkpoint(cfg: Any, hooks: Hooks, model: nn.Module) -> nn.Module:
     """Load ``cfg.load_from`` weights (flexgraph checkpoint or raw state_dict)."""
-    return load_weights(cfg, checkpointer, hooks, model)
+    return load_weights(cfg, hooks, model)
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:
@@ -131,14 +178,25 @@ def build_dataloaders(cfg: Any, env: Env) -> dict[str, Any]:
     return data.build_dataloaders(cfg, env)
 
 
-def build_optim_wrapper(cfg: Any, model: nn.Module) -> Any:
+def build_optim_wrapper(cfg: Any, env: Env, model: nn.Module) -> Any:
     """MMEngine optimizer wrapper from ``cfg.optim_wrapper`` (AMP, accumulation, clipping)."""
-    return optim.build_optim_wrapper(cfg, model)
+    return optim.build_optim_wrapper(cfg, model, device=env.device)
 
 
 def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) -> list[Any]:
     """MMEngine parameter schedulers from ``cfg.param_scheduler`` (maybe empty)."""
     return optim.build_param_schedulers(cfg, optim_wrapper, train_dataloader)
+
+
+def build_train_step(env: Env, model: nn.Module, optim_wrapper: Any) -> Any:
+    """The function the loop calls on every batch: forward, backward, optimizer step.
+
+    Returns what the loop logs for the batch. The default runs a step-API model's
+    ``train_step(batch, optim_wrapper)`` or a plain model's forward and the
+    wrapper's ``update_params``; a strategy whose engine owns backward and step
+    replaces this step.
+    """
+    return make_train_step(model, optim_wrapper, env.device)
 
 
 def resume(cfg: Any, model: nn.Module, optim_wrapper: Any, param_schedulers: list[Any],
@@ -156,7 +214,7 @@ def _output(cfg: Any, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
                        **schedule)
 
 
-def train(cfg: Any, env: Env, model: nn.Module, optim_wrapper: Any,
+def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: Any,
           param_schedulers: list[Any], train_dataloader: Any, val_dataloader: Any,
           checkpointer: Checkpointer, hooks: Hooks, loop_state: LoopState) -> dict[str, Any]:
     """Run the training loop; returns the final metrics (loss, lr, ``val/*``)."""
@@ -179,7 +237,8 @@ def train(cfg: Any, env: Env, model: nn.Module, optim_wrapper: Any,
     output = _output(cfg, env, hooks, max_iters=schedule.max_iters,
                      max_epochs=schedule.max_epochs, by_epoch=schedule.by_epoch,
                      epoch_length=schedule.epoch_length)
-    loop = TrainLoop(schedule=schedule, env=env, model=model, optim_wrapper=optim_wrapper,
+    loop = TrainLoop(schedule=schedule, env=env, model=model, train_step=train_step,
+                     optim_wrapper=optim_wrapper,
                      param_schedulers=param_schedulers, train_dataloader=train_dataloader,
                      val_dataloader=val_dataloader, val_evaluator=evaluator,
                      checkpointer=checkpointer, hooks=hooks, output=output,

@@ -92,10 +92,10 @@ class _FailsToPickle:
 
 def test_failed_save_leaves_previous_checkpoint_and_pointer(tmp_path):
     ck = Checkpointer(tmp_path, CheckpointPolicy(keep_last=1))
-    ck.save({"meta": {"iter": 1}, "w": torch.ones(3)}, "iter_1.pth")
+    ck.save({"meta": {"iter": 1}, "w": torch.ones(3)}, "iter_1")
     with pytest.raises(RuntimeError, match="disk full"):
         ck.save({"meta": {"iter": 2}, "w": torch.ones(3), "bad": _FailsToPickle()},
-                "iter_2.pth")
+                "iter_2")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_1.pth", "last_checkpoint"]
     assert ck.latest() == tmp_path / "iter_1.pth"
     assert torch.equal(load_checkpoint_file(ck.latest())["w"], torch.ones(3))
@@ -103,7 +103,7 @@ def test_failed_save_leaves_previous_checkpoint_and_pointer(tmp_path):
 
 def test_latest_skips_incomplete_files_without_pointer(tmp_path):
     ck = Checkpointer(tmp_path)
-    ck.save({"meta": {"iter": 5}}, "iter_5.pth")
+    ck.save({"meta": {"iter": 5}}, "iter_5")
     (tmp_path / "last_checkpoint").unlink()
     time.sleep(0.01)
     (tmp_path / "iter_10.pth").write_bytes(b"PK\x03\x04 half a zip")  # newer, incomplete
@@ -119,7 +119,7 @@ _WRITER = textwrap.dedent("""
     big = torch.randn(4_000_000)  # 16 MB: a save takes long enough to be interrupted
     for i in range(1, 10_000):
         big[0] = i
-        ck.save({{"meta": {{"iter": i}}, "w": big}}, f"iter_{{i}}.pth")
+        ck.save({{"meta": {{"iter": i}}, "w": big}}, f"iter_{{i}}")
 """)
 
 

@@ -32,10 +32,10 @@ def test_dataset_smaller_than_a_dropped_batch_is_refused(make_cfg):
 
 
 def test_plain_model_without_loss_fails_before_any_update(make_cfg):
-    ctx = run_steps(make_cfg(model=dict(type="NoLossNet")), last="resume")
+    ctx = run_steps(make_cfg(model=dict(type="NoLossNet")), last=("resume", "build_train_step"))
     before = {k: v.clone() for k, v in ctx["model"].state_dict().items()}
     with pytest.raises(NoLossError, match=r"NoLossNet returned a dict with keys \['logits'\]"):
-        steps.train(**{k: ctx[k] for k in ("cfg", "env", "model", "optim_wrapper",
+        steps.train(**{k: ctx[k] for k in ("cfg", "env", "model", "train_step", "optim_wrapper",
                                      "param_schedulers", "train_dataloader", "val_dataloader",
                                      "checkpointer", "hooks", "loop_state")})
     after = ctx["model"].state_dict()

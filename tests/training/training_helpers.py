@@ -31,10 +31,12 @@ EXAMPLES = REPO / "examples"
 torch.set_num_threads(1)
 
 
-def run_steps(cfg: Any, *, last: str = "train", include: tuple[str, ...] = (),
+def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple[str, ...] = (),
               env: Any = None, strategy: str | None = None,
               **params: dict[str, Any]) -> dict[str, Any]:
-    """Plan the standard graph up to ``last`` and run it; return the artifacts.
+    """Plan the standard graph up to ``last`` (a step, or several) and run it.
+
+    Returns the artifacts.
 
     ``last='val'`` / ``'test'`` uses that entry point's graph; ``include`` adds
     optional steps (``'compile'``); a given ``env`` stands in for ``setup_env``
@@ -42,7 +44,8 @@ def run_steps(cfg: Any, *, last: str = "train", include: tuple[str, ...] = (),
     ``params`` binds step parameters by step name, e.g.
     ``setup_env={'device': 'cpu'}``. A step's own error is re-raised as is.
     """
-    entry = last if last in ENTRIES else "train"
+    targets = (last,) if isinstance(last, str) else tuple(last)
+    entry = next((t for t in targets if t in ENTRIES), "train")
     graph = standard_graph({name: True for name in include}, entry=entry)
     context = {"cfg": cfg}
     if env is not None:
@@ -51,7 +54,7 @@ def run_steps(cfg: Any, *, last: str = "train", include: tuple[str, ...] = (),
     base = get_strategy(strategy) if strategy else Strategy("tests")
     configured = base.then(*(Configure(name, p) for name, p in params.items()))
     try:
-        plan = make_plan(graph, configured, targets=(last,))
+        plan = make_plan(graph, configured, targets=targets)
         return Executor().run(plan, context).context
     except StepFailedError as exc:
         raise exc.__cause__ from None

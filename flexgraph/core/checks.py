@@ -1,0 +1,90 @@
+"""Plan checks: what a strategy's order must keep true, whoever rewrites it later.
+
+A strategy's rewrites put steps in an order for a reason (FSDP shards before it
+builds the optimizer, because the optimizer must hold the sharded parameters).
+A later rewrite (a user's, or a strategy built on top of this one) can undo that
+order without breaking the graph's own rules: no cycle, no missing input. A
+check states the reason as data, so :func:`~flexgraph.core.plan.make_plan`
+refuses such a plan with a message that says *why* the order matters, instead
+of letting it fail at run time with a shape error deep inside torch.
+
+Two kinds suffice for the orders strategies depend on:
+
+- :class:`Precedes`: one step must run before another (a path between them in
+  the plan's DAG, not a tie-break of the order);
+- :class:`Runs`: a step must run a given function (a whole-model loader in
+  place of the sharded one is a silent no-op on sharded weights).
+"""
+
+from __future__ import annotations
+
+import attrs
+import networkx as nx
+
+from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.graph import Graph
+
+
+class PlanCheckError(FlexgraphError, ValueError):
+    """A plan breaks an order or a choice its strategy depends on; says why."""
+
+
+@attrs.frozen
+class Precedes:
+    """``first`` must run before ``then``; ``why`` says what breaks otherwise.
+
+    When ``then`` is not in the plan (an entry point that builds no optimizer)
+    there is nothing to protect; when ``first`` is missing but ``then`` is
+    there, the plan is refused.
+    """
+
+    first: str
+    then: str
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.first} runs before {self.then}"
+
+    def verify(self, graph: Graph, dag: nx.DiGraph) -> str | None:
+        """``None`` when the plan keeps the order, else what is wrong."""
+        if self.then not in graph:
+            return None
+        if self.first not in graph:
+            return f"{self.then} needs {self.first} before it, and the plan has no {self.first}"
+        if not nx.has_path(dag, self.first, self.then):
+            return (f"{self.then} must run after {self.first}; move {self.then} after "
+                    f"{self.first}")
+        return None
+
+
+@attrs.frozen
+class Runs:
+    """Step ``step`` must run ``fn`` (a ``"module:attr"`` reference)."""
+
+    step: str
+    fn: str
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.step} runs {self.fn}"
+
+    def verify(self, graph: Graph, dag: nx.DiGraph) -> str | None:
+        del dag
+        if self.step not in graph:
+            return None
+        actual = graph.by_name[self.step].fn_name
+        if actual != self.fn:
+            return f"{self.step} runs {actual}, not {self.fn}"
+        return None
+
+
+Check = Precedes | Runs
+
+
+def verify_checks(strategy_name: str, checks: tuple[Check, ...], graph: Graph,
+                  dag: nx.DiGraph) -> None:
+    """Raise :class:`PlanCheckError` for the first check ``graph`` breaks."""
+    for check in checks:
+        problem = check.verify(graph, dag)
+        if problem is not None:
+            raise PlanCheckError(f"strategy {strategy_name!r}: {problem}: {check.why}")

@@ -1,0 +1,62 @@
+"""Mixed precision on the CPU, for configs that ask for MMEngine's ``AmpOptimWrapper``.
+
+MMEngine's ``AmpOptimWrapper`` refuses to be built without an accelerator
+("only available training on gpu"), so the configs people share (MMPreTrain's
+FSDP ViTs, DDP + fp16) could not even be tried on a laptop. On the CPU,
+flexgraph builds :class:`CPUAmpOptimWrapper` in its place: the same wrapper
+(state dict layout, ``loss_scale`` and ``dtype`` options, accumulation and
+clipping from ``OptimWrapper``) running the forward under
+``torch.autocast('cpu')``. The CPU autocasts to bfloat16 by default, which
+needs no loss scaling; ``dtype='float16'`` works too, with torch's CPU
+``GradScaler`` doing the scaling MMEngine's does on CUDA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
+
+__all__ = ["CPUAmpOptimWrapper"]
+
+
+class CPUAmpOptimWrapper(AmpOptimWrapper):
+    """``AmpOptimWrapper`` for the CPU: ``torch.autocast('cpu')`` + a CPU GradScaler.
+
+    Parameters are MMEngine's: ``loss_scale`` (``'dynamic'``, a float, or a
+    GradScaler kwargs dict; used for float16 only), ``dtype`` (default
+    bfloat16 here), ``use_fsdp`` (accepted; torch's GradScaler handles sharded
+    gradients on the CPU), and the ``OptimWrapper`` keyword arguments.
+    """
+
+    def __init__(self, loss_scale: Any = "dynamic", dtype: str | torch.dtype | None = None,
+                 use_fsdp: bool = False, **kwargs: Any) -> None:
+        del use_fsdp
+        OptimWrapper.__init__(self, **kwargs)  # skips AmpOptimWrapper's accelerator check
+        if isinstance(dtype, str):
+            if dtype not in self.valid_dtypes:
+                raise ValueError(f"dtype should be one of {self.valid_dtypes}, got {dtype!r}")
+            dtype = getattr(torch, dtype)
+        self.cast_dtype = dtype or torch.bfloat16
+        self._scale_update_param = None
+        scaling = self.cast_dtype == torch.float16
+        if loss_scale == "dynamic":
+            options: dict[str, Any] = {}
+        elif isinstance(loss_scale, (int, float)):
+            self._scale_update_param = float(loss_scale)
+            options = {"init_scale": float(loss_scale)}
+        elif isinstance(loss_scale, dict):
+            options = dict(loss_scale)
+        else:
+            raise TypeError(f"loss_scale must be 'dynamic', a float or a dict, got {loss_scale!r}")
+        self.loss_scaler = torch.amp.GradScaler("cpu", enabled=scaling, **options)
+
+    @contextmanager
+    def optim_context(self, model: torch.nn.Module) -> Iterator[None]:
+        """Accumulation's no_sync (from ``OptimWrapper``) and CPU autocast."""
+        with OptimWrapper.optim_context(self, model), torch.autocast("cpu",
+                                                                      dtype=self.cast_dtype):
+            yield

@@ -1,0 +1,55 @@
+"""Joining a torch.distributed process group: the ``setup_env`` of every multi-process strategy.
+
+Processes are launched by ``torch.distributed.run`` (``flexgraph run
+--nproc-per-node N`` or ``torchrun``), which sets ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK`` and the rendezvous address; a process started without it is a
+world of one. DDP, FSDP and DeepSpeed all replace ``setup_env`` with
+:func:`setup_process_group`, each with its own ``dist_cfg``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from typing import Any
+
+from flexgraph.training.env import Env, make_env
+
+__all__ = ["setup_process_group"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def setup_process_group(
+    cfg: Any, *, device: str | None = None, backend: str | None = None, timeout: float = 1800
+) -> Env:
+    """Join (or create) the process group from torchrun's environment variables.
+
+    ``backend`` defaults to NCCL on CUDA and gloo on the CPU; ``timeout`` is in
+    seconds (mmengine's ``dist_cfg`` keys).
+    """
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if "MASTER_ADDR" not in os.environ:  # not under torchrun: a world of one
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda":
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend or ("nccl" if device.startswith("cuda") else "gloo"),
+            rank=rank,
+            world_size=world_size,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
+    return make_env(cfg, device=device, rank=rank, world_size=world_size, local_rank=local_rank)

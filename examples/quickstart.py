@@ -41,4 +41,9 @@ default_hooks = dict(
     logger=dict(type="LoggerHook", interval=50),
 )
 randomness = dict(seed=0)
+
+# One process by default, DDP with --nproc-per-node 2. To shard instead, run
+# with --nproc-per-node 2 after uncommenting one of:
+# strategy = dict(type="FSDPStrategy")
+# strategy = dict(type="DDPStrategy")
 work_dir = "work_dirs/quickstart"

@@ -22,6 +22,7 @@ from flexgraph.core.plan import Origin, Plan, make_plan
 from flexgraph.core.rewrite import (
     Configure,
     Fuse,
+    IfPresent,
     Insert,
     Move,
     Remove,
@@ -58,6 +59,7 @@ __all__ = [
     "Fuse",
     "Graph",
     "GraphError",
+    "IfPresent",
     "Insert",
     "MissingInputError",
     "Move",

@@ -45,15 +45,16 @@ class Precedes:
     def describe(self) -> str:
         return f"{self.first} runs before {self.then}"
 
-    def verify(self, graph: Graph, dag: nx.DiGraph) -> str | None:
-        """``None`` when the plan keeps the order, else what is wrong."""
+    def verify(self, graph: Graph, dag: nx.DiGraph) -> tuple[str, str] | None:
+        """``None`` when the plan keeps the order, else (what is wrong, the fix)."""
         if self.then not in graph:
             return None
         if self.first not in graph:
-            return f"{self.then} needs {self.first} before it, and the plan has no {self.first}"
+            return (f"{self.then} needs {self.first} before it, and the plan has no "
+                    f"{self.first}", f"keep {self.first} in the plan")
         if not nx.has_path(dag, self.first, self.then):
-            return (f"{self.then} must run after {self.first}; move {self.then} after "
-                    f"{self.first}")
+            return (f"{self.then} must run after {self.first}",
+                    f"move {self.then} after {self.first}")
         return None
 
 
@@ -68,13 +69,15 @@ class Runs:
     def describe(self) -> str:
         return f"{self.step} runs {self.fn}"
 
-    def verify(self, graph: Graph, dag: nx.DiGraph) -> str | None:
+    def verify(self, graph: Graph, dag: nx.DiGraph) -> tuple[str, str] | None:
+        """``None`` when the step runs ``fn``, else (what is wrong, the fix)."""
         del dag
         if self.step not in graph:
             return None
         actual = graph.by_name[self.step].fn_name
         if actual != self.fn:
-            return f"{self.step} runs {actual}, not {self.fn}"
+            return (f"{self.step} runs {actual}, not {self.fn}",
+                    f"keep {self.fn} as {self.step}")
         return None
 
 
@@ -85,6 +88,7 @@ def verify_checks(strategy_name: str, checks: tuple[Check, ...], graph: Graph,
                   dag: nx.DiGraph) -> None:
     """Raise :class:`PlanCheckError` for the first check ``graph`` breaks."""
     for check in checks:
-        problem = check.verify(graph, dag)
-        if problem is not None:
-            raise PlanCheckError(f"strategy {strategy_name!r}: {problem}: {check.why}")
+        found = check.verify(graph, dag)
+        if found is not None:
+            problem, fix = found
+            raise PlanCheckError(f"strategy {strategy_name!r}: {problem}: {check.why}; {fix}")

@@ -186,7 +186,7 @@ def make_plan(
                 index=index,
                 strategy=strategy.name,
                 description=rewrite.describe(),
-                kind=type(rewrite).__name__.lower(),
+                kind=rewrite.kind,
                 touched=MappingProxyType(dict(touched)),
                 consumed=MappingProxyType(_consumed(before, current, touched)),
             )

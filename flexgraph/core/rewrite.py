@@ -105,6 +105,11 @@ class Rewrite:
         """Names of the existing steps this rewrite refers to."""
         raise NotImplementedError
 
+    @property
+    def kind(self) -> str:
+        """``insert``, ``remove``, ``replace``, ``move``, ``fuse`` or ``configure``."""
+        return type(self).__name__.lower()
+
     def __str__(self) -> str:
         return self.describe()
 
@@ -337,6 +342,36 @@ class Configure(Rewrite):
         configured = step.evolve(params={**step.params, **self.params})
         steps = [configured if s.name == self.name else s for s in graph.steps]
         return Graph(steps, graph.chains, graph.inputs), {self.name: "configured"}
+
+
+@attrs.frozen
+class IfPresent(Rewrite):
+    """``rewrite``, applied only when the optional step ``step`` is in the graph.
+
+    For orders a strategy needs only when an optional step was asked for (FSDP
+    compiles before sharding, when the config compiles at all). Everywhere else
+    a rewrite naming an absent step is refused; this says so explicitly, and
+    the other steps ``rewrite`` names must still exist.
+    """
+
+    step: str
+    rewrite: Rewrite
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        return self.rewrite.touches
+
+    @property
+    def kind(self) -> str:
+        return self.rewrite.kind
+
+    def describe(self) -> str:
+        return f"{self.rewrite.describe()}, when {self.step} is planned"
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        if self.step in graph:
+            return self.rewrite.apply(graph)
+        return graph, {}
 
 
 REWRITE_KINDS: Mapping[str, type[Rewrite]] = {

@@ -60,6 +60,7 @@ __all__ = [
     "load_checkpoint_file",
     "model_weights",
     "restore_schedulers",
+    "weights_in",
 ]
 
 POINTER_NAME = "last_checkpoint"
@@ -176,7 +177,8 @@ def restore_schedulers(param_schedulers: Sequence[Any], states: Sequence[Any]) -
         scheduler.load_state_dict(from_plain(state))
 
 
-def _weights_in(checkpoint: Any, path: str) -> Mapping[str, Any]:
+def weights_in(checkpoint: Any, path: str) -> Mapping[str, Any]:
+    """The model weights inside a loaded checkpoint (flexgraph/MMEngine layout or raw)."""
     if isinstance(checkpoint, Mapping):
         for key in ("state_dict", "model"):
             inner = checkpoint.get(key)
@@ -201,7 +203,7 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
     (``load_from``, as in MMEngine) logs missing and unexpected keys but refuses a
     file none of whose keys match, which is a wrong file, not a fine-tuning start.
     """
-    weights = {k.removeprefix("module."): v for k, v in _weights_in(checkpoint, path).items()}
+    weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     target = unwrap_model(model)
     unmade = meta_parameters(target)
     if unmade:

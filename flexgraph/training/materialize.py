@@ -30,7 +30,13 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-__all__ = ["independent_shard_rng", "meta_parameters", "parameters_on_meta"]
+__all__ = [
+    "independent_shard_rng",
+    "materialize_module",
+    "meta_parameters",
+    "parameters_on_meta",
+    "uninitialised_parameters",
+]
 
 
 @contextlib.contextmanager
@@ -92,3 +98,54 @@ def independent_shard_rng(model: nn.Module, rank: int) -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "DTensor random operators")
             yield
+
+
+def materialize_module(model: nn.Module, device: str, *, reset_parameters: bool = True,
+                       rank: int = 0) -> nn.Module:
+    """Give a meta-built (and possibly sharded) model storage on ``device``.
+
+    ``to_empty`` allocates every parameter (each rank only its shard); the
+    buffers, which :func:`parameters_on_meta` kept real, are put back; then
+    every module's own ``reset_parameters()`` redoes the initialisation its
+    constructor did on the meta device, as an unsharded build would have (the
+    model's ``init_weights``, when it has one, runs after this, as it does after
+    construction). Floating-point parameters are filled with NaN first, so one
+    that nothing initialises is found by :func:`uninitialised_parameters`
+    instead of training on garbage memory.
+    """
+    buffers = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, saved in buffers.items():
+            owner, _, leaf = name.rpartition(".")
+            module = model.get_submodule(owner) if owner else model
+            module._buffers[leaf] = saved.to(device)
+        for param in model.parameters():
+            if param.is_floating_point():
+                param.fill_(float("nan"))
+        if reset_parameters:
+            with independent_shard_rng(model, rank):
+                for module in model.modules():
+                    # torch's attention modules call theirs _reset_parameters
+                    reset = getattr(module, "reset_parameters", None) or getattr(
+                        module, "_reset_parameters", None)
+                    if callable(reset):
+                        reset()
+    return model
+
+
+def uninitialised_parameters(model: nn.Module) -> list[str]:
+    """Names of floating-point parameters holding NaN (see :func:`materialize_module`).
+
+    Looks at this rank's shard only; callers with a process group combine the
+    answers of all ranks.
+    """
+    from torch.distributed.tensor import DTensor
+
+    bad = []
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            local = param.to_local() if isinstance(param, DTensor) else param
+            if local.is_floating_point() and local.numel() and torch.isnan(local).any():
+                bad.append(name)
+    return bad

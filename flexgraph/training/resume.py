@@ -33,7 +33,7 @@ from flexgraph.training.errors import CheckpointError
 from flexgraph.training.hooks import Hooks
 from flexgraph.training.state import LoopState, capture_rng
 
-__all__ = ["load_weights", "resume_training"]
+__all__ = ["load_weights", "resume_training", "weights_to_load"]
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -43,10 +43,18 @@ def _rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def load_weights(cfg: Any, hooks: Hooks, model: torch.nn.Module) -> torch.nn.Module:
-    """Load ``cfg.load_from`` into ``model`` (unless ``resume`` will load that file)."""
+def weights_to_load(cfg: Any) -> str | None:
+    """``cfg.load_from``, unless ``resume`` will load that very file (then ``None``)."""
     path = section(cfg, "load_from")
     if not path or resume_source(cfg) == str(path):
+        return None
+    return str(path)
+
+
+def load_weights(cfg: Any, hooks: Hooks, model: torch.nn.Module) -> torch.nn.Module:
+    """Load ``cfg.load_from`` into ``model`` (unless ``resume`` will load that file)."""
+    path = weights_to_load(cfg)
+    if path is None:
         return model
     checkpoint = load_checkpoint_file(path)
     runner = hooks.runner

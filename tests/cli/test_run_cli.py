@@ -8,129 +8,17 @@ bit-identical to uninterrupted ones.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-import torch
-
-ROOT = Path(__file__).resolve().parents[2]
-QUICKSTART = ROOT / "examples" / "quickstart.py"
-
-KILLER = textwrap.dedent(
-    '''
-    """Test-only hook: SIGKILL this process at an iteration, or halfway through a save."""
-    import os
-    import signal
-
-    import torch
-    from mmengine.hooks import Hook
-    from mmengine.registry import HOOKS
-
-
-    @HOOKS.register_module(force=True)
-    class KillAt(Hook):
-        def __init__(self, at_iter=-1, during_save=-1, rank=0):
-            self.at_iter, self.during_save, self.rank = at_iter, during_save, rank
-            self.saves = 0
-
-        def _mine(self, runner):
-            return runner.rank == self.rank
-
-        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-            if self._mine(runner) and runner.iter + 1 == self.at_iter:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        def before_save_checkpoint(self, runner, checkpoint):
-            self.saves += 1
-            if self._mine(runner) and self.saves == self.during_save:
-                def half_then_die(obj, f, *args, **kwargs):
-                    f.write(b"PK\\x03\\x04 half a checkpoint")
-                    f.flush()
-                    os.kill(os.getpid(), signal.SIGKILL)
-                torch.save = half_then_die
-
-
-    POINTS = [
-        "before_run", "after_run", "before_train", "after_train", "before_train_epoch",
-        "after_train_epoch", "before_train_iter", "after_train_iter", "before_val",
-        "after_val", "before_val_epoch", "after_val_epoch", "before_val_iter",
-        "after_val_iter", "before_save_checkpoint", "after_load_checkpoint",
-    ]
-
-
-    @HOOKS.register_module(force=True)
-    class Record(Hook):
-        """Appends every hook point it sees to work_dir/hooks-rank<R>.txt."""
-
-
-    def _recorder(point):
-        def record(self, runner, *args, **kwargs):
-            os.makedirs(runner.work_dir, exist_ok=True)
-            with open(os.path.join(runner.work_dir, f"hooks-rank{runner.rank}.txt"), "a") as f:
-                f.write(point + "\\n")
-        return record
-
-
-    for _point in POINTS:
-        setattr(Record, _point, _recorder(_point))
-    '''
+from cli_helpers import (
+    QUICKSTART,
+    assert_same_training_state,
+    final_state,
+    flexgraph_run,
+    hook_trace,
+    write_config,
 )
-
-
-def write_config(folder: Path, record: bool = False, **killer) -> Path:
-    """A 3-epoch quickstart that checkpoints every 20 iterations (mid-epoch)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "killer.py").write_text(KILLER)
-    hooks = [f"dict(type='KillAt', **{killer!r})"] if killer else []
-    hooks += ["dict(type='Record')"] if record else []
-    hooks = "[" + ", ".join(hooks) + "]"
-    config = folder / "cfg.py"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            _base_ = [{str(QUICKSTART)!r}]
-            custom_imports = dict(imports=['digits', 'killer'], allow_failed_imports=False)
-            train_cfg = dict(by_epoch=True, max_epochs=3, val_interval=3)
-            default_hooks = dict(
-                checkpoint=dict(type='CheckpointHook', interval=20, by_epoch=False,
-                                max_keep_ckpts=3),
-            )
-            custom_hooks = {hooks}
-            """
-        )
-    )
-    return config
-
-
-def flexgraph_run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "examples")}
-    return subprocess.run(
-        [sys.executable, "-m", "flexgraph", "run", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def final_state(work_dir: Path) -> dict:
-    pointer = Path((work_dir / "last_checkpoint").read_text().strip())
-    return torch.load(pointer, weights_only=True)
-
-
-def assert_same_training_state(a: dict, b: dict) -> None:
-    assert a["meta"]["iter"] == b["meta"]["iter"]
-    for key, value in a["state_dict"].items():
-        assert torch.equal(value, b["state_dict"][key]), key
-    for pid, state in a["optimizer"]["state"].items():
-        for key, value in state.items():
-            assert torch.equal(torch.as_tensor(value), torch.as_tensor(
-                b["optimizer"]["state"][pid][key])), (pid, key)
 
 
 @pytest.mark.parametrize("nproc", [1, 2], ids=["single", "ddp"])
@@ -184,42 +72,48 @@ def test_quickstart_with_two_processes_writes_metrics_once(tmp_path):
     assert max(x["iter"] for x in train) == 3 * 23
 
 
-def hook_trace(path: Path) -> list[str]:
-    """The hook points in order; each run of train (or val) iterations becomes one entry.
+def _many_process_strategies() -> list[str]:
+    """Every registered strategy that runs on a process group, by its own name."""
+    from flexgraph.core.strategy import get_strategy, known_strategies
 
-    The iteration count differs between one process and two; the structure must not.
-    """
-    trace: list[str] = []
-    for point in path.read_text().split():
-        if point.endswith("_iter"):
-            point = point.split("_", 1)[1] + "s*"  # before_train_iter -> train_iters*
-        if not (point.endswith("*") and trace and trace[-1] == point):
-            trace.append(point)
-    return trace
+    built = [get_strategy(name) for name in known_strategies()]
+    return sorted({s.name for s in built if s.world_size == "many"})
 
 
-def test_every_hook_point_fires_in_the_same_order_under_single_and_ddp(tmp_path):
-    config = write_config(tmp_path / "cfg", record=True)
-    traces = {}
+def _hook_traces(root: Path, name: str, launch: list[str]) -> list[list[str]]:
+    """Hook points a first run and a resumed run fire, per rank, under one strategy."""
+    config = write_config(root / "cfg", record=True)
     per_epoch = ["default_hooks.checkpoint.by_epoch=True", "default_hooks.checkpoint.interval=1"]
-    for name, launch in (("single", []), ("ddp", ["--nproc-per-node", "2"])):
-        for run in ("first", "resumed"):
-            extra = ["--resume", "auto"] if run == "resumed" else []
-            epochs = ["train_cfg.max_epochs=4"] if run == "resumed" else []
-            done = flexgraph_run(
-                str(config), "--work-dir", name, *launch, *extra,
-                "--cfg-options", *per_epoch, *epochs, cwd=tmp_path,
-            )
-            assert done.returncode == 0, done.stderr[-3000:]
-    for name, ranks in (("single", [0]), ("ddp", [0, 1])):
-        for rank in ranks:
-            traces[name, rank] = hook_trace(tmp_path / name / f"hooks-rank{rank}.txt")
-    assert traces["single", 0] == traces["ddp", 0] == traces["ddp", 1]
-    trace = traces["single", 0]
+    for run in ("first", "resumed"):
+        extra = ["--resume", "auto"] if run == "resumed" else []
+        epochs = ["train_cfg.max_epochs=4"] if run == "resumed" else []
+        done = flexgraph_run(
+            str(config), "--work-dir", name, *launch, *extra,
+            "--cfg-options", *per_epoch, *epochs, cwd=root,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    ranks = sorted((root / name).glob("hooks-rank*.txt"))
+    return [hook_trace(path) for path in ranks]
+
+
+@pytest.fixture(scope="module")
+def single_trace(tmp_path_factory):
+    [trace] = _hook_traces(tmp_path_factory.mktemp("single"), "single", [])
     assert trace[:3] == ["before_run", "before_train", "before_train_epoch"]
     assert "before_save_checkpoint" in trace and "after_load_checkpoint" in trace
     assert trace.count("before_run") == trace.count("after_run") == 2
     assert trace.index("after_load_checkpoint") > trace.index("after_run")  # the resumed run
+    return trace
+
+
+@pytest.mark.parametrize("strategy", _many_process_strategies())
+def test_every_hook_point_fires_in_the_same_order_under_every_strategy(
+        tmp_path, single_trace, strategy):
+    launch = ["--nproc-per-node", "2", "--strategy", strategy]
+    traces = _hook_traces(tmp_path, strategy, launch)
+    assert len(traces) == 2
+    for rank, trace in enumerate(traces):
+        assert trace == single_trace, (strategy, rank)
 
 
 def test_a_bad_config_exits_2_before_anything_is_written(tmp_path):
@@ -252,3 +146,16 @@ def test_entry_val_evaluates_a_checkpoint_to_the_accuracy_training_reported(tmp_
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "resume" not in evaluated.stdout.split("\n")[0], "val plans no optimizer or resume"
     assert f"val_result: {{'accuracy/top1': {reported}}}" in evaluated.stdout
+
+
+def test_a_launched_rank_refuses_to_run_a_plan_other_than_its_launchers(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1",
+           "FLEXGRAPH_PLAN_DIGEST": "0123456789abcdef"}
+    done = subprocess.run([sys.executable, "-m", "flexgraph", "run", str(QUICKSTART),
+                           "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "rank 0 planned differently from its launcher" in done.stderr

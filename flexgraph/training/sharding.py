@@ -1,0 +1,109 @@
+"""Which submodules to shard (or checkpoint) on their own: MMEngine's wrap policies.
+
+MMEngine's FSDP configs choose the units of sharding with FSDP1 auto-wrap
+policies (``model_wrapper.auto_wrap_policy``): a function
+``policy(module, recurse, nonwrapped_numel, **kwargs) -> bool`` such as torch's
+``size_based_auto_wrap_policy`` (``min_num_params``) or
+``transformer_auto_wrap_policy`` (``transformer_layer_cls``), named by a
+registered name, a dotted path, or ``dict(type=..., **kwargs)``. FSDP2 has no
+policies: the caller applies ``fully_shard`` to each unit itself. So the same
+configs keep their meaning, :func:`wrap_units` walks the model exactly as
+FSDP1's recursive wrapping did and returns the modules it would have wrapped,
+innermost first. Transformer layer classes may also be given by class name
+(``transformer_layer_cls=['TransformerEncoderLayer']``), matched against the
+model's own modules.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import nn
+
+from flexgraph.core.errors import did_you_mean
+from flexgraph.training.errors import ConfigError
+
+__all__ = ["checkpoint_activations", "resolve_wrap_policy", "wrap_units"]
+
+Policy = Callable[..., bool]
+
+
+def _classes_by_name(model: nn.Module, names: Any, what: str) -> tuple[type, ...]:
+    """Module classes named in ``names`` (classes or class names) among ``model``'s modules."""
+    present = {type(m).__name__: type(m) for m in model.modules()}
+    classes = []
+    for item in names if isinstance(names, (list, tuple, set)) else [names]:
+        if isinstance(item, type):
+            classes.append(item)
+        elif item in present:
+            classes.append(present[item])
+        else:
+            raise ConfigError(
+                f"{what}: the model has no module of class {item!r}"
+                f"{did_you_mean(str(item), present)}; name a class the model is built of")
+    return tuple(classes)
+
+
+def resolve_wrap_policy(policy: Any, model: nn.Module, *, what: str) -> Policy | None:
+    """A policy function from a config value (name, dotted path, dict, callable or None)."""
+    from mmengine.registry import FUNCTIONS
+
+    from flexgraph.training.build import resolve_type
+
+    if policy is None or callable(policy):
+        return policy
+    if isinstance(policy, str):
+        return resolve_type(policy, FUNCTIONS, what=what)
+    if not isinstance(policy, Mapping) or "type" not in policy:
+        raise ConfigError(f"{what} must be a function name, dict(type=..., ...) or None, "
+                          f"not {policy!r}")
+    kwargs = dict(policy)
+    fn = resolve_type(kwargs.pop("type"), FUNCTIONS, what=what)
+    if "transformer_layer_cls" in kwargs:
+        kwargs["transformer_layer_cls"] = set(_classes_by_name(
+            model, kwargs["transformer_layer_cls"], f"{what}.transformer_layer_cls"))
+    if "min_num_params" in kwargs:
+        kwargs["min_num_params"] = int(kwargs["min_num_params"])
+    return functools.partial(fn, **kwargs)
+
+
+def wrap_units(model: nn.Module, policy: Policy | None) -> list[nn.Module]:
+    """The submodules FSDP1's auto-wrapping would have wrapped, innermost first.
+
+    The root is never in the list (it is always sharded last, as a whole).
+    """
+    if policy is None:
+        return []
+    units: list[nn.Module] = []
+
+    def visit(module: nn.Module, is_root: bool) -> int:
+        """Wrap what the policy says below ``module``; return how many params got wrapped."""
+        numel = sum(p.numel() for p in module.parameters())
+        if not policy(module=module, recurse=True, nonwrapped_numel=numel):
+            return 0
+        wrapped = sum(visit(child, False) for child in module.children())
+        remaining = numel - wrapped
+        if not is_root and policy(module=module, recurse=False, nonwrapped_numel=remaining):
+            units.append(module)
+            return numel
+        return wrapped
+
+    visit(model, True)
+    return units
+
+
+def checkpoint_activations(model: nn.Module, check_fn: Callable[[nn.Module], bool]) -> int:
+    """Recompute the activations of every submodule ``check_fn`` selects in backward.
+
+    Uses torch's composable ``checkpoint``, which keeps module names and state
+    dict keys unchanged (a checkpoint loads the same with or without it).
+    Returns the number of modules checkpointed.
+    """
+    from torch.distributed._composable import checkpoint
+
+    chosen = [m for m in model.modules() if m is not model and check_fn(m)]
+    for module in chosen:
+        checkpoint(module)
+    return len(chosen)

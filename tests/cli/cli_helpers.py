@@ -1,0 +1,190 @@
+"""Shared pieces of the end-to-end CLI tests: configs with test-only hooks, a runner.
+
+Runs are real processes (``python -m flexgraph run``), launched as users launch
+them; interruptions are real signals sent by a hook to its own process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "examples" / "quickstart.py"
+
+KILLER = textwrap.dedent(
+    '''
+    """Test-only hook: SIGKILL this process at an iteration, or halfway through a save."""
+    import os
+    import signal
+
+    import torch
+    from mmengine.hooks import Hook
+    from mmengine.registry import HOOKS
+
+
+    @HOOKS.register_module(force=True)
+    class KillAt(Hook):
+        def __init__(self, at_iter=-1, during_save=-1, rank=0):
+            self.at_iter, self.during_save, self.rank = at_iter, during_save, rank
+            self.saves = 0
+
+        def _mine(self, runner):
+            return runner.rank == self.rank
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            if self._mine(runner) and runner.iter + 1 == self.at_iter:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        def before_save_checkpoint(self, runner, checkpoint):
+            self.saves += 1
+            if self._mine(runner) and self.saves == self.during_save:
+                def half_then_die(obj, f, *args, **kwargs):
+                    f.write(b"PK\\x03\\x04 half a checkpoint")
+                    f.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
+                torch.save = half_then_die
+
+
+    POINTS = [
+        "before_run", "after_run", "before_train", "after_train", "before_train_epoch",
+        "after_train_epoch", "before_train_iter", "after_train_iter", "before_val",
+        "after_val", "before_val_epoch", "after_val_epoch", "before_val_iter",
+        "after_val_iter", "before_save_checkpoint", "after_load_checkpoint",
+    ]
+
+
+    @HOOKS.register_module(force=True)
+    class Record(Hook):
+        """Appends every hook point it sees to work_dir/hooks-rank<R>.txt."""
+
+
+    def _recorder(point):
+        def record(self, runner, *args, **kwargs):
+            os.makedirs(runner.work_dir, exist_ok=True)
+            with open(os.path.join(runner.work_dir, f"hooks-rank{runner.rank}.txt"), "a") as f:
+                f.write(point + "\\n")
+        return record
+
+
+    for _point in POINTS:
+        setattr(Record, _point, _recorder(_point))
+
+
+    @HOOKS.register_module(force=True)
+    class Inspect(Hook):
+        """Writes what this rank trains with to work_dir/inspect-rank<R>.json.
+
+        Reads FSDP2's per-module state (private attributes: the only place the
+        applied policies are visible) to check that the config's options arrived.
+        """
+
+        def before_train(self, runner):
+            import json
+
+            import torch.distributed as dist
+
+            model = runner.model
+            info = {"model": type(model).__name__, "world_size": runner.world_size,
+                    "backend": dist.get_backend() if dist.is_initialized() else None,
+                    "optim_wrapper": type(runner.optim_wrapper).__name__,
+                    "param_types": sorted({type(p).__name__ for p in model.parameters()}),
+                    "local_numel": sum(getattr(p, "_local_tensor", p).numel()
+                                       for p in model.parameters()),
+                    "numel": sum(p.numel() for p in model.parameters())}
+            for attr in ("find_unused_parameters", "broadcast_buffers"):
+                if hasattr(model, attr):
+                    info[attr] = getattr(model, attr)
+            units = [name for name, m in model.named_modules()
+                     if hasattr(m, "_get_fsdp_state")]
+            if units:
+                state = model._get_fsdp_state()
+                group = state._fsdp_param_group
+                info.update(fsdp_units=units,
+                            param_dtype=str(state._mp_policy.param_dtype),
+                            reduce_dtype=str(state._mp_policy.reduce_dtype),
+                            reshard_after_forward=group.post_forward_mesh_info is not None)
+            os.makedirs(runner.work_dir, exist_ok=True)
+            with open(os.path.join(runner.work_dir, f"inspect-rank{runner.rank}.json"), "w") as f:
+                json.dump(info, f)
+    '''
+)
+
+
+def write_config(folder: Path, record: bool = False, inspect: bool = False, extra: str = "",
+                 **killer) -> Path:
+    """A 3-epoch quickstart that checkpoints every 20 iterations (mid-epoch).
+
+    ``record`` / ``inspect`` add the hooks of those names, ``killer`` options add
+    ``KillAt``, and ``extra`` is config text appended as is (a strategy, say).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "killer.py").write_text(KILLER)
+    hooks = [f"dict(type='KillAt', **{killer!r})"] if killer else []
+    hooks += ["dict(type='Record')"] if record else []
+    hooks += ["dict(type='Inspect')"] if inspect else []
+    hooks = "[" + ", ".join(hooks) + "]"
+    config = folder / "cfg.py"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            _base_ = [{str(QUICKSTART)!r}]
+            custom_imports = dict(imports=['digits', 'killer'], allow_failed_imports=False)
+            train_cfg = dict(by_epoch=True, max_epochs=3, val_interval=3)
+            default_hooks = dict(
+                checkpoint=dict(type='CheckpointHook', interval=20, by_epoch=False,
+                                max_keep_ckpts=3),
+            )
+            custom_hooks = {hooks}
+            """
+        ) + textwrap.dedent(extra)
+    )
+    return config
+
+
+def flexgraph_run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    # One thread per process, as torchrun sets for its workers: on a small shared
+    # machine OpenMP spin-waiting otherwise makes tiny models many times slower.
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "examples"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "flexgraph", "run", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def final_state(work_dir: Path) -> dict:
+    pointer = Path((work_dir / "last_checkpoint").read_text().strip())
+    return torch.load(pointer, weights_only=True)
+
+
+def assert_same_training_state(a: dict, b: dict) -> None:
+    assert a["meta"]["iter"] == b["meta"]["iter"]
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
+    for pid, state in a["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(
+                b["optimizer"]["state"][pid][key])), (pid, key)
+
+
+def hook_trace(path: Path) -> list[str]:
+    """The hook points in order; each run of train (or val) iterations becomes one entry.
+
+    The iteration count differs between one process and two; the structure must not.
+    """
+    trace: list[str] = []
+    for point in path.read_text().split():
+        if point.endswith("_iter"):
+            point = point.split("_", 1)[1] + "s*"  # before_train_iter -> train_iters*
+        if not (point.endswith("*") and trace and trace[-1] == point):
+            trace.append(point)
+    return trace

@@ -1,0 +1,171 @@
+"""FSDP2 through ``flexgraph run --nproc-per-node 2`` (gloo), checked against DDP.
+
+One set of runs serves several specifications (each run costs seconds of
+process start-up): the quickstart MLP without dropout, started from the same
+initial weights under DDP and under FSDP, two epochs. Then FSDP is killed
+mid-epoch and resumed, and a DDP checkpoint is evaluated under FSDP.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import KILLER, ROOT, final_state, flexgraph_run, write_config
+
+ITERS = 46  # 2 epochs x 23 iterations per rank (1437 samples / 2 ranks / batch 32)
+
+COMMON = """
+model = dict(dropout=0.0)
+train_cfg = dict(max_epochs=2, val_interval=2)
+default_hooks = dict(
+    checkpoint=dict(type='CheckpointHook', interval=20, by_epoch=False, max_keep_ckpts=3),
+    logger=dict(type='LoggerHook', interval=5))
+"""
+DDP = """
+strategy = dict(type='DDPStrategy',
+                model_wrapper=dict(find_unused_parameters=True, broadcast_buffers=False))
+"""
+FSDP = """
+strategy = dict(
+    type='FSDPStrategy',
+    model_wrapper=dict(
+        auto_wrap_policy=dict(type='torch.distributed.fsdp.wrap.size_based_auto_wrap_policy',
+                              min_num_params=5000),
+        sharding_strategy='SHARD_GRAD_OP',
+        mixed_precision=dict(param_dtype='float32', reduce_dtype='float32')))
+"""
+
+
+def _launch(config: Path, work: str, cwd: Path, *extra: str):
+    done = flexgraph_run(str(config), "--work-dir", work, "--nproc-per-node", "2", *extra,
+                         cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _losses(work_dir: Path) -> dict[int, float]:
+    lines = [json.loads(x) for x in (work_dir / "metrics.jsonl").read_text().splitlines()]
+    return {x["iter"]: x["loss"] for x in lines if x.get("mode", "train") == "train"}
+
+
+def _inspected(work_dir: Path) -> list[dict]:
+    return [json.loads((work_dir / f"inspect-rank{r}.json").read_text()) for r in range(2)]
+
+
+def _dcp_tensors(path: Path) -> dict:
+    """Every tensor of a sharded checkpoint, gathered into one dict (test-side only)."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    flat = path.parent / (path.name + ".pt")
+    dcp_to_torch_save(path, flat)
+    return torch.load(flat, weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """DDP and FSDP from the same initial weights; FSDP killed and resumed."""
+    root = tmp_path_factory.mktemp("fsdp")
+    sys.path.insert(0, str(ROOT / "examples"))
+    from digits import DigitsMLP
+
+    torch.manual_seed(0)
+    torch.save(DigitsMLP(hidden=128, dropout=0.0).state_dict(), root / "init.pth")
+    start = f"load_from = {str(root / 'init.pth')!r}\n"
+    ddp = write_config(root / "ddp", inspect=True, extra=COMMON + DDP + start)
+    fsdp = write_config(root / "fsdp", inspect=True, extra=COMMON + FSDP + start)
+    killing = write_config(root / "killing", extra=COMMON + FSDP + start, at_iter=30, rank=1)
+    _launch(ddp, "ddp", root)
+    fsdp_done = _launch(fsdp, "fsdp", root)
+    killed = flexgraph_run(str(killing), "--work-dir", "cut", "--nproc-per-node", "2", cwd=root)
+    assert killed.returncode != 0
+    resumed = _launch(fsdp, "cut", root, "--resume", "auto")
+    return {"root": root, "fsdp_stdout": fsdp_done.stdout, "killed": killed,
+            "resumed": resumed}
+
+
+def test_fsdp_loss_goes_down_and_agrees_with_ddp(runs):
+    ddp, fsdp = _losses(runs["root"] / "ddp"), _losses(runs["root"] / "fsdp")
+    assert sorted(ddp) == sorted(fsdp) and max(fsdp) == ITERS
+    iters = sorted(fsdp)
+    assert fsdp[iters[-1]] < 0.6 * fsdp[iters[0]], "FSDP training lowers the loss"
+    # Same data, same initial weights, fp32: only the order of the gradient
+    # reductions differs (reduce-scatter vs all-reduce), so losses agree closely.
+    for it in iters:
+        assert fsdp[it] == pytest.approx(ddp[it], rel=1e-4, abs=1e-5), it
+
+
+def test_each_rank_trains_with_the_options_the_config_gave(runs):
+    for rank, info in enumerate(_inspected(runs["root"] / "fsdp")):
+        assert info["backend"] == "gloo" and info["world_size"] == 2, rank
+        assert info["fsdp_units"] == ["", "net.0"], "the size policy picked net.0, then root"
+        assert info["param_types"] == ["DTensor"]
+        assert info["local_numel"] * 2 <= info["numel"] + 256, "each rank holds half"
+        assert info["reshard_after_forward"] is False, "SHARD_GRAD_OP"
+        assert info["param_dtype"] == info["reduce_dtype"] == "torch.float32"
+    for rank, info in enumerate(_inspected(runs["root"] / "ddp")):
+        assert info["model"] == "MMDistributedDataParallel", rank
+        assert info["find_unused_parameters"] is True and info["broadcast_buffers"] is False
+
+
+def test_fsdp_saves_sharded_checkpoints_every_rank_writes(runs):
+    work = runs["root"] / "fsdp"
+    last = Path((work / "last_checkpoint").read_text().strip())
+    assert last.name == f"iter_{ITERS}.dcp" and last.is_dir()
+    assert sorted(p.name for p in last.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    extra = torch.load(last / "extra.pth", weights_only=True)
+    assert extra["meta"]["iter"] == ITERS and len(extra["rng_states"]) == 2
+    assert sorted(p.name for p in work.glob("iter_*")) == [
+        "iter_20.dcp", "iter_40.dcp", f"iter_{ITERS}.dcp"]
+
+
+def test_a_killed_fsdp_run_resumes_at_the_right_iteration_bit_identical(runs):
+    root = runs["root"]
+    assert "Resumed from" in runs["resumed"].stdout + runs["resumed"].stderr
+    resumed_at = torch.load(root / "cut" / "iter_20.dcp" / "extra.pth",
+                            weights_only=True)["meta"]
+    assert resumed_at["iter"] == 20 and resumed_at["batch_idx"] == 20
+    full = _dcp_tensors(root / "fsdp" / f"iter_{ITERS}.dcp")
+    cut = _dcp_tensors(root / "cut" / f"iter_{ITERS}.dcp")
+    assert sorted(full["state_dict"]) == sorted(cut["state_dict"])
+    for key, value in full["state_dict"].items():
+        assert torch.equal(value, cut["state_dict"][key]), key
+    for name, state in full["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(torch.as_tensor(value),
+                               torch.as_tensor(cut["optimizer"]["state"][name][key])), name
+
+
+def test_a_full_ddp_checkpoint_loads_into_the_shards(runs):
+    root = runs["root"]
+    trained = final_state(root / "ddp")
+    reported = [json.loads(x) for x in (root / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    accuracy = [x for x in reported if x.get("mode") == "val"][-1]["accuracy/top1"]
+    checkpoint = Path((root / "ddp" / "last_checkpoint").read_text().strip())
+    assert trained["meta"]["iter"] == ITERS
+    config = root / "fsdp" / "cfg.py"
+    done = _launch(config, "eval", root, "--entry", "val", "--load-from", str(checkpoint))
+    assert f"val_result: {{'accuracy/top1': {accuracy}}}" in done.stdout
+
+
+def test_mmpretrain_style_fsdp_config_trains_on_the_cpu(tmp_path):
+    """examples/vit_fsdp.py: a size-based auto-wrap policy and AmpOptimWrapper, unchanged."""
+    (tmp_path / "killer.py").write_text(KILLER)
+    config = tmp_path / "vit_cfg.py"
+    config.write_text(
+        f"_base_ = [{str(ROOT / 'examples' / 'vit_fsdp.py')!r}]\n"
+        "custom_imports = dict(imports=['digits', 'digits_vit', 'killer'],\n"
+        "                      allow_failed_imports=False)\n"
+        "model = dict(dim=32, depth=2)\n"
+        "train_cfg = dict(max_epochs=2, val_interval=2)\n"
+        "custom_hooks = [dict(type='Inspect')]\n")
+    _launch(config, "vit", tmp_path)
+    losses = _losses(tmp_path / "vit")
+    assert losses[max(losses)] < losses[min(losses)]
+    for info in _inspected(tmp_path / "vit"):
+        assert info["optim_wrapper"] == "CPUAmpOptimWrapper"
+        # each block (~12.7k parameters) is over the policy's 1e4; the embedding is not
+        assert info["fsdp_units"] == ["", "blocks.0", "blocks.1"]

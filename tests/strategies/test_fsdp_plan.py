@@ -1,0 +1,127 @@
+"""The FSDP strategy as a plan: its order, its options, and the orders it refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from flexgraph import (
+    Configure,
+    Move,
+    PlanCheckError,
+    Replace,
+    Step,
+    StrategyOptionError,
+    get_strategy,
+    make_plan,
+)
+from flexgraph.training.graph import standard_graph
+
+SIZE_POLICY = dict(type="torch.distributed.fsdp.wrap.size_based_auto_wrap_policy",
+                   min_num_params=1e7)
+
+
+def plan(strategy=None, cfg=None, entry="train", **options):
+    strategy = strategy or get_strategy("fsdp", **options)
+    targets = () if entry == "train" else (entry,)
+    return make_plan(standard_graph(cfg, entry=entry), strategy, targets=targets)
+
+
+def test_fsdp_shards_on_meta_then_materializes_then_initialises_and_loads():
+    order = plan().order
+    assert order[:7] == ("setup_env", "build_model", "fully_shard", "materialize",
+                         "init_weights", "build_hooks", "load_checkpoint")
+    assert order.index("load_checkpoint") < order.index("build_optim_wrapper")
+    steps = {s.name: s for s in plan().steps}
+    assert steps["build_model"].params == {"device": "meta"}
+    assert steps["load_checkpoint"].fn_name == "flexgraph.strategies.fsdp:load_into_shards"
+    assert steps["build_checkpointer"].params["io"].endswith(":DistributedCheckpointIO")
+
+
+def test_the_plan_says_which_rewrite_moved_init_weights_and_load_checkpoint():
+    p = plan()
+    assert p.origin("init_weights").short == "moved by fsdp #6"
+    assert str(p.origin("load_checkpoint")) == "moved by fsdp #8: move load_checkpoint after " \
+                                               "init_weights"
+    assert p.origin("fully_shard").action == "inserted"
+
+
+def test_checkpointing_then_compile_then_shard():
+    p = plan(cfg={"compile": True}, activation_checkpointing={})
+    order = p.order
+    assert order.index("activation_checkpointing") < order.index("compile") \
+        < order.index("fully_shard") < order.index("materialize")
+    assert p.origin("compile").short == "moved by fsdp #5"
+    assert "compile" not in plan().order, "compile is only moved when the config asks for it"
+
+
+def test_skip_init_weights_removes_the_init_and_loads_right_after_materialize():
+    order = plan(skip_init_weights=True).order
+    assert "init_weights" not in order
+    assert order.index("materialize") < order.index("load_checkpoint")
+
+
+def test_mmengine_options_map_onto_fully_shard():
+    p = plan(model_wrapper=dict(auto_wrap_policy=SIZE_POLICY, sharding_strategy="SHARD_GRAD_OP",
+                                mixed_precision=dict(param_dtype="bfloat16",
+                                                     reduce_dtype="float32"),
+                                use_orig_params=True))
+    params = {s.name: s for s in p.steps}["fully_shard"].params
+    assert params == {"auto_wrap_policy": SIZE_POLICY, "reshard_after_forward": False,
+                      "mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"},
+                      "cpu_offload": False}
+    full = {s.name: s for s in plan(state_dict_cfg="full").steps}
+    assert full["build_checkpointer"].params["io"].endswith(":FullStateFileIO")
+
+
+@pytest.mark.parametrize("options, culprit", [
+    (dict(model_wrapper=dict(backward_prefetch="BACKWARD_PRE")), "model_wrapper.backward_prefetch"),
+    (dict(model_wrapper=dict(sharding_strategy="NO_SHARD")), "use DDPStrategy"),
+    (dict(model_wrapper=dict(sharding_strategy="HYBRID_SHARD")), "2-D device mesh"),
+    (dict(model_wrapper=dict(mixed_precision=dict(buffer_dtype="float16"))),
+     "mixed_precision.buffer_dtype"),
+    (dict(model_wrapper=dict(use_orig_params=False)), "use_orig_params=False"),
+    (dict(state_dict_cfg="sharded"), "state_dict_cfg='sharded'"),
+    (dict(skip_init_weights="yes"), "skip_init_weights"),
+    (dict(no_such_option=1), "no_such_option"),
+])
+def test_options_without_an_fsdp2_meaning_are_refused_by_name(options, culprit):
+    with pytest.raises(StrategyOptionError, match=culprit.replace("(", r"\(")):
+        get_strategy("FSDPStrategy", **options)
+
+
+def test_an_optimizer_built_before_sharding_is_refused_with_the_reason():
+    # Legal as a graph: a consumer ordered before an updater reads the model as it was.
+    bad = get_strategy("fsdp").then(Move("build_optim_wrapper", before="fully_shard"))
+    with pytest.raises(PlanCheckError, match="build_optim_wrapper must run after fully_shard: "
+                                             "an optimizer built before sharding"):
+        plan(bad)
+
+
+def test_weights_initialised_on_the_meta_device_are_refused():
+    bad = get_strategy("fsdp").then(Move("init_weights", before="fully_shard"))
+    with pytest.raises(PlanCheckError, match="meta device, with no storage"):
+        plan(bad)
+
+
+def test_a_whole_model_load_into_a_sharded_model_is_refused():
+    standard = Step("load_checkpoint", "flexgraph.training.steps:load_checkpoint",
+                    requires=("cfg", "hooks"), updates="model")
+    bad = get_strategy("fsdp").then(Replace("load_checkpoint", standard))
+    with pytest.raises(PlanCheckError, match="runs flexgraph.training.steps:load_checkpoint, "
+                                             "not flexgraph.strategies.fsdp:load_into_shards"):
+        plan(bad)
+
+
+def test_the_val_entry_is_cut_after_the_rewrites_and_keeps_the_sharded_loader():
+    p = plan(entry="val")
+    assert p.order[-1] == "val"
+    for needed in ("fully_shard", "materialize", "init_weights", "load_checkpoint"):
+        assert needed in p.order
+    for dropped in ("build_optim_wrapper", "resume", "train"):
+        assert dropped not in p.order
+    assert "build_optim_wrapper" not in p.base_order, "the base column is cut the same way"
+
+
+def test_user_rewrites_after_fsdp_keep_its_checks():
+    ok = get_strategy("fsdp").then(Configure("build_model", {"init_options": {}}))
+    assert plan(ok).order[2] == "fully_shard"

@@ -1,0 +1,76 @@
+"""Models built on the meta device: what exists, what is refused, what materialize restores."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from mmengine.registry import MODELS
+from torch import nn
+from training_helpers import run_steps
+
+from flexgraph.training import steps
+from flexgraph.training.errors import CheckpointError, ConfigError
+from flexgraph.training.materialize import materialize_module, uninitialised_parameters
+
+
+@MODELS.register_module(force=True)
+class NormNet(nn.Module):
+    """Linear + BatchNorm, and a bare parameter no module method initialises."""
+
+    def __init__(self, bare: bool = False) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.bn = nn.BatchNorm1d(4)
+        self.register_buffer("table", torch.arange(4.0))  # computed, no way to recompute it
+        if bare:
+            self.scale = nn.Parameter(torch.ones(4))
+
+    def forward(self, x, y):
+        return nn.functional.cross_entropy(self.bn(self.fc(x)) * self.table, y)
+
+
+def _meta_model(make_cfg, **model):
+    cfg = make_cfg(model=dict(type="NormNet", **model))
+    env = run_steps(cfg, last="setup_env")["env"]
+    return cfg, env, steps.build_model(cfg, env, device="meta")
+
+
+def test_meta_build_has_parameters_without_storage_and_real_buffers(make_cfg):
+    _, _, model = _meta_model(make_cfg)
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert model.table.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert model.bn.running_var.device.type == "cpu"
+
+
+def test_loading_or_initialising_a_meta_model_is_refused(make_cfg, tmp_path):
+    cfg, env, model = _meta_model(make_cfg)
+    torch.save(NormNet().state_dict(), tmp_path / "w.pth")
+    cfg.load_from = str(tmp_path / "w.pth")
+    hooks = run_steps(cfg, last="build_hooks")["hooks"]
+    with pytest.raises(CheckpointError, match="parameters on the meta device.*materialized"):
+        steps.load_checkpoint(cfg, hooks, model)
+    with pytest.raises(ConfigError, match="still on the meta device"):
+        steps.init_weights(env, model)
+
+
+def test_materialize_gives_storage_restores_buffers_and_reinitialises():
+    torch.manual_seed(0)
+    from flexgraph.training.materialize import parameters_on_meta
+
+    with parameters_on_meta():
+        model = NormNet()
+    materialize_module(model, "cpu")
+    assert model.table.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert torch.equal(model.bn.weight, torch.ones(4)), "BatchNorm's reset_parameters ran"
+    bound = 1 / 8 ** 0.5  # nn.Linear's default init range
+    assert model.fc.weight.abs().max() <= bound and model.fc.weight.std() > 0
+    assert uninitialised_parameters(model) == []
+
+
+def test_a_parameter_nothing_initialises_is_found_not_trained_on():
+    from flexgraph.training.materialize import parameters_on_meta
+
+    with parameters_on_meta():
+        model = NormNet(bare=True)
+    materialize_module(model, "cpu")
+    assert uninitialised_parameters(model) == ["scale"]

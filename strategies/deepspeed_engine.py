@@ -1,0 +1,450 @@
+"""The DeepSpeed strategy's runtime: its engine as a model, its optimizer, its checkpoints.
+
+``deepspeed.initialize`` returns an engine that owns the parameters (partitioned
+under ZeRO-3), the optimizer (wrapped in a ZeRO optimizer) and backward and
+step. flexgraph's loop, hooks and schedulers talk to MMEngine-shaped objects, so
+this module shapes the engine that way, as MMEngine's own DeepSpeed wrappers do
+(which no longer import with current DeepSpeed):
+
+* :class:`EngineModel`: ``train_step`` / ``val_step`` / ``test_step`` of a
+  ``BaseModel`` (data preprocessor, ``inputs_to_half``, ``parse_losses``) run
+  through the engine; everything else is the engine's.
+* :class:`DeepSpeedOptimWrapper`: an MMEngine optimizer wrapper whose
+  ``update_params`` is ``engine.backward`` + ``engine.step``; MMEngine's
+  parameter schedulers drive its ``param_groups``.
+* :class:`DeepSpeedCheckpointIO`: DeepSpeed's own ``save_checkpoint`` /
+  ``load_checkpoint`` (every rank writes its partition), with flexgraph's loop
+  position, schedulers, RNG states and hook extras in the client state. Loading
+  goes through :func:`safe_checkpoint_engine` (``weights_only=True`` with an
+  allow-list of the classes DeepSpeed itself writes) instead of DeepSpeed's
+  ``torch.load(weights_only=False)``.
+
+Nothing here is imported at plan time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from mmengine.optim import BaseOptimWrapper
+from mmengine.registry import MODEL_WRAPPERS
+
+from flexgraph.training.checkpoint_io import CheckpointIO, rank_of
+from flexgraph.training.errors import CheckpointError, ConfigError
+from flexgraph.training.model_api import forward, loss_of, uses_step_api
+
+__all__ = [
+    "DeepSpeedCheckpointIO",
+    "DeepSpeedOptimWrapper",
+    "EngineModel",
+    "cast_inputs",
+    "engine_train_step",
+    "fill_config",
+    "load_weights_into_engine",
+    "safe_checkpoint_engine",
+]
+
+AUTO = "auto"
+
+
+# -- the DeepSpeed config, completed at run time ----------------------------------------------
+
+def _clamp(value: float, low: float, high: float) -> int:
+    return int(min(max(value, low), high))
+
+
+def _set(config: dict[str, Any], key: str, value: Any, source: str) -> None:
+    """Fill ``config[key]`` from ``source`` unless the user set a different value."""
+    current = config.get(key)
+    if current is None or current == AUTO:
+        config[key] = value
+    elif current != value:
+        raise ConfigError(f"strategy 'deepspeed': {key}={current!r} contradicts {source} "
+                          f"({value!r}); set one of them")
+
+
+def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
+                numel: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The DeepSpeed config with what flexgraph derives filled in; returns (config, filled).
+
+    Batch sizes come from ``train_dataloader.batch_size`` and the world size;
+    ``optim_wrapper.clip_grad`` / ``accumulative_counts`` become
+    ``gradient_clipping`` / ``gradient_accumulation_steps``. Nothing the user set
+    is overwritten: a contradiction is a :class:`ConfigError`. ZeRO bucket sizes
+    and stage-3 limits left ``'auto'`` are sized from the model (``numel``
+    parameters): DeepSpeed's defaults (5e8 elements, about 2 GiB per fp32 bucket)
+    are sized for models far larger than most, and on a model of a few hundred
+    million parameters they cost more memory than ZeRO saves.
+    """
+    config = json.loads(json.dumps(config))  # a deep, plain copy
+    before = json.loads(json.dumps(config))
+    optim_cfg = dict(cfg.get("optim_wrapper") or {})
+    loader = cfg.get("train_dataloader") or cfg.get("val_dataloader") or {}
+    accumulation = int(optim_cfg.get("accumulative_counts", 1))
+    if accumulation != 1 or config.get("gradient_accumulation_steps") in (None, AUTO):
+        _set(config, "gradient_accumulation_steps", accumulation,
+             "optim_wrapper.accumulative_counts")
+    clip = optim_cfg.get("clip_grad")
+    if clip:
+        if float(clip.get("norm_type", 2)) != 2.0 or set(clip) - {"max_norm", "norm_type"}:
+            raise ConfigError("strategy 'deepspeed': DeepSpeed clips by the global L2 norm "
+                              "only; use optim_wrapper.clip_grad=dict(max_norm=...)")
+        _set(config, "gradient_clipping", float(clip["max_norm"]), "optim_wrapper.clip_grad")
+    batch = loader.get("batch_size") if isinstance(loader, Mapping) else None
+    if batch is not None:
+        _set(config, "train_micro_batch_size_per_gpu", int(batch),
+             "train_dataloader.batch_size")
+    micro = config.get("train_micro_batch_size_per_gpu")
+    if isinstance(micro, int):
+        _set(config, "train_batch_size",
+             micro * int(config["gradient_accumulation_steps"]) * world_size,
+             f"micro batch {micro} x accumulation x world size {world_size}")
+    zero = config.setdefault("zero_optimization", {})
+    bucket = _clamp(numel / 16, 1e6, 5e7)
+    sizes = {"reduce_bucket_size": bucket, "allgather_bucket_size": bucket,
+             "stage3_prefetch_bucket_size": bucket,
+             "stage3_max_live_parameters": _clamp(numel / 8, 1e6, 1e9),
+             "stage3_max_reuse_distance": _clamp(numel / 8, 1e6, 1e9)}
+    for key, value in sizes.items():
+        if zero.get(key) == AUTO:
+            zero[key] = value
+    filled = {k: v for k, v in config.items() if before.get(k) != v and k != "zero_optimization"}
+    filled.update({f"zero_optimization.{k}": v for k, v in zero.items()
+                   if before.get("zero_optimization", {}).get(k) != v})
+    return config, filled
+
+
+# -- the engine as an MMEngine model ----------------------------------------------------------
+
+def cast_inputs(data: Any, keys: list[Any] | None, dtype: torch.dtype | None) -> Any:
+    """``data`` with the floating tensors under ``keys`` cast to ``dtype``.
+
+    ``keys`` name dict keys, or positions (in a list or tuple, or among a
+    dict's keys in order, which is how MMEngine configs that say
+    ``inputs_to_half=[0]`` meet the dict a data preprocessor returns). Tensors
+    may be nested in lists, tuples and dicts.
+    """
+    if not keys or dtype is None:
+        return data
+
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(dtype) if value.is_floating_point() else value
+        if isinstance(value, Mapping):
+            return type(value)({k: cast(v) for k, v in value.items()})
+        if isinstance(value, (list, tuple)):
+            return type(value)(cast(v) for v in value)
+        return value
+
+    if isinstance(data, Mapping):
+        names = list(data)
+        chosen = {names[k] if isinstance(k, int) and 0 <= k < len(names) else k for k in keys}
+        return type(data)({k: cast(v) if k in chosen else v for k, v in data.items()})
+    if isinstance(data, (list, tuple)):
+        return type(data)(cast(v) if i in keys else v for i, v in enumerate(data))
+    return cast(data) if 0 in keys else data
+
+
+@MODEL_WRAPPERS.register_module(force=True)
+class EngineModel:
+    """A DeepSpeed engine behaving like an MMEngine model wrapper.
+
+    ``module`` is the user's model (so checkpoints and hooks see it unwrapped),
+    ``engine`` the DeepSpeed engine; any other attribute is the engine's.
+    """
+
+    def __init__(self, engine: Any, inputs_to_half: list[Any] | None = None) -> None:
+        self.engine = engine
+        self.module = engine.module
+        self.inputs_to_half = inputs_to_half
+        self.compute_dtype = _compute_dtype(engine)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def _prepared(self, data: Any, training: bool) -> Any:
+        return cast_inputs(self.module.data_preprocessor(data, training), self.inputs_to_half,
+                           self.compute_dtype)
+
+    def _run(self, data: Any, mode: str) -> Any:
+        if isinstance(data, Mapping):
+            return self.engine(**data, mode=mode)
+        return self.engine(*data, mode=mode)
+
+    def train_step(self, data: Any, optim_wrapper: Any) -> dict[str, torch.Tensor]:
+        losses = self._run(self._prepared(data, True), "loss")
+        loss, log_vars = self.module.parse_losses(losses)
+        optim_wrapper.update_params(loss)
+        return log_vars
+
+    def val_step(self, data: Any) -> list[Any]:
+        return self._run(self._prepared(data, False), "predict")
+
+    def test_step(self, data: Any) -> list[Any]:
+        return self._run(self._prepared(data, False), "predict")
+
+
+def _compute_dtype(engine: Any) -> torch.dtype | None:
+    if engine.fp16_enabled():
+        return torch.float16
+    if engine.bfloat16_enabled():
+        return torch.bfloat16
+    return None
+
+
+def engine_train_step(model: EngineModel, optim_wrapper: Any) -> Any:
+    """The loop's per-batch function: the engine does backward and step."""
+    if uses_step_api(model.module):
+        train_step = model.train_step
+
+        def step_api(batch: Any) -> Any:
+            return train_step(batch, optim_wrapper)
+
+        return step_api
+    engine = model.engine
+    keys, dtype = model.inputs_to_half, model.compute_dtype
+
+    def plain(batch: Any) -> Any:
+        batch = cast_inputs(batch, keys, dtype)
+        loss, logged = loss_of(forward(engine, batch), model.module)
+        engine.backward(loss)
+        engine.step()
+        return logged
+
+    return plain
+
+
+class DeepSpeedOptimWrapper(BaseOptimWrapper):
+    """MMEngine's optimizer-wrapper interface over a DeepSpeed engine.
+
+    ``optimizer`` is the engine's (a ZeRO optimizer whose ``param_groups`` are
+    the torch optimizer's), so MMEngine's LR schedulers work unchanged.
+    Accumulation and clipping are DeepSpeed's (``gradient_accumulation_steps``,
+    ``gradient_clipping``): ``step`` is a no-op for DeepSpeed between boundaries.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine.optimizer)
+        self.engine = engine
+
+    def update_params(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self.backward(loss)
+        self.step()
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self.engine.backward(loss)
+
+    def step(self, **kwargs: Any) -> None:
+        self.engine.step()
+
+    def zero_grad(self, **kwargs: Any) -> None:
+        """The engine zeroes gradients in ``step`` at each accumulation boundary."""
+
+    def initialize_count_status(self, model: Any, init_counts: int, max_counts: int) -> None:
+        """Accumulation is counted by the engine (``gradient_accumulation_steps``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Empty: the engine's checkpoint holds the optimizer state."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to load: see :meth:`state_dict`."""
+
+    @contextlib.contextmanager
+    def optim_context(self, model: Any):
+        yield
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+
+def _safe_globals() -> list[Any]:
+    """The non-tensor classes DeepSpeed's own checkpoints hold, and nothing else."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum]
+
+
+_SAFE_ENGINES: dict[type, type] = {}
+
+
+def safe_checkpoint_engine(engine: Any) -> None:
+    """Make ``engine``'s checkpoint engine load with ``weights_only=True``.
+
+    DeepSpeed's ``TorchCheckpointEngine`` reads every file of a checkpoint with
+    ``torch.load(weights_only=False)``, so a crafted checkpoint could run code.
+    The engine's instance gets a subclass whose ``load`` admits tensors, plain
+    containers and the few DeepSpeed classes its checkpoints hold. A checkpoint
+    engine the user configured (a decoupled or NVMe one) is left alone.
+    """
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import (
+        TorchCheckpointEngine,
+    )
+
+    original = engine.checkpoint_engine
+    if type(original) is not TorchCheckpointEngine:
+        return
+    if TorchCheckpointEngine not in _SAFE_ENGINES:
+        _SAFE_ENGINES[TorchCheckpointEngine] = type(
+            "SafeTorchCheckpointEngine", (TorchCheckpointEngine,), {"load": _safe_load})
+    original.__class__ = _SAFE_ENGINES[TorchCheckpointEngine]
+
+
+def _safe_load(self: Any, path: str, map_location: Any = None) -> Any:
+    import pickle
+
+    from flexgraph.training.errors import UnsafeCheckpointError
+
+    try:
+        with torch.serialization.safe_globals(_safe_globals()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise UnsafeCheckpointError(
+            f"refused to load {path!r}: it holds objects a DeepSpeed checkpoint never "
+            f"holds ({str(exc).strip().splitlines()[0]})") from None
+
+
+class DeepSpeedCheckpointIO(CheckpointIO):
+    """DeepSpeed's own checkpoint directories (``iter_40.ds/``), every rank writing.
+
+    The checkpoint dict (loop position, schedulers, RNG states, hook extras)
+    travels in DeepSpeed's ``client_state``; the engine writes the weights and
+    the optimizer partitions itself, so the dict has no ``state_dict`` or
+    ``optimizer`` entry.
+    """
+
+    suffix = ".ds"
+
+    def __init__(self, exclude_frozen_parameters: bool = False) -> None:
+        self.exclude_frozen_parameters = bool(exclude_frozen_parameters)
+
+    def states(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:
+        return {}
+
+    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
+              optim_wrapper: Any = None) -> None:
+        model.engine.save_checkpoint(str(path.parent), tag=path.name, client_state=checkpoint,
+                                     save_latest=False,
+                                     exclude_frozen_parameters=self.exclude_frozen_parameters)
+
+    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
+        if not self.is_complete(path):
+            raise CheckpointError(f"{str(path)!r} is not a complete DeepSpeed checkpoint "
+                                  f"directory (no *model_states.pt); was its save interrupted?")
+        engine = model.engine
+        loaded, client_state = engine.load_checkpoint(
+            str(path.parent), tag=path.name, load_optimizer_states=True,
+            load_lr_scheduler_states=engine.lr_scheduler is not None)
+        if loaded is None:
+            raise CheckpointError(f"DeepSpeed could not load {str(path)!r}")
+        return dict(client_state or {})
+
+    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: Any, optim_wrapper: Any,
+              strict: bool = True) -> None:
+        """Nothing left to do: the engine loaded its state in :meth:`read`."""
+
+    def is_complete(self, path: Path) -> bool:
+        return path.is_dir() and any(p.stat().st_size for p in path.glob("*model_states.pt"))
+
+
+def _refresh_master_weights(engine: Any) -> None:
+    """Copy freshly loaded weights into the optimizer's fp32 master copies (ZeRO, fp16)."""
+    refresh = getattr(engine.optimizer, "refresh_fp32_params", None)
+    if callable(refresh):
+        refresh()
+
+
+def _rank0_weights(path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
+    """On rank 0, the file's checkpoint and weights; on the others, nothing. Errors reach all."""
+    from flexgraph.training.checkpoint import load_checkpoint_file, weights_in
+
+    checkpoint, weights, error = None, {}, None
+    if rank_of() == 0:
+        try:
+            checkpoint = load_checkpoint_file(path)
+            weights = {k.removeprefix("module."): v
+                       for k, v in weights_in(checkpoint, str(path)).items()}
+        except Exception as exc:  # the other ranks must learn it, or they wait forever
+            error = exc
+    box = [error]
+    torch.distributed.broadcast_object_list(box, src=0)
+    if box[0] is not None:
+        raise box[0]
+    return checkpoint, weights
+
+
+def _load_partitioned(module: torch.nn.Module, path: Path) -> list[str]:
+    """Rank 0's file into ZeRO-3 partitions, one module's parameters gathered at a time."""
+    import deepspeed
+
+    checkpoint, weights = _rank0_weights(path)
+    names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+    box = [[n for n in names if n not in weights] if rank_of() == 0 else None]
+    torch.distributed.broadcast_object_list(box, src=0)
+    missing = box[0]
+    if len(missing) == len(names):
+        raise CheckpointError(f"none of the weights in {str(path)!r} match a parameter of "
+                              f"{type(module).__name__}; is it the right file?")
+    for prefix, sub in module.named_modules():
+        own = list(sub.named_parameters(recurse=False))
+        if own:
+            with deepspeed.zero.GatheredParameters([p for _, p in own], modifier_rank=0), \
+                    torch.no_grad():
+                for name, param in own:
+                    key = f"{prefix}.{name}" if prefix else name
+                    if rank_of() == 0 and key in weights:
+                        param.copy_(weights[key])
+        for name, buffer in sub.named_buffers(recurse=False):
+            key = f"{prefix}.{name}" if prefix else name
+            if key not in missing:
+                with torch.no_grad():
+                    if rank_of() == 0:
+                        buffer.copy_(weights[key])
+                    torch.distributed.broadcast(buffer, src=0)
+    del checkpoint
+    return missing
+
+
+def load_weights_into_engine(model: EngineModel, path: Path) -> tuple[dict[str, Any], list[str]]:
+    """``load_from`` into a running engine; returns (what hooks see, missing keys).
+
+    A directory is a DeepSpeed checkpoint (its module weights only). A file is a
+    full state dict: under ZeRO-3 rank 0 reads it and each module's parameters
+    are gathered only while their values go in; otherwise every rank loads it
+    into its full copy. Either way the optimizer's master copies follow.
+    """
+    from flexgraph.training.checkpoint import apply_weights, load_checkpoint_file
+
+    engine = model.engine
+    if path.is_dir():
+        if not DeepSpeedCheckpointIO().is_complete(path):
+            raise CheckpointError(f"{str(path)!r} is a directory but not a DeepSpeed checkpoint "
+                                  f"(no *model_states.pt)")
+        _, client_state = engine.load_checkpoint(
+            str(path.parent), tag=path.name, load_module_strict=False,
+            load_optimizer_states=False, load_lr_scheduler_states=False, load_module_only=True)
+        _refresh_master_weights(engine)
+        return {"meta": dict((client_state or {}).get("meta") or {})}, []
+    if engine.zero_optimization_partition_weights():
+        missing = _load_partitioned(model.module, path)
+        checkpoint: dict[str, Any] = {"meta": {}}
+    else:
+        checkpoint = load_checkpoint_file(path)
+        apply_weights(model.module, checkpoint, str(path), strict=False)
+        missing = []
+    _refresh_master_weights(engine)
+    return checkpoint, missing
+
+
+def write_config_file(config: Mapping[str, Any], work_dir: str) -> None:
+    """Rank 0 leaves the DeepSpeed config it ran with in the work_dir."""
+    if rank_of() != 0:
+        return
+    folder = Path(work_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "deepspeed_config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -8,6 +8,11 @@ schedulers, the loop position, and this rank's RNG state (handed to the loop in
 
 Both fire ``after_load_checkpoint(runner, checkpoint)`` before applying the
 checkpoint, as MMEngine does, so a hook may still rewrite its contents.
+
+A group restarted by torch's elastic agent (``--max-restarts``) resumes on its
+own from the latest complete checkpoint in ``work_dir``, whatever ``resume``
+says: that checkpoint is where the failed attempt got to. Before the first
+attempt saved anything, it starts as the first attempt did.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import torch
 
 from flexgraph.training.checkpoint import Checkpointer, apply_weights, restore_schedulers
-from flexgraph.training.config import resume_source, section, train_schedule
+from flexgraph.training.config import restart_count, resume_source, section, train_schedule
 from flexgraph.training.data import epoch_length_of
 from flexgraph.training.env import seed_everything
 from flexgraph.training.errors import CheckpointError
@@ -67,11 +72,15 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
     """
     source = resume_source(cfg)
     runner = hooks.runner
-    if source is None:
+    restart = restart_count()
+    if source is None and not restart:
         return LoopState()
-    path = checkpointer.latest() if source == "auto" else source
+    path = checkpointer.latest() if source == "auto" or restart else source
+    if path is None and restart and source not in (None, "auto"):
+        path = source  # nothing saved since the first attempt: start where it started
     if path is None:
-        runner.logger.info(f"resume='auto': no checkpoint in {checkpointer.work_dir}; "
+        what = f"restart {restart}" if restart else "resume='auto'"
+        runner.logger.info(f"{what}: no checkpoint in {checkpointer.work_dir}; "
                            f"starting from scratch")
         return LoopState()
     checkpoint = checkpointer.load(path)
@@ -116,6 +125,7 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
             f"run has {world_size}; reseeding instead, so random draws will differ")
         seed_everything({"seed": (seed or 0) + iteration, "diff_rank_seed": True}, rank)
         rng_state = capture_rng()
-    runner.logger.info(f"Resumed from {path}: epoch {epoch}, iter {iteration}")
+    restarted = f" (restart {restart} of the group)" if restart else ""
+    runner.logger.info(f"Resumed from {path}: epoch {epoch}, iter {iteration}{restarted}")
     return LoopState(epoch=epoch, iter=iteration, batch_idx=batch_idx, rng_state=rng_state,
                      resumed_from=str(path))

@@ -41,7 +41,7 @@ from flexgraph import (
     Strategy,
     make_plan,
 )
-from flexgraph.core import references
+from flexgraph.core import references, source_names
 
 SIZES = (10, 100, 1000)
 GROUP = 5
@@ -128,7 +128,7 @@ def reference_check_seconds(n: int, repeats: int) -> float:
             plan = make_plan(Graph.of(steps))
 
             def check() -> None:
-                references._module_names.cache_clear()  # cold: every source parsed again
+                source_names._module_names.cache_clear()  # cold: every source parsed again
                 assert references.check_references(plan) == []
 
             return median_seconds(check, repeats)[0]

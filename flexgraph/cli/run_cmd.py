@@ -29,7 +29,7 @@ from typing import Any
 from flexgraph.cli.choice import default_strategy
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.plan import Plan
-from flexgraph.core.references import resolve_functions
+from flexgraph.core.references import check_references, resolve_functions
 from flexgraph.core.strategy import Strategy
 
 LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
@@ -182,7 +182,8 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
 
     spec, strategy = _load(args)
     plan = spec.plan(strategy, targets=() if args.entry == "train" else (args.entry,))
-    resolve_functions(plan)  # fail fast: before any step runs, before any rank starts
+    check_references(plan)  # fail fast: a typo is found before anything is imported,
+    resolve_functions(plan)  # then every function is imported before any step or rank runs
     if _is_launcher(args) and not args.dry_run:
         from flexgraph.cli.launch import launch
 

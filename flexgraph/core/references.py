@@ -213,7 +213,7 @@ def check_reference(ref: str, specs: dict[str, ModuleSpec] | None = None) -> str
     except (OSError, ValueError) as exc:
         return f"{source} cannot be read ({exc})"
     if first not in names.bound:
-        dynamic = names.dynamic or binds_dynamically(source)
+        dynamic = names.dynamic or binds_dynamically(source, first)
         if dynamic:
             return f"{source} binds no {first!r} by name, but it {dynamic}"
         raise _no_attribute(ref, module, first, names.bound)

@@ -6,9 +6,9 @@ the module defines without importing the module (see
 ``class``, an assignment, ``import ... as`` or ``from ... import``, also inside
 top-level ``if`` / ``try`` / ``with`` / ``for`` blocks (a fallback definition in
 ``except ImportError:`` counts). Some modules bind names the source does not
-show: a star import, a module ``__getattr__``, ``globals()`` or ``sys.modules``
-tricks; :class:`ModuleNames` says so, so that a missing name is reported as
-unchecked rather than wrong.
+show: a star import, a module ``__getattr__``, a function that declares it
+``global``, ``globals()`` or ``sys.modules`` tricks; those are reported, so that
+a missing name is called unchecked rather than wrong.
 """
 
 from __future__ import annotations
@@ -103,11 +103,26 @@ def _scan(statements: list[ast.stmt], names: set[str], classes: dict[str, Any],
                 _scan(block, names, classes, dynamic)
 
 
-def _dynamic_binding(tree: ast.Module) -> str | None:
-    """A module that binds names through ``globals()``, ``exec`` or ``sys.modules``."""
+_BINDING_CALLS = ("globals", "locals", "vars", "exec", "setattr")
+
+
+def _dynamic_binding(tree: ast.Module, name: str) -> str | None:
+    """How ``name`` may be bound where the top-level statements do not show it.
+
+    ``global name`` in a function (called at import), ``name :=`` or a
+    ``match`` capture, ``globals()`` / ``exec`` / ``setattr`` / ``sys.modules``.
+    """
     for node in ast.walk(tree):
+        if isinstance(node, ast.Global) and name in node.names:
+            return f"declares 'global {name}' in a function"
+        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name) and (
+            node.target.id == name
+        ):
+            return f"binds {name!r} with ':='"
+        if getattr(node, "name", None) == name and type(node).__name__ in ("MatchAs", "MatchStar"):
+            return f"binds {name!r} in a match pattern"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
-            node.func.id in ("globals", "exec")
+            node.func.id in _BINDING_CALLS
         ):
             return f"calls {node.func.id}()"
         if isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(
@@ -134,7 +149,10 @@ def module_names(path: str) -> ModuleNames:
     return _module_names(path, os.stat(path).st_mtime_ns)
 
 
-def binds_dynamically(path: str) -> str | None:
-    """How ``path`` may bind names at run time; a walk of the whole tree, so only on a miss."""
+def binds_dynamically(path: str, name: str) -> str | None:
+    """How ``path`` may bind ``name`` unseen (see :func:`_dynamic_binding`), or ``None``.
+
+    A walk of the whole tree, so it is asked only when the top level lacks ``name``.
+    """
     with open(path, "rb") as f:
-        return _dynamic_binding(ast.parse(f.read(), filename=path))
+        return _dynamic_binding(ast.parse(f.read(), filename=path), name)

@@ -75,6 +75,7 @@ def write_config(folder: Path, *, hooks: str = "", extra: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "chaos_hooks.py").write_text(HOOKS)
     (folder / "mysteps.py").write_text(STEPS)
+    (folder / "starred.py").write_text("from mysteps import *\n")
     config = folder / "cfg.py"
     config.write_text(
         textwrap.dedent(
@@ -105,7 +106,8 @@ def error_lines(stderr: str) -> list[str]:
 @pytest.mark.parametrize(
     ("ref", "launch", "fragments"),
     [
-        ("mysteps:freez", [], ("step 'freeze'", "has no attribute 'freez'",
+        # a star import hides the name from the source check: found when imported
+        ("starred:freez", [], ("step 'freeze'", "'starred' has no attribute 'freez'",
                                "did you mean 'freeze'")),
         ("mystep:freeze", ["--nproc-per-node", "2"], ("step 'freeze'", "no module named 'mystep'",
                                                       "did you mean 'mysteps'")),

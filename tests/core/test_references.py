@@ -101,6 +101,9 @@ def test_a_misspelled_module_suggests_its_siblings_without_running_the_package(m
         ("from json import *\n", "has 'from json import *'"),
         ("def __getattr__(name):\n    return print\n", "defines __getattr__"),
         ("globals()['made'] = print\n", "calls globals()"),
+        ("def _install():\n    global made\n    made = print\n\n_install()\n",
+         "declares 'global made' in a function"),
+        ("if (made := print):\n    pass\n", "binds 'made' with ':='"),
     ],
 )
 def test_what_the_source_cannot_settle_is_unchecked_with_the_reason(modules, source, reason):

@@ -9,6 +9,11 @@ The generated graphs are made of groups of five steps, shaped like a training
 graph: one producer, two in-place updaters (a chain), two consumers. The
 strategy mixes 8 moves, 6 inserts, 4 configures, a replace and a fuse.
 
+``flexgraph plan`` then checks every function reference without importing it
+(finding each module, reading its source with ``ast``); that is timed too, for
+1,000 steps whose functions live in 10 generated modules of 100 functions,
+cold (each source read and parsed once, as in a fresh ``flexgraph plan``).
+
     python benchmarks/plan_speed.py [--repeats N] [--profile]
 """
 
@@ -20,7 +25,9 @@ import pstats
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from flexgraph import (
     Configure,
@@ -34,6 +41,7 @@ from flexgraph import (
     Strategy,
     make_plan,
 )
+from flexgraph.core import references, source_names
 
 SIZES = (10, 100, 1000)
 GROUP = 5
@@ -106,6 +114,28 @@ def import_seconds(repeats: int) -> float:
     return statistics.median(runs)
 
 
+def reference_check_seconds(n: int, repeats: int) -> float:
+    """Median cost of checking ``n`` references into 10 generated modules, cold."""
+    modules = 10
+    with tempfile.TemporaryDirectory() as folder:
+        for m in range(modules):
+            body = "".join(f"def f{i}(x):\n    return x\n\n" for i in range(n // modules))
+            Path(folder, f"benchmod{m}.py").write_text("import os\n\n" + body)
+        sys.path.insert(0, folder)
+        try:
+            steps = [Step(s(i), f"benchmod{i % modules}:f{i // modules}", provides=f"o{i}")
+                     for i in range(n)]
+            plan = make_plan(Graph.of(steps))
+
+            def check() -> None:
+                source_names._module_names.cache_clear()  # cold: every source parsed again
+                assert references.check_references(plan) == []
+
+            return median_seconds(check, repeats)[0]
+        finally:
+            sys.path.remove(folder)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -126,6 +156,9 @@ def main() -> int:
               f"{seconds / imported:>14.2f}")
     verdict = "under" if slowest < imported else "OVER"
     print(f"planning {SIZES[-1]} steps is {verdict} the cost of importing flexgraph")
+    checked = reference_check_seconds(SIZES[-1], args.repeats)
+    print(f"checking {SIZES[-1]} function references (10 modules, cold): "
+          f"{checked * 1e3:.1f} ms, {checked / imported:.2f} of the import")
     if args.profile:
         graph, strategy = generated_graph(SIZES[-1]), generated_strategy(SIZES[-1])
         profiler = cProfile.Profile()

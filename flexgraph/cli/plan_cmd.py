@@ -7,6 +7,11 @@ plan is printed to stdout in one of four formats (``text``, the default table;
 a diff against the base graph (``--diff``), or as the reasons one step sits
 where it does (``--explain STEP``). Planning imports no step function, so this
 never imports torch and is safe to run anywhere, CI included.
+
+Function references are checked without importing them (see
+:mod:`flexgraph.core.references`): a module that cannot be found, or a name its
+source does not define, is an error (exit 2, with close names); a reference
+the source alone cannot settle is listed on stderr as a ``note:``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from flexgraph.cli.options import parse_cfg_options
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.graph import Graph
 from flexgraph.core.plan import Plan
+from flexgraph.core.references import check_references
 
 FORMATS = ("text", "json", "dot", "mermaid")
 
@@ -142,5 +148,7 @@ def plan_command(args: argparse.Namespace) -> int:
         flag = "--diff" if args.diff else "--explain"
         raise UsageError(f"{flag} prints text; drop --format {args.format}")
     plan = load_plan(args.config, args.strategy, args.cfg_options)
+    for unchecked in check_references(plan):
+        print(f"note: {unchecked}", file=sys.stderr)
     render(plan, args)
     return 0

@@ -2,10 +2,13 @@
 
 Everything that can be checked before a step runs is checked first (the spec,
 the strategy, the plan), so bad input exits 2 without starting processes or
-writing files. With ``--nproc-per-node N`` (or ``--nnodes``) this process only
-launches: it hands itself to ``torch.distributed.run`` (elastic launch), which
-starts N copies of ``flexgraph run`` with the usual RANK / WORLD_SIZE variables.
-A copy started by ``torchrun`` directly works the same way.
+writing files; so is every step's function (imported before the first step
+runs, and before any rank is launched). With ``--nproc-per-node N`` (or
+``--nnodes``, or ``--max-restarts K``) this process only launches: torch's
+elastic agent starts N copies of ``flexgraph run`` with the usual RANK /
+WORLD_SIZE variables, and restarts them after a failure (see
+:mod:`flexgraph.cli.launch`, which also reports the ranks' errors). A copy
+started by ``torchrun`` directly works the same way.
 
 The launched copies read the same config with the same arguments and the same
 world size, so they plan what the launcher planned; to make that a checked
@@ -19,16 +22,18 @@ import argparse
 import hashlib
 import os
 import re
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from flexgraph.cli.choice import default_strategy
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.plan import Plan
+from flexgraph.core.references import check_references, resolve_functions
 from flexgraph.core.strategy import Strategy
 
-LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port")
+LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
+                "max_restarts")
 PLAN_DIGEST_VAR = "FLEXGRAPH_PLAN_DIGEST"
 
 
@@ -56,6 +61,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     launch.add_argument("--node-rank", type=int, default=0)
     launch.add_argument("--master-addr", default=None)
     launch.add_argument("--master-port", type=int, default=None)
+    launch.add_argument("--max-restarts", type=_non_negative, default=0, metavar="K",
+                        help="restart the whole group up to K times after a rank dies; "
+                        "restarted ranks resume from the last complete checkpoint")
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
 
 
 def _cfg_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -71,9 +86,14 @@ def _cfg_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _is_launched() -> bool:
+    """This process is a rank that torch's elastic agent (ours or torchrun) started."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
+
+
 def _is_launcher(args: argparse.Namespace) -> bool:
-    launched = "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
-    return not launched and (args.nproc_per_node > 1 or args.nnodes != "1")
+    many = args.nproc_per_node > 1 or args.nnodes != "1" or args.max_restarts > 0
+    return many and not _is_launched()
 
 
 def _world_size(args: argparse.Namespace) -> int:
@@ -129,38 +149,6 @@ def _check_launched_plan(plan: Plan) -> None:
         )
 
 
-def _launch(args: argparse.Namespace, plan: Plan) -> int:
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser
-    from torch.distributed.run import run as elastic_run
-
-    launch = ["--nproc-per-node", str(args.nproc_per_node), "--nnodes", str(args.nnodes)]
-    if args.master_addr or args.master_port or args.nnodes != "1":
-        launch += ["--node-rank", str(args.node_rank)]
-        launch += ["--master-addr", args.master_addr or "127.0.0.1"]
-        launch += ["--master-port", str(args.master_port or 29500)]
-    else:
-        launch += ["--standalone"]
-    # The user's own arguments, nothing re-derived: each copy resolves the strategy
-    # (with the config's options) exactly as this process did.
-    child = ["run", args.config, "--entry", args.entry]
-    for flag in ("work_dir", "resume", "load_from", "strategy"):
-        if getattr(args, flag):
-            child += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
-    if args.cfg_options:
-        child += ["--cfg-options", *args.cfg_options]
-    debug = ["--debug"] if getattr(args, "debug", False) else []
-    argv = launch + ["-m", "flexgraph", *debug, *child]
-    os.environ[PLAN_DIGEST_VAR] = plan_digest(plan)
-    try:
-        elastic_run(get_args_parser().parse_args(argv))
-    except ChildFailedError as exc:
-        failures = "; ".join(f"rank {r}: exit {f.exitcode}" for r, f in exc.failures.items())
-        print(f"error: training processes failed ({failures})", file=sys.stderr)
-        return 1
-    return 0
-
-
 class _StartupReport:
     """Executor hook: prints the setup steps' timings right before the last step."""
 
@@ -181,13 +169,25 @@ class _StartupReport:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the config; return the exit status."""
+    if _is_launched():  # a rank: its errors go to its launcher (flexgraph.cli.launch)
+        from flexgraph.cli.launch import run_as_rank
+
+        return run_as_rank(_run, args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
     from flexgraph.cli.console import stdout_console
     from flexgraph.core.executor import Executor
 
     spec, strategy = _load(args)
     plan = spec.plan(strategy, targets=() if args.entry == "train" else (args.entry,))
+    check_references(plan)  # fail fast: a typo is found before anything is imported,
+    resolve_functions(plan)  # then every function is imported before any step or rank runs
     if _is_launcher(args) and not args.dry_run:
-        return _launch(args, plan)
+        from flexgraph.cli.launch import launch
+
+        return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan)})
     _check_launched_plan(plan)
     rank = int(os.environ.get("RANK", 0))
     console = stdout_console()
@@ -196,7 +196,7 @@ def run_command(args: argparse.Namespace) -> int:
         f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}: "
         + " -> ".join(plan.order)
     )
-    executor = Executor([_StartupReport(plan, console)])
+    executor = Executor([_StartupReport(plan, console), *hooks])
     result = executor.run(plan, dict(spec.inputs), dry_run=args.dry_run)
     if args.dry_run:
         console.print("dry run: nothing executed")

@@ -2,7 +2,9 @@
 
 It fires hooks around each step, records each step's wall time and memory, and
 on failure raises :class:`StepFailedError` naming the step and its origin, with
-the original exception chained. A dry run checks the inputs and executes nothing.
+the original exception chained. Before the first step it resolves every step's
+function, so a misspelled reference fails before anything has run. A dry run
+checks the inputs and the functions and executes nothing.
 
 Memory: ``peak_rss_mib`` is the process's peak resident set size when the step
 ended (``getrusage``), so the step that raised the peak shows the jump;
@@ -23,6 +25,7 @@ import attrs
 from flexgraph.core.errors import FlexgraphError, did_you_mean
 from flexgraph.core.graph import MissingInputError
 from flexgraph.core.plan import Plan
+from flexgraph.core.references import resolve_functions
 from flexgraph.core.step import Step, run_step
 
 
@@ -110,6 +113,8 @@ class Executor:
         ------
         MissingInputError
             ``context`` lacks one of the graph's inputs.
+        StepFunctionError
+            A step's function cannot be resolved (raised before any step runs).
         StepFailedError
             A step raised; ``__cause__`` is the original error.
         """
@@ -120,6 +125,7 @@ class Executor:
             raise MissingInputError(
                 f"the plan needs input {missing[0]!r}, which the run was not given{hint}"
             )
+        functions = resolve_functions(plan)
         records = [StepRecord(name, plan.origin(name).short) for name in plan.order]
         if dry_run:
             return RunResult(context, records)
@@ -127,7 +133,7 @@ class Executor:
             self._fire("before_step", step, context)
             start = time.perf_counter()
             try:
-                outputs = run_step(step, context)
+                outputs = run_step(step, context, functions[step.name])
             except BaseException as exc:
                 record.status = "failed"
                 record.seconds = time.perf_counter() - start

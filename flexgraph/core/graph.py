@@ -264,7 +264,17 @@ class Graph:
     def _anchored_slot(
         self, step: Step, artifact: str, chain: list[str], previous: str | None = None
     ) -> int:
-        """Where ``step`` goes in ``chain`` given its own ordering edges."""
+        """Where ``step`` goes in ``chain`` given its own ordering edges.
+
+        A name in the step's ``after`` / ``before`` that is no step at all is
+        reported as such first: read as "no edge", it would surface as an
+        ordering ambiguity, which hides the typo.
+        """
+        for field in ("after", "before"):
+            for name in getattr(step, field):
+                if name not in self.by_name:
+                    where = f"step {step.name!r} says {field}={name!r}"
+                    raise unknown_step(name, self.by_name, where)
         if not chain:  # the first updater of this artifact: nothing to order against
             return 0
         after = {n for n in chain if n in step.after or step.name in self.by_name[n].before}

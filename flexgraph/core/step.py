@@ -6,9 +6,9 @@ replaces in place, like ``init_weights`` on ``model``) and pure ordering edges
 ``after`` / ``before``. Steps are immutable values: rewrites make new ones.
 
 The function may be given as a callable or as a ``"module:attr"`` reference.
-References are resolved only when the step runs, so planning a graph never
-imports the modules its steps live in (planning the training graph must not
-import torch).
+References are resolved only when the plan runs (all of them before its first
+step, see :mod:`flexgraph.core.references`), so planning a graph never imports
+the modules its steps live in (planning the training graph must not import torch).
 
 Contract for the function: it is called with one keyword argument per name in
 ``requires`` and ``updates``, plus the bound ``params``. It returns nothing when
@@ -19,22 +19,19 @@ followed by ``updates``.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import attrs
 
-from flexgraph.core.errors import FlexgraphError, did_you_mean
+from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.references import StepFunctionError as StepFunctionError  # its old home
+from flexgraph.core.references import resolve_fn
 
 
 class StepDefinitionError(FlexgraphError, ValueError):
     """A step is malformed: bad name, an artifact declared twice, a bad fn."""
-
-
-class StepFunctionError(FlexgraphError, ImportError):
-    """A ``"module:attr"`` function reference cannot be imported."""
 
 
 def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -58,32 +55,6 @@ def fn_ref(fn: Callable[..., Any] | str) -> str:
     module = getattr(fn, "__module__", None) or "?"
     qualname = getattr(fn, "__qualname__", None) or repr(fn)
     return f"{module}:{qualname}"
-
-
-def resolve_fn(ref: Callable[..., Any] | str) -> Callable[..., Any]:
-    """Import a ``"module:attr"`` reference (``"module.attr"`` also works)."""
-    if callable(ref):
-        return ref
-    module_name, sep, attr = ref.partition(":")
-    if not sep:
-        module_name, _, attr = ref.rpartition(".")
-    if not module_name or not attr:
-        raise StepFunctionError(f"fn {ref!r} is not of the form 'module:attr'")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise StepFunctionError(f"fn {ref!r}: cannot import module {module_name!r}: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            known = [n for n in dir(obj) if not n.startswith("_")]
-            raise StepFunctionError(
-                f"fn {ref!r}: {module_name!r} has no attribute {part!r}{did_you_mean(part, known)}"
-            ) from None
-    if not callable(obj):
-        raise StepFunctionError(f"fn {ref!r} is not callable")
-    return obj
 
 
 def _check(step: Step, attribute: attrs.Attribute, value: object) -> None:
@@ -230,15 +201,19 @@ class StepOutputError(FlexgraphError, TypeError):
     """A step's function returned something that does not match its outputs."""
 
 
-def run_step(step: Step, artifacts: Mapping[str, Any]) -> dict[str, Any]:
-    """Call ``step``'s function on ``artifacts`` and return its outputs by name.
+def run_step(
+    step: Step, artifacts: Mapping[str, Any], func: Callable[..., Any] | None = None
+) -> dict[str, Any]:
+    """Call ``step``'s function (``func``, if already resolved) on ``artifacts``.
+
+    Returns the step's outputs by name.
 
     Raises
     ------
     StepOutputError
         When the return value does not match ``step.outputs``.
     """
-    func = resolve_fn(step.fn)
+    func = func if func is not None else resolve_fn(step.fn)
     result = func(**{name: artifacts[name] for name in step.inputs}, **step.params)
     outputs = step.outputs
     if not outputs:

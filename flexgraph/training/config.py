@@ -23,6 +23,7 @@ __all__ = [
     "TrainSchedule",
     "checkpoint_policy",
     "log_interval",
+    "restart_count",
     "resume_source",
     "section",
     "train_schedule",
@@ -172,6 +173,19 @@ def work_dir_of(cfg: Any) -> str:
     filename = getattr(cfg, "filename", None)
     stem = os.path.splitext(os.path.basename(filename))[0] if filename else "flexgraph"
     return os.path.join("work_dirs", stem)
+
+
+def restart_count() -> int:
+    """How often torch's elastic agent has restarted this process's group (0: never).
+
+    ``flexgraph run --max-restarts K`` (or ``torchrun --max-restarts``) restarts
+    every rank after one dies; a restarted rank resumes on its own (see
+    :func:`flexgraph.training.resume.resume_training`).
+    """
+    try:
+        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    except ValueError:
+        return 0
 
 
 def resume_source(cfg: Any) -> str | None:

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from flexgraph.training.progress import progress_of_this_rank
+
 __all__ = ["METRICS_FILE", "TrainOutput", "format_duration"]
 
 METRICS_FILE = "metrics.jsonl"
@@ -171,6 +173,7 @@ class TrainOutput:
         self._t0 = time.perf_counter()
         self._tick_every = 1
         self._t_tick = self._t0
+        self._progress_record = progress_of_this_rank()  # for a launcher; None when alone
 
     # -- lifecycle ------------------------------------------------------------------
     def open(self, start_iter: int, *, resumed: bool = False) -> None:
@@ -298,8 +301,15 @@ class TrainOutput:
         return lines
 
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
-        """Print one line (means over the interval), update TensorBoard and the hub."""
+        """Print one line (means over the interval), update TensorBoard and the hub.
+
+        Every rank passes here, so it is also where a launched rank records how
+        far it got (see :mod:`flexgraph.training.progress`): once per log line,
+        never per iteration.
+        """
         self.flush(epoch)
+        if self._progress_record is not None:
+            self._progress_record.iteration(iters_done, self.log_interval)
         if not self.is_main or not self._window_n:
             return
         means = {k: s / n for k, (s, n) in self._window.items() if n}

@@ -12,6 +12,11 @@ works unchanged for every checkpoint IO.
 
 Both fire ``after_load_checkpoint(runner, checkpoint)`` before applying the
 checkpoint, as MMEngine does, so a hook may still rewrite its contents.
+
+A group restarted by torch's elastic agent (``--max-restarts``) resumes on its
+own from the latest complete checkpoint in ``work_dir``, whatever ``resume``
+says: that checkpoint is where the failed attempt got to. Before the first
+attempt saved anything, it starts as the first attempt did.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from flexgraph.training.checkpoint import (
     load_checkpoint_file,
     restore_schedulers,
 )
-from flexgraph.training.config import resume_source, section, train_schedule
+from flexgraph.training.config import restart_count, resume_source, section, train_schedule
 from flexgraph.training.data import epoch_length_of
 from flexgraph.training.env import seed_everything
 from flexgraph.training.errors import CheckpointError
@@ -83,11 +88,15 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
     """
     source = resume_source(cfg)
     runner = hooks.runner
-    if source is None:
+    restart = restart_count()
+    if source is None and not restart:
         return LoopState()
-    path = checkpointer.latest() if source == "auto" else source
+    path = checkpointer.latest() if source == "auto" or restart else source
+    if path is None and restart and source not in (None, "auto"):
+        path = source  # nothing saved since the first attempt: start where it started
     if path is None:
-        runner.logger.info(f"resume='auto': no checkpoint in {checkpointer.work_dir}; "
+        what = f"restart {restart}" if restart else "resume='auto'"
+        runner.logger.info(f"{what}: no checkpoint in {checkpointer.work_dir}; "
                            f"starting from scratch")
         return LoopState()
     checkpoint = checkpointer.read(path, model=model, optim_wrapper=optim_wrapper)
@@ -130,6 +139,7 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
             f"run has {world_size}; reseeding instead, so random draws will differ")
         seed_everything({"seed": (seed or 0) + iteration, "diff_rank_seed": True}, rank)
         rng_state = capture_rng()
-    runner.logger.info(f"Resumed from {path}: epoch {epoch}, iter {iteration}")
+    restarted = f" (restart {restart} of the group)" if restart else ""
+    runner.logger.info(f"Resumed from {path}: epoch {epoch}, iter {iteration}{restarted}")
     return LoopState(epoch=epoch, iter=iteration, batch_idx=batch_idx, rng_state=rng_state,
                      resumed_from=str(path))

@@ -57,10 +57,21 @@ SPEC = textwrap.dedent(
 )
 
 
+DEMO_FUNCTIONS = (
+    "setup_env", "build_model", "init_weights", "load_checkpoint", "wrap_model",
+    "build_optim_wrapper", "build_param_schedulers", "resume", "train", "freeze_backbone",
+    "shard_model",
+)
+DEMO_STEPS = "import torch  # plan checks these names without importing this module\n\n" + "".join(
+    f"\ndef {name}(**artifacts):\n    return None\n" for name in DEMO_FUNCTIONS
+)
+
+
 @pytest.fixture
 def spec(tmp_path: Path) -> Path:
     path = tmp_path / "demo.yaml"
     path.write_text(SPEC)
+    (tmp_path / "demo_steps.py").write_text(DEMO_STEPS)
     return path
 
 
@@ -178,6 +189,38 @@ def test_plan_never_imports_torch(spec):
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
     )
     assert result.stdout.splitlines()[-1] == "0 False", result.stderr
+
+
+# function references: checked without importing ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "fragments"),
+    [
+        ("demo_steps:init_weights", "demo_steps:init_weigths",
+         ("step 'init_weights'", "no attribute 'init_weigths'", "did you mean 'init_weights'")),
+        ("demo_steps:train", "demo_step:train",
+         ("step 'train'", "no module named 'demo_step'", "did you mean 'demo_steps'")),
+        ("demo_steps:shard_model", "demo_steps.sub:shard_model",
+         ("step 'shard_model'", "'demo_steps' is a module, not a package")),
+    ],
+    ids=["function", "module", "not-a-package"],
+)
+def test_a_wrong_function_reference_is_an_error(spec, good, bad, fragments):
+    spec.write_text(SPEC.replace(f'"{good}"', f'"{bad}"'))
+    assert_one_line_error(flexgraph("plan", spec), *fragments)
+
+
+def test_references_that_cannot_be_read_statically_are_listed_as_notes(spec):
+    (spec.parent / "star_steps.py").write_text("from demo_steps import *\n")
+    spec.write_text(SPEC.replace('"demo_steps:train"', '"star_steps:train"'))
+    result = flexgraph("plan", spec)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("plan: demo\n")
+    assert result.stderr.splitlines() == [
+        f"note: step 'train': fn 'star_steps:train' not checked: {spec.parent / 'star_steps.py'} "
+        "binds no 'train' by name, but it has 'from demo_steps import *'"
+    ]
 
 
 # bad input: exit 2, one line, no traceback ---------------------------------------

@@ -193,6 +193,11 @@ CASES = [
          {"cfg.py": CFG_STEPS + "custom_steps = [dict(name='strip', fn='m:s', "
           "updates='tokens')]\n"},
          "cfg.py", AmbiguousOrderError, ("custom_steps", "'strip' and 'lowercase'", "'tokens'")),
+    Case("cfg custom step after a misspelled step",
+         {"cfg.py": CFG_STEPS + "custom_steps = [dict(name='strip', fn='m:s', "
+          "updates='tokens', after='lowercse')]\n"},
+         "cfg.py", UnknownStepError, ("custom_steps", "step 'strip' says after='lowercse'",
+                                      "no step named 'lowercse'", "did you mean 'lowercase'")),
     Case("cfg custom step with a bad field",
          {"cfg.py": CFG_STEPS + "custom_steps = [dict(name='strip', fn='m:s', update='tokens')]\n"},
          "cfg.py", SpecFieldError, ("custom_steps[0] (strip)", "did you mean 'updates'")),

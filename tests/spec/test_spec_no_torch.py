@@ -42,3 +42,16 @@ def test_planning_an_example_does_not_import_torch(name: str) -> None:
         f"plan = load_spec({str(EXAMPLES / name)!r}).plan()\n"
         "assert plan.order[0] == 'load_text'"
     )
+
+
+def test_checking_the_training_plans_functions_does_not_import_torch(tmp_path: Path) -> None:
+    """``flexgraph plan`` checks every function of the DDP training plan, torch-free."""
+    config = tmp_path / "cfg.py"
+    config.write_text("model = dict(type='AnyModel')\n")
+    run_clean(
+        "from flexgraph.cli.plan_cmd import load_plan\n"
+        "from flexgraph.core.references import check_references\n"
+        f"plan = load_plan({str(config)!r}, 'ddp', [])\n"
+        "assert 'flexgraph.strategies.ddp:wrap_ddp' in [s.fn for s in plan.steps]\n"
+        "assert check_references(plan) == [], check_references(plan)"
+    )

@@ -1,0 +1,356 @@
+"""Launching ranks with torch's elastic agent, and reporting what happens to them.
+
+``flexgraph run --nproc-per-node N`` (or ``--nnodes``, or ``--max-restarts K``)
+makes this process a launcher: it parses torchrun's own flags with torchrun's
+parser, then runs torch's ``LocalElasticAgent``, which starts the ranks,
+watches them and, with ``--max-restarts K``, restarts the whole group after a
+rank dies (restarted ranks resume from the last complete checkpoint on their
+own; see :mod:`flexgraph.training.resume`).
+
+What a user sees comes from two places, both torch elastic's:
+
+- **the agent's monitor result** (:class:`_ReportingAgent`): which ranks
+  failed, with which exit code or signal. A rank killed by a signal leaves
+  nothing else, so ranks keep a progress record for their launcher (the step
+  and the iterations done at the last log line, see
+  :mod:`flexgraph.training.progress`);
+- **the error files** that ranks write through torch's ``ErrorHandler``
+  (:class:`_RankErrorHandler`, the ``record`` mechanism), with flexgraph's exit
+  class, step and iteration added to the usual message and traceback.
+
+The launcher turns them into one line, whatever the number of ranks: bad input
+found on the ranks (a :class:`~flexgraph.FlexgraphError`) is printed as a single
+process would print it, exit 2, and is never restarted (it would fail the same
+way); a crash names the rank, the step and, in ``train``, the iteration (exit
+1). Ranks started by this launcher stay silent about their own errors; ranks
+started by ``torchrun`` directly print them as usual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
+from typing import Any
+
+import attrs
+from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerSpec
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, ProcessFailure
+
+from flexgraph.cli.main import DEBUG_HINT, describe_error
+from flexgraph.core.executor import StepFailedError
+from flexgraph.training.progress import PROGRESS_DIR_VAR, progress_of_this_rank, read_progress
+
+LAUNCHED_BY_VAR = "FLEXGRAPH_LAUNCHER"
+"""Set by this launcher for its ranks: they leave reporting their errors to it."""
+
+BAD_INPUT, CRASH = 2, 1
+
+
+# -- the rank's side ---------------------------------------------------------------------
+
+
+class RankReport:
+    """Executor hook of a launched rank: where it is, and what to say if it fails."""
+
+    def __init__(self) -> None:
+        self.step: str | None = None
+        self.iteration: int | None = None
+        self._progress = progress_of_this_rank()
+
+    def before_step(self, step: Any, context: Mapping[str, Any]) -> None:
+        self.step = step.name
+        if self._progress is not None:
+            self._progress.step(step.name)
+
+    def on_error(self, step: Any, context: Mapping[str, Any], error: BaseException) -> None:
+        self.step = step.name
+        runner = getattr(context.get("hooks"), "runner", None)
+        if step.name == "train" and runner is not None:
+            self.iteration = int(runner.iter)  # iterations done when it failed
+
+    def describe(self, exc: BaseException) -> dict[str, Any]:
+        """What the launcher needs to report ``exc`` in one line."""
+        status, message = describe_error(exc)
+        cause = exc.__cause__ if isinstance(exc, StepFailedError) and exc.__cause__ else exc
+        error = " ".join(f"{type(cause).__name__}: {cause}".split())
+        return {"status": status, "message": message, "error": error, "step": self.step,
+                "iteration": self.iteration, "time": time.time()}
+
+
+class _RankErrorHandler(ErrorHandler):
+    """torch elastic's error file (message, traceback, timestamp) plus flexgraph's report."""
+
+    def __init__(self, report: RankReport) -> None:
+        self.report = report
+
+    def record_exception(self, e: BaseException) -> None:
+        path = self._get_error_file_path()
+        if not path:
+            return
+        data = {"message": {"message": f"{type(e).__name__}: {e}", "extraInfo": {
+            "py_callstack": "".join(traceback.format_exception(type(e), e, e.__traceback__)),
+            "timestamp": str(int(time.time())),
+            "flexgraph": self.report.describe(e),
+        }}}
+        with open(path, "w") as f:
+            json.dump(data, f)
+
+
+def run_as_rank(run: Callable[[argparse.Namespace, Sequence[Any]], int],
+                args: argparse.Namespace) -> int:
+    """Run ``run(args, hooks)`` as one rank of a launched group.
+
+    A failure is written to the rank's torch elastic error file. Under this
+    launcher the rank then exits with the failure's status and prints nothing
+    (``--debug``: its traceback), since the launcher reports it once for all
+    ranks; under plain ``torchrun`` it propagates and is printed as usual.
+    """
+    report = RankReport()
+    handler = _RankErrorHandler(report)
+    handler.initialize()  # torch's: a fatal signal (segfault) prints its traceback
+    try:
+        return run(args, [report])
+    except Exception as exc:
+        handler.record_exception(exc)
+        if LAUNCHED_BY_VAR not in os.environ:
+            raise
+        if getattr(args, "debug", False):
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        return describe_error(exc)[0]
+
+
+# -- the launcher's side -----------------------------------------------------------------
+
+
+@attrs.frozen
+class Failure:
+    """One failed rank, as the launcher reports it."""
+
+    rank: int
+    status: int  # BAD_INPUT or CRASH
+    line: str
+    killed: bool  # by a signal: no error file, so it is likely what the others reacted to
+    time: float
+
+
+def _signal_name(exitcode: int) -> str:
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def _progress_text(progress: Mapping[str, Any]) -> str:
+    text = f" in step {progress['step']!r}" if progress.get("step") else ""
+    if progress.get("iter") is not None:
+        text += (f" after at least {progress['iter']} iterations (progress is recorded at each "
+                 f"log line, every {progress['every']} iterations)")
+    return text
+
+
+def describe_failure(rank: int, failure: ProcessFailure, progress_dir: str | None) -> Failure:
+    """Read what ``rank`` left (error file, progress record) into one :class:`Failure`."""
+    message = failure.error_file_data.get("message")
+    info = message.get("extraInfo", {}).get("flexgraph") if isinstance(message, dict) else None
+    if info:
+        if info["status"] == BAD_INPUT:
+            return Failure(rank, BAD_INPUT, info["message"], False, info["time"])
+        where = f" in step {info['step']!r}" if info.get("step") else ""
+        if info.get("iteration") is not None:
+            where += f" after {info['iteration']} iterations"
+        return Failure(rank, CRASH, f"rank {rank} failed{where}: {info['error']}", False,
+                       info["time"])
+    progress = read_progress(progress_dir, rank) if progress_dir else {}
+    if failure.exitcode < 0:
+        what = f"was killed by {_signal_name(failure.exitcode)}"
+    else:
+        what = f"exited with status {failure.exitcode}"
+    return Failure(rank, CRASH, f"rank {rank} {what}{_progress_text(progress)}",
+                   failure.exitcode < 0, float(failure.timestamp))
+
+
+def root_cause(failures: Mapping[int, ProcessFailure], progress_dir: str | None) -> Failure:
+    """The failure to report among those of one attempt.
+
+    When one rank fails the agent stops the others with SIGTERM (recorded as
+    failures too), and the ranks still waiting in a collective fail on the
+    closed connection. So: bad input first; then, leaving out the agent's own
+    SIGTERMs, a rank killed by a signal; then the earliest error.
+    """
+    described = [describe_failure(r, f, progress_dir) for r, f in sorted(failures.items())]
+    bad = [f for f in described if f.status == BAD_INPUT]
+    if bad:
+        return min(bad, key=lambda f: f.time)
+    stopped = {r for r, f in failures.items() if f.exitcode == -signal.SIGTERM}
+    causes = [f for f in described if f.rank not in stopped] or described
+    return min(causes, key=lambda f: (not f.killed, f.time))
+
+
+class _ReportingAgent(LocalElasticAgent):
+    """torch's local agent, saying which rank failed and why each time the group fails.
+
+    ``_monitor_workers`` is the extension point torch's ``SimpleElasticAgent``
+    leaves to its subclasses; its result names the failed ranks and their exit
+    codes. Bad input stops the restarts: the next attempt would fail the same way.
+    """
+
+    def __init__(self, *args: Any, progress_dir: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.progress_dir = progress_dir
+        self.failure: Failure | None = None
+        self.restarts = 0
+
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        result = super()._monitor_workers(worker_group)
+        if not result.is_failed():
+            return result
+        self.failure = root_cause(result.failures, self.progress_dir)
+        if self.failure.status == BAD_INPUT:
+            self._remaining_restarts = 0
+        elif self._remaining_restarts > 0:
+            self.restarts += 1
+            print(f"warning: {self.failure.line}; restarting the group (restart "
+                  f"{self.restarts} of {worker_group.spec.max_restarts}), which resumes "
+                  f"from the last complete checkpoint", file=sys.stderr, flush=True)
+        return result
+
+
+def _torchrun_argv(args: argparse.Namespace) -> list[str]:
+    """torchrun's flags for this launch, then ``-m flexgraph run`` with the user's own args."""
+    launch = ["--nproc-per-node", str(args.nproc_per_node), "--nnodes", str(args.nnodes),
+              "--max-restarts", str(args.max_restarts)]
+    if args.master_addr or args.master_port or args.nnodes != "1":
+        launch += ["--node-rank", str(args.node_rank)]
+        launch += ["--master-addr", args.master_addr or "127.0.0.1"]
+        launch += ["--master-port", str(args.master_port or 29500)]
+    else:
+        launch += ["--standalone"]
+    # The user's own arguments, nothing re-derived: each copy resolves the strategy
+    # (with the config's options) exactly as this process did.
+    child = ["run", args.config, "--entry", args.entry]
+    for flag in ("work_dir", "resume", "load_from", "strategy"):
+        if getattr(args, flag):
+            child += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    if args.cfg_options:
+        child += ["--cfg-options", *args.cfg_options]
+    debug = ["--debug"] if getattr(args, "debug", False) else []
+    return launch + ["-m", "flexgraph", *debug, *child]
+
+
+def _quiet_torch_logs() -> None:
+    """torch elastic logs every failure and every SIGTERM it sends; the launcher says it once.
+
+    Left alone under ``--debug`` or when the user set ``LOGLEVEL`` (torch's own switch).
+    """
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("torch.distributed") and isinstance(logger, logging.Logger):
+            logger.setLevel(logging.CRITICAL)
+
+
+def _run_agent(torch_args: argparse.Namespace, progress_dir: str,
+               quiet: bool) -> _ReportingAgent:
+    """torchrun's ``run`` (``torch.distributed.run.run`` and ``launch_agent``), with our agent.
+
+    torchrun builds ``LocalElasticAgent`` itself, so the few lines that wire the
+    rendezvous, the worker spec and the agent are repeated here. Whatever
+    options this torch's ``LaunchConfig`` shares with its ``WorkerSpec`` and
+    agent are passed through by name, so newer knobs keep working.
+    """
+    import inspect
+    import uuid
+
+    import torch.distributed.elastic.rendezvous.registry as rdzv_registry
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+    from torch.distributed.run import config_from_args
+
+    if quiet:
+        _quiet_torch_logs()  # config_from_args warns about OMP_NUM_THREADS
+    if torch_args.standalone:  # as torch.distributed.run.run does
+        torch_args.rdzv_backend, torch_args.rdzv_endpoint = "c10d", "localhost:0"
+        torch_args.rdzv_id = str(uuid.uuid4())
+    config, entrypoint, entry_args = config_from_args(torch_args)
+    if not config.run_id:
+        config.run_id = str(uuid.uuid4().int)
+    rdzv = RendezvousParameters(
+        backend=config.rdzv_backend, endpoint=config.rdzv_endpoint, run_id=config.run_id,
+        min_nodes=config.min_nodes, max_nodes=config.max_nodes, local_addr=config.local_addr,
+        **config.rdzv_configs)
+    master_addr, master_port = None, None
+    if rdzv.backend == "static":
+        master_addr, master_port = parse_rendezvous_endpoint(rdzv.endpoint, default_port=-1)
+    if hasattr(config, "signals_to_handle"):
+        os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = config.signals_to_handle
+    shared = {f.name for f in fields(WorkerSpec)} & {f.name for f in fields(type(config))}
+    spec = WorkerSpec(
+        **{name: getattr(config, name) for name in shared},
+        local_world_size=config.nproc_per_node, entrypoint=entrypoint, args=tuple(entry_args),
+        rdzv_handler=rdzv_registry.get_rendezvous_handler(rdzv),
+        master_addr=master_addr, master_port=master_port)
+    accepted = inspect.signature(LocalElasticAgent.__init__).parameters
+    options = {name: getattr(config, name) for name in ("start_method", "log_line_prefix_template",
+                                                        "shutdown_timeout")
+               if name in accepted and hasattr(config, name)}
+    agent = _ReportingAgent(spec=spec, logs_specs=config.logs_specs, progress_dir=progress_dir,
+                            **options)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    if quiet:
+        _quiet_torch_logs()  # now: the rendezvous modules made their loggers just above
+    shutdown = True
+    try:
+        result = agent.run()
+        if not result.is_failed():
+            agent.failure = None
+        return agent
+    except SignalException:
+        shutdown = False  # as torchrun: a signalled agent leaves the rendezvous open
+        raise
+    finally:
+        if shutdown:
+            spec.rdzv_handler.shutdown()
+
+
+def launch(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """Start the ranks through torch's elastic agent; return the run's exit status.
+
+    ``env`` is set for the ranks (the launcher's plan digest).
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.run import get_args_parser
+
+    torch_args = get_args_parser().parse_args(_torchrun_argv(args))
+    quiet = not getattr(args, "debug", False) and "LOGLEVEL" not in os.environ
+    with tempfile.TemporaryDirectory(prefix="flexgraph-ranks-") as progress_dir:
+        os.environ.update(env)
+        os.environ.update({PROGRESS_DIR_VAR: progress_dir, LAUNCHED_BY_VAR: "1"})
+        if args.max_restarts > 0:
+            # The agent's shared TCPStore outlives a restart with the failed attempt's
+            # keys in it, and restarted ranks then connect to addresses of dead ones
+            # (pytorch/pytorch#135712); torch's own switch gives each attempt a fresh store.
+            os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+        try:
+            agent = _run_agent(torch_args, progress_dir, quiet)
+        except SignalException as exc:
+            print(f"error: stopped by {exc.sigval.name}", file=sys.stderr)
+            return 128 + int(exc.sigval)
+    failure = agent.failure
+    if failure is None:
+        return 0
+    line = failure.line
+    if agent.restarts:
+        line += f"; gave up after {agent.restarts} restart{'s' if agent.restarts > 1 else ''}"
+    print(f"error: {line}", file=sys.stderr)
+    if failure.status == CRASH and not getattr(args, "debug", False):
+        print(DEBUG_HINT, file=sys.stderr)
+    return failure.status

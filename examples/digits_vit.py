@@ -2,7 +2,7 @@
 
 MMPreTrain's sharded configs (ViT-huge/large under FSDP or DeepSpeed ZeRO) need
 ImageNet and GPUs. This is the same kind of model at laptop size: 8x8 digits
-cut into 2x2 patches (16 tokens), a class token, learned positional embeddings
+cut into 4x4 patches (4 tokens), a class token, learned positional embeddings
 and pre-norm transformer blocks, trained through MMEngine's ``BaseModel``
 contract. Its ``init_weights`` sets the bare parameters (class token,
 positional embedding) the way MMPreTrain's ``VisionTransformer`` does, so the
@@ -42,7 +42,7 @@ class TransformerBlock(nn.Module):
 class DigitsViT(BaseModel):
     """ViT for 8x8 digits: ``depth`` blocks of width ``dim``, 10 classes."""
 
-    def __init__(self, dim: int = 64, depth: int = 4, heads: int = 4, patch: int = 2,
+    def __init__(self, dim: int = 64, depth: int = 4, heads: int = 4, patch: int = 4,
                  data_preprocessor: dict | None = None) -> None:
         super().__init__(data_preprocessor=data_preprocessor)
         self.patch = patch

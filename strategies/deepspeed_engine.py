@@ -266,8 +266,9 @@ def _safe_globals() -> list[Any]:
     """The non-tensor classes DeepSpeed's own checkpoints hold, and nothing else."""
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
 
-    return [LossScaler, DynamicLossScaler, ZeroStageEnum]
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
 
 
 _SAFE_ENGINES: dict[type, type] = {}
@@ -304,9 +305,11 @@ def _safe_load(self: Any, path: str, map_location: Any = None) -> Any:
         with torch.serialization.safe_globals(_safe_globals()):
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
+        detail = next((line.strip() for line in str(exc).splitlines()
+                       if "GLOBAL" in line or "Unsupported" in line), "")
         raise UnsafeCheckpointError(
             f"refused to load {path!r}: it holds objects a DeepSpeed checkpoint never "
-            f"holds ({str(exc).strip().splitlines()[0]})") from None
+            f"holds. {detail}") from None
 
 
 class DeepSpeedCheckpointIO(CheckpointIO):
@@ -359,16 +362,34 @@ def _refresh_master_weights(engine: Any) -> None:
         refresh()
 
 
-def _rank0_weights(path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
-    """On rank 0, the file's checkpoint and weights; on the others, nothing. Errors reach all."""
+def _read_full_file(path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
     from flexgraph.training.checkpoint import load_checkpoint_file, weights_in
 
+    checkpoint = load_checkpoint_file(path)
+    weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, str(path)).items()}
+    return checkpoint, weights
+
+
+def _read_deepspeed_dir(path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
+    """A DeepSpeed checkpoint's full fp32 weights, with DeepSpeed's own converter.
+
+    The converter reads with ``weights_only=False``, so every file is first read
+    the safe way; a file holding anything else is refused before it runs.
+    """
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    for file in sorted(path.glob("*.pt")):
+        _safe_load(None, str(file), map_location="cpu")
+    weights = get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)
+    return {"meta": {}}, dict(weights)
+
+
+def _on_rank0(read: Any, path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
+    """``read(path)`` on rank 0 (the others get nothing); an error reaches every rank."""
     checkpoint, weights, error = None, {}, None
     if rank_of() == 0:
         try:
-            checkpoint = load_checkpoint_file(path)
-            weights = {k.removeprefix("module."): v
-                       for k, v in weights_in(checkpoint, str(path)).items()}
+            checkpoint, weights = read(path)
         except Exception as exc:  # the other ranks must learn it, or they wait forever
             error = exc
     box = [error]
@@ -378,18 +399,18 @@ def _rank0_weights(path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
     return checkpoint, weights
 
 
-def _load_partitioned(module: torch.nn.Module, path: Path) -> list[str]:
-    """Rank 0's file into ZeRO-3 partitions, one module's parameters gathered at a time."""
+def _load_partitioned(module: torch.nn.Module, path: Path, weights: dict[str, torch.Tensor]
+                      ) -> list[str]:
+    """Rank 0's ``weights`` into ZeRO-3 partitions, one module's parameters gathered at a time."""
     import deepspeed
 
-    checkpoint, weights = _rank0_weights(path)
     names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
     box = [[n for n in names if n not in weights] if rank_of() == 0 else None]
     torch.distributed.broadcast_object_list(box, src=0)
     missing = box[0]
     if len(missing) == len(names):
         raise CheckpointError(f"none of the weights in {str(path)!r} match a parameter of "
-                              f"{type(module).__name__}; is it the right file?")
+                              f"{type(module).__name__}; is it the right checkpoint?")
     for prefix, sub in module.named_modules():
         own = list(sub.named_parameters(recurse=False))
         if own:
@@ -406,36 +427,41 @@ def _load_partitioned(module: torch.nn.Module, path: Path) -> list[str]:
                     if rank_of() == 0:
                         buffer.copy_(weights[key])
                     torch.distributed.broadcast(buffer, src=0)
-    del checkpoint
     return missing
 
 
 def load_weights_into_engine(model: EngineModel, path: Path) -> tuple[dict[str, Any], list[str]]:
     """``load_from`` into a running engine; returns (what hooks see, missing keys).
 
-    A directory is a DeepSpeed checkpoint (its module weights only). A file is a
-    full state dict: under ZeRO-3 rank 0 reads it and each module's parameters
-    are gathered only while their values go in; otherwise every rank loads it
-    into its full copy. Either way the optimizer's master copies follow.
+    A file is a full state dict; a directory is a DeepSpeed checkpoint (its
+    weights only). Under ZeRO-3 rank 0 reads it and each module's parameters
+    are gathered only while their values go in, so no other rank ever holds the
+    whole model; otherwise every rank loads its full copy. Either way the
+    optimizer's master copies follow the loaded weights.
     """
-    from flexgraph.training.checkpoint import apply_weights, load_checkpoint_file
+    from flexgraph.training.checkpoint import apply_weights
 
     engine = model.engine
+    partitioned = engine.zero_optimization_partition_weights()
     if path.is_dir():
         if not DeepSpeedCheckpointIO().is_complete(path):
             raise CheckpointError(f"{str(path)!r} is a directory but not a DeepSpeed checkpoint "
                                   f"(no *model_states.pt)")
-        _, client_state = engine.load_checkpoint(
-            str(path.parent), tag=path.name, load_module_strict=False,
-            load_optimizer_states=False, load_lr_scheduler_states=False, load_module_only=True)
-        _refresh_master_weights(engine)
-        return {"meta": dict((client_state or {}).get("meta") or {})}, []
-    if engine.zero_optimization_partition_weights():
-        missing = _load_partitioned(model.module, path)
-        checkpoint: dict[str, Any] = {"meta": {}}
+        if not partitioned:
+            _, client_state = engine.load_checkpoint(
+                str(path.parent), tag=path.name, load_module_strict=False,
+                load_optimizer_states=False, load_lr_scheduler_states=False,
+                load_module_only=True)
+            _refresh_master_weights(engine)
+            return {"meta": dict((client_state or {}).get("meta") or {})}, []
+    read = _read_deepspeed_dir if path.is_dir() else _read_full_file
+    if partitioned:
+        checkpoint, weights = _on_rank0(read, path)
+        missing = _load_partitioned(model.module, path, weights)
+        checkpoint = {"meta": dict((checkpoint or {}).get("meta") or {})}
     else:
-        checkpoint = load_checkpoint_file(path)
-        apply_weights(model.module, checkpoint, str(path), strict=False)
+        checkpoint, weights = read(path)
+        apply_weights(model.module, {"state_dict": weights}, str(path), strict=False)
         missing = []
     _refresh_master_weights(engine)
     return checkpoint, missing

@@ -322,6 +322,24 @@ class Fuse(Rewrite):
         return _substitute(graph, gone, fused, index), {fused.name: "fused"}
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, with a long mapping or sequence shown as its outline.
+
+    Names and numbers are never cut.
+
+    A description is one line; the full values are in the plan's step params
+    (``--format json``, ``--explain``).
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k!r}: ..." for k in value) + "}"
+    if isinstance(value, (list, tuple)):
+        return f"[{len(value)} items]"
+    return text
+
+
 @attrs.frozen
 class Configure(Rewrite):
     """Bind parameters of a step (merged over the ones it has)."""
@@ -334,7 +352,7 @@ class Configure(Rewrite):
         return (self.name,)
 
     def describe(self) -> str:
-        bound = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        bound = ", ".join(f"{k}={_short(v)}" for k, v in self.params.items())
         return f"configure {self.name}: {bound}"
 
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:

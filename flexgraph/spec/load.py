@@ -9,6 +9,7 @@ the front of ``sys.path`` first, so that ``"textstats:tokenize"`` functions,
 
 from __future__ import annotations
 
+import ast
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,33 @@ def put_folder_on_path(path: Path) -> None:
     if folder in sys.path:
         sys.path.remove(folder)
     sys.path.insert(0, folder)
+
+
+def base_files(path: Path, seen: set[Path] | None = None) -> list[Path]:
+    """The ``_base_`` files a cfg.py builds on, nearest first (read with :mod:`ast`).
+
+    A base config's ``custom_imports`` name modules beside *that* file, so their
+    folders go on ``sys.path`` too (after the config's own). Bases given other
+    than as string literals are left to mmengine.
+    """
+    seen = set() if seen is None else seen
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return []  # mmengine reports it, with the file and line
+    found: list[Path] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "_base_" for t in node.targets):
+            value = node.value
+            items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+            for item in items:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    base = (path.parent / item.value).resolve()
+                    if base not in seen and base.is_file():
+                        seen.add(base)
+                        found += [base, *base_files(base, seen)]
+    return found
 
 
 def load_spec(
@@ -73,6 +101,8 @@ def load_spec(
     if not path.is_file():
         what = "is a folder, not a file" if path.is_dir() else "does not exist"
         raise SpecNotFoundError(f"{shown}: the spec file {what}")
+    for base in reversed(base_files(path) if path.suffix == ".py" else []):
+        put_folder_on_path(base)
     put_folder_on_path(path)
     if path.suffix != ".py":
         from flexgraph.spec.yaml_front import load_yaml_spec

@@ -77,6 +77,36 @@ KILLER = textwrap.dedent(
 
 
     @HOOKS.register_module(force=True)
+    class EmaLoss(Hook):
+        """Hook state that lives in checkpoints: an exponential average of the loss.
+
+        It travels as a hook extra (``checkpoint['ema_loss']``); a resume that lost
+        it would restart the average and end elsewhere. Written to
+        work_dir/ema-rank<R>.json after training.
+        """
+
+        def __init__(self, decay=0.9):
+            self.decay, self.value = decay, None
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            loss = float(outputs["loss"])
+            self.value = loss if self.value is None else (
+                self.decay * self.value + (1 - self.decay) * loss)
+
+        def before_save_checkpoint(self, runner, checkpoint):
+            checkpoint["ema_loss"] = self.value
+
+        def after_load_checkpoint(self, runner, checkpoint):
+            self.value = checkpoint.get("ema_loss", self.value)
+
+        def after_train(self, runner):
+            import json
+
+            with open(os.path.join(runner.work_dir, f"ema-rank{runner.rank}.json"), "w") as f:
+                json.dump({"ema_loss": self.value}, f)
+
+
+    @HOOKS.register_module(force=True)
     class Inspect(Hook):
         """Writes what this rank trains with to work_dir/inspect-rank<R>.json.
 
@@ -94,9 +124,12 @@ KILLER = textwrap.dedent(
                     "backend": dist.get_backend() if dist.is_initialized() else None,
                     "optim_wrapper": type(runner.optim_wrapper).__name__,
                     "param_types": sorted({type(p).__name__ for p in model.parameters()}),
-                    "local_numel": sum(getattr(p, "_local_tensor", p).numel()
-                                       for p in model.parameters()),
-                    "numel": sum(p.numel() for p in model.parameters())}
+                    # this rank's part: an FSDP2 DTensor's local shard, a ZeRO-3 partition
+                    "local_numel": sum(getattr(p, "ds_tensor", getattr(p, "_local_tensor", p))
+                                       .numel() for p in model.parameters()),
+                    "numel": sum(getattr(p, "ds_numel", p.numel())
+                                 for p in model.parameters()),
+                    "compute_dtype": str(getattr(model, "compute_dtype", None))}
             for attr in ("find_unused_parameters", "broadcast_buffers"):
                 if hasattr(model, attr):
                     info[attr] = getattr(model, attr)
@@ -116,11 +149,11 @@ KILLER = textwrap.dedent(
 )
 
 
-def write_config(folder: Path, record: bool = False, inspect: bool = False, extra: str = "",
-                 **killer) -> Path:
+def write_config(folder: Path, record: bool = False, inspect: bool = False, ema: bool = False,
+                 extra: str = "", **killer) -> Path:
     """A 3-epoch quickstart that checkpoints every 20 iterations (mid-epoch).
 
-    ``record`` / ``inspect`` add the hooks of those names, ``killer`` options add
+    ``record`` / ``inspect`` / ``ema`` add the hooks of those names, ``killer`` options add
     ``KillAt``, and ``extra`` is config text appended as is (a strategy, say).
     """
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,6 +161,7 @@ def write_config(folder: Path, record: bool = False, inspect: bool = False, extr
     hooks = [f"dict(type='KillAt', **{killer!r})"] if killer else []
     hooks += ["dict(type='Record')"] if record else []
     hooks += ["dict(type='Inspect')"] if inspect else []
+    hooks += ["dict(type='EmaLoss')"] if ema else []
     hooks = "[" + ", ".join(hooks) + "]"
     config = folder / "cfg.py"
     config.write_text(

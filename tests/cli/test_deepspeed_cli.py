@@ -1,0 +1,129 @@
+"""DeepSpeed ZeRO 0-3 through ``flexgraph run --nproc-per-node 2`` (gloo, CPU), against DDP.
+
+Every stage trains the quickstart MLP (no dropout) from the same initial
+weights as a DDP run, is killed mid-epoch, and resumes from its own DeepSpeed
+checkpoint; the losses of the two halves together must follow DDP's. The
+optimizer is torch's AdamW handed to DeepSpeed, so no C++ optimizer is built.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import KILLER, ROOT, flexgraph_run, write_config
+
+pytest.importorskip("deepspeed")
+
+ITERS = 46  # 2 epochs x 23 iterations per rank
+STAGES = (0, 1, 2, 3)
+SEED = ROOT / "examples" / "seed"
+
+COMMON = """
+model = dict(dropout=0.0)
+train_cfg = dict(max_epochs=2, val_interval=2)
+default_hooks = dict(
+    checkpoint=dict(type='CheckpointHook', interval=20, by_epoch=False, max_keep_ckpts=3),
+    logger=dict(type='LoggerHook', interval=5))
+"""
+
+
+def _launch(config: Path, work: str, cwd: Path, *extra: str):
+    done = flexgraph_run(str(config), "--work-dir", work, "--nproc-per-node", "2", *extra,
+                         cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _losses(work_dir: Path) -> dict[int, float]:
+    lines = [json.loads(x) for x in (work_dir / "metrics.jsonl").read_text().splitlines()]
+    return {x["iter"]: x["loss"] for x in lines if x.get("mode", "train") == "train"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """DDP once; each ZeRO stage killed after iteration 30 and resumed."""
+    root = tmp_path_factory.mktemp("deepspeed")
+    sys.path.insert(0, str(ROOT / "examples"))
+    from digits import DigitsMLP
+
+    torch.manual_seed(0)
+    torch.save(DigitsMLP(hidden=128, dropout=0.0).state_dict(), root / "init.pth")
+    start = f"load_from = {str(root / 'init.pth')!r}\n"
+    _launch(write_config(root / "ddp", ema=True, extra=COMMON
+                         + "strategy = dict(type='DDPStrategy')\n" + start), "ddp", root)
+    resumed = {}
+    for stage in STAGES:
+        strategy = (f"strategy = dict(type='DeepSpeedStrategy', "
+                    f"zero_optimization=dict(stage={stage}))\n")
+        killing = write_config(root / f"killing{stage}", inspect=True, ema=True,
+                               extra=COMMON + strategy + start, at_iter=30, rank=1)
+        killed = flexgraph_run(str(killing), "--work-dir", f"zero{stage}", "--nproc-per-node",
+                               "2", cwd=root)
+        assert killed.returncode != 0
+        plain = write_config(root / f"zero{stage}-cfg", ema=True, extra=COMMON + strategy + start)
+        resumed[stage] = _launch(plain, f"zero{stage}", root, "--resume", "auto")
+    return {"root": root, "resumed": resumed}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_zero_stage_trains_like_ddp_and_resumes_where_it_stopped(runs, stage):
+    root = runs["root"]
+    ddp, zero = _losses(root / "ddp"), _losses(root / f"zero{stage}")
+    assert max(zero) == ITERS
+    assert "Resumed from" in runs["resumed"][stage].stdout + runs["resumed"][stage].stderr
+    iters = sorted(zero)
+    assert zero[iters[-1]] < 0.6 * zero[iters[0]], "the loss goes down"
+    # fp32, same data and initial weights: DeepSpeed's bucketed reductions and
+    # flattened optimizer differ from DDP's in the order of sums only.
+    for it in iters:
+        assert zero[it] == pytest.approx(ddp[it], rel=1e-4, abs=1e-5), (stage, it)
+    saved = sorted(p.name for p in (root / f"zero{stage}").glob("iter_*.ds"))
+    assert saved == ["iter_20.ds", "iter_40.ds", f"iter_{ITERS}.ds"]
+    # a hook's state went into DeepSpeed's client state and came back on resume
+    ema = [json.loads((root / name / "ema-rank0.json").read_text())["ema_loss"]
+           for name in ("ddp", f"zero{stage}")]
+    assert ema[1] == pytest.approx(ema[0], rel=1e-4)
+    last = json.loads((root / f"zero{stage}" / "deepspeed_config.json").read_text())
+    assert last["zero_optimization"]["stage"] == stage
+    assert last["train_micro_batch_size_per_gpu"] == 32 and last["train_batch_size"] == 64
+
+
+def test_zero3_partitions_the_model_on_every_rank(runs):
+    work = runs["root"] / "zero3"
+    for rank in range(2):
+        info = json.loads((work / f"inspect-rank{rank}.json").read_text())
+        assert info["model"] == "EngineModel" and info["optim_wrapper"] == "DeepSpeedOptimWrapper"
+        assert info["local_numel"] * 2 <= info["numel"] + 256, "each rank holds its partition"
+    bucket = json.loads((work / "deepspeed_config.json").read_text())["zero_optimization"]
+    assert bucket["reduce_bucket_size"] == bucket["stage3_prefetch_bucket_size"] == 1_000_000
+
+
+def test_fp16_on_a_cpu_stops_at_once_with_the_bf16_way_out(tmp_path):
+    done = flexgraph_run(str(SEED / "deepspeed_zero3_fp16.py"), "--work-dir", "never",
+                         "--nproc-per-node", "2", cwd=tmp_path)
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "bf16=dict(enabled=True)" in errors[0], done.stderr[-2000:]
+    assert not (tmp_path / "never").exists()
+
+
+def test_the_seed_zero3_config_in_bf16_trains_on_the_cpu(tmp_path):
+    (tmp_path / "killer.py").write_text(KILLER)
+    config = tmp_path / "seed_cfg.py"
+    config.write_text(
+        f"_base_ = [{str(SEED / 'deepspeed_zero3_bf16.py')!r}]\n"
+        "custom_imports = dict(imports=['digits', 'digits_vit', 'killer'],\n"
+        "                      allow_failed_imports=False)\n"
+        "model = dict(dim=32, depth=2)\n"
+        "train_cfg = dict(max_epochs=2, val_interval=2)\n"
+        "default_hooks = dict(logger=dict(type='LoggerHook', interval=5))\n"
+        "custom_hooks = [dict(type='Inspect')]\n")
+    _launch(config, "seed", tmp_path)
+    losses = _losses(tmp_path / "seed")
+    assert losses[max(losses)] < losses[min(losses)]
+    info = json.loads((tmp_path / "seed" / "inspect-rank0.json").read_text())
+    assert info["compute_dtype"] == "torch.bfloat16", "inputs_to_half casts to bf16"

@@ -1,0 +1,147 @@
+"""The DeepSpeed strategy as a plan and as a config: order, options, what it fills in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mmengine.config import Config
+
+from flexgraph import Move, PlanCheckError, StrategyOptionError, get_strategy, make_plan
+from flexgraph.training.errors import ConfigError
+from flexgraph.training.graph import standard_graph
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = sorted((ROOT / "examples" / "seed").glob("*.py"))
+
+
+def plan(strategy=None, entry="train", **options):
+    strategy = strategy or get_strategy("DeepSpeedStrategy", **options)
+    targets = () if entry == "train" else (entry,)
+    return make_plan(standard_graph(entry=entry), strategy, targets=targets)
+
+
+def test_zero3_builds_under_zero_init_fuses_initialize_and_loads_after_it():
+    p = plan(zero_optimization=dict(stage=3))
+    order = p.order
+    assert order.index("deepspeed_initialize") < order.index("load_checkpoint") \
+        < order.index("resume")
+    for fused in ("wrap_model", "build_optim_wrapper"):
+        assert fused not in order
+    steps = {s.name: s for s in p.steps}
+    assert steps["build_model"].params["init_context"] == "flexgraph.strategies.deepspeed:zero_init"
+    assert p.origin("deepspeed_initialize").short == "fused by deepspeed #4"
+    assert str(p.origin("load_checkpoint")).startswith("moved by deepspeed #6")
+    assert steps["build_train_step"].fn_name == "flexgraph.strategies.deepspeed:build_train_step"
+
+
+def test_stages_below_3_build_the_model_normally():
+    steps = {s.name: s for s in plan(zero_optimization=dict(stage=1)).steps}
+    assert "init_context" not in steps["build_model"].params
+    assert steps["init_weights"].fn_name == "flexgraph.training.steps:init_weights"
+
+
+def test_a_deepspeed_scheduler_is_fused_into_initialize_too():
+    p = plan(config=dict(scheduler=dict(type="WarmupLR", params=dict(warmup_num_steps=10))))
+    assert "build_param_schedulers" not in p.order
+    initialize = {s.name: s for s in p.steps}["deepspeed_initialize"]
+    assert initialize.provides == ("optim_wrapper", "param_schedulers")
+
+
+def test_keys_override_a_json_config_and_cpu_offload_becomes_offload_optimizer(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"gradient_clipping": 1.0, "zero_optimization": {"stage": 1}}))
+    p = plan(config=str(path), zero_optimization=dict(stage=2, cpu_offload=True))
+    config = {s.name: s for s in p.steps}["deepspeed_initialize"].params["config"]
+    assert config["gradient_clipping"] == 1.0
+    assert config["zero_optimization"] == {
+        "stage": 2, "offload_optimizer": {"device": "cpu"},
+        "reduce_bucket_size": "auto", "allgather_bucket_size": "auto"}
+
+
+@pytest.mark.parametrize("options, culprit", [
+    (dict(fp16=dict(enabled=True), bf16=dict(enabled=True)), "fp16 and bf16"),
+    (dict(zero_optimization=dict(stage=4)), "stage=4"),
+    (dict(config="/no/such/ds.json"), "does not exist"),
+    (dict(zero_optimisation=dict(stage=1)), "zero_optimisation"),
+])
+def test_bad_options_are_refused_by_name(options, culprit):
+    with pytest.raises(StrategyOptionError, match=culprit):
+        get_strategy("deepspeed", **options)
+
+
+def test_loading_before_initialize_is_refused_with_the_reason():
+    bad = get_strategy("deepspeed").then(Move("load_checkpoint", before="deepspeed_initialize"))
+    with pytest.raises(PlanCheckError, match="load_checkpoint must run after "
+                                             "deepspeed_initialize: the engine owns"):
+        plan(bad)
+
+
+def test_the_val_entry_keeps_the_engine():
+    p = plan(entry="val", zero_optimization=dict(stage=3))
+    assert "deepspeed_initialize" in p.order and "resume" not in p.order
+
+
+@pytest.mark.parametrize("config", SEED, ids=[p.stem for p in SEED])
+def test_every_seed_config_plans_on_any_machine(config):
+    done = subprocess.run([sys.executable, "-m", "flexgraph", "plan", str(config),
+                           "--format", "json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    order = [s["name"] for s in json.loads(done.stdout)["steps"]]
+    if "deepspeed" in config.stem:
+        assert order.index("deepspeed_initialize") < order.index("load_checkpoint")
+
+
+# -- the config DeepSpeed gets, completed at run time ---------------------------------------
+
+def _fill(config, **cfg):
+    from flexgraph.strategies.deepspeed_engine import fill_config
+
+    base = dict(train_dataloader=dict(batch_size=8), optim_wrapper=dict(optimizer={}))
+    base.update(cfg)
+    return fill_config(config, cfg=Config(base), world_size=2, numel=160_000_000)
+
+
+def test_batch_sizes_clipping_and_accumulation_come_from_the_config():
+    config, filled = _fill({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
+                                                  "stage3_max_live_parameters": "auto"}},
+                           optim_wrapper=dict(clip_grad=dict(max_norm=1.0),
+                                              accumulative_counts=4))
+    assert config["train_micro_batch_size_per_gpu"] == 8
+    assert config["gradient_accumulation_steps"] == 4 and config["train_batch_size"] == 64
+    assert config["gradient_clipping"] == 1.0
+    assert config["zero_optimization"]["reduce_bucket_size"] == 10_000_000  # params / 16
+    assert config["zero_optimization"]["stage3_max_live_parameters"] == 20_000_000
+    assert filled["train_batch_size"] == 64
+
+
+def test_what_the_user_set_is_never_overwritten_and_a_contradiction_is_named():
+    config, _ = _fill({"train_micro_batch_size_per_gpu": 8, "train_batch_size": 16,
+                       "zero_optimization": {"reduce_bucket_size": 12345}})
+    assert config["train_batch_size"] == 16
+    assert config["zero_optimization"]["reduce_bucket_size"] == 12345
+    with pytest.raises(ConfigError, match="train_micro_batch_size_per_gpu=4 contradicts "
+                                          "train_dataloader.batch_size"):
+        _fill({"train_micro_batch_size_per_gpu": 4})
+    with pytest.raises(ConfigError, match="train_batch_size=100 contradicts"):
+        _fill({"train_batch_size": 100})
+    with pytest.raises(ConfigError, match="global L2 norm"):
+        _fill({}, optim_wrapper=dict(clip_grad=dict(max_norm=1.0, norm_type=1)))
+
+
+def test_inputs_to_half_casts_dict_keys_positions_and_nested_tensors():
+    import torch
+    from flexgraph.strategies.deepspeed_engine import cast_inputs
+
+    data = {"inputs": [torch.ones(2), torch.ones(2)], "labels": torch.tensor([1, 2])}
+    by_key = cast_inputs(data, ["inputs"], torch.bfloat16)
+    assert [t.dtype for t in by_key["inputs"]] == [torch.bfloat16] * 2
+    assert by_key["labels"].dtype == torch.int64, "integer tensors keep their type"
+    by_position = cast_inputs(data, [0], torch.float16)  # MMEngine configs that say [0]
+    assert by_position["inputs"][0].dtype == torch.float16
+    pair = cast_inputs((torch.ones(1), torch.ones(1)), [1], torch.float16)
+    assert [t.dtype for t in pair] == [torch.float32, torch.float16]
+    assert cast_inputs(data, ["inputs"], None) is data, "fp32: nothing to cast"

@@ -32,7 +32,7 @@ from flexgraph.training.build import build_from_cfg
 from flexgraph.training.config import section, work_dir_of
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["HOOK_POINTS", "Hooks", "RunnerView", "build_hooks"]
+__all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks"]
 
 HOOK_POINTS = (
     "before_run", "after_run",
@@ -194,10 +194,23 @@ class Hooks:
         return f"Hooks({[type(h).__name__ for h in self.hooks]})"
 
 
-def _priority(hook: Any) -> int:
-    from mmengine.runner import get_priority
+# mmengine.runner.Priority's levels. Not imported from there: ``import mmengine.runner``
+# imports every runner and strategy, DeepSpeed included when it is installed
+# (seconds, and an accelerator warning on every run); a test checks the values.
+PRIORITIES = {"HIGHEST": 0, "VERY_HIGH": 10, "HIGH": 30, "ABOVE_NORMAL": 40, "NORMAL": 50,
+              "BELOW_NORMAL": 60, "LOW": 70, "VERY_LOW": 90, "LOWEST": 100}
 
-    return get_priority(getattr(hook, "priority", "NORMAL"))
+
+def _priority(hook: Any) -> int:
+    """``mmengine.runner.get_priority`` of the hook's ``priority`` (name, enum or 0..100)."""
+    priority = getattr(hook, "priority", "NORMAL")
+    priority = getattr(priority, "name", priority)  # a Priority enum member
+    if isinstance(priority, str) and priority.upper() in PRIORITIES:
+        return PRIORITIES[priority.upper()]
+    if isinstance(priority, int) and not isinstance(priority, bool) and 0 <= priority <= 100:
+        return priority
+    raise ConfigError(f"{type(hook).__name__}: priority={priority!r} is neither an int in "
+                      f"0..100 nor one of {', '.join(PRIORITIES)}")
 
 
 def _hook_from_cfg(cfg: Any, what: str) -> Any:

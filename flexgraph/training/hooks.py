@@ -31,6 +31,7 @@ from mmengine.registry import HOOKS
 from flexgraph.training.build import build_from_cfg
 from flexgraph.training.config import section, work_dir_of
 from flexgraph.training.errors import ConfigError
+from flexgraph.training.workdir import active_record, console_logger
 
 __all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks"]
 
@@ -252,14 +253,17 @@ def build_hooks(cfg: Any) -> Hooks:
     if not isinstance(custom, (list, tuple)):
         raise ConfigError(f"custom_hooks must be a list of hook dicts, got {type(custom)}")
     hooks.extend(_hook_from_cfg(c, f"custom_hooks[{i}]") for i, c in enumerate(custom))
-    timestamp = time.strftime("%Y%m%d_%H%M%S", time.localtime())
-    name = f"flexgraph_{timestamp}_{next(_RUN_NUMBERS)}"
+    record = active_record()  # `flexgraph run` opened one: its logger writes the log file
+    timestamp = record.timestamp if record else time.strftime("%Y%m%d_%H%M%S", time.localtime())
+    logger = record.logger if record else console_logger(timestamp, section(cfg, "log_level",
+                                                                            "INFO"))
     runner = RunnerView(
         cfg,
         work_dir=work_dir_of(cfg),
         timestamp=timestamp,
-        logger=MMLogger.get_instance(name, logger_name="flexgraph",
-                                     log_level=section(cfg, "log_level", "INFO")),
-        message_hub=MessageHub.get_instance(name),
+        logger=logger,
+        message_hub=MessageHub.get_instance(f"flexgraph_{timestamp}_{next(_RUN_NUMBERS)}"),
     )
+    if record:
+        runner.log_dir = str(record.run_dir)
     return Hooks(hooks, runner)

@@ -25,7 +25,8 @@ admits exactly the globals listed in :func:`mmengine_globals`, for one load:
 
 Any other global still makes the load fail (and its payload never runs): the
 list is added with torch's ``safe_globals`` mechanism around that single
-``torch.load`` and taken away after it, so no other load in the process sees it.
+``torch.load`` and taken away after it, so no other load in the process sees it
+(torch 2.6 or newer; older torch keeps refusing MMEngine's files).
 
 :func:`from_mmengine` then restates such a checkpoint in flexgraph's terms for
 ``resume`` (the position inside the epoch, plain scheduler states) and puts
@@ -96,6 +97,9 @@ def allow_mmengine_types() -> Iterator[None]:
     """
     from mmengine.logging import HistoryBuffer
 
+    if torch.torch_version.TorchVersion(torch.__version__) < (2, 6):
+        yield  # no (global, name) entries before torch 2.6: MMEngine's files stay refused
+        return
     present = set(map(_key, torch.serialization.get_safe_globals()))
     added = [g for g in mmengine_globals() if _key(g) not in present]
     registry = dict(HistoryBuffer._statistics_methods)

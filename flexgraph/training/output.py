@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from flexgraph.training.workdir import FILE_ONLY
+
 __all__ = ["METRICS_FILE", "TrainOutput", "format_duration"]
 
 METRICS_FILE = "metrics.jsonl"
@@ -373,5 +375,6 @@ class TrainOutput:
     def _print(self, line: str) -> None:
         if self._progress is not None:
             self._progress.console.print(line, highlight=False, markup=False)
+            self.logger.info(line, extra=FILE_ONLY)  # the log file keeps what the bar showed
         else:
             self.logger.info(line)

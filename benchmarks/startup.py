@@ -17,7 +17,8 @@ the run. Two pairs are timed on the tiny workload (``_tiny.py``):
   that cost too).
 
 Both configs load this module through ``custom_imports``, which registers the
-models, the dataset and the hook ``FirstIterationStamp`` (``after_train_iter``).
+models, the dataset and the hook ``FirstIterationStamp`` (``after_train_iter``;
+a plain object, so that measuring does not import ``mmengine.hooks``).
 Each child prints ``time.time()`` at the end of its first iteration and ends at
 once (``os._exit(0)``: no teardown is timed); the parent takes ``time.time()``
 right before ``Popen``, so each time covers interpreter start, imports, config
@@ -54,7 +55,6 @@ from pathlib import Path
 
 import _tiny
 import _tiny_mm
-from mmengine.hooks import Hook
 from mmengine.registry import DATASETS, HOOKS, MODELS
 
 HERE = Path(__file__).resolve().parent
@@ -80,8 +80,15 @@ MMENGINE_DEFAULT_HOOKS = dict(
 
 
 @HOOKS.register_module(force=True)
-class FirstIterationStamp(Hook):
-    """Says whether DeepSpeed was imported, prints the wall-clock time and ends the process."""
+class FirstIterationStamp:
+    """Says whether DeepSpeed was imported, prints the times and ends the process.
+
+    A plain object with a hook method, which flexgraph accepts as a hook: being
+    instrumentation, it must not add an import (``mmengine.hooks``) of its own
+    to the path it measures, whose hooks are all MMEngine's built-in defaults.
+    """
+
+    priority = "NORMAL"
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         print(DEEPSPEED_LINE, "deepspeed" in sys.modules, flush=True)
@@ -95,13 +102,14 @@ def _shown(module: str | None) -> str:
 def _import_only(module: str | None) -> list[str]:
     """A child that imports ``module`` (or nothing) and then stamps like the others."""
     code = f"import {module}; " if module else ""
-    code += f"import os, time; print({_tiny.STAMP!r}, repr(time.time()), flush=True); os._exit(0)"
+    code += (f"import os, time; print({_tiny.STAMP!r}, repr(time.time()), "
+             f"repr(time.process_time()), flush=True); os._exit(0)")
     return [sys.executable, "-c", code]
 
 
 def _time_to_stamp(argv: list[str], cwd: str, env: dict[str, str],
-                   deepspeed_seen: set[str]) -> float:
-    """Seconds from right before ``Popen`` to the time the child printed."""
+                   deepspeed_seen: set[str]) -> tuple[float, float]:
+    """Wall seconds from right before ``Popen`` to the stamp, and the child's CPU seconds."""
     start = time.time()
     child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -110,13 +118,14 @@ def _time_to_stamp(argv: list[str], cwd: str, env: dict[str, str],
     except subprocess.TimeoutExpired:
         child.kill()
         raise
-    stamps = [line.split()[1] for line in out.splitlines() if line.startswith(_tiny.STAMP)]
+    stamps = [line.split()[1:3] for line in out.splitlines() if line.startswith(_tiny.STAMP)]
     if child.returncode != 0 or not stamps:
         tail = "\n".join((out + err).strip().splitlines()[-15:])
         raise RuntimeError(f"{' '.join(argv)} exited {child.returncode} without a stamp:\n{tail}")
     deepspeed_seen.update(line.split()[1] for line in out.splitlines()
                           if line.startswith(DEEPSPEED_LINE))
-    return float(stamps[0]) - start
+    wall, cpu = stamps[0]
+    return float(wall) - start, float(cpu)
 
 
 def _write_config(folder: Path, name: str, model: str) -> Path:
@@ -172,14 +181,17 @@ def main() -> None:
             **{_shown(module): functools.partial(_import_only, module) for module in IMPORTS},
         }
         seconds: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
         for round_ in range(-1, args.runs):  # round -1 warms the file cache, not counted
             order = list(commands) if round_ % 2 == 0 else list(reversed(commands))
             for name in order:
-                elapsed = _time_to_stamp(commands[name](), tmp, env, deepspeed_seen)
+                elapsed, used = _time_to_stamp(commands[name](), tmp, env, deepspeed_seen)
                 if round_ >= 0:
                     seconds[name].append(elapsed)
+                    cpu[name].append(used)
 
     median = {name: statistics.median(times) for name, times in seconds.items()}
+    median_cpu = {name: statistics.median(times) for name, times in cpu.items()}
     imported = {"True": "yes", "False": "no"}
     print(f"process start -> end of the first training iteration, median of {args.runs} "
           f"runs (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
@@ -187,11 +199,12 @@ def main() -> None:
           f"{' / '.join(imported[seen] for seen in sorted(deepspeed_seen)) or '?'}")
     for ours, hand in PAIRS:
         for name in (ours, hand):
-            print(f"  {name:<28} {median[name]:6.3f} s   "
+            print(f"  {name:<28} {median[name]:6.3f} s  CPU {median_cpu[name]:6.3f} s  "
                   f"(runs: {' '.join(f'{t:.3f}' for t in seconds[name])})")
         extra = median[ours] - median[hand]
         goal = "  (goal <= 1.15)" if ours == PAIRS[0][0] else ""
-        print(f"ratio {ours} / {hand}: {median[ours] / median[hand]:.2f} ({extra:+.3f} s){goal}")
+        print(f"ratio {ours} / {hand}: {median[ours] / median[hand]:.2f} ({extra:+.3f} s), "
+              f"CPU {median_cpu[ours] / median_cpu[hand]:.2f}{goal}")
     print("where it goes: the same measurement, each child stamping right after its import")
     for name in map(_shown, IMPORTS):
         print(f"  {name:<34} {median[name]:6.3f} s")

@@ -25,9 +25,11 @@ from flexgraph.training.errors import ConfigError, UnknownComponentError
 __all__ = ["build_from_cfg", "registered_names", "resolve_type"]
 
 # Importing a module registers MMEngine's own components of a registry (the
-# registries have no import locations of their own). Only the module that a
-# lookup needs is imported: a run imports what its config names, and never
-# ``mmengine.runner``, which imports every strategy (DeepSpeed when installed).
+# registries have no import locations of their own). A name is first looked up
+# as the config's own imports left the registry; only a miss imports the one
+# module that registers MMEngine's components of that registry. So a run
+# imports what its config names, and never ``mmengine.runner``, which imports
+# every runner and strategy (DeepSpeed, when it is installed).
 _REGISTERED_BY = {
     "dataset": "mmengine.dataset",
     "data sampler": "mmengine.dataset",
@@ -94,11 +96,10 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "") -> Any:
         if callable(type_):
             return type_
         raise ConfigError(f"{what or registry.name}: type={type_!r} is neither a name nor a class")
-    _register_mmengine(registry)
-    try:
-        obj = registry.get(type_)
-    except (RuntimeError, ImportError, AttributeError, ValueError):
-        obj = None
+    obj = _get(registry, type_)
+    if obj is None:  # not registered by the config's own imports: maybe one of MMEngine's
+        _register_mmengine(registry)
+        obj = _get(registry, type_)
     if obj is None and "." in type_:
         obj = _import_object(type_)
     if obj is None:
@@ -111,6 +112,13 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "") -> Any:
             f"listed in custom_imports, or give the full import path"
         )
     return obj
+
+
+def _get(registry: Registry, type_: str) -> Any:
+    try:
+        return registry.get(type_)
+    except (RuntimeError, ImportError, AttributeError, ValueError):
+        return None
 
 
 def _import_object(path: str) -> Any:

@@ -19,12 +19,12 @@ tuple, so the per-iteration cost of hooks in the common case is iterating over
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
 import torch
-from mmengine.hooks import Hook
 from mmengine.logging import MessageHub, MMLogger
 from mmengine.registry import HOOKS
 
@@ -135,7 +135,11 @@ class RunnerView:
 
 
 def _overrides(hook: Any, point: str) -> bool:
-    if not isinstance(hook, Hook):
+    # Only an imported class can have instances: when nothing imported mmengine.hooks
+    # (a run whose hooks are all plain objects), there is no need to import it here.
+    module = sys.modules.get("mmengine.hooks.hook")
+    Hook = getattr(module, "Hook", None)  # noqa: N806 (the class, as MMEngine names it)
+    if Hook is None or not isinstance(hook, Hook):
         return callable(getattr(hook, point, None))
     if point in vars(hook):
         return True

@@ -165,7 +165,8 @@ def from_mmengine(checkpoint: Any, *, cfg: Any, train_dataloader: Any,
                 raise CheckpointError(
                     f"the MMEngine checkpoint stopped after {iteration} iterations in epoch "
                     f"{epoch + 1}, which does not fit {epoch_length} batches per epoch; "
-                    f"resume with the batch size and dataset it was trained with")
+                    f"resume with the dataset, batch size and number of processes it was "
+                    f"trained with")
         else:
             epoch, batch_idx = divmod(iteration, epoch_length)
     else:

@@ -2,25 +2,34 @@
 
 A user who runs a small experiment waits for the process to start, import,
 plan, build and reach its first step; on a tiny workload that wait is most of
-the run. This compares, on the tiny workload of ``_tiny.py``:
+the run. Two pairs are timed on the tiny workload (``_tiny.py``):
 
-* ``flexgraph run``: the real CLI, ``python -m flexgraph run tiny_cfg.py
-  --work-dir D``, on an MMEngine-style config (``_tiny.config``) whose
-  ``custom_imports`` loads this module, which registers the model, the dataset
-  and the hook ``FirstIterationStamp`` (``after_train_iter``);
-* ``hand script``: ``python benchmarks/_tiny.py``, a hand-written script that
-  imports torch, builds the same model, data and optimizer and trains one
-  iteration (``loss.item()`` included, as a real script logs it).
+* the path MMEngine users take (the goal, at most 1.15x, is about this pair):
+  ``flexgraph run`` of an MMEngine-style config whose model is a ``BaseModel``
+  (``_tiny_mm.TinyBaseModel``) with MMEngine's default hooks (runtime info,
+  timer, sampler seed, logger, parameter scheduler, checkpoint), against
+  ``python benchmarks/_tiny_mm.py``, a hand-written script that builds the
+  same BaseModel, data and ``OptimWrapper`` and calls ``model.train_step``;
+* the plain path: a plain ``nn.Module`` config (``_tiny.TinyMLP``) against
+  ``python benchmarks/_tiny.py``, a hand-written torch script that imports no
+  mmengine at all (flexgraph's steps build MMEngine's optimizer wrapper, and
+  ``mmengine.optim`` imports ``torch.distributed.optim``, so this pair shows
+  that cost too).
 
+Both configs load this module through ``custom_imports``, which registers the
+models, the dataset and the hook ``FirstIterationStamp`` (``after_train_iter``;
+a plain object, so that measuring does not import ``mmengine.hooks``).
 Each child prints ``time.time()`` at the end of its first iteration and ends at
 once (``os._exit(0)``: no teardown is timed); the parent takes ``time.time()``
 right before ``Popen``, so each time covers interpreter start, imports, config
-loading, planning, building and one iteration. Then, measured the same way
-(each child stamps right after its import), what the pieces cost on their own:
-the bare interpreter, ``import torch``, ``import flexgraph``, ``import
-mmengine.config`` and ``import mmengine.hooks`` (mmengine's components, which
-flexgraph's steps import: they bring torch and much of torch.distributed), so a
-reader sees where the startup goes.
+loading, planning, building, writing the work_dir's files and one iteration.
+The flexgraph children also report whether DeepSpeed got imported; the header
+says whether DeepSpeed is installed at all (``mmengine.runner`` imports it when
+it is, which ``flexgraph run`` must not pay for). Then, measured the same way
+(each child stamps right after its import), what the pieces cost on their
+own: the bare interpreter, ``import torch``, ``import flexgraph``, ``import
+mmengine.config``, ``import mmengine.model`` (which imports ``mmengine.optim``)
+and ``import mmengine.runner``.
 
 Runs alternate between the commands (order reversed every other round, after
 one warm-up round that is not counted), with the working directory and every
@@ -33,6 +42,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.metadata
+import importlib.util
 import itertools
 import os
 import statistics
@@ -43,26 +54,44 @@ import time
 from pathlib import Path
 
 import _tiny
-from mmengine.hooks import Hook
+import _tiny_mm
 from mmengine.registry import DATASETS, HOOKS, MODELS
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 300  # per child, so a hung child fails the benchmark instead of hanging it
-# Imported alone, to show where the startup goes. mmengine.hooks stands for
-# mmengine's component modules (hooks, model, optim, ...), which flexgraph's
-# training steps import to register them, and which import torch.distributed.
-IMPORTS = (None, "torch", "flexgraph", "mmengine.config", "mmengine.hooks")
+# Imported alone, to show where the startup goes.
+IMPORTS = (None, "torch", "flexgraph", "mmengine.config", "mmengine.model", "mmengine.runner")
+DEEPSPEED_LINE = "deepspeed-imported"
 
-# What the flexgraph child's config imports (custom_imports) finds here.
+# What the flexgraph children's configs import (custom_imports) finds here.
 MODELS.register_module(module=_tiny.TinyMLP, force=True)
+MODELS.register_module(module=_tiny_mm.TinyBaseModel, force=True)
 DATASETS.register_module(module=_tiny.TinyData, force=True)
+
+# MMEngine's default hooks, as its default runtime config lists them.
+MMENGINE_DEFAULT_HOOKS = dict(
+    runtime_info=dict(type="RuntimeInfoHook"),
+    timer=dict(type="IterTimerHook"),
+    sampler_seed=dict(type="DistSamplerSeedHook"),
+    logger=dict(type="LoggerHook", interval=50),
+    param_scheduler=dict(type="ParamSchedulerHook"),
+    checkpoint=dict(type="CheckpointHook", interval=1),
+)
 
 
 @HOOKS.register_module(force=True)
-class FirstIterationStamp(Hook):
-    """Prints the wall-clock time after the first training iteration and ends the process."""
+class FirstIterationStamp:
+    """Says whether DeepSpeed was imported, prints the times and ends the process.
+
+    A plain object with a hook method, which flexgraph accepts as a hook: being
+    instrumentation, it must not add an import (``mmengine.hooks``) of its own
+    to the path it measures, whose hooks are all MMEngine's built-in defaults.
+    """
+
+    priority = "NORMAL"
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        print(DEEPSPEED_LINE, "deepspeed" in sys.modules, flush=True)
         _tiny.stamp()
 
 
@@ -73,12 +102,14 @@ def _shown(module: str | None) -> str:
 def _import_only(module: str | None) -> list[str]:
     """A child that imports ``module`` (or nothing) and then stamps like the others."""
     code = f"import {module}; " if module else ""
-    code += f"import os, time; print({_tiny.STAMP!r}, repr(time.time()), flush=True); os._exit(0)"
+    code += (f"import os, time; print({_tiny.STAMP!r}, repr(time.time()), "
+             f"repr(time.process_time()), flush=True); os._exit(0)")
     return [sys.executable, "-c", code]
 
 
-def _time_to_stamp(argv: list[str], cwd: str, env: dict[str, str]) -> float:
-    """Seconds from right before ``Popen`` to the time the child printed."""
+def _time_to_stamp(argv: list[str], cwd: str, env: dict[str, str],
+                   deepspeed_seen: set[str]) -> tuple[float, float]:
+    """Wall seconds from right before ``Popen`` to the stamp, and the child's CPU seconds."""
     start = time.time()
     child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -87,22 +118,42 @@ def _time_to_stamp(argv: list[str], cwd: str, env: dict[str, str]) -> float:
     except subprocess.TimeoutExpired:
         child.kill()
         raise
-    stamps = [line.split()[1] for line in out.splitlines() if line.startswith(_tiny.STAMP)]
+    stamps = [line.split()[1:3] for line in out.splitlines() if line.startswith(_tiny.STAMP)]
     if child.returncode != 0 or not stamps:
         tail = "\n".join((out + err).strip().splitlines()[-15:])
         raise RuntimeError(f"{' '.join(argv)} exited {child.returncode} without a stamp:\n{tail}")
-    return float(stamps[0]) - start
+    deepspeed_seen.update(line.split()[1] for line in out.splitlines()
+                          if line.startswith(DEEPSPEED_LINE))
+    wall, cpu = stamps[0]
+    return float(wall) - start, float(cpu)
 
 
-def _write_config(folder: Path) -> Path:
+def _write_config(folder: Path, name: str, model: str) -> Path:
     """The tiny config as a cfg.py file, loading this module through custom_imports."""
-    cfg = _tiny.config(str(folder / "work"), 1000,  # each run passes its own --work-dir
+    cfg = _tiny.config(str(folder / "work"), 1000, model=model,  # each run: its own --work-dir
                        custom_hooks=[dict(type="FirstIterationStamp")])
+    if model == "TinyBaseModel":  # the MMEngine user's config: default hooks, INFO logs
+        cfg["default_hooks"] = MMENGINE_DEFAULT_HOOKS
+        cfg["train_dataloader"]["collate_fn"] = dict(type="default_collate")
+        del cfg["log_level"]
     cfg = {"custom_imports": dict(imports=[Path(__file__).stem],
                                   allow_failed_imports=False), **cfg}
-    path = folder / "tiny_cfg.py"
+    path = folder / f"{name}.py"
     path.write_text("".join(f"{key} = {value!r}\n" for key, value in cfg.items()))
     return path
+
+
+def _deepspeed() -> str:
+    """Whether DeepSpeed is importable here (looked up, not imported: that takes seconds)."""
+    if importlib.util.find_spec("deepspeed") is None:
+        return "not installed"
+    return f"installed ({importlib.metadata.version('deepspeed')})"
+
+
+PAIRS = (  # (flexgraph's command, the hand-written script it is compared with)
+    ("flexgraph run, BaseModel", "hand script, BaseModel"),
+    ("flexgraph run, nn.Module", "hand script, plain torch"),
+)
 
 
 def main() -> None:
@@ -110,34 +161,50 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="timed runs per command")
     args = parser.parse_args()
     env = dict(os.environ)
-    # Where the config's custom_imports finds this module (and it finds _tiny).
+    # Where the configs' custom_imports find this module (and it finds _tiny).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    deepspeed_seen: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
-        config = _write_config(Path(tmp))
+        base_model = _write_config(Path(tmp), "tiny_basemodel_cfg", "TinyBaseModel")
+        plain = _write_config(Path(tmp), "tiny_cfg", "TinyMLP")
         runs = itertools.count()
+
+        def flexgraph_run(config: Path) -> list[str]:
+            return [sys.executable, "-m", "flexgraph", "run", str(config),
+                    "--work-dir", f"{tmp}/work_{next(runs)}"]
+
         commands = {
-            "flexgraph run": lambda: [sys.executable, "-m", "flexgraph", "run", str(config),
-                                      "--work-dir", f"{tmp}/work_{next(runs)}"],
-            "hand script": lambda: [sys.executable, str(HERE / "_tiny.py")],
+            PAIRS[0][0]: functools.partial(flexgraph_run, base_model),
+            PAIRS[0][1]: lambda: [sys.executable, str(HERE / "_tiny_mm.py")],
+            PAIRS[1][0]: functools.partial(flexgraph_run, plain),
+            PAIRS[1][1]: lambda: [sys.executable, str(HERE / "_tiny.py")],
             **{_shown(module): functools.partial(_import_only, module) for module in IMPORTS},
         }
         seconds: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
         for round_ in range(-1, args.runs):  # round -1 warms the file cache, not counted
             order = list(commands) if round_ % 2 == 0 else list(reversed(commands))
             for name in order:
-                elapsed = _time_to_stamp(commands[name](), tmp, env)
+                elapsed, used = _time_to_stamp(commands[name](), tmp, env, deepspeed_seen)
                 if round_ >= 0:
                     seconds[name].append(elapsed)
+                    cpu[name].append(used)
 
     median = {name: statistics.median(times) for name, times in seconds.items()}
+    median_cpu = {name: statistics.median(times) for name, times in cpu.items()}
+    imported = {"True": "yes", "False": "no"}
     print(f"process start -> end of the first training iteration, median of {args.runs} "
           f"runs (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
-    for name in ("flexgraph run", "hand script"):
-        print(f"  {name:<24} {median[name]:6.3f} s   "
-              f"(runs: {' '.join(f'{t:.3f}' for t in seconds[name])})")
-    extra = median["flexgraph run"] - median["hand script"]
-    print(f"ratio flexgraph/hand: {median['flexgraph run'] / median['hand script']:.2f} "
-          f"({extra:+.3f} s)")
+    print(f"DeepSpeed: {_deepspeed()}; imported by flexgraph run: "
+          f"{' / '.join(imported[seen] for seen in sorted(deepspeed_seen)) or '?'}")
+    for ours, hand in PAIRS:
+        for name in (ours, hand):
+            print(f"  {name:<28} {median[name]:6.3f} s  CPU {median_cpu[name]:6.3f} s  "
+                  f"(runs: {' '.join(f'{t:.3f}' for t in seconds[name])})")
+        extra = median[ours] - median[hand]
+        goal = "  (goal <= 1.15)" if ours == PAIRS[0][0] else ""
+        print(f"ratio {ours} / {hand}: {median[ours] / median[hand]:.2f} ({extra:+.3f} s), "
+              f"CPU {median_cpu[ours] / median_cpu[hand]:.2f}{goal}")
     print("where it goes: the same measurement, each child stamping right after its import")
     for name in map(_shown, IMPORTS):
         print(f"  {name:<34} {median[name]:6.3f} s")

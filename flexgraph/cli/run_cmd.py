@@ -192,12 +192,25 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
     rank = int(os.environ.get("RANK", 0))
     console = stdout_console()
     console.quiet = rank != 0
-    console.print(
-        f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}: "
-        + " -> ".join(plan.order)
-    )
+    summary = (f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}: "
+               + " -> ".join(plan.order))
+    console.print(summary)
     executor = Executor([_StartupReport(plan, console), *hooks])
-    result = executor.run(plan, dict(spec.inputs), dry_run=args.dry_run)
+    if args.dry_run or spec.cfg is None:  # a YAML or Python pipeline has no work_dir
+        result = executor.run(plan, dict(spec.inputs), dry_run=args.dry_run)
+    else:  # the work_dir's log, config and plan: only now that the plan is valid
+        from flexgraph.render.json_view import plan_json
+        from flexgraph.training.workdir import open_run_record
+
+        record = open_run_record(spec.cfg, plan_json(plan), rank=rank, strategy=args.strategy)
+        record.note(summary)
+        try:
+            result = executor.run(plan, dict(spec.inputs))
+        except BaseException as exc:
+            record.failed(exc)
+            raise
+        finally:
+            record.close()
     if args.dry_run:
         console.print("dry run: nothing executed")
         return 0

@@ -24,29 +24,46 @@ from flexgraph.training.errors import ConfigError, UnknownComponentError
 
 __all__ = ["build_from_cfg", "registered_names", "resolve_type"]
 
-# Importing these modules registers MMEngine's own components (DefaultSampler,
-# OptimWrapper, the LR schedulers, torch optimizers, pseudo_collate, ...).
-_MMENGINE_MODULES = (
-    "mmengine.dataset",
-    "mmengine.evaluator",
-    "mmengine.hooks",
-    "mmengine.model",
-    "mmengine.optim",
-)
-_registered = False
+# Importing a module registers MMEngine's own components of a registry (the
+# registries have no import locations of their own). A name is first looked up
+# as the config's own imports left the registry; only a miss imports the one
+# module that registers MMEngine's components of that registry. So a run
+# imports what its config names, and never ``mmengine.runner``, which imports
+# every runner and strategy (DeepSpeed, when it is installed).
+_REGISTERED_BY = {
+    "dataset": "mmengine.dataset",
+    "data sampler": "mmengine.dataset",
+    "transform": "mmengine.dataset",
+    "function": "mmengine.dataset",  # pseudo_collate, default_collate
+    "model": "mmengine.model",
+    "model_wrapper": "mmengine.model",
+    "weight initializer": "mmengine.model",
+    "optimizer": "mmengine.optim",
+    "optim_wrapper": "mmengine.optim",
+    "optimizer wrapper constructor": "mmengine.optim",
+    "parameter scheduler": "mmengine.optim",
+    "hook": "mmengine.hooks",
+    "metric": "mmengine.evaluator",
+    "evaluator": "mmengine.evaluator",
+    "visualizer": "mmengine.visualization",
+    "vis_backend": "mmengine.visualization",
+}
+_MMENGINE_MODULES = tuple(dict.fromkeys(_REGISTERED_BY.values()))
 
 
-def _register_mmengine() -> None:
-    global _registered
-    if not _registered:
-        for name in _MMENGINE_MODULES:
-            importlib.import_module(name)
-        _registered = True
+def _register_mmengine(registry: Registry) -> None:
+    """Import what registers MMEngine's components of ``registry`` (all, if unknown)."""
+    root = registry
+    while root.parent is not None:  # a downstream scope's registry: its root is MMEngine's
+        root = root.parent
+    module = _REGISTERED_BY.get(root.name)
+    for name in (module,) if module else _MMENGINE_MODULES:
+        importlib.import_module(name)  # a no-op once imported
 
 
 def registered_names(registry: Registry) -> list[str]:
     """Every name ``registry`` can resolve: its own, its ancestors', its children's."""
-    _register_mmengine()
+    _register_mmengine(registry)
     names: set[str] = set()
     node: Registry | None = registry
     while node is not None:
@@ -79,11 +96,10 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "") -> Any:
         if callable(type_):
             return type_
         raise ConfigError(f"{what or registry.name}: type={type_!r} is neither a name nor a class")
-    _register_mmengine()
-    try:
-        obj = registry.get(type_)
-    except (RuntimeError, ImportError, AttributeError, ValueError):
-        obj = None
+    obj = _get(registry, type_)
+    if obj is None:  # not registered by the config's own imports: maybe one of MMEngine's
+        _register_mmengine(registry)
+        obj = _get(registry, type_)
     if obj is None and "." in type_:
         obj = _import_object(type_)
     if obj is None:
@@ -96,6 +112,13 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "") -> Any:
             f"listed in custom_imports, or give the full import path"
         )
     return obj
+
+
+def _get(registry: Registry, type_: str) -> Any:
+    try:
+        return registry.get(type_)
+    except (RuntimeError, ImportError, AttributeError, ValueError):
+        return None
 
 
 def _import_object(path: str) -> Any:

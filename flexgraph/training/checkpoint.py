@@ -13,8 +13,10 @@ Guarantees, and how they are kept:
   ``last_checkpoint`` pointer is written the same way, after the checkpoint it
   names. Older checkpoints are pruned (``keep_last``) only after both succeed.
 * **Loading never executes code from the file.** Every load is
-  ``torch.load(path, weights_only=True, map_location='cpu')``; a file that needs
-  more is refused with :class:`UnsafeCheckpointError`, with no unsafe retry.
+  ``torch.load(path, weights_only=True, map_location='cpu')``, admitting besides
+  tensors only the few types MMEngine's checkpoints hold
+  (:mod:`flexgraph.training.mmengine_ckpt`); a file that needs more is refused
+  with :class:`UnsafeCheckpointError`, with no unsafe retry.
 * **Resume is exact.** A checkpoint holds the model, the optimizer wrapper,
   the parameter schedulers (as plain data, see :mod:`flexgraph.training.state`),
   the loop position (epoch, global iteration, batch index inside the epoch) and
@@ -49,6 +51,7 @@ from flexgraph.training.errors import (
     UnsafeCheckpointError,
 )
 from flexgraph.training.materialize import meta_parameters
+from flexgraph.training.mmengine_ckpt import allow_mmengine_types
 from flexgraph.training.model_api import unwrap_model
 from flexgraph.training.state import from_plain, gather_rng_states, to_plain
 
@@ -100,7 +103,8 @@ def load_checkpoint_file(path: str | os.PathLike[str]) -> Any:
     if not path.is_file():
         raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with allow_mmengine_types():
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         detail = next((line.strip() for line in str(exc).splitlines()
                        if "GLOBAL" in line or "Unsupported" in line), "")

@@ -19,20 +19,21 @@ tuple, so the per-iteration cost of hooks in the common case is iterating over
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
 import torch
-from mmengine.hooks import Hook
 from mmengine.logging import MessageHub, MMLogger
 from mmengine.registry import HOOKS
 
 from flexgraph.training.build import build_from_cfg
 from flexgraph.training.config import section, work_dir_of
 from flexgraph.training.errors import ConfigError
+from flexgraph.training.workdir import active_record, console_logger
 
-__all__ = ["HOOK_POINTS", "Hooks", "RunnerView", "build_hooks"]
+__all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks"]
 
 HOOK_POINTS = (
     "before_run", "after_run",
@@ -134,7 +135,11 @@ class RunnerView:
 
 
 def _overrides(hook: Any, point: str) -> bool:
-    if not isinstance(hook, Hook):
+    # Only an imported class can have instances: when nothing imported mmengine.hooks
+    # (a run whose hooks are all plain objects), there is no need to import it here.
+    module = sys.modules.get("mmengine.hooks.hook")
+    Hook = getattr(module, "Hook", None)  # noqa: N806 (the class, as MMEngine names it)
+    if Hook is None or not isinstance(hook, Hook):
         return callable(getattr(hook, point, None))
     if point in vars(hook):
         return True
@@ -194,10 +199,23 @@ class Hooks:
         return f"Hooks({[type(h).__name__ for h in self.hooks]})"
 
 
-def _priority(hook: Any) -> int:
-    from mmengine.runner import get_priority
+# mmengine.runner.Priority's levels. Not imported from there: ``import mmengine.runner``
+# imports every runner and strategy, DeepSpeed included when it is installed
+# (seconds, and an accelerator warning on every run); a test checks the values.
+PRIORITIES = {"HIGHEST": 0, "VERY_HIGH": 10, "HIGH": 30, "ABOVE_NORMAL": 40, "NORMAL": 50,
+              "BELOW_NORMAL": 60, "LOW": 70, "VERY_LOW": 90, "LOWEST": 100}
 
-    return get_priority(getattr(hook, "priority", "NORMAL"))
+
+def _priority(hook: Any) -> int:
+    """``mmengine.runner.get_priority`` of the hook's ``priority`` (name, enum or 0..100)."""
+    priority = getattr(hook, "priority", "NORMAL")
+    priority = getattr(priority, "name", priority)  # a Priority enum member
+    if isinstance(priority, str) and priority.upper() in PRIORITIES:
+        return PRIORITIES[priority.upper()]
+    if isinstance(priority, int) and not isinstance(priority, bool) and 0 <= priority <= 100:
+        return priority
+    raise ConfigError(f"{type(hook).__name__}: priority={priority!r} is neither an int in "
+                      f"0..100 nor one of {', '.join(PRIORITIES)}")
 
 
 def _hook_from_cfg(cfg: Any, what: str) -> Any:
@@ -239,14 +257,17 @@ def build_hooks(cfg: Any) -> Hooks:
     if not isinstance(custom, (list, tuple)):
         raise ConfigError(f"custom_hooks must be a list of hook dicts, got {type(custom)}")
     hooks.extend(_hook_from_cfg(c, f"custom_hooks[{i}]") for i, c in enumerate(custom))
-    timestamp = time.strftime("%Y%m%d_%H%M%S", time.localtime())
-    name = f"flexgraph_{timestamp}_{next(_RUN_NUMBERS)}"
+    record = active_record()  # `flexgraph run` opened one: its logger writes the log file
+    timestamp = record.timestamp if record else time.strftime("%Y%m%d_%H%M%S", time.localtime())
+    logger = record.logger if record else console_logger(timestamp, section(cfg, "log_level",
+                                                                            "INFO"))
     runner = RunnerView(
         cfg,
         work_dir=work_dir_of(cfg),
         timestamp=timestamp,
-        logger=MMLogger.get_instance(name, logger_name="flexgraph",
-                                     log_level=section(cfg, "log_level", "INFO")),
-        message_hub=MessageHub.get_instance(name),
+        logger=logger,
+        message_hub=MessageHub.get_instance(f"flexgraph_{timestamp}_{next(_RUN_NUMBERS)}"),
     )
+    if record:
+        runner.log_dir = str(record.run_dir)
     return Hooks(hooks, runner)

@@ -29,10 +29,12 @@ from typing import Any
 import torch
 
 from flexgraph.training.progress import progress_of_this_rank
+from flexgraph.training.workdir import FILE_ONLY
 
 __all__ = ["METRICS_FILE", "TrainOutput", "format_duration"]
 
 METRICS_FILE = "metrics.jsonl"
+_PENDING = object()  # a sink not made yet
 _TICK_SECONDS = 0.1  # rich refreshes at 10 Hz; updating faster is wasted work
 _NEVER = 2**62
 
@@ -193,7 +195,7 @@ class TrainOutput:
             _truncate_after(self.work_dir / METRICS_FILE, start_iter)
         # Open for the whole run (closed in close()), so each flush is one write.
         self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
-        self._tb = _tensorboard_writer(self.work_dir / "tensorboard")
+        self._tb = _PENDING  # made on first use: importing tensorboard delays the first step
         if self.interactive:
             from rich.progress import (
                 BarColumn,
@@ -217,12 +219,18 @@ class TrainOutput:
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
-        if self._tb is not None:
+        if self._tb is not None and self._tb is not _PENDING:
             self._tb.close()
-            self._tb = None
+        self._tb = None
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def _board(self) -> _TensorBoard | None:
+        """The TensorBoard writer (``None`` without tensorboard), made on first use."""
+        if self._tb is _PENDING:
+            self._tb = _tensorboard_writer(self.work_dir / "tensorboard")
+        return self._tb
 
     # -- per-interval work ----------------------------------------------------------------
     @property
@@ -319,7 +327,7 @@ class TrainOutput:
         scalars["train/lr"] = lr
         for tag, value in scalars.items():
             self.message_hub.update_scalar(tag, value)
-        if self._tb is not None:
+        if self._board() is not None:
             self._tb.scalars(scalars, iters_done)
         done = iters_done - self._start_iter
         elapsed = time.perf_counter() - self._t0
@@ -368,7 +376,7 @@ class TrainOutput:
                    if isinstance(value, (int, float))}
         for tag, value in scalars.items():
             self.message_hub.update_scalar(tag, value)
-        if self._tb is not None and scalars:
+        if scalars and self._board() is not None:
             self._tb.scalars(scalars, iters_done)
         shown = "  ".join(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}"
                           for k, v in values.items())
@@ -383,5 +391,6 @@ class TrainOutput:
     def _print(self, line: str) -> None:
         if self._progress is not None:
             self._progress.console.print(line, highlight=False, markup=False)
+            self.logger.info(line, extra=FILE_ONLY)  # the log file keeps what the bar showed
         else:
             self.logger.info(line)

@@ -36,6 +36,7 @@ from flexgraph.training.data import epoch_length_of
 from flexgraph.training.env import seed_everything
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.hooks import Hooks
+from flexgraph.training.mmengine_ckpt import from_mmengine
 from flexgraph.training.state import LoopState, capture_rng
 
 __all__ = ["load_weights", "resume_training", "weights_to_load"]
@@ -99,7 +100,9 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
         runner.logger.info(f"{what}: no checkpoint in {checkpointer.work_dir}; "
                            f"starting from scratch")
         return LoopState()
-    checkpoint = checkpointer.read(path, model=model, optim_wrapper=optim_wrapper)
+    checkpoint = from_mmengine(
+        checkpointer.read(path, model=model, optim_wrapper=optim_wrapper), cfg=cfg,
+        train_dataloader=train_dataloader, message_hub=runner.message_hub)
     meta = checkpoint.get("meta") if isinstance(checkpoint, dict) else None
     if not isinstance(meta, dict) or "iter" not in meta:
         raise CheckpointError(
@@ -134,9 +137,10 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
     if len(states) == world_size:
         rng_state = states[rank]
     else:
-        runner.logger.warning(
-            f"resume: the checkpoint holds RNG states of {len(states)} ranks but this "
-            f"run has {world_size}; reseeding instead, so random draws will differ")
+        held = (f"RNG states of {len(states)} ranks but this run has {world_size}" if states
+                else "no RNG state (MMEngine's checkpoints have none)")
+        runner.logger.warning(f"resume: the checkpoint holds {held}; reseeding instead, "
+                              f"so random draws will differ")
         seed_everything({"seed": (seed or 0) + iteration, "diff_rank_seed": True}, rank)
         rng_state = capture_rng()
     restarted = f" (restart {restart} of the group)" if restart else ""

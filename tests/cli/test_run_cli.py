@@ -70,6 +70,11 @@ def test_quickstart_with_two_processes_writes_metrics_once(tmp_path):
     train = [x for x in lines if x.get("mode", "train") == "train"]
     assert [x["iter"] for x in train] == sorted({x["iter"] for x in train}), "one writer"
     assert max(x["iter"] for x in train) == 3 * 23
+    # rank 0 alone writes the run's log, config and plan: one folder, three files
+    (run_dir,) = [p for p in (tmp_path / "ddp").iterdir() if p.is_dir() and p.name[0].isdigit()]
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(
+        [f"{run_dir.name}.log", "config.py", "plan.json"])
+    assert '"strategy": "ddp"' in (run_dir / "plan.json").read_text()
 
 
 def _many_process_strategies() -> list[str]:

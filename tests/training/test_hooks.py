@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from mmengine.hooks import Hook
 from training_helpers import RecordingHook, run_steps
 
@@ -131,3 +132,17 @@ def test_iteration_hooks_see_mmengine_runtime_info(make_cfg):
     _ReadsMessageHub.seen = []
     run_steps(make_cfg(custom_hooks=[_ReadsMessageHub()], val_dataloader=None))
     assert len(_ReadsMessageHub.seen) == 30
+
+
+def test_priorities_are_mmengines_without_importing_its_runner():
+    from mmengine.runner import Priority, get_priority
+
+    from flexgraph.training.errors import ConfigError
+    from flexgraph.training.hooks import PRIORITIES, _priority
+
+    assert {p.name: p.value for p in Priority} == PRIORITIES
+    for value in [*Priority, *(p.name.lower() for p in Priority), 0, 33, 100]:
+        assert _priority(type("H", (), {"priority": value})()) == get_priority(value), value
+    for bad in ("MIDDLE", 101, -1, 2.5):
+        with pytest.raises(ConfigError, match="priority"):
+            _priority(type("H", (), {"priority": bad})())

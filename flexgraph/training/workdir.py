@@ -1,0 +1,191 @@
+"""What a run leaves in its work_dir, and which of its log lines reach the console.
+
+``flexgraph run`` of an MMEngine-style config opens a :class:`RunRecord` once it
+has a valid plan and before the first step runs, so a config that fails to
+load or plan leaves nothing behind. Rank 0 writes; other ranks write nothing
+here and show only errors::
+
+    work_dir/
+      <timestamp>/              one folder per run (a resumed run gets its own)
+        <timestamp>.log         the run's whole log, MMEngine's INFO lines included
+        config.py               the resolved config (mmengine Config.dump); runnable
+        plan.json               the plan that ran, as `flexgraph plan --format json`
+      metrics.jsonl             per iteration and per evaluation (a resume continues it)
+      epoch_<n>.pth, iter_<n>.pth, last_checkpoint
+      tensorboard/              when tensorboard is installed
+
+The console shows flexgraph's own lines (plan summary, setup timings,
+progress, metrics) and every warning and error. MMEngine's INFO chatter (an
+init-weights report per parameter from ``BaseModule.init_weights``, a
+``paramwise_options`` line per parameter from the optimizer constructor, and
+whatever else goes through ``mmengine.logging.print_log``) goes to the log file
+only: MMEngine logs to its *current* ``MMLogger``, which is the record's logger,
+and the console handler drops INFO records made inside mmengine's package.
+``config.py`` and ``plan.json`` are written atomically (a temporary file, then
+a rename), so a crash never leaves half a file under those names.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import mmengine
+from mmengine.logging import MMLogger
+from mmengine.logging.logger import MMFormatter
+
+from flexgraph.training.config import section, work_dir_of
+
+__all__ = ["FILE_ONLY", "RunRecord", "active_record", "console_logger", "open_run_record"]
+
+FILE_ONLY = {"flexgraph_file_only": True}
+"""``logger.info(msg, extra=FILE_ONLY)``: a line for the log file, not the console."""
+
+_MMENGINE_DIR = os.path.dirname(os.path.abspath(mmengine.__file__)) + os.sep
+_NUMBERS = itertools.count()  # MMLogger instance names are process-global
+_active: RunRecord | None = None
+
+
+class _ConsoleFilter(logging.Filter):
+    """Keeps file-only lines, and (when a log file has them) MMEngine's INFO, off the console."""
+
+    def __init__(self, quiet_mmengine: bool) -> None:
+        super().__init__()
+        self.quiet_mmengine = quiet_mmengine
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "flexgraph_file_only", False):
+            return False
+        return not (self.quiet_mmengine and record.levelno < logging.WARNING
+                    and record.pathname.startswith(_MMENGINE_DIR))
+
+
+def _console_handler(logger: MMLogger) -> logging.Handler:
+    return next(h for h in logger.handlers if type(h) is logging.StreamHandler)
+
+
+def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
+                   quiet_mmengine: bool = False) -> MMLogger:
+    """A new MMLogger (MMEngine's *current* one from now on) printing to stdout.
+
+    Rank 0 prints from ``log_level`` up, other ranks errors only. Lines logged
+    with ``extra=FILE_ONLY`` never reach the console.
+    """
+    logger = MMLogger.get_instance(f"flexgraph_{timestamp}_{next(_NUMBERS)}",
+                                   logger_name="flexgraph", log_level=log_level)
+    console = _console_handler(logger)
+    # MMLogger reads the rank from the process group, which may not exist yet.
+    console.setLevel(console.level if rank == 0 else logging.ERROR)
+    console.addFilter(_ConsoleFilter(quiet_mmengine))
+    return logger
+
+
+class RunRecord:
+    """One run's log file, config and plan in ``work_dir/<timestamp>/`` (see the module doc).
+
+    Attributes
+    ----------
+    logger:
+        The run's MMLogger: console as described above, plus the log file on rank 0.
+    timestamp:
+        The run's name (``YYYYmmdd_HHMMSS``, suffixed ``_1``, ``_2``... if taken).
+    run_dir:
+        ``work_dir/<timestamp>`` (created on rank 0 only).
+    """
+
+    def __init__(self, logger: MMLogger, timestamp: str, run_dir: Path,
+                 file_handler: logging.Handler | None) -> None:
+        self.logger = logger
+        self.timestamp = timestamp
+        self.run_dir = run_dir
+        self._file_handler = file_handler
+
+    def note(self, message: str) -> None:
+        """A line for the log file only (the console already showed it)."""
+        self.logger.info(message, extra=FILE_ONLY)
+
+    def failed(self, exc: BaseException) -> None:
+        """Put the traceback in the log file; the console gets the CLI's one-line error."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self.logger.error(f"the run failed:\n{text}", extra=FILE_ONLY)
+
+    def close(self) -> None:
+        """Close the log file; later runs in this process open their own record."""
+        global _active
+        if self._file_handler is not None:
+            self.logger.removeHandler(self._file_handler)
+            self._file_handler.close()
+            self._file_handler = None
+        if _active is self:
+            _active = None
+
+
+def active_record() -> RunRecord | None:
+    """The record of the run this process is executing, if the CLI opened one."""
+    return _active
+
+
+def _new_run_dir(work_dir: Path, timestamp: str) -> tuple[str, Path]:
+    for n in itertools.count():
+        name = timestamp if n == 0 else f"{timestamp}_{n}"
+        try:
+            (work_dir / name).mkdir(parents=True)
+        except FileExistsError:
+            continue
+        return name, work_dir / name
+    raise AssertionError("unreachable")
+
+
+def _atomic_text(path: Path, write: Any) -> None:
+    """``write(temp_path)``, then rename it to ``path``: never half a file under ``path``."""
+    temp = path.with_name(f".tmp-{path.name}")
+    try:
+        write(temp)
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def open_run_record(cfg: Any, plan_json: str, *, rank: int = 0,
+                    strategy: str | None = None) -> RunRecord:
+    """Start the run's record: folder, config, plan and log file on rank 0.
+
+    Parameters
+    ----------
+    cfg:
+        The run's mmengine ``Config`` (after ``--cfg-options`` and the CLI's flags).
+    plan_json:
+        The plan about to run, as ``flexgraph plan --format json`` prints it.
+    rank:
+        This process's global rank; only rank 0 writes.
+    strategy:
+        The strategy named on the command line, if any: written into ``config.py``
+        so that the config plans the same way again.
+    """
+    global _active
+    log_level = section(cfg, "log_level", "INFO")
+    timestamp = time.strftime("%Y%m%d_%H%M%S", time.localtime())
+    work_dir = Path(work_dir_of(cfg))
+    file_handler = None
+    if rank == 0:
+        timestamp, run_dir = _new_run_dir(work_dir, timestamp)
+        config = cfg.copy()
+        if strategy:
+            config.merge_from_dict({"strategy": strategy})
+        _atomic_text(run_dir / "config.py", config.dump)
+        _atomic_text(run_dir / "plan.json", lambda p: Path(p).write_text(plan_json + "\n"))
+        file_handler = logging.FileHandler(run_dir / f"{timestamp}.log", encoding="utf-8")
+        file_handler.setFormatter(MMFormatter(color=False, datefmt="%Y/%m/%d %H:%M:%S"))
+        file_handler.setLevel(log_level)
+    else:
+        run_dir = work_dir / timestamp
+    logger = console_logger(timestamp, log_level, rank=rank, quiet_mmengine=True)
+    if file_handler is not None:
+        logger.addHandler(file_handler)
+    _active = RunRecord(logger, timestamp, run_dir, file_handler)
+    return _active

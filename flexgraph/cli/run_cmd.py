@@ -110,8 +110,6 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
 
     path = Path(args.config)
     options = _cfg_options(args)
-    if path.suffix == ".py" and options.get("work_dir") is None:
-        options.setdefault("work_dir", str(Path("work_dirs") / path.stem))
     spec = load_spec(path, cfg_options=options or None,
                      default_graph=lambda cfg: standard_graph(cfg, entry=args.entry))
     world = _world_size(args)

@@ -133,6 +133,20 @@ def get_strategy(
     return factory(**options)
 
 
+def same_strategy(first: str, second: str) -> bool:
+    """Whether two registered names are aliases of one factory (``fsdp``, ``FSDPStrategy``)."""
+    known = known_strategies()
+    if first not in known or second not in known:
+        return first == second
+
+    def ref(factory: Any) -> str:
+        if isinstance(factory, EntryPoint):
+            return factory.value
+        return f"{factory.__module__}:{factory.__qualname__}"
+
+    return ref(known[first]) == ref(known[second])
+
+
 def strategy_names(extra: Iterable[str] = ()) -> list[str]:
     """Sorted names of every findable strategy, plus ``extra``."""
     return sorted(set(known_strategies()) | set(extra))

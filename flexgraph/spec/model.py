@@ -17,7 +17,7 @@ import attrs
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.graph import Graph
 from flexgraph.core.plan import Plan, make_plan
-from flexgraph.core.strategy import Strategy, get_strategy
+from flexgraph.core.strategy import Strategy, get_strategy, same_strategy
 from flexgraph.spec.errors import restate
 
 StrategyChoice = str | Mapping[str, Any] | None
@@ -57,6 +57,9 @@ class Spec:
     def resolve_strategy(self, strategy: StrategyChoice | Strategy = None) -> Strategy | None:
         """The strategy to plan with: ``strategy`` (the CLI's) if given, else the spec's.
 
+        A name given on the command line that names the spec's own strategy (an
+        alias included) keeps the options the spec gives it.
+
         Names are looked up in the spec's own ``strategies`` first, then in the
         registry. ``None`` when neither chose one.
 
@@ -69,6 +72,10 @@ class Spec:
         chosen = strategy if strategy is not None else self.strategy
         if chosen is None:
             return None
+        if isinstance(strategy, str) and isinstance(self.strategy, Mapping) and (
+            strategy not in self.strategies and same_strategy(strategy, self.strategy["type"])
+        ):
+            chosen = self.strategy  # --strategy fsdp on an FSDPStrategy config: its options
         try:
             return get_strategy(chosen, extra=self.strategies)
         except FlexgraphError as exc:

@@ -42,7 +42,7 @@ ENGINE = "flexgraph.strategies.deepspeed_engine"
 _AUTO_KEYS = {0: (), 1: ("reduce_bucket_size", "allgather_bucket_size"),
               2: ("reduce_bucket_size", "allgather_bucket_size"),
               3: ("reduce_bucket_size", "stage3_prefetch_bucket_size",
-                  "stage3_max_live_parameters", "stage3_max_reuse_distance")}
+                  "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size")}
 
 
 def _refuse(key: str, why: str) -> StrategyOptionError:

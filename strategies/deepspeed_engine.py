@@ -107,7 +107,7 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
     zero = config.setdefault("zero_optimization", {})
     bucket = _clamp(numel / 16, 1e6, 5e7)
     sizes = {"reduce_bucket_size": bucket, "allgather_bucket_size": bucket,
-             "stage3_prefetch_bucket_size": bucket,
+             "stage3_prefetch_bucket_size": bucket, "sub_group_size": bucket,
              "stage3_max_live_parameters": _clamp(numel / 8, 1e6, 1e9),
              "stage3_max_reuse_distance": _clamp(numel / 8, 1e6, 1e9)}
     for key, value in sizes.items():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from typing import Any
 
 import attrs
@@ -25,7 +26,7 @@ import torch
 from flexgraph.training.config import section
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["Env", "make_env", "seed_everything"]
+__all__ = ["Env", "make_env", "return_freed_memory", "seed_everything"]
 
 
 @attrs.frozen
@@ -99,6 +100,34 @@ def seed_everything(randomness: Any = None, rank: int = 0) -> int:
     return seed
 
 
+DEFAULT_MMAP_THRESHOLD = 4 * 1024 * 1024
+
+
+def return_freed_memory(threshold: int | None) -> bool:
+    """Have glibc give freed blocks of ``threshold`` bytes and more back to the OS at once.
+
+    On the CPU, tensors live in memory from the C allocator. glibc serves blocks
+    from 128 KiB up with mmap, but raises that threshold (up to 32 MiB) each time
+    such a block is freed, after which freed blocks below it stay in the
+    process. Sharded strategies gather a block's weights and free them again
+    every iteration, so with glibc's adaptive threshold those buffers stay
+    resident and the memory sharding saves is not given back. A fixed
+    threshold (``env_cfg.malloc_mmap_threshold``, 4 MiB by default on the CPU;
+    ``0`` keeps glibc's behaviour) costs a page fault per fresh page of such a
+    buffer. Returns whether the setting was applied (glibc only).
+    """
+    if not threshold or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # another C library (musl): nothing to set
+        return False
+    m_mmap_threshold = -3  # <malloc.h>
+    return bool(libc.mallopt(m_mmap_threshold, int(threshold)))
+
+
 def _resolve_device(device: str | None, local_rank: int) -> str:
     if device is None:
         return f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
@@ -131,6 +160,8 @@ def make_env(
     env_cfg = section(cfg, "env_cfg", {})
     if env_cfg.get("cudnn_benchmark") is not None:
         torch.backends.cudnn.benchmark = bool(env_cfg["cudnn_benchmark"])
+    if resolved == "cpu":
+        return_freed_memory(env_cfg.get("malloc_mmap_threshold", DEFAULT_MMAP_THRESHOLD))
     scope = section(cfg, "default_scope")
     if scope:
         from mmengine.registry import DefaultScope

@@ -47,8 +47,12 @@ On the CPU a rank's RSS also holds what the C allocator keeps after tensors
 are freed: glibc raises its mmap threshold up to 32 MiB as large blocks are
 freed, after which freed tensors below that size stay resident (the blocks'
 26 MB weights, gathered and freed again by FSDP and ZeRO-3, are such
-tensors). ``--malloc-mmap-threshold BYTES`` fixes the threshold in every rank
-of every row, to see how much of a row's peak that is. Run::
+tensors). flexgraph fixes the threshold on CPU runs (4 MiB,
+``env_cfg.malloc_mmap_threshold``), which gives that memory back at the price
+of page faults when it is used again. Every row of this benchmark runs with
+the same threshold (``--malloc-mmap-threshold BYTES``, default flexgraph's;
+``0`` leaves glibc's adaptive one, in flexgraph's rows too), so the two sides
+of a comparison differ only in who wrote the training code. Run::
 
     python benchmarks/memory.py [--strategies ddp,fsdp,zero1,zero2,zero3]
         [--iters 8] [--warmup 2] [--blocks 20 --width 1280] [--keep]
@@ -87,6 +91,7 @@ from _memory_workload import (
 )
 
 from flexgraph.core.strategy import known_strategies
+from flexgraph.training.env import DEFAULT_MMAP_THRESHOLD
 
 HERE = Path(__file__).resolve().parent
 NPROC = 2
@@ -165,6 +170,7 @@ def unavailable(strategy: str) -> str | None:
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS=THREADS)
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
     if args.malloc_mmap_threshold:
         env["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
     # The config's custom_imports and the hand-written scripts find the workload here.
@@ -219,6 +225,7 @@ def flexgraph_config(row: Row, args: argparse.Namespace, work_dir: Path) -> dict
                            sampler_seed=dict(type="DistSamplerSeedHook")),
         custom_hooks=[dict(type="MemoryBenchRecorder")],
         randomness=dict(seed=SEED),
+        env_cfg=dict(malloc_mmap_threshold=args.malloc_mmap_threshold),
         strategy=row.strategy,
         work_dir=str(work_dir),
     )
@@ -437,10 +444,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         metavar="JSON", help="zero_optimization keys added to the "
                         "hand-written DeepSpeed rows only (their throughput is then not "
                         "compared with flexgraph's)")
-    parser.add_argument("--malloc-mmap-threshold", type=int, default=0, metavar="BYTES",
-                        help="set glibc's MALLOC_MMAP_THRESHOLD_ in every rank of every row "
-                        "(default: glibc's own, which raises it to 32 MiB as freed blocks "
-                        "come back, so that freed tensors below that size stay resident)")
+    parser.add_argument("--malloc-mmap-threshold", type=int, default=DEFAULT_MMAP_THRESHOLD,
+                        metavar="BYTES",
+                        help="glibc's mmap threshold in every rank of every row (default: "
+                        "flexgraph's, %(default)s; 0: glibc's adaptive one, which raises it "
+                        "to 32 MiB as freed blocks come back, so that freed tensors below "
+                        "that size stay resident)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work dirs (configs, logs, rank records)")
@@ -484,7 +493,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{threads or '?'} thread(s) per rank (OMP_NUM_THREADS={THREADS}) in every row; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if args.malloc_mmap_threshold:
-        print(f"every rank runs with MALLOC_MMAP_THRESHOLD_={args.malloc_mmap_threshold}")
+        print(f"every rank of every row returns freed blocks of "
+              f"{args.malloc_mmap_threshold} bytes and more to the system (glibc's mmap "
+              f"threshold; flexgraph's default on the CPU)")
+    else:
+        print("every rank of every row runs with glibc's adaptive mmap threshold")
     print(f"\npeak memory per rank, process start through iteration {MEMORY_AFTER_ITERS} "
           f"({kind}); flexgraph rows / flexgraph ddp, hand-written rows / hand DDP")
     ddp_flex, ddp_hand = flexgraph.get("ddp"), hand.get("ddp")

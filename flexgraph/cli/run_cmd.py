@@ -212,6 +212,10 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
     if args.dry_run:
         console.print("dry run: nothing executed")
         return 0
+    if _is_launched():
+        from flexgraph.training.distributed import leave_process_group
+
+        leave_process_group()
     for artifact in plan.steps[-1].outputs:  # what the run was for: the last step's outputs
         value = repr(result.context[artifact])
         console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",

@@ -53,3 +53,17 @@ def setup_process_group(
             timeout=datetime.timedelta(seconds=timeout),
         )
     return make_env(cfg, device=device, rank=rank, world_size=world_size, local_rank=local_rank)
+
+
+def leave_process_group() -> None:
+    """Destroy the process group a run joined, once every rank has finished.
+
+    Left to interpreter exit, the communicator's threads are torn down in no
+    particular order with the rest of the process, and a rank can abort there
+    after its training completed.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -81,6 +81,22 @@ def test_signals_at_random_iterations_stop_there_and_resume_bit_identical(tmp_pa
                 "optimizer")
 
 
+@pytest.mark.parametrize("at", [10, 20], ids=["end of epoch 1", "end of epoch 2"])
+def test_a_stop_at_the_end_of_an_epoch_resumes_with_that_epochs_end(tmp_path, make_cfg, at):
+    """Stopped after an epoch's last batch, before its end-of-epoch work (schedulers,
+    validation): the resumed run does that work first, as the unbroken run did."""
+    full = run_steps(make_cfg(work_dir=str(tmp_path / "full"), default_hooks=HOOKS_CFG))
+    stop = _stop(make_cfg, tmp_path / "cut", at)
+    saved = load_checkpoint_file(stop.checkpoint)["meta"]
+    assert (saved["iter"], saved["batch_idx"], saved["epoch"]) == (at, 10, at // 10 - 1)
+    resumed = run_steps(make_cfg(work_dir=str(tmp_path / "cut"), default_hooks=HOOKS_CFG,
+                                 resume="auto"))
+    assert_same(full["model"].state_dict(), resumed["model"].state_dict(), "model")
+    for key, value in full["train_result"].items():  # loss, lr, val/accuracy, ...
+        if key != "time_s":
+            assert resumed["train_result"][key] == value, key
+
+
 def test_a_second_signal_during_the_save_does_not_interrupt_it(tmp_path, make_cfg):
     stop = _stop(make_cfg, tmp_path / "w", 10, again=True)
     assert stop.iteration == 10

@@ -60,7 +60,24 @@ def report_stop(stop: TrainingStopped) -> int:
         if folder:
             with contextlib.suppress(OSError):
                 (Path(folder) / STOP_NOTE).write_text(str(stop))
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        _exit_launched_rank()
     return EXIT_STOPPED
+
+
+def _exit_launched_rank() -> None:
+    """End a launched rank now, with :data:`EXIT_STOPPED`, skipping the interpreter's teardown.
+
+    Everything the run wrote is closed and on disk (the checkpoint fsynced, the
+    log and metrics closed as the loop and the run record ended). What is left
+    is C++ teardown that races the other ranks' exit: when rank 0 hosts the
+    rendezvous store (``--max-restarts``) and has already gone, a rank's c10d
+    threads can abort it (SIGABRT, about one stop in ten here), and the agent
+    would take the stop for a crash and restart the group.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_STOPPED)
 
 
 def launcher_signals(policy_signals: Iterable[str]) -> str:

@@ -4,8 +4,8 @@ One module-scoped chain of runs serves most specifications, since each
 launch costs seconds of process start-up. A DDP run is interrupted again and
 again at iterations a seeded RNG picks (printed, so a failure can be
 replayed): by SIGTERM, SIGINT (with a second SIGINT while the checkpoint is
-written) and SIGUSR1 sent to the launcher, by SIGTERM sent to one rank only,
-and once by SIGKILL of the whole run in the middle of a save. Each time the
+written) and SIGUSR1 sent to the launcher, by SIGTERM sent to one rank only
+(under ``--max-restarts 1``, which must not restart a stopped run), and once by SIGKILL of the whole run in the middle of a save. Each time the
 same command with ``--resume auto`` continues; before the last one, damaged
 checkpoints are planted in the work_dir. The chain must end with exactly the
 weights, optimizer state and per-iteration losses of a run never interrupted.
@@ -72,7 +72,7 @@ def chain(tmp_path_factory):
 
     trials = [  # (signal, sent to, second signal during the save, extra flags)
         ("SIGTERM", "launcher", False, ()),
-        ("SIGTERM", "self", False, ()),
+        ("SIGTERM", "self", False, ("--max-restarts", "1")),  # a stop is not restarted
         ("SIGINT", "launcher", True, ()),
         ("kill", None, False, ()),
         ("SIGUSR1", "launcher", False, ("--preempt-signal", "USR1")),
@@ -125,6 +125,7 @@ def test_every_signal_stops_all_ranks_at_one_iteration_and_saves_there(chain):
         assert saved == -(-at // CHECK) * CHECK, stop  # the ranks' first agreement after it
         message = f"stopped by {stop['sig']} after iteration {saved} of {ITERS}"
         assert message in run.stderr, run.stderr[-3000:]
+        assert "restarting the group" not in run.stderr
         assert "--resume auto" in run.stderr and "Traceback" not in run.stderr
         assert stop["ranks_saved"] == 2, "every rank's RNG state is in the checkpoint"
 

@@ -5,8 +5,9 @@ launch costs seconds of process start-up. A DDP run is interrupted again and
 again at iterations a seeded RNG picks (printed, so a failure can be
 replayed): by SIGTERM, SIGINT (with a second SIGINT while the checkpoint is
 written) and SIGUSR1 sent to the launcher, by SIGTERM sent to one rank only
-(under ``--max-restarts 1``, which must not restart a stopped run), and once by SIGKILL of the whole run in the middle of a save. Each time the
-same command with ``--resume auto`` continues; before the last one, damaged
+(under ``--max-restarts 1``, which must not restart a stopped run), and once
+by SIGKILL of the whole run in the middle of a save. Each time the same
+command with ``--resume auto`` continues; before the last one, damaged
 checkpoints are planted in the work_dir. The chain must end with exactly the
 weights, optimizer state and per-iteration losses of a run never interrupted.
 """

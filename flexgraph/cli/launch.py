@@ -24,6 +24,10 @@ process would print it, exit 2, and is never restarted (it would fail the same
 way); a crash names the rank, the step and, in ``train``, the iteration (exit
 1). Ranks started by this launcher stay silent about their own errors; ranks
 started by ``torchrun`` directly print them as usual.
+
+A stop signal (:mod:`flexgraph.cli.stopping`) is forwarded to the ranks, which
+save and exit 75; the launcher then exits 75 too, and never restarts ranks
+that stopped on a signal.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, W
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, ProcessFailure
 
+from flexgraph.cli import stopping
 from flexgraph.cli.main import DEBUG_HINT, describe_error
 from flexgraph.core.executor import StepFailedError
 from flexgraph.training.progress import PROGRESS_DIR_VAR, progress_of_this_rank, read_progress
@@ -209,10 +214,14 @@ class _ReportingAgent(LocalElasticAgent):
         self.progress_dir = progress_dir
         self.failure: Failure | None = None
         self.restarts = 0
+        self.stopped = False
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         result = super()._monitor_workers(worker_group)
         if not result.is_failed():
+            return result
+        if stopping.ranks_stopped(result.failures):  # saved on a signal: not to restart
+            self.stopped, self._remaining_restarts = True, 0
             return result
         self.failure = root_cause(result.failures, self.progress_dir)
         if self.failure.status == BAD_INPUT:
@@ -225,10 +234,13 @@ class _ReportingAgent(LocalElasticAgent):
         return result
 
 
-def _torchrun_argv(args: argparse.Namespace) -> list[str]:
+def _torchrun_argv(args: argparse.Namespace, parser: argparse.ArgumentParser,
+                   stop_signals: Sequence[str] = ()) -> list[str]:
     """torchrun's flags for this launch, then ``-m flexgraph run`` with the user's own args."""
     launch = ["--nproc-per-node", str(args.nproc_per_node), "--nnodes", str(args.nnodes),
               "--max-restarts", str(args.max_restarts)]
+    if any("--signals-to-handle" in a.option_strings for a in parser._actions):  # torch>=2.8
+        launch += ["--signals-to-handle", stopping.launcher_signals(stop_signals)]
     if args.master_addr or args.master_port or args.nnodes != "1":
         launch += ["--node-rank", str(args.node_rank)]
         launch += ["--master-addr", args.master_addr or "127.0.0.1"]
@@ -238,7 +250,7 @@ def _torchrun_argv(args: argparse.Namespace) -> list[str]:
     # The user's own arguments, nothing re-derived: each copy resolves the strategy
     # (with the config's options) exactly as this process did.
     child = ["run", args.config, "--entry", args.entry]
-    for flag in ("work_dir", "resume", "load_from", "strategy"):
+    for flag in ("work_dir", "resume", "load_from", "strategy", "preempt_signal"):
         if getattr(args, flag):
             child += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     if args.cfg_options:
@@ -321,15 +333,19 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str,
             spec.rdzv_handler.shutdown()
 
 
-def launch(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+def launch(args: argparse.Namespace, env: Mapping[str, str],
+           stop_signals: Sequence[str] = ()) -> int:
     """Start the ranks through torch's elastic agent; return the run's exit status.
 
-    ``env`` is set for the ranks (the launcher's plan digest).
+    ``env`` is set for the ranks (the launcher's plan digest); ``stop_signals``
+    are the run's own stop signals, forwarded to the ranks besides
+    :data:`~flexgraph.cli.stopping.FORWARDED`.
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser
 
-    torch_args = get_args_parser().parse_args(_torchrun_argv(args))
+    parser = get_args_parser()
+    torch_args = parser.parse_args(_torchrun_argv(args, parser, stop_signals))
     quiet = not getattr(args, "debug", False) and "LOGLEVEL" not in os.environ
     with tempfile.TemporaryDirectory(prefix="flexgraph-ranks-") as progress_dir:
         os.environ.update(env)
@@ -341,9 +357,18 @@ def launch(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
         try:
             agent = _run_agent(torch_args, progress_dir, quiet)
-        except SignalException as exc:
-            print(f"error: stopped by {exc.sigval.name}", file=sys.stderr)
+        except SignalException as exc:  # the agent forwarded it and waited for the ranks
+            if stopping.stop_note(progress_dir):
+                return stopping.EXIT_STOPPED  # rank 0 saved, and said so
+            print(f"error: stopped by {exc.sigval.name} before the ranks saved a checkpoint",
+                  file=sys.stderr)
             return 128 + int(exc.sigval)
+        note = stopping.stop_note(progress_dir)
+    if agent.stopped:
+        if not note:  # rank 0 was terminated on its way out, after the save
+            print(f"flexgraph: the ranks stopped on a signal and saved a checkpoint; continue "
+                  f"with --resume auto (exit status {stopping.EXIT_STOPPED})", file=sys.stderr)
+        return stopping.EXIT_STOPPED
     failure = agent.failure
     if failure is None:
         return 0

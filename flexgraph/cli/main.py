@@ -12,7 +12,10 @@ Exit status, the contract scripts rely on:
   is not a :class:`~flexgraph.StepFailedError`, and a step failure whose cause
   is a FlexgraphError (a step that found its input bad);
 - ``1``: anything else that went wrong (a step raised, a bug);
-- ``130``: interrupted (Ctrl-C).
+- ``75``: training stopped on a signal (SIGTERM, SIGINT, or the run's
+  ``preemption.signal``) after saving a checkpoint; ``--resume auto``
+  continues it (:mod:`flexgraph.cli.stopping`);
+- ``130``: interrupted (Ctrl-C) before training started, with nothing to save.
 
 An error is printed on stderr as one line, ``error: <message>``, plus for
 exit 1 a second line pointing at ``--debug``; never a traceback unless
@@ -30,8 +33,10 @@ from collections.abc import Callable, Sequence
 
 from flexgraph import __version__
 from flexgraph.cli import plan_cmd
+from flexgraph.cli.stopping import report_stop
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.executor import StepFailedError
+from flexgraph.training.errors import TrainingStopped
 
 DEBUG_HINT = "(run with --debug to see the traceback)"
 
@@ -162,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0, 1, 2 or 130; see the module docstring.
+        0, 1, 2, 75 or 130; see the module docstring.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -174,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         debug = args.debug
         handler: Callable[[argparse.Namespace], int | None] = args.handler
         return int(handler(args) or 0)
+    except TrainingStopped as stop:
+        return report_stop(stop)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

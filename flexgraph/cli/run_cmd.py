@@ -55,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="for a training config: train (default), or one val / test "
                         "pass (with --load-from to evaluate a checkpoint)")
     parser.add_argument("--dry-run", action="store_true", help="plan and check, run nothing")
+    parser.add_argument("--preempt-signal", metavar="SIGNAL",
+                        help="a signal that stops training cleanly (checkpoint, exit 75) "
+                        "besides SIGTERM and SIGINT, e.g. USR1 for SLURM's --signal=USR1@90 "
+                        "(config: preemption.signal)")
     launch = parser.add_argument_group("launch (torch.distributed.run)")
     launch.add_argument("--nproc-per-node", type=int, default=1, help="processes per node")
     launch.add_argument("--nnodes", default="1", help="nodes, or MIN:MAX for elastic")
@@ -83,6 +87,8 @@ def _cfg_options(args: argparse.Namespace) -> dict[str, Any]:
         options["resume"] = args.resume
     if args.load_from:
         options["load_from"] = args.load_from
+    if getattr(args, "preempt_signal", None):
+        options["preemption.signal"] = args.preempt_signal
     return options
 
 
@@ -177,15 +183,18 @@ def run_command(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
     from flexgraph.cli.console import stdout_console
     from flexgraph.core.executor import Executor
+    from flexgraph.training.config import stop_policy
+    from flexgraph.training.errors import TrainingStopped
 
     spec, strategy = _load(args)
     plan = spec.plan(strategy, targets=() if args.entry == "train" else (args.entry,))
     check_references(plan)  # fail fast: a typo is found before anything is imported,
     resolve_functions(plan)  # then every function is imported before any step or rank runs
+    stop_signals = stop_policy(spec.cfg).signals if spec.cfg is not None else ()
     if _is_launcher(args) and not args.dry_run:
         from flexgraph.cli.launch import launch
 
-        return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan)})
+        return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan)}, stop_signals)
     _check_launched_plan(plan)
     rank = int(os.environ.get("RANK", 0))
     console = stdout_console()
@@ -204,6 +213,9 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
         record.note(summary)
         try:
             result = executor.run(plan, dict(spec.inputs))
+        except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto
+            record.note(str(stop))
+            raise
         except BaseException as exc:
             record.failed(exc)
             raise

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import pickle
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -43,15 +42,14 @@ from typing import IO, Any
 
 import torch
 
+from flexgraph.training.checkpoint_files import read_checkpoint_file
 from flexgraph.training.checkpoint_io import CheckpointIO, FileCheckpointIO
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
-    UnsafeCheckpointError,
 )
 from flexgraph.training.materialize import meta_parameters
-from flexgraph.training.mmengine_ckpt import allow_mmengine_types
 from flexgraph.training.model_api import unwrap_model
 from flexgraph.training.state import from_plain, gather_rng_states, to_plain
 
@@ -87,7 +85,7 @@ def _dist_ready() -> bool:
 
 
 def load_checkpoint_file(path: str | os.PathLike[str]) -> Any:
-    """Read a checkpoint with ``weights_only=True`` onto the CPU.
+    """Read a checkpoint with ``weights_only=True`` onto the CPU, after checking the file.
 
     Raises
     ------
@@ -97,28 +95,10 @@ def load_checkpoint_file(path: str | os.PathLike[str]) -> Any:
         The file holds objects other than tensors and plain containers (such a
         file could run code when unpickled); it is refused, never retried unsafely.
     CheckpointError
-        The file is truncated or not a checkpoint at all.
+        The file is a directory, empty, truncated, corrupt or in another format;
+        the message says which (:mod:`flexgraph.training.checkpoint_files`).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    try:
-        with allow_mmengine_types():
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        detail = next((line.strip() for line in str(exc).splitlines()
-                       if "GLOBAL" in line or "Unsupported" in line), "")
-        raise UnsafeCheckpointError(
-            f"refused to load {str(path)!r}: it contains objects other than tensors and "
-            f"plain containers, and flexgraph only loads checkpoints with "
-            f"torch.load(weights_only=True). {detail} If you trust the file, re-save "
-            f"just its tensors (e.g. torch.save(obj.state_dict(), ...)) and load that."
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise CheckpointError(
-            f"cannot read checkpoint {str(path)!r} (truncated or not a torch.save "
-            f"file?): {str(exc).splitlines()[0]}"
-        ) from exc
+    return read_checkpoint_file(path)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -318,16 +298,32 @@ class Checkpointer:
         _barrier()  # every rank's part is on disk
         if self.rank == 0:
             if path.is_dir():  # a re-save under the same name; files are replaced atomically
-                self.io.remove(path)
+                self._discard(path)
             os.replace(temp, path)
             _fsync_dir(self.work_dir)
             pointer = str(path.resolve()).encode()
             atomic_write(self.work_dir / POINTER_NAME, lambda f: f.write(pointer))
             for old in doomed:  # only now that the new checkpoint is safely in place
-                self.io.remove(self.work_dir / old)
+                self._discard(self.work_dir / old)
         self.saved = saved
         _barrier()  # no rank looks for the checkpoint before it has its final name
         return path
+
+    def _discard(self, path: Path) -> None:
+        """Remove a checkpoint so that no half-removed one is left under its name.
+
+        It is renamed to a temporary name first (atomic), so a crash while a
+        sharded directory is being deleted leaves debris that the next save
+        sweeps away, never a damaged checkpoint that looks like a real one.
+        """
+        trash = path.with_name(_TEMP_PREFIX + "old-" + path.name)
+        try:
+            os.replace(path, trash)
+        except FileNotFoundError:
+            return
+        except OSError:  # e.g. a directory cannot replace a non-empty one: remove in place
+            trash = path
+        self.io.remove(trash)
 
     # -- read ---------------------------------------------------------------------
     def read(self, path: str | os.PathLike[str], *, model: Any = None,
@@ -344,6 +340,30 @@ class Checkpointer:
         self.io.apply(checkpoint, Path(path), model=model, optim_wrapper=optim_wrapper,
                       strict=strict)
 
+    def candidates(self) -> list[tuple[Path, str | None]]:
+        """This IO's checkpoints in ``work_dir``, newest first, each with its problem.
+
+        The checkpoint the ``last_checkpoint`` pointer names comes first, then
+        the other ``epoch_*`` / ``iter_*`` ones of this IO's kind, newest
+        modified first. Each comes with :meth:`CheckpointIO.problem` (``None``
+        when it looks whole).
+        """
+        ordered: list[Path] = []
+        pointer = self.work_dir / POINTER_NAME
+        if pointer.is_file():
+            named = Path(pointer.read_text().strip())
+            for candidate in (named, self.work_dir / named.name):
+                if candidate.name.endswith(self.io.suffix) and candidate.exists():
+                    ordered.append(candidate)
+                    break
+        if self.work_dir.is_dir():
+            found = [p for p in self.work_dir.iterdir() if p.name.endswith(self.io.suffix)
+                     and _CHECKPOINT_STEM.match(p.name.removesuffix(self.io.suffix))]
+            seen = {p.resolve() for p in ordered}
+            ordered += [p for p in sorted(found, key=lambda p: p.stat().st_mtime_ns,
+                                          reverse=True) if p.resolve() not in seen]
+        return [(p, self.io.problem(p)) for p in ordered]
+
     def latest(self) -> Path | None:
         """The newest complete checkpoint in ``work_dir``, or ``None``.
 
@@ -351,20 +371,7 @@ class Checkpointer:
         otherwise (pointer missing, or what it names was removed) the newest
         ``epoch_*`` / ``iter_*`` checkpoint of this IO's kind that is complete.
         """
-        pointer = self.work_dir / POINTER_NAME
-        if pointer.is_file():
-            named = Path(pointer.read_text().strip())
-            for candidate in (named, self.work_dir / named.name):
-                if candidate.name.endswith(self.io.suffix) and self.io.is_complete(candidate):
-                    return candidate
-        if not self.work_dir.is_dir():
-            return None
-        found = [p for p in self.work_dir.iterdir() if p.name.endswith(self.io.suffix)
-                 and _CHECKPOINT_STEM.match(p.name.removesuffix(self.io.suffix))]
-        for candidate in sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True):
-            if self.io.is_complete(candidate):
-                return candidate
-        return None
+        return next((path for path, problem in self.candidates() if problem is None), None)
 
     def restore_saved(self, checkpoint: Mapping[str, Any]) -> None:
         """Continue ``keep_last`` pruning with the checkpoints the resumed run wrote."""

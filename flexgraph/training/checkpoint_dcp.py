@@ -20,6 +20,12 @@ Loading stays safe as everywhere in flexgraph: DCP's own reader unpickles its
 ``weights_only=False``; here the metadata goes through an unpickler that only
 admits DCP's metadata classes, and every other item through
 ``weights_only=True``.
+
+A damaged checkpoint is named with what is wrong with it (:func:`dcp_problem`):
+a file or a directory without ``.metadata``, a ``.metadata`` that does not
+unpickle, a shard file missing or shorter than the metadata says (truncated),
+a missing or damaged ``extra.pth``. DCP's shard files carry no checksum, so
+changed bytes inside a shard of the right length go unnoticed.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -86,8 +91,15 @@ class _SafeReader(FileSystemReader):
         from torch.distributed.checkpoint.metadata import StorageMeta
 
         path = self._get_metadata_path(kwargs.get("rank"))
-        with self.fs.create_stream(path, "rb") as f:
-            metadata = _MetadataUnpickler(f).load()
+        try:
+            with self.fs.create_stream(path, "rb") as f:
+                metadata = _MetadataUnpickler(f).load()
+        except UnsafeCheckpointError:
+            raise
+        except Exception as exc:  # a truncated or corrupt pickle fails in many ways
+            raise CheckpointError(
+                f"sharded checkpoint {str(self.path)!r} is corrupt: its .metadata cannot be "
+                f"read ({type(exc).__name__}: {str(exc).strip()[:160]})") from exc
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
@@ -107,18 +119,81 @@ class _SafePlanner(DefaultLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = loaded
 
 
+def _root_cause(exc: BaseException) -> BaseException:
+    """The first rank's own error inside DCP's ``CheckpointException`` (else ``exc``)."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        first = failures[min(failures)]
+        return first[0] if isinstance(first, tuple) else first
+    return exc
+
+
 def _dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False) -> None:
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     try:
         dcp.load(state, storage_reader=_SafeReader(path),
                  planner=_SafePlanner(allow_partial_load=partial))
-    except UnsafeCheckpointError:
-        raise
-    except Exception as exc:  # DCP wraps each rank's failure in a CheckpointException
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"cannot load the sharded checkpoint {str(path)!r}: {first}") \
-            from exc
+    except (CheckpointException, Exception) as exc:  # DCP wraps each rank's failure
+        cause = _root_cause(exc)
+        if isinstance(cause, CheckpointError):  # ours, already naming the file
+            raise type(cause)(str(cause)) from exc
+        text = str(cause).strip()
+        first = text.splitlines()[0][:160] if text else ""
+        raise CheckpointError(f"cannot load the sharded checkpoint {str(path)!r}: "
+                              f"{type(cause).__name__}: {first}") from exc
+
+
+def _shard_problem(path: Path, metadata: Any) -> str | None:
+    """A shard file that is missing or shorter than the metadata says, by name."""
+    needed: dict[str, int] = {}
+    for info in getattr(metadata, "storage_data", {}).values():
+        end = int(info.offset) + int(info.length)
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, size in sorted(needed.items()):
+        shard = path / name
+        if not shard.is_file():
+            return f"sharded checkpoint {str(path)!r} is incomplete: its shard {name} is missing"
+        actual = shard.stat().st_size
+        if actual < size:
+            return (f"sharded checkpoint {str(path)!r} is truncated: its shard {name} has "
+                    f"{actual} bytes, its .metadata says at least {size}")
+    return None
+
+
+def dcp_problem(path: Path, *, need_extra: bool = True) -> str | None:
+    """What keeps ``path`` from being a whole sharded checkpoint, or ``None``.
+
+    Reads ``.metadata`` (small) and the shards' sizes, never the shards.
+    ``need_extra=False`` accepts a DCP checkpoint without flexgraph's
+    ``extra.pth`` (one written by another tool, fine for ``load_from``).
+    """
+    from flexgraph.training.checkpoint_files import file_problem
+
+    shown = str(path)
+    if not path.exists():
+        return f"sharded checkpoint {shown!r} does not exist"
+    if not path.is_dir():
+        return (f"checkpoint {shown!r} is a file, but this strategy's checkpoints are sharded "
+                f"(.dcp directories written by torch.distributed.checkpoint); use one of "
+                f"those, or state_dict_cfg='full' for one-file checkpoints")
+    if not (path / ".metadata").is_file():
+        return (f"{shown!r} is not a sharded checkpoint: it has no .metadata (a directory "
+                f"of another kind, or a save that was interrupted)")
+    try:
+        metadata = _SafeReader(path).read_metadata()
+    except CheckpointError as exc:
+        return str(exc)
+    problem = _shard_problem(path, metadata)
+    if problem is None and need_extra:
+        extra = path / EXTRA_NAME
+        if not extra.exists():
+            return (f"sharded checkpoint {shown!r} has no {EXTRA_NAME} (flexgraph's loop "
+                    f"state): written by another tool, or its save was interrupted; it can "
+                    f"seed weights (load_from) but not resume")
+        problem = file_problem(extra, verify=False)
+    return problem
 
 
 # -- the state of a sharded model -----------------------------------------------------------
@@ -189,11 +264,14 @@ class DistributedCheckpointIO(CheckpointIO):
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
         from flexgraph.training.checkpoint import load_checkpoint_file
 
-        if not self.is_complete(path):
-            raise CheckpointError(
-                f"{str(path)!r} is not a complete sharded checkpoint (it needs DCP's "
-                f".metadata and {EXTRA_NAME}); was its save interrupted?")
-        checkpoint = dict(load_checkpoint_file(path / EXTRA_NAME))
+        problem = dcp_problem(path)
+        if problem is not None:
+            raise CheckpointError(problem)
+        checkpoint = load_checkpoint_file(path / EXTRA_NAME)
+        if not isinstance(checkpoint, dict):
+            raise CheckpointError(f"sharded checkpoint {str(path)!r}: its {EXTRA_NAME} holds a "
+                                  f"{type(checkpoint).__name__}, not flexgraph's loop state")
+        checkpoint = dict(checkpoint)
         template = self.states(model, optim_wrapper)
         sharded = {k: template[k] for k in SHARDED_KEYS if k in template}
         _dcp_load(sharded, path)
@@ -209,8 +287,10 @@ class DistributedCheckpointIO(CheckpointIO):
             _restore_wrapper_extras(optim_wrapper, checkpoint)
 
     def is_complete(self, path: Path) -> bool:
-        return (path.is_dir() and (path / ".metadata").is_file()
-                and zipfile.is_zipfile(path / EXTRA_NAME))
+        return self.problem(path) is None
+
+    def problem(self, path: Path) -> str | None:
+        return dcp_problem(path)
 
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -232,11 +312,25 @@ class FullStateFileIO(FileCheckpointIO):
         return out
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        """Rank 0 reads the file; the other ranks get everything but the states."""
-        checkpoint = super().read(path) if rank_of() == 0 else None
-        rest = _broadcast({k: v for k, v in checkpoint.items() if k not in SHARDED_KEYS}
-                          if checkpoint is not None else None)
-        return checkpoint if checkpoint is not None else {**rest, "state_dict": {},
+        """Rank 0 reads the file; the other ranks get everything but the states.
+
+        A file rank 0 cannot read raises the same error on every rank (the
+        others would otherwise wait for rank 0's broadcast forever).
+        """
+        checkpoint, answer = None, None
+        if rank_of() == 0:
+            try:
+                checkpoint = super().read(path)
+                if not isinstance(checkpoint, dict):
+                    raise CheckpointError(f"checkpoint {str(path)!r} holds a "
+                                          f"{type(checkpoint).__name__}, not a checkpoint dict")
+                answer = {k: v for k, v in checkpoint.items() if k not in SHARDED_KEYS}
+            except CheckpointError as exc:
+                answer = exc
+        answer = _broadcast(answer)
+        if isinstance(answer, CheckpointError):
+            raise answer
+        return checkpoint if checkpoint is not None else {**answer, "state_dict": {},
                                                           "optimizer": {}}
 
     def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
@@ -266,9 +360,9 @@ def load_sharded_model_state(model: torch.nn.Module, path: Path) -> Iterable[str
     Weights only, partially (the checkpoint may lack some of the model's keys,
     as ``load_from`` allows); returns the model keys the checkpoint did not have.
     """
-    if not (path / ".metadata").is_file():
-        raise CheckpointError(f"{str(path)!r} is a directory but not a sharded (DCP) "
-                              f"checkpoint: it has no .metadata")
+    problem = dcp_problem(path, need_extra=False)
+    if problem is not None:
+        raise CheckpointError(problem)
     metadata = _SafeReader(path).read_metadata()
     saved = {key.removeprefix("state_dict.") for key in metadata.state_dict_metadata
              if key.startswith("state_dict.")}

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CheckpointIO", "FileCheckpointIO", "rank_of"]
+__all__ = ["CheckpointIO", "FileCheckpointIO", "load_optimizer_state", "rank_of"]
 
 
 def rank_of() -> int:
@@ -72,6 +72,15 @@ class CheckpointIO:
     def is_complete(self, path: Path) -> bool:
         """Whether ``path`` holds a whole checkpoint of this format."""
         raise NotImplementedError
+
+    def problem(self, path: Path) -> str | None:
+        """What keeps ``path`` from being a whole checkpoint of this format, or ``None``.
+
+        One line that names ``path``; cheap (no full read), since ``--resume auto``
+        asks it of every checkpoint in the work_dir to skip the damaged ones.
+        """
+        return None if self.is_complete(path) else (
+            f"checkpoint {str(path)!r} is incomplete (its save was interrupted?)")
 
     def remove(self, path: Path) -> None:
         """Delete the checkpoint at ``path`` (a file or a directory); absent is fine."""
@@ -118,8 +127,29 @@ class FileCheckpointIO(CheckpointIO):
 
         apply_weights(model, checkpoint, str(path), strict=strict)
         if optim_wrapper is not None and checkpoint.get("optimizer") is not None:
-            optim_wrapper.load_state_dict(checkpoint["optimizer"])
+            load_optimizer_state(optim_wrapper, checkpoint["optimizer"], path)
 
     def is_complete(self, path: Path) -> bool:
         """A torch.save file is a zip archive: a truncated one has no central directory."""
         return path.is_file() and zipfile.is_zipfile(path)
+
+    def problem(self, path: Path) -> str | None:
+        from flexgraph.training.checkpoint_files import file_problem
+
+        found = file_problem(path, verify=False)  # CRCs are checked when it is read
+        if found is None and not self.is_complete(path):
+            found = f"checkpoint {str(path)!r} is not a zip archive (torch.save's format)"
+        return found
+
+
+def load_optimizer_state(optim_wrapper: Any, state: Any, path: Path) -> None:
+    """``optim_wrapper.load_state_dict(state)``; a mismatch names the checkpoint."""
+    from flexgraph.training.errors import CheckpointError
+
+    try:
+        optim_wrapper.load_state_dict(state)
+    except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"cannot load the optimizer state of {str(path)!r}: {detail}; resume with the "
+            f"model and optimizer config it was saved with") from exc

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,12 +21,14 @@ from flexgraph.training.errors import ConfigError
 
 __all__ = [
     "CheckpointPolicy",
+    "StopPolicy",
     "TrainSchedule",
     "checkpoint_policy",
     "log_interval",
     "restart_count",
     "resume_source",
     "section",
+    "stop_policy",
     "train_schedule",
     "work_dir_of",
 ]
@@ -203,3 +206,66 @@ def resume_source(cfg: Any) -> str | None:
     if isinstance(resume, (str, os.PathLike)):
         return os.fspath(resume)
     raise ConfigError(f"resume must be False, True, 'auto' or a path, got {resume!r}")
+
+
+@attrs.frozen
+class StopPolicy:
+    """Which signals stop a run cleanly, and how often the ranks agree on a stop.
+
+    On one of ``signals`` the loop finishes the iteration under way, saves a
+    checkpoint and ends the run (see :mod:`flexgraph.training.preemption`). A
+    single process stops right after that iteration; several ranks compare notes
+    every ``check_interval`` iterations (one all-reduce of one number), so they
+    stop at the same iteration, at most ``check_interval`` iterations after the
+    signal. ``signals=()`` (``preemption=None``) leaves every signal's default
+    action alone.
+    """
+
+    signals: tuple[str, ...] = ("SIGTERM", "SIGINT")
+    check_interval: int = 10
+
+
+_UNCATCHABLE = ("SIGKILL", "SIGSTOP", "SIGCHLD")
+
+
+def _signal_name(value: Any) -> str:
+    """``'USR1'``, ``'SIGUSR1'`` or ``10`` -> ``'SIGUSR1'``; refuses what cannot stop a run."""
+    try:
+        if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+            name = signal.Signals(int(value)).name
+        else:
+            name = str(value).upper()
+            name = name if name.startswith("SIG") else "SIG" + name
+            signal.Signals[name]  # noqa: B018 (raises KeyError for an unknown name)
+    except (KeyError, ValueError):
+        raise ConfigError(f"preemption.signal={value!r} is not a signal on this system; "
+                          f"use a name such as 'SIGUSR1' (SLURM's --signal=USR1@90)") from None
+    if name in _UNCATCHABLE:
+        raise ConfigError(f"preemption.signal={value!r} cannot stop a run cleanly "
+                          f"({', '.join(_UNCATCHABLE)} cannot be caught or are in use); "
+                          f"use e.g. 'SIGUSR1'")
+    return name
+
+
+def stop_policy(cfg: Any) -> StopPolicy:
+    """Map ``cfg.preemption`` onto a :class:`StopPolicy`.
+
+    ``preemption=dict(signal='SIGUSR1', check_interval=10)``: ``signal`` (a name,
+    a number or a list of them) is handled besides SIGTERM and SIGINT;
+    ``preemption=None`` handles no signal at all.
+    """
+    if cfg is not None and "preemption" in cfg and cfg["preemption"] is None:
+        return StopPolicy(signals=())
+    options = dict(section(cfg, "preemption", {}))
+    unknown = sorted(set(options) - {"signal", "check_interval"})
+    if unknown:
+        raise ConfigError(f"preemption.{unknown[0]} is not an option; preemption takes "
+                          f"signal and check_interval")
+    extra = options.get("signal") or ()
+    extra = [extra] if isinstance(extra, (str, int)) else list(extra)
+    signals = tuple(dict.fromkeys(["SIGTERM", "SIGINT", *map(_signal_name, extra)]))
+    interval = options.get("check_interval", 10)
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+        raise ConfigError(f"preemption.check_interval must be an integer >= 1, got "
+                          f"{interval!r}")
+    return StopPolicy(signals=signals, check_interval=interval)

@@ -15,6 +15,12 @@ data side, and this module owns all three:
   worker seeds are reproducible and training randomness does not depend on how
   often validation ran.
 
+Worker processes ignore the run's stop signals
+(:mod:`flexgraph.training.preemption`): a scheduler signals every process of a
+job, and torch's launcher signals each rank's whole process group, so without
+that a worker would die under its rank, which then fails on its next batch
+instead of finishing the iteration and saving. The rank ends its workers itself.
+
 Collation: when the config names no ``collate_fn``, models built on MMEngine's
 ``BaseModel`` get ``pseudo_collate`` (what MMEngine's Runner uses and what their
 data preprocessors expect), and plain ``nn.Module`` models get torch's
@@ -25,7 +31,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator, Mapping
+import signal
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -34,6 +41,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data import default_collate as torch_default_collate
 
 from flexgraph.training.build import build_from_cfg, resolve_type
+from flexgraph.training.config import stop_policy
 from flexgraph.training.env import Env
 from flexgraph.training.errors import ConfigError, EmptyDatasetError
 
@@ -181,8 +189,16 @@ def _sampling(args: dict[str, Any], dataset: Any, env: Env, name: str, shuffle: 
             "drop_last": bool(args.pop("drop_last", False))}
 
 
+def _ignore_signals_then(names: Sequence[str], init: Any, worker_id: int) -> None:
+    """A worker's first act: ignore the stop signals, then the config's own init."""
+    for name in names:
+        signal.signal(signal.Signals[name], signal.SIG_IGN)
+    if init is not None:
+        init(worker_id)
+
+
 def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
-                     model_cfg: Any = None) -> DataLoader:
+                     model_cfg: Any = None, stop_signals: Sequence[str] = ()) -> DataLoader:
     """Build one dataloader from an MMEngine dataloader dict.
 
     Parameters
@@ -199,6 +215,9 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
         The config key, for error messages.
     model_cfg:
         ``cfg.model``, only to choose the default collate function.
+    stop_signals:
+        Signals the workers ignore (the run's stop signals; see the module
+        docstring).
 
     Raises
     ------
@@ -238,6 +257,8 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
         fn = resolve_type(init_args.pop("type"), FUNCTIONS, what=f"{name}.worker_init_fn")
         worker_init = functools.partial(fn, **init_args)
     num_workers = int(args.pop("num_workers", 0))
+    if num_workers > 0 and stop_signals:
+        worker_init = functools.partial(_ignore_signals_then, tuple(stop_signals), worker_init)
     if num_workers == 0:
         args.pop("persistent_workers", None)  # torch rejects it without workers
         args.pop("prefetch_factor", None)
@@ -266,8 +287,10 @@ def epoch_length_of(loader: Any) -> int | None:
 def build_dataloaders(cfg: Any, env: Env) -> dict[str, DataLoader | None]:
     """The train / val / test dataloaders the config defines (``None`` where absent)."""
     model_cfg = cfg.get("model")
+    signals = stop_policy(cfg).signals
     return {
-        key: (build_dataloader(cfg[key], env, name=key, model_cfg=model_cfg)
+        key: (build_dataloader(cfg[key], env, name=key, model_cfg=model_cfg,
+                               stop_signals=signals)
               if cfg.get(key) is not None else None)
         for key in DATALOADER_KEYS
     }

@@ -19,6 +19,7 @@ __all__ = [
     "EmptyDatasetError",
     "NoLossError",
     "TrainingError",
+    "TrainingStopped",
     "UnknownComponentError",
     "UnsafeCheckpointError",
 ]
@@ -58,3 +59,34 @@ class UnsafeCheckpointError(CheckpointError):
     flexgraph never retries such a file with unsafe loading, because unpickling
     it could execute code that the file's author chose.
     """
+
+
+class TrainingStopped(BaseException):
+    """The run stopped early on a signal, after saving a checkpoint to resume from.
+
+    Not a failure, and not an :class:`Exception`: like ``KeyboardInterrupt``, it
+    must pass through code that handles errors with ``except Exception`` (the
+    executor lets it through unwrapped). ``flexgraph run`` exits with its own
+    status for it (75), so that a job script can tell "resumable, run me again"
+    from done (0) and failed (1, 2).
+
+    Attributes
+    ----------
+    signal_name:
+        The signal that stopped the run (``'SIGTERM'``).
+    iteration:
+        Iterations completed, and saved.
+    checkpoint:
+        The checkpoint holding that state (``None`` when the run has no
+        checkpointer).
+    rank:
+        The rank that raised it (every rank does).
+    """
+
+    def __init__(self, message: str, *, signal_name: str, iteration: int,
+                 checkpoint: str | None, rank: int = 0) -> None:
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.iteration = iteration
+        self.checkpoint = checkpoint
+        self.rank = rank

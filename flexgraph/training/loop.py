@@ -26,10 +26,18 @@ Order of hook points (MMEngine's, with one documented difference)::
 Difference from MMEngine: a checkpoint due at the same point as a validation is
 saved *after* it, so the checkpoint captures the state (RNG included) from which
 the interrupted run actually continued; resuming therefore replays nothing.
+
+Stopping on a signal (:mod:`flexgraph.training.preemption`): a stop request is
+one more event. A single process checks its flag after every iteration (one
+attribute read); several ranks agree every ``check_interval`` iterations. When
+a stop is due, whatever else is due at that iteration happens first, then the
+state is saved there (unless it just was) and :class:`TrainingStopped` ends the
+run; no ``after_train`` / ``after_run``, since training did not finish.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,14 +45,15 @@ from typing import Any
 import torch
 
 from flexgraph.training.checkpoint import Checkpointer
-from flexgraph.training.config import TrainSchedule
+from flexgraph.training.config import StopPolicy, TrainSchedule
 from flexgraph.training.data import epoch_batches
 from flexgraph.training.env import Env
-from flexgraph.training.errors import EmptyDatasetError
+from flexgraph.training.errors import EmptyDatasetError, TrainingStopped
 from flexgraph.training.evaluate import run_evaluation
 from flexgraph.training.hooks import Hooks
 from flexgraph.training.optim import first_param_group
 from flexgraph.training.output import TrainOutput
+from flexgraph.training.preemption import StopRequest
 from flexgraph.training.state import LoopState, restore_rng
 
 __all__ = ["TrainLoop"]
@@ -66,7 +75,7 @@ class TrainLoop:
                  param_schedulers: list[Any], train_dataloader: Any,
                  val_dataloader: Any, val_evaluator: Any, checkpointer: Checkpointer | None,
                  hooks: Hooks, output: TrainOutput, log_interval: int,
-                 state: LoopState) -> None:
+                 state: LoopState, stop_policy: StopPolicy | None = None) -> None:
         self.schedule = schedule
         self.env = env
         self.model = model
@@ -88,6 +97,9 @@ class TrainLoop:
         self._next_tick = 0
         self._step = train_step
         self._lr_group = first_param_group(optim_wrapper)
+        self._stop = StopRequest(stop_policy, world_size=env.world_size, rank=env.rank,
+                                 device=env.device)
+        self._saved_path: Any = state.resumed_from
 
     # -- the run ------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -99,6 +111,7 @@ class TrainLoop:
         t0 = time.perf_counter()
         out.open(it, resumed=self.state.resumed_from is not None)
         try:
+            self._stop.install()
             hooks.start_run()
             self.model.train()
             runner.epoch, runner.iter = epoch, it
@@ -144,6 +157,7 @@ class TrainLoop:
             hooks.call("after_train")
             hooks.end_run()
         finally:
+            self._stop.uninstall()
             out.flush(runner.epoch)  # what an interrupted run trained on is recorded too
             out.close()
         return self._result(it, epoch, time.perf_counter() - t0)
@@ -158,6 +172,7 @@ class TrainLoop:
         before, after = self.hooks.before_train_iter, self.hooks.after_train_iter
         schedulers = self.iter_schedulers
         by_epoch = self.schedule.by_epoch
+        stop = self._stop
         next_event = self._next_event(it)
         for data_batch in batches:
             runner.iter = it
@@ -174,7 +189,7 @@ class TrainLoop:
                 scheduler.step()
             it += 1
             batch_idx += 1
-            if it >= next_event:
+            if it >= next_event or stop.pending:
                 if self._on_event(it, epoch, batch_idx):
                     return it, batch_idx, True
                 next_event = self._next_event(it)
@@ -203,6 +218,9 @@ class TrainLoop:
             ck.policy.interval > 0
         ):
             candidates.append(_next_multiple(it, ck.policy.interval))
+        stop_check = self._stop.next_check(it)
+        if stop_check is not None:
+            candidates.append(stop_check)
         return min(candidates)
 
     def _on_event(self, it: int, epoch: int, batch_idx: int) -> bool:
@@ -216,6 +234,9 @@ class TrainLoop:
             self._validate(it, epoch, shown_epoch=epoch + 1)
         if self.checkpointer is not None and self.checkpointer.due_after_iter(it):
             self._save(it, epoch, batch_idx)
+        signum = self._stop.due(it)
+        if signum and it < self.schedule.max_iters:  # on the last one, just finish
+            self._stop_here(signum, it, epoch, batch_idx)
         return it >= self.schedule.max_iters
 
     def _end_of_epoch(self, it: int, epoch: int, batch_idx: int) -> int:
@@ -255,8 +276,22 @@ class TrainLoop:
         stem = f"epoch_{epoch}" if by_epoch and batch_idx == 0 else f"iter_{it}"
         path = self.checkpointer.save(checkpoint, stem, model=self.model,
                                       optim_wrapper=self.optim_wrapper)
-        self._saved_at = it
+        self._saved_at, self._saved_path = it, path
         self.output.info(f"Saved checkpoint {path}")
+
+    def _stop_here(self, signum: int, it: int, epoch: int, batch_idx: int) -> None:
+        """Save the state after ``it`` iterations (unless just saved) and end the run."""
+        name = signal.Signals(signum).name
+        self.output.info(f"{name}: stopping after iteration {it}")
+        path = None
+        if self.checkpointer is not None:
+            if self._saved_at != it:
+                self._save(it, epoch, batch_idx)
+            path = str(self._saved_path)
+        saved = f"saved {path}" if path else "nothing saved (no checkpointer)"
+        raise TrainingStopped(
+            f"stopped by {name} after iteration {it} of {self.schedule.max_iters}; {saved}",
+            signal_name=name, iteration=it, checkpoint=path, rank=self.env.rank)
 
     def _result(self, it: int, epoch: int, seconds: float) -> dict[str, Any]:
         result: dict[str, Any] = {"iter": it, "epoch": epoch, "time_s": seconds}

@@ -17,10 +17,18 @@ A group restarted by torch's elastic agent (``--max-restarts``) resumes on its
 own from the latest complete checkpoint in ``work_dir``, whatever ``resume``
 says: that checkpoint is where the failed attempt got to. Before the first
 attempt saved anything, it starts as the first attempt did.
+
+A checkpoint that cannot be read is a :class:`CheckpointError` naming the file
+and what is wrong with it. ``resume='auto'`` instead skips, with a warning,
+every checkpoint in the work_dir that is incomplete or unreadable, newest
+first, and resumes from the newest good one; the ranks agree on each verdict,
+so they all resume from the same checkpoint.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -72,6 +80,69 @@ def load_weights(cfg: Any, hooks: Hooks, model: torch.nn.Module) -> torch.nn.Mod
     return model
 
 
+def _read_resumable(checkpointer: Checkpointer, path: Path, model: Any, optim_wrapper: Any,
+                    convert: Callable[[Any], Any]) -> dict[str, Any]:
+    """Read ``path`` (``convert`` restates it: MMEngine's layout) and check that it holds a
+    training state; the ranks agree on failure."""
+    error = None
+    checkpoint: Any = None
+    try:
+        checkpoint = convert(checkpointer.read(path, model=model, optim_wrapper=optim_wrapper))
+        meta = checkpoint.get("meta") if isinstance(checkpoint, dict) else None
+        if not isinstance(meta, dict) or "iter" not in meta:
+            raise CheckpointError(
+                f"{str(path)!r} has no training state to resume (no meta/iter); use "
+                f"load_from for a weights-only file, or resume from a flexgraph checkpoint")
+    except CheckpointError as exc:
+        error = exc
+    error = _first_error_of_all_ranks(error)
+    if error is not None:
+        raise error
+    return checkpoint
+
+
+def _first_error_of_all_ranks(error: CheckpointError | None) -> CheckpointError | None:
+    """The lowest rank's error, on every rank (``None`` when every rank succeeded)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return error
+    errors: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, None if error is None else str(error))
+    first = next((e for e in errors if e is not None), None)
+    if first is None:
+        return None
+    return error if error is not None and str(error) == first else CheckpointError(first)
+
+
+def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[str, Any]],
+                      logger: Any, what: str) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint in the work_dir that reads whole, with its contents.
+
+    Incomplete and unreadable ones are skipped with a warning naming each;
+    ``None`` when the work_dir holds no checkpoint at all.
+
+    Raises
+    ------
+    CheckpointError
+        There are checkpoints, but none of them can be resumed.
+    """
+    skipped: list[str] = []
+    for path, problem in checkpointer.candidates():
+        if problem is None:
+            try:
+                return path, read(path)
+            except CheckpointError as exc:
+                problem = str(exc)
+        logger.warning(f"{what}: skipping {path.name}: {problem}")
+        skipped.append(problem)
+    if skipped:
+        raise CheckpointError(
+            f"{what}: none of the {len(skipped)} checkpoints in "
+            f"{str(checkpointer.work_dir)!r} can be resumed (the newest: {skipped[0]}); "
+            f"remove them to start from scratch")
+    return None
+
+
 def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
                     param_schedulers: list[Any], checkpointer: Checkpointer, hooks: Hooks,
                     train_dataloader: Any) -> LoopState:
@@ -92,22 +163,26 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
     restart = restart_count()
     if source is None and not restart:
         return LoopState()
-    path = checkpointer.latest() if source == "auto" or restart else source
-    if path is None and restart and source not in (None, "auto"):
-        path = source  # nothing saved since the first attempt: start where it started
-    if path is None:
-        what = f"restart {restart}" if restart else "resume='auto'"
-        runner.logger.info(f"{what}: no checkpoint in {checkpointer.work_dir}; "
-                           f"starting from scratch")
-        return LoopState()
-    checkpoint = from_mmengine(
-        checkpointer.read(path, model=model, optim_wrapper=optim_wrapper), cfg=cfg,
-        train_dataloader=train_dataloader, message_hub=runner.message_hub)
-    meta = checkpoint.get("meta") if isinstance(checkpoint, dict) else None
-    if not isinstance(meta, dict) or "iter" not in meta:
-        raise CheckpointError(
-            f"{str(path)!r} has no training state to resume (no meta/iter); use "
-            f"load_from for a weights-only file, or resume from a flexgraph checkpoint")
+    what = f"restart {restart}" if restart else "resume='auto'"
+
+    def read(path: Path) -> dict[str, Any]:
+        return _read_resumable(checkpointer, path, model, optim_wrapper, lambda checkpoint:
+                               from_mmengine(checkpoint, cfg=cfg,
+                                             train_dataloader=train_dataloader,
+                                             message_hub=runner.message_hub))
+
+    if source == "auto" or restart:
+        found = _newest_resumable(checkpointer, read, runner.logger, what)
+        if found is None and restart and source not in (None, "auto"):
+            found = source, read(Path(source))  # nothing saved since the first attempt
+        if found is None:
+            runner.logger.info(f"{what}: no checkpoint in {checkpointer.work_dir}; "
+                               f"starting from scratch")
+            return LoopState()
+        path, checkpoint = found
+    else:
+        path, checkpoint = source, read(Path(source))
+    meta = checkpoint["meta"]
     runner.model, runner.optim_wrapper = model, optim_wrapper
     runner.param_schedulers = param_schedulers
     hooks.start_run()

@@ -32,6 +32,7 @@ from flexgraph.training.config import (
     checkpoint_policy,
     log_interval,
     section,
+    stop_policy,
     train_schedule,
     work_dir_of,
 )
@@ -242,7 +243,8 @@ def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: 
                      param_schedulers=param_schedulers, train_dataloader=train_dataloader,
                      val_dataloader=val_dataloader, val_evaluator=evaluator,
                      checkpointer=checkpointer, hooks=hooks, output=output,
-                     log_interval=log_interval(cfg), state=loop_state)
+                     log_interval=log_interval(cfg), state=loop_state,
+                     stop_policy=stop_policy(cfg))
     return loop.run()
 
 

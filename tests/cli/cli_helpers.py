@@ -22,6 +22,7 @@ KILLER = textwrap.dedent(
     """Test-only hook: SIGKILL this process at an iteration, or halfway through a save."""
     import os
     import signal
+    import time
 
     import torch
     from mmengine.hooks import Hook
@@ -30,25 +31,73 @@ KILLER = textwrap.dedent(
 
     @HOOKS.register_module(force=True)
     class KillAt(Hook):
-        def __init__(self, at_iter=-1, during_save=-1, rank=0):
+        """``everyone=True``: the SIGKILL takes the whole run (launcher, every rank)."""
+
+        def __init__(self, at_iter=-1, during_save=-1, rank=0, everyone=False):
             self.at_iter, self.during_save, self.rank = at_iter, during_save, rank
+            self.everyone = everyone
             self.saves = 0
 
         def _mine(self, runner):
             return runner.rank == self.rank
 
+        def before_train(self, runner):
+            os.makedirs(runner.work_dir, exist_ok=True)
+            with open(os.path.join(runner.work_dir, f"pid-rank{runner.rank}"), "w") as f:
+                f.write(str(os.getpid()))
+
+        def _victims(self, runner):
+            if not self.everyone:
+                return [os.getpid()]
+            pids = [os.getppid()] if runner.world_size > 1 else []  # the launcher
+            for r in range(runner.world_size):
+                with open(os.path.join(runner.work_dir, f"pid-rank{r}")) as f:
+                    pids.append(int(f.read()))
+            return sorted(pids, key=lambda pid: pid == os.getpid())  # this process last
+
         def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
             if self._mine(runner) and runner.iter + 1 == self.at_iter:
-                os.kill(os.getpid(), signal.SIGKILL)
+                for pid in self._victims(runner):
+                    os.kill(pid, signal.SIGKILL)
 
         def before_save_checkpoint(self, runner, checkpoint):
             self.saves += 1
             if self._mine(runner) and self.saves == self.during_save:
+                victims = self._victims(runner)
                 def half_then_die(obj, f, *args, **kwargs):
                     f.write(b"PK\\x03\\x04 half a checkpoint")
                     f.flush()
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    for pid in victims:
+                        os.kill(pid, signal.SIGKILL)
                 torch.save = half_then_die
+
+
+    @HOOKS.register_module(force=True)
+    class SignalAt(Hook):
+        """Sends ``sig`` once ``at_iter`` iterations are done, from rank ``rank``.
+
+        ``to='launcher'`` signals the process that launched the ranks (as a scheduler
+        or Ctrl-C does) and waits a second, so that the launcher's forwarded signal
+        reaches every rank before any goes past the next collective: the iteration
+        the ranks stop at is then known. ``to='self'`` signals only this rank.
+        ``again=True``: rank 0 signals itself once more right before each save from
+        then on (a second signal while the checkpoint is written).
+        """
+
+        def __init__(self, at_iter=-1, sig="SIGTERM", to="launcher", rank=0, again=False):
+            self.at_iter, self.sig, self.to, self.rank = at_iter, sig, to, rank
+            self.again = again
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            if runner.rank == self.rank and runner.iter + 1 == self.at_iter:
+                target = os.getppid() if self.to == "launcher" else os.getpid()
+                os.kill(target, getattr(signal, self.sig))
+                if self.to == "launcher":
+                    time.sleep(1.0)
+
+        def before_save_checkpoint(self, runner, checkpoint):
+            if self.again and runner.rank == 0 and 0 < self.at_iter <= runner.iter:
+                os.kill(os.getpid(), getattr(signal, self.sig))
 
 
     POINTS = [

@@ -3,12 +3,14 @@
 One set of runs serves several specifications (each run costs seconds of
 process start-up): the quickstart MLP without dropout, started from the same
 initial weights under DDP and under FSDP, two epochs. Then FSDP is killed
-mid-epoch and resumed, and a DDP checkpoint is evaluated under FSDP.
+mid-epoch and resumed, stopped by SIGTERM and resumed past a damaged
+checkpoint, and a DDP checkpoint is evaluated under FSDP.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,6 +40,24 @@ strategy = dict(
         sharding_strategy='SHARD_GRAD_OP',
         mixed_precision=dict(param_dtype='float32', reduce_dtype='float32')))
 """
+
+
+# SIGTERM to the launcher after 21 iterations; the ranks agree every 4: stop at 24
+TERM = """
+custom_hooks = [dict(type='SignalAt', at_iter=21, rank=1)]
+preemption = dict(check_interval=4)
+"""
+
+
+def _plant_a_truncated_newer_checkpoint(work: Path) -> Path:
+    """A copy of the latest sharded checkpoint under a newer name, a shard cut short."""
+    latest = Path((work / "last_checkpoint").read_text().strip())
+    damaged = work / "iter_25.dcp"
+    shutil.copytree(latest, damaged)
+    shard = damaged / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+    (work / "last_checkpoint").write_text(str(damaged))
+    return damaged
 
 
 def _launch(config: Path, work: str, cwd: Path, *extra: str):
@@ -78,13 +98,19 @@ def runs(tmp_path_factory):
     ddp = write_config(root / "ddp", inspect=True, extra=COMMON + DDP + start)
     fsdp = write_config(root / "fsdp", inspect=True, extra=COMMON + FSDP + start)
     killing = write_config(root / "killing", extra=COMMON + FSDP + start, at_iter=30, rank=1)
+    stopping = write_config(root / "stopping", extra=COMMON + FSDP + start + TERM)
     _launch(ddp, "ddp", root)
     fsdp_done = _launch(fsdp, "fsdp", root)
     killed = flexgraph_run(str(killing), "--work-dir", "cut", "--nproc-per-node", "2", cwd=root)
     assert killed.returncode != 0
     resumed = _launch(fsdp, "cut", root, "--resume", "auto")
+    stopped = flexgraph_run(str(stopping), "--work-dir", "stop", "--nproc-per-node", "2",
+                            cwd=root)
+    damaged = _plant_a_truncated_newer_checkpoint(root / "stop")
+    after_stop = _launch(fsdp, "stop", root, "--resume", "auto")
     return {"root": root, "fsdp_stdout": fsdp_done.stdout, "killed": killed,
-            "resumed": resumed}
+            "resumed": resumed, "stopped": stopped, "damaged": damaged,
+            "after_stop": after_stop}
 
 
 def test_fsdp_loss_goes_down_and_agrees_with_ddp(runs):
@@ -169,3 +195,51 @@ def test_mmpretrain_style_fsdp_config_trains_on_the_cpu(tmp_path):
         assert info["optim_wrapper"] == "CPUAmpOptimWrapper"
         # each block (~12.7k parameters) is over the policy's 1e4; the embedding is not
         assert info["fsdp_units"] == ["", "blocks.0", "blocks.1"]
+
+
+def _assert_same_dcp(a: Path, b: Path) -> None:
+    first, second = _dcp_tensors(a), _dcp_tensors(b)
+    assert sorted(first["state_dict"]) == sorted(second["state_dict"])
+    for key, value in first["state_dict"].items():
+        assert torch.equal(value, second["state_dict"][key]), key
+    for name, state in first["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(torch.as_tensor(value),
+                               torch.as_tensor(second["optimizer"]["state"][name][key])), name
+
+
+def test_sigterm_stops_fsdp_with_a_sharded_checkpoint_and_resume_is_bit_identical(runs):
+    root, stopped = runs["root"], runs["stopped"]
+    assert stopped.returncode == 75, stopped.stderr[-3000:]
+    assert "stopped by SIGTERM after iteration 24 of 46" in stopped.stderr
+    extra = torch.load(root / "stop" / "iter_24.dcp" / "extra.pth", weights_only=True)
+    assert extra["meta"]["iter"] == 24 and len(extra["rng_states"]) == 2
+    out = runs["after_stop"].stdout + runs["after_stop"].stderr
+    assert "skipping iter_25.dcp" in out and "is truncated: its shard __1_0.distcp" in out
+    assert "Resumed from" in out and "/iter_24.dcp: epoch" in out
+    _assert_same_dcp(root / "fsdp" / f"iter_{ITERS}.dcp", root / "stop" / f"iter_{ITERS}.dcp")
+
+
+def test_bad_checkpoints_under_fsdp_are_one_line_naming_the_file(runs, tmp_path):
+    """A sharded load_from with a cut shard; a corrupt full-state file to resume from
+    (rank 0 reads it alone, and the other rank must learn of the failure, not wait)."""
+    root = runs["root"]
+    sharded = tmp_path / "cut.dcp"
+    shutil.copytree(root / "fsdp" / "iter_20.dcp", sharded)
+    (sharded / "__0_0.distcp").write_bytes((sharded / "__0_0.distcp").read_bytes()[:64])
+    corrupt = tmp_path / "corrupt.pth"
+    data = bytearray(Path((root / "ddp" / "last_checkpoint").read_text().strip()).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    config = root / "fsdp" / "cfg.py"
+    for flags, step, says in (
+            (["--load-from", str(sharded)], "load_checkpoint",
+             f"sharded checkpoint '{sharded}' is truncated: its shard __0_0.distcp"),
+            (["--resume", str(corrupt), "--cfg-options", "strategy.state_dict_cfg=full"],
+             "resume", f"checkpoint '{corrupt}' is corrupt")):
+        done = flexgraph_run(str(config), "--work-dir", "bad", "--nproc-per-node", "2",
+                             *flags, cwd=tmp_path)
+        assert done.returncode != 0
+        lines = [x for x in done.stderr.splitlines() if x.startswith(f"error: step {step!r}")]
+        assert lines and all(says in x for x in lines), done.stderr[-3000:]
+        assert "Traceback" not in done.stderr

@@ -58,7 +58,7 @@ def test_missing_and_truncated_files_are_clear_errors(tmp_path):
     torch.save({"w": torch.ones(1000)}, good)
     truncated = tmp_path / "truncated.pth"
     truncated.write_bytes(good.read_bytes()[:500])
-    with pytest.raises(CheckpointError, match="cannot read"):
+    with pytest.raises(CheckpointError, match="truncated.pth. is truncated"):
         load_checkpoint_file(truncated)
 
 

@@ -216,119 +216,18 @@ def materialize(env: Any, model: Any, *, reset_parameters: bool = True) -> Any:
 
 def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
                       auto_wrap_policy: Any = None) -> Any:
-    """Activation checkpointing, MMEngine's ``activation_checkpointing=dict(check_fn=...)``.
+    """MMEngine's ``activation_checkpointing=dict(check_fn=...)``; see ``checkpoint_selected``."""
+    from flexgraph.training.sharding import checkpoint_selected
 
-    Without a ``check_fn``, the units the wrap policy shards are checkpointed.
-    """
-    from mmengine.registry import FUNCTIONS
-
-    from flexgraph.training.build import build_from_cfg, resolve_type
-    from flexgraph.training.errors import ConfigError
-    from flexgraph.training.sharding import (
-        checkpoint_activations,
-        resolve_wrap_policy,
-        wrap_units,
-    )
-
-    extra = sorted(set(options) - {"check_fn"})
-    if extra:
-        raise ConfigError(f"strategy 'fsdp': activation_checkpointing.{extra[0]} is not "
-                          f"supported; activation_checkpointing takes check_fn")
-    check_fn = options.get("check_fn")
-    what = "activation_checkpointing.check_fn"
-    if isinstance(check_fn, Mapping):
-        check_fn = build_from_cfg(check_fn, FUNCTIONS, what=what)
-    elif isinstance(check_fn, str):
-        check_fn = resolve_type(check_fn, FUNCTIONS, what=what)
-    if check_fn is None:
-        units = wrap_units(model, resolve_wrap_policy(
-            auto_wrap_policy, model, what="model_wrapper.auto_wrap_policy"))
-        if not units:
-            raise ConfigError("strategy 'fsdp': activation_checkpointing without a check_fn "
-                              "checkpoints the wrap policy's units, and there are none; set "
-                              "check_fn or model_wrapper.auto_wrap_policy")
-        chosen = {id(u) for u in units}
-        check_fn = lambda module: id(module) in chosen  # noqa: E731
-    checkpoint_activations(model, check_fn)
+    checkpoint_selected(model, options, auto_wrap_policy)
     return model
 
 
 def load_into_shards(cfg: Any, env: Any, hooks: Any, model: Any) -> Any:
     """``load_from`` into the shards, then refuse parameters nothing initialised.
 
-    A directory is a sharded (DCP) checkpoint: each rank reads its own shards. A
-    file is read by rank 0 only, and each rank receives its shard of every
-    tensor (``broadcast_from_rank0``), so no rank holds the whole model twice.
+    See :func:`flexgraph.training.shard_loading.load_weights_into_shards`.
     """
-    from pathlib import Path
+    from flexgraph.training.shard_loading import load_weights_into_shards
 
-    import torch
-
-    from flexgraph.training.checkpoint_dcp import load_sharded_model_state
-    from flexgraph.training.errors import ConfigError
-    from flexgraph.training.materialize import uninitialised_parameters
-    from flexgraph.training.resume import weights_to_load
-
-    path = weights_to_load(cfg)
-    if path is not None:
-        runner = hooks.runner
-        runner.model = model
-        hooks.start_run()
-        if Path(path).is_dir():
-            missing = load_sharded_model_state(model, Path(path))
-            checkpoint: dict[str, Any] = {"meta": {}, "state_dict": {}}
-        else:
-            checkpoint, missing = _broadcast_full_file(model, path)
-        hooks.call("after_load_checkpoint", checkpoint=checkpoint)
-        if missing:
-            runner.logger.warning(f"load_from {path}: missing keys {list(missing)}")
-        runner.logger.info(f"Loaded weights from {path} into the shards")
-    bad: list[list[str]] = [[] for _ in range(env.world_size)]
-    torch.distributed.all_gather_object(bad, uninitialised_parameters(model))
-    names = sorted({name for rank in bad for name in rank})
-    if names:
-        raise ConfigError(
-            f"{len(names)} parameters were never initialised after materialize (e.g. "
-            f"{names[0]!r}): their module has no reset_parameters(), the model's init_weights "
-            f"did not set them" + (" (skip_init_weights=True)" if path is None else "")
-            + ", and load_from did not hold them; give the module a reset_parameters() or "
-            "load them from a checkpoint")
-    return model
-
-
-def _broadcast_full_file(model: Any, path: str) -> tuple[dict[str, Any], list[str]]:
-    """Rank 0 reads ``path``; every rank loads its shards from rank 0's tensors."""
-    import torch
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        set_model_state_dict,
-    )
-
-    from flexgraph.training.checkpoint import load_checkpoint_file, weights_in
-    from flexgraph.training.errors import CheckpointError
-
-    keys = list(get_model_state_dict(model))  # names only; this rank's shards
-    checkpoint, weights, answer = {}, {}, [None, []]
-    if torch.distributed.get_rank() == 0:
-        try:
-            checkpoint = load_checkpoint_file(path)
-            weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint,
-                                                                           path).items()}
-            matching = [k for k in keys if k in weights]
-            if not matching:
-                raise CheckpointError(
-                    f"none of the {len(weights)} weights in {path!r} match a parameter of "
-                    f"{type(model).__name__} (e.g. {next(iter(weights), '?')!r}); is it the "
-                    f"right file?")
-            weights = {k: weights[k] for k in matching}
-            answer[1] = [k for k in keys if k not in weights]
-        except Exception as exc:  # every rank must learn it, or the others wait forever
-            answer[0] = exc
-    torch.distributed.broadcast_object_list(answer, src=0)
-    if answer[0] is not None:
-        raise answer[0]
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
-    set_model_state_dict(model, weights, options=options)
-    meta = checkpoint.get("meta", {}) if isinstance(checkpoint, dict) else {}
-    return {"meta": meta, "state_dict": weights}, answer[1]
+    return load_weights_into_shards(cfg, env, hooks, model)

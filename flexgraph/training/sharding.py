@@ -25,7 +25,7 @@ from torch import nn
 from flexgraph.core.errors import did_you_mean
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["checkpoint_activations", "resolve_wrap_policy", "wrap_units"]
+__all__ = ["checkpoint_activations", "checkpoint_selected", "resolve_wrap_policy", "wrap_units"]
 
 Policy = Callable[..., bool]
 
@@ -107,3 +107,41 @@ def checkpoint_activations(model: nn.Module, check_fn: Callable[[nn.Module], boo
     for module in chosen:
         checkpoint(module)
     return len(chosen)
+
+
+def checkpoint_selected(model: nn.Module, options: Mapping[str, Any],
+                        auto_wrap_policy: Any = None) -> int:
+    """Activation checkpointing as MMEngine's FSDP configs ask for it.
+
+    ``options`` is ``dict(check_fn=...)``: a registered function name, a dotted
+    path or ``dict(type=..., **kwargs)``, called on each submodule. Without a
+    ``check_fn``, the units ``auto_wrap_policy`` shards are checkpointed.
+    Returns the number of modules checkpointed.
+    """
+    from mmengine.registry import FUNCTIONS
+
+    from flexgraph.training.build import build_from_cfg, resolve_type
+
+    extra = sorted(set(options) - {"check_fn"})
+    if extra:
+        raise ConfigError(f"activation_checkpointing.{extra[0]} is not supported; "
+                          f"activation_checkpointing takes check_fn")
+    check_fn = options.get("check_fn")
+    what = "activation_checkpointing.check_fn"
+    if isinstance(check_fn, Mapping):
+        check_fn = build_from_cfg(check_fn, FUNCTIONS, what=what)
+    elif isinstance(check_fn, str):
+        check_fn = resolve_type(check_fn, FUNCTIONS, what=what)
+    if check_fn is None:
+        units = wrap_units(model, resolve_wrap_policy(
+            auto_wrap_policy, model, what="model_wrapper.auto_wrap_policy"))
+        if not units:
+            raise ConfigError("activation_checkpointing without a check_fn checkpoints the "
+                              "wrap policy's units, and there are none; set check_fn or "
+                              "model_wrapper.auto_wrap_policy")
+        chosen = {id(u) for u in units}
+
+        def check_fn(module: nn.Module) -> bool:
+            return id(module) in chosen
+
+    return checkpoint_activations(model, check_fn)

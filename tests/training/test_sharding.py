@@ -72,3 +72,14 @@ def test_activation_checkpointing_recomputes_and_keeps_state_dict_keys():
     out.backward()
     assert torch.equal(out, expected)
     assert all(torch.allclose(p.grad, g) for p, g in zip(net.parameters(), grads, strict=True))
+
+
+def test_without_a_check_fn_the_wrap_units_are_checkpointed():
+    from flexgraph.training.sharding import checkpoint_selected
+
+    policy = dict(type=SIZE, min_num_params=8000)
+    assert checkpoint_selected(Net(), {}, policy) == 2
+    with pytest.raises(ConfigError, match="there are none"):
+        checkpoint_selected(Net(), {}, None)
+    with pytest.raises(ConfigError, match="activation_checkpointing.offload is not supported"):
+        checkpoint_selected(Net(), {"offload": True}, policy)

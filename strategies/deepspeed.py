@@ -38,7 +38,7 @@ from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy, StrategyOptionError
 
 HERE = "flexgraph.strategies.deepspeed"
-ENGINE = "flexgraph.strategies.deepspeed_engine"
+CHECKPOINTS = "flexgraph.strategies.deepspeed_checkpoint"
 _AUTO_KEYS = {0: (), 1: ("reduce_bucket_size", "allgather_bucket_size"),
               2: ("reduce_bucket_size", "allgather_bucket_size"),
               3: ("reduce_bucket_size", "stage3_prefetch_bucket_size",
@@ -160,7 +160,7 @@ def deepspeed(
             "build_train_step", f"{HERE}:build_train_step", requires=("model", "optim_wrapper"),
             provides="train_step", doc="the engine's backward and step")),
         Configure("build_checkpointer", {
-            "io": f"{ENGINE}:DeepSpeedCheckpointIO",
+            "io": f"{CHECKPOINTS}:DeepSpeedCheckpointIO",
             "io_options": {"exclude_frozen_parameters": bool(exclude_frozen_parameters)}}),
     ]
     checks = (
@@ -277,11 +277,11 @@ def _optimizer(cfg: Any, model: Any) -> Any:
 def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[str, Any],
                inputs_to_half: list[Any] | None = None) -> dict[str, Any]:
     """``deepspeed.initialize``: the engine, as a model, and its optimizer wrapper."""
+    from flexgraph.strategies.deepspeed_checkpoint import safe_checkpoint_engine
     from flexgraph.strategies.deepspeed_engine import (
         DeepSpeedOptimWrapper,
         EngineModel,
         fill_config,
-        safe_checkpoint_engine,
         write_config_file,
     )
 
@@ -319,7 +319,7 @@ def load_into_engine(cfg: Any, env: Any, hooks: Any, model: Any) -> Any:
     holds the whole model. The optimizer's fp32 master copies are refreshed
     from the loaded weights.
     """
-    from flexgraph.strategies.deepspeed_engine import load_weights_into_engine
+    from flexgraph.strategies.deepspeed_checkpoint import load_weights_into_engine
 
     from flexgraph.training.resume import weights_to_load
 

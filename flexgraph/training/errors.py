@@ -21,6 +21,7 @@ __all__ = [
     "TrainingError",
     "UnknownComponentError",
     "UnsafeCheckpointError",
+    "UnusedConfigWarning",
 ]
 
 
@@ -57,4 +58,12 @@ class UnsafeCheckpointError(CheckpointError):
 
     flexgraph never retries such a file with unsafe loading, because unpickling
     it could execute code that the file's author chose.
+    """
+
+
+class UnusedConfigWarning(UserWarning):
+    """A config key that MMEngine's Runner acts on and flexgraph does not.
+
+    Not an error: the run goes on as the rest of the config says. The message
+    names the key and says what flexgraph does instead.
     """

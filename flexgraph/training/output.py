@@ -101,15 +101,22 @@ def _to_floats(values: list[Any]) -> list[float]:
             ]).tolist()
 
 
-def _truncate_after(path: Path, last_iter: int) -> None:
-    """Drop the records of iterations after ``last_iter`` (records are in order)."""
+def _truncate_after(path: Path, last_iter: int, *, evals_at_last: bool = True) -> None:
+    """Drop the records of iterations after ``last_iter`` (records are in order).
+
+    ``evals_at_last=False`` also drops evaluation records at ``last_iter``
+    (written after the checkpoint, by a validation the resumed run repeats).
+    """
     if not path.is_file():
         return
     with open(path, "r+b") as f:
         offset = 0
         for line in f:
             try:
-                if json.loads(line).get("iter", 0) > last_iter:
+                record = json.loads(line)
+                done = record.get("iter", 0)
+                if done > last_iter or (done == last_iter and "mode" in record
+                                        and not evals_at_last):
                     break
             except (ValueError, AttributeError):
                 break  # a torn last line from a crash
@@ -173,12 +180,15 @@ class TrainOutput:
         self._t_tick = self._t0
 
     # -- lifecycle ------------------------------------------------------------------
-    def open(self, start_iter: int, *, resumed: bool = False) -> None:
+    def open(self, start_iter: int, *, resumed: bool = False,
+             repeats_evals: bool = False) -> None:
         """Start timing at ``start_iter`` and open the sinks (rank 0).
 
         A resumed run first cuts ``metrics.jsonl`` back to ``start_iter``: the
         records an interrupted run wrote after its checkpoint describe steps
         that were rolled back and are about to be trained (and logged) again.
+        ``repeats_evals``: the run repeats the validation at ``start_iter`` too
+        (the checkpoint was saved before its epoch's end), so its record goes.
         """
         self._start_iter = start_iter
         self._next_iter = start_iter + 1
@@ -187,7 +197,8 @@ class TrainOutput:
             return
         self.work_dir.mkdir(parents=True, exist_ok=True)
         if resumed:
-            _truncate_after(self.work_dir / METRICS_FILE, start_iter)
+            _truncate_after(self.work_dir / METRICS_FILE, start_iter,
+                            evals_at_last=not repeats_evals)
         # Open for the whole run (closed in close()), so each flush is one write.
         self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         self._tb = _tensorboard_writer(self.work_dir / "tensorboard")

@@ -17,7 +17,8 @@ Guarantees, and how they are kept:
   more is refused with :class:`UnsafeCheckpointError`, with no unsafe retry.
 * **Resume is exact.** A checkpoint holds the model, the optimizer wrapper,
   the parameter schedulers (as plain data, see :mod:`flexgraph.training.state`),
-  the loop position (epoch, global iteration, batch index inside the epoch) and
+  the loop position (MMEngine's epoch and iteration counters, and where the
+  data continues: passes over the dataloader done, batches of the next one) and
   the RNG states of *every* rank.
 * **Every rank's state is saved.** A save is a collective: every rank calls
   it, the IO decides who writes what, and barriers keep any rank from reading

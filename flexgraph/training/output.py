@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import logging
 import math
 import sys
 import time
@@ -82,6 +83,25 @@ _LOSS_RECORD_TEXT = '{"iter": %d, "epoch": %d, "loss": %s, "lr": %s}\n'
 @functools.lru_cache(maxsize=256)
 def _json_key(key: str) -> str:
     return json.dumps(key)
+
+
+@functools.lru_cache(maxsize=64)
+def _record_template(keys: tuple[str, ...]) -> str:
+    """``%``-format of a record with ``keys`` (finite values: ``%r`` is valid JSON)."""
+    fields = "".join(f"{_json_key(key).replace('%', '%%')}: %r, " for key in keys)
+    return '{"iter": %d, "epoch": %d, ' + fields + '"lr": %r}\n'
+
+
+def _same_keys(values: list[Any]) -> tuple[str, ...] | None:
+    """The keys every value has, when all are mappings with the same keys; else None."""
+    first = values[0]
+    if not isinstance(first, Mapping):
+        return None
+    keys = first.keys()
+    for value in values:
+        if not isinstance(value, Mapping) or value.keys() != keys:
+            return None
+    return tuple(keys)
 
 
 def _json_number(value: float) -> str:
@@ -173,6 +193,7 @@ class TrainOutput:
         self._tb: Any = None
         self._progress: Any = None
         self._task: Any = None
+        self._pending: list[str] = []  # lines for above the bar, printed at the next tick
         self._start_iter = 0
         self._next_iter = 1
         self._t0 = time.perf_counter()
@@ -229,6 +250,7 @@ class TrainOutput:
             self._tb.close()
             self._tb = None
         if self._progress is not None:
+            self._print_pending()
             self._progress.stop()
             self._progress = None
 
@@ -280,6 +302,11 @@ class TrainOutput:
     def _records_with_keys(self, values: list[Any], lrs: list[float], first: int,
                            epoch: int) -> list[str]:
         """Iterations that logged several values (dict losses, MMEngine log_vars)."""
+        keys = _same_keys(values)
+        if keys is not None:
+            lines = self._columns(keys, values, lrs, first, epoch)
+            if lines is not None:
+                return lines
         flat: list[Any] = []
         layout: list[tuple[str, ...]] = []
         for value in values:
@@ -307,6 +334,23 @@ class TrainOutput:
             fields.append(f'"lr": {_json_number(lr)}')
             lines.append("{" + ", ".join(fields) + "}\n")
         return lines
+
+    def _columns(self, keys: tuple[str, ...], values: list[Any], lrs: list[float], first: int,
+                 epoch: int) -> list[str] | None:
+        """Every iteration logged the same keys (MMEngine's log_vars do): one column
+        per key and one format per line; ``None`` when a value is not finite."""
+        numbers = _to_floats([value[key] for value in values for key in keys])
+        if not (all(map(math.isfinite, numbers)) and all(map(math.isfinite, lrs))):
+            return None  # the general path spells NaN and Infinity as JSON does
+        columns = [numbers[j::len(keys)] for j in range(len(keys))]
+        for key, column in zip(keys, columns, strict=True):
+            acc = self._window.setdefault(key, [0.0, 0])
+            acc[0] += math.fsum(column)
+            acc[1] += len(column)
+            self._last[key] = column[-1]
+        rows = zip(range(first, first + len(values)), itertools.repeat(epoch), *columns, lrs)
+        template = _record_template(keys)
+        return [template % row for row in rows]
 
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
         """Print one line (means over the interval), update TensorBoard and the hub."""
@@ -352,6 +396,7 @@ class TrainOutput:
         loss = self._last.get("loss")
         status = f"loss {loss:.4f}" if loss is not None else ""
         self._progress.update(self._task, completed=iters_done, status=status)
+        self._print_pending()
         return iters_done + self._tick_every
 
     # -- evaluation ---------------------------------------------------------------------
@@ -382,7 +427,18 @@ class TrainOutput:
             self._print(message)
 
     def _print(self, line: str) -> None:
-        if self._progress is not None:
-            self._progress.console.print(line, highlight=False, markup=False)
-        else:
+        """A log line: to the logger, or above the progress bar with its next tick.
+
+        Printing above a live bar redraws the bar (about half a millisecond);
+        the lines of one tick go out together, so a short log interval costs one
+        redraw per tick, not one per line. The log level applies either way.
+        """
+        if self._progress is None:
             self.logger.info(line)
+        elif self.logger.isEnabledFor(logging.INFO):
+            self._pending.append(line)
+
+    def _print_pending(self) -> None:
+        if self._pending:
+            lines, self._pending = "\n".join(self._pending), []
+            self._progress.console.print(lines, highlight=False, markup=False)

@@ -154,3 +154,21 @@ def test_resume_refuses_a_weights_only_file(tmp_path, make_cfg):
     torch.save(run_steps(make_cfg(), last="build_model")["model"].state_dict(), raw)
     with pytest.raises(CheckpointError, match="no training state"):
         run_steps(make_cfg(resume=str(raw)), last="resume")
+
+
+def test_best_checkpoints_are_tracked_across_a_resume(tmp_path, make_cfg):
+    hooks = dict(checkpoint=dict(type="CheckpointHook", interval=1, save_best="loss"))
+    run_steps(make_cfg(work_dir=str(tmp_path / "full"), default_hooks=hooks))
+    with pytest.raises(KeyboardInterrupt):
+        run_steps(make_cfg(work_dir=str(tmp_path / "broken"), default_hooks=hooks,
+                           custom_hooks=[dict(type="CrashHook", at_iter=24)]))
+    run_steps(make_cfg(work_dir=str(tmp_path / "broken"), default_hooks=hooks, resume="auto"))
+
+    def kept(name):
+        return sorted(p.name for p in (tmp_path / name).glob("*.pth"))
+
+    assert kept("broken") == kept("full")
+    assert len([n for n in kept("full") if n.startswith("best_loss_")]) == 1
+    meta = load_checkpoint_file(tmp_path / "broken" / "epoch_3.pth")["meta"]
+    assert meta["runtime_info"]["best_ckpt"].endswith(next(
+        n for n in kept("full") if n.startswith("best_loss_")))

@@ -28,12 +28,13 @@ once to warm up, then runs the whole thing (build, then train) for
 times each (alternating; the fastest of each counts, as interference only ever
 adds time), and reports ``(t_HI - t_LO) / ((HI - LO) * iters)``: the cost of
 one more iteration, with imports, setup and every per-run cost cancelled.
-The two processes of a comparison run at the same time, each pinned to its own
-CPU (swapped every round), so that both see the same load from the rest of a
-shared machine (``--one-at-a-time`` alternates them instead); each round's
-flexgraph/hand ratio is taken on the pair, and the figure is the median over
-rounds, with the spread. Both process CPU time (less disturbed by other processes) and
-wall time are reported. Run::
+The two processes of a comparison run side by side: both pinned to the same
+CPU (a different one every round), each warms up, and both start timing
+together, so that they share that CPU and whatever else the machine runs on it
+(``--pairing own-cpu`` gives each its own CPU, ``sequential`` runs them one
+after the other). Each round's flexgraph/hand ratio is taken on the pair; the
+figure is the median over rounds, with the spread. Both process CPU time (less
+disturbed by other processes) and wall time are reported. Run::
 
     python benchmarks/loop_overhead.py [--rounds R] [--iters N] [--epochs LO,HI]
                                        [--repeats K] [--only plain,api,terminal]
@@ -77,6 +78,17 @@ COMPARISONS = {
     "plain": ("hand-plain", "flexgraph-plain", False),
     "api": ("hand-api", "flexgraph-api", False),
     "terminal": ("hand-plain", "flexgraph-plain", True),
+    # the hand loop against itself: the method's own noise and bias on this machine
+    "calibrate": ("hand-plain", "hand-plain-again", False),
+    "x-ds": ("hand-plain", "hand-plain-ds", False),
+    "x-step": ("hand-plain", "h-fgstep", False),
+    "x-steps": ("hand-plain", "flex-steps", False),
+    "x-steps-hand": ("hand-plain", "flex-steps-hand", False),
+    "x-notb": ("hand-plain", "flex-notb", False),
+    "x-htb": ("hand-plain", "hand-tb", False),
+    "x-hthread": ("hand-plain", "hand-thread", False),
+    "x-nolog": ("hand-plain", "flex-nolog", False),
+    "x-fg": ("hand-plain", "hand-plain-fg", False),
 }
 
 
@@ -194,8 +206,84 @@ def mmengine_run(iters: int, epochs: int, work_dir: str) -> None:
                    experiment_name=f"bench_{epochs}_{time.monotonic_ns()}").train()
 
 
+def h_fgstep(iters, epochs, wd, loop=False):
+    from mmengine.optim import OptimWrapper
+    from flexgraph.training.data import build_dataloader, epoch_batches
+    from flexgraph.training.env import Env
+    from flexgraph.training.model_api import make_train_step
+    torch.manual_seed(0)
+    model = TinyMLP()
+    ow = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+    loader = build_dataloader(dict(batch_size=BATCH, num_workers=0, dataset=dict(type='TinyData', n=iters*BATCH), sampler=dict(type='DefaultSampler', shuffle=True)), Env(seed=0))
+    step = make_train_step(model, ow, 'cpu')
+    logged = []
+    for e in range(epochs):
+        for batch in epoch_batches(loader, e):
+            logged.append(step(batch))
+            if len(logged) == 50: torch.stack(logged).tolist(); logged.clear()
+
+
+def hand_tb(iters, epochs, wd):
+    from flexgraph.training.output import _TensorBoard
+    tb = _TensorBoard(Path(wd) / "tb")
+    try:
+        hand_plain(iters, epochs, wd)
+    finally:
+        tb.close()
+
+
+def hand_thread(iters, epochs, wd):
+    import queue
+    q = queue.Queue()
+    t = threading.Thread(target=lambda: q.get(True, 120), daemon=True)
+    t.start()
+    try:
+        hand_plain(iters, epochs, wd)
+    finally:
+        q.put(None)
+        t.join()
+
+
+def flex_steps(iters, epochs, wd, hand_loop=False, nolog=False):
+    """flexgraph's steps called by hand, up to the loop."""
+    from mmengine.config import Config
+    from flexgraph.training import steps as S
+    cfg = Config(_config(wd, iters, epochs, False))
+    if nolog:
+        cfg.default_hooks.logger.interval = 10**6
+    env = S.setup_env(cfg, device="cpu")
+    model = S.build_model(cfg, env)
+    hooks = S.build_hooks(cfg)
+    ck = S.build_checkpointer(cfg, env)
+    model = S.wrap_model(env, model)
+    dl = S.build_dataloaders(cfg, env)
+    ow = S.build_optim_wrapper(cfg, env, model)
+    ps = S.build_param_schedulers(cfg, ow, dl["train_dataloader"])
+    ts = S.build_train_step(env, model, ow)
+    from flexgraph.training.state import LoopState
+    if not hand_loop:
+        S.train(cfg, env, model, ts, ow, ps, dl["train_dataloader"], None, ck, hooks, LoopState())
+        return
+    from flexgraph.training.data import epoch_batches
+    logged = []
+    for e in range(epochs):
+        for batch in epoch_batches(dl["train_dataloader"], e):
+            logged.append(ts(batch))
+            if len(logged) == 50: torch.stack(logged).tolist(); logged.clear()
+
+
 VARIANTS = {
+    "h-fgstep": h_fgstep,
+    "flex-steps": flex_steps,
+    "hand-tb": hand_tb,
+    "hand-thread": hand_thread,
+    "flex-steps-hand": lambda i, e, d: flex_steps(i, e, d, hand_loop=True),
+    "flex-notb": lambda i, e, d: (setattr(__import__("flexgraph.training.output", fromlist=["x"]), "_tensorboard_writer", lambda p: None), flex_steps(i, e, d)),
+    "flex-nolog": lambda i, e, d: (setattr(__import__("flexgraph.training.output", fromlist=["x"]), "_tensorboard_writer", lambda p: None), flex_steps(i, e, d, nolog=True)),
     "hand-plain": hand_plain,
+    "hand-plain-again": hand_plain,
+    "hand-plain-ds": lambda i, e, d: (__import__("mmengine.runner"), hand_plain(i, e, d)),
+    "hand-plain-fg": lambda i, e, d: (__import__("flexgraph.training.steps"), hand_plain(i, e, d)),
     "hand-api": hand_api,
     "flexgraph-plain": lambda i, e, d: flexgraph_run(i, e, d, api=False),
     "flexgraph-api": lambda i, e, d: flexgraph_run(i, e, d, api=True),
@@ -203,12 +291,14 @@ VARIANTS = {
 }
 
 
-def child(variant: str, iters: int, epochs: tuple[int, int], repeats: int,
-          result: str) -> None:
+def measure(variant: str, iters: int, epochs: tuple[int, int], repeats: int,
+          result: str, wait: bool) -> None:
     """One measurement: warm up, then time LO and HI epochs; write the slope.
 
     Each epoch count runs ``repeats`` times (alternating LO and HI) and keeps its
-    fastest time: interference from other processes only ever adds time.
+    fastest time: interference from other processes only ever adds time. With
+    ``wait``, the timing starts when the parent says so (``{result}.go``
+    exists), after both processes of a pair are warm (``{result}.ready``).
     """
     torch.set_num_threads(1)  # every side alike: no OpenMP oversubscription on few cores
     _register()
@@ -216,6 +306,10 @@ def child(variant: str, iters: int, epochs: tuple[int, int], repeats: int,
     times: dict[int, list[tuple[float, float]]] = {n: [] for n in epochs}
     with tempfile.TemporaryDirectory() as tmp:
         run(iters, 1, f"{tmp}/warm")
+        if wait:
+            Path(f"{result}.ready").touch()
+            while not Path(f"{result}.go").exists():
+                time.sleep(0.005)
         for i in range(repeats):
             for n in epochs:
                 wall, cpu = time.perf_counter(), time.process_time()
@@ -241,8 +335,8 @@ class _Child:
         self.command = [sys.executable, __file__, "--child", variant, "--iters",
                         str(args.iters), "--epochs", args.epochs, "--repeats",
                         str(args.repeats), "--result", str(self.result)]
-        if cpu is not None:
-            self.command += ["--cpu", str(cpu)]
+        if cpu is not None:  # a paired run: pinned, and timed when both are ready
+            self.command += ["--cpu", str(cpu), "--wait"]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
         self.master = self.reader = None
         if tty:
@@ -266,6 +360,14 @@ class _Child:
                     return
             except OSError:  # EIO: the child closed the terminal
                 return
+
+    def ready(self) -> bool:
+        if self.process.poll():
+            raise subprocess.CalledProcessError(self.process.returncode, self.command)
+        return Path(f"{self.result}.ready").exists()
+
+    def go(self) -> None:
+        Path(f"{self.result}.go").touch()
 
     def finish(self) -> dict[str, float]:
         """Wait for the child; its ms-per-iteration slopes (``cpu``, ``wall``)."""
@@ -294,26 +396,27 @@ def main() -> None:
     parser.add_argument("--epochs", default="1,4", help="LO,HI epochs of each timed pair")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs of each epoch count per process (the fastest counts)")
-    parser.add_argument("--only", default=",".join(COMPARISONS),
-                        help="comma-separated comparisons to run: plain, api, terminal")
+    parser.add_argument("--only", default="plain,api,terminal",
+                        help="comma-separated comparisons to run: plain, api, terminal, "
+                             "calibrate (the hand loop against itself)")
     parser.add_argument("--with-mmengine", action="store_true",
                         help="also time MMEngine's FlexibleRunner on the model-API config")
-    parser.add_argument("--one-at-a-time", dest="together", action="store_false",
-                        help="run the two sides of a pair one after the other instead of "
-                             "at once on one CPU each")
+    parser.add_argument("--pairing", choices=("same-cpu", "own-cpu", "sequential"),
+                        default="same-cpu",
+                        help="the two processes of a pair share one CPU at once (default), "
+                             "get one each, or run one after the other")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--wait", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     lo, hi = (int(n) for n in args.epochs.split(","))
     if args.child:
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})
-        child(args.child, args.iters, (lo, hi), args.repeats, args.result)
+        measure(args.child, args.iters, (lo, hi), args.repeats, args.result, args.wait)
         return
-    cpus = sorted(os.sched_getaffinity(0))[:2]
-    if len(cpus) < 2:
-        args.together = False
+    cpus = sorted(os.sched_getaffinity(0))
 
     chosen = [c for c in args.only.split(",") if c]
     sides = [(name, *COMPARISONS[name]) for name in chosen]
@@ -326,12 +429,19 @@ def main() -> None:
         for round_ in range(args.rounds):
             for name, hand, other, tty in sides:
                 pair = [hand, other] if round_ % 2 == 0 else [other, hand]
-                if args.together:  # at once, one CPU each (swapped every round)
-                    children = [_Child(v, args, tty, tmp, cpu)
-                                for cpu, v in zip(cpus, pair, strict=True)]
-                    got = {child.variant: child.finish() for child in children}
-                else:  # one after the other, in alternating order
+                if args.pairing == "sequential":  # one after the other, order alternating
                     got = {v: _Child(v, args, tty, tmp, None).finish() for v in pair}
+                else:  # at once: sharing one CPU, or one CPU each (swapped every round)
+                    cpu = cpus[round_ % len(cpus)]
+                    where = ([cpu, cpu] if args.pairing == "same-cpu"
+                             else [cpus[(round_ + i) % len(cpus)] for i in range(2)])
+                    children = [_Child(v, args, tty, tmp, c)
+                                for c, v in zip(where, pair, strict=True)]
+                    while not all(proc.ready() for proc in children):
+                        time.sleep(0.01)
+                    for proc in children:  # both warm: time them side by side
+                        proc.go()
+                    got = {proc.variant: proc.finish() for proc in children}
                 for variant, value in got.items():
                     measured.setdefault((variant, tty), []).append(value)
                 for clock in ("cpu", "wall"):
@@ -348,7 +458,7 @@ def main() -> None:
             print(f"  {variant + where:>28} {clock:>4}: "
                   f"{_spread([v[clock] for v in values])}")
     for name, hand, other, tty in sides:
-        goal = "  (goal <= 1.03)" if name != "mmengine" else ""
+        goal = "  (goal <= 1.03)" if name in ("plain", "api", "terminal") else ""
         print(f"ratio {other}/{hand}{' on a terminal' if tty else ''}: "
               f"CPU {_spread(ratios[name]['cpu'])}{goal}")
         print(f"{'':>{len('ratio ' + other + hand) + 1}}  wall {_spread(ratios[name]['wall'])}")

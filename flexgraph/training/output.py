@@ -33,6 +33,7 @@ __all__ = ["METRICS_FILE", "TrainOutput", "format_duration"]
 
 METRICS_FILE = "metrics.jsonl"
 _TICK_SECONDS = 0.1  # rich refreshes at 10 Hz; updating faster is wasted work
+_TB_SECONDS = 10.0  # TensorBoard events go to its writer thread at most this often
 _NEVER = 2**62
 
 
@@ -45,11 +46,16 @@ def format_duration(seconds: float) -> str:
 
 
 class _TensorBoard:
-    """TensorBoard scalars, all of one step in a single event.
+    """TensorBoard scalars, all of one step in a single event, handed over in batches.
 
     ``SummaryWriter.add_scalar`` writes one event per value, each a protobuf
     round and a wake-up of the writer thread; a log line's values share a step,
-    so they go out together.
+    so they go out together. Each hand-over wakes the writer's thread, which
+    then competes with the training loop for the interpreter: on a short log
+    interval that costs the loop several percent. So events are kept (with the
+    wall time of their log line) and handed over every ``_TB_SECONDS`` and at
+    :meth:`close`; the writer itself only flushes its file every two minutes,
+    so the file a TensorBoard reads is no later for it.
     """
 
     def __init__(self, log_dir: Path) -> None:
@@ -58,13 +64,25 @@ class _TensorBoard:
 
         self._summary = Summary
         self._writer = SummaryWriter(log_dir=str(log_dir))
+        self._pending: list[tuple[Mapping[str, float], int, float]] = []
+        self._next_write = time.perf_counter() + _TB_SECONDS
 
     def scalars(self, values: Mapping[str, float], step: int) -> None:
-        entries = [self._summary.Value(tag=tag, simple_value=float(value))
-                   for tag, value in values.items()]
-        self._writer._get_file_writer().add_summary(self._summary(value=entries), step)
+        self._pending.append((values, step, time.time()))
+        if time.perf_counter() >= self._next_write:
+            self._write()
+
+    def _write(self) -> None:
+        writer = self._writer._get_file_writer()
+        for values, step, wall_time in self._pending:
+            entries = [self._summary.Value(tag=tag, simple_value=float(value))
+                       for tag, value in values.items()]
+            writer.add_summary(self._summary(value=entries), step, walltime=wall_time)
+        self._pending.clear()
+        self._next_write = time.perf_counter() + _TB_SECONDS
 
     def close(self) -> None:
+        self._write()
         self._writer.close()
 
 

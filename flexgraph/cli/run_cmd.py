@@ -224,12 +224,14 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
     if args.dry_run:
         console.print("dry run: nothing executed")
         return 0
-    if _is_launched():
-        from flexgraph.training.distributed import leave_process_group
-
-        leave_process_group()
     for artifact in plan.steps[-1].outputs:  # what the run was for: the last step's outputs
         value = repr(result.context[artifact])
         console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",
                       markup=False, highlight=False)
+    if _is_launched():
+        from flexgraph.cli.stopping import end_launched_rank
+        from flexgraph.training.distributed import leave_process_group
+
+        leave_process_group()
+        end_launched_rank(0)
     return 0

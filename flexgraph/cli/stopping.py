@@ -61,23 +61,25 @@ def report_stop(stop: TrainingStopped) -> int:
             with contextlib.suppress(OSError):
                 (Path(folder) / STOP_NOTE).write_text(str(stop))
     if "TORCHELASTIC_RUN_ID" in os.environ:
-        _exit_launched_rank()
+        end_launched_rank(EXIT_STOPPED)
     return EXIT_STOPPED
 
 
-def _exit_launched_rank() -> None:
-    """End a launched rank now, with :data:`EXIT_STOPPED`, skipping the interpreter's teardown.
+def end_launched_rank(status: int) -> None:
+    """End a launched rank now, with ``status``, skipping the interpreter's teardown.
 
-    Everything the run wrote is closed and on disk (the checkpoint fsynced, the
-    log and metrics closed as the loop and the run record ended). What is left
-    is C++ teardown that races the other ranks' exit: when rank 0 hosts the
-    rendezvous store (``--max-restarts``) and has already gone, a rank's c10d
-    threads can abort it (SIGABRT, about one stop in ten here), and the agent
-    would take the stop for a crash and restart the group.
+    Called once everything the run wrote is closed and on disk (checkpoints
+    fsynced, the log and metrics closed as the loop and the run record ended)
+    and the rank has left the process group. What is left is C++ teardown that
+    races the other ranks' exit: a rank's c10d and gloo threads can abort it
+    there (``terminate called without an active exception``, SIGABRT; about
+    one stop in ten here when rank 0 hosts the rendezvous store, and one
+    finished run in a few dozen on a loaded machine), and the agent would take
+    a finished or stopped rank for a crashed one (pytorch/pytorch#190489).
     """
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(EXIT_STOPPED)
+    os._exit(status)
 
 
 def launcher_signals(policy_signals: Iterable[str]) -> str:

@@ -19,7 +19,8 @@ Guarantees, and how they are kept:
   with :class:`UnsafeCheckpointError`, with no unsafe retry.
 * **Resume is exact.** A checkpoint holds the model, the optimizer wrapper,
   the parameter schedulers (as plain data, see :mod:`flexgraph.training.state`),
-  the loop position (epoch, global iteration, batch index inside the epoch) and
+  the loop position (MMEngine's epoch and iteration counters, and where the
+  data continues: passes over the dataloader done, batches of the next one) and
   the RNG states of *every* rank.
 * **Every rank's state is saved.** A save is a collective: every rank calls
   it, the IO decides who writes what, and barriers keep any rank from reading
@@ -34,9 +35,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from io import BytesIO
 from pathlib import Path
 from typing import IO, Any
 
@@ -58,6 +61,8 @@ __all__ = [
     "Checkpointer",
     "apply_weights",
     "atomic_write",
+    "checkpoint_meta",
+    "flat_schedulers",
     "load_checkpoint_file",
     "model_weights",
     "restore_schedulers",
@@ -131,12 +136,16 @@ def model_weights(model: torch.nn.Module) -> dict[str, Any]:
     return unwrap_model(model).state_dict()
 
 
-def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int,
-                    seed: int | None) -> dict[str, Any]:
+def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int, seed: int | None,
+                    data_pass: int | None = None) -> dict[str, Any]:
     """The ``meta`` entry: where the loop stands, and what wrote the checkpoint.
 
-    ``epoch`` counts completed epochs, ``iteration`` completed iterations, and
-    ``batch_idx`` the batches of epoch ``epoch`` already trained on.
+    ``epoch`` and ``iter`` are MMEngine's counters at the save (completed
+    iterations; completed epochs, or the current epoch's index for a save
+    inside an epoch; always 0 in an iteration-based loop). Where the data
+    continues is flexgraph's own: ``data_pass`` passes over the train
+    dataloader are complete and ``batch_idx`` batches of the next one are
+    trained on (``data_pass`` defaults to ``epoch``, as in an epoch loop).
     """
     return {
         "flexgraph_version": _flexgraph_version(),
@@ -146,12 +155,39 @@ def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int,
         "epoch": int(epoch),
         "iter": int(iteration),
         "batch_idx": int(batch_idx),
+        "data_pass": int(epoch if data_pass is None else data_pass),
         "seed": seed,
     }
 
 
-def restore_schedulers(param_schedulers: Sequence[Any], states: Sequence[Any]) -> None:
+def flat_schedulers(param_schedulers: Any) -> list[Any]:
+    """Every scheduler of a list, or of MMEngine's per-optimizer dict of lists."""
+    if isinstance(param_schedulers, Mapping):
+        return [s for group in param_schedulers.values() for s in group]
+    return list(param_schedulers or [])
+
+
+def _scheduler_states(param_schedulers: Any) -> Any:
+    """Plain scheduler states, laid out as MMEngine saves them (a list, or a dict of lists)."""
+    if isinstance(param_schedulers, Mapping):
+        return {name: [to_plain(s.state_dict()) for s in group]
+                for name, group in param_schedulers.items()}
+    return [to_plain(s.state_dict()) for s in param_schedulers]
+
+
+def restore_schedulers(param_schedulers: Any, states: Any) -> None:
     """Load plain scheduler states saved by :meth:`Checkpointer.snapshot`."""
+    if isinstance(param_schedulers, Mapping) or isinstance(states, Mapping):
+        mine = dict(param_schedulers) if isinstance(param_schedulers, Mapping) else {}
+        saved = dict(states) if isinstance(states, Mapping) else {}
+        if set(mine) != set(saved):
+            raise CheckpointError(
+                f"the checkpoint has parameter schedulers for optimizers {sorted(saved)} but "
+                f"the config builds them for {sorted(mine)}; resume with the config it was "
+                f"saved with")
+        for name, group in mine.items():
+            restore_schedulers(group, saved[name])
+        return
     if len(states) != len(param_schedulers):
         raise CheckpointError(
             f"the checkpoint has {len(states)} parameter schedulers but the config "
@@ -236,54 +272,55 @@ class Checkpointer:
         self.io = io or FileCheckpointIO()
         self.saved: list[str] = []  # names this run (and the runs it resumed) wrote
 
-    # -- when ---------------------------------------------------------------------
-    def due_after_iter(self, iters_done: int) -> bool:
-        """An iteration-interval save is due after ``iters_done`` iterations."""
-        p = self.policy
-        return p.enabled and not p.by_epoch and p.interval > 0 and iters_done % p.interval == 0
-
-    def due_after_epoch(self, epochs_done: int) -> bool:
-        """An epoch-interval save is due after ``epochs_done`` epochs (epoch loops)."""
-        p = self.policy
-        return p.enabled and p.by_epoch and p.interval > 0 and epochs_done % p.interval == 0
-
-    @property
-    def save_last(self) -> bool:
-        return self.policy.enabled and self.policy.save_last
-
     # -- write --------------------------------------------------------------------
     def snapshot(self, *, model: torch.nn.Module, optim_wrapper: Any,
-                 param_schedulers: Sequence[Any], epoch: int, iteration: int,
-                 batch_idx: int, seed: int | None) -> dict[str, Any]:
+                 param_schedulers: Any, epoch: int, iteration: int,
+                 batch_idx: int, seed: int | None, data_pass: int | None = None,
+                 rng_state: dict[str, Any] | None = None,
+                 runtime_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Everything needed to continue training exactly from this point.
 
         A collective when a process group exists (RNG states are gathered from
         all ranks, and a sharded IO gathers its state), so every rank calls it.
         Hooks see the result in ``before_save_checkpoint`` before it is saved.
+
+        ``rng_state`` is this rank's RNG state to record (default: the current
+        one); ``runtime_info`` goes into ``meta`` for hooks to find on resume.
+        ``optim_wrapper=None`` and ``param_schedulers=None`` leave those states
+        out (a best checkpoint holds the weights only, as in MMEngine).
         """
-        return {
-            "meta": checkpoint_meta(epoch=epoch, iteration=iteration, batch_idx=batch_idx,
-                                    seed=seed),
-            **self.io.states(model, optim_wrapper),
-            "param_schedulers": [to_plain(s.state_dict()) for s in param_schedulers],
-            "rng_states": gather_rng_states(),
-        }
+        meta = checkpoint_meta(epoch=epoch, iteration=iteration, batch_idx=batch_idx,
+                               seed=seed, data_pass=data_pass)
+        if runtime_info:
+            meta["runtime_info"] = to_plain(dict(runtime_info))
+        states = {k: v for k, v in self.io.states(model, optim_wrapper).items()
+                  if v is not None}
+        checkpoint = {"meta": meta, **states}
+        if param_schedulers is not None:
+            checkpoint["param_schedulers"] = _scheduler_states(param_schedulers)
+            checkpoint["rng_states"] = gather_rng_states(rng_state)
+        return checkpoint
 
     def save(self, checkpoint: dict[str, Any], stem: str, *, model: Any = None,
-             optim_wrapper: Any = None) -> Path:
+             optim_wrapper: Any = None, keep: bool = True) -> Path:
         """Write ``checkpoint`` as ``work_dir/<stem><io.suffix>`` atomically, then prune.
 
         A collective: every rank calls it. ``checkpoint['meta']['saved_checkpoints']``
         is updated to include this checkpoint, so a resumed run continues pruning
         what this run wrote (and never anything it did not write).
+        ``keep=False`` (a best checkpoint) writes the file alone: it is not
+        counted for ``keep_last``, and ``last_checkpoint`` does not point to it.
         """
         name = stem + self.io.suffix
         path = self.work_dir / name
-        saved = [n for n in self.saved if n != name] + [name]
-        limit = self.policy.keep_last
-        doomed = saved[:-limit] if 0 < limit < len(saved) else []
-        saved = saved[len(doomed):]
-        checkpoint.setdefault("meta", {})["saved_checkpoints"] = list(saved)
+        if keep:
+            saved = [n for n in self.saved if n != name] + [name]
+            limit = self.policy.keep_last
+            doomed = saved[:-limit] if 0 < limit < len(saved) else []
+            saved = saved[len(doomed):]
+            checkpoint.setdefault("meta", {})["saved_checkpoints"] = list(saved)
+        else:
+            saved, doomed = self.saved, []
         temp = path.with_name(_TEMP_PREFIX + name)
         if self.rank == 0:
             self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -301,8 +338,9 @@ class Checkpointer:
                 self._discard(path)
             os.replace(temp, path)
             _fsync_dir(self.work_dir)
-            pointer = str(path.resolve()).encode()
-            atomic_write(self.work_dir / POINTER_NAME, lambda f: f.write(pointer))
+            if keep:
+                pointer = str(path.resolve()).encode()
+                atomic_write(self.work_dir / POINTER_NAME, lambda f: f.write(pointer))
             for old in doomed:  # only now that the new checkpoint is safely in place
                 self._discard(self.work_dir / old)
         self.saved = saved
@@ -324,6 +362,39 @@ class Checkpointer:
         except OSError:  # e.g. a directory cannot replace a non-empty one: remove in place
             trash = path
         self.io.remove(trash)
+
+    def remove(self, path: Path) -> None:
+        """Delete a checkpoint this run wrote (rank 0; the others have nothing to do)."""
+        if self.rank == 0:
+            self._discard(path)
+
+    def publish(self, path: Path, keys: Sequence[str], *, logger: Any = None) -> Path | None:
+        """Write ``{stem}-{sha256[:8]}.pth`` next to ``path``, holding only ``keys``.
+
+        MMEngine's ``published_keys``: a release file without the optimizer and
+        other training state. The hash is of the published file's own bytes.
+        Rank 0 writes; a sharded (directory) checkpoint cannot be published.
+        """
+        if self.rank != 0:
+            return None
+        if not path.is_file():
+            if logger is not None:
+                logger.warning(f"published_keys: {path.name} is not a single-file "
+                               f"checkpoint, so it is not published")
+            return None
+        checkpoint = load_checkpoint_file(path)
+        removed = sorted(k for k in checkpoint if k not in keys)
+        if removed and logger is not None:
+            logger.info(f"published_keys: {removed} are left out of the published "
+                        f"{path.name}")
+        buffer = BytesIO()
+        torch.save({k: v for k, v in checkpoint.items() if k in keys}, buffer)
+        data = buffer.getvalue()
+        final = path.with_name(f"{path.stem}-{hashlib.sha256(data).hexdigest()[:8]}.pth")
+        atomic_write(final, lambda f: f.write(data))
+        if logger is not None:
+            logger.info(f"The checkpoint {path.name} is published to {final.name}.")
+        return final
 
     # -- read ---------------------------------------------------------------------
     def read(self, path: str | os.PathLike[str], *, model: Any = None,

@@ -9,7 +9,6 @@ contradictory config into a :class:`ConfigError` before anything is built.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 from collections.abc import Mapping
@@ -21,10 +20,12 @@ from flexgraph.training.errors import ConfigError
 
 __all__ = [
     "CheckpointPolicy",
+    "LoggerPolicy",
     "StopPolicy",
     "TrainSchedule",
     "checkpoint_policy",
     "log_interval",
+    "logger_policy",
     "restart_count",
     "resume_source",
     "section",
@@ -52,7 +53,8 @@ class TrainSchedule:
     iteration loops run ``max_iters`` iterations, re-iterating the dataloader as
     often as needed. ``max_iters`` is always known (``max_epochs * epoch_length``
     in epoch mode) so that progress, ETA and gradient accumulation work the same
-    in both modes.
+    in both modes. An iteration loop is one epoch to hooks and schedulers, as in
+    MMEngine: its ``max_epochs`` is 1 however many passes it makes.
     """
 
     by_epoch: bool
@@ -113,7 +115,7 @@ def train_schedule(cfg: Any, epoch_length: int | None) -> TrainSchedule:
             raise ConfigError(
                 f"train_cfg: an iteration-based loop needs max_iters >= 1, got {max_iters!r}"
             )
-        max_epochs = math.ceil(max_iters / epoch_length) if epoch_length else 1
+        max_epochs = 1  # MMEngine's IterBasedTrainLoop: the whole run is one epoch
         default_interval = 1000
     val_interval = int(tc.get("val_interval", default_interval))
     if val_interval < 1:
@@ -128,14 +130,44 @@ def train_schedule(cfg: Any, epoch_length: int | None) -> TrainSchedule:
     )
 
 
+_RULES = ("greater", "less")
+# MMEngine's CheckpointHook defaults for inferring a ``save_best`` rule.
+_GREATER_KEYS = ("acc", "top", "AR@", "auc", "precision", "mAP", "mDice", "mIoU", "mAcc",
+                 "aAcc")
+_LESS_KEYS = ("loss",)
+
+
+def _every_n(done: int, n: int, start: int) -> bool:
+    """MMEngine's ``Hook.every_n_*``: ``done - start`` is a non-negative multiple of ``n``."""
+    dividend = done - start
+    return dividend >= 0 and n > 0 and dividend % n == 0
+
+
+def _next_every_n(done: int, n: int, start: int) -> int | None:
+    """The smallest count after ``done`` for which :func:`_every_n` holds (None: never)."""
+    if n <= 0:
+        return None
+    first = max(done + 1, start)
+    return start + -(-(first - start) // n) * n
+
+
 @attrs.frozen
 class CheckpointPolicy:
-    """When to save (MMEngine's ``CheckpointHook`` arguments, minus storage options).
+    """When to save and what to keep: MMEngine's ``CheckpointHook`` arguments.
 
-    ``interval <= 0`` saves only at the end (when ``save_last``); ``enabled=False``
-    (``default_hooks.checkpoint=None``) never saves. In an iteration-based loop an
-    epoch interval has no epoch ends to fire on, so it saves only at the end, as
-    MMEngine does.
+    The rules are MMEngine's, counter for counter: with ``by_epoch`` a save is
+    due when ``epochs_done - save_begin`` is a non-negative multiple of
+    ``interval`` (``interval <= 0``: never), or at the last epoch when
+    ``save_last``; without it, the same in iterations. ``enabled=False``
+    (``default_hooks.checkpoint=None``) never saves. An epoch interval in an
+    iteration-based loop fires once, when the loop's single epoch ends.
+
+    ``save_best`` names the metrics whose best value keeps a ``best_*``
+    checkpoint; ``rules`` holds each one's comparison (``'greater'``,
+    ``'less'``, or ``None`` for ``'auto'``, decided at the first validation),
+    inferred from ``greater_keys`` / ``less_keys`` when the config gives none.
+    ``published_keys`` makes the last and best checkpoints published after
+    training (only those entries, named with a content hash).
     """
 
     enabled: bool = True
@@ -143,29 +175,155 @@ class CheckpointPolicy:
     by_epoch: bool = True
     keep_last: int = -1
     save_last: bool = True
+    save_begin: int = 0
+    save_best: tuple[str, ...] = ()
+    rules: tuple[str | None, ...] = ()
+    greater_keys: tuple[str, ...] = _GREATER_KEYS
+    less_keys: tuple[str, ...] = _LESS_KEYS
+    published_keys: tuple[str, ...] | None = None
+
+    def due_after_iter(self, iters_done: int, max_iters: int) -> bool:
+        """An iteration save is due once ``iters_done`` iterations are complete."""
+        return self.enabled and not self.by_epoch and (
+            _every_n(iters_done, self.interval, self.save_begin)
+            or (self.save_last and iters_done == max_iters))
+
+    def due_after_epoch(self, epochs_done: int, max_epochs: int) -> bool:
+        """An epoch save is due once ``epochs_done`` epochs are complete."""
+        return self.enabled and self.by_epoch and (
+            _every_n(epochs_done, self.interval, self.save_begin)
+            or (self.save_last and epochs_done == max_epochs))
+
+    def next_iter_due(self, iters_done: int, max_iters: int) -> int | None:
+        """The next iteration count after ``iters_done`` with a save due (None: none)."""
+        if not self.enabled or self.by_epoch:
+            return None
+        due = [n for n in (_next_every_n(iters_done, self.interval, self.save_begin),
+                           max_iters if self.save_last and iters_done < max_iters else None)
+               if n is not None]
+        return min(due) if due else None
+
+    def rule_for(self, key: str, rule: str | None = None) -> str:
+        """``rule``, or the one MMEngine infers for metric ``key`` from its name.
+
+        Raises
+        ------
+        ConfigError
+            No rule given and ``key`` matches neither ``greater_keys`` nor ``less_keys``.
+        """
+        if rule is not None:
+            return rule
+        name = key.lower()
+        greater = {k.lower() for k in self.greater_keys}
+        less = {k.lower() for k in self.less_keys}
+        if name in greater:
+            return "greater"
+        if name in less:
+            return "less"
+        if any(k in name for k in greater):
+            return "greater"
+        if any(k in name for k in less):
+            return "less"
+        raise ConfigError(
+            f"default_hooks.checkpoint: cannot infer whether a greater or a smaller "
+            f"{key!r} is better; set rule='greater' or rule='less' (or list the key in "
+            f"greater_keys / less_keys)")
+
+
+def _names(value: Any, what: str, *, unique: bool = True) -> tuple[str, ...] | None:
+    """A str or a list of str as a tuple (``None`` stays ``None``)."""
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"default_hooks.checkpoint.{what} must be a str or a list of str, "
+                          f"got {value!r}")
+    if unique and len(set(names)) != len(names):
+        raise ConfigError(f"default_hooks.checkpoint.{what} lists a name twice: {value!r}")
+    return tuple(names)
 
 
 def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
-    """Map ``default_hooks.checkpoint`` onto a :class:`CheckpointPolicy`."""
+    """Map ``default_hooks.checkpoint`` onto a :class:`CheckpointPolicy`.
+
+    Options flexgraph does not act on are reported by
+    :func:`flexgraph.training.config_keys.warn_unused_keys`, not here.
+
+    Raises
+    ------
+    ConfigError
+        A malformed ``save_best`` / ``rule`` / ``published_keys``, an unknown rule,
+        or a metric whose rule cannot be inferred.
+    """
     hooks = section(cfg, "default_hooks", {})
     if "checkpoint" in hooks and hooks["checkpoint"] is None:
         return CheckpointPolicy(enabled=False)
     ck = dict(hooks.get("checkpoint") or {"interval": 1})
-    return CheckpointPolicy(
+    save_best = _names(ck.get("save_best"), "save_best") or ()
+    if "auto" in save_best and len(save_best) > 1:
+        raise ConfigError("default_hooks.checkpoint.save_best: 'auto' must stand alone")
+    rules = _names(ck.get("rule"), "rule", unique=False) or (None,)
+    for rule in rules:
+        if rule is not None and rule not in _RULES:
+            raise ConfigError(f"default_hooks.checkpoint.rule must be 'greater', 'less' or "
+                              f"None, got {rule!r}")
+    if len(rules) == 1:
+        rules = rules * max(len(save_best), 1)
+    elif len(rules) != len(save_best):
+        raise ConfigError(f"default_hooks.checkpoint: {len(rules)} rules for "
+                          f"{len(save_best)} save_best metrics; give one rule or one each")
+    save_begin = int(ck.get("save_begin", 0))
+    if save_begin < 0:
+        raise ConfigError(f"default_hooks.checkpoint.save_begin must be >= 0, got {save_begin}")
+    policy = CheckpointPolicy(
         interval=int(ck.get("interval", -1)),
         by_epoch=bool(ck.get("by_epoch", True)),
         keep_last=int(ck.get("max_keep_ckpts", -1)),
         save_last=bool(ck.get("save_last", True)),
+        save_begin=save_begin,
+        save_best=save_best,
+        greater_keys=_names(ck.get("greater_keys"), "greater_keys") or _GREATER_KEYS,
+        less_keys=_names(ck.get("less_keys"), "less_keys") or _LESS_KEYS,
+        published_keys=_names(ck.get("published_keys"), "published_keys"),
     )
+    # Decided now, as MMEngine does when it builds the hook; 'auto' waits for metrics.
+    resolved = tuple(rule if key == "auto" else policy.rule_for(key, rule)
+                     for key, rule in zip(save_best, rules, strict=False))
+    return attrs.evolve(policy, rules=resolved)
+
+
+@attrs.frozen
+class LoggerPolicy:
+    """When a log line is written: MMEngine's ``LoggerHook`` ``interval`` and ``ignore_last``.
+
+    ``interval`` counts the batches of the current epoch (an iteration-based
+    loop is one epoch); an epoch whose length is not a multiple of it gets a
+    line at its end only when ``ignore_last`` is false or the epoch is no
+    longer than ``interval``.
+    """
+
+    interval: int = 10
+    ignore_last: bool = True
+
+
+def logger_policy(cfg: Any) -> LoggerPolicy:
+    """``default_hooks.logger`` (MMEngine's defaults: ``interval=10``, ``ignore_last=True``)."""
+    logger = section(section(cfg, "default_hooks", {}), "logger", {})
+    if not isinstance(logger, Mapping):
+        return LoggerPolicy()
+    interval = logger.get("interval", 10)
+    if not isinstance(interval, int) or interval < 1:
+        raise ConfigError(f"default_hooks.logger.interval must be an int >= 1, got {interval!r}")
+    ignore_last = logger.get("ignore_last", True)
+    if not isinstance(ignore_last, bool):
+        raise ConfigError(f"default_hooks.logger.ignore_last must be True or False, "
+                          f"got {ignore_last!r}")
+    return LoggerPolicy(interval=interval, ignore_last=ignore_last)
 
 
 def log_interval(cfg: Any) -> int:
     """``default_hooks.logger.interval`` (MMEngine's default: 10 iterations)."""
-    logger = section(section(cfg, "default_hooks", {}), "logger", {})
-    interval = int(logger.get("interval", 10)) if isinstance(logger, Mapping) else 10
-    if interval < 1:
-        raise ConfigError(f"default_hooks.logger.interval must be >= 1, got {interval}")
-    return interval
+    return logger_policy(cfg).interval
 
 
 def work_dir_of(cfg: Any) -> str:

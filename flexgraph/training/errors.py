@@ -22,6 +22,7 @@ __all__ = [
     "TrainingStopped",
     "UnknownComponentError",
     "UnsafeCheckpointError",
+    "UnusedConfigWarning",
 ]
 
 
@@ -90,3 +91,11 @@ class TrainingStopped(BaseException):
         self.iteration = iteration
         self.checkpoint = checkpoint
         self.rank = rank
+
+
+class UnusedConfigWarning(UserWarning):
+    """A config key that MMEngine's Runner acts on and flexgraph does not.
+
+    Not an error: the run goes on as the rest of the config says. The message
+    names the key and says what flexgraph does instead.
+    """

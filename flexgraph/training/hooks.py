@@ -13,23 +13,37 @@ current epoch, so ``Hook.every_n_train_iters`` / ``every_n_epochs`` /
 of only those hooks that override it. A point nobody overrides is an empty
 tuple, so the per-iteration cost of hooks in the common case is iterating over
 ``()``. Hooks are ordered by priority, stably, like MMEngine's
-``Runner.register_hook``.
+``Runner.register_hook``: default hooks first, in MMEngine's order, then
+custom hooks.
+
+Two of MMEngine's default hooks are observable by other hooks and so keep
+their place in that order: ``param_scheduler`` (MMEngine's own
+``ParamSchedulerHook``, priority LOW: hooks at LOW and below see the stepped
+learning rate) and ``checkpoint`` (:class:`BuiltinCheckpointHook`, priority
+VERY_LOW: it saves before validation, between the hooks above and below it).
+When no other hook overrides ``after_train_iter``, the loop does their
+per-iteration work itself instead of dispatching to them
+(:meth:`Hooks.inlined`), so they cost nothing extra per iteration. The other
+defaults (runtime info, timer, sampler seed, logger) are built into the loop.
 """
 
 from __future__ import annotations
 
 import itertools
-import sys
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
 
 import torch
+from mmengine.hooks import Hook
 from mmengine.logging import MessageHub, MMLogger
 from mmengine.registry import HOOKS
 
 from flexgraph.training.build import build_from_cfg
-from flexgraph.training.config import section, work_dir_of
+from flexgraph.training.checkpoint_hook import BuiltinCheckpointHook
+from flexgraph.training.config import checkpoint_policy, section, work_dir_of
+from flexgraph.training.config_keys import warn_unused_keys
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.workdir import active_record, console_logger
 
@@ -60,11 +74,18 @@ _DELEGATES = {
 
 _RUN_NUMBERS = itertools.count()  # logger / message-hub names are process-global
 
-# MMEngine default hooks whose behaviour is built into the loop. ``checkpoint``
-# and ``logger`` are read by :mod:`flexgraph.training.config`.
-_BUILTIN_HOOK_KEYS = frozenset({
-    "runtime_info", "timer", "sampler_seed", "logger", "param_scheduler", "checkpoint",
-})
+# MMEngine's default hooks, in the order its Runner registers them (which breaks
+# priority ties). ``checkpoint`` and ``logger`` settings are read by
+# :mod:`flexgraph.training.config`.
+_DEFAULT_HOOKS = {
+    "runtime_info": {"type": "RuntimeInfoHook"},
+    "timer": {"type": "IterTimerHook"},
+    "sampler_seed": {"type": "DistSamplerSeedHook"},
+    "logger": {"type": "LoggerHook"},
+    "param_scheduler": {"type": "ParamSchedulerHook"},
+    "checkpoint": {"type": "CheckpointHook", "interval": 1},
+}
+_BUILTIN_HOOK_KEYS = frozenset(_DEFAULT_HOOKS)
 _BUILTIN_HOOK_TYPES = frozenset({
     "RuntimeInfoHook", "IterTimerHook", "DistSamplerSeedHook", "LoggerHook",
     "ParamSchedulerHook", "CheckpointHook", "SyncBuffersHook",
@@ -86,7 +107,7 @@ class RunnerView:
         self.work_dir = work_dir
         self.log_dir = work_dir
         self.timestamp = timestamp
-        self.experiment_name = f"flexgraph_{timestamp}"
+        self.experiment_name = _experiment_name(cfg, timestamp)
         self.logger = logger
         self.message_hub = message_hub
         self.model: torch.nn.Module | None = None
@@ -135,11 +156,7 @@ class RunnerView:
 
 
 def _overrides(hook: Any, point: str) -> bool:
-    # Only an imported class can have instances: when nothing imported mmengine.hooks
-    # (a run whose hooks are all plain objects), there is no need to import it here.
-    module = sys.modules.get("mmengine.hooks.hook")
-    Hook = getattr(module, "Hook", None)  # noqa: N806 (the class, as MMEngine names it)
-    if Hook is None or not isinstance(hook, Hook):
+    if not isinstance(hook, Hook):
         return callable(getattr(hook, point, None))
     if point in vars(hook):
         return True
@@ -168,6 +185,22 @@ class Hooks:
         for point in HOOK_POINTS:
             setattr(self, point, tuple(getattr(h, point) for h in self.hooks
                                        if _overrides(h, point)))
+        #: MMEngine's own ParamSchedulerHook, when the run has one (the loop inlines it)
+        self.scheduler_hook = next((h for h in self.hooks if type(h) is _scheduler_hook_type()),
+                                   None)
+        #: the default checkpoint hook, when saving is enabled (the loop inlines it)
+        self.checkpoint_hook = next((h for h in self.hooks
+                                     if isinstance(h, BuiltinCheckpointHook)), None)
+
+    def inlined(self, point: str) -> bool:
+        """Whether only the built-in scheduler and checkpoint hooks override ``point``.
+
+        The loop then does their work at that point itself: stepping the
+        iteration schedulers, saving when a save is due. The outcome is the
+        same as dispatching to them, without a call per hook per iteration.
+        """
+        builtin = (self.scheduler_hook, self.checkpoint_hook)
+        return all(getattr(fn, "__self__", None) in builtin for fn in getattr(self, point))
 
     def call(self, point: str, **kwargs: Any) -> None:
         """Fire one hook point with MMEngine's keyword arguments."""
@@ -218,6 +251,21 @@ def _priority(hook: Any) -> int:
                       f"0..100 nor one of {', '.join(PRIORITIES)}")
 
 
+def _scheduler_hook_type() -> type:
+    from mmengine.hooks import ParamSchedulerHook
+
+    return ParamSchedulerHook
+
+
+def _experiment_name(cfg: Any, timestamp: str) -> str:
+    """MMEngine's: ``{experiment_name}_{timestamp}``, else ``{config stem}_{timestamp}``."""
+    name = section(cfg, "experiment_name")
+    filename = getattr(cfg, "filename", None)
+    if not name and filename:
+        name = os.path.splitext(os.path.basename(filename))[0]
+    return f"{name}_{timestamp}" if name else timestamp
+
+
 def _hook_from_cfg(cfg: Any, what: str) -> Any:
     if not isinstance(cfg, dict) and not hasattr(cfg, "items"):
         return cfg  # an already-built hook object
@@ -238,19 +286,61 @@ def _is_builtin(key: str, cfg: Any) -> bool:
     return name.rpartition(".")[2] in _BUILTIN_HOOK_TYPES
 
 
-def build_hooks(cfg: Any) -> Hooks:
-    """Build ``custom_hooks`` and any non-builtin ``default_hooks`` entries.
+def _default_hooks(cfg: Any) -> dict[str, Any]:
+    """``default_hooks`` merged into MMEngine's defaults, in MMEngine's order.
 
-    MMEngine's built-in default hooks (timer, logger, param scheduler,
-    checkpoint, sampler seed, runtime info) are accepted and skipped: the loop
-    does their work itself, reading ``default_hooks.checkpoint`` and
-    ``default_hooks.logger`` for their settings. Any other entry is a hook the
-    user asked for and is built like a custom hook.
+    As in MMEngine's ``Runner.register_default_hooks``: a key set to ``None``
+    removes that default, any other value replaces it in place, and new keys
+    come after the six defaults.
     """
+    merged: dict[str, Any] = dict(_DEFAULT_HOOKS)
+    for key, hook_cfg in section(cfg, "default_hooks", {}).items():
+        if hook_cfg is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = hook_cfg
+    return merged
+
+
+def _builtin_hook(key: str, hook_cfg: Any, cfg: Any) -> Any:
+    """The hook object standing in for a built-in default (``None``: the loop does it)."""
+    if isinstance(hook_cfg, Hook):
+        if type(hook_cfg).__name__ == "CheckpointHook":
+            raise ConfigError(f"default_hooks.{key}: give the CheckpointHook as a dict of its "
+                              f"options (dict(type='CheckpointHook', interval=...)); flexgraph "
+                              f"saves through its own checkpointer")
+        return hook_cfg if type(hook_cfg) is _scheduler_hook_type() else None
+    type_ = hook_cfg.get("type")
+    name = (type_ if isinstance(type_, str) else getattr(type_, "__name__", "")) or ""
+    name = name.rpartition(".")[2]
+    if name == "ParamSchedulerHook" or (not name and key == "param_scheduler"):
+        hook = _scheduler_hook_type()()
+    elif name == "CheckpointHook" or (not name and key == "checkpoint"):
+        hook = BuiltinCheckpointHook(checkpoint_policy(cfg))
+    else:
+        return None
+    if hook_cfg.get("priority") is not None:
+        hook.priority = hook_cfg["priority"]
+    return hook
+
+
+def build_hooks(cfg: Any) -> Hooks:
+    """Build the default hooks (MMEngine's, merged with ``default_hooks``) and ``custom_hooks``.
+
+    Of MMEngine's built-in default hooks, ``param_scheduler`` and ``checkpoint``
+    become hooks in their MMEngine place (see the module docstring); timer,
+    logger, sampler seed and runtime info are done by the loop itself, which
+    reads ``default_hooks.logger`` for its settings. Any other entry is a hook
+    the user asked for and is built like a custom hook. Config keys flexgraph
+    does not act on are reported here, once per run (rank 0).
+    """
+    warn_unused_keys(cfg)
     hooks = []
-    defaults = section(cfg, "default_hooks", {})
-    for key, hook_cfg in defaults.items():
-        if hook_cfg is None or _is_builtin(key, hook_cfg):
+    for key, hook_cfg in _default_hooks(cfg).items():
+        if _is_builtin(key, hook_cfg):
+            builtin = _builtin_hook(key, hook_cfg, cfg)
+            if builtin is not None:
+                hooks.append(builtin)
             continue
         hooks.append(_hook_from_cfg(hook_cfg, f"default_hooks.{key}"))
     custom = section(cfg, "custom_hooks", [])

@@ -2,30 +2,47 @@
 
 Hot path first. Per iteration the loop does exactly: fetch a batch, call the
 train step (forward, backward, optimizer step through the optimizer wrapper),
-append the loss and the lr to the output's lists, step per-iteration schedulers, bump
-two counters, and compare the iteration count with ``next_event``. Hooks nobody
-overrides are empty tuples; logging, validation, checkpoints and progress
+append the loss and the lr to the output's lists, step per-iteration schedulers,
+bump two counters, and compare the iteration count with ``next_event``. Hooks
+nobody overrides are empty tuples; logging, validation, checkpoints and progress
 updates are all "events" whose next iteration number is precomputed, so
 between events nothing else runs (no dict building, no ``.item()``, no I/O).
 
-Order of hook points (MMEngine's, with one documented difference)::
+Order of hook points and of the built-in work, as MMEngine's Runner has them::
 
     before_run                       (fired by the first step that needs hooks)
     before_train
       before_train_epoch             (once around the run in iteration mode)
-        before_train_iter / after_train_iter      per batch
-        [event: log line; iteration-mode validation; iteration checkpoint]
-      after_train_epoch
+        before_train_iter
+        after_train_iter             by priority; at LOW the iteration schedulers
+                                     step (ParamSchedulerHook), at VERY_LOW an
+                                     iteration checkpoint is saved
+                                     (before_save_checkpoint)
+        [log line (LoggerHook's interval and ignore_last); iteration-mode validation]
+      after_train_epoch              at LOW the epoch schedulers step, at VERY_LOW
+                                     an epoch checkpoint is saved
       [epoch-mode validation: before_val, before_val_epoch, *_val_iter,
-       after_val_epoch(metrics), after_val]
-      [epoch checkpoint: before_save_checkpoint(checkpoint)]
-    [last checkpoint]
-    after_train
+       after_val_epoch(metrics) (VERY_LOW: best checkpoint), after_val]
+    after_train                      (VERY_LOW: published checkpoints)
     after_run
 
-Difference from MMEngine: a checkpoint due at the same point as a validation is
-saved *after* it, so the checkpoint captures the state (RNG included) from which
-the interrupted run actually continued; resuming therefore replays nothing.
+Counters are MMEngine's: ``runner.iter`` is the index of the current iteration
+during its hooks and the count once it is over; ``runner.epoch`` is the index
+of the current epoch during its hooks and the count after it, and stays 0 in
+an iteration-based loop however many passes over the data it makes (the loop
+tracks those passes itself, for the data order and for resuming).
+
+The built-in scheduler and checkpoint hooks keep their place in the hook
+order, so hooks at LOW and below see the stepped learning rate and hooks
+below VERY_LOW run after the checkpoint exists. When no other hook overrides
+``after_train_iter``, the loop does their work inline instead of
+dispatching (same order, no per-iteration call).
+
+Deliberate difference from MMEngine: validation runs on a fork of the RNG
+streams (saved before, restored after), so training randomness does not
+depend on how often the run validates, and a checkpoint saved right before a
+validation holds the RNG state the run continues from: resuming replays
+nothing and ends bit-identical to an uninterrupted run.
 
 Stopping on a signal (:mod:`flexgraph.training.preemption`): a stop request is
 one more event. A single process checks its flag after every iteration (one
@@ -40,11 +57,13 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from flexgraph.training.checkpoint import Checkpointer
+from flexgraph.training.checkpoint import Checkpointer, flat_schedulers
+from flexgraph.training.checkpoint_hook import BEST_INFO_PREFIXES
 from flexgraph.training.config import StopPolicy, TrainSchedule
 from flexgraph.training.data import epoch_batches
 from flexgraph.training.env import Env
@@ -54,7 +73,7 @@ from flexgraph.training.hooks import Hooks
 from flexgraph.training.optim import first_param_group
 from flexgraph.training.output import TrainOutput
 from flexgraph.training.preemption import StopRequest
-from flexgraph.training.state import LoopState, restore_rng
+from flexgraph.training.state import LoopState, capture_rng, restore_rng
 
 __all__ = ["TrainLoop"]
 
@@ -72,15 +91,16 @@ class TrainLoop:
 
     def __init__(self, *, schedule: TrainSchedule, env: Env, model: torch.nn.Module,
                  train_step: Callable[[Any], Any], optim_wrapper: Any,
-                 param_schedulers: list[Any], train_dataloader: Any,
+                 param_schedulers: Any, train_dataloader: Any,
                  val_dataloader: Any, val_evaluator: Any, checkpointer: Checkpointer | None,
                  hooks: Hooks, output: TrainOutput, log_interval: int,
-                 state: LoopState, stop_policy: StopPolicy | None = None) -> None:
+                 state: LoopState, log_ignore_last: bool = True,
+                 stop_policy: StopPolicy | None = None) -> None:
         self.schedule = schedule
         self.env = env
         self.model = model
         self.optim_wrapper = optim_wrapper
-        self.param_schedulers = list(param_schedulers)
+        self.param_schedulers = param_schedulers  # a list, or a dict of lists (MMEngine's)
         self.train_dataloader = train_dataloader
         self.val_dataloader = val_dataloader
         self.val_evaluator = val_evaluator
@@ -89,34 +109,53 @@ class TrainLoop:
         self.output = output
         self.log_interval = log_interval
         self.state = state
-        self.iter_schedulers = tuple(s for s in self.param_schedulers if not s.by_epoch)
-        self.epoch_schedulers = tuple(s for s in self.param_schedulers if s.by_epoch)
         self.last_val: dict[str, Any] = {}
-        # A resumed run does not re-save the checkpoint it started from.
-        self._saved_at: int | None = state.iter if state.resumed_from else None
         self._next_tick = 0
         self._step = train_step
         self._lr_group = first_param_group(optim_wrapper)
         self._stop = StopRequest(stop_policy, world_size=env.world_size, rank=env.rank,
                                  device=env.device)
+        # A resumed run does not re-save the checkpoint it started from.
+        self._saved_at: int | None = state.iter if state.resumed_from else None
         self._saved_path: Any = state.resumed_from
+        # MMEngine's LoggerHook: an epoch's last, partial interval gets a line only so.
+        self._log_last = not log_ignore_last or schedule.epoch_length <= log_interval
+        # Where the data stands: passes over the train dataloader done, and the
+        # iteration count at which the current pass would have begun.
+        self._data_pass = state.data_pass
+        self._pass_origin = state.iter - state.batch_idx
+        self._train_rng: dict[str, Any] | None = None  # set while validating
+        # The built-in hooks' per-iteration work, inlined when no other hook
+        # overrides after_train_iter (then ``_after`` is empty).
+        inline = hooks.inlined("after_train_iter")
+        self._after = () if inline else hooks.after_train_iter
+        iter_schedulers = tuple(s for s in flat_schedulers(param_schedulers) if not s.by_epoch)
+        self._inline_schedulers = iter_schedulers if inline and hooks.scheduler_hook else ()
+        self._ckpt_hook = hooks.checkpoint_hook if checkpointer is not None else None
+        self._ckpt_events = inline and self._ckpt_hook is not None
 
     # -- the run ------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Train to ``max_iters``; returns the final metrics."""
         s, hooks, runner, out = self.schedule, self.hooks, self.hooks.runner, self.output
-        it, epoch, skip = self.state.iter, self.state.epoch, self.state.batch_idx
+        it, skip = self.state.iter, self.state.batch_idx
         pending_rng = self.state.rng_state
         batch_idx = skip
         t0 = time.perf_counter()
-        out.open(it, resumed=self.state.resumed_from is not None)
+        # Saved after an epoch's last batch, before its end: that end, and its
+        # validation, run again now.
+        ends_epoch_first = s.by_epoch and skip > 0 and skip == s.epoch_length
+        out.open(it, resumed=self.state.resumed_from is not None,
+                 repeats_evals=ends_epoch_first)
+        if self._ckpt_hook is not None:
+            self._ckpt_hook.attach(self)
         try:
             self._stop.install()
             hooks.start_run()
             self.model.train()
-            runner.epoch, runner.iter = epoch, it
+            runner.epoch, runner.iter = self._epoch(), it
             runner.message_hub.update_info_dict(  # what MMEngine's RuntimeInfoHook records
-                {"epoch": epoch, "iter": it, "max_epochs": s.max_epochs,
+                {"epoch": runner.epoch, "iter": it, "max_epochs": s.max_epochs,
                  "max_iters": s.max_iters})
             hooks.call("before_train")
             self.optim_wrapper.initialize_count_status(self.model, it, s.max_iters)
@@ -124,56 +163,55 @@ class TrainLoop:
             if not s.by_epoch:
                 hooks.call("before_train_epoch")
             while it < s.max_iters:
-                runner.epoch = epoch
                 if pending_rng is not None and s.by_epoch and skip == 0:
                     restore_rng(pending_rng)  # saved right after the previous epoch ended
                     pending_rng = None
                 if s.by_epoch:
+                    runner.epoch = self._data_pass
                     hooks.call("before_train_epoch")
-                batches = epoch_batches(self.train_dataloader, epoch, skip)
+                batches = epoch_batches(self.train_dataloader, self._data_pass, skip)
                 if pending_rng is not None:
-                    restore_rng(pending_rng)  # saved after batch `skip` of this epoch
+                    restore_rng(pending_rng)  # saved after batch `skip` of this pass
                     pending_rng = None
-                it, batch_idx, stopped = self._iterate(batches, it, epoch, skip)
+                it, batch_idx, stopped = self._iterate(batches, it, skip)
                 if batch_idx == 0:
                     raise EmptyDatasetError(
-                        f"train_dataloader yielded no batch in epoch {epoch + 1}; check "
-                        f"its dataset (an iterable dataset may be exhausted)")
+                        f"train_dataloader yielded no batch in epoch {self._data_pass + 1}; "
+                        f"check its dataset (an iterable dataset may be exhausted)")
                 skip = 0
                 if stopped and not s.by_epoch:
                     break  # max_iters reached in the middle of a pass over the data
-                epoch = self._end_of_epoch(it, epoch, batch_idx)
-                batch_idx = 0
+                self._end_of_pass(it, batch_idx)
             if not s.by_epoch:
                 runner.iter = it
-                hooks.call("after_train_epoch")
-            out.log(it, epoch, batch_idx)
+                hooks.call("after_train_epoch")  # LOW: epoch schedulers; VERY_LOW: epoch_1
             out.tick(it)  # the bar ends at the last iteration, not at the last ~0.1 s tick
-            if self.checkpointer is not None and self.checkpointer.save_last and (
-                self._saved_at != it
-            ):
-                self._save(it, epoch, batch_idx)
             runner.iter = it
             hooks.call("after_train")
             hooks.end_run()
         finally:
             self._stop.uninstall()
-            out.flush(runner.epoch)  # what an interrupted run trained on is recorded too
+            if self._ckpt_hook is not None:
+                self._ckpt_hook.detach()
+            out.flush(self._data_pass)  # what an interrupted run trained on is recorded too
             out.close()
-        return self._result(it, epoch, time.perf_counter() - t0)
+        return self._result(it, time.perf_counter() - t0)
 
-    def _iterate(self, batches: Any, it: int, epoch: int,
-                 batch_idx: int) -> tuple[int, int, bool]:
+    def _epoch(self) -> int:
+        """``runner.epoch`` outside an epoch's hooks: passes done, or 0 in iteration mode."""
+        return self._data_pass if self.schedule.by_epoch else 0
+
+    def _iterate(self, batches: Any, it: int, batch_idx: int) -> tuple[int, int, bool]:
         """Train on ``batches``; returns (iterations done, batch index, hit max_iters)."""
         runner = self.hooks.runner
         step = self._step
         append_value, append_lr = self.output.values.append, self.output.lrs.append
         group = self._lr_group
-        before, after = self.hooks.before_train_iter, self.hooks.after_train_iter
-        schedulers = self.iter_schedulers
+        before, after = self.hooks.before_train_iter, self._after
+        schedulers = self._inline_schedulers
         by_epoch = self.schedule.by_epoch
         stop = self._stop
-        next_event = self._next_event(it)
+        next_event = self._next_event(it, batch_idx)
         for data_batch in batches:
             runner.iter = it
             if before:
@@ -190,9 +228,9 @@ class TrainLoop:
             it += 1
             batch_idx += 1
             if it >= next_event or stop.pending:
-                if self._on_event(it, epoch, batch_idx):
+                if self._on_event(it, batch_idx):
                     return it, batch_idx, True
-                next_event = self._next_event(it)
+                next_event = self._next_event(it, batch_idx)
         return it, batch_idx, False
 
     def _after_iter(self, fns: tuple[Any, ...], idx: int, data_batch: Any, value: Any) -> None:
@@ -207,94 +245,132 @@ class TrainLoop:
             fn(runner, batch_idx=idx, data_batch=data_batch, outputs=outputs)
 
     # -- events ---------------------------------------------------------------------------
-    def _next_event(self, it: int) -> int:
+    def _next_event(self, it: int, batch_idx: int) -> int:
         """The next iteration count at which anything besides training happens."""
         s = self.schedule
-        candidates = [s.max_iters, _next_multiple(it, self.log_interval), self._next_tick]
+        candidates = [s.max_iters, self._next_log(it, batch_idx), self._next_tick]
         if not s.by_epoch and self.val_dataloader is not None:
             candidates.append(_next_multiple(max(it, s.val_begin - 1), s.val_interval))
-        ck = self.checkpointer
-        if ck is not None and ck.policy.enabled and not ck.policy.by_epoch and (
-            ck.policy.interval > 0
-        ):
-            candidates.append(_next_multiple(it, ck.policy.interval))
+        if self._ckpt_events:
+            due = self._ckpt_hook.policy.next_iter_due(it, s.max_iters)
+            if due is not None:
+                candidates.append(due)
         stop_check = self._stop.next_check(it)
         if stop_check is not None:
             candidates.append(stop_check)
         return min(candidates)
 
-    def _on_event(self, it: int, epoch: int, batch_idx: int) -> bool:
+    def _next_log(self, it: int, batch_idx: int) -> int:
+        """MMEngine's LoggerHook: every ``interval`` batches of the epoch (an iteration
+        loop is one epoch), and the epoch's last batch if ``_log_last``."""
+        k = self.log_interval
+        if self.schedule.by_epoch:
+            return it - batch_idx + _next_multiple(batch_idx, k)  # the end: _end_of_pass
+        length = self.schedule.epoch_length
+        if self._log_last and it < length and length % k:
+            return min(_next_multiple(it, k), length)  # MMEngine compares the global index
+        return _next_multiple(it, k)
+
+    def _log_due(self, it: int, batch_idx: int) -> bool:
+        if self.schedule.by_epoch:
+            return batch_idx % self.log_interval == 0
+        return it % self.log_interval == 0 or (self._log_last
+                                               and it == self.schedule.epoch_length)
+
+    def _on_event(self, it: int, batch_idx: int) -> bool:
         """Handle whatever is due after ``it`` iterations; True when training is done."""
-        self.hooks.runner.iter = it  # as MMEngine: the count, once the iteration is over
-        if it % self.log_interval == 0:
-            self.output.log(it, epoch, batch_idx)
+        runner = self.hooks.runner
+        runner.iter = it  # as MMEngine: the count, once the iteration is over
+        if self._log_due(it, batch_idx):
+            self.output.log(it, self._data_pass, batch_idx)
         if it >= self._next_tick:
             self._next_tick = self.output.tick(it)
+        if self._ckpt_events and self._ckpt_hook.policy.due_after_iter(it, runner.max_iters):
+            runner.iter = it - 1  # the inlined hook runs inside after_train_iter
+            self._ckpt_hook.after_train_iter(runner, batch_idx=batch_idx - 1)
+            runner.iter = it
         if self.val_dataloader is not None and self.schedule.val_due_after_iter(it):
-            self._validate(it, epoch, shown_epoch=epoch + 1)
-        if self.checkpointer is not None and self.checkpointer.due_after_iter(it):
-            self._save(it, epoch, batch_idx)
+            self._validate(it, shown_epoch=self._data_pass + 1)
         signum = self._stop.due(it)
         if signum and it < self.schedule.max_iters:  # on the last one, just finish
-            self._stop_here(signum, it, epoch, batch_idx)
+            self._stop_here(signum, it)
         return it >= self.schedule.max_iters
 
-    def _end_of_epoch(self, it: int, epoch: int, batch_idx: int) -> int:
-        """Epoch hooks, epoch schedulers, validation, checkpoint; returns the next epoch."""
+    def _end_of_pass(self, it: int, batch_idx: int) -> None:
+        """A pass over the data ended: in epoch mode, the epoch's hooks and validation."""
         s, hooks, runner = self.schedule, self.hooks, self.hooks.runner
-        self.output.log(it, epoch, batch_idx)
+        if s.by_epoch and batch_idx % self.log_interval and self._log_last:
+            self.output.log(it, self._data_pass, batch_idx)
+        self.output.flush(self._data_pass)  # its records carry this pass's number
+        self._data_pass += 1
+        self._pass_origin = it
+        if not s.by_epoch:
+            return  # an iteration loop is one epoch to hooks: runner.epoch stays 0
         runner.iter = it
-        if s.by_epoch:
-            hooks.call("after_train_epoch")
-        for scheduler in self.epoch_schedulers:
-            scheduler.step()
-        epoch += 1
-        runner.epoch = epoch
-        runner.message_hub.update_info("epoch", epoch)
-        if s.by_epoch:
-            if self.val_dataloader is not None and s.val_due_after_epoch(epoch):
-                self._validate(it, epoch, shown_epoch=epoch)
-            if self.checkpointer is not None and self.checkpointer.due_after_epoch(epoch):
-                self._save(it, epoch, 0)
-        return epoch
+        hooks.call("after_train_epoch")  # LOW: epoch schedulers; VERY_LOW: epoch checkpoint
+        runner.epoch = self._data_pass
+        runner.message_hub.update_info("epoch", self._data_pass)
+        if self.val_dataloader is not None and s.val_due_after_epoch(self._data_pass):
+            self._validate(it, shown_epoch=self._data_pass)
 
-    def _validate(self, it: int, epoch: int, *, shown_epoch: int) -> None:
-        self.output.flush(epoch)
-        metrics = run_evaluation(mode="val", model=self.model, dataloader=self.val_dataloader,
-                                 evaluator=self.val_evaluator, hooks=self.hooks, env=self.env)
+    def _validate(self, it: int, *, shown_epoch: int) -> None:
+        """One validation pass, on a fork of the RNG streams (see the module docstring)."""
+        self.output.flush(self._data_pass)
+        self._train_rng = capture_rng()
+        try:
+            metrics = run_evaluation(mode="val", model=self.model,
+                                     dataloader=self.val_dataloader,
+                                     evaluator=self.val_evaluator, hooks=self.hooks,
+                                     env=self.env)
+        finally:
+            restore_rng(self._train_rng)
+            self._train_rng = None
         self.last_val = dict(metrics)
         self.output.eval_metrics(metrics, mode="val", iters_done=it, epoch=shown_epoch)
 
-    def _save(self, it: int, epoch: int, batch_idx: int) -> None:
-        """Save the state after ``it`` iterations; ``epoch`` = completed epochs."""
-        checkpoint = self.checkpointer.snapshot(
-            model=self.model, optim_wrapper=self.optim_wrapper,
-            param_schedulers=self.param_schedulers, epoch=epoch, iteration=it,
-            batch_idx=batch_idx, seed=self.env.seed)
-        self.hooks.call("before_save_checkpoint", checkpoint=checkpoint)
-        by_epoch = self.checkpointer.policy.by_epoch and self.schedule.by_epoch
-        stem = f"epoch_{epoch}" if by_epoch and batch_idx == 0 else f"iter_{it}"
-        path = self.checkpointer.save(checkpoint, stem, model=self.model,
-                                      optim_wrapper=self.optim_wrapper)
-        self._saved_at, self._saved_path = it, path
-        self.output.info(f"Saved checkpoint {path}")
+    # -- checkpoints (called by the built-in checkpoint hook) ------------------------------
+    def save_checkpoint(self, stem: str, *, epoch: int, iteration: int,
+                        best: bool = False) -> Path:
+        """Save the state after ``iteration`` iterations as ``stem``; returns its path.
 
-    def _stop_here(self, signum: int, it: int, epoch: int, batch_idx: int) -> None:
+        ``epoch`` and ``iteration`` are MMEngine's counters for the checkpoint's
+        meta; where the data continues comes from the loop's own position. A
+        ``best`` checkpoint holds the weights only and is not pruned. During
+        validation the RNG state recorded is the one training continues with.
+        """
+        hub = self.hooks.runner.message_hub
+        info = {k: v for k, v in hub.runtime_info.items() if k.startswith(BEST_INFO_PREFIXES)}
+        optim_wrapper = None if best else self.optim_wrapper
+        checkpoint = self.checkpointer.snapshot(
+            model=self.model, optim_wrapper=optim_wrapper,
+            param_schedulers=None if best else self.param_schedulers, epoch=epoch,
+            iteration=iteration, batch_idx=iteration - self._pass_origin,
+            data_pass=self._data_pass, seed=self.env.seed, rng_state=self._train_rng,
+            runtime_info=info)
+        self.hooks.call("before_save_checkpoint", checkpoint=checkpoint)
+        path = self.checkpointer.save(checkpoint, stem, model=self.model,
+                                      optim_wrapper=optim_wrapper, keep=not best)
+        if not best:
+            self._saved_at, self._saved_path = iteration, path
+        self.output.info(f"Saved checkpoint {path}")
+        return path
+
+    def _stop_here(self, signum: int, it: int) -> None:
         """Save the state after ``it`` iterations (unless just saved) and end the run."""
         name = signal.Signals(signum).name
         self.output.info(f"{name}: stopping after iteration {it}")
         path = None
         if self.checkpointer is not None:
             if self._saved_at != it:
-                self._save(it, epoch, batch_idx)
+                self.save_checkpoint(f"iter_{it}", epoch=self._epoch(), iteration=it)
             path = str(self._saved_path)
         saved = f"saved {path}" if path else "nothing saved (no checkpointer)"
         raise TrainingStopped(
             f"stopped by {name} after iteration {it} of {self.schedule.max_iters}; {saved}",
             signal_name=name, iteration=it, checkpoint=path, rank=self.env.rank)
 
-    def _result(self, it: int, epoch: int, seconds: float) -> dict[str, Any]:
-        result: dict[str, Any] = {"iter": it, "epoch": epoch, "time_s": seconds}
+    def _result(self, it: int, seconds: float) -> dict[str, Any]:
+        result: dict[str, Any] = {"iter": it, "epoch": self._epoch(), "time_s": seconds}
         result.update(self.output.last_values)
         result.update({f"val/{k}": v for k, v in self.last_val.items()})
         return result

@@ -11,6 +11,7 @@ fills the scheduler defaults MMEngine's Runner fills (``end`` = the run's length
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,30 +83,56 @@ def first_param_group(optim_wrapper: Any) -> dict[str, Any]:
     return optim_wrapper.optimizer.param_groups[0]
 
 
-def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) -> list[Any]:
-    """``cfg.param_scheduler`` -> a list of MMEngine parameter schedulers.
+def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) -> Any:
+    """``cfg.param_scheduler`` -> MMEngine parameter schedulers, shaped as MMEngine's Runner.
 
-    As in MMEngine's Runner, a scheduler without ``end`` runs to the end of
-    training (in its own unit: epochs when ``by_epoch``, else iterations), and
-    ``convert_to_iter_based=True`` schedulers get the epoch length.
+    One optimizer: a list. An ``OptimWrapperDict`` (several optimizers, a GAN):
+    a dict with one list per optimizer, built from the same ``param_scheduler``
+    for each, or from ``param_scheduler[name]`` when it is a dict keyed by the
+    optimizers' names. As in MMEngine's Runner, a scheduler without ``end``
+    runs to the end of training (in its own unit: epochs when ``by_epoch``,
+    else iterations), and ``convert_to_iter_based=True`` schedulers get the
+    epoch length.
     """
+    from mmengine.optim import OptimWrapperDict
+
     sched_cfg = section(cfg, "param_scheduler")
     if not sched_cfg:
-        return []
+        return {} if isinstance(optim_wrapper, OptimWrapperDict) else []
     if section(cfg, "train_cfg") is None:
         raise ConfigError("param_scheduler needs train_cfg (max_epochs or max_iters)")
     epoch_length = epoch_length_of(train_dataloader)
     schedule = train_schedule(cfg, epoch_length)
+    per_optimizer = isinstance(sched_cfg, Mapping) and "type" not in sched_cfg
+    if not isinstance(optim_wrapper, OptimWrapperDict):
+        if per_optimizer:
+            raise ConfigError(
+                f"param_scheduler is a dict keyed by optimizer ({sorted(sched_cfg)}), but "
+                f"optim_wrapper builds a single optimizer; give a scheduler dict or a list")
+        return _schedulers(sched_cfg, optim_wrapper, schedule, epoch_length, "param_scheduler")
+    if per_optimizer and set(sched_cfg) != set(optim_wrapper.optim_wrappers):
+        raise ConfigError(
+            f"param_scheduler has schedulers for {sorted(sched_cfg)} but optim_wrapper builds "
+            f"the optimizers {sorted(optim_wrapper.optim_wrappers)}; use the same names")
+    return {name: _schedulers(sched_cfg[name] if per_optimizer else sched_cfg, wrapper,
+                              schedule, epoch_length, f"param_scheduler[{name!r}]")
+            for name, wrapper in optim_wrapper.optim_wrappers.items()}
+
+
+def _schedulers(sched_cfg: Any, optim_wrapper: Any, schedule: Any, epoch_length: int | None,
+                what: str) -> list[Any]:
+    """The schedulers of one optimizer (``sched_cfg``: one config, a list, or built ones)."""
     entries = sched_cfg if isinstance(sched_cfg, (list, tuple)) else [sched_cfg]
     schedulers = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, Mapping):
             schedulers.append(entry)  # already built
             continue
-        args = dict(entry)
+        args = copy.deepcopy(dict(entry))  # each optimizer gets its own scheduler objects
         by_epoch = args.get("by_epoch", True)
         args.setdefault("end", schedule.max_epochs if by_epoch else schedule.max_iters)
+        where = what if len(entries) == 1 else f"{what}[{i}]"
         schedulers.append(build_from_cfg(
-            args, PARAM_SCHEDULERS, what=f"param_scheduler[{i}]",
+            args, PARAM_SCHEDULERS, what=where,
             default_args={"optimizer": optim_wrapper, "epoch_length": epoch_length}))
     return schedulers

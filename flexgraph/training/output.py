@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import logging
 import math
 import sys
 import time
@@ -36,6 +37,7 @@ __all__ = ["METRICS_FILE", "TrainOutput", "format_duration"]
 METRICS_FILE = "metrics.jsonl"
 _PENDING = object()  # a sink not made yet
 _TICK_SECONDS = 0.1  # rich refreshes at 10 Hz; updating faster is wasted work
+_TB_SECONDS = 10.0  # TensorBoard events go to its writer thread at most this often
 _NEVER = 2**62
 
 
@@ -48,11 +50,16 @@ def format_duration(seconds: float) -> str:
 
 
 class _TensorBoard:
-    """TensorBoard scalars, all of one step in a single event.
+    """TensorBoard scalars, all of one step in a single event, handed over in batches.
 
     ``SummaryWriter.add_scalar`` writes one event per value, each a protobuf
     round and a wake-up of the writer thread; a log line's values share a step,
-    so they go out together.
+    so they go out together. Each hand-over wakes the writer's thread, which
+    then competes with the training loop for the interpreter: on a short log
+    interval that costs the loop several percent. So events are kept (with the
+    wall time of their log line) and handed over every ``_TB_SECONDS`` and at
+    :meth:`close`; the writer itself only flushes its file every two minutes,
+    so the file a TensorBoard reads is no later for it.
     """
 
     def __init__(self, log_dir: Path) -> None:
@@ -61,13 +68,25 @@ class _TensorBoard:
 
         self._summary = Summary
         self._writer = SummaryWriter(log_dir=str(log_dir))
+        self._pending: list[tuple[Mapping[str, float], int, float]] = []
+        self._next_write = time.perf_counter() + _TB_SECONDS
 
     def scalars(self, values: Mapping[str, float], step: int) -> None:
-        entries = [self._summary.Value(tag=tag, simple_value=float(value))
-                   for tag, value in values.items()]
-        self._writer._get_file_writer().add_summary(self._summary(value=entries), step)
+        self._pending.append((values, step, time.time()))
+        if time.perf_counter() >= self._next_write:
+            self._write()
+
+    def _write(self) -> None:
+        writer = self._writer._get_file_writer()
+        for values, step, wall_time in self._pending:
+            entries = [self._summary.Value(tag=tag, simple_value=float(value))
+                       for tag, value in values.items()]
+            writer.add_summary(self._summary(value=entries), step, walltime=wall_time)
+        self._pending.clear()
+        self._next_write = time.perf_counter() + _TB_SECONDS
 
     def close(self) -> None:
+        self._write()
         self._writer.close()
 
 
@@ -88,6 +107,25 @@ def _json_key(key: str) -> str:
     return json.dumps(key)
 
 
+@functools.lru_cache(maxsize=64)
+def _record_template(keys: tuple[str, ...]) -> str:
+    """``%``-format of a record with ``keys`` (finite values: ``%r`` is valid JSON)."""
+    fields = "".join(f"{_json_key(key).replace('%', '%%')}: %r, " for key in keys)
+    return '{"iter": %d, "epoch": %d, ' + fields + '"lr": %r}\n'
+
+
+def _same_keys(values: list[Any]) -> tuple[str, ...] | None:
+    """The keys every value has, when all are mappings with the same keys; else None."""
+    first = values[0]
+    if not isinstance(first, Mapping):
+        return None
+    keys = first.keys()
+    for value in values:
+        if not isinstance(value, Mapping) or value.keys() != keys:
+            return None
+    return tuple(keys)
+
+
 def _json_number(value: float) -> str:
     """Like ``json.dumps`` for a float (NaN / Infinity included), without its overhead."""
     return repr(value) if math.isfinite(value) else json.dumps(value)
@@ -105,15 +143,22 @@ def _to_floats(values: list[Any]) -> list[float]:
             ]).tolist()
 
 
-def _truncate_after(path: Path, last_iter: int) -> None:
-    """Drop the records of iterations after ``last_iter`` (records are in order)."""
+def _truncate_after(path: Path, last_iter: int, *, evals_at_last: bool = True) -> None:
+    """Drop the records of iterations after ``last_iter`` (records are in order).
+
+    ``evals_at_last=False`` also drops evaluation records at ``last_iter``
+    (written after the checkpoint, by a validation the resumed run repeats).
+    """
     if not path.is_file():
         return
     with open(path, "r+b") as f:
         offset = 0
         for line in f:
             try:
-                if json.loads(line).get("iter", 0) > last_iter:
+                record = json.loads(line)
+                done = record.get("iter", 0)
+                if done > last_iter or (done == last_iter and "mode" in record
+                                        and not evals_at_last):
                     break
             except (ValueError, AttributeError):
                 break  # a torn last line from a crash
@@ -170,6 +215,7 @@ class TrainOutput:
         self._tb: Any = None
         self._progress: Any = None
         self._task: Any = None
+        self._pending: list[str] = []  # lines for above the bar, printed at the next tick
         self._start_iter = 0
         self._next_iter = 1
         self._t0 = time.perf_counter()
@@ -178,12 +224,15 @@ class TrainOutput:
         self._progress_record = progress_of_this_rank()  # for a launcher; None when alone
 
     # -- lifecycle ------------------------------------------------------------------
-    def open(self, start_iter: int, *, resumed: bool = False) -> None:
+    def open(self, start_iter: int, *, resumed: bool = False,
+             repeats_evals: bool = False) -> None:
         """Start timing at ``start_iter`` and open the sinks (rank 0).
 
         A resumed run first cuts ``metrics.jsonl`` back to ``start_iter``: the
         records an interrupted run wrote after its checkpoint describe steps
         that were rolled back and are about to be trained (and logged) again.
+        ``repeats_evals``: the run repeats the validation at ``start_iter`` too
+        (the checkpoint was saved before its epoch's end), so its record goes.
         """
         self._start_iter = start_iter
         self._next_iter = start_iter + 1
@@ -192,7 +241,8 @@ class TrainOutput:
             return
         self.work_dir.mkdir(parents=True, exist_ok=True)
         if resumed:
-            _truncate_after(self.work_dir / METRICS_FILE, start_iter)
+            _truncate_after(self.work_dir / METRICS_FILE, start_iter,
+                            evals_at_last=not repeats_evals)
         # Open for the whole run (closed in close()), so each flush is one write.
         self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         self._tb = _PENDING  # made on first use: importing tensorboard delays the first step
@@ -223,6 +273,7 @@ class TrainOutput:
             self._tb.close()
         self._tb = None
         if self._progress is not None:
+            self._print_pending()
             self._progress.stop()
             self._progress = None
 
@@ -280,6 +331,11 @@ class TrainOutput:
     def _records_with_keys(self, values: list[Any], lrs: list[float], first: int,
                            epoch: int) -> list[str]:
         """Iterations that logged several values (dict losses, MMEngine log_vars)."""
+        keys = _same_keys(values)
+        if keys is not None:
+            lines = self._columns(keys, values, lrs, first, epoch)
+            if lines is not None:
+                return lines
         flat: list[Any] = []
         layout: list[tuple[str, ...]] = []
         for value in values:
@@ -307,6 +363,23 @@ class TrainOutput:
             fields.append(f'"lr": {_json_number(lr)}')
             lines.append("{" + ", ".join(fields) + "}\n")
         return lines
+
+    def _columns(self, keys: tuple[str, ...], values: list[Any], lrs: list[float], first: int,
+                 epoch: int) -> list[str] | None:
+        """Every iteration logged the same keys (MMEngine's log_vars do): one column
+        per key and one format per line; ``None`` when a value is not finite."""
+        numbers = _to_floats([value[key] for value in values for key in keys])
+        if not (all(map(math.isfinite, numbers)) and all(map(math.isfinite, lrs))):
+            return None  # the general path spells NaN and Infinity as JSON does
+        columns = [numbers[j::len(keys)] for j in range(len(keys))]
+        for key, column in zip(keys, columns, strict=True):
+            acc = self._window.setdefault(key, [0.0, 0])
+            acc[0] += math.fsum(column)
+            acc[1] += len(column)
+            self._last[key] = column[-1]
+        rows = zip(range(first, first + len(values)), itertools.repeat(epoch), *columns, lrs)
+        template = _record_template(keys)
+        return [template % row for row in rows]
 
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
         """Print one line (means over the interval), update TensorBoard and the hub.
@@ -359,6 +432,7 @@ class TrainOutput:
         loss = self._last.get("loss")
         status = f"loss {loss:.4f}" if loss is not None else ""
         self._progress.update(self._task, completed=iters_done, status=status)
+        self._print_pending()
         return iters_done + self._tick_every
 
     # -- evaluation ---------------------------------------------------------------------
@@ -389,8 +463,20 @@ class TrainOutput:
             self._print(message)
 
     def _print(self, line: str) -> None:
-        if self._progress is not None:
-            self._progress.console.print(line, highlight=False, markup=False)
-            self.logger.info(line, extra=FILE_ONLY)  # the log file keeps what the bar showed
-        else:
+        """A log line: to the logger, or above the progress bar with its next tick.
+
+        Printing above a live bar redraws the bar (about half a millisecond);
+        the lines of one tick go out together, so a short log interval costs one
+        redraw per tick, not one per line. The log level applies either way, and
+        the log file gets every line when it is said.
+        """
+        if self._progress is None:
             self.logger.info(line)
+        elif self.logger.isEnabledFor(logging.INFO):
+            self.logger.info(line, extra=FILE_ONLY)  # the console gets it with the next tick
+            self._pending.append(line)
+
+    def _print_pending(self) -> None:
+        if self._pending:
+            lines, self._pending = "\n".join(self._pending), []
+            self._progress.console.print(lines, highlight=False, markup=False)

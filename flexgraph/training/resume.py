@@ -144,7 +144,7 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
 
 
 def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
-                    param_schedulers: list[Any], checkpointer: Checkpointer, hooks: Hooks,
+                    param_schedulers: Any, checkpointer: Checkpointer, hooks: Hooks,
                     train_dataloader: Any) -> LoopState:
     """Restore the run from the checkpoint ``cfg.resume`` asks for.
 
@@ -192,6 +192,9 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
     checkpointer.restore_saved(checkpoint)
 
     epoch, iteration, batch_idx = meta["epoch"], meta["iter"], meta.get("batch_idx", 0)
+    data_pass = meta.get("data_pass", epoch)
+    # What hooks recorded for a resumed run (MMEngine's runtime-info names: best scores).
+    runner.message_hub.update_info_dict(dict(meta.get("runtime_info") or {}))
     # Only epoch loops promise a fixed epoch length (iteration loops may run an
     # infinite sampler, whose single "epoch" outgrows len(train_dataloader)).
     epoch_length = epoch_length_of(train_dataloader) if train_dataloader is not None else None
@@ -220,5 +223,5 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
         rng_state = capture_rng()
     restarted = f" (restart {restart} of the group)" if restart else ""
     runner.logger.info(f"Resumed from {path}: epoch {epoch}, iter {iteration}{restarted}")
-    return LoopState(epoch=epoch, iter=iteration, batch_idx=batch_idx, rng_state=rng_state,
-                     resumed_from=str(path))
+    return LoopState(epoch=epoch, iter=iteration, batch_idx=batch_idx, data_pass=data_pass,
+                     rng_state=rng_state, resumed_from=str(path))

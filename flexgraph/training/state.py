@@ -39,8 +39,10 @@ class LoopState:
     """Where training starts: the ``resume`` step's answer to the ``train`` step.
 
     A fresh run starts at zero. A resumed one starts after ``iter`` completed
-    iterations, in epoch ``epoch`` (the number of completed epochs) with
-    ``batch_idx`` of its batches already trained on. ``rng_state`` is this rank's
+    iterations, with ``runner.epoch`` at ``epoch`` (MMEngine's counter: the
+    completed epochs, always 0 in an iteration-based loop), ``data_pass``
+    passes over the train dataloader complete and ``batch_idx`` batches of the
+    next pass already trained on. ``rng_state`` is this rank's
     RNG state at the moment of the save; the loop restores it right before the
     first batch it trains on (or before the epoch's hooks when resuming at an
     epoch boundary), the point where the interrupted run captured it.
@@ -49,6 +51,7 @@ class LoopState:
     epoch: int = 0
     iter: int = 0
     batch_idx: int = 0
+    data_pass: int = 0
     rng_state: dict[str, Any] | None = attrs.field(default=None, repr=False)
     resumed_from: str | None = None
 
@@ -84,12 +87,13 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
-def gather_rng_states() -> list[dict[str, Any]]:
+def gather_rng_states(mine: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every rank's RNG state, in rank order (just this one without a process group).
 
-    A collective: with a process group, every rank must call it.
+    ``mine`` is this rank's state to contribute (default: its current one). A
+    collective: with a process group, every rank must call it.
     """
-    mine = capture_rng()
+    mine = capture_rng() if mine is None else mine
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [mine]

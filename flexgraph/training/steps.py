@@ -31,6 +31,7 @@ from flexgraph.training.checkpoint import Checkpointer
 from flexgraph.training.config import (
     checkpoint_policy,
     log_interval,
+    logger_policy,
     section,
     stop_policy,
     train_schedule,
@@ -97,6 +98,11 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
     model_cfg = section(cfg, "model")
     if model_cfg is None:
         raise ConfigError("the config has no 'model'; add model=dict(type=...)")
+    preprocessor = section(cfg, "data_preprocessor")
+    if preprocessor is not None and isinstance(model_cfg, Mapping):
+        # MMEngine's Runner: a top-level data_preprocessor is the model's default one.
+        model_cfg = dict(model_cfg)
+        model_cfg.setdefault("data_preprocessor", preprocessor)
     with contextlib.ExitStack() as stack:
         if device == "meta":
             stack.enter_context(parameters_on_meta())
@@ -184,8 +190,12 @@ def build_optim_wrapper(cfg: Any, env: Env, model: nn.Module) -> Any:
     return optim.build_optim_wrapper(cfg, model, device=env.device)
 
 
-def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) -> list[Any]:
-    """MMEngine parameter schedulers from ``cfg.param_scheduler`` (maybe empty)."""
+def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) -> Any:
+    """MMEngine parameter schedulers from ``cfg.param_scheduler`` (maybe empty).
+
+    A list, or for an ``OptimWrapperDict`` a dict of lists by optimizer name,
+    as MMEngine's Runner builds them.
+    """
     return optim.build_param_schedulers(cfg, optim_wrapper, train_dataloader)
 
 
@@ -200,7 +210,7 @@ def build_train_step(env: Env, model: nn.Module, optim_wrapper: Any) -> Any:
     return make_train_step(model, optim_wrapper, env.device)
 
 
-def resume(cfg: Any, model: nn.Module, optim_wrapper: Any, param_schedulers: list[Any],
+def resume(cfg: Any, model: nn.Module, optim_wrapper: Any, param_schedulers: Any,
            checkpointer: Checkpointer, hooks: Hooks, train_dataloader: Any) -> LoopState:
     """Restore model, optimizer, schedulers, position and RNG as ``cfg.resume`` asks."""
     return resume_training(cfg=cfg, model=model, optim_wrapper=optim_wrapper,
@@ -216,7 +226,7 @@ def _output(cfg: Any, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
 
 
 def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: Any,
-          param_schedulers: list[Any], train_dataloader: Any, val_dataloader: Any,
+          param_schedulers: Any, train_dataloader: Any, val_dataloader: Any,
           checkpointer: Checkpointer, hooks: Hooks, loop_state: LoopState) -> dict[str, Any]:
     """Run the training loop; returns the final metrics (loss, lr, ``val/*``)."""
     if train_dataloader is None:
@@ -238,13 +248,14 @@ def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: 
     output = _output(cfg, env, hooks, max_iters=schedule.max_iters,
                      max_epochs=schedule.max_epochs, by_epoch=schedule.by_epoch,
                      epoch_length=schedule.epoch_length)
+    logging = logger_policy(cfg)
     loop = TrainLoop(schedule=schedule, env=env, model=model, train_step=train_step,
                      optim_wrapper=optim_wrapper,
                      param_schedulers=param_schedulers, train_dataloader=train_dataloader,
                      val_dataloader=val_dataloader, val_evaluator=evaluator,
                      checkpointer=checkpointer, hooks=hooks, output=output,
-                     log_interval=log_interval(cfg), state=loop_state,
-                     stop_policy=stop_policy(cfg))
+                     log_interval=logging.interval, log_ignore_last=logging.ignore_last,
+                     state=loop_state, stop_policy=stop_policy(cfg))
     return loop.run()
 
 

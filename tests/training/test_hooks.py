@@ -34,9 +34,11 @@ def test_hook_points_fire_in_documented_order(make_cfg):
     )
     run_steps(cfg)
     calls = RecordingHook.calls
+    # MMEngine's order: the epoch checkpoint is saved inside after_train_epoch
+    # (CheckpointHook, VERY_LOW priority), before validation.
     epoch = [("before_train_epoch",), ("iters", "train"), ("after_train_epoch",),
-             ("before_val",), ("before_val_epoch",), ("iters", "val"),
-             ("after_val_epoch",), ("after_val",), ("before_save_checkpoint",)]
+             ("before_save_checkpoint",), ("before_val",), ("before_val_epoch",),
+             ("iters", "val"), ("after_val_epoch",), ("after_val",)]
     assert _collapse(calls) == [("before_run",), ("before_train",), *epoch, *epoch,
                                 ("after_train",), ("after_run",)]
     # MMEngine's counters: iteration hooks see the index of the current iteration,
@@ -46,6 +48,7 @@ def test_hook_points_fire_in_documented_order(make_cfg):
     assert [c[3] for c in train_iters] == list(range(10)) * 2  # batch_idx inside the epoch
     assert [c[1] for c in calls if c[0] == "after_train_epoch"] == [0, 1]
     assert [c[1:3] for c in calls if c[0] == "after_val"] == [(1, 10), (2, 20)]
+    assert [c[1:3] for c in calls if c[0] == "before_save_checkpoint"] == [(0, 10), (1, 20)]
 
 
 def test_iteration_loop_passes_global_index_and_wraps_epoch_hooks(make_cfg):
@@ -97,7 +100,7 @@ def test_priority_orders_hooks_stably(make_cfg):
     assert order == ["high", "a", "b", "low"]
 
 
-def test_custom_hook_priority_key_and_builtin_defaults_are_skipped(make_cfg):
+def test_custom_hook_priority_key_and_builtin_defaults_keep_mmengine_places(make_cfg):
     cfg = make_cfg(
         default_hooks=dict(timer=dict(type="IterTimerHook"),
                            sampler_seed=dict(type="DistSamplerSeedHook"),
@@ -108,7 +111,18 @@ def test_custom_hook_priority_key_and_builtin_defaults_are_skipped(make_cfg):
                       dict(type="EmptyCacheHook")],
     )
     hooks = build_hooks(cfg)
-    assert [type(h).__name__ for h in hooks.hooks] == ["EmptyCacheHook", "RecordingHook"]
+    # timer, sampler seed and logger are the loop's own work; the scheduler (LOW) and
+    # checkpoint (VERY_LOW) hooks keep their places, ahead of custom hooks of equal
+    # priority, as MMEngine registers default hooks first.
+    assert [type(h).__name__ for h in hooks.hooks] == [
+        "EmptyCacheHook", "ParamSchedulerHook", "BuiltinCheckpointHook", "RecordingHook"]
+    assert not hooks.inlined("after_train_iter")  # RecordingHook overrides it
+
+
+def test_default_hooks_set_to_none_are_removed(make_cfg):
+    hooks = build_hooks(make_cfg(default_hooks=dict(param_scheduler=None, checkpoint=None)))
+    assert hooks.hooks == () and hooks.inlined("after_train_iter")
+    assert hooks.scheduler_hook is None and hooks.checkpoint_hook is None
 
 
 def test_before_run_precedes_after_load_checkpoint(tmp_path, make_cfg):

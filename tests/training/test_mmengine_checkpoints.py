@@ -125,7 +125,8 @@ def test_an_mmengine_checkpoint_needs_exactly_the_allowed_globals(mmengine_run):
     before = set(torch.serialization.get_safe_globals())  # torch keeps them in a set
 
     safe = load_checkpoint_file(path)
-    assert set(torch.serialization.get_safe_globals()) == before, "the allow-list is scoped to a load"
+    after = set(torch.serialization.get_safe_globals())
+    assert after == before, "the allow-list is scoped to a load"
     trusted = torch.load(path, weights_only=False)  # our own file: the ground truth
     for key, buffer in trusted["message_hub"]["log_scalars"].items():
         loaded = safe["message_hub"]["log_scalars"][key]

@@ -61,3 +61,45 @@ def test_rich_progress_path_updates_the_bar(tmp_path):
     assert task.fields["status"] == "loss 6.0000"
     out.close()
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 6
+
+
+def test_records_of_same_keys_match_the_general_path(tmp_path):
+    """MMEngine log_vars have the same keys every iteration: a faster, equal spelling."""
+    out = _output(tmp_path, interactive=False)
+    out.open(0)
+    rows = [{"loss": torch.tensor(0.25 * i), 'top%"1': torch.tensor(1.0 / (i + 3))}
+            for i in range(3)]
+    for row in rows:
+        out.values.append(row)
+        out.lrs.append(0.1)
+    out.flush(0)
+    out.values.append({"loss": torch.tensor(float("inf")), 'top%"1': torch.tensor(0.5)})
+    out.lrs.append(0.1)
+    out.flush(0)  # a non-finite value: the general path
+    out.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines[:3]] == [
+        {"iter": i + 1, "epoch": 1, "loss": row["loss"].item(), 'top%"1': row['top%"1'].item(),
+         "lr": 0.1} for i, row in enumerate(rows)]
+    assert json.loads(lines[3])["loss"] == float("inf")
+    assert out.last_values['top%"1'] == 0.5
+
+
+def test_lines_above_the_bar_go_out_with_its_next_tick_at_the_log_level(tmp_path, capsys):
+    logger = logging.getLogger("test_output.terminal")
+    logger.setLevel(logging.INFO)
+    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logger,
+                      message_hub=MessageHub.get_instance("test_output_tty"), log_interval=2,
+                      max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
+                      interactive=True)
+    out.open(0)
+    out.info("first line")
+    out.info("second line")
+    assert "first line" not in capsys.readouterr().out  # one redraw for both, at the tick
+    out.tick(1)
+    printed = capsys.readouterr().out
+    assert printed.index("first line") < printed.index("second line")
+    logger.setLevel(logging.WARNING)  # e.g. log_level='WARNING': no INFO lines, bar or not
+    out.info("not shown")
+    out.close()
+    assert "not shown" not in capsys.readouterr().out

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 
+import numpy as np
 import pytest
 import torch
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
 from training_helpers import run_steps
 
 from flexgraph.training.checkpoint import load_checkpoint_file
@@ -27,6 +31,14 @@ def assert_same(a, b, path="state"):
         assert a == b, path
 
 
+@HOOKS.register_module(force=True)
+class DrawsInValidation(Hook):
+    """Draws from every global RNG during validation, as a random val augmentation would."""
+
+    def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        torch.rand(3), random.random(), np.random.rand()
+
+
 CASES = {
     # crash inside epoch 2, resume from an iteration checkpoint in its middle
     "mid-epoch": dict(checkpoint=dict(type="CheckpointHook", interval=7, by_epoch=False),
@@ -38,6 +50,12 @@ CASES = {
     "iter-loop": dict(checkpoint=dict(type="CheckpointHook", interval=8, by_epoch=False),
                       crash_at=19, resumed_from="iter_16.pth",
                       train_cfg=dict(type="IterBasedTrainLoop", max_iters=30, val_interval=10)),
+    # saved at the end of epoch 1, before a validation that draws random numbers (a
+    # random val augmentation) and that the resumed run does not repeat; the hook is at
+    # LOW priority, so the checkpoint hook is dispatched among the hooks, not inlined
+    "before-random-val": dict(checkpoint=dict(type="CheckpointHook", interval=1),
+                              crash_at=13, resumed_from="epoch_1.pth",
+                              custom_hooks=[dict(type="DrawsInValidation", priority="LOW")]),
 }
 
 
@@ -46,14 +64,18 @@ def test_resumed_run_is_bit_identical(case, tmp_path, make_cfg):
     spec = dict(CASES[case])
     extra = {"train_cfg": spec["train_cfg"]} if "train_cfg" in spec else {}
     hooks = dict(checkpoint=spec["checkpoint"], logger=dict(type="LoggerHook", interval=5))
+    custom = spec.get("custom_hooks", [])
 
-    full = run_steps(make_cfg(work_dir=str(tmp_path / "full"), default_hooks=hooks, **extra))
+    full = run_steps(make_cfg(work_dir=str(tmp_path / "full"), default_hooks=hooks,
+                              custom_hooks=custom, **extra))
 
     broken = str(tmp_path / "broken")
     crash = [dict(type="CrashHook", at_iter=spec["crash_at"])]
     with pytest.raises(KeyboardInterrupt):
-        run_steps(make_cfg(work_dir=broken, default_hooks=hooks, custom_hooks=crash, **extra))
-    resumed = run_steps(make_cfg(work_dir=broken, default_hooks=hooks, resume="auto", **extra))
+        run_steps(make_cfg(work_dir=broken, default_hooks=hooks, custom_hooks=custom + crash,
+                           **extra))
+    resumed = run_steps(make_cfg(work_dir=broken, default_hooks=hooks, resume="auto",
+                                 custom_hooks=custom, **extra))
 
     assert resumed["loop_state"].resumed_from.endswith(spec["resumed_from"])
     assert_same(full["model"].state_dict(), resumed["model"].state_dict(), "model")
@@ -101,7 +123,9 @@ def test_keep_last_prunes_only_after_saving_and_across_resume(tmp_path, make_cfg
     assert sorted(p.name for p in work.glob("*.pth")) == ["iter_28.pth", "iter_30.pth"]
     meta = load_checkpoint_file(work / "iter_30.pth")["meta"]
     assert meta["saved_checkpoints"] == ["iter_28.pth", "iter_30.pth"]
-    assert (meta["epoch"], meta["iter"], meta["batch_idx"]) == (3, 30, 0)
+    # saved inside the last after_train_iter, with MMEngine's counters (epoch index 2),
+    # after all 10 batches of the third pass over the data
+    assert (meta["epoch"], meta["iter"], meta["data_pass"], meta["batch_idx"]) == (2, 30, 2, 10)
 
 
 def test_resume_true_resumes_from_load_from(tmp_path, make_cfg):
@@ -130,3 +154,21 @@ def test_resume_refuses_a_weights_only_file(tmp_path, make_cfg):
     torch.save(run_steps(make_cfg(), last="build_model")["model"].state_dict(), raw)
     with pytest.raises(CheckpointError, match="no training state"):
         run_steps(make_cfg(resume=str(raw)), last="resume")
+
+
+def test_best_checkpoints_are_tracked_across_a_resume(tmp_path, make_cfg):
+    hooks = dict(checkpoint=dict(type="CheckpointHook", interval=1, save_best="loss"))
+    run_steps(make_cfg(work_dir=str(tmp_path / "full"), default_hooks=hooks))
+    with pytest.raises(KeyboardInterrupt):
+        run_steps(make_cfg(work_dir=str(tmp_path / "broken"), default_hooks=hooks,
+                           custom_hooks=[dict(type="CrashHook", at_iter=24)]))
+    run_steps(make_cfg(work_dir=str(tmp_path / "broken"), default_hooks=hooks, resume="auto"))
+
+    def kept(name):
+        return sorted(p.name for p in (tmp_path / name).glob("*.pth"))
+
+    assert kept("broken") == kept("full")
+    assert len([n for n in kept("full") if n.startswith("best_loss_")]) == 1
+    meta = load_checkpoint_file(tmp_path / "broken" / "epoch_3.pth")["meta"]
+    assert meta["runtime_info"]["best_ckpt"].endswith(next(
+        n for n in kept("full") if n.startswith("best_loss_")))

@@ -1,0 +1,173 @@
+"""Which config keys flexgraph acts on, and a warning for each one it does not.
+
+An MMEngine config may hold keys that MMEngine's Runner acts on and flexgraph
+does not (``visualizer``, ``log_processor``, a checkpoint ``out_dir``, ...).
+Ignoring one of them silently would leave the user believing it took effect,
+so each is reported by name, with the reason, as an
+:class:`~flexgraph.training.errors.UnusedConfigWarning`. This module is the one
+place that knows the keys: the tables below list every top-level key MMEngine's
+Runner (and flexgraph's own front end) reads, and the options of the sections
+flexgraph interprets itself. A key absent from the tables is one MMEngine does
+not read either (a config's own variables: ``train_pipeline``, ``data_root``,
+...), so it is only reported when its name is close to a known key, which is
+most likely a typo (``param_schedular``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from flexgraph.training.config import section
+from flexgraph.training.errors import UnusedConfigWarning
+
+__all__ = ["ACTED_ON", "NOT_ACTED_ON", "unused_keys", "warn_unused_keys"]
+
+#: Top-level keys flexgraph acts on (MMEngine's meaning, where MMEngine has the key).
+ACTED_ON = frozenset({
+    "model", "data_preprocessor", "work_dir", "experiment_name",
+    "train_dataloader", "val_dataloader", "test_dataloader",
+    "train_cfg", "val_cfg", "test_cfg", "val_evaluator", "test_evaluator",
+    "optim_wrapper", "param_scheduler", "default_hooks", "custom_hooks",
+    "load_from", "resume", "randomness", "env_cfg", "log_level", "default_scope",
+    "launcher", "auto_scale_lr", "compile",
+    # flexgraph's own: the graph and its strategies (spec front end), imports
+    "strategy", "strategies", "steps", "custom_steps", "inputs", "custom_imports",
+})
+
+#: Top-level MMEngine keys flexgraph does not act on, with the reason shown.
+NOT_ACTED_ON = {
+    "visualizer": "flexgraph writes work_dir/metrics.jsonl and TensorBoard scalars itself",
+    "vis_backends": "flexgraph writes work_dir/metrics.jsonl and TensorBoard scalars itself",
+    "log_processor": "flexgraph composes its own log lines (interval from "
+                     "default_hooks.logger)",
+    "model_wrapper_cfg": "give DDP options as strategy=dict(type='DDPStrategy', "
+                         "model_wrapper=dict(...))",
+    "find_unused_parameters": "give it as strategy=dict(type='DDPStrategy', "
+                              "model_wrapper=dict(find_unused_parameters=True))",
+    "activation_checkpointing": "flexgraph has no top-level activation checkpointing; "
+                                "FSDPStrategy takes activation_checkpointing",
+    "efficient_conv_bn_eval": "not supported",
+    "tta_model": "test-time augmentation is not supported",
+    "tta_pipeline": "test-time augmentation is not supported",
+}
+
+#: Options of the sections whose meaning flexgraph implements itself. A default
+#: hook missing here (or given another ``type``) is built and run as a hook.
+_SECTION_OPTIONS: dict[str, dict[str, frozenset[str] | str]] = {
+    "train_cfg": {
+        "acted": frozenset({"type", "by_epoch", "max_epochs", "max_iters", "val_interval",
+                            "val_begin"}),
+        "why": "flexgraph validates every val_interval from val_begin",
+    },
+    "randomness": {
+        "acted": frozenset({"seed", "deterministic", "diff_rank_seed"}),
+        "why": "not supported",
+    },
+    "env_cfg": {
+        "acted": frozenset({"cudnn_benchmark"}),
+        "why": "the launcher and the strategy set up processes (strategy=dict(dist_cfg=...))",
+    },
+    "val_cfg": {"acted": frozenset({"type"}), "why": "flexgraph's validation pass has no options"},
+    "test_cfg": {"acted": frozenset({"type"}), "why": "flexgraph's test pass has no options"},
+}
+_HOOK_OPTIONS: dict[str, frozenset[str]] = {
+    "CheckpointHook": frozenset({
+        "type", "priority", "interval", "by_epoch", "max_keep_ckpts", "save_last",
+        "save_begin", "save_best", "rule", "greater_keys", "less_keys", "published_keys",
+    }),
+    "LoggerHook": frozenset({"type", "priority", "interval", "ignore_last"}),
+    "ParamSchedulerHook": frozenset({"type", "priority"}),
+    "RuntimeInfoHook": frozenset({"type", "priority"}),
+    "IterTimerHook": frozenset({"type", "priority"}),
+    "DistSamplerSeedHook": frozenset({"type", "priority"}),
+}
+_HOOK_OPTION_WHY = {
+    "CheckpointHook": "checkpoints go to work_dir under MMEngine's names and always hold the "
+                      "optimizer and schedulers, so that resume is exact",
+    "LoggerHook": "flexgraph's log lines, metrics.jsonl and TensorBoard are written by the loop",
+}
+_DEFAULT_HOOK_TYPES = {"runtime_info": "RuntimeInfoHook", "timer": "IterTimerHook",
+                       "sampler_seed": "DistSamplerSeedHook", "logger": "LoggerHook",
+                       "param_scheduler": "ParamSchedulerHook", "checkpoint": "CheckpointHook"}
+_LOOP_TYPES = {"val_cfg": "ValLoop", "test_cfg": "TestLoop"}
+_TYPO_CUTOFF = 0.85  # difflib ratio: 'param_schedular' ~ 0.93, 'train_pipeline' < 0.7
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _type_name(value: Any) -> str:
+    type_ = value.get("type") if isinstance(value, Mapping) else None
+    name = type_ if isinstance(type_, str) else getattr(type_, "__name__", "") or ""
+    return name.rpartition(".")[2]
+
+
+def unused_keys(cfg: Any) -> Iterator[str]:
+    """One message per config key flexgraph does not act on, naming the key and why."""
+    for key in cfg:
+        value = cfg.get(key)
+        if key in NOT_ACTED_ON and value not in (None, False, {}, []):
+            yield f"config key {key!r} is not used by flexgraph: {NOT_ACTED_ON[key]}"
+        elif key not in ACTED_ON and key not in NOT_ACTED_ON and not key.startswith("_"):
+            close = difflib.get_close_matches(key, sorted(ACTED_ON | set(NOT_ACTED_ON)), n=1,
+                                              cutoff=_TYPO_CUTOFF)
+            if close:
+                yield f"config key {key!r} is not used by flexgraph (did you mean {close[0]!r}?)"
+    yield from _conditional(cfg)
+    for name, rules in _SECTION_OPTIONS.items():
+        options = section(cfg, name, {})
+        if not isinstance(options, Mapping):
+            continue
+        for option in options:
+            if option in rules["acted"] or _acted_conditionally(name, option, options):
+                continue
+            yield f"config key '{name}.{option}' is not used by flexgraph: {rules['why']}"
+        loop = _LOOP_TYPES.get(name)
+        if loop and _type_name(options) not in ("", loop):
+            yield (f"config key '{name}.type' ({_type_name(options)}) is not used by "
+                   f"flexgraph: it runs its own {loop[:-4].lower()} pass")
+    yield from _hook_options(cfg)
+
+
+def _conditional(cfg: Any) -> Iterator[str]:
+    """Keys flexgraph acts on only with some values."""
+    launcher = section(cfg, "launcher", "none")
+    if launcher != "none":
+        yield (f"config key 'launcher' ({launcher!r}) is not used by flexgraph: start "
+               f"several processes with --nproc-per-node (or torchrun)")
+    scale = section(cfg, "auto_scale_lr", {})
+    if isinstance(scale, Mapping) and scale.get("enable"):
+        yield ("config key 'auto_scale_lr' is not used by flexgraph: scale the learning rate "
+               "in optim_wrapper yourself")
+
+
+def _acted_conditionally(name: str, option: str, options: Mapping[str, Any]) -> bool:
+    """``env_cfg.dist_cfg`` only matters in a distributed run, as in MMEngine."""
+    return name == "env_cfg" and option == "dist_cfg" and _world_size() == 1
+
+
+def _hook_options(cfg: Any) -> Iterator[str]:
+    for key, hook_cfg in section(cfg, "default_hooks", {}).items():
+        if not isinstance(hook_cfg, Mapping):
+            continue
+        type_name = _type_name(hook_cfg) or _DEFAULT_HOOK_TYPES.get(key, "")
+        acted = _HOOK_OPTIONS.get(type_name)
+        if acted is None:
+            continue  # a hook flexgraph builds and runs: its options are its own
+        for option in hook_cfg:
+            if option not in acted:
+                why = _HOOK_OPTION_WHY.get(type_name, "flexgraph's loop does this hook's work")
+                yield f"config key 'default_hooks.{key}.{option}' is not used by flexgraph: {why}"
+
+
+def warn_unused_keys(cfg: Any) -> None:
+    """Warn (:class:`UnusedConfigWarning`) about each unused key, on rank 0 only."""
+    if cfg is None or not hasattr(cfg, "get") or int(os.environ.get("RANK", "0")) != 0:
+        return
+    for message in unused_keys(cfg):
+        warnings.warn(message, UnusedConfigWarning, stacklevel=3)

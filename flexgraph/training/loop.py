@@ -185,7 +185,7 @@ class TrainLoop:
             if not s.by_epoch:
                 runner.iter = it
                 hooks.call("after_train_epoch")  # LOW: epoch schedulers; VERY_LOW: epoch_1
-            out.tick(it)  # the bar ends at the last iteration, not at the last ~0.1 s tick
+            out.tick(it)  # the bar ends at the last iteration, not at the last tick
             runner.iter = it
             hooks.call("after_train")
             hooks.end_run()

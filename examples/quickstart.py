@@ -45,5 +45,7 @@ randomness = dict(seed=0)
 # One process by default, DDP with --nproc-per-node 2. To shard instead, run
 # with --nproc-per-node 2 after uncommenting one of:
 # strategy = dict(type="FSDPStrategy")
+# strategy = dict(type="DeepSpeedStrategy", bf16=dict(enabled=True),
+#                 zero_optimization=dict(stage=3))
 # strategy = dict(type="DDPStrategy")
 work_dir = "work_dirs/quickstart"

@@ -134,7 +134,8 @@ def deepspeed(
     initialize = Step(
         "deepspeed_initialize", f"{HERE}:initialize", requires=("cfg", "env", "hooks"),
         provides=tuple(outputs), updates="model",
-        params={"config": ds, "inputs_to_half": list(inputs_to_half or []) or None},
+        params={"config": ds,
+                "inputs_to_half": None if inputs_to_half is None else list(inputs_to_half)},
         doc="deepspeed.initialize: the engine and its ZeRO optimizer")
     rewrites = [
         Replace("setup_env", Step(
@@ -294,10 +295,16 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=resolved)
     safe_checkpoint_engine(engine)
     write_config_file(resolved, work_dir_of(cfg))
-    if filled and env.is_main:
-        chosen = ", ".join(f"{k}={v}" for k, v in sorted(filled.items()))
-        hooks.runner.logger.info(f"DeepSpeed config filled in: {chosen}")
-    outputs: dict[str, Any] = {"model": EngineModel(engine, inputs_to_half),
+    wrapped = EngineModel(engine, inputs_to_half)
+    if env.is_main:
+        if filled:
+            chosen = ", ".join(f"{k}={v}" for k, v in sorted(filled.items()))
+            hooks.runner.logger.info(f"DeepSpeed config filled in: {chosen}")
+        if inputs_to_half is None and wrapped.compute_dtype is not None:
+            hooks.runner.logger.info(
+                f"DeepSpeed runs the model in {wrapped.compute_dtype}: floating-point "
+                f"inputs are cast to it (inputs_to_half=[...] names which instead)")
+    outputs: dict[str, Any] = {"model": wrapped,
                                "optim_wrapper": DeepSpeedOptimWrapper(engine)}
     if "scheduler" in resolved:
         outputs["param_schedulers"] = []  # the engine steps its own LR scheduler

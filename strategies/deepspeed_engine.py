@@ -121,9 +121,13 @@ def cast_inputs(data: Any, keys: list[Any] | None, dtype: torch.dtype | None) ->
     ``keys`` name dict keys, or positions (in a list or tuple, or among a
     dict's keys in order, which is how MMEngine configs that say
     ``inputs_to_half=[0]`` meet the dict a data preprocessor returns). Tensors
-    may be nested in lists, tuples and dicts.
+    may be nested in lists, tuples and dicts. ``keys=None`` (the config left
+    ``inputs_to_half`` unset) casts every floating tensor: a half-precision
+    engine's model cannot take fp32 inputs, so a config that switches to
+    DeepSpeed's bf16 by its ``strategy`` line alone trains as it is (as
+    Lightning's DeepSpeed precision does); ``[]`` casts nothing.
     """
-    if not keys or dtype is None:
+    if dtype is None or keys == []:
         return data
 
     def cast(value: Any) -> Any:
@@ -135,6 +139,8 @@ def cast_inputs(data: Any, keys: list[Any] | None, dtype: torch.dtype | None) ->
             return type(value)(cast(v) for v in value)
         return value
 
+    if keys is None:
+        return cast(data)
     if isinstance(data, Mapping):
         names = list(data)
         chosen = {names[k] if isinstance(k, int) and 0 <= k < len(names) else k for k in keys}

@@ -145,3 +145,15 @@ def test_inputs_to_half_casts_dict_keys_positions_and_nested_tensors():
     pair = cast_inputs((torch.ones(1), torch.ones(1)), [1], torch.float16)
     assert [t.dtype for t in pair] == [torch.float32, torch.float16]
     assert cast_inputs(data, ["inputs"], None) is data, "fp32: nothing to cast"
+
+
+def test_unset_inputs_to_half_casts_every_floating_tensor_and_an_empty_list_none():
+    import torch
+    from flexgraph.strategies.deepspeed_engine import cast_inputs
+
+    data = {"inputs": [torch.ones(2)], "target": torch.ones(2), "labels": torch.tensor([1])}
+    every = cast_inputs(data, None, torch.bfloat16)
+    assert every["inputs"][0].dtype == every["target"].dtype == torch.bfloat16
+    assert every["labels"].dtype == torch.int64
+    assert cast_inputs(data, [], torch.bfloat16) is data, "[]: the user cast nothing"
+    assert cast_inputs(data, None, None) is data, "fp32: nothing to cast"

@@ -53,7 +53,11 @@ def main() -> None:
         engine.step()
         recorder.iteration_done()
     recorder.write()
+    # Leave together, then skip the interpreter's teardown, where gloo's threads can
+    # abort a finished rank (pytorch/pytorch#190489), as flexgraph's ranks do.
+    deepspeed.comm.barrier()
     deepspeed.comm.destroy_process_group()
+    os._exit(0)
 
 
 if __name__ == "__main__":

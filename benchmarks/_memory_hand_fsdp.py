@@ -54,7 +54,11 @@ def main() -> None:
         optimizer.zero_grad()
         recorder.iteration_done()
     recorder.write()
+    # Leave together, then skip the interpreter's teardown, where gloo's threads can
+    # abort a finished rank (pytorch/pytorch#190489), as flexgraph's ranks do.
+    dist.barrier()
     dist.destroy_process_group()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,8 @@ def _run(label: str, argv: list[str], work_dir: Path, args: argparse.Namespace) 
     print("\n".join(f"    | {line}" for line in lines[-12:]), file=sys.stderr)
     why = f"timed out after {args.timeout:.0f} s" if code is None else (
         f"exit status {code}" if code else "no rank records")
-    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    last = next((line.strip() for line in reversed(lines)  # not torchrun's ===== rule
+                 if line.strip().strip("=-")), "")
     return Result(label, note=f"failed ({why}): {last[:100]}")
 
 

@@ -219,10 +219,25 @@ def setup_env(cfg: Any, *, precision: str = "fp32", device: str | None = None,
     if precision == "bf16" and not accelerator.is_bf16_supported():
         raise ConfigError(f"strategy 'deepspeed': bf16 is not supported on "
                           f"{accelerator.device_name()}; use fp16=dict(enabled=True)")
+    _warn_about_stale_build_locks()
     env = setup_process_group(cfg, device=device, backend=backend, timeout=timeout)
     deepspeed.init_distributed(dist_backend=backend or ("nccl" if "cuda" in env.device
                                                         else "gloo"))
     return env
+
+
+def _warn_about_stale_build_locks() -> None:
+    """Say so (once per machine) when an interrupted op build would make this run hang."""
+    import warnings
+
+    from flexgraph.strategies.deepspeed_engine import stale_build_locks
+
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    for lock, age in stale_build_locks():
+        warnings.warn(f"{lock} is {age / 60:.0f} min old: a build of a DeepSpeed C++ op was "
+                      f"interrupted, and a run that builds that op waits for the file to go, "
+                      f"forever; delete it unless a build is running", stacklevel=2)
 
 
 def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ __all__ = [
     "cast_inputs",
     "engine_train_step",
     "fill_config",
+    "stale_build_locks",
     "write_config_file",
 ]
 
@@ -267,3 +270,30 @@ def write_config_file(config: Mapping[str, Any], work_dir: str) -> None:
     folder = Path(work_dir)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "deepspeed_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+# -- DeepSpeed's C++ op builds ------------------------------------------------------------------
+
+STALE_LOCK_SECONDS = 600
+
+
+def stale_build_locks(now: float | None = None) -> list[tuple[Path, float]]:
+    """Lock files of interrupted C++ op builds, with their ages in seconds.
+
+    DeepSpeed builds its ops on first use (its fused Adam, a shared-memory
+    comm op on the CPU) through torch, under ``<extensions dir>/<op>/lock``.
+    A build that is killed leaves the file behind, and every later build of
+    that op waits for it to go, silently and forever. A build takes about a
+    minute, so a lock older than :data:`STALE_LOCK_SECONDS` is taken as stale.
+    """
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    now = time.time() if now is None else now
+    found = []
+    for lock in sorted({*root.glob("*/lock"), *root.glob("*/*/lock")}):
+        with contextlib.suppress(OSError):  # a build may finish and remove it meanwhile
+            age = now - lock.stat().st_mtime
+            if age > STALE_LOCK_SECONDS:
+                found.append((lock, age))
+    return found

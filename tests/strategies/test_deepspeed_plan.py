@@ -157,3 +157,21 @@ def test_unset_inputs_to_half_casts_every_floating_tensor_and_an_empty_list_none
     assert every["labels"].dtype == torch.int64
     assert cast_inputs(data, [], torch.bfloat16) is data, "[]: the user cast nothing"
     assert cast_inputs(data, None, None) is data, "fp32: nothing to cast"
+
+
+def test_stale_op_build_locks_are_found_and_fresh_ones_left_alone(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from flexgraph.strategies.deepspeed_engine import STALE_LOCK_SECONDS, stale_build_locks
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    now = time.time()
+    for op, age in (("deepspeed_shm_comm", 2 * STALE_LOCK_SECONDS), ("fused_adam", 30)):
+        (tmp_path / op).mkdir()
+        (tmp_path / op / "lock").touch()
+        os.utime(tmp_path / op / "lock", (now - age, now - age))
+    (tmp_path / "fused_adam" / "fused_adam.so").touch()
+    found = stale_build_locks(now)
+    assert [(lock.parent.name, round(age)) for lock, age in found] == [
+        ("deepspeed_shm_comm", 2 * STALE_LOCK_SECONDS)], "a build in progress is not stale"

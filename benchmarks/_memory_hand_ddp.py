@@ -8,18 +8,16 @@ AdamW. Each rank writes its record (peak memory, iteration stamps) to D.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from _memory_workload import (
     LR,
-    SEED,
     WEIGHT_DECAY,
     RankRecorder,
     ResidualMLP,
-    bench_device,
+    join_group,
+    leave_group,
     rank_batches,
     script_arguments,
 )
@@ -28,12 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 def main() -> None:
     args = script_arguments(__doc__.splitlines()[0])
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = bench_device(int(os.environ["LOCAL_RANK"]))
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    torch.manual_seed(SEED)
+    rank, world_size, device = join_group(dist.init_process_group)
 
     model = ResidualMLP(args.blocks, args.width).to(device)
     model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
@@ -47,11 +40,7 @@ def main() -> None:
         optimizer.zero_grad()
         recorder.iteration_done()
     recorder.write()
-    # Leave together, then skip the interpreter's teardown, where gloo's threads can
-    # abort a finished rank (pytorch/pytorch#190489), as flexgraph's ranks do.
-    dist.barrier()
-    dist.destroy_process_group()
-    os._exit(0)
+    leave_group(dist.barrier, dist.destroy_process_group)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ Each rank writes its record to D.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import deepspeed
@@ -20,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from _memory_workload import (
     LR,
-    SEED,
     WEIGHT_DECAY,
     RankRecorder,
     ResidualMLP,
-    bench_device,
+    join_group,
+    leave_group,
     rank_batches,
     script_arguments,
 )
@@ -33,12 +32,7 @@ from _memory_workload import (
 def main() -> None:
     args = script_arguments(__doc__.splitlines()[0], "--ds-config")
     config = json.loads(Path(args.ds_config).read_text())
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = bench_device(int(os.environ["LOCAL_RANK"]))
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo")
-    torch.manual_seed(SEED)
+    rank, world_size, device = join_group(deepspeed.init_distributed)
 
     stage = config.get("zero_optimization", {}).get("stage", 0)
     with deepspeed.zero.Init(config_dict_or_path=config, enabled=stage == 3):
@@ -53,11 +47,7 @@ def main() -> None:
         engine.step()
         recorder.iteration_done()
     recorder.write()
-    # Leave together, then skip the interpreter's teardown, where gloo's threads can
-    # abort a finished rank (pytorch/pytorch#190489), as flexgraph's ranks do.
-    deepspeed.comm.barrier()
-    deepspeed.comm.destroy_process_group()
-    os._exit(0)
+    leave_group(deepspeed.comm.barrier, deepspeed.comm.destroy_process_group)
 
 
 if __name__ == "__main__":

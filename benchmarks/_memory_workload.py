@@ -21,8 +21,9 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -110,6 +111,26 @@ def bench_device(local_rank: int) -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def join_group(init: Callable[[str], Any]) -> tuple[int, int, torch.device]:
+    """Join the launched group with ``init(backend)``; this rank's (rank, world size, device)."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = bench_device(int(os.environ["LOCAL_RANK"]))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    init("nccl" if device.type == "cuda" else "gloo")
+    torch.manual_seed(SEED)
+    return rank, world_size, device
+
+
+def leave_group(barrier: Callable[[], Any], destroy: Callable[[], Any]) -> NoReturn:
+    """Leave together, then skip the interpreter's teardown, where gloo's threads can
+    abort a finished rank (pytorch/pytorch#190489), as flexgraph's ranks do."""
+    barrier()
+    destroy()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def peak_memory_mib(device: torch.device) -> float:

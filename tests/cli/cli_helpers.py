@@ -6,6 +6,7 @@ them; interruptions are real signals sent by a hook to its own process.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,16 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.py"
+
+TWO_EPOCHS_ITERS = 46  # 2 epochs x 23 iterations per rank (1437 samples / 2 ranks / batch 32)
+TWO_EPOCHS = """
+model = dict(dropout=0.0)
+train_cfg = dict(max_epochs=2, val_interval=2)
+default_hooks = dict(
+    checkpoint=dict(type='CheckpointHook', interval=20, by_epoch=False, max_keep_ckpts=3),
+    logger=dict(type='LoggerHook', interval=5))
+"""
+"""Config text for :func:`write_config`: two epochs, no dropout, checkpoints mid-epoch."""
 
 KILLER = textwrap.dedent(
     '''
@@ -242,6 +253,20 @@ def flexgraph_run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         text=True,
         timeout=300,
     )
+
+
+def launch_two(config: Path, work: str, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``flexgraph run CONFIG --work-dir WORK --nproc-per-node 2``, which must succeed."""
+    done = flexgraph_run(str(config), "--work-dir", work, "--nproc-per-node", "2", *extra,
+                         cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def train_losses(work_dir: Path) -> dict[int, float]:
+    """``{iteration: loss}`` of the training records in ``work_dir/metrics.jsonl``."""
+    lines = [json.loads(x) for x in (work_dir / "metrics.jsonl").read_text().splitlines()]
+    return {x["iter"]: x["loss"] for x in lines if x.get("mode", "train") == "train"}
 
 
 def final_state(work_dir: Path) -> dict:

@@ -14,7 +14,6 @@ weights, optimizer state and per-iteration losses of a run never interrupted.
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import signal
@@ -28,6 +27,7 @@ from cli_helpers import (
     assert_same_training_state,
     final_state,
     flexgraph_run,
+    train_losses,
     write_config,
 )
 
@@ -46,11 +46,6 @@ default_hooks = dict(
 preemption = dict(check_interval={CHECK})
 """
 LAUNCH = ("--nproc-per-node", "2")
-
-
-def _losses(work_dir: Path) -> dict[int, float]:
-    lines = [json.loads(x) for x in (work_dir / "metrics.jsonl").read_text().splitlines()]
-    return {x["iter"]: x["loss"] for x in lines if x.get("mode", "train") == "train"}
 
 
 def _saved_iter(work_dir: Path) -> int:
@@ -158,7 +153,7 @@ def test_the_interrupted_chain_ends_bit_identical_to_an_uninterrupted_run(chain)
     root = chain["root"]
     assert _saved_iter(root / "chain") == ITERS
     assert_same_training_state(final_state(root / "reference"), final_state(root / "chain"))
-    assert _losses(root / "chain") == _losses(root / "reference")
+    assert train_losses(root / "chain") == train_losses(root / "reference")
 
 
 def test_a_damaged_checkpoint_given_to_resume_is_one_line_on_every_rank(chain, tmp_path):

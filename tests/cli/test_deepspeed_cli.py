@@ -10,37 +10,24 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import KILLER, ROOT, flexgraph_run, write_config
+from cli_helpers import (
+    KILLER,
+    ROOT,
+    TWO_EPOCHS,
+    TWO_EPOCHS_ITERS,
+    flexgraph_run,
+    launch_two,
+    train_losses,
+    write_config,
+)
 
 pytest.importorskip("deepspeed")
 
-ITERS = 46  # 2 epochs x 23 iterations per rank
 STAGES = (0, 1, 2, 3)
 SEED = ROOT / "examples" / "seed"
-
-COMMON = """
-model = dict(dropout=0.0)
-train_cfg = dict(max_epochs=2, val_interval=2)
-default_hooks = dict(
-    checkpoint=dict(type='CheckpointHook', interval=20, by_epoch=False, max_keep_ckpts=3),
-    logger=dict(type='LoggerHook', interval=5))
-"""
-
-
-def _launch(config: Path, work: str, cwd: Path, *extra: str):
-    done = flexgraph_run(str(config), "--work-dir", work, "--nproc-per-node", "2", *extra,
-                         cwd=cwd)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
-def _losses(work_dir: Path) -> dict[int, float]:
-    lines = [json.loads(x) for x in (work_dir / "metrics.jsonl").read_text().splitlines()]
-    return {x["iter"]: x["loss"] for x in lines if x.get("mode", "train") == "train"}
 
 
 @pytest.fixture(scope="module")
@@ -53,27 +40,28 @@ def runs(tmp_path_factory):
     torch.manual_seed(0)
     torch.save(DigitsMLP(hidden=128, dropout=0.0).state_dict(), root / "init.pth")
     start = f"load_from = {str(root / 'init.pth')!r}\n"
-    _launch(write_config(root / "ddp", ema=True, extra=COMMON
+    launch_two(write_config(root / "ddp", ema=True, extra=TWO_EPOCHS
                          + "strategy = dict(type='DDPStrategy')\n" + start), "ddp", root)
     resumed = {}
     for stage in STAGES:
         strategy = (f"strategy = dict(type='DeepSpeedStrategy', "
                     f"zero_optimization=dict(stage={stage}))\n")
         killing = write_config(root / f"killing{stage}", inspect=True, ema=True,
-                               extra=COMMON + strategy + start, at_iter=30, rank=1)
+                               extra=TWO_EPOCHS + strategy + start, at_iter=30, rank=1)
         killed = flexgraph_run(str(killing), "--work-dir", f"zero{stage}", "--nproc-per-node",
                                "2", cwd=root)
         assert killed.returncode != 0
-        plain = write_config(root / f"zero{stage}-cfg", ema=True, extra=COMMON + strategy + start)
-        resumed[stage] = _launch(plain, f"zero{stage}", root, "--resume", "auto")
+        plain = write_config(root / f"zero{stage}-cfg", ema=True,
+                             extra=TWO_EPOCHS + strategy + start)
+        resumed[stage] = launch_two(plain, f"zero{stage}", root, "--resume", "auto")
     return {"root": root, "resumed": resumed}
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_every_zero_stage_trains_like_ddp_and_resumes_where_it_stopped(runs, stage):
     root = runs["root"]
-    ddp, zero = _losses(root / "ddp"), _losses(root / f"zero{stage}")
-    assert max(zero) == ITERS
+    ddp, zero = train_losses(root / "ddp"), train_losses(root / f"zero{stage}")
+    assert max(zero) == TWO_EPOCHS_ITERS
     assert "Resumed from" in runs["resumed"][stage].stdout + runs["resumed"][stage].stderr
     iters = sorted(zero)
     assert zero[iters[-1]] < 0.6 * zero[iters[0]], "the loss goes down"
@@ -82,7 +70,7 @@ def test_every_zero_stage_trains_like_ddp_and_resumes_where_it_stopped(runs, sta
     for it in iters:
         assert zero[it] == pytest.approx(ddp[it], rel=1e-4, abs=1e-5), (stage, it)
     saved = sorted(p.name for p in (root / f"zero{stage}").glob("iter_*.ds"))
-    assert saved == ["iter_20.ds", "iter_40.ds", f"iter_{ITERS}.ds"]
+    assert saved == ["iter_20.ds", "iter_40.ds", f"iter_{TWO_EPOCHS_ITERS}.ds"]
     # a hook's state went into DeepSpeed's client state and came back on resume
     ema = [json.loads((root / name / "ema-rank0.json").read_text())["ema_loss"]
            for name in ("ddp", f"zero{stage}")]
@@ -123,8 +111,8 @@ def test_the_seed_zero3_config_in_bf16_trains_on_the_cpu(tmp_path):
         "train_cfg = dict(max_epochs=2, val_interval=2)\n"
         "default_hooks = dict(logger=dict(type='LoggerHook', interval=5))\n"
         "custom_hooks = [dict(type='Inspect')]\n")
-    _launch(config, "seed", tmp_path)
-    losses = _losses(tmp_path / "seed")
+    launch_two(config, "seed", tmp_path)
+    losses = train_losses(tmp_path / "seed")
     assert losses[max(losses)] < losses[min(losses)]
     info = json.loads((tmp_path / "seed" / "inspect-rank0.json").read_text())
     assert info["compute_dtype"] == "torch.bfloat16", "inputs_to_half casts to bf16"

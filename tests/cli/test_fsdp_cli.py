@@ -16,17 +16,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import KILLER, ROOT, final_state, flexgraph_run, write_config
+from cli_helpers import (
+    KILLER,
+    ROOT,
+    TWO_EPOCHS,
+    TWO_EPOCHS_ITERS,
+    final_state,
+    flexgraph_run,
+    launch_two,
+    train_losses,
+    write_config,
+)
 
-ITERS = 46  # 2 epochs x 23 iterations per rank (1437 samples / 2 ranks / batch 32)
-
-COMMON = """
-model = dict(dropout=0.0)
-train_cfg = dict(max_epochs=2, val_interval=2)
-default_hooks = dict(
-    checkpoint=dict(type='CheckpointHook', interval=20, by_epoch=False, max_keep_ckpts=3),
-    logger=dict(type='LoggerHook', interval=5))
-"""
 DDP = """
 strategy = dict(type='DDPStrategy',
                 model_wrapper=dict(find_unused_parameters=True, broadcast_buffers=False))
@@ -60,18 +61,6 @@ def _plant_a_truncated_newer_checkpoint(work: Path) -> Path:
     return damaged
 
 
-def _launch(config: Path, work: str, cwd: Path, *extra: str):
-    done = flexgraph_run(str(config), "--work-dir", work, "--nproc-per-node", "2", *extra,
-                         cwd=cwd)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
-def _losses(work_dir: Path) -> dict[int, float]:
-    lines = [json.loads(x) for x in (work_dir / "metrics.jsonl").read_text().splitlines()]
-    return {x["iter"]: x["loss"] for x in lines if x.get("mode", "train") == "train"}
-
-
 def _inspected(work_dir: Path) -> list[dict]:
     return [json.loads((work_dir / f"inspect-rank{r}.json").read_text()) for r in range(2)]
 
@@ -95,27 +84,27 @@ def runs(tmp_path_factory):
     torch.manual_seed(0)
     torch.save(DigitsMLP(hidden=128, dropout=0.0).state_dict(), root / "init.pth")
     start = f"load_from = {str(root / 'init.pth')!r}\n"
-    ddp = write_config(root / "ddp", inspect=True, extra=COMMON + DDP + start)
-    fsdp = write_config(root / "fsdp", inspect=True, extra=COMMON + FSDP + start)
-    killing = write_config(root / "killing", extra=COMMON + FSDP + start, at_iter=30, rank=1)
-    stopping = write_config(root / "stopping", extra=COMMON + FSDP + start + TERM)
-    _launch(ddp, "ddp", root)
-    fsdp_done = _launch(fsdp, "fsdp", root)
+    ddp = write_config(root / "ddp", inspect=True, extra=TWO_EPOCHS + DDP + start)
+    fsdp = write_config(root / "fsdp", inspect=True, extra=TWO_EPOCHS + FSDP + start)
+    killing = write_config(root / "killing", extra=TWO_EPOCHS + FSDP + start, at_iter=30, rank=1)
+    stopping = write_config(root / "stopping", extra=TWO_EPOCHS + FSDP + start + TERM)
+    launch_two(ddp, "ddp", root)
+    fsdp_done = launch_two(fsdp, "fsdp", root)
     killed = flexgraph_run(str(killing), "--work-dir", "cut", "--nproc-per-node", "2", cwd=root)
     assert killed.returncode != 0
-    resumed = _launch(fsdp, "cut", root, "--resume", "auto")
+    resumed = launch_two(fsdp, "cut", root, "--resume", "auto")
     stopped = flexgraph_run(str(stopping), "--work-dir", "stop", "--nproc-per-node", "2",
                             cwd=root)
     damaged = _plant_a_truncated_newer_checkpoint(root / "stop")
-    after_stop = _launch(fsdp, "stop", root, "--resume", "auto")
+    after_stop = launch_two(fsdp, "stop", root, "--resume", "auto")
     return {"root": root, "fsdp_stdout": fsdp_done.stdout, "killed": killed,
             "resumed": resumed, "stopped": stopped, "damaged": damaged,
             "after_stop": after_stop}
 
 
 def test_fsdp_loss_goes_down_and_agrees_with_ddp(runs):
-    ddp, fsdp = _losses(runs["root"] / "ddp"), _losses(runs["root"] / "fsdp")
-    assert sorted(ddp) == sorted(fsdp) and max(fsdp) == ITERS
+    ddp, fsdp = train_losses(runs["root"] / "ddp"), train_losses(runs["root"] / "fsdp")
+    assert sorted(ddp) == sorted(fsdp) and max(fsdp) == TWO_EPOCHS_ITERS
     iters = sorted(fsdp)
     assert fsdp[iters[-1]] < 0.6 * fsdp[iters[0]], "FSDP training lowers the loss"
     # Same data, same initial weights, fp32: only the order of the gradient
@@ -140,12 +129,12 @@ def test_each_rank_trains_with_the_options_the_config_gave(runs):
 def test_fsdp_saves_sharded_checkpoints_every_rank_writes(runs):
     work = runs["root"] / "fsdp"
     last = Path((work / "last_checkpoint").read_text().strip())
-    assert last.name == f"iter_{ITERS}.dcp" and last.is_dir()
+    assert last.name == f"iter_{TWO_EPOCHS_ITERS}.dcp" and last.is_dir()
     assert sorted(p.name for p in last.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     extra = torch.load(last / "extra.pth", weights_only=True)
-    assert extra["meta"]["iter"] == ITERS and len(extra["rng_states"]) == 2
+    assert extra["meta"]["iter"] == TWO_EPOCHS_ITERS and len(extra["rng_states"]) == 2
     assert sorted(p.name for p in work.glob("iter_*")) == [
-        "iter_20.dcp", "iter_40.dcp", f"iter_{ITERS}.dcp"]
+        "iter_20.dcp", "iter_40.dcp", f"iter_{TWO_EPOCHS_ITERS}.dcp"]
 
 
 def test_a_killed_fsdp_run_resumes_at_the_right_iteration_bit_identical(runs):
@@ -154,8 +143,8 @@ def test_a_killed_fsdp_run_resumes_at_the_right_iteration_bit_identical(runs):
     resumed_at = torch.load(root / "cut" / "iter_20.dcp" / "extra.pth",
                             weights_only=True)["meta"]
     assert resumed_at["iter"] == 20 and resumed_at["batch_idx"] == 20
-    full = _dcp_tensors(root / "fsdp" / f"iter_{ITERS}.dcp")
-    cut = _dcp_tensors(root / "cut" / f"iter_{ITERS}.dcp")
+    full = _dcp_tensors(root / "fsdp" / f"iter_{TWO_EPOCHS_ITERS}.dcp")
+    cut = _dcp_tensors(root / "cut" / f"iter_{TWO_EPOCHS_ITERS}.dcp")
     assert sorted(full["state_dict"]) == sorted(cut["state_dict"])
     for key, value in full["state_dict"].items():
         assert torch.equal(value, cut["state_dict"][key]), key
@@ -171,9 +160,9 @@ def test_a_full_ddp_checkpoint_loads_into_the_shards(runs):
     reported = [json.loads(x) for x in (root / "ddp" / "metrics.jsonl").read_text().splitlines()]
     accuracy = [x for x in reported if x.get("mode") == "val"][-1]["accuracy/top1"]
     checkpoint = Path((root / "ddp" / "last_checkpoint").read_text().strip())
-    assert trained["meta"]["iter"] == ITERS
+    assert trained["meta"]["iter"] == TWO_EPOCHS_ITERS
     config = root / "fsdp" / "cfg.py"
-    done = _launch(config, "eval", root, "--entry", "val", "--load-from", str(checkpoint))
+    done = launch_two(config, "eval", root, "--entry", "val", "--load-from", str(checkpoint))
     assert f"val_result: {{'accuracy/top1': {accuracy}}}" in done.stdout
 
 
@@ -188,8 +177,8 @@ def test_mmpretrain_style_fsdp_config_trains_on_the_cpu(tmp_path):
         "model = dict(dim=32, depth=2)\n"
         "train_cfg = dict(max_epochs=2, val_interval=2)\n"
         "custom_hooks = [dict(type='Inspect')]\n")
-    _launch(config, "vit", tmp_path)
-    losses = _losses(tmp_path / "vit")
+    launch_two(config, "vit", tmp_path)
+    losses = train_losses(tmp_path / "vit")
     assert losses[max(losses)] < losses[min(losses)]
     for info in _inspected(tmp_path / "vit"):
         assert info["optim_wrapper"] == "CPUAmpOptimWrapper"
@@ -217,7 +206,8 @@ def test_sigterm_stops_fsdp_with_a_sharded_checkpoint_and_resume_is_bit_identica
     out = runs["after_stop"].stdout + runs["after_stop"].stderr
     assert "skipping iter_25.dcp" in out and "is truncated: its shard __1_0.distcp" in out
     assert "Resumed from" in out and "/iter_24.dcp: epoch" in out
-    _assert_same_dcp(root / "fsdp" / f"iter_{ITERS}.dcp", root / "stop" / f"iter_{ITERS}.dcp")
+    last = f"iter_{TWO_EPOCHS_ITERS}.dcp"
+    _assert_same_dcp(root / "fsdp" / last, root / "stop" / last)
 
 
 def test_bad_checkpoints_under_fsdp_are_one_line_naming_the_file(runs, tmp_path):

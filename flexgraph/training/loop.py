@@ -2,7 +2,7 @@
 
 Hot path first. Per iteration the loop does exactly: fetch a batch, call the
 train step (forward, backward, optimizer step through the optimizer wrapper),
-append the loss and the lr to the output's lists, step per-iteration schedulers,
+hand the loss and the lr to the output, step per-iteration schedulers,
 bump two counters, and compare the iteration count with ``next_event``. Hooks
 nobody overrides are empty tuples; logging, validation, checkpoints and progress
 updates are all "events" whose next iteration number is precomputed, so
@@ -133,6 +133,12 @@ class TrainLoop:
         self._inline_schedulers = iter_schedulers if inline and hooks.scheduler_hook else ()
         self._ckpt_hook = hooks.checkpoint_hook if checkpointer is not None else None
         self._ckpt_events = inline and self._ckpt_hook is not None
+        # Hooks that run every iteration may read the hub: its values come at once.
+        output.immediate = bool(self._after or hooks.before_train_iter)
+        # Other hooks see it current at the epoch boundaries too (the built-in
+        # scheduler and checkpoint hooks do not read it).
+        self._flush_at_epochs = output.immediate or not (
+            hooks.inlined("after_train_epoch") and hooks.inlined("before_train_epoch"))
 
     # -- the run ------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -183,6 +189,7 @@ class TrainLoop:
                     break  # max_iters reached in the middle of a pass over the data
                 self._end_of_pass(it, batch_idx)
             if not s.by_epoch:
+                out.flush(self._data_pass)  # the hub is current for every hook point
                 runner.iter = it
                 hooks.call("after_train_epoch")  # LOW: epoch schedulers; VERY_LOW: epoch_1
             out.tick(it)  # the bar ends at the last iteration, not at the last tick
@@ -205,7 +212,7 @@ class TrainLoop:
         """Train on ``batches``; returns (iterations done, batch index, hit max_iters)."""
         runner = self.hooks.runner
         step = self._step
-        append_value, append_lr = self.output.values.append, self.output.lrs.append
+        append_value, append_lr = self.output.keep, self.output.lrs.append
         group = self._lr_group
         before, after = self.hooks.before_train_iter, self._after
         schedulers = self._inline_schedulers
@@ -301,7 +308,9 @@ class TrainLoop:
         s, hooks, runner = self.schedule, self.hooks, self.hooks.runner
         if s.by_epoch and batch_idx % self.log_interval and self._log_last:
             self.output.log(it, self._data_pass, batch_idx)
-        self.output.flush(self._data_pass)  # its records carry this pass's number
+        self.output.end_pass(self._data_pass)  # its records carry this pass's number
+        if self._flush_at_epochs:
+            self.output.flush(self._data_pass)
         self._data_pass += 1
         self._pass_origin = it
         if not s.by_epoch:
@@ -338,6 +347,10 @@ class TrainLoop:
         ``best`` checkpoint holds the weights only and is not pruned. During
         validation the RNG state recorded is the one training continues with.
         """
+        # The records up to here reach metrics.jsonl first: a resume from this
+        # checkpoint cuts the file back to it, and must find them there.
+        self.output.flush(self._data_pass)
+        self.output.write_records()
         hub = self.hooks.runner.message_hub
         info = {k: v for k, v in hub.runtime_info.items() if k.startswith(BEST_INFO_PREFIXES)}
         optim_wrapper = None if best else self.optim_wrapper

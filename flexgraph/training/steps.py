@@ -222,7 +222,7 @@ def _output(cfg: Any, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
     runner = hooks.runner
     return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
                        message_hub=runner.message_hub, log_interval=log_interval(cfg),
-                       **schedule)
+                       device=env.device, **schedule)
 
 
 def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: Any,

@@ -160,3 +160,46 @@ def test_priorities_are_mmengines_without_importing_its_runner():
     for bad in ("MIDDLE", 101, -1, 2.5):
         with pytest.raises(ConfigError, match="priority"):
             _priority(type("H", (), {"priority": bad})())
+
+
+class _ReadsHubAtEpochEnd(Hook):
+    """An epoch hook reading the hub, and the records a checkpoint save must follow.
+
+    What it sees is kept on the class: the config holds (and copies) the instance.
+    """
+
+    metrics_file = None
+    seen: list = []
+    records_at_save: list = []
+
+    def after_train_epoch(self, runner):
+        _ReadsHubAtEpochEnd.seen.append(runner.message_hub.get_scalar("train/loss").current())
+
+    def before_save_checkpoint(self, runner, checkpoint):
+        import json
+
+        lines = _ReadsHubAtEpochEnd.metrics_file.read_text().splitlines()
+        _ReadsHubAtEpochEnd.records_at_save.append(
+            (checkpoint["meta"]["iter"], json.loads(lines[-1])["iter"]))
+
+
+def test_epoch_hooks_see_the_hub_current_and_saves_follow_the_records(tmp_path, make_cfg):
+    """Log lines are composed in groups (output.py); a hook never sees a stale hub or file.
+
+    Each epoch has 10 iterations and a line every 5: the hub's loss at the end of
+    an epoch is the mean of its last 5 iterations, and when a checkpoint is saved
+    metrics.jsonl already holds the record of its iteration.
+    """
+    import json
+
+    hook = _ReadsHubAtEpochEnd
+    hook.metrics_file = tmp_path / "work" / "metrics.jsonl"
+    hook.seen, hook.records_at_save = [], []
+    run_steps(make_cfg(custom_hooks=[hook()], val_dataloader=None,
+                       default_hooks=dict(checkpoint=dict(type="CheckpointHook", interval=1),
+                                          logger=dict(type="LoggerHook", interval=5))))
+    losses = [json.loads(line)["loss"] for line in hook.metrics_file.read_text().splitlines()]
+    assert len(losses) == 30
+    expected = [sum(losses[end - 5:end]) / 5 for end in (10, 20, 30)]
+    assert hook.seen == pytest.approx(expected, rel=1e-12)
+    assert hook.records_at_save == [(10, 10), (20, 20), (30, 30)]

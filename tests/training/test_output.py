@@ -103,3 +103,39 @@ def test_lines_above_the_bar_go_out_with_its_next_tick_at_the_log_level(tmp_path
     out.info("not shown")
     out.close()
     assert "not shown" not in capsys.readouterr().out
+
+
+def test_lines_due_together_come_out_in_order_with_their_own_values(tmp_path, caplog):
+    """Lines within _LINES_SECONDS are composed together, each from its own interval."""
+    out = _output(tmp_path, interactive=False)
+    out.logger.setLevel(logging.INFO)
+    out.open(0)
+    for i in range(1, 7):
+        out.keep(torch.tensor(float(i)))
+        out.lrs.append(0.1)
+        if i % 2 == 0:
+            out.log(i, 0, i)
+    out.flush(0)
+    out.close()
+    lines = [r.getMessage() for r in caplog.records if "Iter(train)" in r.getMessage()]
+    assert [line.split("loss: ")[1] for line in lines] == ["1.5000", "3.5000", "5.5000"]
+    assert [line.split("]")[0] for line in lines] == [
+        "Iter(train) [2/6", "Iter(train) [4/6", "Iter(train) [6/6"]
+
+
+def test_the_cpu_keeps_numbers_and_an_accelerator_keeps_detached_tensors(tmp_path):
+    loss = torch.tensor(2.0, requires_grad=True) * 1.5
+    on_cpu = _output(tmp_path, interactive=False)
+    on_cpu.keep(loss)
+    on_cpu.keep({"loss": loss, "acc": 0.5})
+    assert on_cpu.values == [3.0, {"loss": 3.0, "acc": 0.5}]
+    assert type(on_cpu.values[0]) is float
+    elsewhere = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
+                            message_hub=MessageHub.get_instance("test_output_gpu"),
+                            log_interval=2, max_iters=6, max_epochs=1, by_epoch=False,
+                            epoch_length=6, interactive=False, device="cuda")
+    elsewhere.keep(loss)
+    elsewhere.keep({"loss": loss})
+    kept, kept_dict = elsewhere.values
+    assert isinstance(kept, torch.Tensor) and not kept.requires_grad and kept.item() == 3.0
+    assert not kept_dict["loss"].requires_grad

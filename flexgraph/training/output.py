@@ -24,7 +24,8 @@ after the last checkpoint, at most a few seconds of them) are ones a resume
 would drop.
 
 Only rank 0 writes or prints. On a terminal, a rich progress bar with ETA is
-redrawn ``_REFRESH_PER_SECOND`` times a second, with the log lines above it;
+redrawn by the loop about ``_REFRESH_PER_SECOND`` times a second (and after
+each iteration that takes longer), with the log lines above it;
 otherwise the log lines alone are printed. Either way a line is due every
 ``log_interval`` iterations and says what it would have said then; lines due
 within ``_LINES_SECONDS`` of each other go out together.
@@ -52,8 +53,11 @@ __all__ = ["METRICS_FILE", "TrainOutput", "format_duration"]
 
 METRICS_FILE = "metrics.jsonl"
 _PENDING = object()  # a sink not made yet
-_REFRESH_PER_SECOND = 4  # the bar's redraws (rich's default, 10, costs a fast loop 5%)
-_TICK_SECONDS = 1 / _REFRESH_PER_SECOND  # updating the bar faster than it redraws is wasted
+# The bar is redrawn by the loop's ticks, about this often, and by nothing else:
+# rich's own refresh thread (10 a second by default) costs a fast loop several
+# percent, most of it in taking the interpreter's lock from the training thread.
+_REFRESH_PER_SECOND = 4
+_TICK_SECONDS = 1 / _REFRESH_PER_SECOND
 _TB_SECONDS = 10.0  # TensorBoard events go to its writer thread at most this often
 _RECORDS_SECONDS = 5.0  # metrics.jsonl gets the per-iteration records at least this often
 _LINES_SECONDS = _TICK_SECONDS  # log lines due within this are composed and printed together
@@ -177,6 +181,22 @@ def _to_floats(values: list[Any]) -> list[float]:
             ]).tolist()
 
 
+def _keeper(values: list[Any], convert: Any) -> Any:
+    """Append a logged value (a tensor, a dict of them) to ``values``, ``convert``-ed:
+    ``Tensor.item`` (Python numbers) or ``Tensor.detach`` (no graph)."""
+
+    def keep(value: Any) -> None:
+        if type(value) is torch.Tensor:
+            values.append(convert(value))
+        elif isinstance(value, Mapping):
+            values.append({k: convert(v) if isinstance(v, torch.Tensor) else v
+                           for k, v in value.items()})
+        else:
+            values.append(value)
+
+    return keep
+
+
 def _truncate_after(path: Path, last_iter: int, *, evals_at_last: bool = True) -> None:
     """Drop the records of iterations after ``last_iter`` (records are in order).
 
@@ -247,7 +267,7 @@ class TrainOutput:
         self.lrs: list[float] = []
         #: the loop calls this with each iteration's logged value
         on_cpu = torch.device(device).type == "cpu"
-        self.keep = self._keep_numbers if on_cpu else self._keep_detached
+        self.keep = _keeper(self.values, torch.Tensor.item if on_cpu else torch.Tensor.detach)
         self._window: dict[str, list[float]] = {}  # sums and counts since the last log line
         self._window_n = 0
         self._last: dict[str, float] = {}
@@ -311,7 +331,7 @@ class TrainOutput:
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                 TextColumn("{task.fields[status]}"), transient=False,
-                refresh_per_second=_REFRESH_PER_SECOND)
+                auto_refresh=False)
             self._task = self._progress.add_task(
                 "train", total=self.max_iters, completed=start_iter, status="")
             self._progress.start()
@@ -332,26 +352,6 @@ class TrainOutput:
             self._print_pending()
             self._progress.stop()
             self._progress = None
-
-    def _keep_numbers(self, value: Any) -> None:
-        """Keep a logged value (a scalar tensor, or a dict of them) as Python numbers."""
-        if type(value) is torch.Tensor:
-            self.values.append(value.item())
-        elif isinstance(value, Mapping):
-            self.values.append({k: v.item() if isinstance(v, torch.Tensor) else v
-                                for k, v in value.items()})
-        else:
-            self.values.append(value)
-
-    def _keep_detached(self, value: Any) -> None:
-        """Keep a logged value's tensors, without the graph they may still hold."""
-        if type(value) is torch.Tensor:
-            self.values.append(value.detach())
-        elif isinstance(value, Mapping):
-            self.values.append({k: v.detach() if isinstance(v, torch.Tensor) else v
-                                for k, v in value.items()})
-        else:
-            self.values.append(value)
 
     def _board(self) -> _TensorBoard | None:
         """The TensorBoard writer (``None`` without tensorboard), made on first use."""
@@ -525,9 +525,9 @@ class TrainOutput:
     def tick(self, iters_done: int) -> int:
         """Update the progress bar; return the iteration count of the next tick.
 
-        The stride adapts so that ticks come about once per redraw of the bar
-        (``_TICK_SECONDS``): a fast loop pays one progress update per redraw,
-        not per step.
+        The stride adapts so that ticks come about every ``_TICK_SECONDS``, and
+        each tick redraws the bar once: a fast loop pays one update and one
+        redraw per tick, not per step.
         """
         if self._progress is None:
             return _NEVER
@@ -541,7 +541,10 @@ class TrainOutput:
         loss = self._last.get("loss")
         status = f"loss {loss:.4f}" if loss is not None else ""
         self._progress.update(self._task, completed=iters_done, status=status)
-        self._print_pending()
+        if self._pending:
+            self._print_pending()  # printing above the bar redraws it
+        else:
+            self._progress.refresh()
         return iters_done + self._tick_every
 
     # -- evaluation ---------------------------------------------------------------------

@@ -252,19 +252,6 @@ def _update_fn(optim_wrapper: Any) -> Callable[[torch.Tensor], None]:
     """
     if not _plain_optim_wrapper(optim_wrapper, "update_params", "scale_loss"):
         return optim_wrapper.update_params
-    if (_plain_optim_wrapper(optim_wrapper, "backward", "step", "zero_grad")
-            and not optim_wrapper.clip_grad_kwargs):
-        # MMEngine's own three, which clip nothing here: what they call, three
-        # Python frames fewer on every step.
-        optimizer = optim_wrapper.optimizer
-
-        def direct_update(loss: torch.Tensor) -> None:
-            loss.backward()
-            optim_wrapper._inner_count += 1  # as OptimWrapper.backward counts
-            optimizer.step()
-            optimizer.zero_grad()
-
-        return direct_update
     backward, step, zero_grad = (optim_wrapper.backward, optim_wrapper.step,
                                  optim_wrapper.zero_grad)
 

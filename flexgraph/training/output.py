@@ -159,12 +159,16 @@ def _column_records(keys: tuple[str, ...], first: int, epoch: int,
     rows = zip(range(first, first + len(lrs)), itertools.repeat(epoch), *columns, lrs)
     if all(all(map(math.isfinite, column)) for column in (*columns, lrs)):
         return list(map(_record_template(keys).__mod__, rows))  # %r: valid JSON here
-    names = [_json_key(key) for key in keys]
-    return ["{" + ", ".join([f'"iter": {row[0]}, "epoch": {row[1]}',
-                             *(f"{name}: {_json_number(v)}"
-                               for name, v in zip(names, row[2:-1], strict=True)),
-                             f'"lr": {_json_number(row[-1])}']) + "}\n"
+    return [_record_line(row[0], epoch, zip(keys, row[2:-1], strict=True), row[-1])
             for row in rows]
+
+
+def _record_line(iteration: int, epoch: int, items: Any, lr: float) -> str:
+    """One record in the general spelling (NaN and Infinity as JSON writes them)."""
+    fields = [f'"iter": {iteration}, "epoch": {epoch}',
+              *(f"{_json_key(key)}: {_json_number(number)}" for key, number in items),
+              f'"lr": {_json_number(lr)}']
+    return "{" + ", ".join(fields) + "}\n"
 
 
 def _to_floats(values: list[Any]) -> list[float]:
@@ -261,8 +265,8 @@ class TrainOutput:
         self.epoch_length = epoch_length
         self.interactive = is_main and (sys.stdout.isatty() if interactive is None
                                         else interactive)
-        #: per iteration since the last flush: the logged value (a loss tensor or a
-        #: dict of them) and the learning rate; the loop appends to both
+        #: per iteration since the last flush: the logged value (a loss, or a dict
+        #: of them, as :attr:`keep` stores it) and the learning rate
         self.values: list[Any] = []
         self.lrs: list[float] = []
         #: the loop calls this with each iteration's logged value
@@ -458,18 +462,13 @@ class TrainOutput:
         lines = []
         window, last = self._window, self._last
         for i, (keys, lr) in enumerate(zip(layout, lrs, strict=True)):
-            fields = [f'"iter": {first + i}, "epoch": {epoch}']
-            for key in keys:
-                number = next(numbers)
-                fields.append(f"{_json_key(key)}: {_json_number(number)}")
-                acc = window.get(key)
-                if acc is None:
-                    acc = window[key] = [0.0, 0]
+            items = [(key, next(numbers)) for key in keys]
+            for key, number in items:
+                acc = window.setdefault(key, [0.0, 0])
                 acc[0] += number
                 acc[1] += 1
                 last[key] = number
-            fields.append(f'"lr": {_json_number(lr)}')
-            lines.append("{" + ", ".join(fields) + "}\n")
+            lines.append(_record_line(first + i, epoch, items, lr))
         return lines
 
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:

@@ -241,6 +241,17 @@ def write_config(folder: Path, record: bool = False, inspect: bool = False, ema:
     return config
 
 
+def same_start(root: Path) -> str:
+    """A ``load_from`` line for one fixed initial DigitsMLP, saved under ``root``:
+    runs compared across strategies start from the same weights."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from digits import DigitsMLP
+
+    torch.manual_seed(0)
+    torch.save(DigitsMLP(hidden=128, dropout=0.0).state_dict(), root / "init.pth")
+    return f"load_from = {str(root / 'init.pth')!r}\n"
+
+
 def flexgraph_run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     # One thread per process, as torchrun sets for its workers: on a small shared
     # machine OpenMP spin-waiting otherwise makes tiny models many times slower.

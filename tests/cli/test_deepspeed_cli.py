@@ -9,10 +9,8 @@ optimizer is torch's AdamW handed to DeepSpeed, so no C++ optimizer is built.
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
-import torch
 from cli_helpers import (
     KILLER,
     ROOT,
@@ -20,6 +18,7 @@ from cli_helpers import (
     TWO_EPOCHS_ITERS,
     flexgraph_run,
     launch_two,
+    same_start,
     train_losses,
     write_config,
 )
@@ -34,12 +33,7 @@ SEED = ROOT / "examples" / "seed"
 def runs(tmp_path_factory):
     """DDP once; each ZeRO stage killed after iteration 30 and resumed."""
     root = tmp_path_factory.mktemp("deepspeed")
-    sys.path.insert(0, str(ROOT / "examples"))
-    from digits import DigitsMLP
-
-    torch.manual_seed(0)
-    torch.save(DigitsMLP(hidden=128, dropout=0.0).state_dict(), root / "init.pth")
-    start = f"load_from = {str(root / 'init.pth')!r}\n"
+    start = same_start(root)
     launch_two(write_config(root / "ddp", ema=True, extra=TWO_EPOCHS
                          + "strategy = dict(type='DDPStrategy')\n" + start), "ddp", root)
     resumed = {}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from cli_helpers import (
     final_state,
     flexgraph_run,
     launch_two,
+    same_start,
     train_losses,
     write_config,
 )
@@ -78,12 +78,7 @@ def _dcp_tensors(path: Path) -> dict:
 def runs(tmp_path_factory):
     """DDP and FSDP from the same initial weights; FSDP killed and resumed."""
     root = tmp_path_factory.mktemp("fsdp")
-    sys.path.insert(0, str(ROOT / "examples"))
-    from digits import DigitsMLP
-
-    torch.manual_seed(0)
-    torch.save(DigitsMLP(hidden=128, dropout=0.0).state_dict(), root / "init.pth")
-    start = f"load_from = {str(root / 'init.pth')!r}\n"
+    start = same_start(root)
     ddp = write_config(root / "ddp", inspect=True, extra=TWO_EPOCHS + DDP + start)
     fsdp = write_config(root / "fsdp", inspect=True, extra=TWO_EPOCHS + FSDP + start)
     killing = write_config(root / "killing", extra=TWO_EPOCHS + FSDP + start, at_iter=30, rank=1)

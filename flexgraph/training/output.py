@@ -23,12 +23,13 @@ file back to its checkpoint anyway, so the records a crash can lose (those
 after the last checkpoint, at most a few seconds of them) are ones a resume
 would drop.
 
-Only rank 0 writes or prints. On a terminal, a rich progress bar with ETA is
-redrawn by the loop about ``_REFRESH_PER_SECOND`` times a second (and after
-each iteration that takes longer), with the log lines above it;
-otherwise the log lines alone are printed. Either way a line is due every
-``log_interval`` iterations and says what it would have said then; lines due
-within ``_LINES_SECONDS`` of each other go out together.
+Only rank 0 writes or prints. On a terminal, a progress bar with ETA
+(:mod:`flexgraph.training.bar`) is redrawn by the loop about
+``_REFRESH_PER_SECOND`` times a second (and after each iteration that takes
+longer), with the log lines above it; otherwise the log lines alone are printed.
+Either way a line is due every ``log_interval`` iterations and says what it
+would have said then; lines due within ``_LINES_SECONDS`` of each other go out
+together.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from typing import Any
 
 import torch
 
+from flexgraph.training.bar import TerminalBar
 from flexgraph.training.progress import progress_of_this_rank
 from flexgraph.training.workdir import FILE_ONLY
 
@@ -245,7 +247,7 @@ class TrainOutput:
     log_interval, max_iters, max_epochs, by_epoch, epoch_length:
         For log cadence, ETA and the ``Epoch(train) [e/E][i/N]`` prefix.
     interactive:
-        Force the rich progress bar on or off; default: stdout is a terminal.
+        Force the progress bar on or off; default: stdout is a terminal.
     device:
         Where the logged values live (see the module docstring).
     """
@@ -288,8 +290,7 @@ class TrainOutput:
         #: compose every log line when due (set by the loop when hooks run every iteration)
         self.immediate = False
         self._tb: Any = None
-        self._progress: Any = None
-        self._task: Any = None
+        self._bar: TerminalBar | None = None
         self._pending: list[str] = []  # lines for above the bar, printed at the next tick
         self._start_iter = 0
         self._next_iter = 1
@@ -322,23 +323,8 @@ class TrainOutput:
         self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         self._tb = _PENDING  # made on first use: importing tensorboard delays the first step
         if self.interactive:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                TextColumn("{task.fields[status]}"), transient=False,
-                auto_refresh=False)
-            self._task = self._progress.add_task(
-                "train", total=self.max_iters, completed=start_iter, status="")
-            self._progress.start()
+            self._bar = TerminalBar("train", self.max_iters)
+            self._bar.start()
 
     def close(self) -> None:
         """Write what is pending and release the sinks (call :meth:`flush` first);
@@ -352,10 +338,10 @@ class TrainOutput:
         if self._tb is not None and self._tb is not _PENDING:
             self._tb.close()
         self._tb = None
-        if self._progress is not None:
-            self._print_pending()
-            self._progress.stop()
-            self._progress = None
+        if self._bar is not None:
+            self._redraw(self._bar.shown[0] if self._bar.shown else self._start_iter)
+            self._bar.stop()
+            self._bar = None
 
     def _board(self) -> _TensorBoard | None:
         """The TensorBoard writer (``None`` without tensorboard), made on first use."""
@@ -528,7 +514,7 @@ class TrainOutput:
         each tick redraws the bar once: a fast loop pays one update and one
         redraw per tick, not per step.
         """
-        if self._progress is None:
+        if self._bar is None:
             return _NEVER
         now = time.perf_counter()
         elapsed, self._t_tick = now - self._t_tick, now
@@ -537,14 +523,18 @@ class TrainOutput:
                                       10_000))
         if self._marks:  # the lines due so far, and their loss for the status
             self.flush(self._marks[-1][1])
-        loss = self._last.get("loss")
-        status = f"loss {loss:.4f}" if loss is not None else ""
-        self._progress.update(self._task, completed=iters_done, status=status)
-        if self._pending:
-            self._print_pending()  # printing above the bar redraws it
-        else:
-            self._progress.refresh()
+        self._redraw(iters_done)
         return iters_done + self._tick_every
+
+    def _redraw(self, iters_done: int) -> None:
+        """The bar at ``iters_done``, with the lines pending above it (one write)."""
+        elapsed = time.perf_counter() - self._t0
+        done = iters_done - self._start_iter
+        remaining = elapsed / done * (self.max_iters - iters_done) if done else float("nan")
+        loss = self._last.get("loss")
+        lines, self._pending = "\n".join(self._pending), []
+        self._bar.show(iters_done, elapsed=elapsed, remaining=remaining,
+                       status=f"loss {loss:.4f}" if loss is not None else "", lines=lines)
 
     # -- evaluation ---------------------------------------------------------------------
     def eval_metrics(self, metrics: Mapping[str, Any], *, mode: str, iters_done: int,
@@ -576,18 +566,13 @@ class TrainOutput:
     def _print(self, line: str) -> None:
         """A log line: to the logger, or above the progress bar with its next tick.
 
-        Printing above a live bar redraws the bar (about half a millisecond);
+        Printing above a live bar redraws the bar (a fraction of a millisecond);
         the lines of one tick go out together, so a short log interval costs one
         redraw per tick, not one per line. The log level applies either way, and
         the log file gets every line when it is said.
         """
-        if self._progress is None:
+        if self._bar is None:
             self.logger.info(line)
         elif self.logger.isEnabledFor(logging.INFO):
             self.logger.info(line, extra=FILE_ONLY)  # the console gets it with the next tick
             self._pending.append(line)
-
-    def _print_pending(self) -> None:
-        if self._pending:
-            lines, self._pending = "\n".join(self._pending), []
-            self._progress.console.print(lines, highlight=False, markup=False)

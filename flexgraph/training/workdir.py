@@ -8,7 +8,7 @@ here and show only errors::
     work_dir/
       <timestamp>/              one folder per run (a resumed run gets its own)
         <timestamp>.log         the run's whole log, MMEngine's INFO lines included
-        config.py               the resolved config (mmengine Config.dump); runnable
+        config.py               the resolved config, runnable (see config_file.py)
         plan.json               the plan that ran, as `flexgraph plan --format json`
       metrics.jsonl             per iteration and per evaluation (a resume continues it)
       epoch_<n>.pth, iter_<n>.pth, last_checkpoint
@@ -40,6 +40,7 @@ from mmengine.logging import MMLogger
 from mmengine.logging.logger import MMFormatter
 
 from flexgraph.training.config import section, work_dir_of
+from flexgraph.training.config_file import write_config
 
 __all__ = ["FILE_ONLY", "RunRecord", "active_record", "console_logger", "open_run_record"]
 
@@ -177,7 +178,7 @@ def open_run_record(cfg: Any, plan_json: str, *, rank: int = 0,
         config = cfg.copy()
         if strategy:
             config.merge_from_dict({"strategy": strategy})
-        _atomic_text(run_dir / "config.py", config.dump)
+        _atomic_text(run_dir / "config.py", lambda path: write_config(config, path))
         _atomic_text(run_dir / "plan.json", lambda p: Path(p).write_text(plan_json + "\n"))
         file_handler = logging.FileHandler(run_dir / f"{timestamp}.log", encoding="utf-8")
         file_handler.setFormatter(MMFormatter(color=False, datefmt="%Y/%m/%d %H:%M:%S"))

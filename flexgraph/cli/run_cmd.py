@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph.cli.choice import default_strategy
+from flexgraph.cli.collector import imports_kept_from_collector
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.plan import Plan
 from flexgraph.core.references import check_references, resolve_functions
@@ -181,15 +182,24 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
+    # What loading and planning import stays out of the collector's scans (see collector.py).
+    with imports_kept_from_collector() as imports_done:
+        spec, strategy = _load(args)
+        plan = spec.plan(strategy, targets=() if args.entry == "train" else (args.entry,))
+        check_references(plan)  # fail fast: a typo is found before anything is imported,
+        resolve_functions(plan)  # then every function is imported before any step or rank runs
+        imports_done()
+        return _execute(args, hooks, spec, strategy, plan)
+
+
+def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
+             strategy: Strategy | None, plan: Plan) -> int:
+    """Launch the ranks, or run the plan in this process (with the work_dir's record)."""
     from flexgraph.cli.console import stdout_console
     from flexgraph.core.executor import Executor
     from flexgraph.training.config import stop_policy
     from flexgraph.training.errors import TrainingStopped
 
-    spec, strategy = _load(args)
-    plan = spec.plan(strategy, targets=() if args.entry == "train" else (args.entry,))
-    check_references(plan)  # fail fast: a typo is found before anything is imported,
-    resolve_functions(plan)  # then every function is imported before any step or rank runs
     stop_signals = stop_policy(spec.cfg).signals if spec.cfg is not None else ()
     if _is_launcher(args) and not args.dry_run:
         from flexgraph.cli.launch import launch

@@ -16,20 +16,20 @@ stderr (a warning, a user's ``print``) above it.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-__all__ = ["TerminalBar"]
+__all__ = ["TerminalBar", "format_duration"]
 
 _BAR_WIDTH = 40  # columns, as rich's default bar
 
 
-def _clock(seconds: float) -> str:
-    """``H:MM:SS``, or ``-:--:--`` when not known yet."""
-    if not seconds >= 0 or seconds == float("inf"):
-        return "-:--:--"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}"
+def format_duration(seconds: float) -> str:
+    """``h:mm:ss`` for elapsed times and ETAs (``?`` when not known yet)."""
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 class TerminalBar:
@@ -67,7 +67,8 @@ class TerminalBar:
             (self._description, "bold"), " ",
             ("━" * filled, "bar.finished" if full else "bar.complete"),
             ("━" * (_BAR_WIDTH - filled), "bar.back"),
-            f" {done}/{self._total} {_clock(elapsed)} eta {_clock(remaining)} {status}",
+            f" {done}/{self._total} {format_duration(elapsed)} eta "
+            f"{format_duration(remaining)} {status}",
             no_wrap=True, overflow="crop")
         self._live.update(line, refresh=not lines)
         if lines:

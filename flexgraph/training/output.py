@@ -47,11 +47,11 @@ from typing import Any
 
 import torch
 
-from flexgraph.training.bar import TerminalBar
+from flexgraph.training.bar import TerminalBar, format_duration
 from flexgraph.training.progress import progress_of_this_rank
 from flexgraph.training.workdir import FILE_ONLY
 
-__all__ = ["METRICS_FILE", "TrainOutput", "format_duration"]
+__all__ = ["METRICS_FILE", "TrainOutput"]
 
 METRICS_FILE = "metrics.jsonl"
 _PENDING = object()  # a sink not made yet
@@ -64,14 +64,6 @@ _TB_SECONDS = 10.0  # TensorBoard events go to its writer thread at most this of
 _RECORDS_SECONDS = 5.0  # metrics.jsonl gets the per-iteration records at least this often
 _LINES_SECONDS = _TICK_SECONDS  # log lines due within this are composed and printed together
 _NEVER = 2**62
-
-
-def format_duration(seconds: float) -> str:
-    """``h:mm:ss`` for ETAs."""
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 class _TensorBoard:

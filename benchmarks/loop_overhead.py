@@ -18,8 +18,10 @@ a user would otherwise write for the same model:
   every thread counts.
 
 flexgraph runs as ``flexgraph run cfg.py`` (the CLI's entry point, called in the measuring
-process), with a log line every 50 iterations at the INFO level, metrics.jsonl,
-TensorBoard and the work_dir record on, checkpointing off.
+process), with a log line every 50 iterations at the INFO level, metrics.jsonl
+and the work_dir record on, checkpointing off. TensorBoard is off, as in
+MMEngine's default config; ``--tensorboard`` adds a ``TensorboardVisBackend``
+to flexgraph's config (the hand loops write no TensorBoard either way).
 
 Method: every measurement is a whole, fresh process (``--child``). It trains
 once to warm up, then runs the whole thing (build, then train) for
@@ -41,7 +43,7 @@ disturbed by other processes) and wall time are reported. Run::
 
     python benchmarks/loop_overhead.py [--rounds R] [--iters N] [--epochs LO,HI]
                                        [--repeats K] [--only plain,api,terminal]
-                                       [--with-mmengine]
+                                       [--with-mmengine] [--tensorboard]
 
 ``--with-mmengine`` adds MMEngine's ``FlexibleRunner`` on the model-API config.
 """
@@ -75,6 +77,7 @@ import _tiny  # noqa: E402 (this folder is on sys.path when run as a script)
 from _tiny import BATCH, TinyData, TinyMLP  # noqa: E402
 
 ROUNDS = 8
+_TENSORBOARD_ENV = "LOOP_OVERHEAD_TENSORBOARD"  # --tensorboard, as the children see it
 TIMEOUT_S = 600  # per child: a hung child fails the benchmark instead of hanging it
 # The comparisons: name -> (hand variant, flexgraph variant, under a pseudo-terminal)
 COMPARISONS = {
@@ -125,6 +128,9 @@ def _register() -> None:
 def _config(work_dir: str, iters: int, epochs: int, api: bool) -> dict[str, Any]:
     cfg = _tiny.config(work_dir, iters, model="TinyBaseModel" if api else "TinyMLP")
     cfg["train_cfg"]["max_epochs"] = epochs
+    if os.environ.get(_TENSORBOARD_ENV) == "1":
+        cfg["visualizer"] = dict(type="Visualizer",
+                                 vis_backends=[dict(type="TensorboardVisBackend")])
     if api:
         cfg["train_dataloader"]["dataset"]["type"] = "TinyDictData"
         cfg["optim_wrapper"]["type"] = "OptimWrapper"
@@ -264,7 +270,8 @@ class _Child:
                         str(args.repeats), "--result", str(self.result)]
         if cpu is not None:  # a paired run: pinned, and timed when both are ready
             self.command += ["--cpu", str(cpu), "--wait"]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+               _TENSORBOARD_ENV: "1" if args.tensorboard else "0"}
         self.master = self.reader = None
         if tty:
             # A 120x40 pseudo-terminal, drained by a thread so that the child never blocks.
@@ -328,6 +335,8 @@ def main() -> None:
                              "calibrate (the hand loop against itself)")
     parser.add_argument("--with-mmengine", action="store_true",
                         help="also time MMEngine's FlexibleRunner on the model-API config")
+    parser.add_argument("--tensorboard", action="store_true",
+                        help="flexgraph's runs write TensorBoard scalars too")
     parser.add_argument("--pairing", choices=("same-cpu", "own-cpu", "sequential"),
                         default="same-cpu",
                         help="the two processes of a pair share one CPU at once (default), "
@@ -377,6 +386,7 @@ def main() -> None:
 
     print(f"{args.iters} iterations per epoch, epochs {lo} and {hi} per process, "
           f"{args.rounds} rounds, batch {BATCH}, torch {torch.__version__}, 1 thread, "
+          f"TensorBoard {'on' if args.tensorboard else 'off'}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print("ms per iteration (slope between the two epoch counts):")
     for (variant, tty), values in measured.items():

@@ -41,6 +41,9 @@ default_hooks = dict(
     logger=dict(type="LoggerHook", interval=50),
 )
 randomness = dict(seed=0)
+# metrics.jsonl is always written; TensorBoard scalars (work_dir/tensorboard) on request.
+visualizer = dict(type="Visualizer",
+                  vis_backends=[dict(type="LocalVisBackend"), dict(type="TensorboardVisBackend")])
 
 # One process by default, DDP with --nproc-per-node 2. To shard instead, run
 # with --nproc-per-node 2 after uncommenting one of:

@@ -326,6 +326,41 @@ def log_interval(cfg: Any) -> int:
     return logger_policy(cfg).interval
 
 
+#: MMEngine's visualizer backends, by what flexgraph does for each.
+TENSORBOARD_BACKEND = "TensorboardVisBackend"
+LOCAL_BACKEND = "LocalVisBackend"  # its scalars.json is flexgraph's metrics.jsonl
+
+
+def vis_backend_types(cfg: Any) -> tuple[str, ...]:
+    """The ``type`` names in ``visualizer.vis_backends`` (MMEngine's Runner builds these)."""
+    visualizer = section(cfg, "visualizer", {})
+    if not isinstance(visualizer, Mapping):
+        return ()
+    backends = visualizer.get("vis_backends") or []
+    if isinstance(backends, Mapping):
+        backends = [backends]
+    names = []
+    for backend in backends:
+        type_ = backend.get("type") if isinstance(backend, Mapping) else None
+        name = type_ if isinstance(type_, str) else getattr(type_, "__name__", None)
+        if not name:
+            raise ConfigError(f"visualizer.vis_backends entries need a type, as "
+                              f"dict(type='{TENSORBOARD_BACKEND}'); got {backend!r}")
+        names.append(name.rpartition(".")[2])
+    return tuple(names)
+
+
+def tensorboard_requested(cfg: Any) -> bool:
+    """Whether the run writes TensorBoard scalars: as in MMEngine, only when
+    ``visualizer.vis_backends`` holds a ``TensorboardVisBackend``.
+
+    Not by default: the writer (its imports, its thread, an event per log line)
+    costs a fast loop about 1% per iteration, which a run that nobody watches in
+    TensorBoard should not pay. metrics.jsonl is written either way.
+    """
+    return TENSORBOARD_BACKEND in vis_backend_types(cfg)
+
+
 def work_dir_of(cfg: Any) -> str:
     """``cfg.work_dir``; else ``work_dirs/<config file stem>`` as MMEngine's tools do."""
     work_dir = section(cfg, "work_dir")

@@ -21,7 +21,12 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flexgraph.training.config import section
+from flexgraph.training.config import (
+    LOCAL_BACKEND,
+    TENSORBOARD_BACKEND,
+    section,
+    vis_backend_types,
+)
 from flexgraph.training.errors import UnusedConfigWarning
 
 __all__ = ["ACTED_ON", "NOT_ACTED_ON", "unused_keys", "warn_unused_keys"]
@@ -33,15 +38,13 @@ ACTED_ON = frozenset({
     "train_cfg", "val_cfg", "test_cfg", "val_evaluator", "test_evaluator",
     "optim_wrapper", "param_scheduler", "default_hooks", "custom_hooks",
     "load_from", "resume", "randomness", "env_cfg", "log_level", "default_scope",
-    "launcher", "auto_scale_lr", "compile",
+    "launcher", "auto_scale_lr", "compile", "visualizer",
     # flexgraph's own: the graph and its strategies (spec front end), imports
     "strategy", "strategies", "steps", "custom_steps", "inputs", "custom_imports",
 })
 
 #: Top-level MMEngine keys flexgraph does not act on, with the reason shown.
 NOT_ACTED_ON = {
-    "visualizer": "flexgraph writes work_dir/metrics.jsonl and TensorBoard scalars itself",
-    "vis_backends": "flexgraph writes work_dir/metrics.jsonl and TensorBoard scalars itself",
     "log_processor": "flexgraph composes its own log lines (interval from "
                      "default_hooks.logger)",
     "model_wrapper_cfg": "give DDP options as strategy=dict(type='DDPStrategy', "
@@ -90,6 +93,10 @@ _HOOK_OPTION_WHY = {
                       "optimizer and schedulers, so that resume is exact",
     "LoggerHook": "flexgraph's log lines, metrics.jsonl and TensorBoard are written by the loop",
 }
+#: ``visualizer`` options flexgraph acts on: which backends (see vis_backend_types).
+_VISUALIZER_OPTIONS = frozenset({"type", "name", "vis_backends"})
+_VISUALIZER_WHY = (f"flexgraph builds no visualizer; it writes work_dir/metrics.jsonl, and "
+                   f"TensorBoard scalars to work_dir/tensorboard for a {TENSORBOARD_BACKEND}")
 _DEFAULT_HOOK_TYPES = {"runtime_info": "RuntimeInfoHook", "timer": "IterTimerHook",
                        "sampler_seed": "DistSamplerSeedHook", "logger": "LoggerHook",
                        "param_scheduler": "ParamSchedulerHook", "checkpoint": "CheckpointHook"}
@@ -132,6 +139,7 @@ def unused_keys(cfg: Any) -> Iterator[str]:
             yield (f"config key '{name}.type' ({_type_name(options)}) is not used by "
                    f"flexgraph: it runs its own {loop[:-4].lower()} pass")
     yield from _hook_options(cfg)
+    yield from _visualizer_options(cfg)
 
 
 def _conditional(cfg: Any) -> Iterator[str]:
@@ -163,6 +171,31 @@ def _hook_options(cfg: Any) -> Iterator[str]:
             if option not in acted:
                 why = _HOOK_OPTION_WHY.get(type_name, "flexgraph's loop does this hook's work")
                 yield f"config key 'default_hooks.{key}.{option}' is not used by flexgraph: {why}"
+
+
+def _visualizer_options(cfg: Any) -> Iterator[str]:
+    """``visualizer``: its scalar backends are acted on; drawing and other backends not."""
+    visualizer = section(cfg, "visualizer", {})
+    if not isinstance(visualizer, Mapping):
+        return
+    for option in visualizer:
+        if option not in _VISUALIZER_OPTIONS:
+            yield f"config key 'visualizer.{option}' is not used by flexgraph: {_VISUALIZER_WHY}"
+    if _type_name(visualizer) not in ("", "Visualizer"):
+        yield (f"config key 'visualizer.type' ({_type_name(visualizer)}) is not used by "
+               f"flexgraph: {_VISUALIZER_WHY} (runner.visualizer is None for hooks)")
+    backends = visualizer.get("vis_backends") or []
+    for name, backend in zip(vis_backend_types(cfg),
+                             [backends] if isinstance(backends, Mapping) else backends,
+                             strict=True):
+        if name not in (TENSORBOARD_BACKEND, LOCAL_BACKEND):
+            yield (f"config key 'visualizer.vis_backends' ({name}) is not used by "
+                   f"flexgraph: {_VISUALIZER_WHY}")
+            continue
+        for option in backend:
+            if option != "type":
+                yield (f"config key 'visualizer.vis_backends.{name}.{option}' is not used "
+                       f"by flexgraph: {_VISUALIZER_WHY}")
 
 
 def warn_unused_keys(cfg: Any) -> None:

@@ -1,4 +1,5 @@
-"""What a run shows and records: progress, log lines, metrics.jsonl, TensorBoard.
+"""What a run shows and records: progress, log lines, metrics.jsonl, and TensorBoard
+when the config's ``visualizer.vis_backends`` asks for it (as MMEngine's does).
 
 The loop hands this module two things per iteration, the logged value
 (through :attr:`TrainOutput.keep`) and the learning rate (appended to
@@ -106,13 +107,6 @@ class _TensorBoard:
     def close(self) -> None:
         self._write()
         self._writer.close()
-
-
-def _tensorboard_writer(log_dir: Path) -> _TensorBoard | None:
-    try:
-        return _TensorBoard(log_dir)
-    except ImportError:  # tensorboard not installed: scalars go to metrics.jsonl only
-        return None
 
 
 _LOSS_ONLY = ("loss",)
@@ -231,6 +225,9 @@ class TrainOutput:
     ----------
     work_dir:
         ``metrics.jsonl`` and ``tensorboard/`` go here (rank 0 only).
+    tensorboard:
+        Also write TensorBoard scalars (the config asked for them; tensorboard
+        must be installed).
     is_main:
         Rank 0; other ranks keep the buffer short and write nothing.
     logger, message_hub:
@@ -247,7 +244,7 @@ class TrainOutput:
     def __init__(self, *, work_dir: str, is_main: bool, logger: Any, message_hub: Any,
                  log_interval: int, max_iters: int, max_epochs: int, by_epoch: bool,
                  epoch_length: int, interactive: bool | None = None,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", tensorboard: bool = False) -> None:
         self.work_dir = Path(work_dir)
         self.is_main = is_main
         self.logger = logger
@@ -257,6 +254,7 @@ class TrainOutput:
         self.max_epochs = max_epochs
         self.by_epoch = by_epoch
         self.epoch_length = epoch_length
+        self.tensorboard = tensorboard
         self.interactive = is_main and (sys.stdout.isatty() if interactive is None
                                         else interactive)
         #: per iteration since the last flush: the logged value (a loss, or a dict
@@ -313,7 +311,8 @@ class TrainOutput:
                             evals_at_last=not repeats_evals)
         # Open for the whole run (closed in close()): each write_records is one write.
         self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
-        self._tb = _PENDING  # made on first use: importing tensorboard delays the first step
+        if self.tensorboard:  # made on first use: importing tensorboard delays the first step
+            self._tb = _PENDING
         if self.interactive:
             self._bar = TerminalBar("train", self.max_iters)
             self._bar.start()
@@ -336,9 +335,9 @@ class TrainOutput:
             self._bar = None
 
     def _board(self) -> _TensorBoard | None:
-        """The TensorBoard writer (``None`` without tensorboard), made on first use."""
+        """The TensorBoard writer (``None`` when not asked for), made on first use."""
         if self._tb is _PENDING:
-            self._tb = _tensorboard_writer(self.work_dir / "tensorboard")
+            self._tb = _TensorBoard(self.work_dir / "tensorboard")
         return self._tb
 
     # -- per-interval work ----------------------------------------------------------------

@@ -17,6 +17,7 @@ updates; a test checks that every declared step matches its function here.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,11 +30,13 @@ from flexgraph.training import data, optim
 from flexgraph.training.build import build_from_cfg
 from flexgraph.training.checkpoint import Checkpointer
 from flexgraph.training.config import (
+    TENSORBOARD_BACKEND,
     checkpoint_policy,
     log_interval,
     logger_policy,
     section,
     stop_policy,
+    tensorboard_requested,
     train_schedule,
     work_dir_of,
 )
@@ -220,9 +223,14 @@ def resume(cfg: Any, model: nn.Module, optim_wrapper: Any, param_schedulers: Any
 
 def _output(cfg: Any, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
     runner = hooks.runner
+    tensorboard = tensorboard_requested(cfg)
+    if tensorboard and env.is_main and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError(f"visualizer.vis_backends asks for {TENSORBOARD_BACKEND}, but "
+                          f"tensorboard is not installed: pip install tensorboard, or "
+                          f"remove that backend")
     return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
                        message_hub=runner.message_hub, log_interval=log_interval(cfg),
-                       device=env.device, **schedule)
+                       device=env.device, tensorboard=tensorboard, **schedule)
 
 
 def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: Any,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from mmengine.config import Config
+from training_helpers import run_steps
 
-from flexgraph.training.config import checkpoint_policy
+from flexgraph.training.config import checkpoint_policy, tensorboard_requested
 from flexgraph.training.config_keys import unused_keys
 from flexgraph.training.errors import ConfigError, UnusedConfigWarning
 from flexgraph.training.hooks import build_hooks
@@ -17,7 +20,8 @@ MMENGINE_EXTRAS = dict(
     env_cfg=dict(cudnn_benchmark=False, mp_cfg=dict(mp_start_method="fork"),
                  dist_cfg=dict(backend="nccl")),
     vis_backends=[dict(type="LocalVisBackend")],
-    visualizer=dict(type="Visualizer", vis_backends=[dict(type="LocalVisBackend")]),
+    visualizer=dict(type="DetLocalVisualizer", name="visualizer",
+                    vis_backends=[dict(type="LocalVisBackend"), dict(type="WandbVisBackend")]),
     log_processor=dict(type="LogProcessor", window_size=50, by_epoch=True),
     launcher="pytorch",
     auto_scale_lr=dict(base_batch_size=256, enable=True),
@@ -40,7 +44,8 @@ def test_each_key_flexgraph_does_not_act_on_is_named():
     messages = list(unused_keys(Config(MMENGINE_EXTRAS)))
     named = {m.split("'")[1] for m in messages}
     assert named == {
-        "env_cfg.mp_cfg", "vis_backends", "visualizer", "log_processor", "launcher",
+        "env_cfg.mp_cfg", "visualizer.type", "visualizer.vis_backends", "log_processor",
+        "launcher",
         "auto_scale_lr", "train_cfg.dynamic_intervals", "val_cfg.fp16",
         "default_hooks.logger.interval_exp_name", "default_hooks.logger.out_dir",
         "default_hooks.checkpoint.out_dir", "default_hooks.checkpoint.filename_tmpl",
@@ -51,7 +56,9 @@ def test_each_key_flexgraph_does_not_act_on_is_named():
 
 
 def test_what_flexgraph_acts_on_raises_no_warning(make_cfg):
-    cfg = make_cfg(launcher="none", env_cfg=dict(dist_cfg=dict(backend="gloo")),
+    cfg = make_cfg(launcher="none",
+                   visualizer=dict(type="Visualizer", name="visualizer", vis_backends=[
+                       dict(type="LocalVisBackend"), dict(type="TensorboardVisBackend")]), env_cfg=dict(dist_cfg=dict(backend="gloo")),
                    auto_scale_lr=dict(base_batch_size=16, enable=False), val_cfg=dict(),
                    default_hooks=dict(
                        logger=dict(type="LoggerHook", interval=2, ignore_last=False),
@@ -61,8 +68,34 @@ def test_what_flexgraph_acts_on_raises_no_warning(make_cfg):
 
 
 def test_the_run_warns_once_per_key(make_cfg):
-    with pytest.warns(UnusedConfigWarning, match="'visualizer' is not used by flexgraph"):
-        build_hooks(make_cfg(visualizer=dict(type="Visualizer")))
+    with pytest.warns(UnusedConfigWarning,
+                      match="'visualizer.vis_backends.TensorboardVisBackend.save_dir' is not"):
+        build_hooks(make_cfg(visualizer=dict(vis_backends=[
+            dict(type="TensorboardVisBackend", save_dir="elsewhere")])))
+
+
+@pytest.mark.parametrize("visualizer, wanted", [
+    (None, False),
+    (dict(type="Visualizer", vis_backends=[dict(type="LocalVisBackend")]), False),
+    (dict(vis_backends=[dict(type="LocalVisBackend"), dict(type="TensorboardVisBackend")]),
+     True),
+    (dict(vis_backends=dict(type="mmengine.TensorboardVisBackend")), True),
+])
+def test_tensorboard_only_when_a_backend_asks_for_it_as_in_mmengine(make_cfg, visualizer,
+                                                                     wanted):
+    assert tensorboard_requested(make_cfg(visualizer=visualizer)) is wanted
+
+
+def test_tensorboard_asked_for_but_not_installed_is_a_config_error(make_cfg, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
+    cfg = make_cfg(visualizer=dict(vis_backends=[dict(type="TensorboardVisBackend")]))
+    with pytest.raises(ConfigError, match="tensorboard is not installed: pip install"):
+        run_steps(cfg, last="train")
+
+
+def test_a_vis_backend_without_a_type_is_refused(make_cfg):
+    with pytest.raises(ConfigError, match="visualizer.vis_backends entries need a type"):
+        tensorboard_requested(make_cfg(visualizer=dict(vis_backends=[dict(save_dir="x")])))
 
 
 @pytest.mark.parametrize("options, message", [

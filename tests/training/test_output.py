@@ -11,15 +11,15 @@ from mmengine.logging import MessageHub
 from flexgraph.training.output import TrainOutput
 
 
-def _output(tmp_path, interactive):
+def _output(tmp_path, interactive, tensorboard=False):
     return TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
                        message_hub=MessageHub.get_instance("test_output"), log_interval=2,
                        max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
-                       interactive=interactive)
+                       interactive=interactive, tensorboard=tensorboard)
 
 
 def test_records_are_json_lines_even_for_nan_and_dicts(tmp_path):
-    out = _output(tmp_path, interactive=False)
+    out = _output(tmp_path, interactive=False, tensorboard=True)
     out.open(0)
     for value in (torch.tensor(1.5), torch.tensor(float("nan"))):
         out.values.append(value)
@@ -43,6 +43,17 @@ def test_records_are_json_lines_even_for_nan_and_dicts(tmp_path):
     events.Reload()
     assert set(events.Tags()["scalars"]) == {"train/loss", "train/lr", "val/acc"}
     assert [(e.step, e.value) for e in events.Scalars("val/acc")] == [(3, 0.75)]
+
+
+def test_no_tensorboard_unless_asked_for(tmp_path):
+    out = _output(tmp_path, interactive=False)
+    out.open(0)
+    out.keep(torch.tensor(1.0))
+    out.lrs.append(0.1)
+    out.log(1, 0, 1)
+    out.eval_metrics({"acc": 0.5}, mode="val", iters_done=1, epoch=1)
+    out.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
 
 
 def test_rich_progress_path_updates_the_bar(tmp_path):

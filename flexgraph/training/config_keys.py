@@ -1,7 +1,7 @@
 """Which config keys flexgraph acts on, and a warning for each one it does not.
 
 An MMEngine config may hold keys that MMEngine's Runner acts on and flexgraph
-does not (``visualizer``, ``log_processor``, a checkpoint ``out_dir``, ...).
+does not (``log_processor``, a checkpoint ``out_dir``, a Weights & Biases backend, ...).
 Ignoring one of them silently would leave the user believing it took effect,
 so each is reported by name, with the reason, as an
 :class:`~flexgraph.training.errors.UnusedConfigWarning`. This module is the one

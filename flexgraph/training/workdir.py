@@ -12,7 +12,7 @@ here and show only errors::
         plan.json               the plan that ran, as `flexgraph plan --format json`
       metrics.jsonl             per iteration and per evaluation (a resume continues it)
       epoch_<n>.pth, iter_<n>.pth, last_checkpoint
-      tensorboard/              when tensorboard is installed
+      tensorboard/              when visualizer.vis_backends has a TensorboardVisBackend
 
 The console shows flexgraph's own lines (plan summary, setup timings,
 progress, metrics) and every warning and error. MMEngine's INFO chatter (an

@@ -58,7 +58,8 @@ def test_each_key_flexgraph_does_not_act_on_is_named():
 def test_what_flexgraph_acts_on_raises_no_warning(make_cfg):
     cfg = make_cfg(launcher="none",
                    visualizer=dict(type="Visualizer", name="visualizer", vis_backends=[
-                       dict(type="LocalVisBackend"), dict(type="TensorboardVisBackend")]), env_cfg=dict(dist_cfg=dict(backend="gloo")),
+                       dict(type="LocalVisBackend"), dict(type="TensorboardVisBackend")]),
+                   env_cfg=dict(dist_cfg=dict(backend="gloo")),
                    auto_scale_lr=dict(base_batch_size=16, enable=False), val_cfg=dict(),
                    default_hooks=dict(
                        logger=dict(type="LoggerHook", interval=2, ignore_last=False),

@@ -331,23 +331,21 @@ TENSORBOARD_BACKEND = "TensorboardVisBackend"
 LOCAL_BACKEND = "LocalVisBackend"  # its scalars.json is flexgraph's metrics.jsonl
 
 
-def vis_backend_types(cfg: Any) -> tuple[str, ...]:
-    """The ``type`` names in ``visualizer.vis_backends`` (MMEngine's Runner builds these)."""
+def vis_backends(cfg: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """``visualizer.vis_backends`` (MMEngine's Runner builds these): (type name, options)."""
     visualizer = section(cfg, "visualizer", {})
     if not isinstance(visualizer, Mapping):
-        return ()
+        return []
     backends = visualizer.get("vis_backends") or []
-    if isinstance(backends, Mapping):
-        backends = [backends]
-    names = []
-    for backend in backends:
+    named = []
+    for backend in [backends] if isinstance(backends, Mapping) else backends:
         type_ = backend.get("type") if isinstance(backend, Mapping) else None
         name = type_ if isinstance(type_, str) else getattr(type_, "__name__", None)
         if not name:
             raise ConfigError(f"visualizer.vis_backends entries need a type, as "
                               f"dict(type='{TENSORBOARD_BACKEND}'); got {backend!r}")
-        names.append(name.rpartition(".")[2])
-    return tuple(names)
+        named.append((name.rpartition(".")[2], backend))
+    return named
 
 
 def tensorboard_requested(cfg: Any) -> bool:
@@ -358,7 +356,7 @@ def tensorboard_requested(cfg: Any) -> bool:
     costs a fast loop about 1% per iteration, which a run that nobody watches in
     TensorBoard should not pay. metrics.jsonl is written either way.
     """
-    return TENSORBOARD_BACKEND in vis_backend_types(cfg)
+    return any(name == TENSORBOARD_BACKEND for name, _ in vis_backends(cfg))
 
 
 def work_dir_of(cfg: Any) -> str:

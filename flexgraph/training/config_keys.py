@@ -25,7 +25,7 @@ from flexgraph.training.config import (
     LOCAL_BACKEND,
     TENSORBOARD_BACKEND,
     section,
-    vis_backend_types,
+    vis_backends,
 )
 from flexgraph.training.errors import UnusedConfigWarning
 
@@ -93,7 +93,7 @@ _HOOK_OPTION_WHY = {
                       "optimizer and schedulers, so that resume is exact",
     "LoggerHook": "flexgraph's log lines, metrics.jsonl and TensorBoard are written by the loop",
 }
-#: ``visualizer`` options flexgraph acts on: which backends (see vis_backend_types).
+#: ``visualizer`` options flexgraph acts on: which backends (see vis_backends).
 _VISUALIZER_OPTIONS = frozenset({"type", "name", "vis_backends"})
 _VISUALIZER_WHY = (f"flexgraph builds no visualizer; it writes work_dir/metrics.jsonl, and "
                    f"TensorBoard scalars to work_dir/tensorboard for a {TENSORBOARD_BACKEND}")
@@ -184,10 +184,7 @@ def _visualizer_options(cfg: Any) -> Iterator[str]:
     if _type_name(visualizer) not in ("", "Visualizer"):
         yield (f"config key 'visualizer.type' ({_type_name(visualizer)}) is not used by "
                f"flexgraph: {_VISUALIZER_WHY} (runner.visualizer is None for hooks)")
-    backends = visualizer.get("vis_backends") or []
-    for name, backend in zip(vis_backend_types(cfg),
-                             [backends] if isinstance(backends, Mapping) else backends,
-                             strict=True):
+    for name, backend in vis_backends(cfg):
         if name not in (TENSORBOARD_BACKEND, LOCAL_BACKEND):
             yield (f"config key 'visualizer.vis_backends' ({name}) is not used by "
                    f"flexgraph: {_VISUALIZER_WHY}")

@@ -331,6 +331,14 @@ TENSORBOARD_BACKEND = "TensorboardVisBackend"
 LOCAL_BACKEND = "LocalVisBackend"  # its scalars.json is flexgraph's metrics.jsonl
 
 
+def type_name(cfg: Any) -> str:
+    """The short name of a component config's ``type`` (a name, a dotted name or a
+    class); ``""`` when it has none."""
+    type_ = cfg.get("type") if isinstance(cfg, Mapping) else None
+    name = type_ if isinstance(type_, str) else getattr(type_, "__name__", "") or ""
+    return name.rpartition(".")[2]
+
+
 def vis_backends(cfg: Any) -> list[tuple[str, Mapping[str, Any]]]:
     """``visualizer.vis_backends`` (MMEngine's Runner builds these): (type name, options)."""
     visualizer = section(cfg, "visualizer", {})
@@ -339,12 +347,11 @@ def vis_backends(cfg: Any) -> list[tuple[str, Mapping[str, Any]]]:
     backends = visualizer.get("vis_backends") or []
     named = []
     for backend in [backends] if isinstance(backends, Mapping) else backends:
-        type_ = backend.get("type") if isinstance(backend, Mapping) else None
-        name = type_ if isinstance(type_, str) else getattr(type_, "__name__", None)
+        name = type_name(backend)
         if not name:
             raise ConfigError(f"visualizer.vis_backends entries need a type, as "
                               f"dict(type='{TENSORBOARD_BACKEND}'); got {backend!r}")
-        named.append((name.rpartition(".")[2], backend))
+        named.append((name, backend))
     return named
 
 

@@ -25,6 +25,7 @@ from flexgraph.training.config import (
     LOCAL_BACKEND,
     TENSORBOARD_BACKEND,
     section,
+    type_name,
     vis_backends,
 )
 from flexgraph.training.errors import UnusedConfigWarning
@@ -108,12 +109,6 @@ def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def _type_name(value: Any) -> str:
-    type_ = value.get("type") if isinstance(value, Mapping) else None
-    name = type_ if isinstance(type_, str) else getattr(type_, "__name__", "") or ""
-    return name.rpartition(".")[2]
-
-
 def unused_keys(cfg: Any) -> Iterator[str]:
     """One message per config key flexgraph does not act on, naming the key and why."""
     for key in cfg:
@@ -135,8 +130,8 @@ def unused_keys(cfg: Any) -> Iterator[str]:
                 continue
             yield f"config key '{name}.{option}' is not used by flexgraph: {rules['why']}"
         loop = _LOOP_TYPES.get(name)
-        if loop and _type_name(options) not in ("", loop):
-            yield (f"config key '{name}.type' ({_type_name(options)}) is not used by "
+        if loop and type_name(options) not in ("", loop):
+            yield (f"config key '{name}.type' ({type_name(options)}) is not used by "
                    f"flexgraph: it runs its own {loop[:-4].lower()} pass")
     yield from _hook_options(cfg)
     yield from _visualizer_options(cfg)
@@ -163,13 +158,13 @@ def _hook_options(cfg: Any) -> Iterator[str]:
     for key, hook_cfg in section(cfg, "default_hooks", {}).items():
         if not isinstance(hook_cfg, Mapping):
             continue
-        type_name = _type_name(hook_cfg) or _DEFAULT_HOOK_TYPES.get(key, "")
-        acted = _HOOK_OPTIONS.get(type_name)
+        hook_type = type_name(hook_cfg) or _DEFAULT_HOOK_TYPES.get(key, "")
+        acted = _HOOK_OPTIONS.get(hook_type)
         if acted is None:
             continue  # a hook flexgraph builds and runs: its options are its own
         for option in hook_cfg:
             if option not in acted:
-                why = _HOOK_OPTION_WHY.get(type_name, "flexgraph's loop does this hook's work")
+                why = _HOOK_OPTION_WHY.get(hook_type, "flexgraph's loop does this hook's work")
                 yield f"config key 'default_hooks.{key}.{option}' is not used by flexgraph: {why}"
 
 
@@ -181,8 +176,8 @@ def _visualizer_options(cfg: Any) -> Iterator[str]:
     for option in visualizer:
         if option not in _VISUALIZER_OPTIONS:
             yield f"config key 'visualizer.{option}' is not used by flexgraph: {_VISUALIZER_WHY}"
-    if _type_name(visualizer) not in ("", "Visualizer"):
-        yield (f"config key 'visualizer.type' ({_type_name(visualizer)}) is not used by "
+    if type_name(visualizer) not in ("", "Visualizer"):
+        yield (f"config key 'visualizer.type' ({type_name(visualizer)}) is not used by "
                f"flexgraph: {_VISUALIZER_WHY} (runner.visualizer is None for hooks)")
     for name, backend in vis_backends(cfg):
         if name not in (TENSORBOARD_BACKEND, LOCAL_BACKEND):

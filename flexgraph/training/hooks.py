@@ -42,7 +42,7 @@ from mmengine.registry import HOOKS
 
 from flexgraph.training.build import build_from_cfg
 from flexgraph.training.checkpoint_hook import BuiltinCheckpointHook
-from flexgraph.training.config import checkpoint_policy, section, work_dir_of
+from flexgraph.training.config import checkpoint_policy, section, type_name, work_dir_of
 from flexgraph.training.config_keys import warn_unused_keys
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.workdir import active_record, console_logger
@@ -310,9 +310,7 @@ def _builtin_hook(key: str, hook_cfg: Any, cfg: Any) -> Any:
                               f"options (dict(type='CheckpointHook', interval=...)); flexgraph "
                               f"saves through its own checkpointer")
         return hook_cfg if type(hook_cfg) is _scheduler_hook_type() else None
-    type_ = hook_cfg.get("type")
-    name = (type_ if isinstance(type_, str) else getattr(type_, "__name__", "")) or ""
-    name = name.rpartition(".")[2]
+    name = type_name(hook_cfg)
     if name == "ParamSchedulerHook" or (not name and key == "param_scheduler"):
         hook = _scheduler_hook_type()()
     elif name == "CheckpointHook" or (not name and key == "checkpoint"):

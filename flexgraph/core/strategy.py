@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import entry_points
 from typing import Any
 
 import attrs
@@ -78,6 +78,17 @@ def register_strategy(name: str, factory: StrategyFactory, *aliases: str) -> Non
         _registered[key] = factory
 
 
+def _is_entry_point(found: Any) -> bool:
+    """Whether ``found`` is an entry point not loaded yet, of either metadata library.
+
+    Not an ``isinstance`` check against ``importlib.metadata.EntryPoint``: once
+    the ``importlib_metadata`` backport is imported (mmpretrain does, and so does
+    any config that lists it in ``custom_imports``), it installs its own finder,
+    and the standard library's ``entry_points()`` hands back the backport's class.
+    """
+    return hasattr(found, "load") and isinstance(getattr(found, "value", None), str)
+
+
 def known_strategies() -> dict[str, Any]:
     """Name -> factory or entry point, for every strategy that can be found."""
     found: dict[str, Any] = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -124,7 +135,7 @@ def get_strategy(
             f"unknown strategy {name!r}{did_you_mean(name, names)}; known: {', '.join(names)}"
         )
     factory = known[name]
-    if isinstance(factory, EntryPoint):
+    if _is_entry_point(factory):
         factory = factory.load()
     try:
         inspect.signature(factory).bind(**options)
@@ -140,7 +151,7 @@ def same_strategy(first: str, second: str) -> bool:
         return first == second
 
     def ref(factory: Any) -> str:
-        if isinstance(factory, EntryPoint):
+        if _is_entry_point(factory):
             return factory.value
         return f"{factory.__module__}:{factory.__qualname__}"
 

@@ -326,44 +326,12 @@ def log_interval(cfg: Any) -> int:
     return logger_policy(cfg).interval
 
 
-#: MMEngine's visualizer backends, by what flexgraph does for each.
-TENSORBOARD_BACKEND = "TensorboardVisBackend"
-LOCAL_BACKEND = "LocalVisBackend"  # its scalars.json is flexgraph's metrics.jsonl
-
-
 def type_name(cfg: Any) -> str:
     """The short name of a component config's ``type`` (a name, a dotted name or a
     class); ``""`` when it has none."""
     type_ = cfg.get("type") if isinstance(cfg, Mapping) else None
     name = type_ if isinstance(type_, str) else getattr(type_, "__name__", "") or ""
     return name.rpartition(".")[2]
-
-
-def vis_backends(cfg: Any) -> list[tuple[str, Mapping[str, Any]]]:
-    """``visualizer.vis_backends`` (MMEngine's Runner builds these): (type name, options)."""
-    visualizer = section(cfg, "visualizer", {})
-    if not isinstance(visualizer, Mapping):
-        return []
-    backends = visualizer.get("vis_backends") or []
-    named = []
-    for backend in [backends] if isinstance(backends, Mapping) else backends:
-        name = type_name(backend)
-        if not name:
-            raise ConfigError(f"visualizer.vis_backends entries need a type, as "
-                              f"dict(type='{TENSORBOARD_BACKEND}'); got {backend!r}")
-        named.append((name, backend))
-    return named
-
-
-def tensorboard_requested(cfg: Any) -> bool:
-    """Whether the run writes TensorBoard scalars: as in MMEngine, only when
-    ``visualizer.vis_backends`` holds a ``TensorboardVisBackend``.
-
-    Not by default: the writer (its imports, its thread, an event per log line)
-    costs a fast loop about 1% per iteration, which a run that nobody watches in
-    TensorBoard should not pay. metrics.jsonl is written either way.
-    """
-    return any(name == TENSORBOARD_BACKEND for name, _ in vis_backends(cfg))
 
 
 def work_dir_of(cfg: Any) -> str:

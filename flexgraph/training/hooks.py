@@ -25,14 +25,24 @@ When no other hook overrides ``after_train_iter``, the loop does their
 per-iteration work itself instead of dispatching to them
 (:meth:`Hooks.inlined`), so they cost nothing extra per iteration. The other
 defaults (runtime info, timer, sampler seed, logger) are built into the loop.
+
+The runner view, its message hub and its visualizer (``runner.visualizer``,
+built as MMEngine's ``Runner.build_visualizer`` builds it: :func:`build_visualizer`)
+exist before any hook is built, as in MMEngine, so hooks that call
+``Visualizer.get_current_instance()`` or ``MessageHub.get_current_instance()``
+in their constructors find this run's. A config without a ``visualizer`` gets
+MMEngine's default one when a hook first asks for it (its construction costs
+half a second, and most runs never draw).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import itertools
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -40,14 +50,15 @@ from mmengine.hooks import Hook
 from mmengine.logging import MessageHub, MMLogger
 from mmengine.registry import HOOKS
 
-from flexgraph.training.build import build_from_cfg
+from flexgraph.training.build import build_from_cfg, resolve_type
 from flexgraph.training.checkpoint_hook import BuiltinCheckpointHook
 from flexgraph.training.config import checkpoint_policy, section, type_name, work_dir_of
 from flexgraph.training.config_keys import warn_unused_keys
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.workdir import active_record, console_logger
 
-__all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks"]
+__all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks",
+           "build_visualizer", "share_dataset_meta"]
 
 HOOK_POINTS = (
     "before_run", "after_run",
@@ -72,7 +83,7 @@ _DELEGATES = {
     "_after_iter": ("after_train_iter", "after_val_iter", "after_test_iter"),
 }
 
-_RUN_NUMBERS = itertools.count()  # logger / message-hub names are process-global
+_RUN_NUMBERS = itertools.count()  # message-hub / visualizer names are process-global
 
 # MMEngine's default hooks, in the order its Runner registers them (which breaks
 # priority ties). ``checkpoint`` and ``logger`` settings are read by
@@ -118,7 +129,8 @@ class RunnerView:
         self.test_dataloader: Any = None
         self.val_evaluator: Any = None
         self.test_evaluator: Any = None
-        self.visualizer: Any = None
+        self._visualizer: Any = None
+        self._default_visualizer: Callable[[], Any] | None = None
         self.seed: int | None = None
         self.epoch = 0
         self.iter = 0
@@ -126,6 +138,27 @@ class RunnerView:
         self.max_iters = 0
         self.val_interval = 1
         self.val_begin = 1
+
+    @property
+    def visualizer(self) -> Any:
+        """The run's Visualizer (MMEngine's default one is built on first use)."""
+        if self._visualizer is None and self._default_visualizer is not None:
+            build, self._default_visualizer = self._default_visualizer, None
+            self._visualizer = build()
+            share_dataset_meta(self)
+        return self._visualizer
+
+    @visualizer.setter
+    def visualizer(self, visualizer: Any) -> None:
+        self._visualizer, self._default_visualizer = visualizer, None
+
+    def built_visualizer(self) -> Any:
+        """The Visualizer if one was built, without building MMEngine's default."""
+        return self._visualizer
+
+    def build_visualizer_on_first_use(self, build: Callable[[], Any]) -> None:
+        """Build the visualizer only when a hook asks for it (see :func:`_runner_view`)."""
+        self._visualizer, self._default_visualizer = None, build
 
     @property
     def rank(self) -> int:
@@ -266,12 +299,22 @@ def _experiment_name(cfg: Any, timestamp: str) -> str:
     return f"{name}_{timestamp}" if name else timestamp
 
 
-def _hook_from_cfg(cfg: Any, what: str) -> Any:
+_NO_VISUALIZER_YET = "Visualizer.get_current_instance()"  # MMEngine's words for it
+
+
+def _hook_from_cfg(cfg: Any, what: str, runner: RunnerView) -> Any:
+    """Build one hook; one that asks for the current Visualizer gets the run's."""
     if not isinstance(cfg, dict) and not hasattr(cfg, "items"):
         return cfg  # an already-built hook object
     args = dict(cfg)
     priority = args.pop("priority", None)
-    hook = build_from_cfg(args, HOOKS, what=what)
+    try:
+        hook = build_from_cfg(args, HOOKS, what=what)
+    except RuntimeError as exc:
+        if _NO_VISUALIZER_YET not in str(exc) or runner.built_visualizer() is not None:
+            raise
+        runner.visualizer  # noqa: B018 (builds MMEngine's default visualizer)
+        hook = build_from_cfg(args, HOOKS, what=what)
     if priority is not None:
         hook.priority = priority
     return hook
@@ -330,9 +373,11 @@ def build_hooks(cfg: Any) -> Hooks:
     logger, sampler seed and runtime info are done by the loop itself, which
     reads ``default_hooks.logger`` for its settings. Any other entry is a hook
     the user asked for and is built like a custom hook. Config keys flexgraph
-    does not act on are reported here, once per run (rank 0).
+    does not act on are reported here, once per run (rank 0). The runner view
+    comes first: hooks look up its message hub and visualizer when built.
     """
     warn_unused_keys(cfg)
+    runner = _runner_view(cfg)
     hooks = []
     for key, hook_cfg in _default_hooks(cfg).items():
         if _is_builtin(key, hook_cfg):
@@ -340,22 +385,212 @@ def build_hooks(cfg: Any) -> Hooks:
             if builtin is not None:
                 hooks.append(builtin)
             continue
-        hooks.append(_hook_from_cfg(hook_cfg, f"default_hooks.{key}"))
+        hooks.append(_hook_from_cfg(hook_cfg, f"default_hooks.{key}", runner))
     custom = section(cfg, "custom_hooks", [])
     if not isinstance(custom, (list, tuple)):
         raise ConfigError(f"custom_hooks must be a list of hook dicts, got {type(custom)}")
-    hooks.extend(_hook_from_cfg(c, f"custom_hooks[{i}]") for i, c in enumerate(custom))
+    hooks.extend(_hook_from_cfg(c, f"custom_hooks[{i}]", runner) for i, c in enumerate(custom))
+    return Hooks(hooks, runner)
+
+
+def _runner_view(cfg: Any) -> RunnerView:
+    """The run's :class:`RunnerView`, with its logger, message hub and visualizer."""
     record = active_record()  # `flexgraph run` opened one: its logger writes the log file
     timestamp = record.timestamp if record else time.strftime("%Y%m%d_%H%M%S", time.localtime())
     logger = record.logger if record else console_logger(timestamp, section(cfg, "log_level",
                                                                             "INFO"))
+    run_number = next(_RUN_NUMBERS)
     runner = RunnerView(
         cfg,
         work_dir=work_dir_of(cfg),
         timestamp=timestamp,
         logger=logger,
-        message_hub=MessageHub.get_instance(f"flexgraph_{timestamp}_{next(_RUN_NUMBERS)}"),
+        message_hub=MessageHub.get_instance(f"flexgraph_{timestamp}_{run_number}"),
     )
     if record:
         runner.log_dir = str(record.run_dir)
-    return Hooks(hooks, runner)
+    build = functools.partial(build_visualizer, cfg, name=runner.experiment_name,
+                              save_dir=runner.log_dir, run_number=run_number)
+    if section(cfg, "visualizer") is None and not _a_visualizer_exists():
+        # MMEngine's default visualizer has only a LocalVisBackend, which writes
+        # what hooks draw; building one costs a run's start half a second
+        # (matplotlib's figure), so it is built when a hook first asks for it.
+        # Once an earlier run of this process made one, hooks would be handed
+        # that one instead: then this run's is built at once.
+        runner.build_visualizer_on_first_use(build)
+    else:
+        runner.visualizer = build()
+    return runner
+
+
+def _a_visualizer_exists() -> bool:
+    """Whether ``Visualizer.get_current_instance()`` would return one (this process's)."""
+    from mmengine.visualization import Visualizer
+
+    try:
+        Visualizer.get_current_instance()
+    except RuntimeError:
+        return False
+    return True
+
+
+def build_visualizer(cfg: Any, *, name: str, save_dir: str, run_number: int = 0) -> Any:
+    """The run's Visualizer, built as MMEngine's ``Runner.build_visualizer`` builds it.
+
+    A ``visualizer`` dict is built through MMEngine's ``VISUALIZERS`` registry, in
+    the config's default scope (``UniversalVisualizer`` is MMPreTrain's), with
+    ``name`` and ``save_dir`` as defaults; a dict without a ``type`` is a
+    ``Visualizer``. Without a ``visualizer``, MMEngine's default: a ``Visualizer``
+    with a ``LocalVisBackend``. A Visualizer object is used as it is. Then, as
+    MMEngine's Runner does, every backend records the config (see
+    :func:`_record_config`).
+
+    It is built on every rank, as MMEngine builds it; its backends create
+    nothing until they are used, and only rank 0 uses them (MMEngine's
+    ``master_only``). It becomes MMEngine's current Visualizer, so hooks that
+    call ``Visualizer.get_current_instance()`` in their constructors (the
+    visualization hooks of MMPreTrain, MMDetection and MMSegmentation) draw
+    with it.
+
+    Parameters
+    ----------
+    cfg:
+        The run's config; its ``visualizer`` is read.
+    name:
+        The default name (the run's experiment name). A name an earlier run in
+        this process took, given or default, gets ``_<run_number>`` appended:
+        MMEngine's ``get_instance`` would hand back that run's visualizer, with
+        its ``save_dir``.
+    save_dir:
+        The default ``save_dir`` (``runner.log_dir``): backends write in its
+        ``vis_data`` folder.
+
+    Raises
+    ------
+    ConfigError
+        ``visualizer`` is neither a dict nor a Visualizer, a backend has no
+        ``type``, or a ``TensorboardVisBackend`` is asked for and tensorboard is
+        not installed.
+    UnknownComponentError
+        A visualizer or backend type that no registry in scope knows.
+    """
+    from mmengine.registry import VISUALIZERS
+    from mmengine.visualization import Visualizer
+
+    given = section(cfg, "visualizer")
+    if given is None:  # MMEngine's default
+        given = {"type": Visualizer, "vis_backends": [{"type": "LocalVisBackend"}]}
+    if isinstance(given, Visualizer):
+        visualizer = given
+    elif isinstance(given, Mapping):
+        args = _visualizer_args(given, name=name, save_dir=save_dir, run_number=run_number)
+        visualizer = build_from_cfg(args, VISUALIZERS, what="visualizer")
+        if not isinstance(visualizer, Visualizer):
+            raise ConfigError(f"visualizer: type={args['type']!r} built a "
+                              f"{type(visualizer).__name__}, not an mmengine Visualizer")
+    else:
+        raise ConfigError(f"visualizer must be a dict(type=...) or a Visualizer, got "
+                          f"{type(given).__name__}")
+    if _is_rank_zero():
+        _check_tensorboard(visualizer)
+        _record_config(visualizer, cfg)
+    return visualizer
+
+
+def _visualizer_args(given: Mapping[str, Any], *, name: str, save_dir: str,
+                     run_number: int) -> dict[str, Any]:
+    """The visualizer's build arguments: MMEngine's defaults, backends' types resolved.
+
+    Each backend's ``type`` is resolved here, in the default scope, so that a
+    misspelled one gets a did-you-mean; the Visualizer then builds the backends.
+    """
+    args = dict(given)
+    args.setdefault("type", "Visualizer")
+    args["name"] = _free_name(args.get("name") or name, run_number)
+    args.setdefault("save_dir", save_dir)
+    backends = args.get("vis_backends")
+    if backends is not None:
+        listed = [backends] if not isinstance(backends, (list, tuple)) else list(backends)
+        args["vis_backends"] = [_backend_args(backend, f"visualizer.vis_backends[{i}]")
+                                for i, backend in enumerate(listed)]
+    return args
+
+
+def _backend_args(backend: Any, what: str) -> Any:
+    """A backend dict with its ``type`` resolved (a backend object stays as it is)."""
+    if not isinstance(backend, Mapping):
+        return backend
+    if "type" not in backend:
+        raise ConfigError(f"{what}: {dict(backend)!r} has no type; name the backend, as "
+                          f"dict(type='TensorboardVisBackend')")
+    from mmengine.registry import VISBACKENDS
+
+    return {**backend, "type": resolve_type(backend["type"], VISBACKENDS, what=what,
+                                            scope=backend.get("_scope_"))}
+
+
+def _free_name(name: str, run_number: int) -> str:
+    """``name``, or ``name_<run_number>`` when an earlier visualizer took it (every
+    Visualizer, of whatever subclass, is listed in ``Visualizer``'s instances)."""
+    from mmengine.visualization import Visualizer
+
+    return f"{name}_{run_number}" if Visualizer.check_instance_created(name) else name
+
+
+def _is_rank_zero() -> bool:
+    """Rank 0 of the process group, or of the launch when there is none yet."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _backends(visualizer: Any) -> list[Any]:
+    """The visualizer's backends (MMEngine keeps them in ``_vis_backends``, by name)."""
+    return list(getattr(visualizer, "_vis_backends", {}).values())
+
+
+def _check_tensorboard(visualizer: Any) -> None:
+    """A ``TensorboardVisBackend`` without tensorboard fails now, as one line, rather
+    than at its first event with MMEngine's ImportError."""
+    from mmengine.visualization import TensorboardVisBackend
+
+    if (any(isinstance(b, TensorboardVisBackend) for b in _backends(visualizer))
+            and importlib.util.find_spec("tensorboard") is None):
+        raise ConfigError("visualizer.vis_backends asks for TensorboardVisBackend, but "
+                          "tensorboard is not installed: pip install tensorboard, or remove "
+                          "that backend")
+
+
+def _record_config(visualizer: Any, cfg: Any) -> None:
+    """Give the config to every backend, as MMEngine's Runner does (``add_config``).
+
+    Not to a ``LocalVisBackend``: its ``vis_data/config.py`` would repeat the
+    run folder's ``config.py``, and MMEngine's ``Config.dump`` that it calls
+    costs a big config's start 0.2 s. A config that is not an mmengine
+    ``Config`` (the Python API's plain dicts) has no text to record.
+    """
+    from mmengine.config import Config
+    from mmengine.visualization import LocalVisBackend
+
+    if not isinstance(cfg, Config):
+        return
+    for backend in _backends(visualizer):
+        if not isinstance(backend, LocalVisBackend):
+            backend.add_config(cfg)
+
+
+def share_dataset_meta(runner: RunnerView) -> None:
+    """Give the visualizer the ``metainfo`` of the run's datasets, as MMEngine's loops do.
+
+    MMEngine's train loop, then its validation (or test) loop, set
+    ``visualizer.dataset_meta`` when they are built, so the last one with a
+    ``metainfo`` wins; drawing hooks read the class names there.
+    """
+    visualizer = runner.built_visualizer()
+    if visualizer is None:
+        return
+    for loader in (runner.train_dataloader, runner.val_dataloader, runner.test_dataloader):
+        meta = getattr(getattr(loader, "dataset", None), "metainfo", None)
+        if meta is not None:
+            visualizer.dataset_meta = meta

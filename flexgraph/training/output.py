@@ -1,5 +1,5 @@
-"""What a run shows and records: progress, log lines, metrics.jsonl, and TensorBoard
-when the config's ``visualizer.vis_backends`` asks for it (as MMEngine's does).
+"""What a run shows and records: progress, log lines, metrics.jsonl, and the scalars
+that the visualizer's backends receive (as MMEngine's LoggerHook hands them over).
 
 The loop hands this module two things per iteration, the logged value
 (through :attr:`TrainOutput.keep`) and the learning rate (appended to
@@ -10,7 +10,7 @@ holding a few hundred small tensors between log lines fragments the heap every
 step's temporaries come from, which cost a 0.3 ms step 2%).
 
 Everything that costs something (``.tolist()`` syncs, JSON encoding, file
-writes, TensorBoard, progress updates) happens in :meth:`TrainOutput.flush`,
+writes, the backends' scalars, progress updates) happens in :meth:`TrainOutput.flush`,
 which runs with the log lines (see :meth:`TrainOutput.log`), before any hook
 that may read the hub, before validation and checkpoints, and at the end. So
 on a GPU the loop never waits for a loss value between log lines.
@@ -23,6 +23,12 @@ spread over every log line pays for cold caches each time. A resume cuts the
 file back to its checkpoint anyway, so the records a crash can lose (those
 after the last checkpoint, at most a few seconds of them) are ones a resume
 would drop.
+
+Scalars are written once. ``metrics.jsonl`` stands for the scalars.json of
+MMEngine's ``LocalVisBackend``, so that backend gets none; every other
+backend of the run's visualizer (``runner.visualizer``: TensorBoard, Weights &
+Biases, MLflow, ...) gets the train and validation scalars under MMEngine's
+LoggerHook's tags and steps (see :class:`_ScalarHandOver`).
 
 Only rank 0 writes or prints. On a terminal, a progress bar with ETA
 (:mod:`flexgraph.training.bar`) is redrawn by the loop about
@@ -55,58 +61,89 @@ from flexgraph.training.workdir import FILE_ONLY
 __all__ = ["METRICS_FILE", "TrainOutput"]
 
 METRICS_FILE = "metrics.jsonl"
-_PENDING = object()  # a sink not made yet
 # The bar is redrawn by the loop's ticks, about this often, and by nothing else:
 # rich's own refresh thread (10 a second by default) costs a fast loop several
 # percent, most of it in taking the interpreter's lock from the training thread.
 _REFRESH_PER_SECOND = 4
 _TICK_SECONDS = 1 / _REFRESH_PER_SECOND
-_TB_SECONDS = 10.0  # TensorBoard events go to its writer thread at most this often
+_HANDOVER_SECONDS = 10.0  # the visualizer's backends get their scalars at most this often
 _RECORDS_SECONDS = 5.0  # metrics.jsonl gets the per-iteration records at least this often
 _LINES_SECONDS = _TICK_SECONDS  # log lines due within this are composed and printed together
 _NEVER = 2**62
 
 
-class _TensorBoard:
-    """TensorBoard scalars, all of one step in a single event, handed over in batches.
+class _ScalarHandOver:
+    """Scalars for the visualizer's backends, kept and handed over in batches.
 
-    ``SummaryWriter.add_scalar`` writes one event per value, each a protobuf
-    round and a wake-up of the writer thread; a log line's values share a step,
-    so they go out together. Each hand-over wakes the writer's thread, which
-    then competes with the training loop for the interpreter: on a short log
-    interval that costs the loop several percent. So events are kept (with the
-    wall time of their log line) and handed over every ``_TB_SECONDS`` and at
-    :meth:`close`; the writer itself only flushes its file every two minutes,
-    so the file a TensorBoard reads is no later for it.
+    What MMEngine's LoggerHook hands to ``runner.visualizer.add_scalars``: after
+    a log line, the line's means, ``lr``, ``epoch`` (epoch-based loops) and
+    ``iter`` without the ``train/`` prefix at step = iterations done; after a
+    validation, its scalar metrics at step = epochs done (epoch-based loops,
+    MMEngine's ``log_metric_by_epoch``) or iterations done. Each backend gets
+    them through its own ``add_scalars``, except a ``LocalVisBackend``
+    (``metrics.jsonl`` holds them) and a ``TensorboardVisBackend``, whose
+    values of one step become one event, at the wall time of their log line
+    (``add_scalars`` writes an event per value, each a protobuf round and a
+    wake-up of the writer thread, at the time of the hand-over).
+
+    A hand-over wakes the backends' threads, which then compete with the
+    training loop for the interpreter: on a short log interval that costs the
+    loop several percent. So scalars are kept and handed over every
+    ``_HANDOVER_SECONDS`` and at :meth:`close`; TensorBoard's writer flushes its
+    file only every two minutes anyway.
     """
 
-    def __init__(self, log_dir: Path) -> None:
-        from tensorboard.compat.proto.summary_pb2 import Summary
-        from torch.utils.tensorboard import SummaryWriter
+    def __init__(self, backends: list[Any]) -> None:
+        self._backends = backends
+        self._pending: list[tuple[dict[str, float], int, float]] = []
+        self._next_write = time.perf_counter() + _HANDOVER_SECONDS
 
-        self._summary = Summary
-        self._writer = SummaryWriter(log_dir=str(log_dir))
-        self._pending: list[tuple[Mapping[str, float], int, float]] = []
-        self._next_write = time.perf_counter() + _TB_SECONDS
-
-    def scalars(self, values: Mapping[str, float], step: int,
+    def scalars(self, values: dict[str, float], step: int,
                 wall_time: float | None = None) -> None:
         self._pending.append((values, step, time.time() if wall_time is None else wall_time))
         if time.perf_counter() >= self._next_write:
-            self._write()
+            self.hand_over()
 
-    def _write(self) -> None:
-        writer = self._writer._get_file_writer()
-        for values, step, wall_time in self._pending:
-            entries = [self._summary.Value(tag=tag, simple_value=float(value))
-                       for tag, value in values.items()]
-            writer.add_summary(self._summary(value=entries), step, walltime=wall_time)
-        self._pending.clear()
-        self._next_write = time.perf_counter() + _TB_SECONDS
+    def hand_over(self) -> None:
+        batch, self._pending = self._pending, []
+        if batch:
+            for backend in self._backends:
+                _write_scalars(backend, batch)
+        self._next_write = time.perf_counter() + _HANDOVER_SECONDS
 
-    def close(self) -> None:
-        self._write()
-        self._writer.close()
+    close = hand_over
+
+
+def _scalar_backends(visualizer: Any) -> list[Any]:
+    """The backends of ``visualizer`` that get scalars from flexgraph: all but LocalVisBackend."""
+    if visualizer is None:
+        return []
+    from mmengine.visualization import LocalVisBackend
+
+    backends = getattr(visualizer, "_vis_backends", {}).values()  # MMEngine's, by name
+    return [b for b in backends if not isinstance(b, LocalVisBackend)]
+
+
+def _write_scalars(backend: Any, batch: list[tuple[dict[str, float], int, float]]) -> None:
+    """Hand ``batch`` (values, step, wall time) to one backend."""
+    from mmengine.visualization import TensorboardVisBackend
+
+    if type(backend) is TensorboardVisBackend:  # a subclass may write otherwise: its own way
+        _tensorboard_events(backend.experiment, batch)
+        return
+    for values, step, _ in batch:
+        backend.add_scalars(dict(values), step=step)
+
+
+def _tensorboard_events(writer: Any, batch: list[tuple[dict[str, float], int, float]]) -> None:
+    """One event per step on a ``SummaryWriter``: what ``add_scalar`` writes per value."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    events = writer._get_file_writer()
+    for values, step, wall_time in batch:
+        entries = [Summary.Value(tag=tag, simple_value=float(value))
+                   for tag, value in values.items()]
+        events.add_summary(Summary(value=entries), step, walltime=wall_time)
 
 
 _LOSS_ONLY = ("loss",)
@@ -224,10 +261,11 @@ class TrainOutput:
     Parameters
     ----------
     work_dir:
-        ``metrics.jsonl`` and ``tensorboard/`` go here (rank 0 only).
-    tensorboard:
-        Also write TensorBoard scalars (the config asked for them; tensorboard
-        must be installed).
+        ``metrics.jsonl`` goes here (rank 0 only).
+    visualizer:
+        The run's MMEngine Visualizer (``runner.visualizer``): its backends get
+        the scalars (see the module docstring), and :meth:`close` closes it, as
+        MMEngine's LoggerHook does after the run.
     is_main:
         Rank 0; other ranks keep the buffer short and write nothing.
     logger, message_hub:
@@ -244,7 +282,7 @@ class TrainOutput:
     def __init__(self, *, work_dir: str, is_main: bool, logger: Any, message_hub: Any,
                  log_interval: int, max_iters: int, max_epochs: int, by_epoch: bool,
                  epoch_length: int, interactive: bool | None = None,
-                 device: str = "cpu", tensorboard: bool = False) -> None:
+                 device: str = "cpu", visualizer: Any = None) -> None:
         self.work_dir = Path(work_dir)
         self.is_main = is_main
         self.logger = logger
@@ -254,7 +292,7 @@ class TrainOutput:
         self.max_epochs = max_epochs
         self.by_epoch = by_epoch
         self.epoch_length = epoch_length
-        self.tensorboard = tensorboard
+        self.visualizer = visualizer
         self.interactive = is_main and (sys.stdout.isatty() if interactive is None
                                         else interactive)
         #: per iteration since the last flush: the logged value (a loss, or a dict
@@ -279,7 +317,7 @@ class TrainOutput:
         self._next_lines = 0.0  # the first line is printed at once
         #: compose every log line when due (set by the loop when hooks run every iteration)
         self.immediate = False
-        self._tb: Any = None
+        self._handover: _ScalarHandOver | None = None
         self._bar: TerminalBar | None = None
         self._pending: list[str] = []  # lines for above the bar, printed at the next tick
         self._start_iter = 0
@@ -311,34 +349,36 @@ class TrainOutput:
                             evals_at_last=not repeats_evals)
         # Open for the whole run (closed in close()): each write_records is one write.
         self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
-        if self.tensorboard:  # made on first use: importing tensorboard delays the first step
-            self._tb = _PENDING
+        backends = _scalar_backends(self.visualizer)
+        if backends:
+            self._handover = _ScalarHandOver(backends)
         if self.interactive:
             self._bar = TerminalBar("train", self.max_iters)
             self._bar.start()
 
     def close(self) -> None:
-        """Write what is pending and release the sinks (call :meth:`flush` first);
-        safe to call twice."""
+        """Write what is pending, release the sinks and close the visualizer (call
+        :meth:`flush` first); safe to call twice.
+
+        The visualizer is closed here, after the run's last hook point (MMEngine's
+        LoggerHook closes it in ``after_run``), on every rank, and after a
+        failure too: what hooks drew reaches its files."""
         if self._marks:
             self.flush(self._marks[-1][1])
         if self._jsonl is not None:
             self.write_records()
             self._jsonl.close()
             self._jsonl = None
-        if self._tb is not None and self._tb is not _PENDING:
-            self._tb.close()
-        self._tb = None
+        if self._handover is not None:
+            self._handover.close()
+            self._handover = None
+        if self.visualizer is not None:
+            self.visualizer.close()
+            self.visualizer = None
         if self._bar is not None:
             self._redraw(self._bar.shown[0] if self._bar.shown else self._start_iter)
             self._bar.stop()
             self._bar = None
-
-    def _board(self) -> _TensorBoard | None:
-        """The TensorBoard writer (``None`` when not asked for), made on first use."""
-        if self._tb is _PENDING:
-            self._tb = _TensorBoard(self.work_dir / "tensorboard")
-        return self._tb
 
     # -- per-interval work ----------------------------------------------------------------
     @property
@@ -451,7 +491,7 @@ class TrainOutput:
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
         """A log line is due after ``iters_done`` iterations (``batch_idx`` of ``epoch``).
 
-        The line (means over the interval) and its TensorBoard and hub updates
+        The line (means over the interval) and its hub and backend scalars
         are composed from the values up to here, but together with the other
         lines due within ``_LINES_SECONDS`` (the first one at once): at a
         millisecond per iteration, a line every 50 iterations costs a fifth of
@@ -483,8 +523,8 @@ class TrainOutput:
         scalars["train/lr"] = lr
         for tag, value in scalars.items():
             self.message_hub.update_scalar(tag, value)
-        if self._board() is not None:
-            self._tb.scalars(scalars, iters_done, time.time() - (time.perf_counter() - at))
+        if self._handover is not None:
+            self._hand_over_train(means, lr, iters_done, epoch, at)
         done = iters_done - self._start_iter
         per_iter = (at - self._t0) / done if done else float("nan")
         eta = format_duration(per_iter * (self.max_iters - iters_done))
@@ -497,6 +537,15 @@ class TrainOutput:
         line = (f"{where}  lr: {lr:.4e}  eta: {eta}  time: {per_iter * 1e3:.2f} ms/it  "
                 f"{losses}")
         self._print(line)
+
+    def _hand_over_train(self, means: dict[str, float], lr: float, iters_done: int,
+                         epoch: int, at: float) -> None:
+        """A log line's scalars for the backends: MMEngine's LoggerHook's tag and step."""
+        tags = {**means, "lr": lr}
+        if self.by_epoch:
+            tags["epoch"] = epoch + 1
+        tags["iter"] = iters_done
+        self._handover.scalars(tags, iters_done, time.time() - (time.perf_counter() - at))
 
     def tick(self, iters_done: int) -> int:
         """Update the progress bar; return the iteration count of the next tick.
@@ -530,7 +579,11 @@ class TrainOutput:
     # -- evaluation ---------------------------------------------------------------------
     def eval_metrics(self, metrics: Mapping[str, Any], *, mode: str, iters_done: int,
                      epoch: int) -> None:
-        """Record one evaluation: a ``"mode": mode`` line, TensorBoard, hub, log line."""
+        """Record one evaluation: a ``"mode": mode`` line, hub, backends (``val``), log line.
+
+        As MMEngine's LoggerHook, the backends get validation metrics (at the
+        epoch in epoch-based loops, else at the iteration: 0 outside training)
+        and no test metrics."""
         if not self.is_main:
             return
         values = {k: _scalar(v) for k, v in metrics.items()}
@@ -538,12 +591,12 @@ class TrainOutput:
             record = {"mode": mode, "iter": iters_done, "epoch": epoch, **values}
             self._unwritten.append([json.dumps(record, default=str) + "\n"])
             self.write_records()
-        scalars = {f"{mode}/{key}": value for key, value in values.items()
+        scalars = {key: value for key, value in values.items()
                    if isinstance(value, (int, float))}
-        for tag, value in scalars.items():
-            self.message_hub.update_scalar(tag, value)
-        if scalars and self._board() is not None:
-            self._tb.scalars(scalars, iters_done)
+        for key, value in scalars.items():
+            self.message_hub.update_scalar(f"{mode}/{key}", value)
+        if scalars and mode == "val" and self._handover is not None:
+            self._handover.scalars(scalars, epoch if self.by_epoch else iters_done)
         shown = "  ".join(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}"
                           for k, v in values.items())
         self._print(f"Epoch({mode}) [{epoch}]  {shown}" if self.by_epoch

@@ -70,10 +70,12 @@ def test_quickstart_with_two_processes_writes_metrics_once(tmp_path):
     train = [x for x in lines if x.get("mode", "train") == "train"]
     assert [x["iter"] for x in train] == sorted({x["iter"] for x in train}), "one writer"
     assert max(x["iter"] for x in train) == 3 * 23
-    # rank 0 alone writes the run's log, config and plan: one folder, three files
+    # rank 0 alone writes the run's log, config, plan and visualizer output: one folder,
+    # three files, and one TensorBoard events file (the quickstart's TensorboardVisBackend)
     (run_dir,) = [p for p in (tmp_path / "ddp").iterdir() if p.is_dir() and p.name[0].isdigit()]
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(
-        [f"{run_dir.name}.log", "config.py", "plan.json"])
+        [f"{run_dir.name}.log", "config.py", "plan.json", "vis_data"])
+    assert len(list((run_dir / "vis_data").iterdir())) == 1
     assert '"strategy": "ddp"' in (run_dir / "plan.json").read_text()
 
 

@@ -1,4 +1,5 @@
-"""Output sinks: metrics.jsonl records, the rich progress path, non-finite values."""
+"""Output sinks: metrics.jsonl records, the visualizer's backends, the rich progress path,
+non-finite values."""
 
 from __future__ import annotations
 
@@ -7,19 +8,26 @@ import logging
 
 import torch
 from mmengine.logging import MessageHub
+from mmengine.visualization import Visualizer
 
 from flexgraph.training.output import TrainOutput
 
 
-def _output(tmp_path, interactive, tensorboard=False):
+def _visualizer(tmp_path, *backends):
+    return Visualizer.get_instance(f"test_output_{tmp_path.name}", save_dir=str(tmp_path),
+                                   vis_backends=[dict(type=b) for b in backends])
+
+
+def _output(tmp_path, interactive, visualizer=None):
     return TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
                        message_hub=MessageHub.get_instance("test_output"), log_interval=2,
                        max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
-                       interactive=interactive, tensorboard=tensorboard)
+                       interactive=interactive, visualizer=visualizer)
 
 
 def test_records_are_json_lines_even_for_nan_and_dicts(tmp_path):
-    out = _output(tmp_path, interactive=False, tensorboard=True)
+    out = _output(tmp_path, interactive=False,
+                  visualizer=_visualizer(tmp_path, "TensorboardVisBackend"))
     out.open(0)
     for value in (torch.tensor(1.5), torch.tensor(float("nan"))):
         out.values.append(value)
@@ -29,6 +37,7 @@ def test_records_are_json_lines_even_for_nan_and_dicts(tmp_path):
     out.lrs.append(0.05)
     out.flush(0)
     out.eval_metrics({"acc": torch.tensor(0.75)}, mode="val", iters_done=3, epoch=1)
+    out.eval_metrics({"top1": 0.5}, mode="test", iters_done=3, epoch=1)
     out.close()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text()
                .splitlines()]
@@ -39,14 +48,14 @@ def test_records_are_json_lines_even_for_nan_and_dicts(tmp_path):
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(tmp_path / "tensorboard"))
-    events.Reload()
-    assert set(events.Tags()["scalars"]) == {"train/loss", "train/lr", "val/acc"}
-    assert [(e.step, e.value) for e in events.Scalars("val/acc")] == [(3, 0.75)]
+    events = EventAccumulator(str(tmp_path / "vis_data"))
+    events.Reload()  # MMEngine's LoggerHook's tags; no test metrics (nor does it)
+    assert set(events.Tags()["scalars"]) == {"loss", "lr", "iter", "acc"}
+    assert [(e.step, e.value) for e in events.Scalars("acc")] == [(3, 0.75)]
 
 
-def test_no_tensorboard_unless_asked_for(tmp_path):
-    out = _output(tmp_path, interactive=False)
+def test_a_local_backend_gets_no_scalars_metrics_jsonl_has_them(tmp_path):
+    out = _output(tmp_path, interactive=False, visualizer=_visualizer(tmp_path, "LocalVisBackend"))
     out.open(0)
     out.keep(torch.tensor(1.0))
     out.lrs.append(0.1)

@@ -26,7 +26,8 @@ def test_quickstart_reaches_stated_accuracy(tmp_path):
     # interval=10 epochs, max_keep_ckpts=2; the pointer names the last one
     assert sorted(p.name for p in work.glob("*.pth")) == ["epoch_10.pth", "epoch_20.pth"]
     assert (work / "last_checkpoint").read_text().endswith("epoch_20.pth")
-    assert any((work / "tensorboard").iterdir())
+    # its TensorboardVisBackend writes in runner.log_dir (work_dir: run_steps opens no record)
+    assert any((work / "vis_data").glob("events.out.tfevents.*"))
 
 
 def test_quickstart_checkpoint_evaluates_the_same_through_the_val_entry_point(tmp_path):

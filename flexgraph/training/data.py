@@ -1,25 +1,49 @@
 """Dataloaders from MMEngine-style config, with a resumable position.
 
-Resuming bit-identically in the middle of an epoch needs three things from the
-data side, and this module owns all three:
+The random streams are MMEngine's Runner's, draw for draw, so that a config
+trains bit-identically under both (``tests/training/test_mmengine_parity.py``):
 
-* the order of an epoch must depend only on ``(seed, epoch)``, not on how much
-  global RNG was consumed before it: samplers are built with the run's seed
-  (MMEngine's ``DefaultSampler`` then shuffles with ``seed + epoch``);
+* the sampler gets the Runner's seed (``randomness.seed``), or, under
+  ``diff_rank_seed``, none, so that it draws one from the global numpy RNG
+  and shares rank 0's (``Runner.build_dataloader``);
+* without a ``worker_init_fn`` in the config, every worker is seeded by
+  MMEngine's ``default_worker_init_fn``: ``runner.seed + num_workers * rank +
+  worker_id`` (:attr:`~flexgraph.training.env.Env.rank_seed`), the same in
+  every epoch;
+* loaders have no generator of their own, so starting a pass draws one number
+  from the global torch RNG, where MMEngine's loop draws it (after
+  ``before_train_epoch``); a loader with ``persistent_workers`` draws only at
+  its first pass, as torch then reuses its iterator (:func:`epoch_batches`).
+
+Resuming bit-identically in the middle of an epoch needs two more things from
+the data side:
+
+* the order of an epoch depends only on the sampler's seed and the epoch
+  (MMEngine's ``DefaultSampler`` shuffles with ``seed + epoch``), not on how
+  much global RNG was consumed before it; a resumed run whose checkpoint has
+  another seed takes it over (:meth:`SkippableSampler.reseed`);
 * skipping the batches an interrupted epoch had already trained on must not
   load them: :class:`SkippableSampler` drops their *indices* before the
-  dataloader sees them;
-* creating a dataloader iterator must not draw from the global torch RNG (it
-  does, to seed workers, unless the loader has its own generator): every loader
-  gets a private generator, reseeded from ``(seed, epoch, rank)`` per epoch, so
-  worker seeds are reproducible and training randomness does not depend on how
-  often validation ran.
+  dataloader sees them.
+
+What a pass draws from the global RNGs when it starts (and, for an iterable
+dataset, what loading its skipped batches draws) happens inside
+:func:`epoch_batches`, before the loop puts back the RNG state saved with the
+checkpoint, so those draws never shift the resumed stream. Validation runs on
+a fork of the RNG streams (:mod:`flexgraph.training.loop`), so its draws do
+not reach training either. Random transforms in the *workers* are the one
+stream a resume does not continue: after a resume inside an epoch (and, with
+``persistent_workers``, after any resume), each worker starts again from its
+seed (README, "Deliberate differences").
 
 Worker processes ignore the run's stop signals
 (:mod:`flexgraph.training.preemption`): a scheduler signals every process of a
 job, and torch's launcher signals each rank's whole process group, so without
 that a worker would die under its rank, which then fails on its next batch
-instead of finishing the iteration and saving. The rank ends its workers itself.
+instead of finishing the iteration and saving. The rank ends its workers itself:
+torch stops them when their iterator goes away, and at exit, where
+multiprocessing would end them with the SIGTERM they ignore and then wait for
+them forever, they are killed instead (persistent workers live until then).
 
 Collation: when the config names no ``collate_fn``, models built on MMEngine's
 ``BaseModel`` get ``pseudo_collate`` (what MMEngine's Runner uses and what their
@@ -29,25 +53,31 @@ data preprocessors expect), and plain ``nn.Module`` models get torch's
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
+import multiprocessing
 import signal
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
+from mmengine.dataset import worker_init_fn as mmengine_worker_init_fn
 from mmengine.registry import DATA_SAMPLERS, DATASETS, FUNCTIONS, MODELS
 from torch.utils.data import DataLoader
 from torch.utils.data import default_collate as torch_default_collate
 
 from flexgraph.training.build import build_from_cfg, resolve_type
 from flexgraph.training.config import stop_policy
-from flexgraph.training.env import Env
+from flexgraph.training.env import Env, rank_seed
 from flexgraph.training.errors import ConfigError, EmptyDatasetError
+from flexgraph.training.state import capture_rng, restore_rng
 
 __all__ = [
     "DATALOADER_KEYS",
     "SkippableSampler",
+    "WorkerSeeding",
     "build_dataloader",
     "build_dataloaders",
     "epoch_batches",
@@ -55,6 +85,11 @@ __all__ = [
 ]
 
 DATALOADER_KEYS = ("train_dataloader", "val_dataloader", "test_dataloader")
+
+# MMEngine's Runner.train() builds these (the train loop's, then the validation
+# loop's), so what building them draws from the global RNGs is part of its
+# stream. It never builds the test dataloader.
+_BUILT_BY_TRAIN = ("train_dataloader", "val_dataloader")
 
 
 class SkippableSampler(torch.utils.data.Sampler):
@@ -64,15 +99,17 @@ class SkippableSampler(torch.utils.data.Sampler):
     code that inspects ``loader.sampler.shuffle`` or calls ``set_epoch`` keeps
     working. When nothing is skipped, ``__iter__`` returns the wrapped sampler's
     own iterator: the common path adds no per-index overhead.
+
+    ``seed`` is the run's base seed (:attr:`Env.seed`) the loader was built
+    with; ``reseeders`` are called with another one by :meth:`reseed`.
     """
 
-    def __init__(self, sampler: Any, generator: torch.Generator | None = None,
-                 seed: int = 0, rank: int = 0) -> None:
+    def __init__(self, sampler: Any, seed: int = 0,
+                 reseeders: Sequence[Callable[[int], None]] = ()) -> None:
         self.sampler = sampler
-        self.generator = generator
         self.seed = seed
-        self.rank = rank
         self.epoch = 0
+        self._reseeders = tuple(reseeders)
         self._skip = 0
 
     def __iter__(self) -> Iterator[Any]:
@@ -89,24 +126,89 @@ class SkippableSampler(torch.utils.data.Sampler):
         return getattr(self.sampler, name)
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the wrapped sampler's epoch and reseed the loader's private generator."""
+        """Set the wrapped sampler's epoch (its order is a function of seed and epoch)."""
         self.epoch = epoch
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
-        if self.generator is not None:
-            # Tuples of ints hash identically in every process (no hash salt).
-            self.generator.manual_seed(hash((self.seed, epoch, self.rank)) & (2**63 - 1))
 
     def reseed(self, seed: int) -> None:
-        """Use ``seed`` for the order and worker seeds (a resumed run's original seed)."""
+        """Take over ``seed`` as the base seed (a resumed run's original one).
+
+        The sampler's seed and the worker seeds become the ones a run seeded
+        with ``seed`` had, so the order and the workers' draws follow it.
+        """
         self.seed = seed
-        if hasattr(self.sampler, "seed"):
-            self.sampler.seed = seed
-        self.set_epoch(self.epoch)
+        for reseed in self._reseeders:
+            reseed(seed)
 
     def skip_next(self, n: int) -> None:
         """Make the next ``iter()`` start ``n`` items in (indices, or batches)."""
         self._skip = int(n)
+
+
+def _end_workers_at_exit() -> None:
+    """Kill this process's daemonic children: what multiprocessing ends at exit.
+
+    It ends them with SIGTERM and then waits for them; dataloader workers
+    ignore SIGTERM, so it would wait forever. Registered after
+    multiprocessing's own exit handler, so it runs first.
+    """
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            child.kill()
+
+
+atexit.register(_end_workers_at_exit)
+
+
+class WorkerSeeding:
+    """A dataloader worker's first act: ignore the stop signals, then seed itself.
+
+    The seeding is MMEngine's Runner's: the config's own ``worker_init_fn`` if
+    it names one, else MMEngine's ``default_worker_init_fn``, which seeds
+    python, numpy and torch with ``seed + num_workers * rank + worker_id``
+    (``seed`` is :attr:`Env.rank_seed`), so worker ``i`` of a rank starts every
+    epoch from the same state. A module-level class, so that workers started
+    by ``spawn`` can unpickle it.
+    """
+
+    def __init__(self, env: Env, num_workers: int, *, init: Any = None,
+                 stop_signals: Sequence[str] = (), quiet: bool = False) -> None:
+        self.rank, self.diff_rank_seed = env.rank, env.diff_rank_seed
+        self.seed = env.rank_seed
+        self.num_workers = num_workers
+        self.init = init
+        self.stop_signals = tuple(stop_signals)
+        self.quiet = quiet  # MMEngine's disable_subprocess_warning
+
+    def reseed(self, seed: int) -> None:
+        """Seed the workers as a run with base seed ``seed`` did."""
+        self.seed = rank_seed(seed, self.rank, self.diff_rank_seed)
+
+    def __call__(self, worker_id: int) -> None:
+        for name in self.stop_signals:
+            signal.signal(signal.Signals[name], signal.SIG_IGN)
+        if self.init is not None:
+            self.init(worker_id)
+        else:
+            mmengine_worker_init_fn(worker_id, self.num_workers, self.rank, self.seed,
+                                    self.quiet)
+
+
+def _start_pass(loader: DataLoader, epoch: int) -> Iterator[Any]:
+    """``iter(loader)``, drawing from the global torch RNG where MMEngine's loop does.
+
+    A loader without a generator of its own draws its workers' base seed from
+    the global torch RNG each time an iterator is made. With persistent
+    workers, torch makes one at the first pass and only resets it afterwards,
+    so an uninterrupted run draws at pass 0 and never again; a run resumed at a
+    later pass makes its first iterator there, on a fork of the RNG, so that it
+    draws nothing the uninterrupted run did not.
+    """
+    if epoch > 0 and loader.num_workers > 0 and loader.persistent_workers:
+        with torch.random.fork_rng(devices=[]):
+            return iter(loader)
+    return iter(loader)
 
 
 def _skippable(loader: DataLoader) -> tuple[SkippableSampler | None, int]:
@@ -121,20 +223,23 @@ def _skippable(loader: DataLoader) -> tuple[SkippableSampler | None, int]:
 def epoch_batches(loader: DataLoader, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
     """Start pass ``epoch`` over ``loader``, optionally without its first batches.
 
-    The skipped batches are never loaded: their indices are dropped before the
-    dataloader (or its workers) sees them.
+    With a skippable sampler the skipped batches are never loaded: their
+    indices are dropped before the dataloader (or its workers) sees them.
+    Otherwise (an iterable dataset) they are read here and thrown away, so that
+    whatever loading them draws from the global RNGs is drawn before the caller
+    restores the RNG state that followed them.
     """
     sampler, per_batch = _skippable(loader)
     if sampler is not None:
         sampler.set_epoch(epoch)
         sampler.skip_next(skip_batches * per_batch)
-    else:
-        if hasattr(loader.sampler, "set_epoch"):
-            loader.sampler.set_epoch(epoch)
-        if skip_batches:
-            batches = iter(loader)
-            return itertools.islice(batches, skip_batches, None)
-    return iter(loader)
+        return _start_pass(loader, epoch)
+    if hasattr(loader.sampler, "set_epoch"):
+        loader.sampler.set_epoch(epoch)
+    batches = _start_pass(loader, epoch)
+    for _ in itertools.islice(batches, skip_batches):
+        pass
+    return batches
 
 
 def _collate_fn(cfg: Mapping[str, Any] | None, model_cfg: Any) -> Any:
@@ -169,37 +274,60 @@ def _is_base_model(model_cfg: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, BaseModel)
 
 
+def _sampler_seed(env: Env) -> int | None:
+    """The seed ``Runner.build_dataloader`` gives a sampler.
+
+    The run's seed; under ``diff_rank_seed`` none, since the ranks' global
+    RNGs were seeded apart: MMEngine's samplers then draw a seed from the
+    global numpy RNG and take rank 0's (``sync_random_seed``), so that every
+    rank still shuffles alike.
+    """
+    return None if env.diff_rank_seed else env.seed
+
+
+def _reseed_sampler(sampler: Any, diff_rank_seed: bool, seed: int) -> None:
+    """Give ``sampler`` the seed a run with base seed ``seed`` gave it.
+
+    Under ``diff_rank_seed`` that is what ``sync_random_seed`` draws first
+    from rank 0's numpy RNG once it is seeded with ``seed`` (``seed + 0``).
+    """
+    sampler.seed = int(np.random.RandomState(seed).randint(2**31)) if diff_rank_seed else seed
+
+
 def _sampling(args: dict[str, Any], dataset: Any, env: Env, name: str, shuffle: bool,
-              batch_size: int, generator: torch.Generator) -> dict[str, Any]:
+              batch_size: int, workers: WorkerSeeding) -> dict[str, Any]:
     """Sampler (or batch sampler) arguments for a map-style dataset, made skippable."""
     sampler_cfg = args.pop("sampler", None) or {"type": "DefaultSampler", "shuffle": shuffle}
     sampler = build_from_cfg(sampler_cfg, DATA_SAMPLERS, what=f"{name}.sampler",
-                             default_args={"dataset": dataset, "seed": env.seed})
+                             default_args={"dataset": dataset, "seed": _sampler_seed(env)})
+    reseeders: list[Callable[[int], None]] = [workers.reseed]
+    if isinstance(sampler_cfg, Mapping) and "seed" not in sampler_cfg and hasattr(sampler, "seed"):
+        reseeders.append(functools.partial(_reseed_sampler, sampler, env.diff_rank_seed))
     batch_sampler_cfg = args.pop("batch_sampler", None)
     if batch_sampler_cfg is not None:
         batch_sampler = build_from_cfg(
             batch_sampler_cfg, DATA_SAMPLERS, what=f"{name}.batch_sampler",
             default_args={"sampler": sampler, "batch_size": batch_size})
-        skippable = SkippableSampler(batch_sampler, generator, env.seed, env.rank)
-        skippable.set_epoch(0)
-        return {"batch_sampler": skippable}
-    skippable = SkippableSampler(sampler, generator, env.seed, env.rank)
-    skippable.set_epoch(0)
-    return {"sampler": skippable, "batch_size": batch_size,
+        return {"batch_sampler": SkippableSampler(batch_sampler, env.seed, reseeders)}
+    return {"sampler": SkippableSampler(sampler, env.seed, reseeders), "batch_size": batch_size,
             "drop_last": bool(args.pop("drop_last", False))}
 
 
-def _ignore_signals_then(names: Sequence[str], init: Any, worker_id: int) -> None:
-    """A worker's first act: ignore the stop signals, then the config's own init."""
-    for name in names:
-        signal.signal(signal.Signals[name], signal.SIG_IGN)
-    if init is not None:
-        init(worker_id)
+def _worker_seeding(args: dict[str, Any], env: Env, name: str, num_workers: int,
+                    stop_signals: Sequence[str]) -> WorkerSeeding:
+    """The workers' init from the config's ``worker_init_fn`` (a dict with ``type``)."""
+    init = args.pop("worker_init_fn", None)
+    if isinstance(init, Mapping):
+        init_args = dict(init)
+        fn = resolve_type(init_args.pop("type"), FUNCTIONS, what=f"{name}.worker_init_fn")
+        init = functools.partial(fn, **init_args)
+    quiet = bool(args.pop("disable_subprocess_warning", False))
+    return WorkerSeeding(env, num_workers, init=init, stop_signals=stop_signals, quiet=quiet)
 
 
 def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
                      model_cfg: Any = None, stop_signals: Sequence[str] = ()) -> DataLoader:
-    """Build one dataloader from an MMEngine dataloader dict.
+    """Build one dataloader from an MMEngine dataloader dict, seeded as MMEngine's Runner does.
 
     Parameters
     ----------
@@ -210,7 +338,7 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
         keys go to ``torch.utils.data.DataLoader``. A ready ``DataLoader`` is
         returned unchanged.
     env:
-        Supplies the seed (for the sampler and the worker seeds) and the rank.
+        Supplies the seeds (for the sampler and the workers) and the rank.
     name:
         The config key, for error messages.
     model_cfg:
@@ -240,31 +368,23 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
         )
     shuffle = bool(args.pop("shuffle", False))
     batch_size = args.pop("batch_size", 1)
-    generator = torch.Generator()
+    num_workers = int(args.pop("num_workers", 0))
+    workers = _worker_seeding(args, env, name, num_workers, stop_signals)
     if isinstance(dataset, torch.utils.data.IterableDataset):
         # The dataset orders itself; torch forbids samplers here, and resuming
         # inside an epoch can only skip batches by reading them.
         args.pop("sampler", None)
-        generator.manual_seed(hash((env.seed, env.rank)) & (2**63 - 1))
         loader_args: dict[str, Any] = {"batch_size": batch_size,
                                        "drop_last": bool(args.pop("drop_last", False))}
     else:
-        loader_args = _sampling(args, dataset, env, name, shuffle, batch_size, generator)
+        loader_args = _sampling(args, dataset, env, name, shuffle, batch_size, workers)
     collate = _collate_fn(args.pop("collate_fn", None), model_cfg)
-    worker_init = args.pop("worker_init_fn", None)
-    if isinstance(worker_init, Mapping):
-        init_args = dict(worker_init)
-        fn = resolve_type(init_args.pop("type"), FUNCTIONS, what=f"{name}.worker_init_fn")
-        worker_init = functools.partial(fn, **init_args)
-    num_workers = int(args.pop("num_workers", 0))
-    if num_workers > 0 and stop_signals:
-        worker_init = functools.partial(_ignore_signals_then, tuple(stop_signals), worker_init)
     if num_workers == 0:
         args.pop("persistent_workers", None)  # torch rejects it without workers
         args.pop("prefetch_factor", None)
     try:
         loader = DataLoader(dataset, num_workers=num_workers, collate_fn=collate,
-                            worker_init_fn=worker_init, generator=generator,
+                            worker_init_fn=workers if num_workers else None,
                             **loader_args, **args)
     except TypeError as exc:
         raise ConfigError(f"{name}: {exc}") from exc
@@ -285,12 +405,29 @@ def epoch_length_of(loader: Any) -> int | None:
 
 
 def build_dataloaders(cfg: Any, env: Env) -> dict[str, DataLoader | None]:
-    """The train / val / test dataloaders the config defines (``None`` where absent)."""
+    """The train / val / test dataloaders the config defines (``None`` where absent).
+
+    Built in MMEngine's order; the test dataloader, which MMEngine's training
+    never builds, is built without drawing from the global RNGs (under
+    ``diff_rank_seed`` its sampler would draw a seed from numpy's).
+    """
     model_cfg = cfg.get("model")
     signals = stop_policy(cfg).signals
-    return {
-        key: (build_dataloader(cfg[key], env, name=key, model_cfg=model_cfg,
-                               stop_signals=signals)
-              if cfg.get(key) is not None else None)
-        for key in DATALOADER_KEYS
-    }
+    loaders: dict[str, DataLoader | None] = {}
+    for key in DATALOADER_KEYS:
+        if cfg.get(key) is None:
+            loaders[key] = None
+            continue
+        build = functools.partial(build_dataloader, cfg[key], env, name=key,
+                                  model_cfg=model_cfg, stop_signals=signals)
+        loaders[key] = build() if key in _BUILT_BY_TRAIN else _without_draws(build)
+    return loaders
+
+
+def _without_draws(build: Callable[[], DataLoader]) -> DataLoader:
+    """``build()``, with the global RNG streams put back as they were before it."""
+    state = capture_rng()
+    try:
+        return build()
+    finally:
+        restore_rng(state)

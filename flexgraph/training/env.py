@@ -6,10 +6,14 @@ calls it for rank 0 of 1, and a distributed strategy calls it after it has
 initialised the process group, so no step ever needs to know which strategy set
 the process up.
 
-Seeding follows MMEngine's ``randomness`` section. ``Env.seed`` is the *base*
-seed shared by all ranks (samplers must shuffle identically on every rank and
-then take their own slice); with ``diff_rank_seed=True`` the global RNGs get
-``seed + rank`` so that dropout and augmentations differ between ranks.
+Seeding follows MMEngine's ``randomness`` section and ``set_random_seed``.
+``Env.seed`` is the *base* seed shared by all ranks (checkpoints record it, and
+samplers must shuffle identically on every rank and then take their own
+slice); with ``diff_rank_seed=True`` the global RNGs get ``seed + rank``
+(:attr:`Env.rank_seed`, MMEngine's ``runner.seed``) so that dropout and
+augmentations differ between ranks. The dataloaders derive their sampler and
+worker seeds from these two exactly as MMEngine's Runner does
+(:mod:`flexgraph.training.data`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import torch
 from flexgraph.training.config import section
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["Env", "make_env", "return_freed_memory", "seed_everything"]
+__all__ = ["Env", "make_env", "rank_seed", "return_freed_memory", "seed_everything"]
 
 
 @attrs.frozen
@@ -42,6 +46,9 @@ class Env:
     seed:
         Base seed of the run (the same on every rank); samplers derive their
         per-epoch order from it, checkpoints record it.
+    diff_rank_seed:
+        ``randomness.diff_rank_seed``: the global RNGs were seeded with
+        :attr:`rank_seed`, and samplers draw their seed instead of taking it.
     """
 
     device: str = "cpu"
@@ -49,11 +56,26 @@ class Env:
     world_size: int = 1
     local_rank: int = 0
     seed: int = 0
+    diff_rank_seed: bool = False
 
     @property
     def is_main(self) -> bool:
         """Rank 0 writes files and prints; the others stay quiet."""
         return self.rank == 0
+
+    @property
+    def rank_seed(self) -> int:
+        """The seed of this rank's global RNGs: what MMEngine calls ``runner.seed``.
+
+        MMEngine's Runner also seeds the dataloader workers from it, so it is
+        ``seed + rank`` under ``diff_rank_seed`` and ``seed`` otherwise.
+        """
+        return rank_seed(self.seed, self.rank, self.diff_rank_seed)
+
+
+def rank_seed(seed: int, rank: int, diff_rank_seed: bool) -> int:
+    """``seed + rank`` under ``diff_rank_seed`` (MMEngine's ``set_random_seed``), else ``seed``."""
+    return seed + rank if diff_rank_seed else seed
 
 
 def _random_seed() -> int:
@@ -86,7 +108,7 @@ def seed_everything(randomness: Any = None, rank: int = 0) -> int:
     randomness = dict(randomness or {})
     seed = randomness.get("seed")
     seed = _random_seed() if seed is None else int(seed)
-    rng_seed = seed + rank if randomness.get("diff_rank_seed", False) else seed
+    rng_seed = rank_seed(seed, rank, bool(randomness.get("diff_rank_seed", False)))
     random.seed(rng_seed)
     np.random.seed(rng_seed % 2**32)
     torch.manual_seed(rng_seed)  # also seeds every CUDA device
@@ -170,6 +192,7 @@ def make_env(
             DefaultScope.get_current_instance().scope_name != scope
         ):
             DefaultScope.get_instance(f"flexgraph-{scope}-{id(cfg)}", scope_name=scope)
-    seed = seed_everything(section(cfg, "randomness", {}), rank)
+    randomness = section(cfg, "randomness", {})
+    seed = seed_everything(randomness, rank)
     return Env(device=resolved, rank=rank, world_size=world_size, local_rank=local_rank,
-               seed=seed)
+               seed=seed, diff_rank_seed=bool(randomness.get("diff_rank_seed", False)))

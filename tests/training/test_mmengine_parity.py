@@ -6,22 +6,28 @@ Each case runs one config twice, under MMEngine's ``Runner`` (on the CPU:
 call with ``runner.epoch`` / ``runner.iter`` / ``batch_idx`` and the learning
 rate the hook sees, the data each iteration trains on, the checkpoint meta
 ``before_save_checkpoint`` sees, the checkpoints left in ``work_dir``, the
-train log lines, and the final weights, bit for bit (the arithmetic is the
-same: a step-API model trained through MMEngine's own ``train_step`` and
-optimizer wrappers). The configs follow MMEngine's runner tests: the toy
-model, dataset and metric, an epoch and an iteration loop, ``save_best``,
-hooks at LOW priority, the logger's interval, and a GAN with two optimizers.
+train log lines, every iteration's losses and the final weights, bit for bit
+(the arithmetic is the same: a step-API model trained through MMEngine's own
+``train_step`` and optimizer wrappers). The configs follow MMEngine's runner
+tests: the toy model, dataset and metric, an epoch and an iteration loop,
+``save_best``, hooks at LOW priority, the logger's interval, and a GAN with
+two optimizers. The last cases train randomly the ways real configs do
+(dropout and drop-path, a batch augmentation, random transforms in the
+dataloader workers or in the main process), so that they pass only if every
+random stream draws what MMEngine's Runner draws.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import random
 import re
 import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
@@ -33,6 +39,7 @@ from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS, OPTIM_WRAPPER_CO
 from torch import nn
 from training_helpers import run_steps
 
+from flexgraph.training.data import DATALOADER_KEYS
 from flexgraph.training.errors import UnusedConfigWarning
 
 # -- MMEngine's runner-test components (tiny) -----------------------------------------
@@ -54,6 +61,43 @@ class ParityModel(BaseModel):
         if mode == "loss":
             return {"loss": ((target - outputs) ** 2).mean()}
         return outputs
+
+
+@MODELS.register_module(force=True)
+class RandomParityModel(BaseModel):
+    """ParityModel with dropout and a drop-path, both drawing from the global torch RNG."""
+
+    def __init__(self, data_preprocessor: Any = None) -> None:
+        super().__init__(data_preprocessor=data_preprocessor)
+        self.linear1 = nn.Linear(2, 4)
+        self.dropout = nn.Dropout(0.3)
+        self.linear2 = nn.Linear(4, 1)
+
+    def forward(self, inputs, data_sample, mode="tensor"):
+        hidden = self.dropout(self.linear1(torch.stack(inputs)))
+        if self.training:  # drop-path: each sample's branch is dropped or rescaled
+            keep = (torch.rand(len(hidden), 1) > 0.25).to(hidden.dtype)
+            hidden = hidden * keep / 0.75
+        outputs = self.linear2(hidden).squeeze(1)
+        if mode == "loss":
+            return {"loss": ((torch.stack(data_sample) - outputs) ** 2).mean()}
+        return outputs
+
+
+@MODELS.register_module(force=True)
+class MixBatch(BaseDataPreprocessor):
+    """A batch augmentation of the main process, as Mixup is: whether to mix
+    from python's random, the ratio from numpy, the partners from torch."""
+
+    def forward(self, data: dict, training: bool = False) -> dict:
+        data = super().forward(data, training)
+        if not training or random.random() < 0.25:
+            return data
+        ratio = float(np.random.beta(0.8, 0.8))
+        inputs, targets = torch.stack(data["inputs"]), torch.stack(data["data_sample"])
+        partner = torch.randperm(len(inputs))
+        return dict(data, inputs=list(ratio * inputs + (1 - ratio) * inputs[partner]),
+                    data_sample=list(ratio * targets + (1 - ratio) * targets[partner]))
 
 
 @MODELS.register_module(force=True)
@@ -120,6 +164,18 @@ class ParityData(torch.utils.data.Dataset):
         return {"inputs": self.data[i], "data_sample": self.label[i]}
 
 
+@DATASETS.register_module(force=True)
+class AugmentedParityData(ParityData):
+    """ParityData with a random transform that draws from numpy, python's random and
+    torch wherever it runs: in the dataloader workers, or in the main process."""
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        item = super().__getitem__(i)
+        noise = (torch.randn(2) + torch.from_numpy(np.random.normal(size=2)).float()
+                 + random.gauss(0.0, 1.0))
+        return dict(item, inputs=item["inputs"] + 0.1 * noise)
+
+
 @METRICS.register_module(force=True)
 class ScriptedMetric(BaseMetric):
     """Reports ``acc`` and ``mse`` from a script, one value per evaluation, so that
@@ -152,6 +208,7 @@ class ParityRecorder(Hook):
 
     LOG: list[tuple[Any, ...]] = []
     DATA: list[torch.Tensor] = []
+    LOSSES: list[dict[str, float]] = []
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -160,6 +217,11 @@ class ParityRecorder(Hook):
         self._record("before_train_iter", runner, batch_idx=batch_idx)
         if self.name == "normal":
             ParityRecorder.DATA.append(torch.stack(data_batch["inputs"]).clone())
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        self._record("after_train_iter", runner, batch_idx=batch_idx)
+        if self.name == "normal":
+            ParityRecorder.LOSSES.append({k: float(v) for k, v in outputs.items()})
 
     def before_save_checkpoint(self, runner, checkpoint) -> None:
         meta = checkpoint["meta"]
@@ -251,6 +313,7 @@ def _observed(work_dir: Path, model: nn.Module) -> dict[str, Any]:
     return {
         "hooks": list(ParityRecorder.LOG),
         "data": list(ParityRecorder.DATA),
+        "losses": list(ParityRecorder.LOSSES),
         "log_lines": list(TrainLogCapture.LINES),
         "checkpoints": [re.sub(r"-[0-9a-f]{8}\.pth$", "-<sha>.pth", f) for f in files],
         "last_checkpoint": Path(pointer.read_text().strip()).name if pointer.exists() else None,
@@ -260,6 +323,7 @@ def _observed(work_dir: Path, model: nn.Module) -> dict[str, Any]:
 
 def _reset() -> None:
     ParityRecorder.LOG, ParityRecorder.DATA, TrainLogCapture.LINES = [], [], []
+    ParityRecorder.LOSSES = []
 
 
 def run_mmengine(cfg: dict[str, Any], work_dir: Path, monkeypatch) -> dict[str, Any]:
@@ -268,13 +332,15 @@ def run_mmengine(cfg: dict[str, Any], work_dir: Path, monkeypatch) -> dict[str, 
     _reset()
     with monkeypatch.context() as patch:
         # Its iteration loop sleeps 2 s at each pass over the data ("prevent possible
-        # deadlock" with workers); there are none here.
+        # deadlock" with workers); the few batches here end in time without it.
         patch.setattr(loops.time, "sleep", lambda seconds: None)
         # MMEngine reads its own checkpoints (published_keys) with torch.load's
         # default, which refuses the objects it writes under current torch.
         patch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
         runner = Runner.from_cfg(Config(dict(cfg, work_dir=str(work_dir))))
         runner.train()
+    _end_persistent_workers(*(loop.dataloader for loop in (runner.train_loop, runner.val_loop)
+                              if loop is not None))
     return _observed(work_dir, runner.model)
 
 
@@ -284,7 +350,20 @@ def run_flexgraph(cfg: dict[str, Any], work_dir: Path) -> dict[str, Any]:
         warnings.simplefilter("error", UnusedConfigWarning)  # every key here is acted on
         context = run_steps(Config(dict(cfg, work_dir=str(work_dir))),
                             setup_env={"device": "cpu"})
+    _end_persistent_workers(*(context[key] for key in DATALOADER_KEYS))
     return _observed(work_dir, context["model"])
+
+
+def _end_persistent_workers(*loaders: Any) -> None:
+    """Free the iterators that persistent workers keep, so that torch ends them now.
+
+    Both runners keep their loaders in reference cycles. Freed by the garbage
+    collector later, an iterator's queues are finalised before it asks its
+    workers to stop, and it waits 5 s for each of them in vain.
+    """
+    for loader in loaders:
+        if getattr(loader, "_iterator", None) is not None:
+            loader._iterator = None
 
 
 def assert_same_run(mm: dict[str, Any], fg: dict[str, Any]) -> None:
@@ -295,6 +374,9 @@ def assert_same_run(mm: dict[str, Any], fg: dict[str, Any]) -> None:
         assert b == a, f"hook call {i}: MMEngine {a}, flexgraph {b}"
     assert len(fg["data"]) == len(mm["data"])
     assert all(torch.equal(a, b) for a, b in zip(mm["data"], fg["data"], strict=True))
+    assert len(fg["losses"]) == len(mm["losses"])
+    for i, (a, b) in enumerate(zip(mm["losses"], fg["losses"], strict=True)):
+        assert b == a, f"iteration {i}: MMEngine's losses {a}, flexgraph's {b}"
     assert fg["weights"].keys() == mm["weights"].keys()
     for key, value in mm["weights"].items():
         assert torch.equal(fg["weights"][key], value), key
@@ -393,3 +475,111 @@ def test_gan_with_two_optimizers(compare, param_scheduler):
         val_dataloader=None, val_evaluator=None, val_cfg=None))
     lrs = {call[4] for call in _points(run, "low", "after_train_iter")}
     assert len(lrs) > 2  # both optimizers' LRs moved, as their schedulers say
+
+
+# -- random training: every random stream as MMEngine's Runner draws it ------------------
+
+def _random_cfg(loader: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """Two epochs of training that draws from every global RNG, validated once it is over.
+
+    The validation dataloader is built (MMEngine builds it before training, and
+    what building draws counts) but runs only after the last epoch: validation
+    in between is a deliberate difference (it leaves the RNG as it found them).
+    """
+    def dataloader(n: int, shuffle: bool) -> dict[str, Any]:
+        return dict(dataset=dict(type="AugmentedParityData", n=n), batch_size=3,
+                    sampler=dict(type="DefaultSampler", shuffle=shuffle), **loader)
+
+    return _base_cfg(**{
+        "model": dict(type="RandomParityModel"), "data_preprocessor": dict(type="MixBatch"),
+        "train_dataloader": dataloader(12, True), "val_dataloader": dataloader(6, False),
+        "train_cfg": dict(by_epoch=True, max_epochs=2, val_interval=2), **overrides})
+
+
+_TEST_SPLIT = dict(test_dataloader=dict(dataset=dict(type="AugmentedParityData", n=6),
+                                        batch_size=3, num_workers=2,
+                                        sampler=dict(type="DefaultSampler", shuffle=False)),
+                   test_cfg=dict(), test_evaluator=dict(type="ScriptedMetric"))
+
+
+@pytest.mark.parametrize("loader, overrides", [
+    (dict(num_workers=0), {}),
+    (dict(num_workers=2), {}),
+    (dict(num_workers=2, persistent_workers=True), {}),
+    # samplers draw their seed from numpy; the test split (never built by
+    # MMEngine's training) must not draw
+    (dict(num_workers=2), dict(randomness=dict(seed=7, diff_rank_seed=True), **_TEST_SPLIT)),
+    # 10 iterations: two and a half passes, each starting its own iterator
+    (dict(num_workers=2), dict(train_cfg=dict(by_epoch=False, max_iters=10, val_interval=10))),
+], ids=["no-workers", "two-workers", "persistent-workers", "diff-rank-seed", "iteration-loop"])
+def test_random_training_draws_what_mmengine_draws(compare, loader, overrides):
+    run = compare(_random_cfg(loader, **overrides))
+    assert len(run["losses"]) == (10 if "train_cfg" in overrides else 8)
+    assert len({tuple(x.flatten().tolist()) for x in run["data"]}) == len(run["data"])
+
+
+@DATASETS.register_module(force=True)
+class WorkerSeeds(torch.utils.data.Dataset):
+    """Each sample is the seed its worker's torch RNG was last given."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        return torch.initial_seed()
+
+
+@pytest.mark.parametrize("diff_rank_seed, runner_seed", [(False, 5), (True, 5 + 1)])
+def test_workers_are_seeded_as_mmengine_seeds_them_on_every_rank(diff_rank_seed, runner_seed):
+    """MMEngine's default_worker_init_fn: runner.seed + num_workers * rank + worker_id,
+    in every epoch; runner.seed is seed + rank under diff_rank_seed."""
+    from flexgraph.training.data import build_dataloader, epoch_batches
+    from flexgraph.training.env import Env
+
+    env = Env(rank=1, world_size=2, seed=5, diff_rank_seed=diff_rank_seed)
+    loader = build_dataloader(dict(dataset=dict(type="WorkerSeeds"), batch_size=1, num_workers=2,
+                                   sampler=dict(type="DefaultSampler", shuffle=False)), env)
+    first = runner_seed + 2 * 1
+    for epoch in (0, 1):
+        seeds = [int(batch) for batch in epoch_batches(loader, epoch)]
+        assert seeds == [first, first + 1, first, first + 1]
+
+
+def _draws_to_start(loader: Any, epoch: int) -> int:
+    """How many numbers pass ``epoch`` over ``loader`` drew from the global torch RNG."""
+    from flexgraph.training.data import epoch_batches
+
+    torch.manual_seed(0)
+    for _ in epoch_batches(loader, epoch):
+        pass
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    for drawn in range(3):
+        if torch.equal(torch.get_rng_state(), after):
+            return drawn
+        torch.empty((), dtype=torch.int64).random_()  # what a new iterator draws
+    raise AssertionError("the pass drew more than a new iterator does")
+
+
+@pytest.mark.parametrize("persistent, uninterrupted, resumed", [
+    (False, [1, 1, 1], [1, 1]),
+    (True, [1, 0, 0], [0, 0]),  # one iterator, made in the first pass of the run
+], ids=["workers", "persistent-workers"])
+def test_a_pass_draws_from_the_global_torch_rng_where_mmengine_s_loop_does(
+        persistent, uninterrupted, resumed):
+    """MMEngine's loaders have no generator: each new iterator draws its workers'
+    base seed from the global torch RNG. Persistent workers keep one iterator,
+    so only the run's first pass draws; a run resumed at epoch 1 must not draw
+    there either, or its training stream would be one number off."""
+    from flexgraph.training.data import build_dataloader
+    from flexgraph.training.env import Env
+
+    def loader() -> Any:
+        return build_dataloader(dict(dataset=dict(type="ParityData"), batch_size=3, num_workers=1,
+                                     persistent_workers=persistent,
+                                     sampler=dict(type="DefaultSampler", shuffle=True)), Env())
+
+    run = loader()
+    assert [_draws_to_start(run, epoch) for epoch in (0, 1, 2)] == uninterrupted
+    run = loader()
+    assert [_draws_to_start(run, epoch) for epoch in (1, 2)] == resumed

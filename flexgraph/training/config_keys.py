@@ -1,7 +1,7 @@
 """Which config keys flexgraph acts on, and a warning for each one it does not.
 
 An MMEngine config may hold keys that MMEngine's Runner acts on and flexgraph
-does not (``log_processor``, a checkpoint ``out_dir``, a Weights & Biases backend, ...).
+does not (``log_processor``, a checkpoint ``out_dir``, ``train_cfg.dynamic_intervals``, ...).
 Ignoring one of them silently would leave the user believing it took effect,
 so each is reported by name, with the reason, as an
 :class:`~flexgraph.training.errors.UnusedConfigWarning`. This module is the one
@@ -21,18 +21,13 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flexgraph.training.config import (
-    LOCAL_BACKEND,
-    TENSORBOARD_BACKEND,
-    section,
-    type_name,
-    vis_backends,
-)
+from flexgraph.training.config import section, type_name
 from flexgraph.training.errors import UnusedConfigWarning
 
 __all__ = ["ACTED_ON", "NOT_ACTED_ON", "unused_keys", "warn_unused_keys"]
 
 #: Top-level keys flexgraph acts on (MMEngine's meaning, where MMEngine has the key).
+#: ``visualizer`` is built as MMEngine builds it, every option and backend included.
 ACTED_ON = frozenset({
     "model", "data_preprocessor", "work_dir", "experiment_name",
     "train_dataloader", "val_dataloader", "test_dataloader",
@@ -92,12 +87,9 @@ _HOOK_OPTIONS: dict[str, frozenset[str]] = {
 _HOOK_OPTION_WHY = {
     "CheckpointHook": "checkpoints go to work_dir under MMEngine's names and always hold the "
                       "optimizer and schedulers, so that resume is exact",
-    "LoggerHook": "flexgraph's log lines, metrics.jsonl and TensorBoard are written by the loop",
+    "LoggerHook": "the loop writes flexgraph's log lines and metrics.jsonl and hands the "
+                  "scalars to the visualizer's backends itself",
 }
-#: ``visualizer`` options flexgraph acts on: which backends (see vis_backends).
-_VISUALIZER_OPTIONS = frozenset({"type", "name", "vis_backends"})
-_VISUALIZER_WHY = (f"flexgraph builds no visualizer; it writes work_dir/metrics.jsonl, and "
-                   f"TensorBoard scalars to work_dir/tensorboard for a {TENSORBOARD_BACKEND}")
 _DEFAULT_HOOK_TYPES = {"runtime_info": "RuntimeInfoHook", "timer": "IterTimerHook",
                        "sampler_seed": "DistSamplerSeedHook", "logger": "LoggerHook",
                        "param_scheduler": "ParamSchedulerHook", "checkpoint": "CheckpointHook"}
@@ -116,7 +108,9 @@ def unused_keys(cfg: Any) -> Iterator[str]:
         if key in NOT_ACTED_ON and value not in (None, False, {}, []):
             yield f"config key {key!r} is not used by flexgraph: {NOT_ACTED_ON[key]}"
         elif key not in ACTED_ON and key not in NOT_ACTED_ON and not key.startswith("_"):
-            close = difflib.get_close_matches(key, sorted(ACTED_ON | set(NOT_ACTED_ON)), n=1,
+            # Only keys flexgraph acts on are worth suggesting: MMPreTrain's
+            # ``test_pipeline`` is as close to the unsupported ``tta_pipeline``.
+            close = difflib.get_close_matches(key, sorted(ACTED_ON), n=1,
                                               cutoff=_TYPO_CUTOFF)
             if close:
                 yield f"config key {key!r} is not used by flexgraph (did you mean {close[0]!r}?)"
@@ -134,7 +128,6 @@ def unused_keys(cfg: Any) -> Iterator[str]:
             yield (f"config key '{name}.type' ({type_name(options)}) is not used by "
                    f"flexgraph: it runs its own {loop[:-4].lower()} pass")
     yield from _hook_options(cfg)
-    yield from _visualizer_options(cfg)
 
 
 def _conditional(cfg: Any) -> Iterator[str]:
@@ -166,28 +159,6 @@ def _hook_options(cfg: Any) -> Iterator[str]:
             if option not in acted:
                 why = _HOOK_OPTION_WHY.get(hook_type, "flexgraph's loop does this hook's work")
                 yield f"config key 'default_hooks.{key}.{option}' is not used by flexgraph: {why}"
-
-
-def _visualizer_options(cfg: Any) -> Iterator[str]:
-    """``visualizer``: its scalar backends are acted on; drawing and other backends not."""
-    visualizer = section(cfg, "visualizer", {})
-    if not isinstance(visualizer, Mapping):
-        return
-    for option in visualizer:
-        if option not in _VISUALIZER_OPTIONS:
-            yield f"config key 'visualizer.{option}' is not used by flexgraph: {_VISUALIZER_WHY}"
-    if type_name(visualizer) not in ("", "Visualizer"):
-        yield (f"config key 'visualizer.type' ({type_name(visualizer)}) is not used by "
-               f"flexgraph: {_VISUALIZER_WHY} (runner.visualizer is None for hooks)")
-    for name, backend in vis_backends(cfg):
-        if name not in (TENSORBOARD_BACKEND, LOCAL_BACKEND):
-            yield (f"config key 'visualizer.vis_backends' ({name}) is not used by "
-                   f"flexgraph: {_VISUALIZER_WHY}")
-            continue
-        for option in backend:
-            if option != "type":
-                yield (f"config key 'visualizer.vis_backends.{name}.{option}' is not used "
-                       f"by flexgraph: {_VISUALIZER_WHY}")
 
 
 def warn_unused_keys(cfg: Any) -> None:

@@ -1,4 +1,5 @@
-"""Config keys flexgraph does not act on are reported by name; bad checkpoint options refused."""
+"""Config keys flexgraph does not act on are reported by name; bad checkpoint and
+visualizer options refused."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from mmengine.config import Config
 from training_helpers import run_steps
 
-from flexgraph.training.config import checkpoint_policy, tensorboard_requested
+from flexgraph.training.config import checkpoint_policy
 from flexgraph.training.config_keys import unused_keys
 from flexgraph.training.errors import ConfigError, UnusedConfigWarning
 from flexgraph.training.hooks import build_hooks
@@ -37,14 +38,15 @@ MMENGINE_EXTRAS = dict(
     param_schedular=dict(type="MultiStepLR", milestones=[1]),  # a typo
     # a config's own variables: MMEngine's Runner does not read them either
     train_pipeline=[dict(type="LoadImage")], data_root="data/", dataset_type="Toy",
+    test_pipeline=[dict(type="LoadImage")],  # as close to tta_pipeline as a typo would be
 )
 
 
 def test_each_key_flexgraph_does_not_act_on_is_named():
     messages = list(unused_keys(Config(MMENGINE_EXTRAS)))
     named = {m.split("'")[1] for m in messages}
-    assert named == {
-        "env_cfg.mp_cfg", "visualizer.type", "visualizer.vis_backends", "log_processor",
+    assert named == {  # the visualizer is built as MMEngine builds it: none of its keys
+        "env_cfg.mp_cfg", "log_processor",
         "launcher",
         "auto_scale_lr", "train_cfg.dynamic_intervals", "val_cfg.fp16",
         "default_hooks.logger.interval_exp_name", "default_hooks.logger.out_dir",
@@ -70,21 +72,22 @@ def test_what_flexgraph_acts_on_raises_no_warning(make_cfg):
 
 def test_the_run_warns_once_per_key(make_cfg):
     with pytest.warns(UnusedConfigWarning,
-                      match="'visualizer.vis_backends.TensorboardVisBackend.save_dir' is not"):
-        build_hooks(make_cfg(visualizer=dict(vis_backends=[
-            dict(type="TensorboardVisBackend", save_dir="elsewhere")])))
+                      match="'default_hooks.logger.out_dir' is not used by flexgraph"):
+        build_hooks(make_cfg(default_hooks=dict(logger=dict(type="LoggerHook",
+                                                            out_dir="elsewhere"))))
 
 
 @pytest.mark.parametrize("visualizer, wanted", [
-    (None, False),
-    (dict(type="Visualizer", vis_backends=[dict(type="LocalVisBackend")]), False),
+    (None, ["LocalVisBackend"]),
+    (dict(type="Visualizer", vis_backends=[dict(type="LocalVisBackend")]), ["LocalVisBackend"]),
     (dict(vis_backends=[dict(type="LocalVisBackend"), dict(type="TensorboardVisBackend")]),
-     True),
-    (dict(vis_backends=dict(type="mmengine.TensorboardVisBackend")), True),
+     ["LocalVisBackend", "TensorboardVisBackend"]),
+    (dict(vis_backends=dict(type="mmengine.TensorboardVisBackend")), ["TensorboardVisBackend"]),
 ])
 def test_tensorboard_only_when_a_backend_asks_for_it_as_in_mmengine(make_cfg, visualizer,
                                                                      wanted):
-    assert tensorboard_requested(make_cfg(visualizer=visualizer)) is wanted
+    backends = build_hooks(make_cfg(visualizer=visualizer)).runner.visualizer._vis_backends
+    assert [type(b).__name__ for b in backends.values()] == wanted
 
 
 def test_tensorboard_asked_for_but_not_installed_is_a_config_error(make_cfg, monkeypatch):
@@ -95,8 +98,8 @@ def test_tensorboard_asked_for_but_not_installed_is_a_config_error(make_cfg, mon
 
 
 def test_a_vis_backend_without_a_type_is_refused(make_cfg):
-    with pytest.raises(ConfigError, match="visualizer.vis_backends entries need a type"):
-        tensorboard_requested(make_cfg(visualizer=dict(vis_backends=[dict(save_dir="x")])))
+    with pytest.raises(ConfigError, match=r"visualizer.vis_backends\[0\]: .* has no type"):
+        build_hooks(make_cfg(visualizer=dict(vis_backends=[dict(save_dir="x")])))
 
 
 @pytest.mark.parametrize("options, message", [

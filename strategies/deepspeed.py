@@ -26,9 +26,10 @@ ZeRO bucket sizes left unset are ``'auto'`` (sized from the model at run time).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -260,10 +261,12 @@ def init_gathered_weights(env: Any, model: Any) -> Any:
     values are kept and re-partitioned); a model initialised by its
     constructors alone (no ``init_weights``) never gathers.
     """
+    from flexgraph.training.weight_init import initialise
+
     if callable(getattr(model, "init_weights", None)):
         deepspeed = _import_deepspeed()
         with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
-            model.init_weights()
+            initialise(model)
     return model
 
 
@@ -287,7 +290,33 @@ def _optimizer(cfg: Any, model: Any) -> Any:
                           f"fp16/bf16 keys")
     for moved in ("clip_grad", "accumulative_counts"):  # became DeepSpeed config keys
         plain.pop(moved, None)
-    return build_optim_wrapper(ConfigDict(optim_wrapper=plain), model).optimizer
+    with _full_shapes(model):
+        return build_optim_wrapper(ConfigDict(optim_wrapper=plain), model).optimizer
+
+
+@contextlib.contextmanager
+def _full_shapes(model: Any) -> Iterator[None]:
+    """ZeRO-3's partitioned parameters show their full shape, without storage.
+
+    Under ``zero.Init`` a parameter's tensor is an empty placeholder (shape
+    ``[0]``, so ``ndim == 1``) and its shape lives in ``ds_shape``. Optimizer
+    constructors choose param groups by shape: MMEngine's and mmpretrain's put
+    every 1-D parameter (biases, norms) in a group without weight decay, so on
+    the placeholders every parameter would lose its weight decay. For the
+    duration, each placeholder is swapped for one element expanded to the full
+    shape (a tensor's data can only be swapped for one of the same device).
+    """
+    import torch
+
+    swapped = [(p, p.data) for p in model.parameters() if hasattr(p, "ds_shape")]
+    try:
+        for param, placeholder in swapped:
+            param.data = torch.empty(1, dtype=placeholder.dtype,
+                                     device=placeholder.device).expand(param.ds_shape)
+        yield
+    finally:
+        for param, placeholder in swapped:
+            param.data = placeholder
 
 
 def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[str, Any],
@@ -320,7 +349,7 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
                 f"DeepSpeed runs the model in {wrapped.compute_dtype}: floating-point "
                 f"inputs are cast to it (inputs_to_half=[...] names which instead)")
     outputs: dict[str, Any] = {"model": wrapped,
-                               "optim_wrapper": DeepSpeedOptimWrapper(engine)}
+                               "optim_wrapper": DeepSpeedOptimWrapper(engine, optimizer)}
     if "scheduler" in resolved:
         outputs["param_schedulers"] = []  # the engine steps its own LR scheduler
     return outputs

@@ -71,7 +71,9 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
 
     Batch sizes come from ``train_dataloader.batch_size`` and the world size;
     ``optim_wrapper.clip_grad`` / ``accumulative_counts`` become
-    ``gradient_clipping`` / ``gradient_accumulation_steps``. Nothing the user set
+    ``gradient_clipping`` / ``gradient_accumulation_steps`` (no ``clip_grad``:
+    ``gradient_clipping=0``, no clipping, where DeepSpeed's default clips at
+    1.0). Nothing the user set
     is overwritten: a contradiction is a :class:`ConfigError`. ZeRO bucket sizes
     and stage-3 limits left ``'auto'`` are sized from the model (``numel``
     parameters): DeepSpeed's defaults (5e8 elements, about 2 GiB per fp32 bucket)
@@ -92,6 +94,11 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
             raise ConfigError("strategy 'deepspeed': DeepSpeed clips by the global L2 norm "
                               "only; use optim_wrapper.clip_grad=dict(max_norm=...)")
         _set(config, "gradient_clipping", float(clip["max_norm"]), "optim_wrapper.clip_grad")
+    else:
+        # No clip_grad means no clipping, as under every other strategy. DeepSpeed's
+        # own default clips at a global norm of 1.0 (GRADIENT_CLIPPING_DEFAULT),
+        # which silently changes training: the same config would train differently.
+        config.setdefault("gradient_clipping", 0.0)
     batch = loader.get("batch_size") if isinstance(loader, Mapping) else None
     if batch is not None:
         _set(config, "train_micro_batch_size_per_gpu", int(batch),
@@ -229,10 +236,20 @@ class DeepSpeedOptimWrapper(BaseOptimWrapper):
     the torch optimizer's), so MMEngine's LR schedulers work unchanged.
     Accumulation and clipping are DeepSpeed's (``gradient_accumulation_steps``,
     ``gradient_clipping``): ``step`` is a no-op for DeepSpeed between boundaries.
+
+    ``torch_optimizer`` is the optimizer the config described, before DeepSpeed
+    wrapped it. With several param groups (layer-wise LR decay, any
+    ``paramwise_cfg``) MMEngine's wrapper keeps a copy of the optimizer's
+    ``defaults`` to track the base learning rate, and ZeRO's optimizers have no
+    ``defaults``; so the wrapper is made over the torch optimizer and then
+    points at the engine's, as MMEngine's own DeepSpeed strategy does.
     """
 
-    def __init__(self, engine: Any) -> None:
-        super().__init__(engine.optimizer)
+    def __init__(self, engine: Any, torch_optimizer: Any = None) -> None:
+        if torch_optimizer is None:  # the DeepSpeed config built its own optimizer
+            torch_optimizer = getattr(engine.optimizer, "optimizer", engine.optimizer)
+        super().__init__(torch_optimizer)
+        self.optimizer = engine.optimizer
         self.engine = engine
 
     def update_params(self, loss: torch.Tensor, **kwargs: Any) -> None:

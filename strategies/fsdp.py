@@ -1,21 +1,31 @@
-"""FSDPStrategy: FSDP2 (``torch.distributed.fsdp.fully_shard``); no rank holds the whole model.
+"""FSDPStrategy: FSDP2 (``torch.distributed.fsdp.fully_shard``) over a process group.
 
 The order, and why (each line is a rewrite below)::
 
-    build_model on meta      parameters get shapes but no storage, so building
-                             a model bigger than one rank's memory costs nothing
+    build_model              on the CPU, as a single-device run builds it: the
+                             constructors draw the same random numbers
     activation_checkpointing (when asked) wraps blocks before they are sharded
+    init_weights             the model's own init (MMEngine's init_cfg:
+                             Pretrained, TruncNormal, ...) on whole tensors, so
+                             the weights are bit-identical to a single-device
+                             run's; MMEngine's initialisers cannot write into shards
     compile                  (when planned) before sharding, as FSDP2 expects
-    fully_shard              each wrap-policy unit, innermost first, then the root:
-                             every parameter becomes this rank's DTensor shard
-    materialize              storage for the shards only, buffers put back, each
-                             module's reset_parameters() redone on its shard
-    init_weights             the model's own init, now on real (sharded) tensors
+    fully_shard              every rank takes rank 0's weights (as DDP does when
+                             it wraps), then each wrap-policy unit is sharded,
+                             innermost first, then the root: every parameter
+                             becomes this rank's DTensor shard, on its device
     load_checkpoint          the sharded loader: rank 0 reads a full file and
                              each rank receives its shard; a DCP checkpoint is
                              read shard by shard
     build_optim_wrapper      on the sharded parameters (built before sharding it
                              would hold the full tensors fully_shard replaced)
+
+Building and initialising whole costs each rank the full model in host memory
+for the duration of setup, as DDP and MMEngine's FSDPStrategy do; the
+accelerator holds shards only. With ``skip_init_weights=True`` (the weights come
+from ``load_from``) no rank ever holds the whole model: it is built on the meta
+device, sharded, and only each rank's shards get storage (``materialize``)
+before they are loaded.
 
 Checkpoints are sharded directories (torch.distributed.checkpoint, every rank
 writes its own shards); ``state_dict_cfg='full'`` writes one full file instead.
@@ -122,8 +132,9 @@ def fsdp(
             "setup_env", "flexgraph.training.distributed:setup_process_group",
             requires="cfg", provides="env", params={"device": device, **dict(dist_cfg or {})},
             doc="join the process group, pick this rank's device")),
-        Configure("build_model", {"device": "meta"}),
     ]
+    if skip_init_weights:
+        rewrites.append(Configure("build_model", {"device": "meta"}))
     first = "build_model"
     if activation_checkpointing is not None:
         rewrites.append(Insert(Step(
@@ -132,39 +143,51 @@ def fsdp(
                     "auto_wrap_policy": shard["auto_wrap_policy"]},
             doc="recompute the chosen blocks' activations in backward"), after=first))
         first = "activation_checkpointing"
-    loaded_after = "materialize" if skip_init_weights else "init_weights"
+    sharded_after = first if skip_init_weights else "init_weights"
     rewrites += [
         Insert(Step("fully_shard", f"{HERE}:shard", requires="env", updates="model",
-                    params=shard, doc="fully_shard each wrap unit, then the root"),
-               after=first),
+                    params={**shard, "broadcast_from_rank0": not skip_init_weights},
+                    doc="rank 0's weights to every rank, then fully_shard each wrap unit "
+                        "and the root"),
+               after=sharded_after),
         IfPresent("compile", Move("compile", before="fully_shard")),
-        Insert(Step("materialize", f"{HERE}:materialize", requires="env", updates="model",
-                    params={"reset_parameters": not skip_init_weights},
-                    doc="storage for this rank's shards, buffers, reset_parameters"),
-               after="fully_shard"),
-        Remove("init_weights") if skip_init_weights else Move("init_weights", after="materialize"),
+    ]
+    if skip_init_weights:
+        rewrites += [
+            Insert(Step("materialize", f"{HERE}:materialize", requires="env", updates="model",
+                        doc="storage for this rank's shards, buffers"),
+                   after="fully_shard"),
+            Remove("init_weights"),
+        ]
+    loaded_after = "materialize" if skip_init_weights else "fully_shard"
+    rewrites += [
         Replace("load_checkpoint", Step(
             "load_checkpoint", f"{HERE}:load_into_shards", requires=("cfg", "env", "hooks"),
             updates="model", doc="load_from into the shards (rank 0 reads a full file)")),
         Move("load_checkpoint", after=loaded_after),
         Configure("build_checkpointer", {"io": _checkpoint_io(state_dict_cfg)}),
     ]
-    checks = (
+    checks = [
         Precedes("fully_shard", "build_optim_wrapper",
                  "an optimizer built before sharding holds the full parameters that "
                  "fully_shard replaces with shards, and would update tensors the model "
                  "no longer uses"),
-        Precedes("materialize", "init_weights",
-                 "before materialize the parameters are on the meta device, with no "
-                 "storage: initialising them there does nothing"),
-        Precedes("materialize", "load_checkpoint",
-                 "before materialize there is no storage to load weights into"),
+        Precedes(loaded_after, "load_checkpoint",
+                 "the sharded loader writes into this rank's shards, which exist only "
+                 "once the model is sharded" + (" and materialized" if skip_init_weights
+                                               else "")),
         Runs("load_checkpoint", f"{HERE}:load_into_shards",
              "a whole-model loader copies full tensors into parameters that are now "
              "shards; the sharded loader gives each rank its own shard"),
-    )
+    ]
+    if not skip_init_weights:
+        checks.append(Precedes(
+            "init_weights", "fully_shard",
+            "MMEngine's initialisers (init_cfg: Pretrained, TruncNormal, ...) copy whole "
+            "tensors, which fails on shards; and a sharded init draws other random "
+            "numbers than a single-device run"))
     return Strategy("fsdp", rewrites, doc="fully sharded data parallel (FSDP2)",
-                    world_size="many", checks=checks)
+                    world_size="many", checks=tuple(checks))
 
 
 # -- step functions ---------------------------------------------------------------------------
@@ -177,11 +200,23 @@ def _dtype(name: str | None) -> Any:
 
 def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
           reshard_after_forward: bool = True, mixed_precision: Mapping[str, Any] | None = None,
-          cpu_offload: bool = False) -> Any:
-    """``fully_shard`` every unit the wrap policy picks (innermost first), then the root."""
+          cpu_offload: bool = False, broadcast_from_rank0: bool = False) -> Any:
+    """``fully_shard`` every unit the wrap policy picks (innermost first), then the root.
+
+    ``broadcast_from_rank0``: every rank first takes rank 0's parameters and
+    buffers, as DDP does when it wraps. Ranks seeded apart
+    (``randomness.diff_rank_seed``) initialise different weights; the run's are
+    rank 0's, which are a single-device run's.
+    """
+    import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     from flexgraph.training.sharding import resolve_wrap_policy, wrap_units
+
+    if broadcast_from_rank0:
+        with torch.no_grad():
+            for tensor in (*model.parameters(), *model.buffers()):
+                torch.distributed.broadcast(tensor.data, src=0)
 
     precision = dict(mixed_precision or {})
     policy = MixedPrecisionPolicy(
@@ -206,12 +241,16 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     return model
 
 
-def materialize(env: Any, model: Any, *, reset_parameters: bool = True) -> Any:
-    """Storage on ``env.device`` for this rank's shards; see ``materialize_module``."""
+def materialize(env: Any, model: Any) -> Any:
+    """Storage on ``env.device`` for this rank's shards; see ``materialize_module``.
+
+    Only on the ``skip_init_weights`` path: the weights come from ``load_from``,
+    so nothing is initialised here, and a parameter the file lacks is found
+    (it holds NaN) and refused by the loader.
+    """
     from flexgraph.training.materialize import materialize_module
 
-    return materialize_module(model, env.device, reset_parameters=reset_parameters,
-                              rank=env.rank)
+    return materialize_module(model, env.device)
 
 
 def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],

@@ -9,12 +9,20 @@ suggestions. This module is the single place that forces registration, turns an
 unknown name into :class:`UnknownComponentError` with a did-you-mean, and then lets
 the registry build (so registry-specific build functions, such as the parameter
 schedulers' ``convert_to_iter_based``, still apply).
+
+Names are looked up as MMEngine's own ``build_from_cfg`` looks them up: in the
+registry of the config's ``default_scope`` (or of a ``_scope_`` key), a child of
+MMEngine's root registry that imports its package's modules on first use (its
+``locations``), then in its ancestors. Every OpenMMLab config names its
+components that way: ``default_scope = 'mmpretrain'`` and
+``type='ImageClassifier'`` find mmpretrain's ``MODELS``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mmengine.registry import Registry
@@ -74,7 +82,8 @@ def registered_names(registry: Registry) -> list[str]:
     return sorted(names)
 
 
-def resolve_type(type_: Any, registry: Registry, *, what: str = "") -> Any:
+def resolve_type(type_: Any, registry: Registry, *, what: str = "",
+                 scope: str | None = None) -> Any:
     """Return the class or function that ``type_`` names in ``registry``.
 
     Parameters
@@ -85,6 +94,9 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "") -> Any:
         The MMEngine registry to look the name up in (``MODELS``, ``HOOKS``, ...).
     what:
         Where the name came from (``'model'``, ``'custom_hooks[0]'``), for messages.
+    scope:
+        A config's ``_scope_``: look the name up in that scope's registry instead
+        of the default scope's.
 
     Raises
     ------
@@ -96,22 +108,42 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "") -> Any:
         if callable(type_):
             return type_
         raise ConfigError(f"{what or registry.name}: type={type_!r} is neither a name nor a class")
-    obj = _get(registry, type_)
-    if obj is None:  # not registered by the config's own imports: maybe one of MMEngine's
-        _register_mmengine(registry)
-        obj = _get(registry, type_)
-    if obj is None and "." in type_:
-        obj = _import_object(type_)
-    if obj is None:
-        where = f"{what}: " if what else ""
-        raise UnknownComponentError(
-            f"{where}type={type_!r} is not in mmengine's {registry.name!r} registry "
-            f"and is not an importable 'package.module.Name'"
-            f"{did_you_mean(type_, registered_names(registry))}; register it with "
-            f"@{registry.name.upper().replace(' ', '_')}.register_module() in a module "
-            f"listed in custom_imports, or give the full import path"
-        )
+    with _scoped(registry, scope) as scoped:
+        obj = _get(scoped, type_)
+        if obj is None:  # not registered by the config's own imports: maybe one of MMEngine's
+            _register_mmengine(scoped)
+            obj = _get(scoped, type_)
+        if obj is None and "." in type_:
+            obj = _import_object(type_)
+        if obj is None:
+            where = f"{what}: " if what else ""
+            in_scope = f"{scoped.scope!r} scope's " if scoped.scope != "mmengine" else "mmengine's "
+            raise UnknownComponentError(
+                f"{where}type={type_!r} is not in the {in_scope}{registry.name!r} registry "
+                f"and is not an importable 'package.module.Name'"
+                f"{did_you_mean(type_, registered_names(scoped))}; register it with "
+                f"@{registry.name.upper().replace(' ', '_')}.register_module() in a module "
+                f"listed in custom_imports, or give the full import path"
+            )
     return obj
+
+
+@contextlib.contextmanager
+def _scoped(registry: Registry, scope: str | None) -> Iterator[Registry]:
+    """The registry that names resolve in: the default scope's (or ``scope``'s) child.
+
+    MMEngine's own ``Registry.switch_scope_and_registry``: it imports
+    ``<scope>.registry`` and finds that scope's registry in ``registry``'s tree,
+    falling back to ``registry`` itself (with MMEngine's warning) when the scope
+    has none. Without a default scope it is ``registry``.
+    """
+    from mmengine.registry import DefaultScope
+
+    if scope is None and DefaultScope.get_current_instance() is None:
+        yield registry
+        return
+    with registry.switch_scope_and_registry(scope) as scoped:
+        yield scoped
 
 
 def _get(registry: Registry, type_: str) -> Any:
@@ -157,7 +189,8 @@ def build_from_cfg(
             f"add type='<registered name or package.module.Class>'"
         )
     args = dict(cfg)
-    args["type"] = resolve_type(args["type"], registry, what=what)
+    scope = args.get("_scope_")
+    args["type"] = resolve_type(args["type"], registry, what=what, scope=scope)
     try:
         return registry.build(args, default_args=dict(default_args or {}))
     except TypeError as exc:

@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "ConfigError",
     "EmptyDatasetError",
+    "InitWeightsError",
     "NoLossError",
     "TrainingError",
     "TrainingStopped",
@@ -40,6 +41,10 @@ class UnknownComponentError(ConfigError, LookupError):
 
 class EmptyDatasetError(FlexgraphError, ValueError):
     """A dataloader would yield no batch, so training could not make progress."""
+
+
+class InitWeightsError(FlexgraphError, RuntimeError):
+    """An initialiser of ``init_weights`` (an ``init_cfg``) failed to set a parameter."""
 
 
 class NoLossError(FlexgraphError, TypeError):

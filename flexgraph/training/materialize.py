@@ -1,25 +1,28 @@
 """Models whose parameters do not exist yet: built on the meta device, filled in later.
 
-A sharding strategy must never let one rank hold the whole model, so it builds
-the model with its parameters on PyTorch's ``meta`` device (shapes, no storage),
-shards it, and only then gives each rank storage for its own shard and
-initialises or loads it. This module holds the pieces of that path that are not
-specific to any strategy:
+A model too large for one rank's memory is built with its parameters on
+PyTorch's ``meta`` device (shapes, no storage), sharded, and only then given
+storage for each rank's own shard, into which its weights are loaded (FSDP's
+``skip_init_weights`` path). This module holds the pieces of that path that are
+not specific to any strategy:
 
 * :func:`parameters_on_meta`: build with parameters on ``meta`` but buffers
-  real. Parameters are large and re-initialised after sharding anyway; buffers
-  are small and often *computed* in ``__init__`` (positional tables, BatchNorm
+  real. Parameters are large and come from a checkpoint anyway; buffers are
+  small and often *computed* in ``__init__`` (positional tables, BatchNorm
   statistics), with no method that could recompute them later, so they keep
   their values. The tensors ``nn.Module``s create for their parameters come from
   ``torch.empty`` and are moved to ``meta`` as they are registered, before any
   initialiser writes to them, so the build costs neither memory nor init time
   (the same approach as accelerate's ``init_empty_weights(include_buffers=False)``).
-* :func:`independent_shard_rng`: where torch cannot coordinate random draws
-  across the shards of a parameter (it can on CUDA, not on CPU meshes), every
-  rank would draw the same numbers for its shard and the full tensor would
-  repeat itself; each rank draws from its own stream for the duration instead.
-* :func:`meta_parameters`: names of parameters that still have no storage, so
-  that a loader can refuse such a model instead of silently loading nothing.
+* :func:`materialize_module`: storage for the parameters, buffers put back,
+  every floating-point parameter filled with NaN until something loads it.
+* :func:`uninitialised_parameters` / :func:`meta_parameters`: names of
+  parameters that nothing loaded, or that still have no storage, so that a
+  loader can refuse such a model instead of training on garbage.
+
+Initialising such a model is another matter: MMEngine's initialisers write
+whole tensors, and a sharded init draws other random numbers than a
+single-device run, so a strategy that initialises builds the model whole.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ import torch
 from torch import nn
 
 __all__ = [
-    "independent_shard_rng",
     "materialize_module",
     "meta_parameters",
     "parameters_on_meta",
@@ -66,52 +68,14 @@ def meta_parameters(model: nn.Module) -> list[str]:
             if t.device.type == "meta"]
 
 
-def _uncoordinated_shards(model: nn.Module) -> bool:
-    """Whether ``model`` has DTensor parameters on a mesh torch cannot seed jointly."""
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._random import is_rng_supported_mesh
-
-    for param in model.parameters():
-        if isinstance(param, DTensor):
-            import warnings
-
-            with warnings.catch_warnings():  # the probe itself warns on CPU meshes
-                warnings.simplefilter("ignore")
-                return not is_rng_supported_mesh(param.device_mesh)
-    return False
-
-
-@contextlib.contextmanager
-def independent_shard_rng(model: nn.Module, rank: int) -> Iterator[None]:
-    """Initialise sharded parameters with draws that differ between shards.
-
-    Only where needed (see the module docstring); the global RNG state is put
-    back afterwards, so training draws are the same as without sharding.
-    """
-    if not _uncoordinated_shards(model):
-        yield
-        return
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(torch.initial_seed() + 7919 * (rank + 1))
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "DTensor random operators")
-            yield
-
-
-def materialize_module(model: nn.Module, device: str, *, reset_parameters: bool = True,
-                       rank: int = 0) -> nn.Module:
+def materialize_module(model: nn.Module, device: str) -> nn.Module:
     """Give a meta-built (and possibly sharded) model storage on ``device``.
 
-    ``to_empty`` allocates every parameter (each rank only its shard); the
-    buffers, which :func:`parameters_on_meta` kept real, are put back; then
-    every module's own ``reset_parameters()`` redoes the initialisation its
-    constructor did on the meta device, as an unsharded build would have (the
-    model's ``init_weights``, when it has one, runs after this, as it does after
-    construction). Floating-point parameters are filled with NaN first, so one
-    that nothing initialises is found by :func:`uninitialised_parameters`
-    instead of training on garbage memory.
+    ``to_empty`` allocates every parameter (each rank only its shard) and the
+    buffers, which :func:`parameters_on_meta` kept real, are put back.
+    Floating-point parameters are filled with NaN, so one that nothing loads is
+    found by :func:`uninitialised_parameters` instead of training on whatever
+    the allocator left in memory.
     """
     buffers = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
     model.to_empty(device=device)
@@ -123,14 +87,6 @@ def materialize_module(model: nn.Module, device: str, *, reset_parameters: bool 
         for param in model.parameters():
             if param.is_floating_point():
                 param.fill_(float("nan"))
-        if reset_parameters:
-            with independent_shard_rng(model, rank):
-                for module in model.modules():
-                    # torch's attention modules call theirs _reset_parameters
-                    reset = getattr(module, "reset_parameters", None) or getattr(
-                        module, "_reset_parameters", None)
-                    if callable(reset):
-                        reset()
     return model
 
 

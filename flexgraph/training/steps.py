@@ -17,7 +17,6 @@ updates; a test checks that every declared step matches its function here.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,34 +26,29 @@ from torch import nn
 
 from flexgraph.core.step import resolve_fn
 from flexgraph.training import data, optim
-from flexgraph.training.build import build_from_cfg
+from flexgraph.training.build import build_from_cfg, resolve_type
 from flexgraph.training.checkpoint import Checkpointer
 from flexgraph.training.config import (
-    TENSORBOARD_BACKEND,
     checkpoint_policy,
     log_interval,
     logger_policy,
     section,
     stop_policy,
-    tensorboard_requested,
     train_schedule,
     work_dir_of,
 )
 from flexgraph.training.env import Env, make_env
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.evaluate import build_evaluator, run_evaluation
-from flexgraph.training.hooks import Hooks
+from flexgraph.training.hooks import Hooks, share_dataset_meta
 from flexgraph.training.hooks import build_hooks as _build_hooks
 from flexgraph.training.loop import TrainLoop
-from flexgraph.training.materialize import (
-    independent_shard_rng,
-    meta_parameters,
-    parameters_on_meta,
-)
+from flexgraph.training.materialize import meta_parameters, parameters_on_meta
 from flexgraph.training.model_api import make_train_step
 from flexgraph.training.output import TrainOutput
 from flexgraph.training.resume import load_weights, resume_training
 from flexgraph.training.state import LoopState
+from flexgraph.training.weight_init import initialise
 
 __all__ = [
     "build_checkpointer",
@@ -106,6 +100,13 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
         # MMEngine's Runner: a top-level data_preprocessor is the model's default one.
         model_cfg = dict(model_cfg)
         model_cfg.setdefault("data_preprocessor", preprocessor)
+    if isinstance(model_cfg, Mapping) and "type" in model_cfg:
+        # Resolve (and so import) the model's class before any init context is
+        # entered: a registry imports its package on first use, and under
+        # deepspeed.zero.Init that import would run with ZeRO's tensor
+        # constructors patched in (mmpretrain's pulls in torch._dynamo, which fails).
+        model_cfg = dict(model_cfg, type=resolve_type(model_cfg["type"], MODELS, what="model",
+                                                      scope=model_cfg.get("_scope_")))
     with contextlib.ExitStack() as stack:
         if device == "meta":
             stack.enter_context(parameters_on_meta())
@@ -123,8 +124,8 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
 def init_weights(env: Env, model: nn.Module) -> nn.Module:
     """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one.
 
-    Sharded parameters get independent draws per shard where torch cannot
-    coordinate them (:func:`~flexgraph.training.materialize.independent_shard_rng`).
+    An initialiser that fails fails the run (see :func:`initialise`), where
+    MMEngine would only log it.
     """
     unmade = meta_parameters(model)
     if unmade:
@@ -132,9 +133,7 @@ def init_weights(env: Env, model: nn.Module) -> nn.Module:
             f"init_weights: {len(unmade)} parameters are still on the meta device "
             f"(e.g. {unmade[0]!r}); initialising them would do nothing. The step that "
             f"gives them storage (a strategy's materialize) must run before init_weights")
-    if callable(getattr(model, "init_weights", None)):
-        with independent_shard_rng(model, env.rank):
-            model.init_weights()
+    initialise(model)
     return model
 
 
@@ -222,15 +221,16 @@ def resume(cfg: Any, model: nn.Module, optim_wrapper: Any, param_schedulers: Any
 
 
 def _output(cfg: Any, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
+    """The run's output; the visualizer's backends get its scalars (and it closes them).
+
+    Called once the runner view holds the run's dataloaders, whose datasets'
+    ``metainfo`` the visualizer gets here, as MMEngine's loops give it.
+    """
     runner = hooks.runner
-    tensorboard = tensorboard_requested(cfg)
-    if tensorboard and env.is_main and importlib.util.find_spec("tensorboard") is None:
-        raise ConfigError(f"visualizer.vis_backends asks for {TENSORBOARD_BACKEND}, but "
-                          f"tensorboard is not installed: pip install tensorboard, or "
-                          f"remove that backend")
+    share_dataset_meta(runner)
     return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
                        message_hub=runner.message_hub, log_interval=log_interval(cfg),
-                       device=env.device, tensorboard=tensorboard, **schedule)
+                       device=env.device, visualizer=runner.built_visualizer(), **schedule)
 
 
 def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: Any,

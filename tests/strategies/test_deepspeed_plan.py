@@ -118,6 +118,15 @@ def test_batch_sizes_clipping_and_accumulation_come_from_the_config():
     assert filled["train_batch_size"] == 64
 
 
+def test_no_clip_grad_means_no_clipping_not_deepspeeds_default_of_one():
+    from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
+
+    assert GRADIENT_CLIPPING_DEFAULT != 0, "DeepSpeed clips unless told otherwise"
+    config, filled = _fill({})
+    assert config["gradient_clipping"] == 0.0 and filled["gradient_clipping"] == 0.0
+    assert _fill({"gradient_clipping": 2.0})[0]["gradient_clipping"] == 2.0
+
+
 def test_what_the_user_set_is_never_overwritten_and_a_contradiction_is_named():
     config, _ = _fill({"train_micro_batch_size_per_gpu": 8, "train_batch_size": 16,
                        "zero_optimization": {"reduce_bucket_size": 12345}})

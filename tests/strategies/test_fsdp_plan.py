@@ -26,38 +26,47 @@ def plan(strategy=None, cfg=None, entry="train", **options):
     return make_plan(standard_graph(cfg, entry=entry), strategy, targets=targets)
 
 
-def test_fsdp_shards_on_meta_then_materializes_then_initialises_and_loads():
+def test_fsdp_initialises_whole_then_shards_then_loads_into_the_shards():
     order = plan().order
-    assert order[:7] == ("setup_env", "build_model", "fully_shard", "materialize",
-                         "init_weights", "build_hooks", "load_checkpoint")
+    assert order[:6] == ("setup_env", "build_model", "init_weights", "fully_shard",
+                         "build_hooks", "load_checkpoint")
+    assert "materialize" not in order, "the model was built with storage"
     assert order.index("load_checkpoint") < order.index("build_optim_wrapper")
     steps = {s.name: s for s in plan().steps}
-    assert steps["build_model"].params == {"device": "meta"}
+    assert steps["build_model"].params == {}, "built on the CPU, as a single device builds it"
+    assert steps["fully_shard"].params["broadcast_from_rank0"] is True
     assert steps["load_checkpoint"].fn_name == "flexgraph.strategies.fsdp:load_into_shards"
     assert steps["build_checkpointer"].params["io"].endswith(":DistributedCheckpointIO")
 
 
-def test_the_plan_says_which_rewrite_moved_init_weights_and_load_checkpoint():
+def test_the_plan_says_which_rewrite_placed_fully_shard_and_load_checkpoint():
     p = plan()
-    assert p.origin("init_weights").short == "moved by fsdp #6"
-    assert str(p.origin("load_checkpoint")) == "moved by fsdp #8: move load_checkpoint after " \
-                                               "init_weights"
-    assert p.origin("fully_shard").action == "inserted"
+    assert str(p.origin("fully_shard")) == "inserted by fsdp #2: insert fully_shard after " \
+                                           "init_weights"
+    assert str(p.origin("load_checkpoint")) == "moved by fsdp #5: move load_checkpoint after " \
+                                               "fully_shard"
+    assert p.origin("init_weights").action == "base"
 
 
-def test_checkpointing_then_compile_then_shard():
+def test_checkpointing_then_init_then_compile_then_shard():
     p = plan(cfg={"compile": True}, activation_checkpointing={})
     order = p.order
-    assert order.index("activation_checkpointing") < order.index("compile") \
-        < order.index("fully_shard") < order.index("materialize")
-    assert p.origin("compile").short == "moved by fsdp #5"
+    assert order.index("activation_checkpointing") < order.index("init_weights") \
+        < order.index("compile") < order.index("fully_shard")
+    assert p.origin("compile").short == "moved by fsdp #4"
     assert "compile" not in plan().order, "compile is only moved when the config asks for it"
 
 
-def test_skip_init_weights_removes_the_init_and_loads_right_after_materialize():
-    order = plan(skip_init_weights=True).order
+def test_skip_init_weights_never_builds_the_whole_model():
+    p = plan(skip_init_weights=True)
+    order = p.order
     assert "init_weights" not in order
+    assert order[:5] == ("setup_env", "build_model", "fully_shard", "materialize",
+                         "build_hooks")
     assert order.index("materialize") < order.index("load_checkpoint")
+    steps = {s.name: s for s in p.steps}
+    assert steps["build_model"].params == {"device": "meta"}
+    assert steps["fully_shard"].params["broadcast_from_rank0"] is False
 
 
 def test_mmengine_options_map_onto_fully_shard():
@@ -68,7 +77,7 @@ def test_mmengine_options_map_onto_fully_shard():
     params = {s.name: s for s in p.steps}["fully_shard"].params
     assert params == {"auto_wrap_policy": SIZE_POLICY, "reshard_after_forward": False,
                       "mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"},
-                      "cpu_offload": False}
+                      "cpu_offload": False, "broadcast_from_rank0": True}
     full = {s.name: s for s in plan(state_dict_cfg="full").steps}
     assert full["build_checkpointer"].params["io"].endswith(":FullStateFileIO")
 
@@ -97,9 +106,17 @@ def test_an_optimizer_built_before_sharding_is_refused_with_the_reason():
         plan(bad)
 
 
-def test_weights_initialised_on_the_meta_device_are_refused():
-    bad = get_strategy("fsdp").then(Move("init_weights", before="fully_shard"))
-    with pytest.raises(PlanCheckError, match="meta device, with no storage"):
+def test_weights_initialised_on_shards_are_refused():
+    bad = get_strategy("fsdp").then(Move("fully_shard", before="init_weights"))
+    with pytest.raises(PlanCheckError, match="fully_shard must run after init_weights: "
+                                             "MMEngine's initialisers"):
+        plan(bad)
+
+
+def test_loading_before_the_shards_exist_is_refused():
+    bad = get_strategy("fsdp", skip_init_weights=True).then(
+        Move("load_checkpoint", before="materialize"))
+    with pytest.raises(PlanCheckError, match="load_checkpoint must run after materialize"):
         plan(bad)
 
 
@@ -115,7 +132,7 @@ def test_a_whole_model_load_into_a_sharded_model_is_refused():
 def test_the_val_entry_is_cut_after_the_rewrites_and_keeps_the_sharded_loader():
     p = plan(entry="val")
     assert p.order[-1] == "val"
-    for needed in ("fully_shard", "materialize", "init_weights", "load_checkpoint"):
+    for needed in ("fully_shard", "init_weights", "load_checkpoint"):
         assert needed in p.order
     for dropped in ("build_optim_wrapper", "resume", "train"):
         assert dropped not in p.order
@@ -124,4 +141,4 @@ def test_the_val_entry_is_cut_after_the_rewrites_and_keeps_the_sharded_loader():
 
 def test_user_rewrites_after_fsdp_keep_its_checks():
     ok = get_strategy("fsdp").then(Configure("build_model", {"init_options": {}}))
-    assert plan(ok).order[2] == "fully_shard"
+    assert plan(ok).order[3] == "fully_shard"

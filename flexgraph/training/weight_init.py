@@ -1,0 +1,91 @@
+"""A model's own ``init_weights()``, with the failures MMEngine only logs made errors.
+
+MMEngine's ``Pretrained`` initialiser loads its checkpoint with ``strict=False``:
+a parameter whose copy raises (a DTensor shard where a whole tensor was
+expected, say) becomes one line of a warning, and training goes
+on with that parameter's previous values, which nobody asked for. torch words
+that line as ``While copying the parameter named "<name>" ... an exception
+occurred``; :func:`initialise` listens for it on MMEngine's logger while the
+model initialises, and stops the run naming the parameters, the module whose
+``init_cfg`` loads them, and the first error. Missing and unexpected keys stay
+warnings, as in MMEngine (a backbone's checkpoint has no head).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from torch import nn
+
+from flexgraph.training.errors import InitWeightsError
+
+__all__ = ["initialise"]
+
+_FAILED_COPY = re.compile(r'While copying the parameter named "([^"]+)".*an exception occurred'
+                          r' : \((.*)\)\.?$')
+
+
+class _FailedCopies(logging.Handler):
+    """Collects (parameter, error) of every failed copy MMEngine logs."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.failed: list[tuple[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for line in str(record.getMessage()).splitlines():
+            found = _FAILED_COPY.search(line)
+            if found:
+                self.failed.append((found.group(1), found.group(2).strip(" ,'\"")))
+
+
+@contextlib.contextmanager
+def _failed_copies() -> Iterator[_FailedCopies]:
+    from mmengine.logging import MMLogger
+
+    logger = MMLogger.get_current_instance()  # where MMEngine's print_log('current') goes
+    handler = _FailedCopies()
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def _pretrained_modules(model: nn.Module) -> list[str]:
+    """Dotted names of the modules whose ``init_cfg`` loads a checkpoint."""
+    found = []
+    for name, module in model.named_modules():
+        init_cfg: Any = getattr(module, "init_cfg", None)
+        entries = init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]
+        if any(isinstance(e, dict) and e.get("type") == "Pretrained" for e in entries):
+            found.append(name or "model")  # the root: the config's own model
+    return found
+
+
+def initialise(model: nn.Module) -> None:
+    """``model.init_weights()`` when it has one; raise if an initialiser failed.
+
+    Raises
+    ------
+    InitWeightsError
+        A parameter's copy raised inside an initialiser (MMEngine logs it and
+        goes on).
+    """
+    if not callable(getattr(model, "init_weights", None)):
+        return
+    with _failed_copies() as copies:
+        model.init_weights()
+    if copies.failed:
+        name, error = copies.failed[0]
+        modules = _pretrained_modules(model)
+        where = f" of {', '.join(repr(m) for m in modules)}" if modules else ""
+        raise InitWeightsError(
+            f"init_weights: the init_cfg{where} could not set {len(copies.failed)} "
+            f"parameters (e.g. {name!r}: {error}); MMEngine logs this and trains on the "
+            f"previous values. Check the checkpoint against the model, or initialise the "
+            f"model before it is sharded or cast")

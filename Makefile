@@ -1,6 +1,8 @@
 # Two commands set everything up on a fresh machine:
 #   make quickstart   venv + install + train the quickstart on CPU
 #   make test         venv + install + lint + the test suite
+# and one more runs OpenMMLab's own code:
+#   make test-ecosystem   a second venv with the real mmpretrain, and tests/ecosystem
 # PyTorch: the default pins a release (on a CPU-only machine use a CPU wheel, e.g.
 # TORCH="torch --index-url https://download.pytorch.org/whl/cpu"); a torch already in
 # the venv that satisfies torch>=2.4 is kept.
@@ -8,8 +10,20 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
+# mmpretrain imports torchvision, whose wheels on the package index are built
+# against torch's CUDA builds: their C ops do not load beside the CPU build above.
+# So the ecosystem venv takes another torch release with its torchvision, both
+# CUDA builds (they run on a CPU too): flexgraph is tested on a second torch
+# release on the way.
+ECO_VENV ?= .venv-ecosystem
+ECO_TORCH ?= torch==2.14.1 torchvision==0.29.1
+ECO_BIN := $(ECO_VENV)/bin
+# Their own requirements pin mmcv and pull in what these tests do not use; what
+# they import is listed here.
+MMPRETRAIN := mmpretrain==1.2.0 mmcv-lite==2.2.0
+MMPRETRAIN_IMPORTS := einops mat4py modelindex importlib-metadata
 
-.PHONY: install quickstart test lint bench
+.PHONY: install quickstart test lint bench test-ecosystem
 
 $(BIN)/flexgraph: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +42,18 @@ lint: install
 
 test: lint
 	$(BIN)/pytest -n 2
+
+$(ECO_BIN)/flexgraph: pyproject.toml
+	$(PYTHON) -m venv $(ECO_VENV)
+	$(ECO_BIN)/python -m pip install -q --upgrade pip
+	$(ECO_BIN)/python -m pip install $(ECO_TORCH)
+	$(ECO_BIN)/python -m pip install -e ".[test]"
+	$(ECO_BIN)/python -m pip install --no-deps $(MMPRETRAIN)
+	$(ECO_BIN)/python -m pip install $(MMPRETRAIN_IMPORTS)
+	touch $@
+
+test-ecosystem: $(ECO_BIN)/flexgraph
+	$(ECO_BIN)/pytest -n 2 tests/ecosystem
 
 bench: install
 	$(BIN)/python benchmarks/plan_speed.py

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import keyword
 import math
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,13 @@ def _spell(value: Any, indent: int, start: int, tail: int = 1) -> str:
 
 
 def _is_name(key: str) -> bool:
-    return key.isidentifier() and not keyword.iskeyword(key)
+    """Whether ``key`` reads back as itself when spelled ``dict(key=...)``.
+
+    Python reads identifiers in NFKC form, so a key such as ``'ª'`` (which
+    normalises to ``'a'``) must be spelled as a string, ``{'ª': ...}``.
+    """
+    return (key.isidentifier() and not keyword.iskeyword(key)
+            and unicodedata.normalize("NFKC", key) == key)
 
 
 def _enclose(opening: str, items: list[str], closing: str, indent: int, taken: int) -> str:

@@ -3,7 +3,7 @@
 import keyword
 import string
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from mmengine.config import Config
 
@@ -25,6 +25,7 @@ _values = st.recursive(
 
 @settings(max_examples=60, deadline=None)
 @given(st.dictionaries(_names, _values, min_size=1, max_size=5))
+@example({"a": {"ª": None}})  # Python reads the identifier ª as a (NFKC)
 def test_a_literal_config_reads_back_as_it_was(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("cfg") / "config.py"
     write_config(Config(data), path)

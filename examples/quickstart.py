@@ -41,7 +41,7 @@ default_hooks = dict(
     logger=dict(type="LoggerHook", interval=50),
 )
 randomness = dict(seed=0)
-# metrics.jsonl is always written; TensorBoard scalars (work_dir/tensorboard) on request.
+# metrics.jsonl is always written; TensorBoard scalars (<run folder>/vis_data) on request.
 visualizer = dict(type="Visualizer",
                   vis_backends=[dict(type="LocalVisBackend"), dict(type="TensorboardVisBackend")])
 

@@ -10,9 +10,9 @@ here and show only errors::
         <timestamp>.log         the run's whole log, MMEngine's INFO lines included
         config.py               the resolved config, runnable (see config_file.py)
         plan.json               the plan that ran, as `flexgraph plan --format json`
+        vis_data/               the visualizer's backends (TensorBoard, what hooks draw)
       metrics.jsonl             per iteration and per evaluation (a resume continues it)
       epoch_<n>.pth, iter_<n>.pth, last_checkpoint
-      tensorboard/              when visualizer.vis_backends has a TensorboardVisBackend
 
 The console shows flexgraph's own lines (plan summary, setup timings,
 progress, metrics) and every warning and error. MMEngine's INFO chatter (an

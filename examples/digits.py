@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from mmengine.evaluator import BaseMetric
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, METRICS, MODELS
-from sklearn.datasets import load_digits
 from torch import nn
 
 __all__ = ["DigitsAccuracy", "DigitsDataset", "DigitsMLP"]
@@ -41,6 +40,10 @@ class DigitsDataset(torch.utils.data.Dataset):
     def __init__(self, split: str = "train", val_fraction: float = 0.2, seed: int = 0) -> None:
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        # Imported here, where the data is read: scikit-learn takes a second to
+        # import, and a launcher that only registers these classes never reads it.
+        from sklearn.datasets import load_digits
+
         images, labels = load_digits(return_X_y=True)
         order = np.random.default_rng(seed).permutation(len(images))
         n_val = int(len(images) * val_fraction)

@@ -246,7 +246,7 @@ def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: 
     runner.train_dataloader, runner.val_dataloader = train_dataloader, val_dataloader
     runner.max_epochs, runner.max_iters = schedule.max_epochs, schedule.max_iters
     runner.val_interval, runner.val_begin = schedule.val_interval, schedule.val_begin
-    runner.seed = env.seed
+    runner.seed = env.rank_seed  # MMEngine's runner.seed: seed + rank under diff_rank_seed
     evaluator = None
     if val_dataloader is not None:
         evaluator = build_evaluator(section(cfg, "val_evaluator"))

@@ -91,7 +91,7 @@ from _memory_workload import (
 )
 
 from flexgraph.core.strategy import known_strategies
-from flexgraph.training.env import DEFAULT_MMAP_THRESHOLD
+from flexgraph.training.runtime import DEFAULT_MMAP_THRESHOLD
 
 HERE = Path(__file__).resolve().parent
 NPROC = 2

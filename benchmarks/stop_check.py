@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _tiny  # noqa: E402 (this folder is sys.path[0] when run as a script)
 
-from flexgraph.training.preemption import StopRequest  # noqa: E402
+from flexgraph.training.loop import StopRequest
 
 
 def without_check(iters: int, next_event: int) -> float:

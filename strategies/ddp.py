@@ -44,7 +44,7 @@ def ddp(
                 "setup_env",
                 Step(
                     "setup_env",
-                    "flexgraph.training.distributed:setup_process_group",
+                    "flexgraph.training.runtime:setup_process_group",
                     requires="cfg",
                     provides="env",
                     params={"device": device, **dist_cfg},

@@ -207,8 +207,8 @@ def _import_deepspeed() -> Any:
 def setup_env(cfg: Any, *, precision: str = "fp32", device: str | None = None,
               backend: str | None = None, timeout: float = 1800) -> Any:
     """Check the precision against the accelerator, then join the process group."""
-    from flexgraph.training.distributed import setup_process_group
     from flexgraph.training.errors import ConfigError
+    from flexgraph.training.runtime import setup_process_group
 
     deepspeed = _import_deepspeed()
     accelerator = deepspeed.accelerator.get_accelerator()
@@ -261,7 +261,7 @@ def init_gathered_weights(env: Any, model: Any) -> Any:
     values are kept and re-partitioned); a model initialised by its
     constructors alone (no ``init_weights``) never gathers.
     """
-    from flexgraph.training.weight_init import initialise
+    from flexgraph.training.components import initialise
 
     if callable(getattr(model, "init_weights", None)):
         deepspeed = _import_deepspeed()
@@ -274,8 +274,8 @@ def _optimizer(cfg: Any, model: Any) -> Any:
     """The torch optimizer the config's optim_wrapper describes (paramwise_cfg included)."""
     from mmengine.config import ConfigDict
 
+    from flexgraph.training.components import build_optim_wrapper
     from flexgraph.training.errors import ConfigError
-    from flexgraph.training.optim import build_optim_wrapper
 
     ow_cfg = cfg.get("optim_wrapper")
     if ow_cfg is None:

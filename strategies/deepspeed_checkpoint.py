@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from flexgraph.strategies.deepspeed_engine import EngineModel
 
-from flexgraph.training.checkpoint_io import CheckpointIO, rank_of
+from flexgraph.training.checkpoint import CheckpointIO, rank_of
 from flexgraph.training.errors import CheckpointError
 
 __all__ = ["DeepSpeedCheckpointIO", "load_weights_into_engine", "safe_checkpoint_engine"]
@@ -127,9 +127,9 @@ def _refresh_master_weights(engine: Any) -> None:
 
 
 def _read_full_file(path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
-    from flexgraph.training.checkpoint import load_checkpoint_file, weights_in
+    from flexgraph.training.checkpoint import read_checkpoint_file, weights_in
 
-    checkpoint = load_checkpoint_file(path)
+    checkpoint = read_checkpoint_file(path)
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, str(path)).items()}
     return checkpoint, weights
 

@@ -32,9 +32,9 @@ import torch
 from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
-from flexgraph.training.checkpoint_io import rank_of
+from flexgraph.training.checkpoint import rank_of
+from flexgraph.training.components import forward, loss_of, uses_step_api
 from flexgraph.training.errors import ConfigError
-from flexgraph.training.model_api import forward, loss_of, uses_step_api
 
 __all__ = [
     "DeepSpeedOptimWrapper",

@@ -45,8 +45,8 @@ from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy, StrategyOptionError
 
 HERE = "flexgraph.strategies.fsdp"
-DCP_IO = "flexgraph.training.checkpoint_dcp:DistributedCheckpointIO"
-FULL_IO = "flexgraph.training.checkpoint_dcp:FullStateFileIO"
+DCP_IO = "flexgraph.training.checkpoint:DistributedCheckpointIO"
+FULL_IO = "flexgraph.training.checkpoint:FullStateFileIO"
 _RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
 _WRAPPER_KEYS = ("type", "auto_wrap_policy", "sharding_strategy", "mixed_precision",
                  "cpu_offload", "use_orig_params")
@@ -129,7 +129,7 @@ def fsdp(
     shard = _shard_options(model_wrapper)
     rewrites = [
         Replace("setup_env", Step(
-            "setup_env", "flexgraph.training.distributed:setup_process_group",
+            "setup_env", "flexgraph.training.runtime:setup_process_group",
             requires="cfg", provides="env", params={"device": device, **dict(dist_cfg or {})},
             doc="join the process group, pick this rank's device")),
     ]
@@ -209,9 +209,8 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     rank 0's, which are a single-device run's.
     """
     import torch
+    from flexgraph.strategies.fsdp_units import resolve_wrap_policy, wrap_units
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-
-    from flexgraph.training.sharding import resolve_wrap_policy, wrap_units
 
     if broadcast_from_rank0:
         with torch.no_grad():
@@ -248,7 +247,7 @@ def materialize(env: Any, model: Any) -> Any:
     so nothing is initialised here, and a parameter the file lacks is found
     (it holds NaN) and refused by the loader.
     """
-    from flexgraph.training.materialize import materialize_module
+    from flexgraph.training.runtime import materialize_module
 
     return materialize_module(model, env.device)
 
@@ -256,7 +255,7 @@ def materialize(env: Any, model: Any) -> Any:
 def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
                       auto_wrap_policy: Any = None) -> Any:
     """MMEngine's ``activation_checkpointing=dict(check_fn=...)``; see ``checkpoint_selected``."""
-    from flexgraph.training.sharding import checkpoint_selected
+    from flexgraph.strategies.fsdp_units import checkpoint_selected
 
     checkpoint_selected(model, options, auto_wrap_policy)
     return model
@@ -265,8 +264,8 @@ def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
 def load_into_shards(cfg: Any, env: Any, hooks: Any, model: Any) -> Any:
     """``load_from`` into the shards, then refuse parameters nothing initialised.
 
-    See :func:`flexgraph.training.shard_loading.load_weights_into_shards`.
+    See :func:`flexgraph.strategies.fsdp_loading.load_weights_into_shards`.
     """
-    from flexgraph.training.shard_loading import load_weights_into_shards
+    from flexgraph.strategies.fsdp_loading import load_weights_into_shards
 
     return load_weights_into_shards(cfg, env, hooks, model)

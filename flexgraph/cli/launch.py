@@ -13,7 +13,7 @@ What a user sees comes from two places, both torch elastic's:
   failed, with which exit code or signal. A rank killed by a signal leaves
   nothing else, so ranks keep a progress record for their launcher (the step
   and the iterations done at the last log line, see
-  :mod:`flexgraph.training.progress`);
+  :mod:`flexgraph.training.output._progress`);
 - **the error files** that ranks write through torch's ``ErrorHandler``
   (:class:`_RankErrorHandler`, the ``record`` mechanism), with flexgraph's exit
   class, step and iteration added to the usual message and traceback.
@@ -51,9 +51,9 @@ from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElas
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, ProcessFailure
 
 from flexgraph.cli import stopping
-from flexgraph.cli.main import DEBUG_HINT, describe_error
+from flexgraph.cli.errors import DEBUG_HINT, describe_error
 from flexgraph.core.executor import StepFailedError
-from flexgraph.training.progress import PROGRESS_DIR_VAR, progress_of_this_rank, read_progress
+from flexgraph.training.output import PROGRESS_DIR_VAR, progress_of_this_rank, read_progress
 
 LAUNCHED_BY_VAR = "FLEXGRAPH_LAUNCHER"
 """Set by this launcher for its ranks: they leave reporting their errors to it."""

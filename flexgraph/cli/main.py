@@ -33,12 +33,9 @@ from collections.abc import Callable, Sequence
 
 from flexgraph import __version__
 from flexgraph.cli import plan_cmd
+from flexgraph.cli.errors import DEBUG_HINT, describe_error
 from flexgraph.cli.stopping import report_stop
-from flexgraph.core.errors import FlexgraphError
-from flexgraph.core.executor import StepFailedError
 from flexgraph.training.errors import TrainingStopped
-
-DEBUG_HINT = "(run with --debug to see the traceback)"
 
 PLAN_EPILOG = """\
 examples:
@@ -108,34 +105,6 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         run.set_defaults(handler=run_cmd.run_command)
     _add_debug(run, argparse.SUPPRESS)
     return parser
-
-
-def _one_line(text: str) -> str:
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
-def describe_error(exc: BaseException) -> tuple[int, str]:
-    """The exit status and the one-line message for an error that ended a command.
-
-    Parameters
-    ----------
-    exc : BaseException
-
-    Returns
-    -------
-    (int, str)
-        ``(2, message)`` for bad input, ``(1, message)`` otherwise (see the
-        module docstring); the message has no line breaks.
-    """
-    if isinstance(exc, StepFailedError):
-        cause = exc.__cause__
-        if isinstance(cause, FlexgraphError):
-            return 2, _one_line(f"step {exc.step!r}: {cause}")
-        return 1, _one_line(str(exc))
-    if isinstance(exc, FlexgraphError):
-        return 2, _one_line(str(exc)) or type(exc).__name__
-    message = _one_line(str(exc))
-    return 1, f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def _report(exc: BaseException, debug: bool) -> int:

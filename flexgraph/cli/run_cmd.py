@@ -217,7 +217,7 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         result = executor.run(plan, dict(spec.inputs), dry_run=args.dry_run)
     else:  # the work_dir's log, config and plan: only now that the plan is valid
         from flexgraph.render.json_view import plan_json
-        from flexgraph.training.workdir import open_run_record
+        from flexgraph.training.output import open_run_record
 
         record = open_run_record(spec.cfg, plan_json(plan), rank=rank, strategy=args.strategy)
         record.note(summary)
@@ -240,7 +240,7 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
                       markup=False, highlight=False)
     if _is_launched():
         from flexgraph.cli.stopping import end_launched_rank
-        from flexgraph.training.distributed import leave_process_group
+        from flexgraph.training.runtime import leave_process_group
 
         leave_process_group()
         end_launched_rank(0)

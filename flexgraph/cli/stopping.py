@@ -1,7 +1,7 @@
 """A run stopped by a signal: its exit status, and how the launcher passes it on.
 
 A training process that a stop signal ended cleanly (it saved a checkpoint at
-an iteration boundary, see :mod:`flexgraph.training.preemption`) exits with
+an iteration boundary, see :mod:`flexgraph.training.loop._preemption`) exits with
 :data:`EXIT_STOPPED`, 75: ``EX_TEMPFAIL`` of ``sysexits.h``, "a temporary
 failure; the user is invited to retry later". A job script requeues on 75 and
 runs the same command with ``--resume auto``.
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph.training.errors import TrainingStopped
-from flexgraph.training.progress import PROGRESS_DIR_VAR
+from flexgraph.training.output import PROGRESS_DIR_VAR
 
 EXIT_STOPPED = 75
 STOP_NOTE = "stopped"

@@ -35,17 +35,17 @@ import torch
 
 from flexgraph.training.checkpoint import (
     Checkpointer,
+    LoopState,
     apply_weights,
-    load_checkpoint_file,
+    from_mmengine,
+    read_checkpoint_file,
     restore_schedulers,
 )
+from flexgraph.training.components import epoch_length_of
 from flexgraph.training.config import restart_count, resume_source, section, train_schedule
-from flexgraph.training.data import epoch_length_of
-from flexgraph.training.env import seed_everything
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.hooks import Hooks
-from flexgraph.training.mmengine_ckpt import from_mmengine
-from flexgraph.training.state import LoopState, capture_rng
+from flexgraph.training.loop import Hooks
+from flexgraph.training.runtime import capture_rng, seed_everything
 
 __all__ = ["load_weights", "resume_training", "weights_to_load"]
 
@@ -70,7 +70,7 @@ def load_weights(cfg: Any, hooks: Hooks, model: torch.nn.Module) -> torch.nn.Mod
     path = weights_to_load(cfg)
     if path is None:
         return model
-    checkpoint = load_checkpoint_file(path)
+    checkpoint = read_checkpoint_file(path)
     runner = hooks.runner
     runner.model = model
     hooks.start_run()

@@ -25,30 +25,32 @@ from mmengine.registry import MODELS
 from torch import nn
 
 from flexgraph.core.step import resolve_fn
-from flexgraph.training import data, optim
-from flexgraph.training.build import build_from_cfg, resolve_type
-from flexgraph.training.checkpoint import Checkpointer
+from flexgraph.training import components
+from flexgraph.training.checkpoint import Checkpointer, LoopState
+from flexgraph.training.components import initialise, make_train_step
 from flexgraph.training.config import (
+    build_from_cfg,
     checkpoint_policy,
     log_interval,
     logger_policy,
+    resolve_type,
     section,
     stop_policy,
     train_schedule,
     work_dir_of,
 )
-from flexgraph.training.env import Env, make_env
 from flexgraph.training.errors import ConfigError
-from flexgraph.training.evaluate import build_evaluator, run_evaluation
-from flexgraph.training.hooks import Hooks, share_dataset_meta
-from flexgraph.training.hooks import build_hooks as _build_hooks
-from flexgraph.training.loop import TrainLoop
-from flexgraph.training.materialize import meta_parameters, parameters_on_meta
-from flexgraph.training.model_api import make_train_step
+from flexgraph.training.loop import (
+    Hooks,
+    TrainLoop,
+    build_evaluator,
+    run_evaluation,
+    share_dataset_meta,
+)
+from flexgraph.training.loop import build_hooks as _build_hooks
 from flexgraph.training.output import TrainOutput
 from flexgraph.training.resume import load_weights, resume_training
-from flexgraph.training.state import LoopState
-from flexgraph.training.weight_init import initialise
+from flexgraph.training.runtime import Env, make_env, meta_parameters, parameters_on_meta
 
 __all__ = [
     "build_checkpointer",
@@ -146,7 +148,7 @@ def build_checkpointer(cfg: Any, env: Env, *, io: str | None = None,
                        io_options: Mapping[str, Any] | None = None) -> Checkpointer:
     """A checkpointer for ``work_dir`` following ``default_hooks.checkpoint``.
 
-    ``io`` is the ``"module:attr"`` of a :class:`~flexgraph.training.checkpoint_io.CheckpointIO`
+    ``io`` is the ``"module:attr"`` of a :class:`~flexgraph.training.checkpoint.CheckpointIO`
     class, built with ``io_options`` (default: one file per checkpoint).
     """
     checkpoint_io = resolve_fn(io)(**dict(io_options or {})) if io else None
@@ -184,12 +186,12 @@ def compile(  # noqa: A001 (the public step name; shadows the builtin in this mo
 
 def build_dataloaders(cfg: Any, env: Env) -> dict[str, Any]:
     """``train_dataloader`` / ``val_dataloader`` / ``test_dataloader`` (``None`` if absent)."""
-    return data.build_dataloaders(cfg, env)
+    return components.build_dataloaders(cfg, env)
 
 
 def build_optim_wrapper(cfg: Any, env: Env, model: nn.Module) -> Any:
     """MMEngine optimizer wrapper from ``cfg.optim_wrapper`` (AMP, accumulation, clipping)."""
-    return optim.build_optim_wrapper(cfg, model, device=env.device)
+    return components.build_optim_wrapper(cfg, model, device=env.device)
 
 
 def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) -> Any:
@@ -198,7 +200,7 @@ def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) 
     A list, or for an ``OptimWrapperDict`` a dict of lists by optimizer name,
     as MMEngine's Runner builds them.
     """
-    return optim.build_param_schedulers(cfg, optim_wrapper, train_dataloader)
+    return components.build_param_schedulers(cfg, optim_wrapper, train_dataloader)
 
 
 def build_train_step(env: Env, model: nn.Module, optim_wrapper: Any) -> Any:
@@ -239,7 +241,7 @@ def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: 
     """Run the training loop; returns the final metrics (loss, lr, ``val/*``)."""
     if train_dataloader is None:
         raise ConfigError("train needs a train_dataloader in the config")
-    schedule = train_schedule(cfg, data.epoch_length_of(train_dataloader))
+    schedule = train_schedule(cfg, components.epoch_length_of(train_dataloader))
     runner = hooks.runner
     runner.model, runner.optim_wrapper = model, optim_wrapper
     runner.param_schedulers = param_schedulers

@@ -143,7 +143,7 @@ def test_a_failed_initialiser_copy_stops_the_run_naming_the_module(tmp_path):
         from torch.distributed.fsdp import fully_shard
         from mmengine.registry import DefaultScope
         from flexgraph.training.errors import InitWeightsError
-        from flexgraph.training.weight_init import initialise
+        from flexgraph.training.components import initialise
         from minipre.models import TinyBackbone
 
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)

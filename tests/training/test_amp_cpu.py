@@ -6,7 +6,7 @@ import torch
 from mmengine.config import Config
 from training_helpers import EXAMPLES, run_steps
 
-from flexgraph.training.amp import CPUAmpOptimWrapper
+from flexgraph.training.components import CPUAmpOptimWrapper
 
 
 def test_amp_optim_wrapper_runs_on_the_cpu_in_bfloat16(make_cfg):

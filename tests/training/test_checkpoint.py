@@ -14,14 +14,13 @@ import pytest
 import torch
 from training_helpers import REPO, run_steps
 
-from flexgraph.training.checkpoint import Checkpointer, load_checkpoint_file
+from flexgraph.training.checkpoint import Checkpointer, from_plain, read_checkpoint_file, to_plain
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     UnsafeCheckpointError,
 )
-from flexgraph.training.state import from_plain, to_plain
 
 
 class _Payload:
@@ -43,7 +42,7 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path, make_cfg, writer):
         torch.save(payload, f) if writer == "torch.save" else pickle.dump(payload, f)
 
     with pytest.raises(UnsafeCheckpointError, match="refused"):
-        load_checkpoint_file(evil)
+        read_checkpoint_file(evil)
     with pytest.raises(UnsafeCheckpointError):
         run_steps(make_cfg(load_from=str(evil)), last="load_checkpoint")
     with pytest.raises(UnsafeCheckpointError):
@@ -53,13 +52,13 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path, make_cfg, writer):
 
 def test_missing_and_truncated_files_are_clear_errors(tmp_path):
     with pytest.raises(CheckpointNotFoundError):
-        load_checkpoint_file(tmp_path / "nope.pth")
+        read_checkpoint_file(tmp_path / "nope.pth")
     good = tmp_path / "good.pth"
     torch.save({"w": torch.ones(1000)}, good)
     truncated = tmp_path / "truncated.pth"
     truncated.write_bytes(good.read_bytes()[:500])
     with pytest.raises(CheckpointError, match="truncated.pth. is truncated"):
-        load_checkpoint_file(truncated)
+        read_checkpoint_file(truncated)
 
 
 def test_load_from_raw_state_dict(tmp_path, make_cfg):
@@ -98,7 +97,7 @@ def test_failed_save_leaves_previous_checkpoint_and_pointer(tmp_path):
                 "iter_2")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_1.pth", "last_checkpoint"]
     assert ck.latest() == tmp_path / "iter_1.pth"
-    assert torch.equal(load_checkpoint_file(ck.latest())["w"], torch.ones(3))
+    assert torch.equal(read_checkpoint_file(ck.latest())["w"], torch.ones(3))
 
 
 def test_latest_skips_incomplete_files_without_pointer(tmp_path):
@@ -140,10 +139,10 @@ def test_kill_9_during_saves_never_damages_the_last_good_checkpoint(tmp_path):
             child.send_signal(signal.SIGKILL)
             child.wait()
         latest = Checkpointer(work).latest()
-        state = load_checkpoint_file(latest)
+        state = read_checkpoint_file(latest)
         assert state["w"][0].item() == state["meta"]["iter"]
         for path in work.glob("iter_*.pth"):  # every file under a final name is whole
-            load_checkpoint_file(path)
+            read_checkpoint_file(path)
 
 
 def test_scheduler_state_survives_weights_only_round_trip(tmp_path):
@@ -156,5 +155,5 @@ def test_scheduler_state_survives_weights_only_round_trip(tmp_path):
     assert any(type(v).__name__ == "Counter" for v in state.values())
     path = tmp_path / "s.pth"
     torch.save({"s": to_plain(state)}, path)
-    restored = from_plain(load_checkpoint_file(path)["s"])
+    restored = from_plain(read_checkpoint_file(path)["s"])
     assert restored == state and type(restored["milestones"]) is type(state["milestones"])

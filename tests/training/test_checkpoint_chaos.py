@@ -21,8 +21,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from flexgraph.training.checkpoint import Checkpointer, load_checkpoint_file
-from flexgraph.training.checkpoint_dcp import DistributedCheckpointIO, _dcp_load
+from flexgraph.training.checkpoint import (
+    Checkpointer,
+    DistributedCheckpointIO,
+    read_checkpoint_file,
+)
+from flexgraph.training.checkpoint._dcp import _dcp_load
 from flexgraph.training.config import CheckpointPolicy
 
 SEED = 20240611
@@ -53,9 +57,9 @@ def _iter_of(checkpointer: Checkpointer, path: Path) -> int:
     if path.suffix == ".dcp":
         state = {"state_dict": {"w": torch.zeros(_SAVER_STATE)}}
         _dcp_load(state, path)
-        meta = load_checkpoint_file(path / "extra.pth")["meta"]
+        meta = read_checkpoint_file(path / "extra.pth")["meta"]
     else:
-        state = load_checkpoint_file(path)
+        state = read_checkpoint_file(path)
         meta = state["meta"]
     assert path.name == f"iter_{meta['iter']}{checkpointer.io.suffix}"
     assert state["state_dict"]["w"][0].item() == meta["iter"], path

@@ -1,6 +1,6 @@
 """Damaged and foreign checkpoint files: one line naming the file and what is wrong.
 
-For ``load_checkpoint_file`` (every whole-file load), ``load_from`` and
+For ``read_checkpoint_file`` (every whole-file load), ``load_from`` and
 ``resume``; sharded (DCP) directories are written here without a process group
 (DCP's single-process mode). ``--resume auto`` over a damaged work_dir skips
 what it cannot use. Under two ranks: tests/cli/test_chaos_cli.py and
@@ -21,8 +21,12 @@ import pytest
 import torch
 from training_helpers import run_steps
 
-from flexgraph.training.checkpoint import Checkpointer, load_checkpoint_file
-from flexgraph.training.checkpoint_dcp import DistributedCheckpointIO, dcp_problem
+from flexgraph.training.checkpoint import (
+    Checkpointer,
+    DistributedCheckpointIO,
+    dcp_problem,
+    read_checkpoint_file,
+)
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -85,7 +89,7 @@ def test_a_bad_file_is_one_line_that_names_it_and_the_problem(tmp_path, good, ki
     path = tmp_path / "ckpt.pth"
     make(good, path)
     with pytest.raises(CheckpointError) as raised:
-        load_checkpoint_file(path)
+        read_checkpoint_file(path)
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"checkpoint '{path}' ") and says in message, message
@@ -95,20 +99,20 @@ def test_a_plain_pickle_is_refused_unread_and_a_missing_file_is_not_found(tmp_pa
     plain = tmp_path / "plain.pth"
     plain.write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
     with pytest.raises(UnsafeCheckpointError, match="a plain Python pickle"):
-        load_checkpoint_file(plain)
+        read_checkpoint_file(plain)
     with pytest.raises(CheckpointNotFoundError, match="does not exist"):
-        load_checkpoint_file(tmp_path / "nope.pth")
+        read_checkpoint_file(tmp_path / "nope.pth")
 
 
 def test_no_byte_of_a_checkpoint_can_change_without_an_error_or_a_harmless_load(tmp_path, good):
     """Flip random bytes: every load fails with a CheckpointError or returns the same tensors."""
-    original = load_checkpoint_file(good)["state_dict"]
+    original = read_checkpoint_file(good)["state_dict"]
     rng = random.Random(3)
     errors = 0
     for trial in range(150):
         path = _flipped(good, tmp_path / f"{trial}.pth", rng.randrange(good.stat().st_size))
         try:
-            loaded = load_checkpoint_file(path)["state_dict"]
+            loaded = read_checkpoint_file(path)["state_dict"]
         except CheckpointError:
             errors += 1
             continue
@@ -123,7 +127,7 @@ def test_files_written_without_crcs_are_not_taken_for_corrupt(tmp_path):
         torch.save({"w": torch.ones(8)}, tmp_path / "nocrc.pth")
     finally:
         torch.serialization.set_crc32_options(True)
-    assert torch.equal(load_checkpoint_file(tmp_path / "nocrc.pth")["w"], torch.ones(8))
+    assert torch.equal(read_checkpoint_file(tmp_path / "nocrc.pth")["w"], torch.ones(8))
 
 
 @pytest.mark.parametrize("kind", ["truncated", "broken pickle", "directory", "text"])

@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from mmengine.config import Config
 
-from flexgraph.training.config_file import WIDTH, config_text, write_config
+from flexgraph.training.config import WIDTH, config_text, write_config
 
 _RESERVED = {"filename", "text", "pretty_text", "env_variables"}  # Config's own attributes
 _names = st.text(string.ascii_lowercase, min_size=1, max_size=8).filter(

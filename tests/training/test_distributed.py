@@ -8,7 +8,7 @@ import torch
 import torch.multiprocessing as mp
 from training_helpers import ddp_worker
 
-from flexgraph.training.checkpoint import load_checkpoint_file
+from flexgraph.training.checkpoint import read_checkpoint_file
 
 
 def _free_port() -> int:
@@ -28,7 +28,7 @@ def test_two_rank_training_checkpoints_every_rank(tmp_path):
     # each rank trained on its half: 40 samples / 2 ranks / batch 4 = 5 iterations/epoch
     assert ranks[0]["result"]["iter"] == 15
 
-    checkpoint = load_checkpoint_file(work / "epoch_3.pth")
+    checkpoint = read_checkpoint_file(work / "epoch_3.pth")
     assert checkpoint["meta"]["world_size"] == 2
     states = checkpoint["rng_states"]
     assert len(states) == 2 and not torch.equal(states[0]["torch"], states[1]["torch"])

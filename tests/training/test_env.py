@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from flexgraph.training.env import return_freed_memory
+from flexgraph.training.runtime import return_freed_memory
 
 SCRIPT = """
 import ctypes, sys
 import torch
 sys.path.insert(0, {repo!r})
-from flexgraph.training.env import return_freed_memory
+from flexgraph.training.runtime import return_freed_memory
 libc = ctypes.CDLL("libc.so.6")
 class Info(ctypes.Structure):  # struct mallinfo2
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",

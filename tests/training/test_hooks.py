@@ -6,7 +6,7 @@ import pytest
 from mmengine.hooks import Hook
 from training_helpers import RecordingHook, run_steps
 
-from flexgraph.training.hooks import HOOK_POINTS, Hooks, build_hooks
+from flexgraph.training.loop import HOOK_POINTS, Hooks, build_hooks
 
 
 def _collapse(calls):
@@ -152,7 +152,8 @@ def test_priorities_are_mmengines_without_importing_its_runner():
     from mmengine.runner import Priority, get_priority
 
     from flexgraph.training.errors import ConfigError
-    from flexgraph.training.hooks import PRIORITIES, _priority
+    from flexgraph.training.loop import PRIORITIES
+    from flexgraph.training.loop._hooks import _priority
 
     assert {p.name: p.value for p in Priority} == PRIORITIES
     for value in [*Priority, *(p.name.lower() for p in Priority), 0, 33, 100]:

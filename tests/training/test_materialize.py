@@ -10,7 +10,7 @@ from training_helpers import run_steps
 
 from flexgraph.training import steps
 from flexgraph.training.errors import CheckpointError, ConfigError
-from flexgraph.training.materialize import materialize_module, uninitialised_parameters
+from flexgraph.training.runtime import materialize_module, uninitialised_parameters
 
 
 @MODELS.register_module(force=True)
@@ -54,7 +54,7 @@ def test_loading_or_initialising_a_meta_model_is_refused(make_cfg, tmp_path):
 
 
 def test_materialize_gives_storage_restores_buffers_and_leaves_every_weight_to_a_loader():
-    from flexgraph.training.materialize import parameters_on_meta
+    from flexgraph.training.runtime import parameters_on_meta
 
     with parameters_on_meta():
         model = NormNet(bare=True)

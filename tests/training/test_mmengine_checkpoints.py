@@ -24,9 +24,8 @@ from mmengine.config import Config
 from mmengine.logging import HistoryBuffer
 from training_helpers import REPO, run_steps
 
-from flexgraph.training.checkpoint import load_checkpoint_file
+from flexgraph.training.checkpoint import from_mmengine, mmengine_globals, read_checkpoint_file
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
-from flexgraph.training.mmengine_ckpt import from_mmengine, mmengine_globals
 
 HERE = Path(__file__).resolve().parent
 EPOCHS, STOP_AFTER, EPOCH_LENGTH = 5, 2, 6  # 24 samples, batch 4
@@ -104,8 +103,8 @@ def test_migration_flexgraph_continues_an_mmengine_run_as_mmengine_does(mmengine
                                                    EPOCHS * EPOCH_LENGTH))
     assert ours == theirs
     final = f"epoch_{EPOCHS}.pth"
-    mine = load_checkpoint_file(root / "fg" / final)
-    reference = load_checkpoint_file(mmengine_run["mm"] / final)  # MMEngine's, loaded safely
+    mine = read_checkpoint_file(root / "fg" / final)
+    reference = read_checkpoint_file(mmengine_run["mm"] / final)  # MMEngine's, loaded safely
     assert mine["meta"]["iter"] == reference["meta"]["iter"] == EPOCHS * EPOCH_LENGTH
     assert mine["state_dict"].keys() == reference["state_dict"].keys()
     for key, value in reference["state_dict"].items():
@@ -124,7 +123,7 @@ def test_an_mmengine_checkpoint_needs_exactly_the_allowed_globals(mmengine_run):
     assert set(needed) <= allowed, set(needed) - allowed
     before = set(torch.serialization.get_safe_globals())  # torch keeps them in a set
 
-    safe = load_checkpoint_file(path)
+    safe = read_checkpoint_file(path)
     after = set(torch.serialization.get_safe_globals())
     assert after == before, "the allow-list is scoped to a load"
     trusted = torch.load(path, weights_only=False)  # our own file: the ground truth
@@ -168,7 +167,7 @@ def test_a_file_mixing_mmengine_types_with_a_forbidden_one_is_refused(mmengine_r
     torch.save(checkpoint, mixed)
 
     with pytest.raises(UnsafeCheckpointError, match="refused"):
-        load_checkpoint_file(mixed)
+        read_checkpoint_file(mixed)
     assert not marker.exists()
     assert set(HistoryBuffer._statistics_methods) == {"mean", "min", "max", "current"}
     with pytest.raises(UnsafeCheckpointError):
@@ -186,7 +185,7 @@ def test_load_from_an_mmengine_checkpoint(mmengine_run, tmp_path):
     path = mmengine_run["checkpoint"]
     model = run_steps(_cfg(mmengine_run, tmp_path, load_from=str(path)),
                       last="load_checkpoint")["model"]
-    weights = load_checkpoint_file(path)["state_dict"]
+    weights = read_checkpoint_file(path)["state_dict"]
     for key, value in weights.items():
         assert torch.equal(model.state_dict()[key], value), key
 
@@ -197,7 +196,7 @@ def test_resume_maps_mmengine_meta_schedulers_and_message_hub(mmengine_run, tmp_
     state = ctx["loop_state"]
     assert (state.epoch, state.iter, state.batch_idx) == (STOP_AFTER, 12, 0)
     assert state.rng_state is not None  # reseeded: MMEngine saved no RNG state
-    saved = load_checkpoint_file(path)["param_schedulers"]
+    saved = read_checkpoint_file(path)["param_schedulers"]
     for scheduler, expected in zip(ctx["param_schedulers"], saved, strict=True):
         assert scheduler.state_dict() == expected
     milestones = ctx["param_schedulers"][1].state_dict()["milestones"]

@@ -39,7 +39,7 @@ from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS, OPTIM_WRAPPER_CO
 from torch import nn
 from training_helpers import run_steps
 
-from flexgraph.training.data import DATALOADER_KEYS
+from flexgraph.training.components import DATALOADER_KEYS
 from flexgraph.training.errors import UnusedConfigWarning
 
 # -- MMEngine's runner-test components (tiny) -----------------------------------------
@@ -533,8 +533,8 @@ class WorkerSeeds(torch.utils.data.Dataset):
 def test_workers_are_seeded_as_mmengine_seeds_them_on_every_rank(diff_rank_seed, runner_seed):
     """MMEngine's default_worker_init_fn: runner.seed + num_workers * rank + worker_id,
     in every epoch; runner.seed is seed + rank under diff_rank_seed."""
-    from flexgraph.training.data import build_dataloader, epoch_batches
-    from flexgraph.training.env import Env
+    from flexgraph.training.components import build_dataloader, epoch_batches
+    from flexgraph.training.runtime import Env
 
     env = Env(rank=1, world_size=2, seed=5, diff_rank_seed=diff_rank_seed)
     loader = build_dataloader(dict(dataset=dict(type="WorkerSeeds"), batch_size=1, num_workers=2,
@@ -547,7 +547,7 @@ def test_workers_are_seeded_as_mmengine_seeds_them_on_every_rank(diff_rank_seed,
 
 def _draws_to_start(loader: Any, epoch: int) -> int:
     """How many numbers pass ``epoch`` over ``loader`` drew from the global torch RNG."""
-    from flexgraph.training.data import epoch_batches
+    from flexgraph.training.components import epoch_batches
 
     torch.manual_seed(0)
     for _ in epoch_batches(loader, epoch):
@@ -571,8 +571,8 @@ def test_a_pass_draws_from_the_global_torch_rng_where_mmengine_s_loop_does(
     base seed from the global torch RNG. Persistent workers keep one iterator,
     so only the run's first pass draws; a run resumed at epoch 1 must not draw
     there either, or its training stream would be one number off."""
-    from flexgraph.training.data import build_dataloader
-    from flexgraph.training.env import Env
+    from flexgraph.training.components import build_dataloader
+    from flexgraph.training.runtime import Env
 
     def loader() -> Any:
         return build_dataloader(dict(dataset=dict(type="ParityData"), batch_size=3, num_workers=1,

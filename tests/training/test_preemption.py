@@ -18,11 +18,11 @@ from mmengine.registry import HOOKS
 from test_resume import assert_same
 from training_helpers import run_steps
 
-from flexgraph.training.checkpoint import load_checkpoint_file
+from flexgraph.training.checkpoint import read_checkpoint_file
+from flexgraph.training.components import build_dataloader
 from flexgraph.training.config import StopPolicy, stop_policy
-from flexgraph.training.data import build_dataloader
-from flexgraph.training.env import Env
 from flexgraph.training.errors import ConfigError, TrainingStopped
+from flexgraph.training.runtime import Env
 
 HOOKS_CFG = dict(checkpoint=dict(type="CheckpointHook", interval=7, by_epoch=False),
                  logger=dict(type="LoggerHook", interval=5))
@@ -71,7 +71,7 @@ def test_signals_at_random_iterations_stop_there_and_resume_bit_identical(tmp_pa
         stop = _stop(make_cfg, work, at, sig, **extra, **resume)
         assert (stop.signal_name, stop.iteration) == (sig, at)
         assert stop.checkpoint == str(work / f"iter_{at}.pth")
-        assert load_checkpoint_file(stop.checkpoint)["meta"]["iter"] == at
+        assert read_checkpoint_file(stop.checkpoint)["meta"]["iter"] == at
         assert signal.getsignal(signal.SIGTERM) == before, "handlers are put back"
         done = at
     resumed = run_steps(make_cfg(work_dir=str(work), default_hooks=HOOKS_CFG, resume="auto"))
@@ -87,7 +87,7 @@ def test_a_stop_at_the_end_of_an_epoch_resumes_with_that_epochs_end(tmp_path, ma
     validation): the resumed run does that work first, as the unbroken run did."""
     full = run_steps(make_cfg(work_dir=str(tmp_path / "full"), default_hooks=HOOKS_CFG))
     stop = _stop(make_cfg, tmp_path / "cut", at)
-    saved = load_checkpoint_file(stop.checkpoint)["meta"]
+    saved = read_checkpoint_file(stop.checkpoint)["meta"]
     assert (saved["iter"], saved["batch_idx"], saved["epoch"]) == (at, 10, at // 10 - 1)
     resumed = run_steps(make_cfg(work_dir=str(tmp_path / "cut"), default_hooks=HOOKS_CFG,
                                  resume="auto"))
@@ -100,7 +100,7 @@ def test_a_stop_at_the_end_of_an_epoch_resumes_with_that_epochs_end(tmp_path, ma
 def test_a_second_signal_during_the_save_does_not_interrupt_it(tmp_path, make_cfg):
     stop = _stop(make_cfg, tmp_path / "w", 10, again=True)
     assert stop.iteration == 10
-    state = load_checkpoint_file(stop.checkpoint)  # whole: the save ran to its end
+    state = read_checkpoint_file(stop.checkpoint)  # whole: the save ran to its end
     assert state["meta"]["iter"] == 10
     assert (tmp_path / "w" / "last_checkpoint").read_text().endswith("iter_10.pth")
 

@@ -1,8 +1,8 @@
-"""The progress record a launched rank keeps for its launcher (see flexgraph.training.progress)."""
+"""The progress record a launched rank keeps for its launcher (flexgraph.training.output)."""
 
 from __future__ import annotations
 
-from flexgraph.training.progress import Progress, read_progress
+from flexgraph.training.output import Progress, read_progress
 
 
 def test_the_record_holds_the_last_step_and_iteration(tmp_path):

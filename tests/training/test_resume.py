@@ -12,7 +12,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from training_helpers import run_steps
 
-from flexgraph.training.checkpoint import load_checkpoint_file
+from flexgraph.training.checkpoint import read_checkpoint_file
 from flexgraph.training.errors import CheckpointError
 
 
@@ -121,7 +121,7 @@ def test_keep_last_prunes_only_after_saving_and_across_resume(tmp_path, make_cfg
     run_steps(make_cfg(default_hooks=hooks, resume="auto"))
     # saves at 16, 20, 24, 28 and the last one at 30; two are kept
     assert sorted(p.name for p in work.glob("*.pth")) == ["iter_28.pth", "iter_30.pth"]
-    meta = load_checkpoint_file(work / "iter_30.pth")["meta"]
+    meta = read_checkpoint_file(work / "iter_30.pth")["meta"]
     assert meta["saved_checkpoints"] == ["iter_28.pth", "iter_30.pth"]
     # saved inside the last after_train_iter, with MMEngine's counters (epoch index 2),
     # after all 10 batches of the third pass over the data
@@ -140,7 +140,7 @@ def test_resume_true_resumes_from_load_from(tmp_path, make_cfg):
 def test_other_world_size_reseeds_instead_of_restoring(tmp_path, make_cfg):
     hooks = dict(checkpoint=dict(type="CheckpointHook", interval=1))
     run_steps(make_cfg(default_hooks=hooks))
-    checkpoint = load_checkpoint_file(tmp_path / "work" / "epoch_1.pth")
+    checkpoint = read_checkpoint_file(tmp_path / "work" / "epoch_1.pth")
     checkpoint["rng_states"] = checkpoint["rng_states"] * 2  # as if saved by 2 ranks
     path = tmp_path / "two_ranks.pth"
     torch.save(checkpoint, path)
@@ -169,6 +169,6 @@ def test_best_checkpoints_are_tracked_across_a_resume(tmp_path, make_cfg):
 
     assert kept("broken") == kept("full")
     assert len([n for n in kept("full") if n.startswith("best_loss_")]) == 1
-    meta = load_checkpoint_file(tmp_path / "broken" / "epoch_3.pth")["meta"]
+    meta = read_checkpoint_file(tmp_path / "broken" / "epoch_3.pth")["meta"]
     assert meta["runtime_info"]["best_ckpt"].endswith(next(
         n for n in kept("full") if n.startswith("best_loss_")))

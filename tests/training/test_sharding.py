@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from flexgraph.strategies.fsdp_units import checkpoint_activations, resolve_wrap_policy, wrap_units
 from torch import nn
 
 from flexgraph.training.errors import ConfigError
-from flexgraph.training.sharding import checkpoint_activations, resolve_wrap_policy, wrap_units
 
 
 class Block(nn.Module):
@@ -75,7 +75,7 @@ def test_activation_checkpointing_recomputes_and_keeps_state_dict_keys():
 
 
 def test_without_a_check_fn_the_wrap_units_are_checkpointed():
-    from flexgraph.training.sharding import checkpoint_selected
+    from flexgraph.strategies.fsdp_units import checkpoint_selected
 
     policy = dict(type=SIZE, min_num_params=8000)
     assert checkpoint_selected(Net(), {}, policy) == 2

@@ -31,7 +31,7 @@ from training_helpers import ToyDataset, run_steps
 
 from flexgraph.cli.main import main
 from flexgraph.training.errors import ConfigError, UnknownComponentError
-from flexgraph.training.hooks import build_hooks
+from flexgraph.training.loop import build_hooks
 
 
 @HOOKS.register_module(force=True)
@@ -133,7 +133,7 @@ def test_without_a_visualizer_the_default_is_built_when_first_asked_for(tmp_path
     probe = textwrap.dedent(f"""
         import sys
         from training_helpers import toy_cfg
-        from flexgraph.training.hooks import build_hooks
+        from flexgraph.training.loop import build_hooks
         runner = build_hooks(toy_cfg({str(tmp_path / "work")!r})).runner
         print(runner.built_visualizer() is None, "matplotlib" in sys.modules)
         print(type(runner.visualizer).__name__, "matplotlib" in sys.modules)

@@ -211,7 +211,7 @@ def ddp_worker(rank: int, world_size: int, port: int, work_dir: str, out_dir: st
     # As a launched rank of flexgraph run ends: leave together, skip the
     # interpreter's teardown (where gloo's threads can abort a finished rank).
     from flexgraph.cli.stopping import end_launched_rank
-    from flexgraph.training.distributed import leave_process_group
+    from flexgraph.training.runtime import leave_process_group
 
     leave_process_group()
     end_launched_rank(0)

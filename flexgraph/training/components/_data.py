@@ -8,7 +8,7 @@ trains bit-identically under both (``tests/training/test_mmengine_parity.py``):
   and shares rank 0's (``Runner.build_dataloader``);
 * without a ``worker_init_fn`` in the config, every worker is seeded by
   MMEngine's ``default_worker_init_fn``: ``runner.seed + num_workers * rank +
-  worker_id`` (:attr:`~flexgraph.training.env.Env.rank_seed`), the same in
+  worker_id`` (:attr:`~flexgraph.training.runtime.Env.rank_seed`), the same in
   every epoch;
 * loaders have no generator of their own, so starting a pass draws one number
   from the global torch RNG, where MMEngine's loop draws it (after
@@ -30,14 +30,14 @@ What a pass draws from the global RNGs when it starts (and, for an iterable
 dataset, what loading its skipped batches draws) happens inside
 :func:`epoch_batches`, before the loop puts back the RNG state saved with the
 checkpoint, so those draws never shift the resumed stream. Validation runs on
-a fork of the RNG streams (:mod:`flexgraph.training.loop`), so its draws do
+a fork of the RNG streams (:mod:`flexgraph.training.loop._train_loop`), so its draws do
 not reach training either. Random transforms in the *workers* are the one
 stream a resume does not continue: after a resume inside an epoch (and, with
 ``persistent_workers``, after any resume), each worker starts again from its
 seed (README, "Deliberate differences").
 
 Worker processes ignore the run's stop signals
-(:mod:`flexgraph.training.preemption`): a scheduler signals every process of a
+(:mod:`flexgraph.training.loop._preemption`): a scheduler signals every process of a
 job, and torch's launcher signals each rank's whole process group, so without
 that a worker would die under its rank, which then fails on its next batch
 instead of finishing the iteration and saving. The rank ends its workers itself:
@@ -68,11 +68,9 @@ from mmengine.registry import DATA_SAMPLERS, DATASETS, FUNCTIONS, MODELS
 from torch.utils.data import DataLoader
 from torch.utils.data import default_collate as torch_default_collate
 
-from flexgraph.training.build import build_from_cfg, resolve_type
-from flexgraph.training.config import stop_policy
-from flexgraph.training.env import Env, rank_seed
+from flexgraph.training.config import build_from_cfg, resolve_type, stop_policy
 from flexgraph.training.errors import ConfigError, EmptyDatasetError
-from flexgraph.training.state import capture_rng, restore_rng
+from flexgraph.training.runtime import Env, capture_rng, rank_seed, restore_rng
 
 __all__ = [
     "DATALOADER_KEYS",

@@ -16,11 +16,11 @@ import torch
 from mmengine.evaluator import Evaluator
 from mmengine.registry import EVALUATOR, METRICS
 
-from flexgraph.training.build import build_from_cfg
-from flexgraph.training.env import Env
+from flexgraph.training.components import make_eval_step
+from flexgraph.training.config import build_from_cfg
 from flexgraph.training.errors import EmptyDatasetError
-from flexgraph.training.hooks import Hooks
-from flexgraph.training.model_api import make_eval_step
+from flexgraph.training.loop._hooks import Hooks
+from flexgraph.training.runtime import Env
 
 __all__ = ["build_evaluator", "run_evaluation"]
 

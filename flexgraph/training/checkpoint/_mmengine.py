@@ -43,10 +43,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from flexgraph.training.checkpoint._state import to_plain
+from flexgraph.training.components import epoch_length_of
 from flexgraph.training.config import train_schedule
-from flexgraph.training.data import epoch_length_of
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.state import to_plain
 
 __all__ = ["allow_mmengine_types", "from_mmengine", "is_mmengine_checkpoint",
            "mmengine_globals"]
@@ -138,7 +138,7 @@ def from_mmengine(checkpoint: Any, *, cfg: Any, train_dataloader: Any,
       len(train_dataloader)`` in an epoch loop (0 for a checkpoint saved at an
       epoch's end). In an iteration loop, flexgraph counts passes over the data
       where MMEngine keeps ``epoch`` at 0, so both come from ``iter``.
-    * ``param_schedulers``: made plain (:func:`~flexgraph.training.state.to_plain`)
+    * ``param_schedulers``: made plain (:func:`~flexgraph.training.checkpoint.to_plain`)
       as flexgraph stores them. A dict of per-optimizer lists is refused.
     * ``rng_states``: left out, as MMEngine saves none; ``resume`` then reseeds.
     * ``message_hub``: loaded into ``message_hub`` (the run's), so hooks find

@@ -44,7 +44,7 @@ depend on how often the run validates, and a checkpoint saved right before a
 validation holds the RNG state the run continues from: resuming replays
 nothing and ends bit-identical to an uninterrupted run.
 
-Stopping on a signal (:mod:`flexgraph.training.preemption`): a stop request is
+Stopping on a signal (:mod:`flexgraph.training.loop._preemption`): a stop request is
 one more event. A single process checks its flag after every iteration (one
 attribute read); several ranks agree every ``check_interval`` iterations. When
 a stop is due, whatever else is due at that iteration happens first, then the
@@ -62,18 +62,16 @@ from typing import Any
 
 import torch
 
-from flexgraph.training.checkpoint import Checkpointer, flat_schedulers
-from flexgraph.training.checkpoint_hook import BEST_INFO_PREFIXES
+from flexgraph.training.checkpoint import Checkpointer, LoopState, flat_schedulers
+from flexgraph.training.components import epoch_batches, first_param_group
 from flexgraph.training.config import StopPolicy, TrainSchedule
-from flexgraph.training.data import epoch_batches
-from flexgraph.training.env import Env
 from flexgraph.training.errors import EmptyDatasetError, TrainingStopped
-from flexgraph.training.evaluate import run_evaluation
-from flexgraph.training.hooks import Hooks
-from flexgraph.training.optim import first_param_group
+from flexgraph.training.loop._checkpoint_hook import BEST_INFO_PREFIXES
+from flexgraph.training.loop._evaluate import run_evaluation
+from flexgraph.training.loop._hooks import Hooks
+from flexgraph.training.loop._preemption import StopRequest
 from flexgraph.training.output import TrainOutput
-from flexgraph.training.preemption import StopRequest
-from flexgraph.training.state import LoopState, capture_rng, restore_rng
+from flexgraph.training.runtime import Env, capture_rng, restore_rng
 
 __all__ = ["TrainLoop"]
 

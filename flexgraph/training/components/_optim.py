@@ -18,9 +18,8 @@ from typing import Any
 import torch
 from mmengine.registry import OPTIM_WRAPPERS, OPTIMIZERS, PARAM_SCHEDULERS
 
-from flexgraph.training.build import build_from_cfg, resolve_type
-from flexgraph.training.config import section, train_schedule
-from flexgraph.training.data import epoch_length_of
+from flexgraph.training.components._data import epoch_length_of
+from flexgraph.training.config import build_from_cfg, resolve_type, section, train_schedule
 from flexgraph.training.errors import ConfigError
 
 __all__ = ["build_optim_wrapper", "build_param_schedulers", "first_param_group"]
@@ -32,7 +31,7 @@ def build_optim_wrapper(cfg: Any, model: torch.nn.Module, device: str = "cpu") -
     Build it after the model is on its device and wrapped (or sharded), as the
     optimizer keeps references to the parameters it was given. On a CPU
     ``device``, MMEngine's ``AmpOptimWrapper`` (which refuses the CPU) becomes
-    :class:`~flexgraph.training.amp.CPUAmpOptimWrapper`.
+    :class:`~flexgraph.training.components.CPUAmpOptimWrapper`.
     """
     from mmengine.optim import AmpOptimWrapper, OptimWrapper
     from mmengine.optim import build_optim_wrapper as mm_build
@@ -46,7 +45,7 @@ def build_optim_wrapper(cfg: Any, model: torch.nn.Module, device: str = "cpu") -
         return ow_cfg
     ow_cfg = _resolved(ow_cfg)
     if str(device).startswith("cpu") and ow_cfg.get("type") is AmpOptimWrapper:
-        from flexgraph.training.amp import CPUAmpOptimWrapper
+        from flexgraph.training.components._amp import CPUAmpOptimWrapper
 
         ow_cfg["type"] = CPUAmpOptimWrapper
     try:

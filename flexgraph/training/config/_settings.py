@@ -247,7 +247,7 @@ def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
     """Map ``default_hooks.checkpoint`` onto a :class:`CheckpointPolicy`.
 
     Options flexgraph does not act on are reported by
-    :func:`flexgraph.training.config_keys.warn_unused_keys`, not here.
+    :func:`flexgraph.training.config.warn_unused_keys`, not here.
 
     Raises
     ------
@@ -379,7 +379,7 @@ class StopPolicy:
     """Which signals stop a run cleanly, and how often the ranks agree on a stop.
 
     On one of ``signals`` the loop finishes the iteration under way, saves a
-    checkpoint and ends the run (see :mod:`flexgraph.training.preemption`). A
+    checkpoint and ends the run (see :mod:`flexgraph.training.loop._preemption`). A
     single process stops right after that iteration; several ranks compare notes
     every ``check_interval`` iterations (one all-reduce of one number), so they
     stop at the same iteration, at most ``check_interval`` iterations after the

@@ -97,12 +97,12 @@ class FileCheckpointIO(CheckpointIO):
     For models every rank holds in full (single device, DDP): the state is the
     unwrapped module's ``state_dict`` (no ``module.`` prefixes) and the optimizer
     wrapper's own ``state_dict``, MMEngine's layout, so MMEngine tools read it.
-    Reading is :func:`~flexgraph.training.checkpoint.load_checkpoint_file`
+    Reading is :func:`~flexgraph.training.checkpoint.read_checkpoint_file`
     (``weights_only=True``) on every rank.
     """
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
-        from flexgraph.training.checkpoint import model_weights
+        from flexgraph.training.checkpoint._weights import model_weights
 
         return {"state_dict": model_weights(model),
                 "optimizer": optim_wrapper.state_dict() if optim_wrapper is not None else None}
@@ -117,13 +117,13 @@ class FileCheckpointIO(CheckpointIO):
             os.fsync(f.fileno())
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        from flexgraph.training.checkpoint import load_checkpoint_file
+        from flexgraph.training.checkpoint._files import read_checkpoint_file
 
-        return load_checkpoint_file(path)
+        return read_checkpoint_file(path)
 
     def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
               optim_wrapper: Any, strict: bool = True) -> None:
-        from flexgraph.training.checkpoint import apply_weights
+        from flexgraph.training.checkpoint._weights import apply_weights
 
         apply_weights(model, checkpoint, str(path), strict=strict)
         if optim_wrapper is not None and checkpoint.get("optimizer") is not None:
@@ -134,7 +134,7 @@ class FileCheckpointIO(CheckpointIO):
         return path.is_file() and zipfile.is_zipfile(path)
 
     def problem(self, path: Path) -> str | None:
-        from flexgraph.training.checkpoint_files import file_problem
+        from flexgraph.training.checkpoint._files import file_problem
 
         found = file_problem(path, verify=False)  # CRCs are checked when it is read
         if found is None and not self.is_complete(path):

@@ -4,8 +4,8 @@ Checkpoints are only ever read with ``weights_only=True``, which admits tensors
 and plain containers of numbers and strings, nothing else. Two parts of the
 training state are not naturally in that form:
 
-* RNG states: numpy's is an ``ndarray`` inside a tuple. :func:`capture_rng`
-  stores it as a tensor and :func:`restore_rng` converts it back.
+* RNG states: numpy's is an ``ndarray`` inside a tuple, which
+  :func:`~flexgraph.training.runtime.capture_rng` stores as a tensor.
 * MMEngine parameter-scheduler state dicts: they hold e.g. a
   ``collections.Counter`` of milestones. :func:`to_plain` tags such values as
   plain dicts and :func:`from_plain` rebuilds them; values that cannot be stored
@@ -16,21 +16,13 @@ training state are not naturally in that form:
 from __future__ import annotations
 
 import collections
-import random
 from typing import Any
 
 import attrs
 import numpy as np
 import torch
 
-__all__ = [
-    "LoopState",
-    "capture_rng",
-    "from_plain",
-    "gather_rng_states",
-    "restore_rng",
-    "to_plain",
-]
+__all__ = ["LoopState", "from_plain", "to_plain"]
 
 
 
@@ -58,48 +50,6 @@ class LoopState:
 
 _TAG = "__flexgraph_type__"
 _DROP = object()
-
-
-def capture_rng() -> dict[str, Any]:
-    """This process's python, numpy, torch and (if present) CUDA RNG states."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)),
-                  "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)},
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng(state: dict[str, Any]) -> None:
-    """Put back what :func:`capture_rng` captured (CUDA only on the same devices)."""
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    np_state = state["numpy"]
-    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32),
-                         np_state["pos"], np_state["has_gauss"], np_state["gauss"]))
-    torch.set_rng_state(state["torch"])
-    cuda = state.get("cuda")
-    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
-
-
-def gather_rng_states(mine: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every rank's RNG state, in rank order (just this one without a process group).
-
-    ``mine`` is this rank's state to contribute (default: its current one). A
-    collective: with a process group, every rank must call it.
-    """
-    mine = capture_rng() if mine is None else mine
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [mine]
-    states: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(states, mine)
-    return states
 
 
 def to_plain(obj: Any) -> Any:

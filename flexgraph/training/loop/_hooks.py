@@ -50,12 +50,18 @@ from mmengine.hooks import Hook
 from mmengine.logging import MessageHub, MMLogger
 from mmengine.registry import HOOKS
 
-from flexgraph.training.build import build_from_cfg, resolve_type
-from flexgraph.training.checkpoint_hook import BuiltinCheckpointHook
-from flexgraph.training.config import checkpoint_policy, section, type_name, work_dir_of
-from flexgraph.training.config_keys import warn_unused_keys
+from flexgraph.training.config import (
+    build_from_cfg,
+    checkpoint_policy,
+    resolve_type,
+    section,
+    type_name,
+    warn_unused_keys,
+    work_dir_of,
+)
 from flexgraph.training.errors import ConfigError
-from flexgraph.training.workdir import active_record, console_logger
+from flexgraph.training.loop._checkpoint_hook import BuiltinCheckpointHook
+from flexgraph.training.output import active_record, console_logger
 
 __all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks",
            "build_visualizer", "share_dataset_meta"]
@@ -87,7 +93,7 @@ _RUN_NUMBERS = itertools.count()  # message-hub / visualizer names are process-g
 
 # MMEngine's default hooks, in the order its Runner registers them (which breaks
 # priority ties). ``checkpoint`` and ``logger`` settings are read by
-# :mod:`flexgraph.training.config`.
+# :mod:`flexgraph.training.config._settings`.
 _DEFAULT_HOOKS = {
     "runtime_info": {"type": "RuntimeInfoHook"},
     "timer": {"type": "IterTimerHook"},

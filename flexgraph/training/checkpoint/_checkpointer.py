@@ -1,7 +1,7 @@
 """Checkpoints: atomic saves, safe loads, and what a checkpoint holds.
 
 How the model and optimizer state is stored is a :class:`CheckpointIO`'s job
-(:mod:`flexgraph.training.checkpoint_io`: one file, sharded directories, an
+(:mod:`flexgraph.training.checkpoint._io`: one file, sharded directories, an
 engine's own format). This module keeps what is the same for all of them.
 
 Guarantees, and how they are kept:
@@ -15,10 +15,10 @@ Guarantees, and how they are kept:
 * **Loading never executes code from the file.** Every load is
   ``torch.load(path, weights_only=True, map_location='cpu')``, admitting besides
   tensors only the few types MMEngine's checkpoints hold
-  (:mod:`flexgraph.training.mmengine_ckpt`); a file that needs more is refused
+  (:mod:`flexgraph.training.checkpoint._mmengine`); a file that needs more is refused
   with :class:`UnsafeCheckpointError`, with no unsafe retry.
 * **Resume is exact.** A checkpoint holds the model, the optimizer wrapper,
-  the parameter schedulers (as plain data, see :mod:`flexgraph.training.state`),
+  the parameter schedulers (as plain data, see :mod:`flexgraph.training.checkpoint._state`),
   the loop position (MMEngine's epoch and iteration counters, and where the
   data continues: passes over the dataloader done, batches of the next one) and
   the RNG states of *every* rank.
@@ -45,28 +45,24 @@ from typing import IO, Any
 
 import torch
 
-from flexgraph.training.checkpoint_files import read_checkpoint_file
-from flexgraph.training.checkpoint_io import CheckpointIO, FileCheckpointIO
+from flexgraph.training.checkpoint._files import read_checkpoint_file
+from flexgraph.training.checkpoint._io import CheckpointIO, FileCheckpointIO
+from flexgraph.training.checkpoint._state import from_plain, to_plain
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
 )
-from flexgraph.training.materialize import meta_parameters
-from flexgraph.training.model_api import unwrap_model
-from flexgraph.training.state import from_plain, gather_rng_states, to_plain
+from flexgraph.training.runtime import gather_rng_states
 
 __all__ = [
     "POINTER_NAME",
     "Checkpointer",
-    "apply_weights",
     "atomic_write",
     "checkpoint_meta",
     "flat_schedulers",
-    "load_checkpoint_file",
-    "model_weights",
+    "read_checkpoint_file",
     "restore_schedulers",
-    "weights_in",
 ]
 
 POINTER_NAME = "last_checkpoint"
@@ -87,23 +83,6 @@ def _flexgraph_version() -> str | None:
 
 def _dist_ready() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
-def load_checkpoint_file(path: str | os.PathLike[str]) -> Any:
-    """Read a checkpoint with ``weights_only=True`` onto the CPU, after checking the file.
-
-    Raises
-    ------
-    CheckpointNotFoundError
-        ``path`` does not exist.
-    UnsafeCheckpointError
-        The file holds objects other than tensors and plain containers (such a
-        file could run code when unpickled); it is refused, never retried unsafely.
-    CheckpointError
-        The file is a directory, empty, truncated, corrupt or in another format;
-        the message says which (:mod:`flexgraph.training.checkpoint_files`).
-    """
-    return read_checkpoint_file(path)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -129,11 +108,6 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             tmp.unlink()
         raise
     _fsync_dir(path.parent)
-
-
-def model_weights(model: torch.nn.Module) -> dict[str, Any]:
-    """The state dict of the user's module (never DDP's ``module.``-prefixed one)."""
-    return unwrap_model(model).state_dict()
 
 
 def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int, seed: int | None,
@@ -195,57 +169,6 @@ def restore_schedulers(param_schedulers: Any, states: Any) -> None:
         )
     for scheduler, state in zip(param_schedulers, states, strict=True):
         scheduler.load_state_dict(from_plain(state))
-
-
-def weights_in(checkpoint: Any, path: str) -> Mapping[str, Any]:
-    """The model weights inside a loaded checkpoint (flexgraph/MMEngine layout or raw)."""
-    if isinstance(checkpoint, Mapping):
-        for key in ("state_dict", "model"):
-            inner = checkpoint.get(key)
-            if isinstance(inner, Mapping) and inner and all(
-                isinstance(v, torch.Tensor) for v in inner.values()
-            ):
-                return inner
-        if checkpoint and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
-            return checkpoint  # a raw state_dict
-    keys = sorted(checkpoint)[:8] if isinstance(checkpoint, Mapping) else type(checkpoint)
-    raise CheckpointError(
-        f"{path!r} holds no model weights (found {keys}); load_from takes a flexgraph / "
-        f"MMEngine checkpoint (weights under 'state_dict') or a raw state_dict file"
-    )
-
-
-def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
-                  strict: bool, logger: Any = None) -> None:
-    """Load the weights in ``checkpoint`` into ``model`` (unwrapped).
-
-    A ``module.`` prefix (from a DDP-wrapped save) is stripped. Non-strict loading
-    (``load_from``, as in MMEngine) logs missing and unexpected keys but refuses a
-    file none of whose keys match, which is a wrong file, not a fine-tuning start.
-    """
-    weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
-    target = unwrap_model(model)
-    unmade = meta_parameters(target)
-    if unmade:
-        raise CheckpointError(
-            f"cannot load {path!r}: {type(target).__name__} has {len(unmade)} parameters on "
-            f"the meta device (e.g. {unmade[0]!r}), which have no storage to load into; a "
-            f"model built with build_model(device='meta') must be materialized (and, when "
-            f"sharded, loaded by its strategy's sharded loader) before weights go in"
-        )
-    if not strict and not set(weights) & set(target.state_dict()):
-        raise CheckpointError(
-            f"none of the {len(weights)} weights in {path!r} match a parameter of "
-            f"{type(target).__name__} (e.g. {next(iter(weights))!r}); is it the right file?"
-        )
-    try:
-        result = target.load_state_dict(weights, strict=strict)
-    except RuntimeError as exc:
-        raise CheckpointError(f"cannot load {path!r} into {type(target).__name__}: "
-                              f"{exc}") from exc
-    if logger is not None and (result.missing_keys or result.unexpected_keys):
-        logger.warning(f"load_from {path}: missing keys {result.missing_keys}, "
-                       f"unexpected keys {result.unexpected_keys}")
 
 
 class Checkpointer:
@@ -382,7 +305,7 @@ class Checkpointer:
                 logger.warning(f"published_keys: {path.name} is not a single-file "
                                f"checkpoint, so it is not published")
             return None
-        checkpoint = load_checkpoint_file(path)
+        checkpoint = read_checkpoint_file(path)
         removed = sorted(k for k in checkpoint if k not in keys)
         if removed and logger is not None:
             logger.info(f"published_keys: {removed} are left out of the published "

@@ -30,12 +30,12 @@ from typing import Any
 
 import torch
 
+from flexgraph.training.checkpoint._mmengine import allow_mmengine_types
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     UnsafeCheckpointError,
 )
-from flexgraph.training.mmengine_ckpt import allow_mmengine_types
 
 __all__ = ["directory_problem", "file_problem", "read_checkpoint_file"]
 
@@ -166,7 +166,7 @@ def read_checkpoint_file(path: str | Path) -> Any:
         ``path`` does not exist.
     UnsafeCheckpointError
         The file holds objects other than tensors, plain containers and the few
-        types MMEngine's checkpoints hold (:mod:`flexgraph.training.mmengine_ckpt`).
+        types MMEngine's checkpoints hold (:mod:`flexgraph.training.checkpoint._mmengine`).
     CheckpointError
         Anything else that keeps it from being a readable checkpoint (see the
         module docstring); the message names the file and the problem.

@@ -13,7 +13,7 @@ slice); with ``diff_rank_seed=True`` the global RNGs get ``seed + rank``
 (:attr:`Env.rank_seed`, MMEngine's ``runner.seed``) so that dropout and
 augmentations differ between ranks. The dataloaders derive their sampler and
 worker seeds from these two exactly as MMEngine's Runner does
-(:mod:`flexgraph.training.data`).
+(:mod:`flexgraph.training.components._data`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flexgraph.training.config import section, type_name
+from flexgraph.training.config._settings import section, type_name
 from flexgraph.training.errors import UnusedConfigWarning
 
 __all__ = ["ACTED_ON", "NOT_ACTED_ON", "unused_keys", "warn_unused_keys"]

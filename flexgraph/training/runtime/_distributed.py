@@ -14,7 +14,7 @@ import os
 import socket
 from typing import Any
 
-from flexgraph.training.env import Env, make_env
+from flexgraph.training.runtime._env import Env, make_env
 
 __all__ = ["setup_process_group"]
 

@@ -50,7 +50,7 @@ def resolve_wrap_policy(policy: Any, model: nn.Module, *, what: str) -> Policy |
     """A policy function from a config value (name, dotted path, dict, callable or None)."""
     from mmengine.registry import FUNCTIONS
 
-    from flexgraph.training.build import resolve_type
+    from flexgraph.training.config import resolve_type
 
     if policy is None or callable(policy):
         return policy
@@ -120,7 +120,7 @@ def checkpoint_selected(model: nn.Module, options: Mapping[str, Any],
     """
     from mmengine.registry import FUNCTIONS
 
-    from flexgraph.training.build import build_from_cfg, resolve_type
+    from flexgraph.training.config import build_from_cfg, resolve_type
 
     extra = sorted(set(options) - {"check_fn"})
     if extra:

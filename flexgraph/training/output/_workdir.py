@@ -39,8 +39,7 @@ import mmengine
 from mmengine.logging import MMLogger
 from mmengine.logging.logger import MMFormatter
 
-from flexgraph.training.config import section, work_dir_of
-from flexgraph.training.config_file import write_config
+from flexgraph.training.config import section, work_dir_of, write_config
 
 __all__ = ["FILE_ONLY", "RunRecord", "active_record", "console_logger", "open_run_record"]
 

@@ -31,7 +31,7 @@ Biases, MLflow, ...) gets the train and validation scalars under MMEngine's
 LoggerHook's tags and steps (see :class:`_ScalarHandOver`).
 
 Only rank 0 writes or prints. On a terminal, a progress bar with ETA
-(:mod:`flexgraph.training.bar`) is redrawn by the loop about
+(:mod:`flexgraph.training.output._bar`) is redrawn by the loop about
 ``_REFRESH_PER_SECOND`` times a second (and after each iteration that takes
 longer), with the log lines above it; otherwise the log lines alone are printed.
 Either way a line is due every ``log_interval`` iterations and says what it
@@ -54,9 +54,9 @@ from typing import Any
 
 import torch
 
-from flexgraph.training.bar import TerminalBar, format_duration
-from flexgraph.training.progress import progress_of_this_rank
-from flexgraph.training.workdir import FILE_ONLY
+from flexgraph.training.output._bar import TerminalBar, format_duration
+from flexgraph.training.output._progress import progress_of_this_rank
+from flexgraph.training.output._workdir import FILE_ONLY
 
 __all__ = ["METRICS_FILE", "TrainOutput"]
 
@@ -502,7 +502,7 @@ class TrainOutput:
         any other hook point a hook may read the hub at, so it is current for hooks.
 
         Every rank passes here, so it is also where a launched rank records how
-        far it got (see :mod:`flexgraph.training.progress`): once per log line,
+        far it got (see :mod:`flexgraph.training.output._progress`): once per log line,
         never per iteration.
         """
         if self._progress_record is not None:

@@ -48,7 +48,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from flexgraph.training.checkpoint_io import CheckpointIO, FileCheckpointIO, rank_of
+from flexgraph.training.checkpoint._io import CheckpointIO, FileCheckpointIO, rank_of
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
 
 __all__ = ["DistributedCheckpointIO", "FullStateFileIO", "load_sharded_model_state"]
@@ -169,7 +169,7 @@ def dcp_problem(path: Path, *, need_extra: bool = True) -> str | None:
     ``need_extra=False`` accepts a DCP checkpoint without flexgraph's
     ``extra.pth`` (one written by another tool, fine for ``load_from``).
     """
-    from flexgraph.training.checkpoint_files import file_problem
+    from flexgraph.training.checkpoint._files import file_problem
 
     shown = str(path)
     if not path.exists():
@@ -262,12 +262,12 @@ class DistributedCheckpointIO(CheckpointIO):
             _write_file(rest, path / EXTRA_NAME)
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        from flexgraph.training.checkpoint import load_checkpoint_file
+        from flexgraph.training.checkpoint._files import read_checkpoint_file
 
         problem = dcp_problem(path)
         if problem is not None:
             raise CheckpointError(problem)
-        checkpoint = load_checkpoint_file(path / EXTRA_NAME)
+        checkpoint = read_checkpoint_file(path / EXTRA_NAME)
         if not isinstance(checkpoint, dict):
             raise CheckpointError(f"sharded checkpoint {str(path)!r}: its {EXTRA_NAME} holds a "
                                   f"{type(checkpoint).__name__}, not flexgraph's loop state")

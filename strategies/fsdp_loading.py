@@ -9,7 +9,7 @@ or impossible. Here:
   tensor (``set_model_state_dict(..., broadcast_from_rank0=True)``).
 
 Afterwards, parameters that nothing initialised (see
-:func:`~flexgraph.training.materialize.materialize_module`) are refused by name,
+:func:`~flexgraph.training.runtime.materialize_module`) are refused by name,
 on every rank together.
 """
 
@@ -25,11 +25,10 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
 )
 
-from flexgraph.training.checkpoint import load_checkpoint_file, weights_in
-from flexgraph.training.checkpoint_dcp import load_sharded_model_state
+from flexgraph.training.checkpoint import load_sharded_model_state, read_checkpoint_file, weights_in
 from flexgraph.training.errors import CheckpointError, ConfigError
-from flexgraph.training.materialize import uninitialised_parameters
 from flexgraph.training.resume import weights_to_load
+from flexgraph.training.runtime import uninitialised_parameters
 
 __all__ = ["load_full_file_into_shards", "load_weights_into_shards"]
 
@@ -75,7 +74,7 @@ def load_full_file_into_shards(model: torch.nn.Module, path: str
     checkpoint, weights, answer = {}, {}, [None, []]
     if torch.distributed.get_rank() == 0:
         try:
-            checkpoint = load_checkpoint_file(path)
+            checkpoint = read_checkpoint_file(path)
             weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint,
                                                                            path).items()}
             matching = [k for k in keys if k in weights]

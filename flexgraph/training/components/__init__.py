@@ -1,0 +1,55 @@
+"""The run's components, built from the config as MMEngine builds them.
+
+Dataloaders (with a resumable position and MMEngine's random streams), the
+optimizer wrapper and parameter schedulers, CPU mixed precision, the model's
+training and evaluation steps (MMEngine's ``train_step`` contract or a plain
+module's forward), and the model's own ``init_weights``.
+"""
+
+from flexgraph.training.components._amp import CPUAmpOptimWrapper
+from flexgraph.training.components._data import (
+    DATALOADER_KEYS,
+    SkippableSampler,
+    WorkerSeeding,
+    build_dataloader,
+    build_dataloaders,
+    epoch_batches,
+    epoch_length_of,
+)
+from flexgraph.training.components._model_api import (
+    batch_mover,
+    forward,
+    loss_of,
+    make_eval_step,
+    make_train_step,
+    unwrap_model,
+    uses_step_api,
+)
+from flexgraph.training.components._optim import (
+    build_optim_wrapper,
+    build_param_schedulers,
+    first_param_group,
+)
+from flexgraph.training.components._weight_init import initialise
+
+__all__ = [
+    "CPUAmpOptimWrapper",
+    "DATALOADER_KEYS",
+    "SkippableSampler",
+    "WorkerSeeding",
+    "batch_mover",
+    "build_dataloader",
+    "build_dataloaders",
+    "build_optim_wrapper",
+    "build_param_schedulers",
+    "epoch_batches",
+    "epoch_length_of",
+    "first_param_group",
+    "forward",
+    "initialise",
+    "loss_of",
+    "make_eval_step",
+    "make_train_step",
+    "unwrap_model",
+    "uses_step_api",
+]

@@ -1,0 +1,57 @@
+"""What a run shows and leaves behind: log lines, progress, metrics, the work_dir record.
+
+:class:`TrainOutput` turns the loop's per-iteration values into log lines,
+``metrics.jsonl`` records and the visualizer's scalars; :class:`TerminalBar`
+draws progress on a terminal; :class:`RunRecord` is the run's folder in the
+work_dir (log file, resolved config, plan); :class:`Progress` is what a
+launched rank tells its launcher about how far it got.
+"""
+
+from importlib import import_module
+from typing import Any
+
+from flexgraph.training.output._bar import TerminalBar, format_duration
+from flexgraph.training.output._progress import (
+    PROGRESS_DIR_VAR,
+    Progress,
+    progress_of_this_rank,
+    read_progress,
+)
+
+_LAZY = {
+    "METRICS_FILE": "_train_output",
+    "TrainOutput": "_train_output",
+    "FILE_ONLY": "_workdir",
+    "RunRecord": "_workdir",
+    "active_record": "_workdir",
+    "console_logger": "_workdir",
+    "open_run_record": "_workdir",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the torch- and MMEngine-backed names on first use.
+
+    The launcher and ``flexgraph plan`` read progress and draw the bar; they
+    must not pay for torch.
+    """
+    if name not in _LAZY:
+        raise AttributeError(f"module 'flexgraph.training.output' has no attribute {name!r}")
+    return getattr(import_module(f"flexgraph.training.output.{_LAZY[name]}"), name)
+
+
+__all__ = [
+    "FILE_ONLY",
+    "METRICS_FILE",
+    "PROGRESS_DIR_VAR",
+    "Progress",
+    "RunRecord",
+    "TerminalBar",
+    "TrainOutput",
+    "active_record",
+    "console_logger",
+    "format_duration",
+    "open_run_record",
+    "progress_of_this_rank",
+    "read_progress",
+]

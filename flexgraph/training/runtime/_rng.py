@@ -1,0 +1,60 @@
+"""This process's random number generators, captured and put back.
+
+A checkpoint holds every rank's RNG states, so that a resumed run draws what an
+uninterrupted one would; validation runs between a capture and a restore, so
+that it draws nothing training would see. The states are plain tensors and
+numbers: checkpoints are read with ``torch.load(weights_only=True)``, which
+refuses numpy's ``ndarray``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["capture_rng", "gather_rng_states", "restore_rng"]
+
+
+def capture_rng() -> dict[str, Any]:
+    """This process's python, numpy, torch and (if present) CUDA RNG states."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Put back what :func:`capture_rng` captured (CUDA only on the same devices)."""
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    np_state = state["numpy"]
+    np.random.set_state((np_state["kind"], np_state["keys"].numpy().astype(np.uint32),
+                         np_state["pos"], np_state["has_gauss"], np_state["gauss"]))
+    torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def gather_rng_states(mine: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every rank's RNG state, in rank order (just this one without a process group).
+
+    ``mine`` is this rank's state to contribute (default: its current one). A
+    collective: with a process group, every rank must call it.
+    """
+    mine = capture_rng() if mine is None else mine
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [mine]
+    states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, mine)
+    return states

@@ -1,7 +1,12 @@
 """Built-in strategies, installed as ``flexgraph.strategies``.
 
-Each module is one strategy: a factory returning a :class:`flexgraph.Strategy`
-(its rewrites) and the step functions only it knows. They are registered as
-entry points in the ``flexgraph.strategies`` group, so nothing below the CLI
-imports this package.
+Each strategy is one module (``single_device``, ``ddp``, ``fsdp``,
+``deepspeed``): a factory returning a :class:`flexgraph.Strategy` (its
+rewrites) and the step functions only it knows. The runtime a single
+strategy needs lives beside it: ``fsdp_units`` (which submodules FSDP shards,
+or checkpoints the activations of, after MMEngine's wrap policies),
+``deepspeed_engine`` (DeepSpeed's config, and its engine in MMEngine's shapes)
+and ``deepspeed_checkpoint`` (DeepSpeed's checkpoints). The factories are
+registered as entry points in the ``flexgraph.strategies`` group, so nothing
+below the CLI imports this package.
 """

@@ -11,8 +11,9 @@ The order, and why (each line is a rewrite below)::
     deepspeed_initialize wrap_model + build_optim_wrapper (+ the schedulers when
                          the DeepSpeed config has its own) fused: DeepSpeed builds
                          the engine and the ZeRO optimizer in one call
-    load_checkpoint      after it: the engine owns the parameters (and their
-                         fp32 master copies), so weights go in through it
+    load_checkpoint      after it, through DeepSpeed's checkpoint IO: the engine
+                         owns the parameters (and their fp32 master copies), so
+                         weights go in through it
     build_train_step     the engine's backward and step
     build_checkpointer   DeepSpeed's own checkpoints, every rank its partition
 
@@ -33,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from flexgraph.core.checks import Precedes, Runs
+from flexgraph.core.checks import Precedes
 from flexgraph.core.rewrite import Configure, Fuse, Move, Replace
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy, StrategyOptionError
@@ -154,9 +155,6 @@ def deepspeed(
         ]
     rewrites += [
         Fuse(tuple(fused), initialize),
-        Replace("load_checkpoint", Step(
-            "load_checkpoint", f"{HERE}:load_into_engine", requires=("cfg", "env", "hooks"),
-            updates="model", doc="load_from into the engine's parameters")),
         Move("load_checkpoint", after="deepspeed_initialize"),
         Replace("build_train_step", Step(
             "build_train_step", f"{HERE}:build_train_step", requires=("model", "optim_wrapper"),
@@ -170,10 +168,6 @@ def deepspeed(
                  "the engine owns the parameters (partitioned under ZeRO-3) and the "
                  "optimizer's master copies of them; weights loaded before it are "
                  "overwritten or never reach the optimizer"),
-        Runs("load_checkpoint", f"{HERE}:load_into_engine",
-             "weights must go in through the engine: under ZeRO-3 a parameter is "
-             "an empty partition until gathered, and the ZeRO optimizer keeps its own "
-             "fp32 copies"),
     )
     return Strategy("deepspeed", rewrites, doc=f"DeepSpeed ZeRO stage {stage}",
                     world_size="many", checks=checks)
@@ -261,12 +255,13 @@ def init_gathered_weights(env: Any, model: Any) -> Any:
     values are kept and re-partitioned); a model initialised by its
     constructors alone (no ``init_weights``) never gathers.
     """
+    from flexgraph.training.checkpoint import load_pretrained
     from flexgraph.training.components import initialise
 
     if callable(getattr(model, "init_weights", None)):
         deepspeed = _import_deepspeed()
         with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
-            initialise(model)
+            initialise(model, load_pretrained=load_pretrained)
     return model
 
 
@@ -360,29 +355,3 @@ def build_train_step(model: Any, optim_wrapper: Any) -> Any:
     from flexgraph.strategies.deepspeed_engine import engine_train_step
 
     return engine_train_step(model, optim_wrapper)
-
-
-def load_into_engine(cfg: Any, env: Any, hooks: Any, model: Any) -> Any:
-    """``load_from`` into the engine: a DeepSpeed checkpoint directory or a full file.
-
-    A full file under ZeRO-3 is read by rank 0 and loaded one module at a time,
-    each module's parameters gathered only while its values go in, so no rank
-    holds the whole model. The optimizer's fp32 master copies are refreshed
-    from the loaded weights.
-    """
-    from flexgraph.strategies.deepspeed_checkpoint import load_weights_into_engine
-
-    from flexgraph.training.resume import weights_to_load
-
-    path = weights_to_load(cfg)
-    if path is None:
-        return model
-    runner = hooks.runner
-    runner.model = model
-    hooks.start_run()
-    checkpoint, missing = load_weights_into_engine(model, Path(path))
-    hooks.call("after_load_checkpoint", checkpoint=checkpoint)
-    if missing:
-        runner.logger.warning(f"load_from {path}: missing keys {missing}")
-    runner.logger.info(f"Loaded weights from {path} into the DeepSpeed engine")
-    return model

@@ -7,9 +7,9 @@
   ``torch.load(weights_only=False)``; the engine's checkpoint engine is made to
   load with ``weights_only=True`` and an allow-list of the classes DeepSpeed
   itself writes.
-* :func:`load_weights_into_engine`: ``load_from`` (a full file, or a DeepSpeed
-  checkpoint directory) into a running engine; under ZeRO-3 without any rank
-  but rank 0 holding the whole model.
+* :meth:`DeepSpeedCheckpointIO.load_weights`: ``load_from`` (a full file, or a
+  DeepSpeed checkpoint directory) into a running engine; under ZeRO-3 without
+  any rank but rank 0 holding the whole model.
 """
 
 from __future__ import annotations
@@ -20,10 +20,20 @@ from typing import Any
 import torch
 from flexgraph.strategies.deepspeed_engine import EngineModel
 
-from flexgraph.training.checkpoint import CheckpointIO, rank_of
+from flexgraph.training.checkpoint import (
+    DEEPSPEED_DIRECTORY,
+    TORCH_SAVE_FILE,
+    CheckpointIO,
+    OnRead,
+    WeightsLoaded,
+    apply_weights,
+    matching_weights,
+    read_checkpoint_file,
+)
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
 
-__all__ = ["DeepSpeedCheckpointIO", "load_weights_into_engine", "safe_checkpoint_engine"]
+__all__ = ["DeepSpeedCheckpointIO", "safe_checkpoint_engine"]
 
 
 def _safe_globals() -> list[Any]:
@@ -86,6 +96,8 @@ class DeepSpeedCheckpointIO(CheckpointIO):
     """
 
     suffix = ".ds"
+    format = DEEPSPEED_DIRECTORY
+    weight_formats = (TORCH_SAVE_FILE, DEEPSPEED_DIRECTORY)
 
     def __init__(self, exclude_frozen_parameters: bool = False) -> None:
         self.exclude_frozen_parameters = bool(exclude_frozen_parameters)
@@ -115,6 +127,10 @@ class DeepSpeedCheckpointIO(CheckpointIO):
               strict: bool = True) -> None:
         """Nothing left to do: the engine loaded its state in :meth:`read`."""
 
+    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
+        """``load_from`` into the running engine; see :func:`_load_weights_into_engine`."""
+        return _load_weights_into_engine(model, path, on_read)
+
     def is_complete(self, path: Path) -> bool:
         return path.is_dir() and any(p.stat().st_size for p in path.glob("*model_states.pt"))
 
@@ -126,15 +142,7 @@ def _refresh_master_weights(engine: Any) -> None:
         refresh()
 
 
-def _read_full_file(path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
-    from flexgraph.training.checkpoint import read_checkpoint_file, weights_in
-
-    checkpoint = read_checkpoint_file(path)
-    weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, str(path)).items()}
-    return checkpoint, weights
-
-
-def _read_deepspeed_dir(path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
+def _read_deepspeed_dir(path: Path) -> dict[str, Any]:
     """A DeepSpeed checkpoint's full fp32 weights, with DeepSpeed's own converter.
 
     The converter reads with ``weights_only=False``, so every file is first read
@@ -145,36 +153,20 @@ def _read_deepspeed_dir(path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
     for file in sorted(path.glob("*.pt")):
         _safe_load(None, str(file), map_location="cpu")
     weights = get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)
-    return {"meta": {}}, dict(weights)
+    return {"meta": {}, "state_dict": dict(weights)}
 
 
-def _on_rank0(read: Any, path: Path) -> tuple[Any, dict[str, torch.Tensor]]:
-    """``read(path)`` on rank 0 (the others get nothing); an error reaches every rank."""
-    checkpoint, weights, error = None, {}, None
-    if rank_of() == 0:
-        try:
-            checkpoint, weights = read(path)
-        except Exception as exc:  # the other ranks must learn it, or they wait forever
-            error = exc
-    box = [error]
-    torch.distributed.broadcast_object_list(box, src=0)
-    if box[0] is not None:
-        raise box[0]
-    return checkpoint, weights
+def _read(path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path`` with its full weights: a file, or a DeepSpeed tag."""
+    return _read_deepspeed_dir(path) if DEEPSPEED_DIRECTORY.recognise(path) else \
+        read_checkpoint_file(path)
 
 
-def _load_partitioned(module: torch.nn.Module, path: Path, weights: dict[str, torch.Tensor]
-                      ) -> list[str]:
+def _load_partitioned(module: torch.nn.Module, weights: dict[str, torch.Tensor],
+                      missing: set[str]) -> None:
     """Rank 0's ``weights`` into ZeRO-3 partitions, one module's parameters gathered at a time."""
     import deepspeed
 
-    names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
-    box = [[n for n in names if n not in weights] if rank_of() == 0 else None]
-    torch.distributed.broadcast_object_list(box, src=0)
-    missing = box[0]
-    if len(missing) == len(names):
-        raise CheckpointError(f"none of the weights in {str(path)!r} match a parameter of "
-                              f"{type(module).__name__}; is it the right checkpoint?")
     for prefix, sub in module.named_modules():
         own = list(sub.named_parameters(recurse=False))
         if own:
@@ -182,52 +174,53 @@ def _load_partitioned(module: torch.nn.Module, path: Path, weights: dict[str, to
                     torch.no_grad():
                 for name, param in own:
                     key = f"{prefix}.{name}" if prefix else name
-                    if rank_of() == 0 and key in weights:
+                    if this_rank() == 0 and key in weights:
                         param.copy_(weights[key])
         for name, buffer in sub.named_buffers(recurse=False):
             key = f"{prefix}.{name}" if prefix else name
             if key not in missing:
                 with torch.no_grad():
-                    if rank_of() == 0:
+                    if this_rank() == 0:
                         buffer.copy_(weights[key])
                     torch.distributed.broadcast(buffer, src=0)
-    return missing
 
 
-def load_weights_into_engine(model: EngineModel, path: Path) -> tuple[dict[str, Any], list[str]]:
-    """``load_from`` into a running engine; returns (what hooks see, missing keys).
+def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
+                              ) -> WeightsLoaded:
+    """``load_from`` into a running engine; returns the keys left out.
 
-    A file is a full state dict; a directory is a DeepSpeed checkpoint (its
-    weights only). Under ZeRO-3 rank 0 reads it and each module's parameters
-    are gathered only while their values go in, so no other rank ever holds the
-    whole model; otherwise every rank loads its full copy. Either way the
-    optimizer's master copies follow the loaded weights.
+    A DeepSpeed tag without ZeRO-3 loads through the engine (weights only).
+    Otherwise the checkpoint's full weights are read: under ZeRO-3 by rank 0
+    alone, each module's parameters gathered only while their values go in, so
+    no other rank ever holds the whole model; without it every rank loads its
+    full copy. Either way the optimizer's master copies follow the loaded weights.
     """
-    from flexgraph.training.checkpoint import apply_weights
-
     engine = model.engine
     partitioned = engine.zero_optimization_partition_weights()
-    if path.is_dir():
-        if not DeepSpeedCheckpointIO().is_complete(path):
-            raise CheckpointError(f"{str(path)!r} is a directory but not a DeepSpeed checkpoint "
-                                  f"(no *model_states.pt)")
-        if not partitioned:
-            _, client_state = engine.load_checkpoint(
-                str(path.parent), tag=path.name, load_module_strict=False,
-                load_optimizer_states=False, load_lr_scheduler_states=False,
-                load_module_only=True)
-            _refresh_master_weights(engine)
-            return {"meta": dict((client_state or {}).get("meta") or {})}, []
-    read = _read_deepspeed_dir if path.is_dir() else _read_full_file
-    if partitioned:
-        checkpoint, weights = _on_rank0(read, path)
-        missing = _load_partitioned(model.module, path, weights)
-        checkpoint = {"meta": dict((checkpoint or {}).get("meta") or {})}
-    else:
-        checkpoint, weights = read(path)
-        apply_weights(model.module, {"state_dict": weights}, str(path), strict=False)
-        missing = []
+    if DEEPSPEED_DIRECTORY.recognise(path) and not partitioned:
+        _, client_state = engine.load_checkpoint(
+            str(path.parent), tag=path.name, load_module_strict=False,
+            load_optimizer_states=False, load_lr_scheduler_states=False,
+            load_module_only=True)
+        on_read({"meta": dict((client_state or {}).get("meta") or {}), "state_dict": {}})
+        _refresh_master_weights(engine)
+        return WeightsLoaded()
+    if not partitioned:
+        checkpoint = _read(path)
+        on_read(checkpoint)
+        loaded = apply_weights(model.module, checkpoint, str(path), strict=False)
+        _refresh_master_weights(engine)
+        return loaded
+    module = model.module
+    shapes = {n: tuple(getattr(p, "ds_shape", p.shape)) for n, p in
+              [*module.named_parameters(), *module.named_buffers()]}
+    checkpoint = rank0_does(lambda: _read(path), share_result=False)
+    on_read(checkpoint if checkpoint is not None else {"meta": {}, "state_dict": {}})
+    found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes,
+                                                type(module).__name__), share_result=False)
+    weights, left_out = found if found is not None else ({}, None)
+    left_out = broadcast_from_rank0(left_out)
+    not_loaded = {*left_out.missing, *(m.split(":", 1)[0] for m in left_out.mismatched)}
+    _load_partitioned(module, weights, not_loaded)  # the same set on every rank
     _refresh_master_weights(engine)
-    return checkpoint, missing
-
-
+    return left_out

@@ -1,4 +1,4 @@
-"""The DeepSpeed strategy's runtime: its engine as a model, its optimizer, its checkpoints.
+"""DeepSpeed's runtime besides checkpoints: its config, its engine in MMEngine's shapes.
 
 ``deepspeed.initialize`` returns an engine that owns the parameters (partitioned
 under ZeRO-3), the optimizer (wrapped in a ZeRO optimizer) and backward and
@@ -6,14 +6,24 @@ step. flexgraph's loop, hooks and schedulers talk to MMEngine-shaped objects, so
 this module shapes the engine that way, as MMEngine's own DeepSpeed wrappers do
 (which no longer import with current DeepSpeed):
 
+* :func:`fill_config`: the DeepSpeed config completed from the run's config
+  (batch sizes, accumulation, clipping, ZeRO bucket sizes left ``'auto'``),
+  a contradiction refused; :func:`write_config_file` leaves it in the work_dir.
 * :class:`EngineModel`: ``train_step`` / ``val_step`` / ``test_step`` of a
   ``BaseModel`` (data preprocessor, ``inputs_to_half``, ``parse_losses``) run
-  through the engine; everything else is the engine's.
+  through the engine; everything else is the engine's. :func:`cast_inputs`
+  casts a batch to the engine's precision.
+* :func:`engine_train_step`: the loop's per-batch function, the engine doing
+  backward and step.
 * :class:`DeepSpeedOptimWrapper`: an MMEngine optimizer wrapper whose
   ``update_params`` is ``engine.backward`` + ``engine.step``; MMEngine's
   parameter schedulers drive its ``param_groups``.
+* :func:`stale_build_locks`: the lock files that interrupted builds of
+  DeepSpeed's C++ ops leave behind, on which every later build would wait.
 
-Its checkpoints are in :mod:`flexgraph.strategies.deepspeed_checkpoint`.
+The strategy's checkpoints (saving and restoring a run through DeepSpeed's own
+format, and loading ``load_from`` weights into the engine) are in
+:mod:`flexgraph.strategies.deepspeed_checkpoint`.
 
 Nothing here is imported at plan time.
 """
@@ -32,9 +42,9 @@ import torch
 from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
-from flexgraph.training.checkpoint import rank_of
 from flexgraph.training.components import forward, loss_of, uses_step_api
 from flexgraph.training.errors import ConfigError
+from flexgraph.training.runtime import this_rank
 
 __all__ = [
     "DeepSpeedOptimWrapper",
@@ -282,7 +292,7 @@ class DeepSpeedOptimWrapper(BaseOptimWrapper):
 
 def write_config_file(config: Mapping[str, Any], work_dir: str) -> None:
     """Rank 0 leaves the DeepSpeed config it ran with in the work_dir."""
-    if rank_of() != 0:
+    if this_rank() != 0:
         return
     folder = Path(work_dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,9 @@ The order, and why (each line is a rewrite below)::
                              it wraps), then each wrap-policy unit is sharded,
                              innermost first, then the root: every parameter
                              becomes this rank's DTensor shard, on its device
-    load_checkpoint          the sharded loader: rank 0 reads a full file and
-                             each rank receives its shard; a DCP checkpoint is
-                             read shard by shard
+    load_checkpoint          through the sharded checkpoint IO: rank 0 reads a
+                             full file and each rank receives its shard; a DCP
+                             checkpoint is read shard by shard
     build_optim_wrapper      on the sharded parameters (built before sharding it
                              would hold the full tensors fully_shard replaced)
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flexgraph.core.checks import Precedes, Runs
+from flexgraph.core.checks import Precedes
 from flexgraph.core.rewrite import Configure, IfPresent, Insert, Move, Remove, Replace
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy, StrategyOptionError
@@ -161,24 +161,22 @@ def fsdp(
         ]
     loaded_after = "materialize" if skip_init_weights else "fully_shard"
     rewrites += [
-        Replace("load_checkpoint", Step(
-            "load_checkpoint", f"{HERE}:load_into_shards", requires=("cfg", "env", "hooks"),
-            updates="model", doc="load_from into the shards (rank 0 reads a full file)")),
         Move("load_checkpoint", after=loaded_after),
         Configure("build_checkpointer", {"io": _checkpoint_io(state_dict_cfg)}),
     ]
+    if skip_init_weights:
+        rewrites.append(Insert(Step(
+            "check_initialised", f"{HERE}:check_initialised", requires="env", updates="model",
+            doc="refuse parameters neither init nor load_from set"), after="load_checkpoint"))
     checks = [
         Precedes("fully_shard", "build_optim_wrapper",
                  "an optimizer built before sharding holds the full parameters that "
                  "fully_shard replaces with shards, and would update tensors the model "
                  "no longer uses"),
         Precedes(loaded_after, "load_checkpoint",
-                 "the sharded loader writes into this rank's shards, which exist only "
-                 "once the model is sharded" + (" and materialized" if skip_init_weights
-                                               else "")),
-        Runs("load_checkpoint", f"{HERE}:load_into_shards",
-             "a whole-model loader copies full tensors into parameters that are now "
-             "shards; the sharded loader gives each rank its own shard"),
+                 "the sharded checkpoint IO loads into this rank's shards, which exist "
+                 "only once the model is sharded" + (" and materialized" if skip_init_weights
+                                                    else "")),
     ]
     if not skip_init_weights:
         checks.append(Precedes(
@@ -261,11 +259,25 @@ def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
     return model
 
 
-def load_into_shards(cfg: Any, env: Any, hooks: Any, model: Any) -> Any:
-    """``load_from`` into the shards, then refuse parameters nothing initialised.
+def check_initialised(env: Any, model: Any) -> Any:
+    """Refuse, by name and on every rank together, parameters nothing initialised.
 
-    See :func:`flexgraph.strategies.fsdp_loading.load_weights_into_shards`.
+    Only on the ``skip_init_weights`` path: ``materialize`` fills new storage
+    with NaN, so a parameter that neither a ``reset_parameters()`` nor
+    ``load_from`` set is found here, before it trains on garbage.
     """
-    from flexgraph.strategies.fsdp_loading import load_weights_into_shards
+    import torch
 
-    return load_weights_into_shards(cfg, env, hooks, model)
+    from flexgraph.training.errors import ConfigError
+    from flexgraph.training.runtime import uninitialised_parameters
+
+    bad: list[list[str]] = [[] for _ in range(env.world_size)]
+    torch.distributed.all_gather_object(bad, uninitialised_parameters(model))
+    names = sorted({name for rank in bad for name in rank})
+    if names:
+        raise ConfigError(
+            f"{len(names)} parameters were never initialised after materialize (e.g. "
+            f"{names[0]!r}): their module has no reset_parameters(), init_weights is "
+            f"skipped (skip_init_weights=True), and load_from did not hold them; give the "
+            f"module a reset_parameters() or load them from a checkpoint")
+    return model

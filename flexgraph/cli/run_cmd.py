@@ -131,25 +131,22 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
     return spec, strategy
 
 
-def plan_digest(plan: Plan) -> str:
-    """A digest of everything the plan says (the ``flexgraph plan -f json`` text).
+def plan_digest(plan_text: str) -> str:
+    """A digest of everything the plan says (its ``flexgraph plan -f json`` text).
 
     Object addresses in parameter reprs (``<... at 0x7f...>``) differ between
     processes without meaning anything, so they are left out.
     """
-    from flexgraph.render.json_view import plan_json
-
-    text = re.sub(r" at 0x[0-9a-fA-F]+", "", plan_json(plan))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(re.sub(r" at 0x[0-9a-fA-F]+", "", plan_text).encode()).hexdigest()[:16]
 
 
-def _check_launched_plan(plan: Plan) -> None:
+def _check_launched_plan(plan_text: str) -> None:
     expected = os.environ.get(PLAN_DIGEST_VAR)
-    if expected and plan_digest(plan) != expected:
+    if expected and plan_digest(plan_text) != expected:
         rank = os.environ.get("RANK", "?")
         raise PlanMismatchError(
             f"rank {rank} planned differently from its launcher (plan digest "
-            f"{plan_digest(plan)}, launcher's {expected}); the config or the files it "
+            f"{plan_digest(plan_text)}, launcher's {expected}); the config or the files it "
             f"imports differ between the launcher and this process"
         )
 
@@ -197,15 +194,17 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
     """Launch the ranks, or run the plan in this process (with the work_dir's record)."""
     from flexgraph.cli.console import stdout_console
     from flexgraph.core.executor import Executor
+    from flexgraph.render.json_view import plan_json
     from flexgraph.training.config import stop_policy
     from flexgraph.training.errors import TrainingStopped
 
     stop_signals = stop_policy(spec.cfg).signals if spec.cfg is not None else ()
+    plan_text = plan_json(plan)  # once: the launch's digest, each rank's check, the record
     if _is_launcher(args) and not args.dry_run:
         from flexgraph.cli.launch import launch
 
-        return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan)}, stop_signals)
-    _check_launched_plan(plan)
+        return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text)}, stop_signals)
+    _check_launched_plan(plan_text)
     rank = int(os.environ.get("RANK", 0))
     console = stdout_console()
     console.quiet = rank != 0
@@ -216,10 +215,9 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
     if args.dry_run or spec.cfg is None:  # a YAML or Python pipeline has no work_dir
         result = executor.run(plan, dict(spec.inputs), dry_run=args.dry_run)
     else:  # the work_dir's log, config and plan: only now that the plan is valid
-        from flexgraph.render.json_view import plan_json
         from flexgraph.training.output import open_run_record
 
-        record = open_run_record(spec.cfg, plan_json(plan), rank=rank, strategy=args.strategy)
+        record = open_run_record(spec.cfg, plan_text, rank=rank, strategy=args.strategy)
         record.note(summary)
         try:
             result = executor.run(plan, dict(spec.inputs))

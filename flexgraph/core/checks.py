@@ -26,7 +26,13 @@ from flexgraph.core.graph import Graph
 
 
 class PlanCheckError(FlexgraphError, ValueError):
-    """A plan breaks an order or a choice its strategy depends on; says why."""
+    """A plan breaks an order or a choice its strategy depends on; says why.
+
+    Raised by :func:`~flexgraph.make_plan` once all rewrites are applied. The
+    message names the strategy, what is wrong, the check's reason and the fix:
+    ``strategy 'fsdp': build_optim_wrapper must run after fully_shard: <why>;
+    move build_optim_wrapper after fully_shard``.
+    """
 
 
 @attrs.frozen
@@ -36,6 +42,31 @@ class Precedes:
     When ``then`` is not in the plan (an entry point that builds no optimizer)
     there is nothing to protect; when ``first`` is missing but ``then`` is
     there, the plan is refused.
+
+    Parameters
+    ----------
+    first, then : str
+        Step names. The plan must hold a path of derived edges from ``first``
+        to ``then``; coming earlier in the order by a tie-break is not enough.
+    why : str
+        What goes wrong otherwise, put in the error message.
+
+    Examples
+    --------
+    >>> from flexgraph import Graph, Remove, Step, Strategy, make_plan
+    >>> graph = Graph.of([Step("shard", "m:shard", updates="model"),
+    ...                   Step("optim", "m:optim", requires="model", provides="opt")],
+    ...                  inputs=["model"])
+    >>> sharded = Strategy("sharded", checks=[
+    ...     Precedes("shard", "optim", why="the optimizer must hold the shards")])
+    >>> make_plan(graph, sharded).order
+    ('shard', 'optim')
+    >>> try:
+    ...     make_plan(graph, sharded.then(Remove("shard")))
+    ... except PlanCheckError as error:  # doctest: +NORMALIZE_WHITESPACE
+    ...     print(error)
+    strategy 'sharded': optim needs shard before it, and the plan has no shard:
+    the optimizer must hold the shards; keep shard in the plan
     """
 
     first: str
@@ -43,10 +74,23 @@ class Precedes:
     why: str
 
     def describe(self) -> str:
+        """The check in words: ``"a runs before b"``."""
         return f"{self.first} runs before {self.then}"
 
     def verify(self, graph: Graph, dag: nx.DiGraph) -> tuple[str, str] | None:
-        """``None`` when the plan keeps the order, else (what is wrong, the fix)."""
+        """``None`` when the plan keeps the order, else (what is wrong, the fix).
+
+        Parameters
+        ----------
+        graph : Graph
+            The rewritten graph.
+        dag : networkx.DiGraph
+            Its derived edges (:meth:`Graph.digraph`).
+
+        Returns
+        -------
+        tuple of (str, str), or None
+        """
         if self.then not in graph:
             return None
         if self.first not in graph:
@@ -60,17 +104,42 @@ class Precedes:
 
 @attrs.frozen
 class Runs:
-    """Step ``step`` must run ``fn`` (a ``"module:attr"`` reference)."""
+    """Step ``step`` must run ``fn`` (a ``"module:attr"`` reference).
+
+    When ``step`` is not in the plan there is nothing to check.
+
+    Parameters
+    ----------
+    step : str
+        The step name.
+    fn : str
+        The ``"module:qualname"`` its function must have (:attr:`Step.fn_name`).
+    why : str
+        What goes wrong otherwise, put in the error message.
+    """
 
     step: str
     fn: str
     why: str
 
     def describe(self) -> str:
+        """The check in words: ``"a runs m:f"``."""
         return f"{self.step} runs {self.fn}"
 
     def verify(self, graph: Graph, dag: nx.DiGraph) -> tuple[str, str] | None:
-        """``None`` when the step runs ``fn``, else (what is wrong, the fix)."""
+        """``None`` when the step runs ``fn``, else (what is wrong, the fix).
+
+        Parameters
+        ----------
+        graph : Graph
+            The rewritten graph.
+        dag : networkx.DiGraph
+            Unused; the signature is that of every check.
+
+        Returns
+        -------
+        tuple of (str, str), or None
+        """
         del dag
         if self.step not in graph:
             return None

@@ -30,7 +30,22 @@ from flexgraph.core.step import Step, run_step
 
 
 class StepFailedError(FlexgraphError, RuntimeError):
-    """A step raised; the original exception is chained as ``__cause__``."""
+    """A step raised; the original exception is chained as ``__cause__``.
+
+    The message names the step, its origin and the original error:
+    ``step 'train' (base) failed: ValueError: ...``. Raised by
+    :meth:`Executor.run`; an exception that is not an :class:`Exception`
+    (``KeyboardInterrupt``, a stop on a signal) passes through unwrapped.
+
+    Parameters
+    ----------
+    message : str
+    step : str, optional
+        The step that raised; kept as the ``step`` attribute.
+    origin : str, optional
+        Where its place in the plan came from (``str(Origin)``); kept as the
+        ``origin`` attribute.
+    """
 
     def __init__(self, message: str, step: str = "", origin: str = "") -> None:
         super().__init__(message)
@@ -40,7 +55,25 @@ class StepFailedError(FlexgraphError, RuntimeError):
 
 @attrs.define
 class StepRecord:
-    """What happened when a step ran."""
+    """What happened when a step ran.
+
+    Parameters
+    ----------
+    name : str
+        The step.
+    origin : str
+        Its origin, short form (:attr:`Origin.short`).
+    status : str
+        ``"planned"`` (not run: a dry run, or after a failure), ``"ok"`` or
+        ``"failed"``.
+    seconds : float
+        Wall time of the step's function.
+    rss_mib : float or None
+        Resident memory right after the step, in MiB (``None`` where
+        ``/proc`` cannot be read, and for a step that did not finish).
+    peak_rss_mib : float or None
+        The process's peak resident memory when the step ended, in MiB.
+    """
 
     name: str
     origin: str
@@ -76,7 +109,15 @@ def _rss_mib() -> float | None:
 
 @attrs.define
 class RunResult:
-    """The final context of artifacts and one record per step, in order."""
+    """The final context of artifacts and one record per step, in order.
+
+    Parameters
+    ----------
+    context : dict
+        Artifact name -> value: the inputs, updated by every step's outputs.
+    records : list of StepRecord
+        One per step, in execution order.
+    """
 
     context: dict[str, Any]
     records: list[StepRecord]
@@ -84,6 +125,14 @@ class RunResult:
 
 class Executor:
     """Run plans. ``hooks`` are objects with any of the :class:`ExecutorHook` methods.
+
+    Parameters
+    ----------
+    hooks : iterable of object, optional
+        Each may define ``before_step(step, context)``,
+        ``after_step(step, context, record)`` and
+        ``on_error(step, context, error)``; they are called in this order for
+        every step.
 
     Examples
     --------
@@ -108,6 +157,24 @@ class Executor:
         self, plan: Plan, context: Mapping[str, Any] | None = None, *, dry_run: bool = False
     ) -> RunResult:
         """Run ``plan`` over ``context`` (the graph's inputs) and return the result.
+
+        Every step's function is resolved before the first step runs. Each step
+        is called with its inputs from the context, and its outputs go back
+        into the context for the steps after it.
+
+        Parameters
+        ----------
+        plan : Plan
+        context : mapping, optional
+            Values of the graph's inputs (``{"cfg": cfg}``); other entries
+            are passed through to the result's context.
+        dry_run : bool, optional
+            Check the inputs and resolve the functions, run nothing: every
+            record stays ``"planned"``.
+
+        Returns
+        -------
+        RunResult
 
         Raises
         ------

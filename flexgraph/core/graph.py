@@ -41,36 +41,84 @@ T = TypeVar("T")
 
 
 class GraphError(FlexgraphError, ValueError):
-    """Base class of the ways a graph can be invalid."""
+    """Base class of the ways a graph can be invalid.
+
+    Raised while a graph is built or combined, and by validation
+    (:func:`flexgraph.make_plan` validates the base graph and the graph after
+    every rewrite; a rewrite's error starts with the strategy and the rewrite).
+    """
 
 
 class DuplicateStepError(GraphError):
-    """Two steps share one name."""
+    """Two steps share one name.
+
+    Raised when a graph is built, combined (``|``, :meth:`Graph.extend`), or
+    given a step by an ``Insert``, ``Replace`` or ``Fuse`` under a name it
+    already has.
+    """
 
 
 class UnknownStepError(GraphError, LookupError):
-    """A name refers to a step the graph does not have."""
+    """A name refers to a step the graph does not have.
+
+    The message suggests close names: ``no step named 'biuld_model' (did you
+    mean 'build_model'?)``. Raised by :meth:`Graph.step` and everything that
+    looks a step up through it (rewrites, ``after`` / ``before`` edges,
+    :meth:`Plan.origin`).
+    """
 
 
 class DuplicateProducerError(GraphError):
-    """Two steps provide the same artifact."""
+    """Two steps provide the same artifact (or a step provides a graph input).
+
+    Raised by validation; the message names both steps and suggests making the
+    second an updater of the artifact instead.
+    """
 
 
 class MissingInputError(GraphError):
-    """A step needs an artifact that nothing provides and no input supplies."""
+    """A step needs an artifact that nothing provides and no input supplies.
+
+    Raised by validation (the message names the step and the artifact, and
+    suggests close artifact names), and by :meth:`Executor.run` when the run's
+    context lacks one of the graph's inputs.
+    """
 
 
 class AmbiguousOrderError(GraphError):
-    """Two steps update one artifact and nothing says which runs first."""
+    """Two steps update one artifact and nothing says which runs first.
+
+    Raised when a step added to an existing graph updates an artifact the
+    graph already updates, without ``after`` / ``before`` naming a member of
+    that artifact's chain; the message names both steps, the artifact and the
+    chain to choose from.
+    """
 
 
 class CycleError(GraphError):
-    """The derived edges form a cycle; the message prints its path."""
+    """The derived edges form a cycle; the message prints its path.
+
+    Each edge of the path comes with its reason, e.g. ``cycle: a -> b -> a (b
+    requires x; a requires y)``.
+    """
 
 
 @attrs.frozen
 class Edge:
-    """A derived edge ``source -> target`` and the reason it exists."""
+    """A derived edge ``source -> target`` and the reason it exists.
+
+    Graphs never store edges: :meth:`Graph.edges` derives them, and
+    :attr:`Plan.edges` holds those of the planned graph.
+
+    Parameters
+    ----------
+    source, target : str
+        Step names: ``source`` runs before ``target``.
+    reason : str
+        Why, in words (``"b requires x"``, ``"b updates x after a"``,
+        ``"a says before=b"``); edges that exist for several reasons join them
+        with ``"; "`` in :meth:`Graph.digraph`.
+    """
 
     source: str
     target: str
@@ -93,7 +141,24 @@ class Graph:
 
     Build one with :meth:`of` (or ``Graph.of([...])``), then compose with
     :meth:`add`, :meth:`extend`, ``|`` (union), :meth:`remove` and
-    :meth:`upstream`. Each operation returns a new graph.
+    :meth:`upstream`. Each operation returns a new graph. A graph is iterable
+    (its steps, in declaration order), sized, and ``name in graph`` asks for a
+    step by name.
+
+    Parameters
+    ----------
+    steps : iterable of Step
+        In declaration order, which breaks ties when a plan is made.
+    chains : mapping of str to sequence of str
+        For each artifact that steps update in place, its updaters in order.
+        :meth:`of` derives them; pass them directly only to rebuild a graph.
+    inputs : iterable of str, optional
+        Artifacts supplied from outside (``cfg``), which need no producer.
+
+    Raises
+    ------
+    DuplicateStepError
+        Two steps share one name.
 
     Examples
     --------
@@ -101,6 +166,10 @@ class Graph:
     >>> g = Graph.of([Step("a", "m:f", provides="x"), Step("b", "m:g", updates="x")])
     >>> [s.name for s in g]
     ['a', 'b']
+    >>> g.edges()
+    [Edge(source='a', target='b', reason='b updates x, made by a')]
+    >>> "b" in g.remove("b")
+    False
     """
 
     steps: tuple[Step, ...] = attrs.field(converter=tuple)
@@ -122,13 +191,52 @@ class Graph:
 
     @classmethod
     def of(cls, steps: Iterable[Step] = (), inputs: Iterable[str] = ()) -> Graph:
-        """Make a graph from steps declared together, chained in list order."""
+        """Make a graph from steps declared together, chained in list order.
+
+        Parameters
+        ----------
+        steps : iterable of Step
+            The steps, in declaration order. Updaters of one artifact chain in
+            this order, unless their own ``after`` / ``before`` say otherwise.
+        inputs : iterable of str, optional
+            Artifacts supplied from outside.
+
+        Returns
+        -------
+        Graph
+
+        Raises
+        ------
+        DuplicateStepError
+            Two steps share one name.
+        """
         steps = tuple(steps)
         graph = cls(steps, {}, inputs)
         return attrs.evolve(graph, chains=_chains_in_order(steps))
 
     def add(self, step: Step) -> Graph:
-        """Return a graph with ``step`` appended (see :meth:`extend`)."""
+        """Return a graph with ``step`` appended (see :meth:`extend`).
+
+        Parameters
+        ----------
+        step : Step
+
+        Returns
+        -------
+        Graph
+
+        Raises
+        ------
+        DuplicateStepError
+            The graph has a step of that name.
+        AmbiguousOrderError
+            ``step`` updates an artifact the graph already updates, and its
+            ``after`` / ``before`` name no member of that artifact's chain.
+        UnknownStepError
+            ``step`` joins an updater chain and its ``after`` / ``before`` names
+            a step that does not exist (elsewhere, validation reports such a
+            name).
+        """
         return self.extend([step])
 
     def extend(self, steps: Iterable[Step] | Graph) -> Graph:
@@ -136,6 +244,26 @@ class Graph:
 
         A new step that updates an artifact this graph already updates is spliced
         into that chain next to the member it names in ``after`` / ``before``.
+
+        Parameters
+        ----------
+        steps : iterable of Step, or Graph
+            New steps, chained among themselves as :meth:`of` chains them.
+
+        Returns
+        -------
+        Graph
+
+        Raises
+        ------
+        DuplicateStepError
+            A new step has the name of one in this graph.
+        AmbiguousOrderError
+            A new updater of an artifact names no member of its chain in
+            ``after`` / ``before``.
+        UnknownStepError
+            A new step joins an updater chain of this graph and its ``after`` /
+            ``before`` names a step that does not exist.
         """
         other = steps if isinstance(steps, Graph) else Graph.of(steps)
         return self | other
@@ -165,7 +293,23 @@ class Graph:
         return attrs.evolve(merged, chains=chains)
 
     def remove(self, *names: str) -> Graph:
-        """Return a graph without ``names``; ordering references to them are dropped."""
+        """Return a graph without ``names``; ordering references to them are dropped.
+
+        Parameters
+        ----------
+        *names : str
+            Steps to take out. Other steps' ``after`` / ``before`` entries that
+            name them go too; the updater chains close over the gap.
+
+        Returns
+        -------
+        Graph
+
+        Raises
+        ------
+        UnknownStepError
+            One of ``names`` is not a step of this graph.
+        """
         for name in names:
             self.step(name)
         gone = set(names)
@@ -181,7 +325,23 @@ class Graph:
         return Graph(steps, chains, self.inputs)
 
     def upstream(self, *targets: str) -> Graph:
-        """Return the subgraph of ``targets`` and every step they depend on."""
+        """Return the subgraph of ``targets`` and every step they depend on.
+
+        Parameters
+        ----------
+        *targets : str
+            Step names; each is kept with all its ancestors along the derived
+            edges.
+
+        Returns
+        -------
+        Graph
+
+        Raises
+        ------
+        UnknownStepError
+            One of ``targets`` is not a step of this graph.
+        """
         dag = self.digraph()
         keep = set()
         for target in targets:
@@ -206,7 +366,24 @@ class Graph:
         return MappingProxyType({s.name: i for i, s in enumerate(self.steps)})
 
     def step(self, name: str, context: str = "") -> Step:
-        """Return the step called ``name``, or raise with a did-you-mean."""
+        """Return the step called ``name``, or raise with a did-you-mean.
+
+        Parameters
+        ----------
+        name : str
+        context : str, optional
+            What was looking, put at the start of the error message (a
+            rewrite passes its description).
+
+        Returns
+        -------
+        Step
+
+        Raises
+        ------
+        UnknownStepError
+            No step is called ``name``; the message suggests close names.
+        """
         try:
             return self.by_name[name]
         except KeyError:

@@ -33,9 +33,21 @@ from flexgraph.core.validate import check, validate
 class Origin:
     """Where a step's place in the plan comes from.
 
-    ``action`` is ``"base"`` for steps the base graph declared and untouched by
-    the strategy, else what a rewrite did (inserted, moved, replaced, fused,
-    configured); ``strategy``, ``index`` (0-based) and ``rewrite`` say which.
+    ``str(origin)`` is ``"base"`` or the action with its rewrite, e.g.
+    ``"inserted by fsdp #2: insert fully_shard after init_weights"``.
+
+    Parameters
+    ----------
+    action : str
+        ``"base"`` for steps the base graph declared and untouched by the
+        strategy, else what a rewrite did (``"inserted"``, ``"moved"``,
+        ``"replaced"``, ``"fused"``, ``"configured"``).
+    strategy : str, optional
+        The strategy whose rewrite it was.
+    index : int, optional
+        The rewrite's position in the strategy, from 0.
+    rewrite : str, optional
+        The rewrite's one-line description.
     """
 
     action: str = "base"
@@ -85,7 +97,30 @@ def _order(graph: Graph, dag: nx.DiGraph) -> tuple[tuple[str, ...], tuple[tuple[
 
 @attrs.frozen
 class Plan:
-    """The result of applying a strategy to a graph; see :func:`make_plan`."""
+    """The result of applying a strategy to a graph; see :func:`make_plan`.
+
+    Parameters
+    ----------
+    base : Graph
+        The graph as given, before any rewrite.
+    graph : Graph
+        The graph after the strategy's rewrites (and the cut to ``targets``).
+    strategy : str or None
+        The strategy's name.
+    order : tuple of str
+        Execution order: a topological order of the derived edges, ties broken
+        by declaration order, so the same inputs always give the same order.
+    stages : tuple of tuple of str
+        Topological generations: no step in a stage depends on another in it.
+    base_order : tuple of str
+        The base graph's own order, shown beside ``order`` in diffs.
+    rewrites : tuple of AppliedRewrite
+        Each rewrite as applied, with what it did to which step.
+    history : mapping of str to tuple of Origin
+        For each step some rewrite touched, every such origin, oldest first.
+    edges : tuple of Edge
+        The planned graph's derived edges, with their reasons.
+    """
 
     base: Graph
     graph: Graph
@@ -103,13 +138,47 @@ class Plan:
         return tuple(self.graph.by_name[n] for n in self.order)
 
     def origin(self, name: str) -> Origin:
-        """The last rewrite that placed or changed ``name``, or ``BASE``."""
+        """The last rewrite that placed or changed ``name``, or ``BASE``.
+
+        Parameters
+        ----------
+        name : str
+            A step of the plan.
+
+        Returns
+        -------
+        Origin
+            ``Origin("base")`` for a step no rewrite touched.
+
+        Raises
+        ------
+        UnknownStepError
+            The plan has no such step.
+        """
         self.graph.step(name)
         history = self.history.get(name, ())
         return history[-1] if history else BASE
 
     def explain(self, name: str) -> str:
-        """Say why ``name`` sits where it does: its origin and its incoming edges."""
+        """Say why ``name`` sits where it does: its origin and its edges.
+
+        Parameters
+        ----------
+        name : str
+            A step of the plan.
+
+        Returns
+        -------
+        str
+            Several lines: the step's position and function, every rewrite that
+            touched it, and the steps it runs after and before, each with the
+            edge's reason (what ``flexgraph plan --explain`` prints).
+
+        Raises
+        ------
+        UnknownStepError
+            The plan has no such step.
+        """
         step = self.graph.step(name)
         position = self.order.index(name)
         lines = [f"{name} is step {position + 1} of {len(self.order)} ({step.fn_name})"]
@@ -153,8 +222,21 @@ def make_plan(
 ) -> Plan:
     """Validate ``graph``, apply ``strategy`` rewrite by rewrite, and order it.
 
-    With ``targets``, the rewritten graph is then cut to those steps and
-    everything they depend on (and the base order shown beside it likewise).
+    Parameters
+    ----------
+    graph : Graph
+        The base graph.
+    strategy : Strategy, optional
+        Its rewrites are applied in order, the graph validated after each; its
+        checks are verified on the result.
+    targets : tuple of str, optional
+        Cut the rewritten graph to these steps and everything they depend on
+        (and the base order shown beside it likewise): an entry point keeps
+        what the strategy made it depend on.
+
+    Returns
+    -------
+    Plan
 
     Raises
     ------
@@ -163,6 +245,21 @@ def make_plan(
     FlexgraphError
         The subclass that fits (cycle, missing input, unknown step, ...). When
         a rewrite caused it, the message starts with the strategy and rewrite.
+
+    Examples
+    --------
+    >>> from flexgraph import Graph, Insert, Step, Strategy
+    >>> graph = Graph.of([Step("load", "m:load", provides="data"),
+    ...                   Step("train", "m:train", requires="data")])
+    >>> clean = Strategy("clean", [Insert(Step("clean", "m:clean", updates="data"),
+    ...                                   after="load")])
+    >>> plan = make_plan(graph, clean)
+    >>> plan.order
+    ('load', 'clean', 'train')
+    >>> print(plan.origin("clean"))
+    inserted by clean #1: insert clean after load
+    >>> make_plan(graph, clean, targets=("clean",)).order
+    ('load', 'clean')
     """
     base_dag = validate(graph)
     base_order, _ = _order(graph, base_dag)

@@ -40,7 +40,16 @@ from flexgraph.core.source_names import binds_dynamically, module_names
 
 
 class StepFunctionError(FlexgraphError, ImportError):
-    """A step's function reference cannot be resolved (base of the classes below)."""
+    """A step's function reference cannot be resolved (base of the classes below).
+
+    Raised by ``flexgraph plan``'s static check of the references and, before
+    the first step runs, by :meth:`flexgraph.Executor.run`, so a misspelt
+    reference fails with nothing run and nothing written. The subclass says
+    which part is wrong: :class:`FunctionReferenceFormError`,
+    :class:`UnknownModuleError`, :class:`ModuleImportError`,
+    :class:`UnknownFunctionError` or :class:`NotCallableError`; the message
+    starts with the step and suggests close names for an unknown one.
+    """
 
 
 class FunctionReferenceFormError(StepFunctionError):

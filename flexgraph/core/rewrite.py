@@ -23,7 +23,12 @@ from flexgraph.core.step import Step, run_step
 
 
 class RewriteDefinitionError(FlexgraphError, ValueError):
-    """A rewrite is malformed (e.g. a move with neither after nor before)."""
+    """A rewrite is malformed (e.g. a move with neither after nor before).
+
+    Raised when the rewrite is made, before any graph is seen: an ``Insert``
+    or ``Move`` with neither or both of ``after`` / ``before``, a ``Move`` of a
+    step next to itself, a ``Fuse`` of fewer than two steps.
+    """
 
 
 Touched = Mapping[str, str]
@@ -91,9 +96,50 @@ def _anchor(after: str | None, before: str | None, what: str) -> None:
 
 
 class Rewrite:
-    """Base class: ``apply`` returns ``(new_graph, touched)``."""
+    """Base class of the rewrites: one edit of a graph, as data.
+
+    A subclass defines :meth:`apply`, :meth:`describe` and :attr:`touches`;
+    ``str(rewrite)`` is its description. Rewrites are values: applying one
+    returns a new graph and leaves the old one as it was.
+
+    Examples
+    --------
+    >>> from flexgraph import Graph, Step
+    >>> graph = Graph.of([Step("load", "m:load", provides="data"),
+    ...                   Step("train", "m:train", requires="data")])
+    >>> rewrite = Insert(Step("clean", "m:clean", updates="data"), after="load")
+    >>> print(rewrite)
+    insert clean after load
+    >>> new, touched = rewrite.apply(graph)
+    >>> new.names, touched
+    (('load', 'clean', 'train'), {'clean': 'inserted'})
+    """
 
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        """Return ``graph`` with this edit made, and what it did to which step.
+
+        Parameters
+        ----------
+        graph : Graph
+
+        Returns
+        -------
+        graph : Graph
+            The new graph. It is not validated here: :func:`flexgraph.make_plan`
+            validates it before the next rewrite.
+        touched : mapping of str to str
+            Step name -> what the rewrite did to it (``"inserted"``,
+            ``"moved"``, ``"replaced"``, ``"fused"``, ``"configured"``,
+            ``"removed"``); plans record it as the step's origin.
+
+        Raises
+        ------
+        UnknownStepError
+            The rewrite names a step the graph does not have; the message
+            starts with the rewrite's description and suggests close names.
+        DuplicateStepError
+            The rewrite would add a step under a name the graph already has.
+        """
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -120,7 +166,24 @@ def _where(after: str | None, before: str | None) -> str:
 
 @attrs.frozen
 class Insert(Rewrite):
-    """Add ``step`` right after ``after`` (or right before ``before``)."""
+    """Add ``step`` right after ``after`` (or right before ``before``).
+
+    The anchor becomes one of the step's own ordering edges, and the step takes
+    the declaration slot next to it; a step that updates an artifact joins that
+    artifact's updater chain next to the anchor.
+
+    Parameters
+    ----------
+    step : Step
+        The new step.
+    after, before : str, optional
+        The step it goes next to; exactly one of them.
+
+    Raises
+    ------
+    RewriteDefinitionError
+        Neither or both of ``after`` / ``before`` are given.
+    """
 
     step: Step
     after: str | None = None
@@ -158,7 +221,14 @@ def _place(graph: Graph, step: Step, after: str | None, before: str | None) -> G
 
 @attrs.frozen
 class Remove(Rewrite):
-    """Drop a step; other steps' ordering references to it go too."""
+    """Drop a step; other steps' ordering references to it go too.
+
+    Parameters
+    ----------
+    name : str
+        The step to drop. Whatever needed what it provided must get it
+        elsewhere, or the plan is refused with a :class:`~flexgraph.MissingInputError`.
+    """
 
     name: str
 
@@ -180,6 +250,13 @@ class Replace(Rewrite):
 
     The new step takes the old one's declaration slot, its place in every chain
     it still updates, and the ordering references other steps make to it.
+
+    Parameters
+    ----------
+    name : str
+        The step to replace.
+    step : Step
+        Its replacement, under the same name or a new one.
     """
 
     name: str
@@ -208,6 +285,19 @@ class Move(Rewrite):
 
     The step is spliced out of its chains and in at the new place; its own
     ``after`` / ``before`` are replaced by the new anchor.
+
+    Parameters
+    ----------
+    name : str
+        The step to move.
+    after, before : str, optional
+        The step it goes next to; exactly one of them.
+
+    Raises
+    ------
+    RewriteDefinitionError
+        Neither or both of ``after`` / ``before`` are given, or the anchor is
+        the step itself.
     """
 
     name: str
@@ -291,6 +381,33 @@ class Fuse(Rewrite):
     ``into`` is either a :class:`Step` (e.g. ``deepspeed_initialize``, which does
     the work of ``wrap_model`` and ``build_optim_wrapper`` in one call) or a
     name, in which case the fused step runs the members in order.
+
+    Parameters
+    ----------
+    names : sequence of str
+        The steps to fuse, at least two.
+    into : Step or str
+        The step that does their work, or the name of one that runs them in
+        declaration order; artifacts one member provides and a later one reads
+        stay inside it.
+
+    Raises
+    ------
+    RewriteDefinitionError
+        Fewer than two steps are named.
+
+    Examples
+    --------
+    >>> from flexgraph import Graph, Step
+    >>> graph = Graph.of([Step("wrap", "m:wrap", updates="model"),
+    ...                   Step("optim", "m:optim", requires="model", provides="opt")],
+    ...                  inputs=["model"])
+    >>> fused, touched = Fuse(["wrap", "optim"], "wrap_and_optim").apply(graph)
+    >>> fused.names, touched
+    (('wrap_and_optim',), {'wrap_and_optim': 'fused'})
+    >>> step = fused.by_name["wrap_and_optim"]
+    >>> step.updates, step.provides, step.fn_name
+    (('model',), ('opt',), 'fused(m:wrap, m:optim)')
     """
 
     names: tuple[str, ...] = attrs.field(converter=tuple)
@@ -306,6 +423,7 @@ class Fuse(Rewrite):
 
     @property
     def fused_name(self) -> str:
+        """The name of the step the members become."""
         return self.into if isinstance(self.into, str) else self.into.name
 
     def describe(self) -> str:
@@ -342,7 +460,21 @@ def _short(value: Any, limit: int = 60) -> str:
 
 @attrs.frozen
 class Configure(Rewrite):
-    """Bind parameters of a step (merged over the ones it has)."""
+    """Bind parameters of a step (merged over the ones it has).
+
+    Parameters
+    ----------
+    name : str
+        The step to configure.
+    params : mapping
+        Keyword arguments for its function; each replaces a bound one of the
+        same name. The step's place in the graph does not change.
+
+    Examples
+    --------
+    >>> print(Configure("build_model", {"device": "meta"}))
+    configure build_model: device='meta'
+    """
 
     name: str
     params: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
@@ -370,6 +502,14 @@ class IfPresent(Rewrite):
     compiles before sharding, when the config compiles at all). Everywhere else
     a rewrite naming an absent step is refused; this says so explicitly, and
     the other steps ``rewrite`` names must still exist.
+
+    Parameters
+    ----------
+    step : str
+        The optional step.
+    rewrite : Rewrite
+        Applied when ``step`` is in the graph; otherwise the graph is left as
+        it is and no step is touched.
     """
 
     step: str

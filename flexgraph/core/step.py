@@ -31,7 +31,13 @@ from flexgraph.core.references import resolve_fn
 
 
 class StepDefinitionError(FlexgraphError, ValueError):
-    """A step is malformed: bad name, an artifact declared twice, a bad fn."""
+    """A step is malformed: bad name, an artifact declared twice, a bad fn.
+
+    Raised when a :class:`Step` is made: its name is not a Python identifier,
+    an artifact is not a non-empty string, an artifact is listed twice or in
+    two of ``requires`` / ``provides`` / ``updates``, or the step is ordered
+    relative to itself. The message names the step and the field.
+    """
 
 
 def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -101,11 +107,28 @@ class Step:
     doc : str
         One line saying what the step does, shown in plans.
 
+    ``requires``, ``provides``, ``updates``, ``after`` and ``before`` also take
+    a single name, or ``None`` for none. Two steps are equal when every field
+    but ``doc`` is; a callable ``fn`` compares by its ``"module:qualname"``.
+
+    Raises
+    ------
+    StepDefinitionError
+        The name is not a Python identifier, an artifact is listed twice (or in
+        two of ``requires`` / ``provides`` / ``updates``), or the step is
+        ordered relative to itself.
+
+    See Also
+    --------
+    step : make a step from a function, its ``requires`` read off the signature.
+
     Examples
     --------
-    >>> s = Step("load", fn="json:loads", provides=("data",))
-    >>> s.outputs
-    ('data',)
+    >>> s = Step("load", fn="json:loads", requires="text", provides="data")
+    >>> s.inputs, s.outputs
+    (('text',), ('data',))
+    >>> s.evolve(name="parse").name
+    'parse'
     """
 
     name: str = attrs.field(validator=_check)
@@ -136,7 +159,22 @@ class Step:
         return fn_ref(self.fn)
 
     def evolve(self, **changes: Any) -> Step:
-        """Return a copy with ``changes`` applied (attrs.evolve)."""
+        """Return a copy with ``changes`` applied (attrs.evolve).
+
+        Parameters
+        ----------
+        **changes
+            New values of fields, by name (``after=("load_checkpoint",)``).
+
+        Returns
+        -------
+        Step
+
+        Raises
+        ------
+        StepDefinitionError
+            The changed step is malformed.
+        """
         return attrs.evolve(self, **changes)
 
 
@@ -151,19 +189,43 @@ def step(
     before: str | Iterable[str] | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Make a :class:`Step` from a plain function.
+    """Make a :class:`Step` from a plain function; usable as a bare or called decorator.
 
-    ``requires`` defaults to the function's parameters without defaults that
-    are not in ``updates``; ``name`` defaults to the function's name, and the
-    docstring's first line becomes the step's ``doc``.
+    Parameters
+    ----------
+    fn : callable, optional
+        The function. Given, ``step(fn, ...)`` returns the step; omitted,
+        ``step(...)`` returns a decorator that makes one.
+    name : str, optional
+        The step's name; defaults to the function's ``__name__``.
+    requires : str or iterable of str, optional
+        Defaults to the function's parameters that have no default value and
+        are not in ``updates`` (positional-or-keyword and keyword-only ones).
+    provides, updates, after, before : str or iterable of str, optional
+        As in :class:`Step`.
+    params : mapping, optional
+        Keyword arguments bound to the function.
+
+    Returns
+    -------
+    Step, or a decorator returning a Step
+        The step's ``doc`` is the first line of the function's docstring.
+
+    Raises
+    ------
+    StepDefinitionError
+        The step is malformed (see :class:`Step`).
 
     Examples
     --------
     >>> @step(provides="total")
-    ... def add(a, b):
-    ...     return a + b
-    >>> add.requires
-    ('a', 'b')
+    ... def add(a, b, scale=1):
+    ...     "Sum two numbers."
+    ...     return scale * (a + b)
+    >>> add.name, add.requires, add.doc
+    ('add', ('a', 'b'), 'Sum two numbers.')
+    >>> step(add.fn, name="add_twice", params={"scale": 2}).params["scale"]
+    2
     """
 
     def make(func: Callable[..., Any]) -> Step:
@@ -198,7 +260,13 @@ def step(
 
 
 class StepOutputError(FlexgraphError, TypeError):
-    """A step's function returned something that does not match its outputs."""
+    """A step's function returned something that does not match its outputs.
+
+    A step with several outputs must return a mapping with exactly those keys,
+    or a tuple of that length in declared order; the message names the step,
+    what it returned and what was expected. Raised while the step runs, so the
+    executor reports it as the cause of a :class:`~flexgraph.StepFailedError`.
+    """
 
 
 def run_step(

@@ -29,11 +29,19 @@ ENTRY_POINT_GROUP = "flexgraph.strategies"
 
 
 class UnknownStrategyError(FlexgraphError, LookupError):
-    """No strategy of that name is registered; the message lists the known ones."""
+    """No strategy of that name is registered; the message lists the known ones.
+
+    Raised by :func:`get_strategy`, with a did-you-mean for a close name.
+    """
 
 
 class StrategyOptionError(FlexgraphError, ValueError):
-    """A strategy was given an option it does not take."""
+    """A strategy was given an option it does not take.
+
+    Raised by :func:`get_strategy` before the factory runs (the options are
+    checked against its signature), for a ``dict`` without ``type``, and for
+    options given to a strategy a spec defines as data.
+    """
 
 
 @attrs.frozen
@@ -55,6 +63,18 @@ class Strategy:
         Orders and choices the rewrites establish for a reason
         (:mod:`flexgraph.core.checks`); the plan is refused, with the reason,
         when the final graph breaks one, even through rewrites appended later.
+
+    Raises
+    ------
+    ValueError
+        ``world_size`` is neither ``"one"`` nor ``"many"``.
+
+    Examples
+    --------
+    >>> from flexgraph import Configure
+    >>> on_gpu = Strategy("on_gpu", [Configure("setup_env", {"device": "cuda"})])
+    >>> [str(r) for r in on_gpu.then(Configure("build_model", {"device": "meta"})).rewrites]
+    ["configure setup_env: device='cuda'", "configure build_model: device='meta'"]
     """
 
     name: str
@@ -64,7 +84,17 @@ class Strategy:
     checks: tuple[Check, ...] = attrs.field(default=(), converter=tuple)
 
     def then(self, *rewrites: Rewrite) -> Strategy:
-        """Return this strategy with ``rewrites`` appended (its checks still apply)."""
+        """Return this strategy with ``rewrites`` appended (its checks still apply).
+
+        Parameters
+        ----------
+        *rewrites : Rewrite
+
+        Returns
+        -------
+        Strategy
+            Same name, doc, world size and checks.
+        """
         return attrs.evolve(self, rewrites=self.rewrites + rewrites)
 
 
@@ -73,7 +103,23 @@ _registered: dict[str, StrategyFactory] = {}
 
 
 def register_strategy(name: str, factory: StrategyFactory, *aliases: str) -> None:
-    """Make ``factory`` findable as ``name`` (and ``aliases``) in this process."""
+    """Make ``factory`` findable as ``name`` (and ``aliases``) in this process.
+
+    Entry points of the group ``flexgraph.strategies`` register strategies for
+    every process; this is for code that defines one at run time (a test, a
+    script). A registered name shadows an entry point of the same name.
+
+    Parameters
+    ----------
+    name : str
+        The name :func:`get_strategy`, ``--strategy`` and a config's
+        ``strategy=dict(type=...)`` use.
+    factory : callable
+        ``factory(**options) -> Strategy``; its signature says which options
+        the strategy takes.
+    *aliases : str
+        More names for the same factory (``"DDPStrategy"`` beside ``"ddp"``).
+    """
     for key in (name, *aliases):
         _registered[key] = factory
 
@@ -103,15 +149,36 @@ def get_strategy(
 ) -> Strategy:
     """Find a strategy by name (or ``dict(type=name, **options)``) and build it.
 
-    ``extra`` holds strategies defined as data (a spec's ``strategies:``); they
-    shadow registered ones of the same name.
+    Parameters
+    ----------
+    name : str, Strategy or mapping
+        A registered name or entry-point name; a mapping with ``type`` (the
+        name) and options, as an MMEngine config's ``strategy`` holds it; or a
+        :class:`Strategy`, returned as it is.
+    extra : mapping of str to Strategy, optional
+        Strategies defined as data (a spec's ``strategies:``); they shadow
+        registered ones of the same name and take no options.
+    **options
+        Keyword arguments for the factory, over those of a mapping ``name``.
+
+    Returns
+    -------
+    Strategy
 
     Raises
     ------
     UnknownStrategyError
         The name is not known; the message lists the known names.
     StrategyOptionError
-        The factory does not take one of the options.
+        The factory does not take one of the options, a mapping has no
+        ``type``, or a strategy from ``extra`` was given options.
+
+    Examples
+    --------
+    >>> get_strategy("single").world_size
+    'one'
+    >>> get_strategy({"type": "DDPStrategy"}).name
+    'ddp'
     """
     if isinstance(name, Strategy):
         return name

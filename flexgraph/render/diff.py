@@ -15,7 +15,6 @@ the table comes the numbered list of the rewrites as applied (``ddp #1: ...``).
 
 from __future__ import annotations
 
-from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -31,6 +30,7 @@ from flexgraph.render._changes import (
     history,
     rewrite_label,
 )
+from flexgraph.render._table_style import TABLE_STYLE
 
 
 def _base_cell(name: str, gone: Gone | None) -> Text:
@@ -108,14 +108,8 @@ def plan_diff(plan: Plan) -> RenderableType:
         marker legend; the numbered list of applied rewrites. Deterministic.
     """
     gone = gone_steps(plan)
-    table = Table(
-        title=f"plan diff: base graph -> {plan.strategy or 'no strategy'}",
-        box=box.SIMPLE_HEAD,
-        title_justify="left",
-        pad_edge=False,
-        show_edge=False,
-        collapse_padding=True,
-    )
+    table = Table(title=f"plan diff: base graph -> {plan.strategy or 'no strategy'}",
+                  **TABLE_STYLE)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("base", overflow="fold")
     table.add_column("plan", overflow="fold")

@@ -16,7 +16,6 @@ keeps their columns as narrow as their longest name.
 
 from __future__ import annotations
 
-from rich import box
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
@@ -24,6 +23,7 @@ from rich.text import Text
 
 from flexgraph.core.plan import Plan
 from flexgraph.render._changes import COLOURS, history, rewrite_label
+from flexgraph.render._table_style import TABLE_STYLE
 
 COLUMNS = ("#", "stage", "step", "fn", "requires", "provides", "updates", "origin")
 
@@ -106,16 +106,7 @@ def _fill(table: Table, plan: Plan, split_fn: bool) -> Table:
 
 
 def _table(plan: Plan, split_fn: bool) -> Table:
-    table = Table(
-        title=plan_title(plan),
-        caption=plan_caption(plan),
-        box=box.SIMPLE_HEAD,
-        title_justify="left",
-        caption_justify="left",
-        pad_edge=False,
-        show_edge=False,
-        collapse_padding=True,
-    )
+    table = Table(title=plan_title(plan), caption=plan_caption(plan), **TABLE_STYLE)
     return _fill(table, plan, split_fn)
 
 
@@ -169,13 +160,7 @@ class PlanTable(Table):
     """
 
     def __init__(self, plan: Plan) -> None:
-        super().__init__(
-            title=plan_title(plan),
-            caption=plan_caption(plan),
-            box=box.SIMPLE_HEAD,
-            title_justify="left",
-            caption_justify="left",
-        )
+        super().__init__(title=plan_title(plan), caption=plan_caption(plan), **TABLE_STYLE)
         self.plan = plan
         _fill(self, plan, split_fn=False)
 

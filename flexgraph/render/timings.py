@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich import box
 from rich.table import Table
 from rich.text import Text
 
 from flexgraph.core.executor import StepRecord
+from flexgraph.render._table_style import TABLE_STYLE
 
 STATUS_STYLES = {"ok": "green", "failed": "bold red", "planned": "dim"}
 
@@ -37,14 +37,7 @@ def timings_table(records: Sequence[StepRecord]) -> Table:
         ``peak RSS MiB``; the total row sums the seconds, counts the steps that
         ran ok, and gives the highest peak RSS. Missing memory reads as ``-``.
     """
-    table = Table(
-        title="step timings",
-        box=box.SIMPLE_HEAD,
-        title_justify="left",
-        pad_edge=False,
-        show_edge=False,
-        collapse_padding=True,
-    )
+    table = Table(title="step timings", **TABLE_STYLE)
     table.add_column("step", no_wrap=True)
     table.add_column("origin", overflow="fold")
     table.add_column("status", no_wrap=True)

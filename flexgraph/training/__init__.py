@@ -1,14 +1,38 @@
-"""flexgraph's training runtime: the standard steps and what they run on.
+"""flexgraph's training runtime: the standard graph, its steps, and what they run on.
 
 This layer turns an MMEngine-style config into a trained model through plain
-step functions (:mod:`flexgraph.training.steps`) that the engine wires into a
-graph. It uses torch and MMEngine's components (registries, optimizer wrappers,
+step functions (:mod:`flexgraph.training.steps`) that the standard graph
+(:func:`standard_graph`, :mod:`flexgraph.training.graph`) wires together. It
+uses torch and MMEngine's components (registries, optimizer wrappers,
 schedulers, evaluators, hooks) but not MMEngine's Runner, so that the order of
 setup is the graph's to decide. It never imports strategies or the CLI.
 
-Public names are re-exported here (lazily: importing this package, or
-planning the standard graph, does not import torch); the modules behind
-them are private.
+Below the steps and :mod:`~flexgraph.training.resume` (bringing a checkpoint
+into the run), each concern is a subpackage with a short face and private
+modules behind it (``flexgraph/training/<part>/_<name>.py``), listed here in
+the only direction they import each other (an import-linter contract in
+pyproject.toml keeps it):
+
+- :mod:`~flexgraph.training.loop`: the training loop, the hooks and the
+  ``runner`` they see, evaluation passes, stopping on a signal;
+- :mod:`~flexgraph.training.checkpoint`: the checkpointer, its IOs and the
+  formats they recognise;
+- :mod:`~flexgraph.training.components`: dataloaders, optimizer wrapper and
+  schedulers, the model's training and evaluation steps, ``init_weights``;
+- :mod:`~flexgraph.training.output`: log lines, progress, metrics, the run's
+  record in its work_dir;
+- :mod:`~flexgraph.training.runtime`: the process's place in the run, its
+  process group, its random streams, models on the meta device;
+- :mod:`~flexgraph.training.config`: the config's sections read into small
+  values, components built through MMEngine's registries;
+- :mod:`~flexgraph.training.errors`: the training failures.
+
+The words for checkpoints: a run *saves* its checkpoints (the training state)
+and *restores* one to continue (``resume``); it *loads* weights from a path
+into a model (``load_from``).
+
+The names users and strategies need most are re-exported here, lazily:
+importing this package, or planning the standard graph, does not import torch.
 """
 
 from importlib import import_module

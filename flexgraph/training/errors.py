@@ -1,6 +1,6 @@
-"""Training failures, one class per kind.
+"""Training failures, one class per kind, and the warning for config keys not acted on.
 
-Each class derives from :class:`~flexgraph.core.errors.FlexgraphError` (so the CLI
+Each exception class derives from :class:`~flexgraph.core.errors.FlexgraphError` (so the CLI
 can print it as one line and exit 2) and from the builtin that describes the
 failure, so code written against plain Python exceptions keeps working:
 ``except ValueError`` still catches a bad config. Messages name the culprit and
@@ -28,42 +28,80 @@ __all__ = [
 
 
 class TrainingError(FlexgraphError, RuntimeError):
-    """A failure of the training runtime that is not one of the kinds below."""
+    """A failure of the training runtime that is not one of the kinds below.
+
+    The runtime raises the specific classes; this one is for a failure that
+    fits none of them (a step of a user's or a strategy's own, say), so that
+    the CLI still reports it in one line.
+    """
 
 
 class ConfigError(FlexgraphError, ValueError):
-    """A section of the training config is missing, malformed or contradictory."""
+    """A section of the training config is missing, malformed or contradictory.
+
+    Raised while the config is read, before anything is built from the section
+    at fault; the message names the key (``train_cfg.val_interval must be >= 1,
+    got 0``).
+    """
 
 
 class UnknownComponentError(ConfigError, LookupError):
-    """A ``type=`` name matches no registered component and no importable object."""
+    """A ``type=`` name matches no registered component and no importable object.
+
+    Raised when a component is built from the config; the message names the
+    config entry and suggests close registered names.
+    """
 
 
 class EmptyDatasetError(FlexgraphError, ValueError):
-    """A dataloader would yield no batch, so training could not make progress."""
+    """A dataloader would yield no batch, so training could not make progress.
+
+    Raised when a dataloader is built (a dataset with no samples, or too few
+    for one batch with ``drop_last=True``), or when an iterable dataset or an
+    evaluation pass yields no batch.
+    """
 
 
 class InitWeightsError(FlexgraphError, RuntimeError):
-    """An initialiser of ``init_weights`` (an ``init_cfg``) failed to set a parameter."""
+    """An initialiser of ``init_weights`` (an ``init_cfg``) failed to set a parameter.
+
+    Raised by the ``init_weights`` step where MMEngine would only log the
+    failed copy and train on the previous values; the message names the
+    parameters, the module whose ``init_cfg`` loads them and the first error.
+    """
 
 
 class NoLossError(FlexgraphError, TypeError):
-    """A model's training forward returned nothing that can be back-propagated."""
+    """A model's training forward returned nothing that can be back-propagated.
+
+    Raised on the first batch, before the optimizer has touched a parameter:
+    the forward returned a tensor that is not a scalar or does not require
+    grad, a dict with no key containing ``'loss'`` that requires grad, or
+    something that is neither.
+    """
 
 
 class CheckpointError(FlexgraphError, RuntimeError):
-    """A checkpoint could not be written, read, or applied to the run."""
+    """A checkpoint could not be written, read, or applied to the run.
+
+    Covers saving and restoring a run's checkpoints and loading ``load_from``
+    weights into a model; the message names the file and what is wrong with
+    it (empty, truncated, corrupt, a format the run's IO does not read, keys
+    that match no weight of the model).
+    """
 
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
-    """A checkpoint path named in the config does not exist."""
+    """A checkpoint path named in the config (``load_from``, ``resume``) does not exist."""
 
 
 class UnsafeCheckpointError(CheckpointError):
     """``torch.load(weights_only=True)`` refused a file: it holds arbitrary objects.
 
     flexgraph never retries such a file with unsafe loading, because unpickling
-    it could execute code that the file's author chose.
+    it could execute code that the file's author chose. The message names the
+    file and, where the unpickler says, what it refused, with how to re-save
+    the file in a safe form.
     """
 
 
@@ -76,17 +114,20 @@ class TrainingStopped(BaseException):
     status for it (75), so that a job script can tell "resumable, run me again"
     from done (0) and failed (1, 2).
 
-    Attributes
+    Parameters
     ----------
-    signal_name:
+    message : str
+    signal_name : str
         The signal that stopped the run (``'SIGTERM'``).
-    iteration:
+    iteration : int
         Iterations completed, and saved.
-    checkpoint:
+    checkpoint : str or None
         The checkpoint holding that state (``None`` when the run has no
         checkpointer).
-    rank:
+    rank : int, optional
         The rank that raised it (every rank does).
+
+    Each keyword is kept as the attribute of the same name.
     """
 
     def __init__(self, message: str, *, signal_name: str, iteration: int,
@@ -102,5 +143,7 @@ class UnusedConfigWarning(UserWarning):
     """A config key that MMEngine's Runner acts on and flexgraph does not.
 
     Not an error: the run goes on as the rest of the config says. The message
-    names the key and says what flexgraph does instead.
+    names the key and says what flexgraph does instead. Warned once per run,
+    on rank 0, when the run's hooks are built; a near-miss of a known key
+    (``param_schedular``) gets a did-you-mean.
     """

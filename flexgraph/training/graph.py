@@ -13,7 +13,9 @@ the model (the optimizer, resume, the loop) runs after the whole chain.
 
 The seams strategies use instead of branching: ``build_model`` takes a device
 (``'meta'`` included) and an init context; ``build_checkpointer`` takes the
-checkpoint IO; ``build_train_step`` makes the function the loop calls every
+checkpoint IO, through which ``load_checkpoint`` loads and ``resume`` restores,
+so a strategy that shards the model configures the IO and keeps both steps;
+``build_train_step`` makes the function the loop calls every
 iteration, so an engine that owns backward and step replaces that one step.
 
 Functions are referenced as ``"module:attr"`` text, so planning this graph does
@@ -60,6 +62,24 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     plan it with ``targets=(entry,)`` to keep only what the pass needs once the
     strategy has rewritten the graph (see :func:`flexgraph.make_plan`).
 
+    Parameters
+    ----------
+    cfg : mapping, optional
+        The run's config; only ``compile`` is read here (``True``, or a dict of
+        ``torch.compile`` options bound to the ``compile`` step).
+    entry : {"train", "val", "test"}, optional
+
+    Returns
+    -------
+    Graph
+        Steps whose functions are ``"flexgraph.training.steps:<name>"``
+        references, with ``cfg`` as the one input.
+
+    Raises
+    ------
+    ValueError
+        ``entry`` is none of the three.
+
     Examples
     --------
     >>> standard_graph().names[:3]
@@ -85,7 +105,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         _step(
             "load_checkpoint",
             "load_from: weights only",
-            requires=("cfg", "hooks"),
+            requires=("cfg", "hooks", "checkpointer"),
             updates="model",
         ),
         _step("wrap_model", "move the model to its device", requires="env", updates="model"),

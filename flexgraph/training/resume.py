@@ -1,9 +1,10 @@
 """Bringing a checkpoint into the run: ``load_from`` weights and full ``resume``.
 
 ``load_from`` only seeds the model's weights (fine-tuning, evaluation), loading
-non-strictly like MMEngine, from a single file every rank reads: the loader of
-models every rank holds whole. Sharding strategies replace the
-``load_checkpoint`` step with their own loader. ``resume`` restores everything a
+non-strictly like MMEngine, through the run's checkpointer: its IO, which the
+strategy configures, knows how weights go into the model it manages (whole,
+sharded, inside an engine) and which formats it reads, by content. There is
+one load sequence for every strategy (:func:`load_weights`). ``resume`` restores everything a
 checkpoint holds so that training continues exactly where it stopped: weights
 (strictly), optimizer, schedulers, the loop position, and this rank's RNG state
 (handed to the loop in :class:`LoopState`, because the loop must restore it at
@@ -22,7 +23,9 @@ A checkpoint that cannot be read is a :class:`CheckpointError` naming the file
 and what is wrong with it. ``resume='auto'`` instead skips, with a warning,
 every checkpoint in the work_dir that is incomplete or unreadable, newest
 first, and resumes from the newest good one; the ranks agree on each verdict,
-so they all resume from the same checkpoint.
+so they all resume from the same checkpoint. A checkpoint another strategy
+wrote (another format) is never skipped: it is refused, by name, since
+resuming from anything older would silently lose its progress.
 """
 
 from __future__ import annotations
@@ -36,25 +39,22 @@ import torch
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
-    apply_weights,
     from_mmengine,
-    read_checkpoint_file,
     restore_schedulers,
 )
 from flexgraph.training.components import epoch_length_of
 from flexgraph.training.config import restart_count, resume_source, section, train_schedule
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.loop import Hooks
-from flexgraph.training.runtime import capture_rng, seed_everything
+from flexgraph.training.runtime import (
+    capture_rng,
+    first_error_of_all_ranks,
+    seed_everything,
+    this_rank,
+    world_size,
+)
 
 __all__ = ["load_weights", "resume_training", "weights_to_load"]
-
-
-def _rank_and_world() -> tuple[int, int]:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def weights_to_load(cfg: Any) -> str | None:
@@ -65,17 +65,31 @@ def weights_to_load(cfg: Any) -> str | None:
     return str(path)
 
 
-def load_weights(cfg: Any, hooks: Hooks, model: torch.nn.Module) -> torch.nn.Module:
-    """Load ``cfg.load_from`` into ``model`` (unless ``resume`` will load that file)."""
+def load_weights(cfg: Any, hooks: Hooks, model: Any, checkpointer: Checkpointer) -> Any:
+    """Load ``cfg.load_from`` into ``model`` (unless ``resume`` will load that file).
+
+    The one load sequence: the runner view gets the model, the run starts for
+    the hooks, the checkpointer's IO reads the file, ``after_load_checkpoint``
+    sees what it read, and the weights go in; keys left out are a warning, as
+    in MMEngine.
+
+    Raises
+    ------
+    CheckpointError
+        The path is in no format the run's IO loads, is damaged, or matches no
+        weight of the model.
+    """
     path = weights_to_load(cfg)
     if path is None:
         return model
-    checkpoint = read_checkpoint_file(path)
     runner = hooks.runner
     runner.model = model
     hooks.start_run()
-    hooks.call("after_load_checkpoint", checkpoint=checkpoint)
-    apply_weights(model, checkpoint, str(path), strict=False, logger=runner.logger)
+    loaded = checkpointer.load_weights(
+        path, model, on_read=lambda checkpoint: hooks.call("after_load_checkpoint",
+                                                           checkpoint=checkpoint))
+    if loaded:
+        runner.logger.warning(f"load_from {path}: {loaded.describe()}")
     runner.logger.info(f"Loaded weights from {path}")
     return model
 
@@ -95,23 +109,10 @@ def _read_resumable(checkpointer: Checkpointer, path: Path, model: Any, optim_wr
                 f"load_from for a weights-only file, or resume from a flexgraph checkpoint")
     except CheckpointError as exc:
         error = exc
-    error = _first_error_of_all_ranks(error)
+    error = first_error_of_all_ranks(error, kind=CheckpointError)
     if error is not None:
         raise error
     return checkpoint
-
-
-def _first_error_of_all_ranks(error: CheckpointError | None) -> CheckpointError | None:
-    """The lowest rank's error, on every rank (``None`` when every rank succeeded)."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return error
-    errors: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(errors, None if error is None else str(error))
-    first = next((e for e in errors if e is not None), None)
-    if first is None:
-        return None
-    return error if error is not None and str(error) == first else CheckpointError(first)
 
 
 def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[str, Any]],
@@ -124,10 +125,18 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
     Raises
     ------
     CheckpointError
-        There are checkpoints, but none of them can be resumed.
+        There are checkpoints, but none of them can be resumed; or the newest
+        is another strategy's (its format), which this run must not skip.
     """
     skipped: list[str] = []
     for path, problem in checkpointer.candidates():
+        other = checkpointer.io.foreign_format(path)
+        if other is not None:
+            raise CheckpointError(
+                f"{what}: the newest checkpoint {str(path)!r} is {other.name}, which this "
+                f"strategy cannot restore (it restores {checkpointer.io.format.name}); "
+                f"resume with the strategy that wrote it, or move it out of the work_dir "
+                f"to resume from an older one")
         if problem is None:
             try:
                 return path, read(path)
@@ -210,12 +219,12 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
         runner.logger.warning(f"resume: using the checkpoint's seed {seed} for the data "
                               f"order (this run was seeded with {sampler.seed})")
         sampler.reseed(seed)
-    rank, world_size = _rank_and_world()
+    rank, ranks = this_rank(), world_size()
     states = checkpoint.get("rng_states") or []
-    if len(states) == world_size:
+    if len(states) == ranks:
         rng_state = states[rank]
     else:
-        held = (f"RNG states of {len(states)} ranks but this run has {world_size}" if states
+        held = (f"RNG states of {len(states)} ranks but this run has {ranks}" if states
                 else "no RNG state (MMEngine's checkpoints have none)")
         runner.logger.warning(f"resume: the checkpoint holds {held}; reseeding instead, "
                               f"so random draws will differ")

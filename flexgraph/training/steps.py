@@ -8,7 +8,8 @@ strategy that replaces a step can reuse the same pieces.
 
 No step asks which strategy is active. Whatever differs between single-device
 and distributed runs comes from ``env`` (built by the strategy's process setup)
-and from ``torch.distributed.is_initialized()``.
+and, below the steps, from :mod:`flexgraph.training.runtime`'s process-group
+helpers (``this_rank``, ``world_size``, ``rank0_does``).
 
 :mod:`flexgraph.training.graph` declares what each step requires, provides and
 updates; a test checks that every declared step matches its function here.
@@ -26,7 +27,7 @@ from torch import nn
 
 from flexgraph.core.step import resolve_fn
 from flexgraph.training import components
-from flexgraph.training.checkpoint import Checkpointer, LoopState
+from flexgraph.training.checkpoint import Checkpointer, LoopState, load_pretrained
 from flexgraph.training.components import initialise, make_train_step
 from flexgraph.training.config import (
     build_from_cfg,
@@ -127,7 +128,9 @@ def init_weights(env: Env, model: nn.Module) -> nn.Module:
     """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one.
 
     An initialiser that fails fails the run (see :func:`initialise`), where
-    MMEngine would only log it.
+    MMEngine would only log it. A ``Pretrained`` ``init_cfg`` loads its
+    checkpoint as ``load_from`` loads a whole model's weights (see
+    :func:`~flexgraph.training.checkpoint.load_pretrained`).
     """
     unmade = meta_parameters(model)
     if unmade:
@@ -135,7 +138,7 @@ def init_weights(env: Env, model: nn.Module) -> nn.Module:
             f"init_weights: {len(unmade)} parameters are still on the meta device "
             f"(e.g. {unmade[0]!r}); initialising them would do nothing. The step that "
             f"gives them storage (a strategy's materialize) must run before init_weights")
-    initialise(model)
+    initialise(model, load_pretrained=load_pretrained)
     return model
 
 
@@ -156,9 +159,15 @@ def build_checkpointer(cfg: Any, env: Env, *, io: str | None = None,
                         io=checkpoint_io)
 
 
-def load_checkpoint(cfg: Any, hooks: Hooks, model: nn.Module) -> nn.Module:
-    """Load ``cfg.load_from`` weights (flexgraph checkpoint or raw state_dict)."""
-    return load_weights(cfg, hooks, model)
+def load_checkpoint(cfg: Any, hooks: Hooks, model: nn.Module,
+                    checkpointer: Checkpointer) -> nn.Module:
+    """Load ``cfg.load_from`` weights through the checkpointer's IO.
+
+    The strategy configures the IO (``Configure('build_checkpointer', io=...)``),
+    which knows how weights go into the model it manages; this step stays the
+    same for every strategy.
+    """
+    return load_weights(cfg, hooks, model, checkpointer)
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:

@@ -228,3 +228,25 @@ def test_bad_checkpoints_under_fsdp_are_one_line_naming_the_file(runs, tmp_path)
         lines = [x for x in done.stderr.splitlines() if x.startswith(f"error: step {step!r}")]
         assert lines and all(says in x for x in lines), done.stderr[-3000:]
         assert "Traceback" not in done.stderr
+
+
+def test_another_strategys_work_dir_is_refused_by_name_and_its_shards_load_into_ddp(
+        runs, tmp_path):
+    """``--resume auto`` under FSDP in a DDP work_dir: never "starting from scratch".
+    And the other way round, FSDP's sharded checkpoint seeds a DDP model (load_from)."""
+    root = runs["root"]
+    shutil.copytree(root / "ddp", tmp_path / "from_ddp")
+    resumed = flexgraph_run(str(root / "fsdp" / "cfg.py"), "--work-dir", "from_ddp",
+                            "--nproc-per-node", "2", "--resume", "auto", cwd=tmp_path)
+    assert resumed.returncode == 2, resumed.stderr[-3000:]
+    assert "starting from scratch" not in resumed.stdout + resumed.stderr
+    refusal = [x for x in resumed.stderr.splitlines() if x.startswith("error: step 'resume'")]
+    newest = Path((root / "ddp" / "last_checkpoint").read_text().strip()).name
+    assert refusal and f"{newest}' is a torch.save file (MMEngine's .pth), which this " \
+                       f"strategy cannot restore" in refusal[0], resumed.stderr[-3000:]
+
+    sharded = root / "fsdp" / "iter_20.dcp"
+    done = launch_two(root / "ddp" / "cfg.py", "seeded", tmp_path, "--entry", "val",
+                      "--load-from", str(sharded))
+    assert "val_result: {'accuracy/top1':" in done.stdout
+    assert f"Loaded weights from {sharded}" in done.stdout + done.stderr

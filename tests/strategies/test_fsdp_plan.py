@@ -8,8 +8,6 @@ from flexgraph import (
     Configure,
     Move,
     PlanCheckError,
-    Replace,
-    Step,
     StrategyOptionError,
     get_strategy,
     make_plan,
@@ -28,14 +26,16 @@ def plan(strategy=None, cfg=None, entry="train", **options):
 
 def test_fsdp_initialises_whole_then_shards_then_loads_into_the_shards():
     order = plan().order
-    assert order[:6] == ("setup_env", "build_model", "init_weights", "fully_shard",
-                         "build_hooks", "load_checkpoint")
+    assert order[:7] == ("setup_env", "build_model", "init_weights", "fully_shard",
+                         "build_hooks", "build_checkpointer", "load_checkpoint")
     assert "materialize" not in order, "the model was built with storage"
     assert order.index("load_checkpoint") < order.index("build_optim_wrapper")
     steps = {s.name: s for s in plan().steps}
     assert steps["build_model"].params == {}, "built on the CPU, as a single device builds it"
     assert steps["fully_shard"].params["broadcast_from_rank0"] is True
-    assert steps["load_checkpoint"].fn_name == "flexgraph.strategies.fsdp:load_into_shards"
+    assert steps["load_checkpoint"].fn_name == "flexgraph.training.steps:load_checkpoint", \
+        "the standard step: it loads through the checkpointer's IO, which the strategy sets"
+    assert "checkpointer" in steps["load_checkpoint"].requires
     assert steps["build_checkpointer"].params["io"].endswith(":DistributedCheckpointIO")
 
 
@@ -43,7 +43,7 @@ def test_the_plan_says_which_rewrite_placed_fully_shard_and_load_checkpoint():
     p = plan()
     assert str(p.origin("fully_shard")) == "inserted by fsdp #2: insert fully_shard after " \
                                            "init_weights"
-    assert str(p.origin("load_checkpoint")) == "moved by fsdp #5: move load_checkpoint after " \
+    assert str(p.origin("load_checkpoint")) == "moved by fsdp #4: move load_checkpoint after " \
                                                "fully_shard"
     assert p.origin("init_weights").action == "base"
 
@@ -120,13 +120,10 @@ def test_loading_before_the_shards_exist_is_refused():
         plan(bad)
 
 
-def test_a_whole_model_load_into_a_sharded_model_is_refused():
-    standard = Step("load_checkpoint", "flexgraph.training.steps:load_checkpoint",
-                    requires=("cfg", "hooks"), updates="model")
-    bad = get_strategy("fsdp").then(Replace("load_checkpoint", standard))
-    with pytest.raises(PlanCheckError, match="runs flexgraph.training.steps:load_checkpoint, "
-                                             "not flexgraph.strategies.fsdp:load_into_shards"):
-        plan(bad)
+def test_skip_init_weights_refuses_what_nothing_initialised_after_the_load():
+    p = plan(get_strategy("fsdp", skip_init_weights=True))
+    assert p.order.index("load_checkpoint") + 1 == p.order.index("check_initialised")
+    assert "check_initialised" not in plan().order, "a model initialised whole has no holes"
 
 
 def test_the_val_entry_is_cut_after_the_rewrites_and_keeps_the_sharded_loader():

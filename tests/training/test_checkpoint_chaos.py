@@ -26,7 +26,7 @@ from flexgraph.training.checkpoint import (
     DistributedCheckpointIO,
     read_checkpoint_file,
 )
-from flexgraph.training.checkpoint._dcp import _dcp_load
+from flexgraph.training.checkpoint._dcp_read import dcp_load
 from flexgraph.training.config import CheckpointPolicy
 
 SEED = 20240611
@@ -56,7 +56,7 @@ def _iter_of(checkpointer: Checkpointer, path: Path) -> int:
     """The iteration a checkpoint holds, checked against its name and its weights."""
     if path.suffix == ".dcp":
         state = {"state_dict": {"w": torch.zeros(_SAVER_STATE)}}
-        _dcp_load(state, path)
+        dcp_load(state, path)
         meta = read_checkpoint_file(path / "extra.pth")["meta"]
     else:
         state = read_checkpoint_file(path)

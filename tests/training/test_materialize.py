@@ -47,8 +47,9 @@ def test_loading_or_initialising_a_meta_model_is_refused(make_cfg, tmp_path):
     torch.save(NormNet().state_dict(), tmp_path / "w.pth")
     cfg.load_from = str(tmp_path / "w.pth")
     hooks = run_steps(cfg, last="build_hooks")["hooks"]
+    checkpointer = run_steps(cfg, last="build_checkpointer")["checkpointer"]
     with pytest.raises(CheckpointError, match="parameters on the meta device.*materialized"):
-        steps.load_checkpoint(cfg, hooks, model)
+        steps.load_checkpoint(cfg, hooks, model, checkpointer)
     with pytest.raises(ConfigError, match="still on the meta device"):
         steps.init_weights(env, model)
 

@@ -7,6 +7,8 @@ complete checkpoint and removes old ones. How a state reaches disk is a
 :class:`FullStateFileIO`) or a sharded directory every rank writes
 (:class:`DistributedCheckpointIO`). Reading never unpickles arbitrary objects;
 MMEngine's own files are read with an allow-list of the types they hold.
+Every IO also *loads* ``load_from`` weights into the model it manages, from
+each :class:`CheckpointFormat` it reads, recognised by content.
 :class:`LoopState` says where a restored run continues.
 """
 
@@ -21,19 +23,28 @@ from flexgraph.training.checkpoint._checkpointer import (
 from flexgraph.training.checkpoint._dcp import (
     DistributedCheckpointIO,
     FullStateFileIO,
-    dcp_problem,
-    load_sharded_model_state,
+    load_weights_into_shards,
 )
+from flexgraph.training.checkpoint._dcp_read import dcp_problem, load_dcp_weights
 from flexgraph.training.checkpoint._files import (
     directory_problem,
     file_problem,
     read_checkpoint_file,
 )
+from flexgraph.training.checkpoint._formats import (
+    DCP_DIRECTORY,
+    DEEPSPEED_DIRECTORY,
+    TORCH_SAVE_FILE,
+    CheckpointFormat,
+    format_of,
+    known_formats,
+)
 from flexgraph.training.checkpoint._io import (
+    NOTHING_READ,
     CheckpointIO,
     FileCheckpointIO,
+    OnRead,
     load_optimizer_state,
-    rank_of,
 )
 from flexgraph.training.checkpoint._mmengine import (
     allow_mmengine_types,
@@ -41,16 +52,29 @@ from flexgraph.training.checkpoint._mmengine import (
     is_mmengine_checkpoint,
     mmengine_globals,
 )
+from flexgraph.training.checkpoint._pretrained import load_pretrained
 from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
-from flexgraph.training.checkpoint._weights import apply_weights, model_weights, weights_in
+from flexgraph.training.checkpoint._weights import (
+    WeightsLoaded,
+    apply_weights,
+    matching_weights,
+    model_weights,
+    weights_in,
+)
 
 __all__ = [
+    "DCP_DIRECTORY",
+    "DEEPSPEED_DIRECTORY",
+    "NOTHING_READ",
+    "TORCH_SAVE_FILE",
+    "CheckpointFormat",
     "CheckpointIO",
     "Checkpointer",
     "DistributedCheckpointIO",
     "FileCheckpointIO",
     "FullStateFileIO",
     "LoopState",
+    "OnRead",
     "POINTER_NAME",
     "allow_mmengine_types",
     "apply_weights",
@@ -63,11 +87,16 @@ __all__ = [
     "from_mmengine",
     "from_plain",
     "is_mmengine_checkpoint",
+    "WeightsLoaded",
+    "format_of",
+    "known_formats",
+    "load_dcp_weights",
     "load_optimizer_state",
-    "load_sharded_model_state",
+    "load_pretrained",
+    "load_weights_into_shards",
+    "matching_weights",
     "mmengine_globals",
     "model_weights",
-    "rank_of",
     "read_checkpoint_file",
     "restore_schedulers",
     "to_plain",

@@ -1,4 +1,4 @@
-"""Checkpoints: atomic saves, safe loads, and what a checkpoint holds.
+"""Checkpoints: atomic saves, safe restores, and what a checkpoint holds.
 
 How the model and optimizer state is stored is a :class:`CheckpointIO`'s job
 (:mod:`flexgraph.training.checkpoint._io`: one file, sharded directories, an
@@ -46,14 +46,20 @@ from typing import IO, Any
 import torch
 
 from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.checkpoint._io import CheckpointIO, FileCheckpointIO
+from flexgraph.training.checkpoint._io import (
+    CheckpointIO,
+    FileCheckpointIO,
+    OnRead,
+    refuse_unloadable,
+)
 from flexgraph.training.checkpoint._state import from_plain, to_plain
+from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
 )
-from flexgraph.training.runtime import gather_rng_states
+from flexgraph.training.runtime import barrier, gather_rng_states, world_size
 
 __all__ = [
     "POINTER_NAME",
@@ -66,7 +72,7 @@ __all__ = [
 ]
 
 POINTER_NAME = "last_checkpoint"
-_CHECKPOINT_STEM = re.compile(r"^(epoch|iter)_\d+$")
+_CHECKPOINT_NAME = re.compile(r"^(epoch|iter)_\d+(\.[A-Za-z0-9]+)?$")
 _TEMP_PREFIX = ".tmp-"
 
 
@@ -79,10 +85,6 @@ def _flexgraph_version() -> str | None:
         import flexgraph
 
         return getattr(flexgraph, "__version__", None)
-
-
-def _dist_ready() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -125,7 +127,7 @@ def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int, seed: int | N
         "flexgraph_version": _flexgraph_version(),
         "torch_version": str(torch.__version__),
         "time": datetime.datetime.now().isoformat(timespec="seconds"),
-        "world_size": torch.distributed.get_world_size() if _dist_ready() else 1,
+        "world_size": world_size(),
         "epoch": int(epoch),
         "iter": int(iteration),
         "batch_idx": int(batch_idx),
@@ -172,19 +174,34 @@ def restore_schedulers(param_schedulers: Any, states: Any) -> None:
 
 
 class Checkpointer:
-    """Saves and finds the run's checkpoints in ``work_dir``, through a :class:`CheckpointIO`.
+    """Saves, finds and restores the run's checkpoints in ``work_dir``; loads weights.
+
+    Everything goes through one :class:`CheckpointIO`, which the strategy picks
+    (``Configure('build_checkpointer', io=...)``): what the state is and how it
+    reaches the disk. The checkpointer keeps what is the same for every IO:
+    names, the atomic rename into place, the ``last_checkpoint`` pointer,
+    finding the newest checkpoint and pruning old ones.
 
     Parameters
     ----------
-    work_dir:
+    work_dir : str or os.PathLike
         Where checkpoints and the ``last_checkpoint`` pointer live (created on
         the first save, not before).
-    policy:
-        When to save and how many to keep (:class:`CheckpointPolicy`).
-    rank:
+    policy : CheckpointPolicy, optional
+        When to save and how many to keep.
+    rank : int
         Only rank 0 renames, points and prunes; the IO decides who writes.
-    io:
+    io : CheckpointIO, optional
         The storage format (default: :class:`FileCheckpointIO`, one file).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> checkpointer = Checkpointer(tempfile.mkdtemp())
+    >>> checkpointer.latest() is None  # nothing saved yet
+    True
+    >>> type(checkpointer.io).__name__
+    'FileCheckpointIO'
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], policy: CheckpointPolicy | None = None,
@@ -249,13 +266,13 @@ class Checkpointer:
             self.work_dir.mkdir(parents=True, exist_ok=True)
             for stale in self.work_dir.glob(_TEMP_PREFIX + "*"):  # left by a killed save
                 self.io.remove(stale)
-        _barrier()  # nobody writes into a temporary name rank 0 is still sweeping
+        barrier()  # nobody writes into a temporary name rank 0 is still sweeping
         try:
             self.io.write(checkpoint, temp, model=model, optim_wrapper=optim_wrapper)
         except BaseException:
             self.io.remove(temp)
             raise
-        _barrier()  # every rank's part is on disk
+        barrier()  # every rank's part is on disk
         if self.rank == 0:
             if path.is_dir():  # a re-save under the same name; files are replaced atomically
                 self._discard(path)
@@ -267,7 +284,7 @@ class Checkpointer:
             for old in doomed:  # only now that the new checkpoint is safely in place
                 self._discard(self.work_dir / old)
         self.saved = saved
-        _barrier()  # no rank looks for the checkpoint before it has its final name
+        barrier()  # no rank looks for the checkpoint before it has its final name
         return path
 
     def _discard(self, path: Path) -> None:
@@ -319,7 +336,38 @@ class Checkpointer:
             logger.info(f"The checkpoint {path.name} is published to {final.name}.")
         return final
 
-    # -- read ---------------------------------------------------------------------
+    # -- load and restore ------------------------------------------------------------
+    def load_weights(self, path: str | os.PathLike[str], model: Any, *,
+                     on_read: OnRead) -> WeightsLoaded:
+        """Load the weights at ``path`` into ``model`` through the run's IO (``load_from``).
+
+        Parameters
+        ----------
+        path:
+            A checkpoint in one of the IO's ``weight_formats``, recognised by
+            its content.
+        model:
+            The model as the run holds it at this step (whole, sharded, an engine).
+        on_read:
+            Called with the checkpoint as read, before the weights go in.
+
+        Returns
+        -------
+        WeightsLoaded
+            The keys the non-strict load left out.
+
+        Raises
+        ------
+        CheckpointNotFoundError
+            ``path`` does not exist.
+        CheckpointError
+            ``path`` is in no format the IO loads (one line naming the path and
+            the formats tried), is damaged, or holds no weight of the model.
+        """
+        path = Path(path)
+        refuse_unloadable(self.io, path, what="load_from")
+        return self.io.load_weights(path, model, on_read=on_read)
+
     def read(self, path: str | os.PathLike[str], *, model: Any = None,
              optim_wrapper: Any = None) -> dict[str, Any]:
         """The checkpoint at ``path`` as its IO reads it (see :meth:`CheckpointIO.read`)."""
@@ -335,24 +383,26 @@ class Checkpointer:
                       strict=strict)
 
     def candidates(self) -> list[tuple[Path, str | None]]:
-        """This IO's checkpoints in ``work_dir``, newest first, each with its problem.
+        """The checkpoints in ``work_dir``, newest first, each with its problem.
 
         The checkpoint the ``last_checkpoint`` pointer names comes first, then
-        the other ``epoch_*`` / ``iter_*`` ones of this IO's kind, newest
-        modified first. Each comes with :meth:`CheckpointIO.problem` (``None``
-        when it looks whole).
+        the other ``epoch_*`` / ``iter_*`` ones, newest modified first: of every
+        format, whatever strategy wrote them, so that a work_dir another
+        strategy wrote is never taken for empty. Each comes with
+        :meth:`CheckpointIO.problem` (``None`` when this IO can restore it;
+        :meth:`CheckpointIO.foreign_format` tells another strategy's apart
+        from a damaged one).
         """
         ordered: list[Path] = []
         pointer = self.work_dir / POINTER_NAME
         if pointer.is_file():
             named = Path(pointer.read_text().strip())
             for candidate in (named, self.work_dir / named.name):
-                if candidate.name.endswith(self.io.suffix) and candidate.exists():
+                if _CHECKPOINT_NAME.match(candidate.name) and candidate.exists():
                     ordered.append(candidate)
                     break
         if self.work_dir.is_dir():
-            found = [p for p in self.work_dir.iterdir() if p.name.endswith(self.io.suffix)
-                     and _CHECKPOINT_STEM.match(p.name.removesuffix(self.io.suffix))]
+            found = [p for p in self.work_dir.iterdir() if _CHECKPOINT_NAME.match(p.name)]
             seen = {p.resolve() for p in ordered}
             ordered += [p for p in sorted(found, key=lambda p: p.stat().st_mtime_ns,
                                           reverse=True) if p.resolve() not in seen]
@@ -363,7 +413,7 @@ class Checkpointer:
 
         The ``last_checkpoint`` pointer wins when it names a complete checkpoint;
         otherwise (pointer missing, or what it names was removed) the newest
-        ``epoch_*`` / ``iter_*`` checkpoint of this IO's kind that is complete.
+        ``epoch_*`` / ``iter_*`` checkpoint this IO can restore.
         """
         return next((path for path, problem in self.candidates() if problem is None), None)
 
@@ -371,8 +421,3 @@ class Checkpointer:
         """Continue ``keep_last`` pruning with the checkpoints the resumed run wrote."""
         names = checkpoint.get("meta", {}).get("saved_checkpoints", [])
         self.saved = [n for n in names if (self.work_dir / n).exists()]
-
-
-def _barrier() -> None:
-    if _dist_ready():
-        torch.distributed.barrier()

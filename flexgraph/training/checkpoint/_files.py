@@ -1,4 +1,4 @@
-"""What is wrong with a checkpoint file, said in one line that names it.
+"""Reading a checkpoint file safely, and what is wrong with one, in a line naming it.
 
 ``torch.load`` reports a damaged file from deep inside its reader or its
 unpickler (``IndexError: pop from empty list``, ``invalid load key``, a miniz
@@ -55,8 +55,9 @@ def directory_problem(path: Path) -> str:
     """Why the directory ``path`` is not a checkpoint file."""
     if (path / ".metadata").is_file():
         return (f"{_named(path)} is a sharded checkpoint directory (torch.distributed."
-                f"checkpoint), which only a sharding strategy (fsdp) reads; for this one, "
-                f"convert it to one file: {_CONVERT} {path} {path}.pth")
+                f"checkpoint), which only FSDP's sharded IO restores (every IO loads its "
+                f"weights with load_from); to resume from it here, convert it to one file: "
+                f"{_CONVERT} {path} {path}.pth")
     if not any(path.iterdir()):
         return f"{_named(path)} is an empty directory, not a checkpoint"
     return (f"{_named(path)} is a directory, not a checkpoint file (it has no .metadata, "
@@ -160,13 +161,24 @@ def _refusal(exc: pickle.UnpicklingError, path: Path) -> str | None:
 def read_checkpoint_file(path: str | Path) -> Any:
     """``torch.load(path, weights_only=True)`` onto the CPU, after checking the file.
 
+    Parameters
+    ----------
+    path:
+        A ``torch.save`` file (a flexgraph or MMEngine checkpoint, a raw state dict).
+
+    Returns
+    -------
+    Any
+        What the file holds, every tensor on the CPU.
+
     Raises
     ------
     CheckpointNotFoundError
         ``path`` does not exist.
     UnsafeCheckpointError
         The file holds objects other than tensors, plain containers and the few
-        types MMEngine's checkpoints hold (:mod:`flexgraph.training.checkpoint._mmengine`).
+        types MMEngine's checkpoints hold
+        (:func:`flexgraph.training.checkpoint.mmengine_globals`).
     CheckpointError
         Anything else that keeps it from being a readable checkpoint (see the
         module docstring); the message names the file and the problem.

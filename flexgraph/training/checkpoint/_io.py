@@ -16,6 +16,16 @@ rank's) and whatever ``before_save_checkpoint`` hooks added. Hooks see and may
 change that dict before it is written, and see it again after it is read,
 before it is applied, as MMEngine's Runner does.
 
+Every IO also *loads* weights (``load_from``) into the model it manages, from
+each format it reads (:attr:`CheckpointIO.weight_formats`, recognised by
+content, see :mod:`flexgraph.training.checkpoint._formats`): a whole model
+loads a full file with ``load_state_dict``, a sharded one gets its shards from
+rank 0's file, an engine loads through the engine. The hooks see what was read
+(``on_read``) before it goes in, wherever the format allows.
+
+The vocabulary: a run *saves* and *restores* its checkpoints (the training
+state); it *loads* weights from a path into a model.
+
 The :class:`~flexgraph.training.checkpoint.Checkpointer` owns the rest, the
 same for every IO: names, the atomic rename into place, the ``last_checkpoint``
 pointer, finding the latest complete checkpoint and pruning old ones.
@@ -26,30 +36,56 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-__all__ = ["CheckpointIO", "FileCheckpointIO", "load_optimizer_state", "rank_of"]
+from flexgraph.training.checkpoint._dcp_read import load_dcp_weights
+from flexgraph.training.checkpoint._files import (
+    directory_problem,
+    file_problem,
+    read_checkpoint_file,
+)
+from flexgraph.training.checkpoint._formats import (
+    DCP_DIRECTORY,
+    TORCH_SAVE_FILE,
+    CheckpointFormat,
+    format_of,
+    known_formats,
+    unrecognised,
+)
+from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
+from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
+from flexgraph.training.runtime import this_rank
 
+__all__ = ["CheckpointIO", "FileCheckpointIO", "OnRead", "load_optimizer_state",
+           "refuse_unloadable"]
 
-def rank_of() -> int:
-    """This process's global rank (0 without a process group)."""
-    dist = torch.distributed
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+OnRead = Callable[[dict[str, Any]], None]
+"""Called with a checkpoint as read, before it goes in (``after_load_checkpoint``)."""
+
+NOTHING_READ: dict[str, Any] = {"meta": {}, "state_dict": {}}
+"""What the hooks see where a format loads straight into the model (DCP) or a rank
+reads nothing (rank 0 reads for all)."""
 
 
 class CheckpointIO:
     """How one checkpoint format is written, recognised and read back.
 
     Every method is called on every rank; an implementation decides which ranks
-    touch the disk. ``write`` and ``read`` may be collectives.
+    touch the disk. ``write``, ``read`` and ``load_weights`` may be collectives.
     """
 
     suffix = ".pth"
     """Appended to a checkpoint's stem (``iter_40``) to name it in the work_dir."""
+
+    format: ClassVar[CheckpointFormat] = TORCH_SAVE_FILE
+    """What :meth:`write` writes and :meth:`read` restores from."""
+
+    weight_formats: ClassVar[tuple[CheckpointFormat, ...]] = (TORCH_SAVE_FILE, DCP_DIRECTORY)
+    """What :meth:`load_weights` reads, in the order they are tried."""
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
         """``state_dict`` and ``optimizer`` entries of a checkpoint, in this IO's form."""
@@ -69,6 +105,28 @@ class CheckpointIO:
         """Put the checkpoint's model (and optimizer, when given) state into place."""
         raise NotImplementedError
 
+    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
+        """Load the weights at ``path`` (one of :attr:`weight_formats`) into ``model``.
+
+        Non-strictly, as ``load_from`` does: the keys left out are returned.
+        ``on_read`` gets the checkpoint as read, before the weights go in.
+        """
+        raise NotImplementedError
+
+    def recognises(self, path: Path) -> bool:
+        """Whether ``path`` holds this IO's own format (by content, never by name)."""
+        return self.format.recognise(path)
+
+    def foreign_format(self, path: Path) -> CheckpointFormat | None:
+        """The other known format ``path`` holds: a checkpoint this IO cannot restore.
+
+        ``None`` when ``path`` is in this IO's format, or in none that is known
+        (damaged: :meth:`problem` says how).
+        """
+        if self.recognises(path):
+            return None
+        return format_of(path, [f for f in known_formats() if f != self.format])
+
     def is_complete(self, path: Path) -> bool:
         """Whether ``path`` holds a whole checkpoint of this format."""
         raise NotImplementedError
@@ -79,6 +137,10 @@ class CheckpointIO:
         One line that names ``path``; cheap (no full read), since ``--resume auto``
         asks it of every checkpoint in the work_dir to skip the damaged ones.
         """
+        other = self.foreign_format(path)
+        if other is not None:
+            return (f"checkpoint {str(path)!r} is {other.name}; this strategy restores "
+                    f"{self.format.name}")
         return None if self.is_complete(path) else (
             f"checkpoint {str(path)!r} is incomplete (its save was interrupted?)")
 
@@ -98,18 +160,17 @@ class FileCheckpointIO(CheckpointIO):
     unwrapped module's ``state_dict`` (no ``module.`` prefixes) and the optimizer
     wrapper's own ``state_dict``, MMEngine's layout, so MMEngine tools read it.
     Reading is :func:`~flexgraph.training.checkpoint.read_checkpoint_file`
-    (``weights_only=True``) on every rank.
+    (``weights_only=True``) on every rank. Weights load from a full file or,
+    every rank reading all of it, from a DCP checkpoint.
     """
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
-        from flexgraph.training.checkpoint._weights import model_weights
-
         return {"state_dict": model_weights(model),
                 "optimizer": optim_wrapper.state_dict() if optim_wrapper is not None else None}
 
     def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
               optim_wrapper: Any = None) -> None:
-        if rank_of() != 0:
+        if this_rank() != 0:
             return
         with open(path, "wb") as f:
             torch.save(checkpoint, f)
@@ -117,35 +178,61 @@ class FileCheckpointIO(CheckpointIO):
             os.fsync(f.fileno())
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        from flexgraph.training.checkpoint._files import read_checkpoint_file
-
         return read_checkpoint_file(path)
 
     def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
               optim_wrapper: Any, strict: bool = True) -> None:
-        from flexgraph.training.checkpoint._weights import apply_weights
-
         apply_weights(model, checkpoint, str(path), strict=strict)
         if optim_wrapper is not None and checkpoint.get("optimizer") is not None:
             load_optimizer_state(optim_wrapper, checkpoint["optimizer"], path)
 
+    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
+        if DCP_DIRECTORY.recognise(path):
+            on_read(dict(NOTHING_READ))
+            return load_dcp_weights(model, path)
+        checkpoint = read_checkpoint_file(path)
+        on_read(checkpoint)
+        return apply_weights(model, checkpoint, str(path), strict=False)
+
     def is_complete(self, path: Path) -> bool:
         """A torch.save file is a zip archive: a truncated one has no central directory."""
-        return path.is_file() and zipfile.is_zipfile(path)
+        return TORCH_SAVE_FILE.recognise(path)
 
     def problem(self, path: Path) -> str | None:
-        from flexgraph.training.checkpoint._files import file_problem
+        found = file_problem(path, verify=False) if path.is_file() else None
+        return found or super().problem(path)  # CRCs are checked when it is read
 
-        found = file_problem(path, verify=False)  # CRCs are checked when it is read
-        if found is None and not self.is_complete(path):
-            found = f"checkpoint {str(path)!r} is not a zip archive (torch.save's format)"
-        return found
+
+def refuse_unloadable(io: CheckpointIO, path: Path, *, what: str) -> None:
+    """Raise unless ``io`` can try to load weights from ``path``.
+
+    A path of a known format the IO does not read, a directory of no known
+    format and a missing path are refused here, in one line naming the path (and
+    the formats tried). A file of no known format goes on to the IO's reader,
+    which says what it is (empty, truncated, safetensors, a plain pickle, ...) or
+    refuses it as unsafe.
+
+    Raises
+    ------
+    CheckpointNotFoundError
+        ``path`` does not exist.
+    CheckpointError
+        ``path`` is in no format ``io`` loads.
+    """
+    if not path.exists():
+        raise CheckpointNotFoundError(f"{what} {str(path)!r} does not exist")
+    formats = io.weight_formats
+    known = format_of(path)
+    if known is not None and known not in formats:
+        raise CheckpointError(unrecognised(path, formats, what=what))
+    if known is None and path.is_dir():
+        raise CheckpointError(directory_problem(path))
+    if known is None and TORCH_SAVE_FILE not in formats:
+        raise CheckpointError(unrecognised(path, formats, what=what))
 
 
 def load_optimizer_state(optim_wrapper: Any, state: Any, path: Path) -> None:
     """``optim_wrapper.load_state_dict(state)``; a mismatch names the checkpoint."""
-    from flexgraph.training.errors import CheckpointError
-
     try:
         optim_wrapper.load_state_dict(state)
     except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:

@@ -38,6 +38,26 @@ class LoopState:
     RNG state at the moment of the save; the loop restores it right before the
     first batch it trains on (or before the epoch's hooks when resuming at an
     epoch boundary), the point where the interrupted run captured it.
+
+    Parameters
+    ----------
+    epoch:
+        MMEngine's epoch counter at the save.
+    iter:
+        Completed iterations.
+    batch_idx:
+        Batches of the next pass over the train dataloader already trained on.
+    data_pass:
+        Complete passes over the train dataloader.
+    rng_state:
+        This rank's RNG state at the save (``None``: leave the streams as they are).
+    resumed_from:
+        The checkpoint restored (``None`` for a fresh run).
+
+    Examples
+    --------
+    >>> LoopState()
+    LoopState(epoch=0, iter=0, batch_idx=0, data_pass=0, resumed_from=None)
     """
 
     epoch: int = 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch import nn
@@ -67,18 +67,70 @@ def _pretrained_modules(model: nn.Module) -> list[str]:
     return found
 
 
-def initialise(model: nn.Module) -> None:
+LoadPretrained = Callable[[nn.Module, str, "str | None"], None]
+"""Loads a ``Pretrained`` initialiser's checkpoint: (module, checkpoint, prefix)."""
+
+
+@contextlib.contextmanager
+def _pretrained_loaded_by(load: LoadPretrained | None) -> Iterator[None]:
+    """MMEngine's ``Pretrained`` initialiser, for the duration, loading through ``load``.
+
+    ``init_cfg`` names the initialiser by type, which MMEngine's
+    ``WEIGHT_INITIALIZERS`` registry resolves (OpenMMLab packages' child
+    registries fall back to it), so registering a subclass under the same name,
+    and the original back afterwards, changes what ``Pretrained`` does in this
+    process for this call only. URLs stay with MMEngine's loaders.
+    """
+    if load is None:
+        yield
+        return
+    from mmengine.model.weight_init import PretrainedInit, update_init_info
+    from mmengine.registry import WEIGHT_INITIALIZERS
+
+    class LoadedLikeLoadFrom(PretrainedInit):
+        def __call__(self, module: nn.Module) -> None:
+            if "://" in str(self.checkpoint):
+                super().__call__(module)
+                return
+            from mmengine.logging import print_log
+
+            where = "model" if self.prefix is None else f"{self.prefix} in model"
+            print_log(f"load {where} from: {self.checkpoint}", logger="current")
+            load(module, str(self.checkpoint), self.prefix)
+            if hasattr(module, "_params_init_info"):
+                update_init_info(module, init_info=self._get_init_info())
+
+    original = WEIGHT_INITIALIZERS.get("Pretrained")
+    WEIGHT_INITIALIZERS.register_module("Pretrained", module=LoadedLikeLoadFrom, force=True)
+    try:
+        yield
+    finally:
+        WEIGHT_INITIALIZERS.register_module("Pretrained", module=original, force=True)
+
+
+def initialise(model: nn.Module, *, load_pretrained: LoadPretrained | None = None) -> None:
     """``model.init_weights()`` when it has one; raise if an initialiser failed.
+
+    Parameters
+    ----------
+    model:
+        The model, holding whole tensors (not shards, not partitions).
+    load_pretrained:
+        What a ``Pretrained`` ``init_cfg`` loads its checkpoint with (the run's
+        weight loader, :func:`flexgraph.training.checkpoint.load_pretrained`);
+        ``None`` keeps MMEngine's.
 
     Raises
     ------
     InitWeightsError
         A parameter's copy raised inside an initialiser (MMEngine logs it and
         goes on).
+    CheckpointError
+        A ``Pretrained`` checkpoint cannot be loaded (from ``load_pretrained``).
     """
     if not callable(getattr(model, "init_weights", None)):
         return
-    with _failed_copies() as copies:
+    with _failed_copies() as copies, _pretrained_loaded_by(load_pretrained):
         model.init_weights()
     if copies.failed:
         name, error = copies.failed[0]

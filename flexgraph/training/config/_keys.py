@@ -16,7 +16,6 @@ most likely a typo (``param_schedular``).
 from __future__ import annotations
 
 import difflib
-import os
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -97,12 +96,11 @@ _LOOP_TYPES = {"val_cfg": "ValLoop", "test_cfg": "TestLoop"}
 _TYPO_CUTOFF = 0.85  # difflib ratio: 'param_schedular' ~ 0.93, 'train_pipeline' < 0.7
 
 
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
+    """One message per config key flexgraph does not act on, naming the key and why.
 
-
-def unused_keys(cfg: Any) -> Iterator[str]:
-    """One message per config key flexgraph does not act on, naming the key and why."""
+    ``world_size`` is the run's: some keys matter only with several processes.
+    """
     for key in cfg:
         value = cfg.get(key)
         if key in NOT_ACTED_ON and value not in (None, False, {}, []):
@@ -120,7 +118,7 @@ def unused_keys(cfg: Any) -> Iterator[str]:
         if not isinstance(options, Mapping):
             continue
         for option in options:
-            if option in rules["acted"] or _acted_conditionally(name, option, options):
+            if option in rules["acted"] or _acted_conditionally(name, option, world_size):
                 continue
             yield f"config key '{name}.{option}' is not used by flexgraph: {rules['why']}"
         loop = _LOOP_TYPES.get(name)
@@ -142,9 +140,9 @@ def _conditional(cfg: Any) -> Iterator[str]:
                "in optim_wrapper yourself")
 
 
-def _acted_conditionally(name: str, option: str, options: Mapping[str, Any]) -> bool:
+def _acted_conditionally(name: str, option: str, world_size: int) -> bool:
     """``env_cfg.dist_cfg`` only matters in a distributed run, as in MMEngine."""
-    return name == "env_cfg" and option == "dist_cfg" and _world_size() == 1
+    return name == "env_cfg" and option == "dist_cfg" and world_size == 1
 
 
 def _hook_options(cfg: Any) -> Iterator[str]:
@@ -161,9 +159,9 @@ def _hook_options(cfg: Any) -> Iterator[str]:
                 yield f"config key 'default_hooks.{key}.{option}' is not used by flexgraph: {why}"
 
 
-def warn_unused_keys(cfg: Any) -> None:
+def warn_unused_keys(cfg: Any, *, rank: int = 0, world_size: int = 1) -> None:
     """Warn (:class:`UnusedConfigWarning`) about each unused key, on rank 0 only."""
-    if cfg is None or not hasattr(cfg, "get") or int(os.environ.get("RANK", "0")) != 0:
+    if cfg is None or not hasattr(cfg, "get") or rank != 0:
         return
-    for message in unused_keys(cfg):
+    for message in unused_keys(cfg, world_size=world_size):
         warnings.warn(message, UnusedConfigWarning, stacklevel=3)

@@ -55,6 +55,28 @@ class TrainSchedule:
     in epoch mode) so that progress, ETA and gradient accumulation work the same
     in both modes. An iteration loop is one epoch to hooks and schedulers, as in
     MMEngine: its ``max_epochs`` is 1 however many passes it makes.
+
+    :func:`train_schedule` reads one from ``cfg.train_cfg``.
+
+    Parameters
+    ----------
+    by_epoch : bool
+        Epoch-based (``EpochBasedTrainLoop``) or iteration-based
+        (``IterBasedTrainLoop``).
+    max_epochs, max_iters : int
+        The run's length in both units.
+    epoch_length : int
+        Batches per pass over the train dataloader (0 when it has no ``len()``).
+    val_interval, val_begin : int
+        Validate every ``val_interval`` epochs (or iterations) from
+        ``val_begin``, and at the end.
+
+    Examples
+    --------
+    >>> schedule = TrainSchedule(by_epoch=True, max_epochs=5, max_iters=50,
+    ...                          epoch_length=10, val_interval=2, val_begin=1)
+    >>> [epoch for epoch in range(1, 6) if schedule.val_due_after_epoch(epoch)]
+    [2, 4, 5]
     """
 
     by_epoch: bool
@@ -168,6 +190,36 @@ class CheckpointPolicy:
     inferred from ``greater_keys`` / ``less_keys`` when the config gives none.
     ``published_keys`` makes the last and best checkpoints published after
     training (only those entries, named with a content hash).
+
+    :func:`checkpoint_policy` reads one from ``default_hooks.checkpoint``.
+
+    Parameters
+    ----------
+    enabled : bool
+        ``False`` never saves.
+    interval : int
+        Save every ``interval`` epochs (or iterations); ``<= 0`` never.
+    by_epoch : bool
+        Count ``interval`` and ``save_begin`` in epochs, else in iterations.
+    keep_last : int
+        Checkpoints to keep (MMEngine's ``max_keep_ckpts``); ``-1`` keeps all.
+    save_last : bool
+        Also save after the last epoch (or iteration).
+    save_begin : int
+        The first count at which an interval save can fall.
+    save_best, rules : tuple
+        Metrics that keep a ``best_*`` checkpoint, and their comparisons.
+    greater_keys, less_keys : tuple of str
+        Metric name parts from which an ``'auto'`` rule is inferred.
+    published_keys : tuple of str, optional
+        Checkpoint entries kept in the published checkpoints; ``None``
+        publishes nothing.
+
+    Examples
+    --------
+    >>> policy = CheckpointPolicy(interval=500, by_epoch=False, keep_last=3)
+    >>> [n for n in (499, 500, 1000, 1200) if policy.due_after_iter(n, max_iters=1200)]
+    [500, 1000, 1200]
     """
 
     enabled: bool = True

@@ -11,6 +11,24 @@ in ``WIDTH`` columns and one item per line otherwise. Anything else (a class
 or function object, as a lazy-import config holds; a non-finite float; a key
 that is not a string) is left to ``Config.dump``: :func:`write_config` falls
 back to it.
+
+Every key reads back as it was, whatever its spelling:
+
+* a key that is not a plain ASCII identifier, or is a keyword (``'º'``, which
+  Python would read as ``o``; ``'a b'``; ``'class'``; ``'None'``), is spelled as
+  a string: ``{'class': ...}`` inside a value, ``globals()['a b'] = ...`` at the
+  top level, where ``Config.fromfile`` keeps whatever the file's globals hold;
+* a string that holds ``{{`` (a key or a value) spells its braces as ``\\x7b``:
+  ``Config.fromfile`` substitutes ``{{ fileDirname }}``, ``{{$VAR:default}}``
+  and ``{{_base_.name}}`` anywhere in the file's text;
+* a top-level key named ``dict`` or ``globals`` would hide the builtin the
+  other statements call: the file then spells dicts as ``{...}``, and keys
+  after ``globals`` through ``(lambda: None).__globals__``.
+
+No file can hold a top-level key that ``Config.fromfile`` drops or acts on
+(one starting with ``__``, ``_base_``, ``_deprecation_``) or that ``Config``
+refuses (``filename``, ``text``, ``pretty_text``, ``env_variables``):
+:func:`config_text` and :func:`write_config` raise a ``ConfigError`` naming it.
 """
 
 from __future__ import annotations
@@ -21,22 +39,33 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from flexgraph.training.errors import ConfigError
+
 __all__ = ["WIDTH", "config_text", "write_config"]
 
 WIDTH = 79
 """Columns a one-line value may take, as yapf's style in MMEngine's dump."""
 
-_ATOMS = (str, bool, int, type(None))
+_ATOMS = (bool, int, type(None))
+
+_UNWRITABLE = frozenset({
+    "_base_", "_deprecation_",  # mmengine.config.config's BASE_KEY, DEPRECATION_KEY
+    "filename", "text", "pretty_text", "env_variables",  # and its RESERVED_KEYS
+})
+"""Top-level keys that ``Config.fromfile`` acts on or ``Config`` refuses."""
 
 
 class _NotLiteral(Exception):
     """A value that has no literal spelling (the caller falls back to ``Config.dump``)."""
 
 
-def _spell(value: Any, indent: int, start: int, tail: int = 1) -> str:
+def _spell(value: Any, indent: int, start: int, tail: int = 1, calls: bool = True) -> str:
     """``value`` as Python source, starting at column ``start`` of a line indented by
     ``indent`` (where its continuation lines go), ``tail`` characters before the end of
-    its line (an item's comma)."""
+    its line (an item's comma); dicts as ``dict(...)`` calls where ``calls`` and their
+    keys allow."""
+    if isinstance(value, str):
+        return _string(value)
     if isinstance(value, _ATOMS):
         return repr(value)
     if isinstance(value, float):
@@ -47,15 +76,18 @@ def _spell(value: Any, indent: int, start: int, tail: int = 1) -> str:
     if isinstance(value, dict):
         if not all(isinstance(key, str) for key in value):
             raise _NotLiteral(value)
-        if all(_is_name(key) for key in value):
-            items = [f"{key}={_spell(item, inner, inner + len(key) + 1)}"
+        if calls and all(_is_name(key) for key in value):
+            items = [f"{key}={_spell(item, inner, inner + len(key) + 1, calls=calls)}"
                      for key, item in value.items()]
             return _enclose("dict(", items, ")", indent, start + tail)
-        items = [f"{key!r}: {_spell(item, inner, inner + len(repr(key)) + 2)}"
-                 for key, item in value.items()]
+        items = []
+        for key, item in value.items():
+            spelled = _string(key)
+            items.append(f"{spelled}: "
+                         f"{_spell(item, inner, inner + len(spelled) + 2, calls=calls)}")
         return _enclose("{", items, "}", indent, start + tail)
     if isinstance(value, (list, tuple)):
-        items = [_spell(item, inner, inner) for item in value]
+        items = [_spell(item, inner, inner, calls=calls) for item in value]
         if isinstance(value, list):
             return _enclose("[", items, "]", indent, start + tail)
         if len(items) == 1:
@@ -64,14 +96,37 @@ def _spell(value: Any, indent: int, start: int, tail: int = 1) -> str:
     raise _NotLiteral(value)
 
 
-def _is_name(key: str) -> bool:
-    """Whether ``key`` reads back as itself when spelled ``dict(key=...)``.
+def _string(text: str) -> str:
+    """``text`` as a string literal that ``Config.fromfile`` reads back unchanged.
 
-    Python reads identifiers in NFKC form, so a key such as ``'ª'`` (which
-    normalises to ``'a'``) must be spelled as a string, ``{'ª': ...}``.
+    It substitutes ``{{ ... }}`` templates in the file's text before it runs the
+    file; a ``{`` is never part of an escape in ``repr``, so each one can be spelled
+    ``\\x7b`` instead.
     """
-    return (key.isidentifier() and not keyword.iskeyword(key)
-            and unicodedata.normalize("NFKC", key) == key)
+    spelled = repr(text)
+    return spelled.replace("{", "\\x7b") if "{{" in spelled else spelled
+
+
+def _is_name(key: str) -> bool:
+    """Whether ``key`` reads back as itself when spelled ``dict(key=...)`` or ``key = ...``.
+
+    Only plain ASCII identifiers do: Python reads identifiers in NFKC form, so
+    ``'º'`` would read back as ``'o'``; keywords (``'class'``, ``'None'``) and
+    ``'__debug__'`` are syntax errors there.
+    """
+    return (key.isascii() and key.isidentifier() and not keyword.iskeyword(key)
+            and key != "__debug__")
+
+
+def _check_top_level(key: Any) -> None:
+    """Raise ``ConfigError`` for a top-level key that no config file can hold."""
+    if isinstance(key, str) and (key.startswith("__") or key in _UNWRITABLE):
+        why = ("Config.fromfile drops top-level keys that start with '__'"
+               if key.startswith("__") else
+               "Config reserves it" if key not in ("_base_", "_deprecation_") else
+               "Config.fromfile reads it as an instruction, not as a setting")
+        raise ConfigError(f"the config's top-level key {key!r} cannot be written to "
+                          f"config.py: {why}; rename it or move it into a section")
 
 
 def _enclose(opening: str, items: list[str], closing: str, indent: int, taken: int) -> str:
@@ -86,22 +141,50 @@ def _enclose(opening: str, items: list[str], closing: str, indent: int, taken: i
 
 def config_text(cfg: Any) -> str | None:
     """The config (an mmengine ``Config``) as runnable Python, or ``None`` when some
-    value has no literal spelling."""
+    value has no literal spelling.
+
+    Raises ``ConfigError`` for a top-level key that no config file can hold.
+    """
+    tree = cfg.to_dict()
+    for key in tree:
+        _check_top_level(key)
+    calls = "dict" not in tree  # a top-level `dict = ...` hides the builtin
+    globals_ = "globals()"
     statements = []
     try:
-        for key, value in cfg.to_dict().items():
-            if not _is_name(key):
+        for key, value in tree.items():
+            if not isinstance(key, str):
                 raise _NotLiteral(key)
-            statements.append(f"{key} = {_spell(value, 0, len(key) + 3, tail=0)}\n")
+            target = key if _is_name(key) else f"{globals_}[{_string(key)}]"
+            spelled = _spell(value, 0, len(target) + 3, tail=0, calls=calls)
+            statements.append(f"{target} = {spelled}\n")
+            if key == "globals":  # the builtin is hidden from here on
+                globals_ = "(lambda: None).__globals__"
     except _NotLiteral:
         return None
     return "".join(statements)
 
 
 def write_config(cfg: Any, path: str | Path) -> None:
-    """Write ``cfg`` to ``path`` as :func:`config_text` spells it, else with ``Config.dump``."""
+    """Write ``cfg`` to ``path`` as :func:`config_text` spells it, else with ``Config.dump``.
+
+    Raises ``ConfigError`` for a top-level key that no config file can hold, and, in
+    a config that only ``Config.dump`` spells, for one that its ``key = ...`` would
+    not read back (``a b``, ``class``, ``º``) or ``dict`` (which would hide the
+    builtin its other statements call).
+    """
     text = config_text(cfg)
-    if text is None:
-        cfg.dump(str(path))
-    else:
+    if text is not None:
         Path(path).write_text(text, encoding="utf-8")
+        return
+    for key in cfg.to_dict():
+        if isinstance(key, str) and not (
+                key.isidentifier() and not keyword.iskeyword(key) and key != "dict"
+                and unicodedata.normalize("NFKC", key) == key):
+            raise ConfigError(
+                f"the config's top-level key {key!r} cannot be written to config.py: "
+                "the config holds a value that only Config.dump spells (an object, a "
+                "non-finite float, a key that is not a string), and Config.dump writes "
+                "each top-level key as an assignment, which would not read back as "
+                "this key (or, for 'dict', would hide the builtin the others call)")
+    cfg.dump(str(path))

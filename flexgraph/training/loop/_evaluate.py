@@ -20,7 +20,7 @@ from flexgraph.training.components import make_eval_step
 from flexgraph.training.config import build_from_cfg
 from flexgraph.training.errors import EmptyDatasetError
 from flexgraph.training.loop._hooks import Hooks
-from flexgraph.training.runtime import Env
+from flexgraph.training.runtime import Env, world_size
 
 __all__ = ["build_evaluator", "run_evaluation"]
 
@@ -45,10 +45,9 @@ def build_evaluator(cfg: Any, *, what: str = "val_evaluator") -> Evaluator | Non
 
 
 def _mean_across_ranks(total: torch.Tensor, count: int) -> float:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if world_size() > 1:
         packed = torch.stack([total.float(), torch.tensor(float(count), device=total.device)])
-        dist.all_reduce(packed)
+        torch.distributed.all_reduce(packed)
         total, count = packed[0], int(packed[1].item())
     return float(total.item()) / count
 

@@ -62,6 +62,7 @@ from flexgraph.training.config import (
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.loop._checkpoint_hook import BuiltinCheckpointHook
 from flexgraph.training.output import active_record, console_logger
+from flexgraph.training.runtime import launch_rank, launch_world_size, this_rank, world_size
 
 __all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks",
            "build_visualizer", "share_dataset_meta"]
@@ -116,6 +117,42 @@ class RunnerView:
     ``load_checkpoint``, the rest when ``train`` starts); the loop updates
     ``epoch`` and ``iter`` as plain attribute stores, so reading them costs a hook
     nothing and keeping them current costs the loop next to nothing.
+
+    :func:`build_hooks` makes the run's view; a step reaches it as
+    ``hooks.runner``.
+
+    Parameters
+    ----------
+    cfg : mmengine.Config or mapping
+        The run's config (``runner.cfg``).
+    work_dir : str
+        The run's work_dir; ``log_dir`` starts as the same and becomes this
+        run's timestamped folder when ``flexgraph run`` keeps a record.
+    timestamp : str
+        The run's ``%Y%m%d_%H%M%S`` start time, as MMEngine's.
+    logger : mmengine.logging.MMLogger
+    message_hub : mmengine.logging.MessageHub
+        Where the loop's scalars and the runtime info (best scores) go.
+
+    Attributes
+    ----------
+    model, optim_wrapper, param_schedulers
+        The run's model (the user's module may sit inside a wrapper), its
+        optimizer wrapper and schedulers, once built.
+    train_dataloader, val_dataloader, test_dataloader, val_evaluator, test_evaluator
+        ``None`` until the loop or an entry point sets them.
+    epoch, iter : int
+        MMEngine's counters (see the module docstring).
+    max_epochs, max_iters, val_interval, val_begin : int
+        The schedule, set when training starts.
+    seed : int or None
+        MMEngine's ``runner.seed``: the run's seed, plus the rank under
+        ``diff_rank_seed`` (:attr:`~flexgraph.training.Env.rank_seed`).
+    experiment_name : str
+        ``{experiment_name}_{timestamp}``, with the config file's stem for a
+        missing ``experiment_name`` (the timestamp alone without either).
+    hooks : Hooks
+        The dispatcher this view belongs to.
     """
 
     def __init__(self, cfg: Any, *, work_dir: str, timestamp: str,
@@ -169,17 +206,16 @@ class RunnerView:
     @property
     def rank(self) -> int:
         """Global rank (0 without a process group)."""
-        dist = torch.distributed
-        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        return this_rank()
 
     @property
     def world_size(self) -> int:
         """Number of processes (1 without a process group)."""
-        dist = torch.distributed
-        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        return world_size()
 
     @property
     def distributed(self) -> bool:
+        """Whether more than one process runs."""
         return self.world_size > 1
 
     @property
@@ -213,6 +249,25 @@ class Hooks:
     methods; the loop iterates it directly on hot paths
     (``for fn in hooks.after_train_iter: fn(runner, batch_idx=..., ...)``) and
     uses :meth:`call` elsewhere.
+
+    :func:`build_hooks` builds the run's from its config (the ``build_hooks``
+    step); steps and the loop receive it as the ``hooks`` artifact.
+
+    Parameters
+    ----------
+    hooks : iterable
+        MMEngine ``Hook`` instances, or any objects with methods named after
+        hook points. They are sorted by ``priority`` (a name such as
+        ``'NORMAL'``, a ``Priority`` member, or an int from 0 to 100; ``NORMAL``
+        when unset), stably: equal priorities keep their given order.
+    runner : RunnerView
+        What the hooks receive as ``runner``; it gets this object as its
+        ``hooks``.
+
+    Raises
+    ------
+    ConfigError
+        A hook's ``priority`` is none of those.
     """
 
     def __init__(self, hooks: Iterable[Any], runner: RunnerView) -> None:
@@ -242,7 +297,16 @@ class Hooks:
         return all(getattr(fn, "__self__", None) in builtin for fn in getattr(self, point))
 
     def call(self, point: str, **kwargs: Any) -> None:
-        """Fire one hook point with MMEngine's keyword arguments."""
+        """Fire one hook point with MMEngine's keyword arguments.
+
+        Parameters
+        ----------
+        point : str
+            One of :data:`HOOK_POINTS`.
+        **kwargs
+            Passed to every hook after ``runner`` (``batch_idx=...``,
+            ``checkpoint=...``, ``metrics=...``).
+        """
         runner = self.runner
         for fn in getattr(self, point):
             fn(runner, **kwargs)
@@ -250,10 +314,11 @@ class Hooks:
     def start_run(self) -> None:
         """Fire ``before_run`` once per run, before any other hook point.
 
-        Loading a checkpoint happens in graph steps that precede the loop, and
-        hooks such as EMA set up state in ``before_run`` that their
-        ``after_load_checkpoint`` needs; so whichever step fires first starts the
-        run, as MMEngine's Runner fires ``before_run`` before loading.
+        Loading ``load_from`` weights and restoring a checkpoint to resume
+        happen in graph steps that precede the loop, and hooks such as EMA set
+        up state in ``before_run`` that their ``after_load_checkpoint`` needs;
+        so whichever step fires first starts the run, as MMEngine's Runner
+        fires ``before_run`` before loading.
         """
         if not self._run_started:
             self._run_started = True
@@ -382,7 +447,7 @@ def build_hooks(cfg: Any) -> Hooks:
     does not act on are reported here, once per run (rank 0). The runner view
     comes first: hooks look up its message hub and visualizer when built.
     """
-    warn_unused_keys(cfg)
+    warn_unused_keys(cfg, rank=launch_rank(), world_size=launch_world_size())
     runner = _runner_view(cfg)
     hooks = []
     for key, hook_cfg in _default_hooks(cfg).items():
@@ -545,10 +610,7 @@ def _free_name(name: str, run_number: int) -> str:
 
 def _is_rank_zero() -> bool:
     """Rank 0 of the process group, or of the launch when there is none yet."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank() == 0
-    return int(os.environ.get("RANK", "0")) == 0
+    return launch_rank() == 0
 
 
 def _backends(visualizer: Any) -> list[Any]:

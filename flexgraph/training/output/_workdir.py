@@ -8,7 +8,7 @@ here and show only errors::
     work_dir/
       <timestamp>/              one folder per run (a resumed run gets its own)
         <timestamp>.log         the run's whole log, MMEngine's INFO lines included
-        config.py               the resolved config, runnable (see config_file.py)
+        config.py               the resolved config, runnable (see config.write_config)
         plan.json               the plan that ran, as `flexgraph plan --format json`
         vis_data/               the visualizer's backends (TensorBoard, what hooks draw)
       metrics.jsonl             per iteration and per evaluation (a resume continues it)

@@ -3,7 +3,9 @@
 :class:`Env` (device, rank, world size, seed) is built once by the strategy's
 ``setup_env`` step; :func:`setup_process_group` joins torch.distributed. The RNG
 helpers capture and restore this process's random streams; the meta-device
-helpers build and materialize models whose weights do not exist yet.
+helpers build and materialize models whose weights do not exist yet; the
+process-group helpers answer rank, world size and "is a group up" for code
+that has no Env, and let rank 0 act for every rank.
 """
 
 from flexgraph.training.runtime._distributed import leave_process_group, setup_process_group
@@ -14,6 +16,17 @@ from flexgraph.training.runtime._env import (
     rank_seed,
     return_freed_memory,
     seed_everything,
+)
+from flexgraph.training.runtime._group import (
+    barrier,
+    broadcast_from_rank0,
+    first_error_of_all_ranks,
+    group_is_up,
+    launch_rank,
+    launch_world_size,
+    rank0_does,
+    this_rank,
+    world_size,
 )
 from flexgraph.training.runtime._materialize import (
     materialize_module,
@@ -26,17 +39,26 @@ from flexgraph.training.runtime._rng import capture_rng, gather_rng_states, rest
 __all__ = [
     "DEFAULT_MMAP_THRESHOLD",
     "Env",
+    "barrier",
+    "broadcast_from_rank0",
     "capture_rng",
+    "first_error_of_all_ranks",
     "gather_rng_states",
+    "group_is_up",
+    "launch_rank",
+    "launch_world_size",
     "leave_process_group",
     "make_env",
     "materialize_module",
     "meta_parameters",
     "parameters_on_meta",
+    "rank0_does",
     "rank_seed",
     "restore_rng",
     "return_freed_memory",
     "seed_everything",
     "setup_process_group",
+    "this_rank",
     "uninitialised_parameters",
+    "world_size",
 ]

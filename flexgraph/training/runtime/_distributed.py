@@ -64,6 +64,8 @@ def leave_process_group() -> None:
     """
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
+    from flexgraph.training.runtime._group import group_is_up
+
+    if group_is_up():
         dist.barrier()
         dist.destroy_process_group()

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from flexgraph.training.runtime._group import world_size
+
 __all__ = ["capture_rng", "gather_rng_states", "restore_rng"]
 
 
@@ -52,9 +54,8 @@ def gather_rng_states(mine: dict[str, Any] | None = None) -> list[dict[str, Any]
     collective: with a process group, every rank must call it.
     """
     mine = capture_rng() if mine is None else mine
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if world_size() == 1:
         return [mine]
-    states: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(states, mine)
+    states: list[Any] = [None] * world_size()
+    torch.distributed.all_gather_object(states, mine)
     return states

@@ -1,0 +1,199 @@
+"""Reading ``torch.distributed.checkpoint`` (DCP) directories safely, and their weights.
+
+DCP's own reader unpickles a checkpoint's ``.metadata`` file and ``torch.load``-s
+non-tensor items with ``weights_only=False``; here the metadata goes through an
+unpickler that only admits DCP's metadata classes, and every other item through
+``weights_only=True``. :func:`dcp_problem` says in one line what is wrong with
+a damaged directory (no ``.metadata``, a shard missing or shorter than the
+metadata says) without reading the shards.
+
+:func:`load_dcp_weights` loads a DCP checkpoint's model weights into any model
+torch's ``state_dict`` API understands, whole or sharded: DCP reshards on load,
+so a whole model (single device, DDP) reads every shard, and an FSDP2 model
+reads only its own.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
+
+from flexgraph.training.checkpoint._files import file_problem
+from flexgraph.training.checkpoint._weights import WeightsLoaded
+from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
+
+__all__ = ["EXTRA_NAME", "SafeReader", "dcp_load", "dcp_problem", "load_dcp_weights"]
+
+EXTRA_NAME = "extra.pth"
+
+
+_METADATA_MODULES = ("torch.distributed.checkpoint.metadata",)
+_METADATA_NAMES = {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch.serialization", "_get_layout"),
+    ("torch", "Size"),
+    ("collections", "OrderedDict"),
+    *(("pathlib", n) for n in ("Path", "PosixPath", "WindowsPath", "PurePosixPath",
+                               "PureWindowsPath")),
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Admits DCP's metadata classes, torch dtypes and paths; refuses everything else."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        allowed = module in _METADATA_MODULES or (module, name) in _METADATA_NAMES
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            allowed = True
+        if not allowed:
+            raise UnsafeCheckpointError(
+                f"refused to read DCP metadata: it asks for {module}.{name}, which a "
+                f"checkpoint written by torch.distributed.checkpoint never holds")
+        return super().find_class(module, name)
+
+
+class SafeReader(FileSystemReader):
+    """DCP's file reader with the metadata read through :class:`_MetadataUnpickler`."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.distributed.checkpoint.metadata import StorageMeta
+
+        path = self._get_metadata_path(kwargs.get("rank"))
+        try:
+            with self.fs.create_stream(path, "rb") as f:
+                metadata = _MetadataUnpickler(f).load()
+        except UnsafeCheckpointError:
+            raise
+        except Exception as exc:  # a truncated or corrupt pickle fails in many ways
+            raise CheckpointError(
+                f"sharded checkpoint {str(self.path)!r} is corrupt: its .metadata cannot be "
+                f"read ({type(exc).__name__}: {str(exc).strip()[:160]})") from exc
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class _SafePlanner(DefaultLoadPlanner):
+    """DCP's load planner with non-tensor items read by ``torch.load(weights_only=True)``."""
+
+    def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+        loaded = torch.load(value, weights_only=True)
+        if self.flatten_state_dict:
+            from torch.distributed.checkpoint._traverse import set_element
+
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = loaded
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The first rank's own error inside DCP's ``CheckpointException`` (else ``exc``)."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        first = failures[min(failures)]
+        return first[0] if isinstance(first, tuple) else first
+    return exc
+
+
+def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        dcp.load(state, storage_reader=SafeReader(path),
+                 planner=_SafePlanner(allow_partial_load=partial))
+    except (CheckpointException, Exception) as exc:  # DCP wraps each rank's failure
+        cause = _root_cause(exc)
+        if isinstance(cause, CheckpointError):  # ours, already naming the file
+            raise type(cause)(str(cause)) from exc
+        text = str(cause).strip()
+        first = text.splitlines()[0][:160] if text else ""
+        raise CheckpointError(f"cannot load the sharded checkpoint {str(path)!r}: "
+                              f"{type(cause).__name__}: {first}") from exc
+
+
+def _shard_problem(path: Path, metadata: Any) -> str | None:
+    """A shard file that is missing or shorter than the metadata says, by name."""
+    needed: dict[str, int] = {}
+    for info in getattr(metadata, "storage_data", {}).values():
+        end = int(info.offset) + int(info.length)
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, size in sorted(needed.items()):
+        shard = path / name
+        if not shard.is_file():
+            return f"sharded checkpoint {str(path)!r} is incomplete: its shard {name} is missing"
+        actual = shard.stat().st_size
+        if actual < size:
+            return (f"sharded checkpoint {str(path)!r} is truncated: its shard {name} has "
+                    f"{actual} bytes, its .metadata says at least {size}")
+    return None
+
+
+def dcp_problem(path: Path, *, need_extra: bool = True) -> str | None:
+    """What keeps ``path`` from being a whole sharded checkpoint, or ``None``.
+
+    Reads ``.metadata`` (small) and the shards' sizes, never the shards.
+    ``need_extra=False`` accepts a DCP checkpoint without flexgraph's
+    ``extra.pth`` (one written by another tool, fine for ``load_from``).
+    """
+    shown = str(path)
+    if not path.exists():
+        return f"sharded checkpoint {shown!r} does not exist"
+    if not path.is_dir():
+        return (f"checkpoint {shown!r} is a file, but this strategy's checkpoints are sharded "
+                f"(.dcp directories written by torch.distributed.checkpoint); use one of "
+                f"those, or state_dict_cfg='full' for one-file checkpoints")
+    if not (path / ".metadata").is_file():
+        return (f"{shown!r} is not a sharded checkpoint: it has no .metadata (a directory "
+                f"of another kind, or a save that was interrupted)")
+    try:
+        metadata = SafeReader(path).read_metadata()
+    except CheckpointError as exc:
+        return str(exc)
+    problem = _shard_problem(path, metadata)
+    if problem is None and need_extra:
+        extra = path / EXTRA_NAME
+        if not extra.exists():
+            return (f"sharded checkpoint {shown!r} has no {EXTRA_NAME} (flexgraph's loop "
+                    f"state): written by another tool, or its save was interrupted; it can "
+                    f"seed weights (load_from) but not resume")
+        problem = file_problem(extra, verify=False)
+    return problem
+
+
+
+def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
+    """Load the model weights of the DCP checkpoint ``path`` into ``model``.
+
+    Partially, as ``load_from`` allows (the checkpoint may lack some of the
+    model's keys, which are returned as missing); every rank reads what it holds.
+    """
+    problem = dcp_problem(path, need_extra=False)
+    if problem is not None:
+        raise CheckpointError(problem)
+    metadata = SafeReader(path).read_metadata()
+    saved = {key.removeprefix("state_dict.") for key in metadata.state_dict_metadata
+             if key.startswith("state_dict.")}
+    current = get_model_state_dict(model)
+    wanted = {k: v for k, v in current.items() if k in saved}
+    if not wanted:
+        raise CheckpointError(
+            f"none of the weights in {str(path)!r} match a parameter of "
+            f"{type(model).__name__}; is it the right checkpoint?")
+    state = {"state_dict": wanted}
+    dcp_load(state, path, partial=True)
+    set_model_state_dict(model, state["state_dict"], options=StateDictOptions(strict=False))
+    return WeightsLoaded(missing=tuple(sorted(set(current) - set(wanted))),
+                         unexpected=tuple(sorted(saved - set(current))))

@@ -1,0 +1,109 @@
+"""Checkpoint formats, each recognised by what a path holds: never by its name.
+
+A suffix cannot say what a checkpoint is (MMEngine's ``.pth`` files, flexgraph's
+full-state ``.pth`` files and a renamed DCP directory all exist in the wild),
+and neither can "is it a directory". Each :class:`CheckpointFormat` looks at the
+content instead: the zip archive and its ``data.pkl`` that ``torch.save``
+writes, the ``.metadata`` file that ``torch.distributed.checkpoint`` writes
+last, the ``*model_states.pt`` files of a DeepSpeed tag. Every format is known
+to every strategy, so a work_dir another strategy wrote is recognised as such,
+never taken for empty.
+
+Recognising is cheap (a few bytes, a directory listing): ``--resume auto`` asks
+it of every checkpoint in a work_dir.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import attrs
+
+__all__ = [
+    "DCP_DIRECTORY",
+    "DEEPSPEED_DIRECTORY",
+    "TORCH_SAVE_FILE",
+    "CheckpointFormat",
+    "format_of",
+    "known_formats",
+    "unrecognised",
+]
+
+_KNOWN: list[CheckpointFormat] = []
+_LEGACY_TORCH_MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)[:14]
+
+
+@attrs.frozen
+class CheckpointFormat:
+    """One way a checkpoint is laid out on disk.
+
+    Parameters
+    ----------
+    name:
+        How messages name it ("a torch.save file").
+    recognise:
+        Whether a path holds this format, judged by its content.
+    """
+
+    name: str
+    recognise: Callable[[Path], bool] = attrs.field(eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        _KNOWN.append(self)
+
+
+def _is_torch_save_file(path: Path) -> bool:
+    """A zip archive with a ``data.pkl`` member, or torch's legacy (pre-1.6) pickle."""
+    if not path.is_file():
+        return False
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                return any(n == "data.pkl" or n.endswith("/data.pkl") for n in archive.namelist())
+        except (zipfile.BadZipFile, OSError):
+            return False
+    with open(path, "rb") as f:
+        return f.read(len(_LEGACY_TORCH_MAGIC)) == _LEGACY_TORCH_MAGIC
+
+
+def _is_dcp_directory(path: Path) -> bool:
+    """``torch.distributed.checkpoint``'s ``.metadata``, written once every shard is."""
+    return (path / ".metadata").is_file()
+
+
+def _is_deepspeed_directory(path: Path) -> bool:
+    """A DeepSpeed checkpoint tag: ``save_checkpoint``'s ``*model_states.pt`` files."""
+    return path.is_dir() and any(path.glob("*model_states.pt"))
+
+
+TORCH_SAVE_FILE = CheckpointFormat("a torch.save file (MMEngine's .pth)", _is_torch_save_file)
+DCP_DIRECTORY = CheckpointFormat("a torch.distributed.checkpoint directory (.metadata)",
+                                 _is_dcp_directory)
+DEEPSPEED_DIRECTORY = CheckpointFormat("a DeepSpeed checkpoint directory (*model_states.pt)",
+                                       _is_deepspeed_directory)
+
+
+def known_formats() -> tuple[CheckpointFormat, ...]:
+    """Every format declared so far (flexgraph's, and those of imported strategies)."""
+    return tuple(_KNOWN)
+
+
+def format_of(path: Path, formats: Iterable[CheckpointFormat] | None = None
+              ) -> CheckpointFormat | None:
+    """The first of ``formats`` (default: every known one) that ``path`` holds."""
+    return next((f for f in (known_formats() if formats is None else formats)
+                 if f.recognise(path)), None)
+
+
+def unrecognised(path: Path, tried: Iterable[CheckpointFormat], *, what: str) -> str:
+    """One line naming ``path``, the formats tried, and what it is when another format knows it."""
+    tried = tuple(tried)
+    names = " or ".join(f.name for f in tried)
+    other = format_of(path, [f for f in known_formats() if f not in tried])
+    if other is not None:
+        return f"{what} {str(path)!r} is {other.name}; this strategy reads {names}"
+    return (f"{what} {str(path)!r} is not a checkpoint: it is not {names}"
+            + ("" if path.exists() else " (it does not exist)"))

@@ -1,0 +1,132 @@
+"""The process group as every part of the run asks about it: once, here.
+
+Code deep in the runtime (a checkpoint IO, a metric's reduction) has no
+:class:`~flexgraph.training.runtime.Env` at hand, yet must know its rank and
+whether other ranks wait on it. These functions answer from torch.distributed
+itself, so that a world of one (no process group) and a group of N take the
+same path: without a group, this process is rank 0 of a world of one and
+every collective here is a no-op.
+
+:func:`rank0_does` is the one way a single rank does work for all: rank 0 acts
+(reads a file, say), and every rank gets the outcome. Either the result or
+rank 0's exception, raised on every rank: a rank that never learned of rank 0's
+failure would wait in the next collective forever.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+__all__ = [
+    "barrier",
+    "broadcast_from_rank0",
+    "first_error_of_all_ranks",
+    "group_is_up",
+    "launch_rank",
+    "launch_world_size",
+    "rank0_does",
+    "this_rank",
+    "world_size",
+]
+
+T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
+
+
+def group_is_up() -> bool:
+    """Whether this process has joined a torch.distributed process group."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def this_rank() -> int:
+    """This process's global rank (0 without a process group)."""
+    return torch.distributed.get_rank() if group_is_up() else 0
+
+
+def world_size() -> int:
+    """How many processes the group has (1 without one)."""
+    return torch.distributed.get_world_size() if group_is_up() else 1
+
+
+def launch_rank() -> int:
+    """The rank the launcher gave this process, before (or without) a process group."""
+    return this_rank() if group_is_up() else int(os.environ.get("RANK", "0"))
+
+
+def launch_world_size() -> int:
+    """The world size the launcher set, before (or without) a process group."""
+    return world_size() if group_is_up() else int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing to wait for without a group)."""
+    if group_is_up():
+        torch.distributed.barrier()
+
+
+def broadcast_from_rank0(obj: T) -> T:
+    """Rank 0's ``obj`` on every rank (picklable objects; ``obj`` itself without a group)."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | None:
+    """Run ``action`` on rank 0; every rank gets its result, or its exception.
+
+    Parameters
+    ----------
+    action:
+        What rank 0 does; the other ranks never call it.
+    share_result:
+        Broadcast the result to every rank (it must pickle). ``False`` keeps a
+        large result (a file's tensors) on rank 0: the others get ``None``.
+
+    Returns
+    -------
+    The action's result (on rank 0, and on every rank when ``share_result``).
+
+    Raises
+    ------
+    Exception
+        Whatever ``action`` raised on rank 0, raised on every rank.
+    """
+    result: T | None = None
+    error: BaseException | None = None
+    if this_rank() == 0:
+        try:
+            result = action()
+        except Exception as exc:  # every rank must learn it, or the others wait forever
+            error = exc
+    if world_size() == 1:
+        if error is not None:
+            raise error
+        return result
+    error, shared = broadcast_from_rank0((error, result if share_result else None))
+    if error is not None:
+        raise error
+    return result if this_rank() == 0 else shared
+
+
+def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E | None:
+    """The lowest rank's error, on every rank (``None`` when every rank succeeded).
+
+    For work every rank does on its own (each reads its shards): the ranks
+    agree on the outcome, so none goes on to a collective the others skip. A
+    rank that failed raises its own exception; the others raise ``kind(message)``
+    with the lowest failing rank's message. A collective: every rank calls it.
+    """
+    if world_size() == 1:
+        return error
+    messages: list[str | None] = [None] * world_size()
+    torch.distributed.all_gather_object(messages, None if error is None else str(error))
+    first = next((m for m in messages if m is not None), None)
+    if first is None:
+        return None
+    return error if error is not None and str(error) == first else kind(first)

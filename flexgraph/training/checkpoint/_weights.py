@@ -145,13 +145,3 @@ def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int,
     return fitting, WeightsLoaded(missing=tuple(k for k in shapes if k not in weights),
                                   unexpected=tuple(sorted(set(weights) - set(shapes))),
                                   mismatched=mismatched)
-
-
-def _only_size_mismatches(message: str) -> tuple[str, ...] | None:
-    """The ``size mismatch`` lines of torch's ``load_state_dict`` error, or ``None``
-    when it holds any other error (which a non-strict load must not pass over)."""
-    lines = [line for line in message.splitlines()[1:] if line.strip()]
-    found = [_SIZE_MISMATCH.match(line) for line in lines]
-    if not lines or not all(found):
-        return None
-    return tuple(f"{m.group(1)}: {m.group(2)}" for m in found if m)

@@ -2,13 +2,24 @@
 
 The workload (``_tiny.py``) is deliberately tiny (an MLP step takes about a
 millisecond on one CPU thread) so that any per-iteration overhead of the
-runtime shows. Three comparisons, each flexgraph against the hand-written loop
-a user would otherwise write for the same model:
+runtime shows. It is timed in several config shapes (``_loop_shapes.py``),
+since a cost that one shape spreads thin another pays in full:
+
+* ``tiny``: 200 iterations per epoch, batch 32, hidden width 128, SGD, no
+  scheduler (the original workload);
+* ``short-epochs``: 32 iterations per epoch (512 samples, batch 16), AdamW
+  and a ``LinearLR`` stepped every iteration (``by_epoch=False``): per-epoch
+  work six times as often, and a scheduler step in every iteration;
+* ``wide``: hidden width 1024 (4 MiB weight matrices), AdamW and the same
+  scheduler: a step whose tensors and temporaries are megabytes.
+
+The comparisons, each flexgraph against the hand-written loop a user would
+otherwise write for the same model, optimizer and scheduler:
 
 * ``plain``: a plain ``nn.Module`` whose forward returns the loss. Hand:
   ``for x, y in loader: zero_grad / forward / backward / step`` plus
   ``loss.item()`` for logging, as a real hand-written loop does.
-* ``model API``: the path MMEngine users take. An MMEngine ``BaseModel``
+* ``api``: the path MMEngine users take. An MMEngine ``BaseModel``
   (data preprocessor, ``train_step``), samples as dicts collated by
   ``pseudo_collate``, an ``OptimWrapper`` and MMEngine's default hooks. Hand: a
   loop calling the same ``model.train_step(batch, optim_wrapper)`` on the same
@@ -16,6 +27,13 @@ a user would otherwise write for the same model:
 * ``terminal``: the plain comparison again with both sides under a
   pseudo-terminal, so flexgraph draws its progress bar; the CPU time of
   every thread counts.
+* ``calibrate`` / ``calibrate-api``: the plain / model-API hand loop against
+  itself, in the same shape: the method's own noise and bias there, the
+  yardstick for the other ratios of that shape.
+
+A scheduled shape's hand loops build MMEngine's ``LinearLR`` on their
+optimizer (wrapper) and step it after every iteration, as MMEngine's
+``ParamSchedulerHook`` does in flexgraph's run.
 
 flexgraph runs as ``flexgraph run cfg.py`` (the CLI's entry point, called in the measuring
 process), with a log line every 50 iterations at the INFO level, metrics.jsonl
@@ -24,33 +42,50 @@ MMEngine's default config; ``--tensorboard`` adds a ``TensorboardVisBackend``
 to flexgraph's config (the hand loops write no TensorBoard either way).
 
 Method: every measurement is a whole, fresh process (``--child``). It trains
-once to warm up, then runs the whole thing (build, then train) for
-``--epochs`` LO and for HI epochs of ``--iters`` iterations, ``--repeats``
-times each (alternating; the fastest of each counts, as interference only ever
-adds time), and reports ``(t_HI - t_LO) / ((HI - LO) * iters)``: the cost of
-one more iteration, with imports, setup and every per-run cost cancelled.
-The default, 1 and 7 epochs of 200 iterations, puts 1,200 iterations in the
-slope: the run-to-run jitter of flexgraph's setup (config, plan, work_dir
-files) weighs half what it did over the 600 of 1 and 4 epochs, while each
-epoch keeps its per-epoch work (a new data iterator, the epoch's last line).
-The two processes of a comparison run side by side: both pinned to the same
-CPU (a different one every round), each warms up, and both start timing
-together, so that they share that CPU and whatever else the machine runs on it
-(``--pairing own-cpu`` gives each its own CPU, ``sequential`` runs them one
-after the other). Each round's flexgraph/hand ratio is taken on the pair; the
-figure is the median over rounds, with the spread. Both process CPU time (less
-disturbed by other processes) and wall time are reported. Run::
+once to warm up, then runs the whole thing (build, then train) for the
+shape's LO and HI epochs, ``--repeats`` times each (alternating; the fastest
+of each counts, as interference only ever adds time), and reports
+``(t_HI - t_LO) / ((HI - LO) * iters)``: the cost of one more iteration, with
+imports, setup and every per-run cost cancelled, and each epoch's own work
+(a new data iterator, the epoch hooks, the epoch's last line) included. The
+tiny shape's 1 and 7 epochs of 200 iterations put 1,200 iterations in the
+slope; the short epochs' 3 and 23 put 640 (20 epochs' worth of per-epoch
+work), the wide model's 1 and 5 epochs of 20 iterations 80 steps of about
+9 ms. The two processes of a comparison run side by side: both pinned to the
+same CPU, each warms up, and both start timing together, so that they share
+that CPU and whatever else the machine runs on it (``--pairing own-cpu``
+gives each its own CPU, ``sequential`` runs them one after the other). As
+many pairs run at once as there are CPUs (``--jobs``; a pair takes whichever
+CPU is free, so a comparison's rounds move between CPUs). Each round's
+flexgraph/hand ratio is taken on the pair; the figure is the median over
+rounds, with the spread. Both process CPU time (less disturbed by other
+processes) and wall time are reported, per shape, and a summary puts each
+shape's ratio next to its hand loop measured against itself.
 
-    python benchmarks/loop_overhead.py [--rounds R] [--iters N] [--epochs LO,HI]
-                                       [--repeats K] [--only plain,api,terminal]
+Every child runs with glibc's heap thresholds fixed (``MALLOC_MMAP_THRESHOLD_``
+32 MiB, ``MALLOC_TRIM_THRESHOLD_`` 256 MiB; ``--glibc-heap adaptive`` leaves
+glibc's own). glibc's adaptive thresholds depend on the order of earlier frees,
+so the wide model's hand loop took 11 ms an iteration in one run and 17 ms in
+the next of the same process (200 against 1,800 page faults an iteration),
+which no number of rounds averages out. A runtime that sets the allocator
+itself (``mallopt``) still differs from the hand loop, as it would in a user's
+process. The defaults (5 rounds, 2 pairs at once) take about five minutes on
+two cores. Run::
+
+    python benchmarks/loop_overhead.py [--rounds R] [--shapes tiny,short-epochs,wide]
+                                       [--only plain,api,terminal,calibrate,calibrate-api]
+                                       [--iters N] [--epochs LO,HI] [--repeats K] [--jobs J]
                                        [--with-mmengine] [--tensorboard]
 
-``--with-mmengine`` adds MMEngine's ``FlexibleRunner`` on the model-API config.
+``--iters`` and ``--epochs`` replace every chosen shape's own; ``--only``
+replaces each shape's default comparisons. ``--with-mmengine`` adds MMEngine's
+``FlexibleRunner`` on each shape's model-API config.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import json
 import os
@@ -74,35 +109,62 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import _tiny  # noqa: E402 (this folder is on sys.path when run as a script)
-from _tiny import BATCH, TinyData, TinyMLP  # noqa: E402
+from _loop_shapes import (  # noqa: E402
+    SHAPES,
+    Shape,
+    build_optimizer,
+    build_schedulers,
+    mlp,
+    optimizer_cfg,
+    scheduler_cfg,
+    shape_named,
+)
+from _tiny import TinyData  # noqa: E402
 
-ROUNDS = 8
+ROUNDS = 5
 _TENSORBOARD_ENV = "LOOP_OVERHEAD_TENSORBOARD"  # --tensorboard, as the children see it
 TIMEOUT_S = 600  # per child: a hung child fails the benchmark instead of hanging it
+GOAL = 1.03  # flexgraph / hand, CPU time, median over rounds, in every shape
 # The comparisons: name -> (hand variant, flexgraph variant, under a pseudo-terminal)
 COMPARISONS = {
     "plain": ("hand-plain", "flexgraph-plain", False),
     "api": ("hand-api", "flexgraph-api", False),
     "terminal": ("hand-plain", "flexgraph-plain", True),
-    # the hand loop against itself: the method's own noise and bias on this machine
+    # the hand loops against themselves: the method's own noise and bias in that shape
     "calibrate": ("hand-plain", "hand-plain-again", False),
+    "calibrate-api": ("hand-api", "hand-api-again", False),
 }
+# glibc's heap, the same in every child (``--glibc-heap fixed``): blocks up to 32 MiB come
+# from the heap, which keeps up to 256 MiB free at its top instead of giving it back.
+FIXED_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+# Which calibration measures the hand loop of a comparison against itself.
+CALIBRATION_OF = {"hand-plain": "calibrate", "hand-api": "calibrate-api"}
 
 
-# -- the model-API workload (MMEngine's BaseModel contract) -------------------------------
+# -- the workload of a shape (both forms of the model) -------------------------------------
 
 def _register() -> None:
     """Register the workload's components in MMEngine's registries (children only)."""
     from mmengine.model import BaseModel
     from mmengine.registry import DATASETS, MODELS
 
-    class TinyBaseModel(BaseModel):
+    class LoopMLP(torch.nn.Module):
+        """The plain model: ``forward(x, y)`` returns the loss (``_tiny.TinyMLP`` at width 128)."""
+
+        def __init__(self, width: int = 128) -> None:
+            super().__init__()
+            self.net = mlp(width)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(self.net(x), y)
+
+    class LoopBaseModel(BaseModel):
         """The same MLP behind MMEngine's BaseModel contract: ``forward(inputs,
         data_samples, mode)``; lists of samples (``pseudo_collate``) are stacked."""
 
-        def __init__(self, data_preprocessor: Any = None) -> None:
+        def __init__(self, width: int = 128, data_preprocessor: Any = None) -> None:
             super().__init__(data_preprocessor=data_preprocessor)
-            self.net = _tiny.mlp()
+            self.net = mlp(width)
 
         def forward(self, inputs, data_samples, mode="tensor"):
             inputs = torch.stack(inputs) if isinstance(inputs, list) else inputs
@@ -119,14 +181,21 @@ def _register() -> None:
         def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
             return {"inputs": self.x[i], "data_samples": self.y[i]}
 
-    MODELS.register_module(module=TinyMLP, force=True)
-    MODELS.register_module(module=TinyBaseModel, force=True)
+    MODELS.register_module(module=LoopMLP, force=True)
+    MODELS.register_module(module=LoopBaseModel, force=True)
     DATASETS.register_module(module=TinyData, force=True)
     DATASETS.register_module(module=TinyDictData, force=True)
 
 
-def _config(work_dir: str, iters: int, epochs: int, api: bool) -> dict[str, Any]:
-    cfg = _tiny.config(work_dir, iters, model="TinyBaseModel" if api else "TinyMLP")
+def _config(work_dir: str, shape: Shape, epochs: int, api: bool) -> dict[str, Any]:
+    """The MMEngine-style config of ``shape``, trained for ``epochs`` epochs."""
+    cfg = _tiny.config(work_dir, shape.iters)
+    cfg["model"] = dict(type="LoopBaseModel" if api else "LoopMLP", width=shape.width)
+    cfg["train_dataloader"]["batch_size"] = shape.batch
+    cfg["train_dataloader"]["dataset"]["n"] = shape.iters * shape.batch
+    cfg["optim_wrapper"]["optimizer"] = optimizer_cfg(shape)
+    if shape.scheduler:
+        cfg["param_scheduler"] = scheduler_cfg(shape, epochs)
     cfg["train_cfg"]["max_epochs"] = epochs
     if os.environ.get(_TENSORBOARD_ENV) == "1":
         cfg["visualizer"] = dict(type="Visualizer",
@@ -144,12 +213,15 @@ def _config(work_dir: str, iters: int, epochs: int, api: bool) -> dict[str, Any]
 
 # -- one whole run of each variant (build, then train) -------------------------------------
 
-def hand_plain(iters: int, epochs: int, work_dir: str) -> None:
+def hand_plain(shape: Shape, epochs: int, work_dir: str) -> None:
+    from mmengine.registry import MODELS
+
     torch.manual_seed(0)
-    model = TinyMLP()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loader = torch.utils.data.DataLoader(TinyData(iters * BATCH), batch_size=BATCH,
-                                         shuffle=True)
+    model = MODELS.build(dict(type="LoopMLP", width=shape.width))
+    optimizer = build_optimizer(shape, model.parameters())
+    schedulers = build_schedulers(shape, optimizer, epochs)
+    loader = torch.utils.data.DataLoader(TinyData(shape.iters * shape.batch),
+                                         batch_size=shape.batch, shuffle=True)
     logged = []
     for _ in range(epochs):
         for x, y in loader:
@@ -158,19 +230,22 @@ def hand_plain(iters: int, epochs: int, work_dir: str) -> None:
             loss.backward()
             optimizer.step()
             logged.append(loss.item())
+            for scheduler in schedulers:
+                scheduler.step()
 
 
-def hand_api(iters: int, epochs: int, work_dir: str) -> None:
+def hand_api(shape: Shape, epochs: int, work_dir: str) -> None:
     from mmengine.dataset import DefaultSampler, pseudo_collate
     from mmengine.optim import OptimWrapper
     from mmengine.registry import DATASETS, MODELS
 
     torch.manual_seed(0)
-    model = MODELS.build(dict(type="TinyBaseModel"))
-    optim_wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
-    dataset = DATASETS.build(dict(type="TinyDictData", n=iters * BATCH))
+    model = MODELS.build(dict(type="LoopBaseModel", width=shape.width))
+    optim_wrapper = OptimWrapper(build_optimizer(shape, model.parameters()))
+    schedulers = build_schedulers(shape, optim_wrapper, epochs)
+    dataset = DATASETS.build(dict(type="TinyDictData", n=shape.iters * shape.batch))
     sampler = DefaultSampler(dataset, shuffle=True, seed=0)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=sampler,
+    loader = torch.utils.data.DataLoader(dataset, batch_size=shape.batch, sampler=sampler,
                                          collate_fn=pseudo_collate)
     model.train()
     logged = []
@@ -179,9 +254,11 @@ def hand_api(iters: int, epochs: int, work_dir: str) -> None:
         for batch in loader:
             log_vars = model.train_step(batch, optim_wrapper)
             logged.append(log_vars["loss"].item())
+            for scheduler in schedulers:
+                scheduler.step()
 
 
-def flexgraph_run(iters: int, epochs: int, work_dir: str, api: bool) -> None:
+def flexgraph_run(shape: Shape, epochs: int, work_dir: str, api: bool) -> None:
     """``flexgraph run cfg.py``: the CLI's own entry point, in this process.
 
     Everything a user's run does (load the config file, plan, print the plan
@@ -193,7 +270,7 @@ def flexgraph_run(iters: int, epochs: int, work_dir: str, api: bool) -> None:
 
     from flexgraph.cli.main import main as flexgraph_main
 
-    cfg = _config(work_dir, iters, epochs, api)
+    cfg = _config(work_dir, shape, epochs, api)
     cfg["log_level"] = "INFO"  # the default a user runs with: log lines are printed
     # The hand loops train on the CPU, so flexgraph must too where CUDA exists.
     cfg["strategy"] = dict(type="single", device="cpu")
@@ -203,11 +280,11 @@ def flexgraph_run(iters: int, epochs: int, work_dir: str, api: bool) -> None:
         raise RuntimeError(f"flexgraph run {path} failed")
 
 
-def mmengine_run(iters: int, epochs: int, work_dir: str) -> None:
+def mmengine_run(shape: Shape, epochs: int, work_dir: str) -> None:
     """MMEngine's FlexibleRunner (the runner flexgraph succeeds) on the model-API config."""
     from mmengine.runner import FlexibleRunner
 
-    cfg = _config(work_dir, iters, epochs, api=True)
+    cfg = _config(work_dir, shape, epochs, api=True)
     cfg["default_hooks"]["checkpoint"] = dict(type="CheckpointHook", interval=-1,
                                               save_last=False)
     FlexibleRunner(**cfg, strategy=dict(type="SingleDeviceStrategy"),
@@ -218,15 +295,15 @@ VARIANTS = {
     "hand-plain": hand_plain,
     "hand-plain-again": hand_plain,
     "hand-api": hand_api,
-    "flexgraph-plain": lambda i, e, d: flexgraph_run(i, e, d, api=False),
-    "flexgraph-api": lambda i, e, d: flexgraph_run(i, e, d, api=True),
+    "hand-api-again": hand_api,
+    "flexgraph-plain": lambda s, e, d: flexgraph_run(s, e, d, api=False),
+    "flexgraph-api": lambda s, e, d: flexgraph_run(s, e, d, api=True),
     "mmengine-api": mmengine_run,
 }
 
 
-def measure(variant: str, iters: int, epochs: tuple[int, int], repeats: int,
-          result: str, wait: bool) -> None:
-    """One measurement: warm up, then time LO and HI epochs; write the slope.
+def measure(variant: str, shape: Shape, repeats: int, result: str, wait: bool) -> None:
+    """One measurement: warm up, then time LO and HI epochs of ``shape``; write the slope.
 
     Each epoch count runs ``repeats`` times (alternating LO and HI) and keeps its
     fastest time: interference from other processes only ever adds time. With
@@ -236,20 +313,20 @@ def measure(variant: str, iters: int, epochs: tuple[int, int], repeats: int,
     torch.set_num_threads(1)  # every side alike: no OpenMP oversubscription on few cores
     _register()
     run = VARIANTS[variant]
-    times: dict[int, list[tuple[float, float]]] = {n: [] for n in epochs}
+    times: dict[int, list[tuple[float, float]]] = {n: [] for n in shape.epochs}
     with tempfile.TemporaryDirectory() as tmp:
-        run(iters, 1, f"{tmp}/warm")
+        run(shape, 1, f"{tmp}/warm")
         if wait:
             Path(f"{result}.ready").touch()
             while not Path(f"{result}.go").exists():
                 time.sleep(0.005)
         for i in range(repeats):
-            for n in epochs:
+            for n in shape.epochs:
                 wall, cpu = time.perf_counter(), time.process_time()
-                run(iters, n, f"{tmp}/run_{i}_{n}")
+                run(shape, n, f"{tmp}/run_{i}_{n}")
                 times[n].append((time.perf_counter() - wall, time.process_time() - cpu))
-    lo, hi = epochs
-    extra = (hi - lo) * iters
+    lo, hi = shape.epochs
+    extra = (hi - lo) * shape.iters
     slope = {clock: (min(t[k] for t in times[hi]) - min(t[k] for t in times[lo])) / extra * 1e3
              for k, clock in enumerate(("wall", "cpu"))}
     Path(result).write_text(json.dumps({"variant": variant, "ms_per_iter": slope,
@@ -261,17 +338,19 @@ def measure(variant: str, iters: int, epochs: tuple[int, int], repeats: int,
 class _Child:
     """One measuring process, started now, with its stdout a pipe or a pseudo-terminal."""
 
-    def __init__(self, variant: str, args: argparse.Namespace, tty: bool, tmp: str,
-                 cpu: int | None) -> None:
+    def __init__(self, variant: str, shape: Shape, args: argparse.Namespace, tty: bool,
+                 tmp: str, cpu: int | None) -> None:
         self.variant, self.tty = variant, tty
         self.result = Path(tempfile.mktemp(dir=tmp, suffix=".json"))
-        self.command = [sys.executable, __file__, "--child", variant, "--iters",
-                        str(args.iters), "--epochs", args.epochs, "--repeats",
+        lo, hi = shape.epochs
+        self.command = [sys.executable, __file__, "--child", variant, "--shapes", shape.name,
+                        "--iters", str(shape.iters), "--epochs", f"{lo},{hi}", "--repeats",
                         str(args.repeats), "--result", str(self.result)]
         if cpu is not None:  # a paired run: pinned, and timed when both are ready
             self.command += ["--cpu", str(cpu), "--wait"]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
-               _TENSORBOARD_ENV: "1" if args.tensorboard else "0"}
+               _TENSORBOARD_ENV: "1" if args.tensorboard else "0",
+               **(FIXED_HEAP if args.glibc_heap == "fixed" else {})}
         self.master = self.reader = None
         if tty:
             # A 120x40 pseudo-terminal, drained by a thread so that the child never blocks.
@@ -318,91 +397,266 @@ class _Child:
         return data["ms_per_iter"]
 
 
+class _Side:
+    """One comparison on one shape, and what its rounds measured."""
+
+    def __init__(self, shape: Shape, name: str, hand: str, other: str, tty: bool) -> None:
+        self.shape, self.name, self.hand, self.other, self.tty = shape, name, hand, other, tty
+        self.slopes: dict[str, list[dict[str, float]]] = {hand: [], other: []}
+        self.ratios: dict[str, list[float]] = {"cpu": [], "wall": []}
+
+    def record(self, got: dict[str, dict[str, float]]) -> None:
+        for variant, value in got.items():
+            self.slopes[variant].append(value)
+        for clock in ("cpu", "wall"):
+            self.ratios[clock].append(got[self.other][clock] / got[self.hand][clock])
+
+    def median_ms(self, variant: str, clock: str = "cpu") -> float:
+        return statistics.median(v[clock] for v in self.slopes[variant])
+
+    def median_ratio(self, clock: str = "cpu") -> float:
+        return statistics.median(self.ratios[clock])
+
+    @property
+    def is_calibration(self) -> bool:
+        return self.name.startswith("calibrate")
+
+    @property
+    def has_goal(self) -> bool:
+        return self.name in ("plain", "api", "terminal")
+
+
 def _spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.3f} (min {min(values):.3f}, " \
            f"max {max(values):.3f})"
 
 
+def _chosen_shapes(args: argparse.Namespace) -> list[Shape]:
+    """The ``--shapes``, with ``--iters`` / ``--epochs`` put in place of their own."""
+    shapes = []
+    for name in (n for n in args.shapes.split(",") if n):
+        shape = shape_named(name)
+        if args.iters is not None:
+            shape = dataclasses.replace(shape, iters=args.iters)
+        if args.epochs is not None:
+            lo, hi = (int(n) for n in args.epochs.split(","))
+            shape = dataclasses.replace(shape, epochs=(lo, hi))
+        shapes.append(shape)
+    return shapes
+
+
+def _sides(shapes: list[Shape], args: argparse.Namespace) -> list[_Side]:
+    """Every comparison to run: each shape's own (or ``--only``'s), plus MMEngine's if asked."""
+    only = [c for c in args.only.split(",") if c] if args.only else None
+    unknown = sorted(set(only or ()) - set(COMPARISONS))
+    if unknown:
+        raise SystemExit(f"no comparison {unknown}; the comparisons are {', '.join(COMPARISONS)}")
+    sides = []
+    for shape in shapes:
+        for name in only or shape.comparisons:
+            sides.append(_Side(shape, name, *COMPARISONS[name]))
+        if args.with_mmengine:
+            sides.append(_Side(shape, "mmengine", "hand-api", "mmengine-api", False))
+    return sides
+
+
+class _Pair:
+    """The two processes of one comparison's round, pinned to ``where`` and timed together.
+
+    Started at once; :meth:`poll` tells both to start timing when both are warm,
+    and says when both are done.
+    """
+
+    def __init__(self, side: _Side, round_: int, args: argparse.Namespace, tmp: str,
+                 where: list[int]) -> None:
+        self.side, self.round = side, round_
+        variants = [side.hand, side.other] if round_ % 2 == 0 else [side.other, side.hand]
+        self.children = [_Child(v, side.shape, args, side.tty, tmp, cpu)
+                         for cpu, v in zip(where, variants, strict=True)]
+        self.timing = False
+
+    def poll(self) -> bool:
+        """Start the timing once both are warm; whether both have finished."""
+        if not self.timing:
+            if all(proc.ready() for proc in self.children):
+                for proc in self.children:  # both warm: time them side by side
+                    proc.go()
+                self.timing = True
+            return False
+        return all(proc.process.poll() is not None for proc in self.children)
+
+    def finish(self) -> None:
+        self.side.record({proc.variant: proc.finish() for proc in self.children})
+
+
+def _slots(args: argparse.Namespace) -> list[list[int]]:
+    """The CPUs of each pair that may run at once: one CPU shared (``same-cpu``) or two."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pairing == "same-cpu":
+        slots = [[cpu, cpu] for cpu in cpus]
+    else:  # own-cpu: a CPU each
+        slots = [cpus[i:i + 2] for i in range(0, len(cpus) - 1, 2)] or [cpus * 2]
+    return slots[:max(1, args.jobs)]
+
+
+def _measure_sequentially(sides: list[_Side], args: argparse.Namespace, tmp: str) -> None:
+    """``--pairing sequential``: one process at a time, the order swapped every other round."""
+    for round_ in range(args.rounds):
+        for side in sides:
+            variants = [side.hand, side.other] if round_ % 2 == 0 else [side.other, side.hand]
+            side.record({v: _Child(v, side.shape, args, side.tty, tmp, None).finish()
+                         for v in variants})
+        print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+
+
+def _measure_in_slots(sides: list[_Side], args: argparse.Namespace, tmp: str) -> None:
+    """Every side's pair of every round, in order, as many at once as there are slots.
+
+    A pair takes whichever slot is free, so a comparison's rounds run on
+    different CPUs; the two processes of a pair always share their conditions.
+    """
+    slots = _slots(args)
+    pending = [(round_, side) for round_ in range(args.rounds) for side in sides]
+    left = {round_: len(sides) for round_ in range(args.rounds)}
+    running: dict[int, _Pair] = {}
+    while pending or running:
+        for slot in [i for i in range(len(slots)) if i not in running][:len(pending)]:
+            round_, side = pending.pop(0)
+            where = slots[slot] if round_ % 2 == 0 else slots[slot][::-1]
+            running[slot] = _Pair(side, round_, args, tmp, where)
+        for slot, pair in list(running.items()):
+            if pair.poll():
+                pair.finish()
+                del running[slot]
+                left[pair.round] -= 1
+                if not left[pair.round]:
+                    print(f"round {pair.round + 1}/{args.rounds} done", file=sys.stderr,
+                          flush=True)
+        time.sleep(0.01)
+
+
+def _measure_rounds(sides: list[_Side], args: argparse.Namespace) -> None:
+    """``--rounds`` rounds of every side, the pair's order swapped every other round."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.pairing == "sequential":
+            _measure_sequentially(sides, args, tmp)
+        else:
+            _measure_in_slots(sides, args, tmp)
+
+
+def _report_shape(shape: Shape, sides: list[_Side]) -> None:
+    """One shape: every variant's slope, and every comparison's ratio, over the rounds."""
+    lo, hi = shape.epochs
+    print(f"shape {shape.name}: {shape.describe()}; epochs {lo} and {hi} per process")
+    print("  ms per iteration (slope between the two epoch counts):")
+    for side in sides:
+        where = " (terminal)" if side.tty else ""
+        for variant in (side.hand, side.other):
+            for clock in ("cpu", "wall"):
+                print(f"    {variant + where:>28} {clock:>4}: "
+                      f"{_spread([v[clock] for v in side.slopes[variant]])}  [{side.name}]")
+    for side in sides:
+        goal = f"  (goal <= {GOAL})" if side.has_goal else ""
+        label = f"  ratio {side.other}/{side.hand}{' on a terminal' if side.tty else ''}: "
+        print(f"{label}CPU {_spread(side.ratios['cpu'])}{goal}")
+        print(f"{'':>{len(label) - 2}}wall {_spread(side.ratios['wall'])}")
+    by_name = {side.name: side for side in sides}
+    if "plain" in by_name and "terminal" in by_name:
+        plain = by_name["plain"].median_ms("flexgraph-plain")
+        term = by_name["terminal"].median_ms("flexgraph-plain")
+        print(f"  flexgraph-plain on a terminal / without one: CPU {term / plain:.3f}")
+
+
+def _itself(calibration: _Side | None) -> str:
+    """The hand loop against itself in CPU time: median (min, max), or why it is missing."""
+    if calibration is None:
+        return "not run"
+    cpu = calibration.ratios["cpu"]
+    return f"{statistics.median(cpu):.3f} (min {min(cpu):.3f}, max {max(cpu):.3f})"
+
+
+def _summary_row(side: _Side, calibration: _Side | None) -> tuple[str, bool]:
+    """One comparison's line of the summary, and whether it meets the goal."""
+    ratio = side.median_ratio()
+    met = not side.has_goal or ratio <= GOAL
+    verdict = ("ok" if met else "over") if side.has_goal else "-"
+    name = side.name + (" (tty)" if side.tty else "")
+    line = (f"  {side.shape.name:<13} {name:<16} {side.median_ms(side.other):>9.3f} "
+            f"{side.median_ms(side.hand):>7.3f} {ratio:>7.3f} "
+            f"[{side.median_ratio('wall'):.3f}]  {_itself(calibration):<30} {verdict}")
+    return line, met
+
+
+def _summary(shapes: list[Shape], sides: list[_Side]) -> bool:
+    """Per shape and comparison: medians (ms per iteration), the ratio, and the hand loop
+    against itself in that shape. Returns whether every goal was met."""
+    print(f"summary: medians over the rounds; ms per iteration and ratios in CPU time "
+          f"(wall in brackets); goal: ratio <= {GOAL}")
+    print(f"  {'shape':<13} {'comparison':<16} {'flexgraph':>9} {'hand':>7} "
+          f"{'ratio':>7} {'[wall]':>7}  {'hand vs itself':<30} goal")
+    met = True
+    for shape in shapes:
+        own = [side for side in sides if side.shape is shape]
+        calibrations = {side.name: side for side in own if side.is_calibration}
+        for side in own:
+            if not side.is_calibration:
+                line, ok = _summary_row(side, calibrations.get(CALIBRATION_OF.get(side.hand, "")))
+                print(line)
+                met = met and ok
+    return met
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--iters", type=int, default=200, help="iterations per epoch")
-    parser.add_argument("--epochs", default="1,7", help="LO,HI epochs of each timed pair")
+    parser.add_argument("--shapes", default=",".join(SHAPES),
+                        help=f"comma-separated config shapes to time: {', '.join(SHAPES)}")
+    parser.add_argument("--iters", type=int,
+                        help="iterations per epoch, in every shape (default: each shape's own)")
+    parser.add_argument("--epochs",
+                        help="LO,HI epochs of each timed pair, in every shape "
+                             "(default: each shape's own)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs of each epoch count per process (the fastest counts)")
-    parser.add_argument("--only", default="plain,api,terminal",
-                        help="comma-separated comparisons to run: plain, api, terminal, "
-                             "calibrate (the hand loop against itself)")
+    parser.add_argument("--only",
+                        help="comma-separated comparisons to run on every shape: plain, api, "
+                             "terminal, calibrate, calibrate-api (the hand loops against "
+                             "themselves); default: each shape's own")
     parser.add_argument("--with-mmengine", action="store_true",
-                        help="also time MMEngine's FlexibleRunner on the model-API config")
+                        help="also time MMEngine's FlexibleRunner on each model-API config")
     parser.add_argument("--tensorboard", action="store_true",
                         help="flexgraph's runs write TensorBoard scalars too")
     parser.add_argument("--pairing", choices=("same-cpu", "own-cpu", "sequential"),
                         default="same-cpu",
                         help="the two processes of a pair share one CPU at once (default), "
                              "get one each, or run one after the other")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                        help="pairs timed at once, each on its own CPU(s) (default: one per "
+                             "CPU; 1: one pair at a time)")
+    parser.add_argument("--glibc-heap", choices=("fixed", "adaptive"), default="fixed",
+                        help="every child's glibc heap thresholds: fixed (default, see the "
+                             "docstring) or glibc's adaptive ones")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--wait", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    lo, hi = (int(n) for n in args.epochs.split(","))
+    shapes = _chosen_shapes(args)
     if args.child:
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})
-        measure(args.child, args.iters, (lo, hi), args.repeats, args.result, args.wait)
+        measure(args.child, shapes[0], args.repeats, args.result, args.wait)
         return
-    cpus = sorted(os.sched_getaffinity(0))
-
-    chosen = [c for c in args.only.split(",") if c]
-    sides = [(name, *COMPARISONS[name]) for name in chosen]
-    if args.with_mmengine:
-        sides.append(("mmengine", "hand-api", "mmengine-api", False))
-    measured: dict[tuple[str, bool], list[dict[str, float]]] = {}
-    ratios: dict[str, dict[str, list[float]]] = {name: {"cpu": [], "wall": []}
-                                                for name, *_ in sides}
-    with tempfile.TemporaryDirectory() as tmp:
-        for round_ in range(args.rounds):
-            for name, hand, other, tty in sides:
-                pair = [hand, other] if round_ % 2 == 0 else [other, hand]
-                if args.pairing == "sequential":  # one after the other, order alternating
-                    got = {v: _Child(v, args, tty, tmp, None).finish() for v in pair}
-                else:  # at once: sharing one CPU, or one CPU each (swapped every round)
-                    cpu = cpus[round_ % len(cpus)]
-                    where = ([cpu, cpu] if args.pairing == "same-cpu"
-                             else [cpus[(round_ + i) % len(cpus)] for i in range(2)])
-                    children = [_Child(v, args, tty, tmp, c)
-                                for c, v in zip(where, pair, strict=True)]
-                    while not all(proc.ready() for proc in children):
-                        time.sleep(0.01)
-                    for proc in children:  # both warm: time them side by side
-                        proc.go()
-                    got = {proc.variant: proc.finish() for proc in children}
-                for variant, value in got.items():
-                    measured.setdefault((variant, tty), []).append(value)
-                for clock in ("cpu", "wall"):
-                    ratios[name][clock].append(got[other][clock] / got[hand][clock])
-            print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-
-    print(f"{args.iters} iterations per epoch, epochs {lo} and {hi} per process, "
-          f"{args.rounds} rounds, batch {BATCH}, torch {torch.__version__}, 1 thread, "
+    sides = _sides(shapes, args)
+    _measure_rounds(sides, args)
+    print(f"{args.rounds} rounds, pairing {args.pairing}, {len(_slots(args))} pairs at once, "
+          f"glibc heap {args.glibc_heap}, torch {torch.__version__}, 1 thread, "
           f"TensorBoard {'on' if args.tensorboard else 'off'}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print("ms per iteration (slope between the two epoch counts):")
-    for (variant, tty), values in measured.items():
-        where = " (terminal)" if tty else ""
-        for clock in ("cpu", "wall"):
-            print(f"  {variant + where:>28} {clock:>4}: "
-                  f"{_spread([v[clock] for v in values])}")
-    for name, hand, other, tty in sides:
-        goal = "  (goal <= 1.03)" if name in ("plain", "api", "terminal") else ""
-        print(f"ratio {other}/{hand}{' on a terminal' if tty else ''}: "
-              f"CPU {_spread(ratios[name]['cpu'])}{goal}")
-        print(f"{'':>{len('ratio ' + other + hand) + 1}}  wall {_spread(ratios[name]['wall'])}")
-    if "plain" in chosen and "terminal" in chosen:
-        plain = statistics.median(v["cpu"] for v in measured[("flexgraph-plain", False)])
-        term = statistics.median(v["cpu"] for v in measured[("flexgraph-plain", True)])
-        print(f"flexgraph-plain on a terminal / without one: CPU {term / plain:.3f}")
+    for shape in shapes:
+        _report_shape(shape, [side for side in sides if side.shape is shape])
+    if not _summary(shapes, sides):
+        print(f"some ratio is over {GOAL}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""benchmarks/loop_overhead.py: every config shape runs end to end, and the report says per
+shape what flexgraph and the hand loop cost and how the hand loop compares with itself.
+
+The end-to-end run is the smallest there is (two iterations per epoch, one
+round, one repeat), so no figure is checked, only that each one is printed.
+The shapes themselves are checked for what makes them different from each
+other: a benchmark whose shapes all looked alike would hide a cost again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import _loop_shapes  # noqa: E402 (benchmarks/ is not a package)
+import loop_overhead  # noqa: E402
+
+NUMBER = r"-?\d+\.\d+"
+
+
+def _args(**given: object) -> argparse.Namespace:
+    defaults = dict(shapes=",".join(_loop_shapes.SHAPES), iters=None, epochs=None, only=None,
+                    with_mmengine=False)
+    return argparse.Namespace(**{**defaults, **given})
+
+
+def test_the_shapes_differ_in_epoch_length_model_size_and_a_scheduler_by_iteration():
+    shapes = _loop_shapes.SHAPES.values()
+    assert len({shape.iters for shape in shapes}) > 1
+    assert len({shape.width for shape in shapes}) > 1
+    assert {shape.scheduler for shape in shapes} == {True, False}
+    short = _loop_shapes.SHAPES["short-epochs"]  # the issue's config: 512 samples, batch 16
+    assert (short.iters * short.batch, short.batch, short.optimizer) == (512, 16, "adamw")
+    for shape in shapes:  # every shape measures its hand loop against itself
+        hands = {loop_overhead.COMPARISONS[c][0] for c in shape.comparisons}
+        calibrations = {loop_overhead.CALIBRATION_OF[hand] for hand in hands}
+        assert calibrations <= set(shape.comparisons), shape.name
+
+
+def test_a_scheduled_shape_steps_a_linear_lr_by_iteration_over_the_whole_run():
+    shape = _loop_shapes.SHAPES["short-epochs"]
+    (scheduler,) = _loop_shapes.scheduler_cfg(shape, epochs=3)
+    assert scheduler["type"] == "LinearLR" and scheduler["by_epoch"] is False
+    assert scheduler["end"] == 3 * shape.iters
+    assert _loop_shapes.scheduler_cfg(_loop_shapes.SHAPES["tiny"], epochs=3) == []
+
+
+def test_iters_and_epochs_replace_every_chosen_shapes_own():
+    shapes = loop_overhead._chosen_shapes(_args(shapes="tiny,wide", iters=3, epochs="1,2"))
+    assert [(s.name, s.iters, s.epochs) for s in shapes] == [("tiny", 3, (1, 2)),
+                                                             ("wide", 3, (1, 2))]
+    (own,) = loop_overhead._chosen_shapes(_args(shapes="short-epochs"))
+    assert own == _loop_shapes.SHAPES["short-epochs"]
+
+
+def test_only_replaces_each_shapes_comparisons_and_names_an_unknown_one():
+    shapes = loop_overhead._chosen_shapes(_args(shapes="tiny,short-epochs"))
+    sides = loop_overhead._sides(shapes, _args(only="api"))
+    assert [(side.shape.name, side.name) for side in sides] == [("tiny", "api"),
+                                                                ("short-epochs", "api")]
+    own = loop_overhead._sides(shapes, _args())
+    assert [side.name for side in own] == ["plain", "api", "terminal", "calibrate",
+                                           "calibrate-api", "api", "calibrate-api"]
+    with pytest.raises(SystemExit, match="no comparison"):
+        loop_overhead._sides(shapes, _args(only="api,nonsense"))
+
+
+def test_the_summary_puts_each_ratio_next_to_the_hand_loop_against_itself(capsys):
+    (shape,) = loop_overhead._chosen_shapes(_args(shapes="short-epochs"))
+    api, calibration = loop_overhead._sides([shape], _args())
+    for flexgraph, hand, again in ((1.02, 1.0, 1.01), (1.08, 1.0, 0.99), (1.01, 1.0, 1.0)):
+        api.record({"hand-api": {"cpu": hand, "wall": hand},
+                    "flexgraph-api": {"cpu": flexgraph, "wall": flexgraph}})
+        calibration.record({"hand-api": {"cpu": hand, "wall": hand},
+                            "hand-api-again": {"cpu": again, "wall": again}})
+    assert loop_overhead._summary([shape], [api, calibration]) is True  # median 1.02
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert re.match(r"\s+short-epochs\s+api\s+1\.020\s+1\.000\s+1\.020 \[1\.020\]\s+"
+                    r"1\.000 \(min 0\.990, max 1\.010\)\s+ok$", row), row
+
+
+def test_every_shape_runs_end_to_end_in_the_smallest_configuration(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "loop_overhead.py"), "--rounds", "1", "--iters", "2",
+         "--epochs", "1,2", "--repeats", "1", "--only", "api,calibrate-api"],
+        env=dict(os.environ, TMPDIR=str(tmp_path)), capture_output=True, text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for name in _loop_shapes.SHAPES:
+        assert re.search(rf"^shape {name}: 2 iterations per epoch, ", out, re.M), out
+        assert re.search(rf"^\s+{name}\s+api\s+{NUMBER}\s+{NUMBER}\s+{NUMBER} \[{NUMBER}\]\s+"
+                         rf"{NUMBER} \(min {NUMBER}, max {NUMBER}\)\s+(ok|over)$", out, re.M), out
+    assert "LinearLR by iteration" in out
+    # every child's work_dir went with its temporary folder (torch may leave its compile cache)
+    assert [p for p in tmp_path.iterdir() if not p.name.startswith("torchinductor")] == []

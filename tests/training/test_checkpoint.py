@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import pickle
 import signal
 import subprocess
@@ -12,7 +11,7 @@ import time
 
 import pytest
 import torch
-from training_helpers import REPO, run_steps
+from training_helpers import REPO, Payload, run_steps
 
 from flexgraph.training.checkpoint import Checkpointer, from_plain, read_checkpoint_file, to_plain
 from flexgraph.training.config import CheckpointPolicy
@@ -23,21 +22,11 @@ from flexgraph.training.errors import (
 )
 
 
-class _Payload:
-    """Unpickling this runs ``os.mkdir(marker)``: proof that code executed."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (os.mkdir, (self.marker,))
-
-
 @pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
 def test_malicious_pickle_is_refused_and_never_runs(tmp_path, make_cfg, writer):
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pth"
-    payload = {"state_dict": {"head.weight": torch.zeros(3, 16)}, "x": _Payload(marker)}
+    payload = {"state_dict": {"head.weight": torch.zeros(3, 16)}, "x": Payload(marker)}
     with open(evil, "wb") as f:
         torch.save(payload, f) if writer == "torch.save" else pickle.dump(payload, f)
 

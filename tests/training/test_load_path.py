@@ -6,7 +6,6 @@ by the FSDP and DeepSpeed CLI tests through the same ``load_checkpoint`` step.
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -15,7 +14,7 @@ import torch.distributed.checkpoint as dcp
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import PretrainedInit
 from mmengine.registry import WEIGHT_INITIALIZERS
-from training_helpers import run_steps
+from training_helpers import Payload, run_steps
 
 from flexgraph.training.checkpoint import (
     DCP_DIRECTORY,
@@ -29,16 +28,6 @@ from flexgraph.training.checkpoint import (
 )
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
 from flexgraph.training.loop import Hooks
-
-
-class _Payload:
-    """Unpickling this runs ``os.mkdir(marker)``: proof that code executed."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return (os.mkdir, (self.marker,))
 
 
 def _trained(make_cfg):
@@ -195,7 +184,7 @@ def test_pretrained_warns_of_a_head_of_another_shape_and_loads_the_rest(tmp_path
 def test_pretrained_refuses_a_malicious_pickle_and_a_damaged_file_in_one_line(tmp_path):
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pth"
-    torch.save({"state_dict": {}, "x": _Payload(marker)}, evil)
+    torch.save({"state_dict": {}, "x": Payload(marker)}, evil)
     with pytest.raises(UnsafeCheckpointError):
         _init(_Classifier(init_cfg=dict(type="Pretrained", checkpoint=str(evil))))
     assert not marker.exists(), "MMEngine's loader would have run the payload"

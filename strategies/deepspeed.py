@@ -325,15 +325,13 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
         write_config_file,
     )
 
-    from flexgraph.training.config import work_dir_of
-
     deepspeed = _import_deepspeed()
     numel = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     resolved, filled = fill_config(config, cfg=cfg, world_size=env.world_size, numel=numel)
     optimizer = _optimizer(cfg, model)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=resolved)
     safe_checkpoint_engine(engine)
-    write_config_file(resolved, work_dir_of(cfg))
+    write_config_file(resolved, hooks.runner.work_dir)
     wrapped = EngineModel(engine, inputs_to_half)
     if env.is_main:
         if filled:

@@ -195,10 +195,14 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
     from flexgraph.cli.console import stdout_console
     from flexgraph.core.executor import Executor
     from flexgraph.render.json_view import plan_json
-    from flexgraph.training.config import stop_policy
     from flexgraph.training.errors import TrainingStopped
+    from flexgraph.training.graph import standard_inputs
 
-    stop_signals = stop_policy(spec.cfg).signals if spec.cfg is not None else ()
+    inputs = dict(spec.inputs)
+    if spec.cfg is not None:  # its settings, read once: every step and the launcher take them
+        inputs.update(standard_inputs(spec.cfg))
+    settings = inputs.get("settings")
+    stop_signals = settings.stop.signals if settings is not None else ()
     plan_text = plan_json(plan)  # once: the launch's digest, each rank's check, the record
     if _is_launcher(args) and not args.dry_run:
         from flexgraph.cli.launch import launch
@@ -213,14 +217,15 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
     console.print(summary)
     executor = Executor([_StartupReport(plan, console), *hooks])
     if args.dry_run or spec.cfg is None:  # a YAML or Python pipeline has no work_dir
-        result = executor.run(plan, dict(spec.inputs), dry_run=args.dry_run)
+        result = executor.run(plan, inputs, dry_run=args.dry_run)
     else:  # the work_dir's log, config and plan: only now that the plan is valid
         from flexgraph.training.output import open_run_record
 
-        record = open_run_record(spec.cfg, plan_text, rank=rank, strategy=args.strategy)
+        record = open_run_record(spec.cfg, settings, plan_text, rank=rank,
+                                 strategy=args.strategy)
         record.note(summary)
         try:
-            result = executor.run(plan, dict(spec.inputs))
+            result = executor.run(plan, inputs)
         except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto
             record.note(str(stop))
             raise

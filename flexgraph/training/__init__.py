@@ -38,13 +38,15 @@ importing this package, or planning the standard graph, does not import torch.
 from importlib import import_module
 from typing import Any
 
-from flexgraph.training.graph import standard_graph
+from flexgraph.training.graph import standard_graph, standard_inputs
 
 _LAZY = {
     "Checkpointer": "checkpoint",
     "read_checkpoint_file": "checkpoint",
     "CheckpointPolicy": "config",
+    "RunSettings": "config",
     "TrainSchedule": "config",
+    "read_settings": "config",
     "Env": "runtime",
     "make_env": "runtime",
     "seed_everything": "runtime",
@@ -84,6 +86,7 @@ __all__ = [
     "InitWeightsError",
     "LoopState",
     "NoLossError",
+    "RunSettings",
     "RunnerView",
     "TrainSchedule",
     "TrainingError",
@@ -91,8 +94,10 @@ __all__ = [
     "UnknownComponentError",
     "UnsafeCheckpointError",
     "UnusedConfigWarning",
-    "read_checkpoint_file",
     "make_env",
+    "read_checkpoint_file",
+    "read_settings",
     "seed_everything",
     "standard_graph",
+    "standard_inputs",
 ]

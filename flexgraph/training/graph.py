@@ -32,8 +32,12 @@ from flexgraph.core.step import Step
 
 STEPS = "flexgraph.training.steps"
 
+# The config, and the settings read from it once (see standard_inputs).
+INPUTS = ("cfg", "settings")
+
 LOOP_INPUTS = (
     "cfg",
+    "settings",
     "env",
     "model",
     "train_step",
@@ -73,7 +77,8 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     -------
     Graph
         Steps whose functions are ``"flexgraph.training.steps:<name>"``
-        references, with ``cfg`` as the one input.
+        references, with ``cfg`` and ``settings`` as inputs
+        (:func:`standard_inputs` makes both).
 
     Raises
     ------
@@ -95,17 +100,18 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         _step("build_model", "build cfg.model", requires=("cfg", "env"), provides="model"),
         _step("init_weights", "model.init_weights() when it has one", requires="env",
               updates="model"),
-        _step("build_hooks", "default and custom hooks", requires="cfg", provides="hooks"),
+        _step("build_hooks", "default and custom hooks", requires=("cfg", "settings"),
+              provides="hooks"),
         _step(
             "build_checkpointer",
             "where and how often to save",
-            requires=("cfg", "env"),
+            requires=("settings", "env"),
             provides="checkpointer",
         ),
         _step(
             "load_checkpoint",
             "load_from: weights only",
-            requires=("cfg", "hooks", "checkpointer"),
+            requires=("settings", "hooks", "checkpointer"),
             updates="model",
         ),
         _step("wrap_model", "move the model to its device", requires="env", updates="model"),
@@ -119,7 +125,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         _step(
             "build_dataloaders",
             "train/val/test loaders",
-            requires=("cfg", "env"),
+            requires=("cfg", "settings", "env"),
             provides=("train_dataloader", "val_dataloader", "test_dataloader"),
         ),
         _step(
@@ -131,7 +137,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         _step(
             "build_param_schedulers",
             "LR and momentum schedulers",
-            requires=("cfg", "optim_wrapper", "train_dataloader"),
+            requires=("cfg", "settings", "optim_wrapper", "train_dataloader"),
             provides="param_schedulers",
         ),
         _step(
@@ -144,7 +150,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
             "resume",
             "restore the full training state",
             requires=(
-                "cfg",
+                "settings",
                 "model",
                 "optim_wrapper",
                 "param_schedulers",
@@ -159,13 +165,30 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         steps.append(
             _step("train", "the training loop", requires=LOOP_INPUTS, provides="train_result")
         )
-        return Graph.of(steps, inputs=["cfg"])
+        return Graph.of(steps, inputs=INPUTS)
     evaluate = _step(
         entry,
         f"one {entry} pass",
-        requires=("cfg", "env", "model", f"{entry}_dataloader", "hooks"),
+        requires=("cfg", "settings", "env", "model", f"{entry}_dataloader", "hooks"),
         provides=f"{entry}_result",
     )
     # Not cut here: a strategy rewrites the whole graph first, then the plan keeps
     # what ``entry`` needs (``make_plan(..., targets=(entry,))``).
-    return Graph.of([*steps, evaluate], inputs=["cfg"])
+    return Graph.of([*steps, evaluate], inputs=INPUTS)
+
+
+def standard_inputs(cfg: Any) -> dict[str, Any]:
+    """The standard graph's inputs: ``cfg`` and its :class:`RunSettings`, read once.
+
+    Reading the settings here, before the plan runs, is what makes a
+    contradictory config fail before any step has built anything.
+
+    Raises
+    ------
+    ConfigError
+        A section of ``cfg`` that :func:`~flexgraph.training.config.read_settings`
+        refuses.
+    """
+    from flexgraph.training.config import read_settings  # mmengine's registries: not for plan
+
+    return {"cfg": cfg, "settings": read_settings(cfg)}

@@ -43,7 +43,7 @@ from flexgraph.training.checkpoint import (
     restore_schedulers,
 )
 from flexgraph.training.components import epoch_length_of
-from flexgraph.training.config import restart_count, resume_source, section, train_schedule
+from flexgraph.training.config import RunSettings
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.loop import Hooks
 from flexgraph.training.runtime import (
@@ -54,19 +54,12 @@ from flexgraph.training.runtime import (
     world_size,
 )
 
-__all__ = ["load_weights", "resume_training", "weights_to_load"]
+__all__ = ["load_weights", "resume_training"]
 
 
-def weights_to_load(cfg: Any) -> str | None:
-    """``cfg.load_from``, unless ``resume`` will load that very file (then ``None``)."""
-    path = section(cfg, "load_from")
-    if not path or resume_source(cfg) == str(path):
-        return None
-    return str(path)
-
-
-def load_weights(cfg: Any, hooks: Hooks, model: Any, checkpointer: Checkpointer) -> Any:
-    """Load ``cfg.load_from`` into ``model`` (unless ``resume`` will load that file).
+def load_weights(settings: RunSettings, hooks: Hooks, model: Any,
+                 checkpointer: Checkpointer) -> Any:
+    """Load ``load_from`` into ``model`` (unless ``resume`` will load that file).
 
     The one load sequence: the runner view gets the model, the run starts for
     the hooks, the checkpointer's IO reads the file, ``after_load_checkpoint``
@@ -79,11 +72,11 @@ def load_weights(cfg: Any, hooks: Hooks, model: Any, checkpointer: Checkpointer)
         The path is in no format the run's IO loads, is damaged, or matches no
         weight of the model.
     """
-    path = weights_to_load(cfg)
+    path = settings.weights_to_load()
     if path is None:
         return model
     runner = hooks.runner
-    runner.model = model
+    runner.hold(model=model)
     hooks.start_run()
     loaded = checkpointer.load_weights(
         path, model, on_read=lambda checkpoint: hooks.call("after_load_checkpoint",
@@ -152,10 +145,10 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
     return None
 
 
-def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
+def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrapper: Any,
                     param_schedulers: Any, checkpointer: Checkpointer, hooks: Hooks,
                     train_dataloader: Any) -> LoopState:
-    """Restore the run from the checkpoint ``cfg.resume`` asks for.
+    """Restore the run from the checkpoint ``resume`` asks for.
 
     Returns a fresh :class:`LoopState` when not resuming, or when
     ``resume='auto'`` finds no checkpoint (logged, not an error: the first run
@@ -167,16 +160,20 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
         The checkpoint lacks training state (e.g. a weights-only file) or does
         not fit this config (other schedulers, a position past the epoch).
     """
-    source = resume_source(cfg)
+    source = settings.resume
     runner = hooks.runner
-    restart = restart_count()
+    restart = settings.restart
     if source is None and not restart:
         return LoopState()
     what = f"restart {restart}" if restart else "resume='auto'"
+    # Only epoch loops promise a fixed epoch length (iteration loops may run an
+    # infinite sampler, whose single "epoch" outgrows len(train_dataloader)).
+    epoch_length = epoch_length_of(train_dataloader) if train_dataloader is not None else None
+    by_epoch = settings.train is not None and settings.train.by_epoch
 
     def read(path: Path) -> dict[str, Any]:
         return _read_resumable(checkpointer, path, model, optim_wrapper, lambda checkpoint:
-                               from_mmengine(checkpoint, cfg=cfg,
+                               from_mmengine(checkpoint, by_epoch=by_epoch,
                                              train_dataloader=train_dataloader,
                                              message_hub=runner.message_hub))
 
@@ -192,8 +189,7 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
     else:
         path, checkpoint = source, read(Path(source))
     meta = checkpoint["meta"]
-    runner.model, runner.optim_wrapper = model, optim_wrapper
-    runner.param_schedulers = param_schedulers
+    runner.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers)
     hooks.start_run()
     hooks.call("after_load_checkpoint", checkpoint=checkpoint)
     checkpointer.apply(checkpoint, path, model=model, optim_wrapper=optim_wrapper, strict=True)
@@ -204,11 +200,7 @@ def resume_training(*, cfg: Any, model: torch.nn.Module, optim_wrapper: Any,
     data_pass = meta.get("data_pass", epoch)
     # What hooks recorded for a resumed run (MMEngine's runtime-info names: best scores).
     runner.message_hub.update_info_dict(dict(meta.get("runtime_info") or {}))
-    # Only epoch loops promise a fixed epoch length (iteration loops may run an
-    # infinite sampler, whose single "epoch" outgrows len(train_dataloader)).
-    epoch_length = epoch_length_of(train_dataloader) if train_dataloader is not None else None
-    by_epoch = epoch_length is not None and train_schedule(cfg, epoch_length).by_epoch
-    if by_epoch and batch_idx > epoch_length:
+    if by_epoch and epoch_length is not None and batch_idx > epoch_length:
         raise CheckpointError(
             f"{str(path)!r} stopped after batch {batch_idx} of an epoch, but the "
             f"train_dataloader now has {epoch_length} batches per epoch; "

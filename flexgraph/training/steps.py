@@ -6,6 +6,11 @@ returns its output: one value, or a dict when it provides several artifacts.
 They are thin on purpose: the work lives in the modules they call, so a
 strategy that replaces a step can reuse the same pieces.
 
+Two inputs come from outside: ``cfg``, whose component configs steps build,
+and ``settings``, the :class:`~flexgraph.training.config.RunSettings` read from
+it once before the plan runs (schedule, checkpoint, logger and stop policies,
+the work_dir, what to load and resume); no step reads those sections itself.
+
 No step asks which strategy is active. Whatever differs between single-device
 and distributed runs comes from ``env`` (built by the strategy's process setup)
 and, below the steps, from :mod:`flexgraph.training.runtime`'s process-group
@@ -29,17 +34,7 @@ from flexgraph.core.step import resolve_fn
 from flexgraph.training import components
 from flexgraph.training.checkpoint import Checkpointer, LoopState, load_pretrained
 from flexgraph.training.components import initialise, make_train_step
-from flexgraph.training.config import (
-    build_from_cfg,
-    checkpoint_policy,
-    log_interval,
-    logger_policy,
-    resolve_type,
-    section,
-    stop_policy,
-    train_schedule,
-    work_dir_of,
-)
+from flexgraph.training.config import RunSettings, build_from_cfg, resolve_type, section
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.loop import (
     Hooks,
@@ -142,12 +137,12 @@ def init_weights(env: Env, model: nn.Module) -> nn.Module:
     return model
 
 
-def build_hooks(cfg: Any) -> Hooks:
+def build_hooks(cfg: Any, settings: RunSettings) -> Hooks:
     """``custom_hooks`` (+ non-builtin ``default_hooks``) and the runner view they see."""
-    return _build_hooks(cfg)
+    return _build_hooks(cfg, settings)
 
 
-def build_checkpointer(cfg: Any, env: Env, *, io: str | None = None,
+def build_checkpointer(settings: RunSettings, env: Env, *, io: str | None = None,
                        io_options: Mapping[str, Any] | None = None) -> Checkpointer:
     """A checkpointer for ``work_dir`` following ``default_hooks.checkpoint``.
 
@@ -155,19 +150,19 @@ def build_checkpointer(cfg: Any, env: Env, *, io: str | None = None,
     class, built with ``io_options`` (default: one file per checkpoint).
     """
     checkpoint_io = resolve_fn(io)(**dict(io_options or {})) if io else None
-    return Checkpointer(work_dir_of(cfg), checkpoint_policy(cfg), rank=env.rank,
+    return Checkpointer(settings.work_dir, settings.checkpoint, rank=env.rank,
                         io=checkpoint_io)
 
 
-def load_checkpoint(cfg: Any, hooks: Hooks, model: nn.Module,
+def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,
                     checkpointer: Checkpointer) -> nn.Module:
-    """Load ``cfg.load_from`` weights through the checkpointer's IO.
+    """Load ``load_from`` weights through the checkpointer's IO.
 
     The strategy configures the IO (``Configure('build_checkpointer', io=...)``),
     which knows how weights go into the model it manages; this step stays the
     same for every strategy.
     """
-    return load_weights(cfg, hooks, model, checkpointer)
+    return load_weights(settings, hooks, model, checkpointer)
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:
@@ -193,9 +188,12 @@ def compile(  # noqa: A001 (the public step name; shadows the builtin in this mo
     return model
 
 
-def build_dataloaders(cfg: Any, env: Env) -> dict[str, Any]:
-    """``train_dataloader`` / ``val_dataloader`` / ``test_dataloader`` (``None`` if absent)."""
-    return components.build_dataloaders(cfg, env)
+def build_dataloaders(cfg: Any, settings: RunSettings, env: Env) -> dict[str, Any]:
+    """``train_dataloader`` / ``val_dataloader`` / ``test_dataloader`` (``None`` if absent).
+
+    Their workers leave the run's stop signals to the main process.
+    """
+    return components.build_dataloaders(cfg, env, stop_signals=settings.stop.signals)
 
 
 def build_optim_wrapper(cfg: Any, env: Env, model: nn.Module) -> Any:
@@ -203,13 +201,14 @@ def build_optim_wrapper(cfg: Any, env: Env, model: nn.Module) -> Any:
     return components.build_optim_wrapper(cfg, model, device=env.device)
 
 
-def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) -> Any:
+def build_param_schedulers(cfg: Any, settings: RunSettings, optim_wrapper: Any,
+                           train_dataloader: Any) -> Any:
     """MMEngine parameter schedulers from ``cfg.param_scheduler`` (maybe empty).
 
     A list, or for an ``OptimWrapperDict`` a dict of lists by optimizer name,
     as MMEngine's Runner builds them.
     """
-    return components.build_param_schedulers(cfg, optim_wrapper, train_dataloader)
+    return components.build_param_schedulers(cfg, settings, optim_wrapper, train_dataloader)
 
 
 def build_train_step(env: Env, model: nn.Module, optim_wrapper: Any) -> Any:
@@ -223,15 +222,15 @@ def build_train_step(env: Env, model: nn.Module, optim_wrapper: Any) -> Any:
     return make_train_step(model, optim_wrapper, env.device)
 
 
-def resume(cfg: Any, model: nn.Module, optim_wrapper: Any, param_schedulers: Any,
+def resume(settings: RunSettings, model: nn.Module, optim_wrapper: Any, param_schedulers: Any,
            checkpointer: Checkpointer, hooks: Hooks, train_dataloader: Any) -> LoopState:
-    """Restore model, optimizer, schedulers, position and RNG as ``cfg.resume`` asks."""
-    return resume_training(cfg=cfg, model=model, optim_wrapper=optim_wrapper,
+    """Restore model, optimizer, schedulers, position and RNG as ``resume`` asks."""
+    return resume_training(settings=settings, model=model, optim_wrapper=optim_wrapper,
                            param_schedulers=param_schedulers, checkpointer=checkpointer,
                            hooks=hooks, train_dataloader=train_dataloader)
 
 
-def _output(cfg: Any, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
+def _output(settings: RunSettings, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
     """The run's output; the visualizer's backends get its scalars (and it closes them).
 
     Called once the runner view holds the run's dataloaders, whose datasets'
@@ -240,54 +239,48 @@ def _output(cfg: Any, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
     runner = hooks.runner
     share_dataset_meta(runner)
     return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
-                       message_hub=runner.message_hub, log_interval=log_interval(cfg),
+                       message_hub=runner.message_hub, log_interval=settings.logger.interval,
                        device=env.device, visualizer=runner.built_visualizer(), **schedule)
 
 
-def train(cfg: Any, env: Env, model: nn.Module, train_step: Any, optim_wrapper: Any,
-          param_schedulers: Any, train_dataloader: Any, val_dataloader: Any,
+def train(cfg: Any, settings: RunSettings, env: Env, model: nn.Module, train_step: Any,
+          optim_wrapper: Any, param_schedulers: Any, train_dataloader: Any, val_dataloader: Any,
           checkpointer: Checkpointer, hooks: Hooks, loop_state: LoopState) -> dict[str, Any]:
     """Run the training loop; returns the final metrics (loss, lr, ``val/*``)."""
     if train_dataloader is None:
         raise ConfigError("train needs a train_dataloader in the config")
-    schedule = train_schedule(cfg, components.epoch_length_of(train_dataloader))
-    runner = hooks.runner
-    runner.model, runner.optim_wrapper = model, optim_wrapper
-    runner.param_schedulers = param_schedulers
-    runner.train_dataloader, runner.val_dataloader = train_dataloader, val_dataloader
-    runner.max_epochs, runner.max_iters = schedule.max_epochs, schedule.max_iters
-    runner.val_interval, runner.val_begin = schedule.val_interval, schedule.val_begin
-    runner.seed = env.rank_seed  # MMEngine's runner.seed: seed + rank under diff_rank_seed
+    schedule = settings.train_schedule(components.epoch_length_of(train_dataloader))
     evaluator = None
     if val_dataloader is not None:
         evaluator = build_evaluator(section(cfg, "val_evaluator"))
-        runner.val_evaluator = evaluator
+    runner = hooks.runner
+    runner.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers,
+                train_dataloader=train_dataloader, val_dataloader=val_dataloader,
+                val_evaluator=evaluator, seed=env.rank_seed, schedule=schedule)
     if hasattr(optim_wrapper, "message_hub"):
         optim_wrapper.message_hub = runner.message_hub  # grad norms land in this run's hub
-    output = _output(cfg, env, hooks, max_iters=schedule.max_iters,
+    output = _output(settings, env, hooks, max_iters=schedule.max_iters,
                      max_epochs=schedule.max_epochs, by_epoch=schedule.by_epoch,
                      epoch_length=schedule.epoch_length)
-    logging = logger_policy(cfg)
+    logging = settings.logger
     loop = TrainLoop(schedule=schedule, env=env, model=model, train_step=train_step,
                      optim_wrapper=optim_wrapper,
                      param_schedulers=param_schedulers, train_dataloader=train_dataloader,
                      val_dataloader=val_dataloader, val_evaluator=evaluator,
                      checkpointer=checkpointer, hooks=hooks, output=output,
                      log_interval=logging.interval, log_ignore_last=logging.ignore_last,
-                     state=loop_state, stop_policy=stop_policy(cfg))
+                     state=loop_state, stop_policy=settings.stop)
     return loop.run()
 
 
-def _evaluate(mode: str, cfg: Any, env: Env, model: nn.Module, dataloader: Any,
-              hooks: Hooks) -> dict[str, Any]:
+def _evaluate(mode: str, cfg: Any, settings: RunSettings, env: Env, model: nn.Module,
+              dataloader: Any, hooks: Hooks) -> dict[str, Any]:
     if dataloader is None:
         raise ConfigError(f"{mode} needs a {mode}_dataloader in the config")
     evaluator = build_evaluator(section(cfg, f"{mode}_evaluator"), what=f"{mode}_evaluator")
-    runner = hooks.runner
-    runner.model = model
-    setattr(runner, f"{mode}_dataloader", dataloader)
-    setattr(runner, f"{mode}_evaluator", evaluator)
-    output = _output(cfg, env, hooks, max_iters=0, max_epochs=0, by_epoch=True,
+    hooks.runner.hold(model=model, **{f"{mode}_dataloader": dataloader,
+                                      f"{mode}_evaluator": evaluator})
+    output = _output(settings, env, hooks, max_iters=0, max_epochs=0, by_epoch=True,
                      epoch_length=0, interactive=False)
     output.open(0)
     try:
@@ -301,16 +294,16 @@ def _evaluate(mode: str, cfg: Any, env: Env, model: nn.Module, dataloader: Any,
     return dict(metrics)
 
 
-def val(cfg: Any, env: Env, model: nn.Module, val_dataloader: Any,
+def val(cfg: Any, settings: RunSettings, env: Env, model: nn.Module, val_dataloader: Any,
         hooks: Hooks) -> dict[str, Any]:
     """Entry point: one validation pass (``val_evaluator``, else mean loss)."""
-    return _evaluate("val", cfg, env, model, val_dataloader, hooks)
+    return _evaluate("val", cfg, settings, env, model, val_dataloader, hooks)
 
 
-def test(cfg: Any, env: Env, model: nn.Module, test_dataloader: Any,
+def test(cfg: Any, settings: RunSettings, env: Env, model: nn.Module, test_dataloader: Any,
          hooks: Hooks) -> dict[str, Any]:
     """Entry point: one test pass (``test_evaluator``, else mean loss)."""
-    return _evaluate("test", cfg, env, model, test_dataloader, hooks)
+    return _evaluate("test", cfg, settings, env, model, test_dataloader, hooks)
 
 
 test.__test__ = False  # a step, not a pytest test, when imported into a test module

@@ -7,11 +7,10 @@ import sys
 
 import pytest
 from mmengine.config import Config
-from training_helpers import run_steps
+from training_helpers import build_hooks, run_steps
 
 from flexgraph.training.config import checkpoint_policy, unused_keys
 from flexgraph.training.errors import ConfigError, UnusedConfigWarning
-from flexgraph.training.loop import build_hooks
 
 # What OpenMMLab's default_runtime.py files and MMEngine's Runner arguments add to a
 # config, beside the sections flexgraph reads.

@@ -21,6 +21,7 @@ from mmengine.logging import print_log
 from training_helpers import REPO
 
 from flexgraph.cli.main import main
+from flexgraph.training.config import read_settings
 from flexgraph.training.output import open_run_record
 
 HERE = Path(__file__).resolve().parent
@@ -134,7 +135,7 @@ def test_the_written_config_runs_again_with_the_same_plan(run, tmp_path, capsys)
 
 def test_console_keeps_warnings_and_own_lines_and_drops_mmengine_info(tmp_path, capsys):
     cfg = Config(dict(work_dir=str(tmp_path / "work")))
-    record = open_run_record(cfg, "{}", rank=0)
+    record = open_run_record(cfg, read_settings(cfg), "{}", rank=0)
     try:
         print_log("chatter from mmengine", logger="current", level=logging.INFO)
         print_log("mmengine warns", logger="current", level=logging.WARNING)
@@ -152,7 +153,7 @@ def test_console_keeps_warnings_and_own_lines_and_drops_mmengine_info(tmp_path, 
 
 def test_other_ranks_write_nothing_and_show_only_errors(tmp_path, capsys):
     cfg = Config(dict(work_dir=str(tmp_path / "work")))
-    record = open_run_record(cfg, "{}", rank=1)
+    record = open_run_record(cfg, read_settings(cfg), "{}", rank=1)
     try:
         record.logger.warning("a warning")
         record.logger.error("an error")

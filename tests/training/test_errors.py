@@ -16,6 +16,7 @@ from flexgraph.training.errors import (
     NoLossError,
     UnknownComponentError,
 )
+from flexgraph.training.graph import LOOP_INPUTS
 
 
 def test_empty_dataset_is_refused_when_dataloaders_are_built(make_cfg):
@@ -35,9 +36,7 @@ def test_plain_model_without_loss_fails_before_any_update(make_cfg):
     ctx = run_steps(make_cfg(model=dict(type="NoLossNet")), last=("resume", "build_train_step"))
     before = {k: v.clone() for k, v in ctx["model"].state_dict().items()}
     with pytest.raises(NoLossError, match=r"NoLossNet returned a dict with keys \['logits'\]"):
-        steps.train(**{k: ctx[k] for k in ("cfg", "env", "model", "train_step", "optim_wrapper",
-                                     "param_schedulers", "train_dataloader", "val_dataloader",
-                                     "checkpointer", "hooks", "loop_state")})
+        steps.train(**{k: ctx[k] for k in LOOP_INPUTS})
     after = ctx["model"].state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from mmengine.hooks import Hook
-from training_helpers import RecordingHook, run_steps
+from training_helpers import RecordingHook, build_hooks, run_steps
 
-from flexgraph.training.loop import HOOK_POINTS, Hooks, build_hooks
+from flexgraph.training.loop import HOOK_POINTS, Hooks
 
 
 def _collapse(calls):

@@ -46,10 +46,9 @@ def test_loading_or_initialising_a_meta_model_is_refused(make_cfg, tmp_path):
     cfg, env, model = _meta_model(make_cfg)
     torch.save(NormNet().state_dict(), tmp_path / "w.pth")
     cfg.load_from = str(tmp_path / "w.pth")
-    hooks = run_steps(cfg, last="build_hooks")["hooks"]
-    checkpointer = run_steps(cfg, last="build_checkpointer")["checkpointer"]
+    built = run_steps(cfg, last=("build_hooks", "build_checkpointer"))
     with pytest.raises(CheckpointError, match="parameters on the meta device.*materialized"):
-        steps.load_checkpoint(cfg, hooks, model, checkpointer)
+        steps.load_checkpoint(built["settings"], built["hooks"], model, built["checkpointer"])
     with pytest.raises(ConfigError, match="still on the meta device"):
         steps.init_weights(env, model)
 

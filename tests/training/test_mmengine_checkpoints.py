@@ -212,13 +212,10 @@ def test_resume_maps_mmengine_meta_schedulers_and_message_hub(mmengine_run, tmp_
     (False, 0, 14, (2, 14, 2)),  # an iteration loop: MMEngine keeps epoch at 0
 ])
 def test_mmengine_meta_becomes_a_loop_position(by_epoch, epoch, iteration, expected):
-    train_cfg = dict(by_epoch=True, max_epochs=5) if by_epoch else dict(by_epoch=False,
-                                                                         max_iters=30)
     loader = torch.utils.data.DataLoader(list(range(24)), batch_size=4)
     checkpoint = {"meta": {"epoch": epoch, "iter": iteration, "mmengine_version": "0.10.7"},
                   "state_dict": {}, "param_schedulers": []}
-    meta = from_mmengine(checkpoint, cfg={"train_cfg": train_cfg},
-                         train_dataloader=loader)["meta"]
+    meta = from_mmengine(checkpoint, by_epoch=by_epoch, train_dataloader=loader)["meta"]
     assert (meta["epoch"], meta["iter"], meta["batch_idx"]) == expected
 
 
@@ -226,5 +223,4 @@ def test_mmengine_meta_that_does_not_fit_the_dataloader_is_refused():
     loader = torch.utils.data.DataLoader(list(range(24)), batch_size=4)
     checkpoint = {"meta": {"epoch": 1, "iter": 40, "mmengine_version": "0.10.7"}}
     with pytest.raises(CheckpointError, match="does not fit 6 batches per epoch"):
-        from_mmengine(checkpoint, cfg={"train_cfg": dict(max_epochs=5)},
-                      train_dataloader=loader)
+        from_mmengine(checkpoint, by_epoch=True, train_dataloader=loader)

@@ -27,11 +27,10 @@ from mmengine.visualization import (
     Visualizer,
 )
 from mmengine.visualization.vis_backend import BaseVisBackend
-from training_helpers import ToyDataset, run_steps
+from training_helpers import ToyDataset, build_hooks, run_steps
 
 from flexgraph.cli.main import main
 from flexgraph.training.errors import ConfigError, UnknownComponentError
-from flexgraph.training.loop import build_hooks
 
 
 @HOOKS.register_module(force=True)
@@ -132,8 +131,7 @@ def test_without_a_visualizer_the_default_is_built_when_first_asked_for(tmp_path
     """In a fresh process, as ``flexgraph run`` is: building one costs a start 0.5 s."""
     probe = textwrap.dedent(f"""
         import sys
-        from training_helpers import toy_cfg
-        from flexgraph.training.loop import build_hooks
+        from training_helpers import build_hooks, toy_cfg
         runner = build_hooks(toy_cfg({str(tmp_path / "work")!r})).runner
         print(runner.built_visualizer() is None, "matplotlib" in sys.modules)
         print(type(runner.visualizer).__name__, "matplotlib" in sys.modules)

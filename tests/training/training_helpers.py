@@ -22,7 +22,9 @@ from mmengine.registry import DATASETS, HOOKS, MODELS
 from torch import nn
 
 from flexgraph import Configure, Executor, StepFailedError, Strategy, get_strategy, make_plan
-from flexgraph.training.graph import ENTRIES, standard_graph
+from flexgraph.training import loop
+from flexgraph.training.config import read_settings
+from flexgraph.training.graph import ENTRIES, standard_graph, standard_inputs
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -48,7 +50,7 @@ def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple
     targets = (last,) if isinstance(last, str) else tuple(last)
     entry = next((t for t in targets if t in ENTRIES), "train")
     graph = standard_graph({name: True for name in include}, entry=entry)
-    context = {"cfg": cfg}
+    context = standard_inputs(cfg)
     if env is not None:
         graph = graph.remove("setup_env").with_inputs("env")
         context["env"] = env
@@ -60,6 +62,11 @@ def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple
     except StepFailedError as exc:
         raise exc.__cause__ from None
 
+
+
+def build_hooks(cfg: Any) -> loop.Hooks:
+    """The run's hooks for ``cfg``, its settings read as ``flexgraph run`` reads them."""
+    return loop.build_hooks(cfg, read_settings(cfg))
 
 
 # -- toy components ---------------------------------------------------------------

@@ -45,7 +45,6 @@ import torch
 
 from flexgraph.training.checkpoint._state import to_plain
 from flexgraph.training.components import epoch_length_of
-from flexgraph.training.config import train_schedule
 from flexgraph.training.errors import CheckpointError
 
 __all__ = ["allow_mmengine_types", "from_mmengine", "is_mmengine_checkpoint",
@@ -129,15 +128,16 @@ def is_mmengine_checkpoint(checkpoint: Any) -> bool:
         "mmengine_version" in meta or "message_hub" in checkpoint)
 
 
-def from_mmengine(checkpoint: Any, *, cfg: Any, train_dataloader: Any,
+def from_mmengine(checkpoint: Any, *, by_epoch: bool, train_dataloader: Any,
                   message_hub: Any = None) -> Any:
     """An MMEngine checkpoint in flexgraph's layout; any other checkpoint as it is.
 
     * ``meta.batch_idx``: MMEngine records completed epochs and iterations only;
       the batches of the current epoch already trained on are ``iter - epoch *
       len(train_dataloader)`` in an epoch loop (0 for a checkpoint saved at an
-      epoch's end). In an iteration loop, flexgraph counts passes over the data
-      where MMEngine keeps ``epoch`` at 0, so both come from ``iter``.
+      epoch's end). In an iteration loop (``by_epoch=False``: the run's own loop),
+      flexgraph counts passes over the data where MMEngine keeps ``epoch`` at 0,
+      so both come from ``iter``.
     * ``param_schedulers``: made plain (:func:`~flexgraph.training.checkpoint.to_plain`)
       as flexgraph stores them. A dict of per-optimizer lists is refused.
     * ``rng_states``: left out, as MMEngine saves none; ``resume`` then reseeds.
@@ -159,7 +159,7 @@ def from_mmengine(checkpoint: Any, *, cfg: Any, train_dataloader: Any,
     epoch, iteration = int(meta.get("epoch", 0)), int(meta.get("iter", 0))
     epoch_length = epoch_length_of(train_dataloader) if train_dataloader is not None else None
     if epoch_length:
-        if train_schedule(cfg, epoch_length).by_epoch:
+        if by_epoch:
             batch_idx = iteration - epoch * epoch_length
             if not 0 <= batch_idx <= epoch_length:
                 raise CheckpointError(

@@ -68,7 +68,7 @@ from mmengine.registry import DATA_SAMPLERS, DATASETS, FUNCTIONS, MODELS
 from torch.utils.data import DataLoader
 from torch.utils.data import default_collate as torch_default_collate
 
-from flexgraph.training.config import build_from_cfg, resolve_type, stop_policy
+from flexgraph.training.config import build_from_cfg, resolve_type
 from flexgraph.training.errors import ConfigError, EmptyDatasetError
 from flexgraph.training.runtime import Env, capture_rng, rank_seed, restore_rng
 
@@ -402,22 +402,23 @@ def epoch_length_of(loader: Any) -> int | None:
         return None
 
 
-def build_dataloaders(cfg: Any, env: Env) -> dict[str, DataLoader | None]:
+def build_dataloaders(cfg: Any, env: Env, *,
+                      stop_signals: Sequence[str] = ()) -> dict[str, DataLoader | None]:
     """The train / val / test dataloaders the config defines (``None`` where absent).
 
     Built in MMEngine's order; the test dataloader, which MMEngine's training
     never builds, is built without drawing from the global RNGs (under
-    ``diff_rank_seed`` its sampler would draw a seed from numpy's).
+    ``diff_rank_seed`` its sampler would draw a seed from numpy's). Their
+    workers ignore ``stop_signals`` (see :func:`build_dataloader`).
     """
     model_cfg = cfg.get("model")
-    signals = stop_policy(cfg).signals
     loaders: dict[str, DataLoader | None] = {}
     for key in DATALOADER_KEYS:
         if cfg.get(key) is None:
             loaders[key] = None
             continue
         build = functools.partial(build_dataloader, cfg[key], env, name=key,
-                                  model_cfg=model_cfg, stop_signals=signals)
+                                  model_cfg=model_cfg, stop_signals=stop_signals)
         loaders[key] = build() if key in _BUILT_BY_TRAIN else _without_draws(build)
     return loaders
 

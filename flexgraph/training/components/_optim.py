@@ -19,7 +19,7 @@ import torch
 from mmengine.registry import OPTIM_WRAPPERS, OPTIMIZERS, PARAM_SCHEDULERS
 
 from flexgraph.training.components._data import epoch_length_of
-from flexgraph.training.config import build_from_cfg, resolve_type, section, train_schedule
+from flexgraph.training.config import RunSettings, build_from_cfg, resolve_type, section
 from flexgraph.training.errors import ConfigError
 
 __all__ = ["build_optim_wrapper", "build_param_schedulers", "first_param_group"]
@@ -82,7 +82,8 @@ def first_param_group(optim_wrapper: Any) -> dict[str, Any]:
     return optim_wrapper.optimizer.param_groups[0]
 
 
-def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) -> Any:
+def build_param_schedulers(cfg: Any, settings: RunSettings, optim_wrapper: Any,
+                           train_dataloader: Any) -> Any:
     """``cfg.param_scheduler`` -> MMEngine parameter schedulers, shaped as MMEngine's Runner.
 
     One optimizer: a list. An ``OptimWrapperDict`` (several optimizers, a GAN):
@@ -98,10 +99,10 @@ def build_param_schedulers(cfg: Any, optim_wrapper: Any, train_dataloader: Any) 
     sched_cfg = section(cfg, "param_scheduler")
     if not sched_cfg:
         return {} if isinstance(optim_wrapper, OptimWrapperDict) else []
-    if section(cfg, "train_cfg") is None:
+    if settings.train is None:
         raise ConfigError("param_scheduler needs train_cfg (max_epochs or max_iters)")
     epoch_length = epoch_length_of(train_dataloader)
-    schedule = train_schedule(cfg, epoch_length)
+    schedule = settings.train_schedule(epoch_length)
     per_optimizer = isinstance(sched_cfg, Mapping) and "type" not in sched_cfg
     if not isinstance(optim_wrapper, OptimWrapperDict):
         if per_optimizer:

@@ -1,7 +1,9 @@
 """The run's settings as the config gives them, and components built from it.
 
-Readers of the config's sections (schedule, checkpoint, logger, stop
-policies, the work_dir), the table of keys flexgraph acts on and the warning
+:func:`read_settings`, which reads the config's sections (schedule,
+checkpoint, logger and stop policies, the work_dir, what to load and resume)
+into one frozen :class:`RunSettings` before any step runs, the readers of
+each section it uses, the table of keys flexgraph acts on and the warning
 for the others, the writer of the work_dir's ``config.py``, and
 :func:`build_from_cfg` / :func:`resolve_type`, which build components through
 MMEngine's registries in the config's default scope.
@@ -12,16 +14,19 @@ from flexgraph.training.config._keys import ACTED_ON, NOT_ACTED_ON, unused_keys,
 from flexgraph.training.config._settings import (
     CheckpointPolicy,
     LoggerPolicy,
+    RunSettings,
     StopPolicy,
+    TrainLength,
     TrainSchedule,
     checkpoint_policy,
-    log_interval,
+    experiment_name_of,
     logger_policy,
+    read_settings,
     restart_count,
     resume_source,
     section,
     stop_policy,
-    train_schedule,
+    train_length,
     type_name,
     work_dir_of,
 )
@@ -32,21 +37,24 @@ __all__ = [
     "CheckpointPolicy",
     "LoggerPolicy",
     "NOT_ACTED_ON",
+    "RunSettings",
     "StopPolicy",
+    "TrainLength",
     "TrainSchedule",
     "WIDTH",
     "build_from_cfg",
     "checkpoint_policy",
     "config_text",
-    "log_interval",
+    "experiment_name_of",
     "logger_policy",
+    "read_settings",
     "registered_names",
     "resolve_type",
     "restart_count",
     "resume_source",
     "section",
     "stop_policy",
-    "train_schedule",
+    "train_length",
     "type_name",
     "unused_keys",
     "warn_unused_keys",

@@ -1,10 +1,13 @@
 """Read the MMEngine-style config sections the training runtime acts on.
 
 The loop, the checkpointer and the output never look into ``cfg`` themselves:
-they receive the small frozen values below. That keeps every default and every
-MMEngine spelling (``train_cfg=dict(type='IterBasedTrainLoop', ...)``,
-``default_hooks.checkpoint``, ``default_hooks.logger``) in one place, and turns a
-contradictory config into a :class:`ConfigError` before anything is built.
+they receive the small frozen values below, gathered in the one
+:class:`RunSettings` that :func:`read_settings` makes per run. That keeps
+every default and every MMEngine spelling
+(``train_cfg=dict(type='IterBasedTrainLoop', ...)``,
+``default_hooks.checkpoint``, ``default_hooks.logger``) in one place, and
+turns a contradictory config into a :class:`ConfigError` before anything is
+built.
 """
 
 from __future__ import annotations
@@ -17,22 +20,6 @@ from typing import Any
 import attrs
 
 from flexgraph.training.errors import ConfigError
-
-__all__ = [
-    "CheckpointPolicy",
-    "LoggerPolicy",
-    "StopPolicy",
-    "TrainSchedule",
-    "checkpoint_policy",
-    "log_interval",
-    "logger_policy",
-    "restart_count",
-    "resume_source",
-    "section",
-    "stop_policy",
-    "train_schedule",
-    "work_dir_of",
-]
 
 _LOOP_TYPES = {"EpochBasedTrainLoop": True, "IterBasedTrainLoop": False}
 
@@ -56,7 +43,8 @@ class TrainSchedule:
     in both modes. An iteration loop is one epoch to hooks and schedulers, as in
     MMEngine: its ``max_epochs`` is 1 however many passes it makes.
 
-    :func:`train_schedule` reads one from ``cfg.train_cfg``.
+    :meth:`TrainLength.schedule` makes one from ``cfg.train_cfg`` and the
+    train dataloader's length.
 
     Parameters
     ----------
@@ -99,14 +87,67 @@ class TrainSchedule:
         )
 
 
-def train_schedule(cfg: Any, epoch_length: int | None) -> TrainSchedule:
+@attrs.frozen
+class TrainLength:
+    """``train_cfg`` as the config gives it: the loop's kind, its length, when it validates.
+
+    Read before anything is built; :meth:`schedule` completes it into a
+    :class:`TrainSchedule` once the train dataloader's length is known (an
+    epoch-based loop's ``max_iters`` depends on it).
+
+    Parameters
+    ----------
+    by_epoch : bool
+    max_epochs : int
+        1 for an iteration-based loop (MMEngine's: the whole run is one epoch).
+    max_iters : int or None
+        ``None`` for an epoch-based loop, whose length is counted in epochs.
+    val_interval, val_begin : int
+
+    Examples
+    --------
+    >>> length = train_length({"train_cfg": {"by_epoch": True, "max_epochs": 3}})
+    >>> length.schedule(epoch_length=10).max_iters
+    30
+    """
+
+    by_epoch: bool
+    max_epochs: int
+    max_iters: int | None
+    val_interval: int
+    val_begin: int
+
+    def schedule(self, epoch_length: int | None) -> TrainSchedule:
+        """The schedule over a train dataloader of ``epoch_length`` batches.
+
+        Raises
+        ------
+        ConfigError
+            An epoch-based loop over a dataloader without ``len()``.
+        """
+        if self.by_epoch and not epoch_length:
+            raise ConfigError(
+                "train_cfg: an epoch-based loop needs a train_dataloader with len(); "
+                "use an iteration-based loop (max_iters=...) for iterable datasets"
+            )
+        max_iters = self.max_epochs * epoch_length if self.by_epoch else self.max_iters
+        return TrainSchedule(
+            by_epoch=self.by_epoch,
+            max_epochs=self.max_epochs,
+            max_iters=int(max_iters),
+            epoch_length=int(epoch_length or 0),
+            val_interval=self.val_interval,
+            val_begin=self.val_begin,
+        )
+
+
+def train_length(cfg: Any) -> TrainLength:
     """Parse ``cfg.train_cfg`` (flexgraph's ``by_epoch`` or MMEngine's loop ``type``).
 
     Raises
     ------
     ConfigError
-        No length given, both lengths given, an unknown loop type, or an epoch
-        loop over a dataloader without ``len()``.
+        No length given, both lengths given, or an unknown loop type.
     """
     tc = dict(section(cfg, "train_cfg", {}))
     loop_type = tc.pop("type", None)
@@ -119,17 +160,11 @@ def train_schedule(cfg: Any, epoch_length: int | None) -> TrainSchedule:
     if by_epoch is None:
         by_epoch = _LOOP_TYPES[loop_type] if loop_type else "max_iters" not in tc
     if by_epoch:
-        max_epochs = tc.get("max_epochs")
+        max_epochs, max_iters = tc.get("max_epochs"), None
         if not isinstance(max_epochs, int) or max_epochs < 1:
             raise ConfigError(
                 f"train_cfg: an epoch-based loop needs max_epochs >= 1, got {max_epochs!r}"
             )
-        if not epoch_length:
-            raise ConfigError(
-                "train_cfg: an epoch-based loop needs a train_dataloader with len(); "
-                "use an iteration-based loop (max_iters=...) for iterable datasets"
-            )
-        max_iters = max_epochs * epoch_length
         default_interval = 1
     else:
         max_iters = tc.get("max_iters")
@@ -142,11 +177,10 @@ def train_schedule(cfg: Any, epoch_length: int | None) -> TrainSchedule:
     val_interval = int(tc.get("val_interval", default_interval))
     if val_interval < 1:
         raise ConfigError(f"train_cfg.val_interval must be >= 1, got {val_interval}")
-    return TrainSchedule(
+    return TrainLength(
         by_epoch=bool(by_epoch),
         max_epochs=int(max_epochs),
-        max_iters=int(max_iters),
-        epoch_length=int(epoch_length or 0),
+        max_iters=None if max_iters is None else int(max_iters),
         val_interval=val_interval,
         val_begin=int(tc.get("val_begin", 1)),
     )
@@ -373,11 +407,6 @@ def logger_policy(cfg: Any) -> LoggerPolicy:
     return LoggerPolicy(interval=interval, ignore_last=ignore_last)
 
 
-def log_interval(cfg: Any) -> int:
-    """``default_hooks.logger.interval`` (MMEngine's default: 10 iterations)."""
-    return logger_policy(cfg).interval
-
-
 def type_name(cfg: Any) -> str:
     """The short name of a component config's ``type`` (a name, a dotted name or a
     class); ``""`` when it has none."""
@@ -487,3 +516,105 @@ def stop_policy(cfg: Any) -> StopPolicy:
         raise ConfigError(f"preemption.check_interval must be an integer >= 1, got "
                           f"{interval!r}")
     return StopPolicy(signals=signals, check_interval=interval)
+
+
+def experiment_name_of(cfg: Any) -> str:
+    """``cfg.experiment_name``, else the config file's stem (``""`` without either)."""
+    name = section(cfg, "experiment_name")
+    filename = getattr(cfg, "filename", None)
+    if not name and filename:
+        name = os.path.splitext(os.path.basename(filename))[0]
+    return str(name or "")
+
+
+@attrs.frozen
+class RunSettings:
+    """The run's settings, read from the config once, before any step runs.
+
+    Steps take what they need from this value instead of reading the config's
+    sections again, so each default and each MMEngine spelling is decided in
+    one place and a contradictory config fails before anything is built. The
+    component configs (``model``, ``optim_wrapper``, the dataloaders, hooks,
+    evaluators) stay in ``cfg``: they are built, not read.
+
+    :func:`read_settings` makes one; ``flexgraph run`` hands it to the plan as
+    the ``settings`` input, next to ``cfg``.
+
+    Parameters
+    ----------
+    work_dir : str
+        Where checkpoints and the run's record go (:func:`work_dir_of`).
+    experiment_name : str
+        The config's ``experiment_name`` or file stem (:func:`experiment_name_of`).
+    log_level : str
+    load_from : str or None
+        Weights to load before training.
+    resume : str or None
+        What ``resume`` asks for (:func:`resume_source`).
+    restart : int
+        The process group's restarts so far (:func:`restart_count`).
+    train : TrainLength or None
+        ``train_cfg``; ``None`` when the config has none (an evaluation run).
+    checkpoint : CheckpointPolicy
+    logger : LoggerPolicy
+    stop : StopPolicy
+
+    Examples
+    --------
+    >>> settings = read_settings({"work_dir": "w", "train_cfg": {"max_iters": 8}})
+    >>> settings.work_dir, settings.train.max_iters, settings.logger.interval
+    ('w', 8, 10)
+    """
+
+    work_dir: str
+    experiment_name: str
+    log_level: str
+    load_from: str | None
+    resume: str | None
+    restart: int
+    train: TrainLength | None
+    checkpoint: CheckpointPolicy
+    logger: LoggerPolicy
+    stop: StopPolicy
+
+    def train_schedule(self, epoch_length: int | None) -> TrainSchedule:
+        """The training schedule over ``epoch_length`` batches per pass.
+
+        Raises
+        ------
+        ConfigError
+            The config has no ``train_cfg``, or :meth:`TrainLength.schedule` refuses.
+        """
+        if self.train is None:
+            raise ConfigError("train_cfg: training needs max_epochs >= 1 or max_iters >= 1; "
+                              "add train_cfg=dict(by_epoch=True, max_epochs=...)")
+        return self.train.schedule(epoch_length)
+
+    def weights_to_load(self) -> str | None:
+        """``load_from``, unless ``resume`` will load that very file (then ``None``)."""
+        return None if self.load_from == self.resume else self.load_from
+
+
+def read_settings(cfg: Any) -> RunSettings:
+    """Read every section the runtime acts on into one :class:`RunSettings`.
+
+    Raises
+    ------
+    ConfigError
+        Any section's reader refuses it (see :func:`train_length`,
+        :func:`checkpoint_policy`, :func:`logger_policy`, :func:`stop_policy`,
+        :func:`resume_source`).
+    """
+    load_from = section(cfg, "load_from")
+    return RunSettings(
+        work_dir=work_dir_of(cfg),
+        experiment_name=experiment_name_of(cfg),
+        log_level=str(section(cfg, "log_level", "INFO")),
+        load_from=str(load_from) if load_from else None,
+        resume=resume_source(cfg),
+        restart=restart_count(),
+        train=train_length(cfg) if section(cfg, "train_cfg") is not None else None,
+        checkpoint=checkpoint_policy(cfg),
+        logger=logger_policy(cfg),
+        stop=stop_policy(cfg),
+    )

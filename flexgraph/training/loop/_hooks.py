@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -51,13 +50,13 @@ from mmengine.logging import MessageHub, MMLogger
 from mmengine.registry import HOOKS
 
 from flexgraph.training.config import (
+    RunSettings,
+    TrainSchedule,
     build_from_cfg,
-    checkpoint_policy,
     resolve_type,
     section,
     type_name,
     warn_unused_keys,
-    work_dir_of,
 )
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.loop._checkpoint_hook import BuiltinCheckpointHook
@@ -113,10 +112,11 @@ _BUILTIN_HOOK_TYPES = frozenset({
 class RunnerView:
     """What a hook sees as ``runner``: the run's artifacts and its counters.
 
-    Steps fill in artifacts as the graph builds them (``model`` during
-    ``load_checkpoint``, the rest when ``train`` starts); the loop updates
-    ``epoch`` and ``iter`` as plain attribute stores, so reading them costs a hook
-    nothing and keeping them current costs the loop next to nothing.
+    Steps hand it artifacts as the graph builds them, through :meth:`hold`
+    alone (``model`` during ``load_checkpoint``, the rest when ``train``
+    starts); the loop updates ``epoch`` and ``iter`` as plain attribute stores,
+    so reading them costs a hook nothing and keeping them current costs the
+    loop next to nothing.
 
     :func:`build_hooks` makes the run's view; a step reaches it as
     ``hooks.runner``.
@@ -128,6 +128,8 @@ class RunnerView:
     work_dir : str
         The run's work_dir; ``log_dir`` starts as the same and becomes this
         run's timestamped folder when ``flexgraph run`` keeps a record.
+    experiment_name : str
+        The config's ``experiment_name`` or file stem (may be empty).
     timestamp : str
         The run's ``%Y%m%d_%H%M%S`` start time, as MMEngine's.
     logger : mmengine.logging.MMLogger
@@ -155,13 +157,14 @@ class RunnerView:
         The dispatcher this view belongs to.
     """
 
-    def __init__(self, cfg: Any, *, work_dir: str, timestamp: str,
+    def __init__(self, cfg: Any, *, work_dir: str, experiment_name: str, timestamp: str,
                  logger: MMLogger, message_hub: MessageHub) -> None:
         self.cfg = cfg
         self.work_dir = work_dir
         self.log_dir = work_dir
         self.timestamp = timestamp
-        self.experiment_name = _experiment_name(cfg, timestamp)
+        # MMEngine's: {experiment_name}_{timestamp}, the timestamp alone without a name.
+        self.experiment_name = f"{experiment_name}_{timestamp}" if experiment_name else timestamp
         self.logger = logger
         self.message_hub = message_hub
         self.model: torch.nn.Module | None = None
@@ -181,6 +184,36 @@ class RunnerView:
         self.max_iters = 0
         self.val_interval = 1
         self.val_begin = 1
+
+    _HELD = frozenset({"model", "optim_wrapper", "param_schedulers", "train_dataloader",
+                       "val_dataloader", "test_dataloader", "val_evaluator",
+                       "test_evaluator", "seed"})
+
+    def hold(self, *, schedule: TrainSchedule | None = None, **artifacts: Any) -> None:
+        """Show hooks the run's artifacts: the one way steps fill in this view.
+
+        Parameters
+        ----------
+        schedule : TrainSchedule, optional
+            Sets ``max_epochs``, ``max_iters``, ``val_interval`` and ``val_begin``.
+        **artifacts
+            Any of ``model``, ``optim_wrapper``, ``param_schedulers``, the three
+            dataloaders, ``val_evaluator``, ``test_evaluator`` and ``seed``.
+
+        Raises
+        ------
+        TypeError
+            A name that is not one of those.
+        """
+        unknown = sorted(set(artifacts) - self._HELD)
+        if unknown:
+            raise TypeError(f"RunnerView.hold: {unknown[0]!r} is not shown to hooks; "
+                            f"it holds {', '.join(sorted(self._HELD))}")
+        for name, value in artifacts.items():
+            setattr(self, name, value)
+        if schedule is not None:
+            self.max_epochs, self.max_iters = schedule.max_epochs, schedule.max_iters
+            self.val_interval, self.val_begin = schedule.val_interval, schedule.val_begin
 
     @property
     def visualizer(self) -> Any:
@@ -361,15 +394,6 @@ def _scheduler_hook_type() -> type:
     return ParamSchedulerHook
 
 
-def _experiment_name(cfg: Any, timestamp: str) -> str:
-    """MMEngine's: ``{experiment_name}_{timestamp}``, else ``{config stem}_{timestamp}``."""
-    name = section(cfg, "experiment_name")
-    filename = getattr(cfg, "filename", None)
-    if not name and filename:
-        name = os.path.splitext(os.path.basename(filename))[0]
-    return f"{name}_{timestamp}" if name else timestamp
-
-
 _NO_VISUALIZER_YET = "Visualizer.get_current_instance()"  # MMEngine's words for it
 
 
@@ -416,7 +440,7 @@ def _default_hooks(cfg: Any) -> dict[str, Any]:
     return merged
 
 
-def _builtin_hook(key: str, hook_cfg: Any, cfg: Any) -> Any:
+def _builtin_hook(key: str, hook_cfg: Any, settings: RunSettings) -> Any:
     """The hook object standing in for a built-in default (``None``: the loop does it)."""
     if isinstance(hook_cfg, Hook):
         if type(hook_cfg).__name__ == "CheckpointHook":
@@ -428,7 +452,7 @@ def _builtin_hook(key: str, hook_cfg: Any, cfg: Any) -> Any:
     if name == "ParamSchedulerHook" or (not name and key == "param_scheduler"):
         hook = _scheduler_hook_type()()
     elif name == "CheckpointHook" or (not name and key == "checkpoint"):
-        hook = BuiltinCheckpointHook(checkpoint_policy(cfg))
+        hook = BuiltinCheckpointHook(settings.checkpoint)
     else:
         return None
     if hook_cfg.get("priority") is not None:
@@ -436,7 +460,7 @@ def _builtin_hook(key: str, hook_cfg: Any, cfg: Any) -> Any:
     return hook
 
 
-def build_hooks(cfg: Any) -> Hooks:
+def build_hooks(cfg: Any, settings: RunSettings) -> Hooks:
     """Build the default hooks (MMEngine's, merged with ``default_hooks``) and ``custom_hooks``.
 
     Of MMEngine's built-in default hooks, ``param_scheduler`` and ``checkpoint``
@@ -448,11 +472,11 @@ def build_hooks(cfg: Any) -> Hooks:
     comes first: hooks look up its message hub and visualizer when built.
     """
     warn_unused_keys(cfg, rank=launch_rank(), world_size=launch_world_size())
-    runner = _runner_view(cfg)
+    runner = _runner_view(cfg, settings)
     hooks = []
     for key, hook_cfg in _default_hooks(cfg).items():
         if _is_builtin(key, hook_cfg):
-            builtin = _builtin_hook(key, hook_cfg, cfg)
+            builtin = _builtin_hook(key, hook_cfg, settings)
             if builtin is not None:
                 hooks.append(builtin)
             continue
@@ -464,16 +488,16 @@ def build_hooks(cfg: Any) -> Hooks:
     return Hooks(hooks, runner)
 
 
-def _runner_view(cfg: Any) -> RunnerView:
+def _runner_view(cfg: Any, settings: RunSettings) -> RunnerView:
     """The run's :class:`RunnerView`, with its logger, message hub and visualizer."""
     record = active_record()  # `flexgraph run` opened one: its logger writes the log file
     timestamp = record.timestamp if record else time.strftime("%Y%m%d_%H%M%S", time.localtime())
-    logger = record.logger if record else console_logger(timestamp, section(cfg, "log_level",
-                                                                            "INFO"))
+    logger = record.logger if record else console_logger(timestamp, settings.log_level)
     run_number = next(_RUN_NUMBERS)
     runner = RunnerView(
         cfg,
-        work_dir=work_dir_of(cfg),
+        work_dir=settings.work_dir,
+        experiment_name=settings.experiment_name,
         timestamp=timestamp,
         logger=logger,
         message_hub=MessageHub.get_instance(f"flexgraph_{timestamp}_{run_number}"),

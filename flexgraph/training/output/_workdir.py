@@ -39,7 +39,7 @@ import mmengine
 from mmengine.logging import MMLogger
 from mmengine.logging.logger import MMFormatter
 
-from flexgraph.training.config import section, work_dir_of, write_config
+from flexgraph.training.config import RunSettings, write_config
 
 __all__ = ["FILE_ONLY", "RunRecord", "active_record", "console_logger", "open_run_record"]
 
@@ -151,7 +151,7 @@ def _atomic_text(path: Path, write: Any) -> None:
         temp.unlink(missing_ok=True)
 
 
-def open_run_record(cfg: Any, plan_json: str, *, rank: int = 0,
+def open_run_record(cfg: Any, settings: RunSettings, plan_json: str, *, rank: int = 0,
                     strategy: str | None = None) -> RunRecord:
     """Start the run's record: folder, config, plan and log file on rank 0.
 
@@ -159,6 +159,9 @@ def open_run_record(cfg: Any, plan_json: str, *, rank: int = 0,
     ----------
     cfg:
         The run's mmengine ``Config`` (after ``--cfg-options`` and the CLI's flags).
+    settings:
+        Its settings: the record goes in ``settings.work_dir``, the log at
+        ``settings.log_level``.
     plan_json:
         The plan about to run, as ``flexgraph plan --format json`` prints it.
     rank:
@@ -168,9 +171,9 @@ def open_run_record(cfg: Any, plan_json: str, *, rank: int = 0,
         so that the config plans the same way again.
     """
     global _active
-    log_level = section(cfg, "log_level", "INFO")
+    log_level = settings.log_level
     timestamp = time.strftime("%Y%m%d_%H%M%S", time.localtime())
-    work_dir = Path(work_dir_of(cfg))
+    work_dir = Path(settings.work_dir)
     file_handler = None
     if rank == 0:
         timestamp, run_dir = _new_run_dir(work_dir, timestamp)

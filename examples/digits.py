@@ -13,6 +13,10 @@ metric.
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -40,11 +44,7 @@ class DigitsDataset(torch.utils.data.Dataset):
     def __init__(self, split: str = "train", val_fraction: float = 0.2, seed: int = 0) -> None:
         if split not in ("train", "val"):
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-        # Imported here, where the data is read: scikit-learn takes a second to
-        # import, and a launcher that only registers these classes never reads it.
-        from sklearn.datasets import load_digits
-
-        images, labels = load_digits(return_X_y=True)
+        images, labels = _load_digits()
         order = np.random.default_rng(seed).permutation(len(images))
         n_val = int(len(images) * val_fraction)
         keep = order[n_val:] if split == "train" else order[:n_val]
@@ -57,6 +57,26 @@ class DigitsDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {"inputs": self.inputs[index], "labels": self.labels[index]}
+
+
+def _load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's ``load_digits(return_X_y=True)``, without importing scikit-learn.
+
+    The file ``load_digits`` reads is read the same way here: importing
+    scikit-learn (SciPy's statistics come with it) takes longer than training
+    the quickstart, and every process of every run would pay it. Where a
+    release keeps the file elsewhere, ``load_digits`` itself is used.
+    """
+    found = importlib.util.find_spec("sklearn")  # finds the package, runs none of it
+    folders = found.submodule_search_locations if found else None
+    path = Path(folders[0], "datasets", "data", "digits.csv.gz") if folders else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
+
+        return load_digits(return_X_y=True)
+    with gzip.open(path, "rt") as f:
+        data = np.loadtxt(f, delimiter=",")
+    return data[:, :-1], data[:, -1].astype(int)
 
 
 def _stack(x: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:

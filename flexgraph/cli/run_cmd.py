@@ -3,12 +3,20 @@
 Everything that can be checked before a step runs is checked first (the spec,
 the strategy, the plan), so bad input exits 2 without starting processes or
 writing files; so is every step's function (imported before the first step
-runs, and before any rank is launched). With ``--nproc-per-node N`` (or
-``--nnodes``, or ``--max-restarts K``) this process only launches: torch's
-elastic agent starts N copies of ``flexgraph run`` with the usual RANK /
-WORLD_SIZE variables, and restarts them after a failure (see
-:mod:`flexgraph.cli.launch`, which also reports the ranks' errors). A copy
-started by ``torchrun`` directly works the same way.
+runs). With ``--nproc-per-node N`` (or ``--nnodes``, or ``--max-restarts K``)
+this process only launches: torch's elastic agent starts N copies of
+``flexgraph run`` with the usual RANK / WORLD_SIZE variables, and restarts them
+after a failure (see :mod:`flexgraph.cli.launch`, which also reports the ranks'
+errors). A copy started by ``torchrun`` directly works the same way.
+
+The launcher finds every step's function without importing it
+(:func:`~flexgraph.core.references.check_references`), so a misspelling stops
+the run before any rank starts, and imports only what that cannot settle (a
+star import, a compiled module). Its ranks import every function before their
+first step anyway; importing them in the launcher as well would cost each launch
+the training stack's imports (0.5 to 1.5 s of CPU, measured on the test
+configs). A module that is found but fails to import is reported by the ranks,
+as one process reports it (exit 2, never restarted).
 
 The launched copies read the same config with the same arguments and the same
 world size, so they plan what the launcher planned; to make that a checked
@@ -30,7 +38,7 @@ from flexgraph.cli.choice import default_strategy
 from flexgraph.cli.collector import imports_kept_from_collector
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.plan import Plan
-from flexgraph.core.references import check_references, resolve_functions
+from flexgraph.core.references import check_references, resolve_functions, resolve_unchecked
 from flexgraph.core.strategy import Strategy
 
 LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
@@ -183,8 +191,11 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
     with imports_kept_from_collector() as imports_done:
         spec, strategy = _load(args)
         plan = spec.plan(strategy, targets=() if args.entry == "train" else (args.entry,))
-        check_references(plan)  # fail fast: a typo is found before anything is imported,
-        resolve_functions(plan)  # then every function is imported before any step or rank runs
+        unchecked = check_references(plan)  # fail fast: a typo is found before any import,
+        if _is_launcher(args) and not args.dry_run:
+            resolve_unchecked(unchecked)  # then what only an import settles, before any rank
+        else:
+            resolve_functions(plan)  # or every function, before any step runs
         imports_done()
         return _execute(args, hooks, spec, strategy, plan)
 

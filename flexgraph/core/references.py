@@ -16,7 +16,9 @@ Two promises rest on this module:
   :class:`Unchecked`, with the reason; what is definitely wrong raises.
 - ``flexgraph run`` imports every function of the plan before the first step
   runs (:func:`resolve_functions`), so a misspelling costs nothing: no step has
-  run and nothing was written.
+  run and nothing was written. Its launcher, which runs no step, imports only
+  what the static check left open (:func:`resolve_unchecked`) before it starts
+  any rank.
 
 Every failure has its own class under :class:`StepFunctionError` (a
 :class:`~flexgraph.core.errors.FlexgraphError` and an ``ImportError``), and
@@ -337,9 +339,24 @@ def resolve_functions(plan: Any) -> dict[str, Callable[..., Any]]:
     functions = {}
     for step in plan.steps:
         for label, fn in _functions(step):  # a fused step's members are imported too
-            try:
-                resolved = resolve_fn(fn)
-            except StepFunctionError as exc:
-                raise type(exc)(f"{label}: {exc}") from exc.__cause__
-            functions.setdefault(step.name, resolved)
+            functions.setdefault(step.name, _resolve_for(label, fn))
     return functions
+
+
+def resolve_unchecked(unchecked: Iterable[Unchecked]) -> None:
+    """Import only what :func:`check_references` could not settle.
+
+    For a process that runs no step (``flexgraph run``'s launcher): every other
+    reference is known to exist, and its ranks import them all before their
+    first step. Raises as :func:`resolve_functions` does.
+    """
+    for item in unchecked:
+        _resolve_for(item.where, item.ref)
+
+
+def _resolve_for(label: str, fn: Callable[..., Any] | str) -> Callable[..., Any]:
+    """:func:`resolve_fn`, its error message starting with ``label`` (the step)."""
+    try:
+        return resolve_fn(fn)
+    except StepFunctionError as exc:
+        raise type(exc)(f"{label}: {exc}") from exc.__cause__

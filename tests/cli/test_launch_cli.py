@@ -111,8 +111,11 @@ def error_lines(stderr: str) -> list[str]:
                                "did you mean 'freeze'")),
         ("mystep:freeze", ["--nproc-per-node", "2"], ("step 'freeze'", "no module named 'mystep'",
                                                       "did you mean 'mysteps'")),
+        # the launcher imports what the source check cannot settle before it starts a rank
+        ("starred:freez", ["--nproc-per-node", "2"], ("step 'freeze'",
+                                                      "'starred' has no attribute 'freez'")),
     ],
-    ids=["function", "module-before-launching"],
+    ids=["function", "module-before-launching", "function-before-launching"],
 )
 def test_a_misspelled_function_stops_the_run_before_any_step(tmp_path, ref, launch, fragments):
     steps = (

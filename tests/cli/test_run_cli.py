@@ -2,12 +2,14 @@
 
 Interruptions are real crashes: a hook SIGKILLs its own process, once mid-epoch
 and once in the middle of writing a checkpoint. Resumed runs must end
-bit-identical to uninterrupted ones.
+bit-identical to uninterrupted ones. One uninterrupted run per process count
+serves every test that reads one (each launch costs seconds of start-up).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,12 +23,33 @@ from cli_helpers import (
 )
 
 
+def _launch(nproc: int) -> list[str]:
+    return ["--nproc-per-node", str(nproc)] if nproc > 1 else []
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):
+    """``plain_run(nproc)``: ``write_config``'s plain run (3 epochs) in ``<folder>/full``,
+    made once per process count for every test that needs one: ``(folder, result)``."""
+    made: dict[int, tuple[Path, subprocess.CompletedProcess]] = {}
+
+    def run(nproc: int) -> tuple[Path, subprocess.CompletedProcess]:
+        if nproc not in made:
+            root = tmp_path_factory.mktemp(f"plain{nproc}")
+            plain = write_config(root / "plain")
+            done = flexgraph_run(str(plain), "--work-dir", "full", *_launch(nproc), cwd=root)
+            assert done.returncode == 0, done.stderr[-3000:]
+            made[nproc] = root, done
+        return made[nproc]
+
+    return run
+
+
 @pytest.mark.parametrize("nproc", [1, 2], ids=["single", "ddp"])
-def test_a_run_killed_mid_epoch_resumes_bit_identical(tmp_path, nproc):
-    launch = ["--nproc-per-node", str(nproc)] if nproc > 1 else []
-    plain = write_config(tmp_path / "plain")
-    done = flexgraph_run(str(plain), "--work-dir", "full", *launch, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_a_run_killed_mid_epoch_resumes_bit_identical(tmp_path, plain_run, nproc):
+    launch = _launch(nproc)
+    root, _ = plain_run(nproc)
+    plain = root / "plain" / "cfg.py"
 
     # 45 (single) or 23 (two ranks) iterations per epoch: iteration 50 / 30 is mid-epoch 2
     kill_at = 50 if nproc == 1 else 30
@@ -41,7 +64,7 @@ def test_a_run_killed_mid_epoch_resumes_bit_identical(tmp_path, nproc):
         str(plain), "--work-dir", "cut", "--resume", "auto", *launch, cwd=tmp_path
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert_same_training_state(final_state(tmp_path / "full"), final_state(tmp_path / "cut"))
+    assert_same_training_state(final_state(root / "full"), final_state(tmp_path / "cut"))
 
 
 def test_kill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path):
@@ -61,18 +84,17 @@ def test_kill_during_a_save_leaves_the_previous_checkpoint_loadable(tmp_path):
     assert not list(work.glob(".tmp-*")), "the next save sweeps torn writes away"
 
 
-def test_quickstart_with_two_processes_writes_metrics_once(tmp_path):
-    config = write_config(tmp_path / "cfg")
-    done = flexgraph_run(str(config), "--work-dir", "ddp", "--nproc-per-node", "2", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_quickstart_with_two_processes_writes_metrics_once(plain_run):
+    root, done = plain_run(2)
+    work = root / "full"
     assert "strategy ddp" in done.stdout
-    lines = [json.loads(x) for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (work / "metrics.jsonl").read_text().splitlines()]
     train = [x for x in lines if x.get("mode", "train") == "train"]
     assert [x["iter"] for x in train] == sorted({x["iter"] for x in train}), "one writer"
     assert max(x["iter"] for x in train) == 3 * 23
     # rank 0 alone writes the run's log, config, plan and visualizer output: one folder,
     # three files, and one TensorBoard events file (the quickstart's TensorboardVisBackend)
-    (run_dir,) = [p for p in (tmp_path / "ddp").iterdir() if p.is_dir() and p.name[0].isdigit()]
+    (run_dir,) = [p for p in work.iterdir() if p.is_dir() and p.name[0].isdigit()]
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(
         [f"{run_dir.name}.log", "config.py", "plan.json", "vis_data"])
     assert len(list((run_dir / "vis_data").iterdir())) == 1
@@ -141,12 +163,12 @@ def test_single_strategy_refuses_two_processes(tmp_path):
     assert "use --strategy ddp" in result.stderr
 
 
-def test_entry_val_evaluates_a_checkpoint_to_the_accuracy_training_reported(tmp_path):
-    config = write_config(tmp_path / "cfg")
-    trained = flexgraph_run(str(config), "--work-dir", "work", cwd=tmp_path)
-    assert trained.returncode == 0, trained.stderr[-3000:]
+def test_entry_val_evaluates_a_checkpoint_to_the_accuracy_training_reported(
+        tmp_path, plain_run):
+    root, trained = plain_run(1)
+    config = root / "plain" / "cfg.py"
     reported = trained.stdout.split("'val/accuracy/top1': ")[1].split("}")[0]
-    last = (tmp_path / "work" / "last_checkpoint").read_text().strip()
+    last = (root / "full" / "last_checkpoint").read_text().strip()
     evaluated = flexgraph_run(
         str(config), "--entry", "val", "--load-from", last, "--work-dir", "eval", cwd=tmp_path
     )

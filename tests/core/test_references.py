@@ -24,6 +24,7 @@ from flexgraph.core.references import (
     check_references,
     resolve_fn,
     resolve_functions,
+    resolve_unchecked,
 )
 
 
@@ -131,6 +132,19 @@ def test_check_references_names_the_step_and_lists_the_unchecked(modules):
     wrong = Step("thaw", "ck_steps:thaw", requires="a")
     with pytest.raises(UnknownFunctionError, match="^step 'thaw': fn 'ck_steps:thaw'"):
         check_references(make_plan(Graph.of([good, wrong])))
+
+
+
+def test_a_launcher_imports_only_what_the_check_left_open(modules):
+    """``flexgraph run``'s launcher: checked modules are not imported, the unchecked are."""
+    modules(ck_steps=STEPS, ck_star="from json import *\n", ck_star_typo="from json import *\n")
+    good = Step("freeze", "ck_steps:freeze", provides="a")  # importing it raises
+    starred = Step("load", "ck_star:loads", requires="a", provides="b")
+    typo = Step("dump", "ck_star_typo:dumbs", requires="b")
+    resolve_unchecked(check_references(make_plan(Graph.of([good, starred]))))
+    assert "ck_star" in sys.modules and "ck_steps" not in sys.modules
+    with pytest.raises(UnknownFunctionError, match="^step 'dump': fn 'ck_star_typo:dumbs'"):
+        resolve_unchecked(check_references(make_plan(Graph.of([good, starred, typo]))))
 
 
 # resolving -----------------------------------------------------------------------------

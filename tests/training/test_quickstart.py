@@ -41,3 +41,15 @@ def test_quickstart_checkpoint_evaluates_the_same_through_the_val_entry_point(tm
         "accuracy/top1": trained["val/accuracy/top1"]}
     cfg.val_evaluator = None  # a BaseModel without an evaluator reports its mean loss
     assert set(run_steps(cfg, last="val")["val_result"]) == {"loss"}
+
+
+def test_the_quickstart_reads_exactly_scikit_learns_digits():
+    """examples/digits.py reads load_digits's own file (scikit-learn's import costs seconds)."""
+    import numpy as np
+    from digits import _load_digits
+    from sklearn.datasets import load_digits
+
+    (images, labels), (expected_images, expected_labels) = _load_digits(), load_digits(
+        return_X_y=True)
+    assert images.dtype == expected_images.dtype and labels.dtype == expected_labels.dtype
+    assert np.array_equal(images, expected_images) and np.array_equal(labels, expected_labels)

@@ -358,16 +358,16 @@ def launch(args: argparse.Namespace, env: Mapping[str, str],
         try:
             agent = _run_agent(torch_args, progress_dir, quiet)
         except SignalException as exc:  # the agent forwarded it and waited for the ranks
-            if stopping.stop_note(progress_dir):
-                return stopping.EXIT_STOPPED  # rank 0 saved, and said so
+            note = stopping.stop_note(progress_dir)
+            if note:  # the ranks saved
+                stopping.say_stopped(note)
+                return stopping.EXIT_STOPPED
             print(f"error: stopped by {exc.sigval.name} before the ranks saved a checkpoint",
                   file=sys.stderr)
             return 128 + int(exc.sigval)
         note = stopping.stop_note(progress_dir)
     if agent.stopped:
-        if not note:  # rank 0 was terminated on its way out, after the save
-            print(f"flexgraph: the ranks stopped on a signal and saved a checkpoint; continue "
-                  f"with --resume auto (exit status {stopping.EXIT_STOPPED})", file=sys.stderr)
+        stopping.say_stopped(note or "the ranks stopped on a signal and saved a checkpoint")
         return stopping.EXIT_STOPPED
     failure = agent.failure
     if failure is None:

@@ -4,4 +4,5 @@ import sys
 
 from flexgraph.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a forked rank's multiprocessing imports it
+    sys.exit(main())

@@ -170,7 +170,7 @@ def deepspeed(
                  "overwritten or never reach the optimizer"),
     )
     return Strategy("deepspeed", rewrites, doc=f"DeepSpeed ZeRO stage {stage}",
-                    world_size="many", checks=checks)
+                    world_size="many", checks=checks, run_imports=("deepspeed",))
 
 
 # -- step functions ---------------------------------------------------------------------------

@@ -5,7 +5,9 @@ makes this process a launcher: it parses torchrun's own flags with torchrun's
 parser, then runs torch's ``LocalElasticAgent``, which starts the ranks,
 watches them and, with ``--max-restarts K``, restarts the whole group after a
 rank dies (restarted ranks resume from the last complete checkpoint on their
-own; see :mod:`flexgraph.training.resume`).
+own; see :mod:`flexgraph.training.resume`). Without an accelerator the ranks
+are forks of one process that imported their modules
+(:mod:`flexgraph.cli.forked_ranks`, ``--start-method``).
 
 What a user sees comes from two places, both torch elastic's:
 
@@ -56,7 +58,9 @@ from flexgraph.core.executor import StepFailedError
 from flexgraph.training.output import PROGRESS_DIR_VAR, progress_of_this_rank, read_progress
 
 LAUNCHED_BY_VAR = "FLEXGRAPH_LAUNCHER"
-"""Set by this launcher for its ranks: they leave reporting their errors to it."""
+"""Set by this launcher for its ranks, to its process id: they leave reporting their errors
+to it (and a rank that must signal its launcher, as a scheduler would, finds it there: a
+forked rank's parent is the rank server)."""
 
 BAD_INPUT, CRASH = 2, 1
 
@@ -163,10 +167,15 @@ def _progress_text(progress: Mapping[str, Any]) -> str:
     return text
 
 
+def _flexgraph_report(failure: ProcessFailure) -> dict[str, Any] | None:
+    """What :meth:`RankReport.describe` put in the rank's error file, if it wrote one."""
+    message = failure.error_file_data.get("message")
+    return message.get("extraInfo", {}).get("flexgraph") if isinstance(message, dict) else None
+
+
 def describe_failure(rank: int, failure: ProcessFailure, progress_dir: str | None) -> Failure:
     """Read what ``rank`` left (error file, progress record) into one :class:`Failure`."""
-    message = failure.error_file_data.get("message")
-    info = message.get("extraInfo", {}).get("flexgraph") if isinstance(message, dict) else None
+    info = _flexgraph_report(failure)
     if info:
         if info["status"] == BAD_INPUT:
             return Failure(rank, BAD_INPUT, info["message"], False, info["time"])
@@ -220,6 +229,7 @@ class _ReportingAgent(LocalElasticAgent):
         result = super()._monitor_workers(worker_group)
         if not result.is_failed():
             return result
+        self._add_ranks_that_left_errors(result, worker_group)
         if stopping.ranks_stopped(result.failures):  # saved on a signal: not to restart
             self.stopped, self._remaining_restarts = True, 0
             return result
@@ -232,6 +242,45 @@ class _ReportingAgent(LocalElasticAgent):
                   f"{self.restarts} of {worker_group.spec.max_restarts}), which resumes "
                   f"from the last complete checkpoint", file=sys.stderr, flush=True)
         return result
+
+
+    def _add_ranks_that_left_errors(self, result: RunResult, worker_group: WorkerGroup) -> None:
+        """Count every rank that ended badly as failed, not only those the agent saw first.
+
+        The agent reports the ranks it saw exit before it stopped the others: with
+        forked ranks only the first one (``torch.multiprocessing`` stops the rest
+        on the spot), and the rank that failed first may be another. So each
+        rank's exit status (the agent's processes, once the group is stopped) and
+        error file count too.
+        """
+        files = getattr(self._pcontext, "error_files", None) or {}
+        exits = _exit_statuses(self._pcontext)
+        for worker in worker_group.workers:
+            if worker.global_rank in result.failures:
+                continue
+            path = files.get(worker.local_rank) or ""
+            status = exits.get(worker.local_rank)
+            if status in (0, None) and not os.path.isfile(path):
+                continue
+            failure = ProcessFailure(local_rank=worker.local_rank, pid=worker.id or -1,
+                                     exitcode=status or CRASH, error_file=path)
+            info = _flexgraph_report(failure)
+            if info and not status:
+                failure.exitcode = info["status"]
+            result.failures[worker.global_rank] = failure
+
+
+def _exit_statuses(pcontext: Any) -> dict[int, int | None]:
+    """``{local rank: exit status}`` of an elastic process context's ranks (None: running).
+
+    Negative for a signal, as torch reports it. A forked group's context holds
+    ``torch.multiprocessing``'s processes, a started group's its subprocess handlers.
+    """
+    processes = getattr(getattr(pcontext, "_pc", None), "processes", None)
+    if processes is not None:
+        return {rank: process.exitcode for rank, process in enumerate(processes)}
+    handlers = getattr(pcontext, "subprocess_handlers", None) or {}
+    return {rank: handler.proc.returncode for rank, handler in handlers.items()}
 
 
 def _torchrun_argv(args: argparse.Namespace, parser: argparse.ArgumentParser,
@@ -247,8 +296,15 @@ def _torchrun_argv(args: argparse.Namespace, parser: argparse.ArgumentParser,
         launch += ["--master-port", str(args.master_port or 29500)]
     else:
         launch += ["--standalone"]
-    # The user's own arguments, nothing re-derived: each copy resolves the strategy
-    # (with the config's options) exactly as this process did.
+    return launch + ["-m", "flexgraph", *_rank_argv(args)]
+
+
+def _rank_argv(args: argparse.Namespace) -> list[str]:
+    """A rank's ``flexgraph`` arguments: the user's own, nothing re-derived.
+
+    Each rank resolves the strategy (with the config's options) exactly as this
+    process did.
+    """
     child = ["run", args.config, "--entry", args.entry]
     for flag in ("work_dir", "resume", "load_from", "strategy", "preempt_signal"):
         if getattr(args, flag):
@@ -256,7 +312,7 @@ def _torchrun_argv(args: argparse.Namespace, parser: argparse.ArgumentParser,
     if args.cfg_options:
         child += ["--cfg-options", *args.cfg_options]
     debug = ["--debug"] if getattr(args, "debug", False) else []
-    return launch + ["-m", "flexgraph", *debug, *child]
+    return [*debug, *child]
 
 
 def _quiet_torch_logs() -> None:
@@ -269,14 +325,19 @@ def _quiet_torch_logs() -> None:
             logger.setLevel(logging.CRITICAL)
 
 
-def _run_agent(torch_args: argparse.Namespace, progress_dir: str,
-               quiet: bool) -> _ReportingAgent:
+def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
+               forked: tuple[Callable[..., None], Sequence[str]] | None,
+               preload: Sequence[str]) -> _ReportingAgent:
     """torchrun's ``run`` (``torch.distributed.run.run`` and ``launch_agent``), with our agent.
 
     torchrun builds ``LocalElasticAgent`` itself, so the few lines that wire the
     rendezvous, the worker spec and the agent are repeated here. Whatever
     options this torch's ``LaunchConfig`` shares with its ``WorkerSpec`` and
     agent are passed through by name, so newer knobs keep working.
+
+    ``forked``: the ranks' entrypoint and arguments, to run them as forks of the
+    rank server (:mod:`flexgraph.cli.forked_ranks`), which imports ``preload``
+    first, instead of ``python -m flexgraph``.
     """
     import inspect
     import uuid
@@ -292,6 +353,11 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str,
         torch_args.rdzv_backend, torch_args.rdzv_endpoint = "c10d", "localhost:0"
         torch_args.rdzv_id = str(uuid.uuid4())
     config, entrypoint, entry_args = config_from_args(torch_args)
+    if forked is not None:  # after config_from_args, which sets OMP_NUM_THREADS
+        from flexgraph.cli.forked_ranks import start_rank_server
+
+        start_rank_server(preload)
+        config.start_method, entrypoint, entry_args = "forkserver", forked[0], list(forked[1])
     if not config.run_id:
         config.run_id = str(uuid.uuid4().int)
     rdzv = RendezvousParameters(
@@ -334,29 +400,36 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str,
 
 
 def launch(args: argparse.Namespace, env: Mapping[str, str],
-           stop_signals: Sequence[str] = ()) -> int:
+           stop_signals: Sequence[str] = (), preload: Sequence[str] = ()) -> int:
     """Start the ranks through torch's elastic agent; return the run's exit status.
 
     ``env`` is set for the ranks (the launcher's plan digest); ``stop_signals``
     are the run's own stop signals, forwarded to the ranks besides
-    :data:`~flexgraph.cli.stopping.FORWARDED`.
+    :data:`~flexgraph.cli.stopping.FORWARDED`; ``preload`` the modules the ranks
+    import, for the rank server when they are forked
+    (:mod:`flexgraph.cli.forked_ranks`, ``--start-method``).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser
+
+    from flexgraph.cli.forked_ranks import choose_start_method
 
     parser = get_args_parser()
     torch_args = parser.parse_args(_torchrun_argv(args, parser, stop_signals))
     quiet = not getattr(args, "debug", False) and "LOGLEVEL" not in os.environ
     with tempfile.TemporaryDirectory(prefix="flexgraph-ranks-") as progress_dir:
         os.environ.update(env)
-        os.environ.update({PROGRESS_DIR_VAR: progress_dir, LAUNCHED_BY_VAR: "1"})
+        os.environ.update({PROGRESS_DIR_VAR: progress_dir, LAUNCHED_BY_VAR: str(os.getpid())})
         if args.max_restarts > 0:
             # The agent's shared TCPStore outlives a restart with the failed attempt's
             # keys in it, and restarted ranks then connect to addresses of dead ones
             # (pytorch/pytorch#135712); torch's own switch gives each attempt a fresh store.
             os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
         try:
-            agent = _run_agent(torch_args, progress_dir, quiet)
+            forked = None
+            if choose_start_method(args.start_method) == "forkserver":
+                forked = (args.rank_entrypoint, _rank_argv(args))
+            agent = _run_agent(torch_args, progress_dir, quiet, forked, preload)
         except SignalException as exc:  # the agent forwarded it and waited for the ranks
             note = stopping.stop_note(progress_dir)
             if note:  # the ranks saved

@@ -36,6 +36,7 @@ from typing import Any
 
 from flexgraph.cli.choice import default_strategy
 from flexgraph.cli.collector import imports_kept_from_collector
+from flexgraph.cli.forked_ranks import START_METHODS
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.plan import Plan
 from flexgraph.core.references import check_references, resolve_functions, resolve_unchecked
@@ -77,6 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     launch.add_argument("--max-restarts", type=_non_negative, default=0, metavar="K",
                         help="restart the whole group up to K times after a rank dies; "
                         "restarted ranks resume from the last complete checkpoint")
+    launch.add_argument("--start-method", choices=START_METHODS, default="auto",
+                        help="how ranks start: forkserver (forks of one process that "
+                        "imported their modules, seconds faster) or exec (a fresh "
+                        "interpreter each, as torchrun starts a script); auto: forkserver "
+                        "on Linux without an accelerator, exec with one (CUDA does not "
+                        "survive a fork)")
 
 
 def _non_negative(text: str) -> int:
@@ -99,6 +106,17 @@ def _cfg_options(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "preempt_signal", None):
         options["preemption.signal"] = args.preempt_signal
     return options
+
+
+def _rank_imports(plan: Plan, strategy: Strategy | None) -> list[str]:
+    """What the ranks import to run ``plan``: flexgraph's modules of its step functions
+    (a user's own are left to the ranks, which report their errors), then the strategy's
+    library."""
+    from flexgraph.core.step import fn_ref
+
+    modules = [fn_ref(step.fn).partition(":")[0] for step in plan.steps]
+    ours = [m for m in modules if m == "flexgraph" or m.startswith("flexgraph.")]
+    return list(dict.fromkeys([*ours, *(strategy.run_imports if strategy else ())]))
 
 
 def _is_launched() -> bool:
@@ -218,7 +236,8 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
     if _is_launcher(args) and not args.dry_run:
         from flexgraph.cli.launch import launch
 
-        return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text)}, stop_signals)
+        return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text)}, stop_signals,
+                      preload=_rank_imports(plan, strategy))
     _check_launched_plan(plan_text)
     rank = int(os.environ.get("RANK", 0))
     console = stdout_console()

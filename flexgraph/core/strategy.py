@@ -63,6 +63,10 @@ class Strategy:
         Orders and choices the rewrites establish for a reason
         (:mod:`flexgraph.core.checks`); the plan is refused, with the reason,
         when the final graph breaks one, even through rewrites appended later.
+    run_imports : tuple of str
+        Modules its step functions import when they run, never when planning
+        (its library, e.g. ``deepspeed``): a launcher that forks its ranks from
+        one process imports them there once, for every rank.
 
     Raises
     ------
@@ -82,6 +86,7 @@ class Strategy:
     doc: str = ""
     world_size: str = attrs.field(default="one", validator=attrs.validators.in_(("one", "many")))
     checks: tuple[Check, ...] = attrs.field(default=(), converter=tuple)
+    run_imports: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def then(self, *rewrites: Rewrite) -> Strategy:
         """Return this strategy with ``rewrites`` appended (its checks still apply).

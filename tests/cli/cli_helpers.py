@@ -60,7 +60,7 @@ KILLER = textwrap.dedent(
         def _victims(self, runner):
             if not self.everyone:
                 return [os.getpid()]
-            pids = [os.getppid()] if runner.world_size > 1 else []  # the launcher
+            pids = [int(os.environ["FLEXGRAPH_LAUNCHER"])] if runner.world_size > 1 else []
             for r in range(runner.world_size):
                 with open(os.path.join(runner.work_dir, f"pid-rank{r}")) as f:
                     pids.append(int(f.read()))
@@ -101,7 +101,8 @@ KILLER = textwrap.dedent(
 
         def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
             if runner.rank == self.rank and runner.iter + 1 == self.at_iter:
-                target = os.getppid() if self.to == "launcher" else os.getpid()
+                target = (int(os.environ["FLEXGRAPH_LAUNCHER"]) if self.to == "launcher"
+                          else os.getpid())
                 os.kill(target, getattr(signal, self.sig))
                 if self.to == "launcher":
                     time.sleep(1.0)

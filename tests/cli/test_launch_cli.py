@@ -10,6 +10,7 @@ its own, ending with exactly the weights of an uninterrupted run.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import textwrap
@@ -42,6 +43,18 @@ HOOKS = textwrap.dedent(
             first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
             if first_attempt and runner.rank == self.rank and runner.iter + 1 == self.at_iter:
                 os.kill(os.getpid(), signal.SIGKILL)
+
+
+    @HOOKS.register_module(force=True)
+    class WhoAmI(Hook):
+        """Writes where this rank's process sits: its parent, its session, its launcher."""
+
+        def before_train(self, runner):
+            import json
+
+            with open(os.path.join(runner.work_dir, f"who-rank{runner.rank}.json"), "w") as f:
+                json.dump({"pid": os.getpid(), "parent": os.getppid(), "session": os.getsid(0),
+                           "launcher": int(os.environ["FLEXGRAPH_LAUNCHER"])}, f)
 
 
     @HOOKS.register_module(force=True)
@@ -153,16 +166,39 @@ def test_bad_input_found_on_the_ranks_is_reported_once_as_one_process_would(tmp_
     assert "restarting" not in launched.stderr, "bad input fails the same way every time"
 
 
-def test_a_crashing_rank_is_named_with_its_step_and_iteration(tmp_path):
+@pytest.mark.parametrize("start", ["forkserver", "exec"])
+def test_a_crashing_rank_is_named_with_its_step_and_iteration(tmp_path, start):
     config = write_config(tmp_path / "cfg", hooks="dict(type='CrashAt', at_iter=7, rank=1)")
     result = flexgraph_run(str(config), "--work-dir", "work", "--nproc-per-node", "2",
-                           cwd=tmp_path)
+                           "--start-method", start, cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert error_lines(result.stderr) == [
         "error: rank 1 failed in step 'train' after 6 iterations: RuntimeError: boom at "
         "iteration 7"
     ], result.stderr
     assert "Traceback" not in result.stderr
+
+
+# how ranks start -------------------------------------------------------------------
+
+
+def test_forked_ranks_train_as_started_ones_do_from_one_server_in_sessions_of_their_own(
+        tmp_path):
+    config = write_config(tmp_path / "cfg", hooks="dict(type='WhoAmI')")
+    runs = {}
+    for start in ("forkserver", "exec"):
+        done = flexgraph_run(str(config), "--work-dir", start, "--nproc-per-node", "2",
+                             "--start-method", start, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[start] = [json.loads((tmp_path / start / f"who-rank{r}.json").read_text())
+                       for r in range(2)]
+        assert [r["session"] for r in runs[start]] == [r["pid"] for r in runs[start]]
+    assert_same_training_state(final_state(tmp_path / "forkserver"), final_state(tmp_path / "exec"))
+    forked, started = runs["forkserver"], runs["exec"]
+    assert started[0]["parent"] == started[0]["launcher"], "started ranks: children of the launcher"
+    server = forked[0]["parent"]
+    assert server != forked[0]["launcher"] and forked[1]["parent"] == server, (
+        "forked ranks: children of one rank server")
 
 
 # chaos: SIGKILL one rank, --max-restarts 1 --------------------------------------------

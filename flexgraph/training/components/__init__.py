@@ -13,6 +13,7 @@ from flexgraph.training.components._data import (
     WorkerSeeding,
     build_dataloader,
     build_dataloaders,
+    end_dataloader_workers,
     epoch_batches,
     epoch_length_of,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "build_dataloaders",
     "build_optim_wrapper",
     "build_param_schedulers",
+    "end_dataloader_workers",
     "epoch_batches",
     "epoch_length_of",
     "first_param_group",

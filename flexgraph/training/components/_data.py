@@ -144,19 +144,20 @@ class SkippableSampler(torch.utils.data.Sampler):
         self._skip = int(n)
 
 
-def _end_workers_at_exit() -> None:
+def end_dataloader_workers() -> None:
     """Kill this process's daemonic children: what multiprocessing ends at exit.
 
     It ends them with SIGTERM and then waits for them; dataloader workers
     ignore SIGTERM, so it would wait forever. Registered after
-    multiprocessing's own exit handler, so it runs first.
+    multiprocessing's own exit handler, so it runs first; a rank forked by
+    multiprocessing (which runs no exit handlers) calls it itself.
     """
     for child in multiprocessing.active_children():
         if child.daemon:
             child.kill()
 
 
-atexit.register(_end_workers_at_exit)
+atexit.register(end_dataloader_workers)
 
 
 class WorkerSeeding:

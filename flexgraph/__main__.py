@@ -1,8 +1,6 @@
 """``python -m flexgraph``: the same as the ``flexgraph`` command."""
 
-import sys
-
-from flexgraph.cli.main import main
+from flexgraph.cli.main import run_and_exit
 
 if __name__ == "__main__":  # not when a forked rank's multiprocessing imports it
-    sys.exit(main())
+    run_and_exit()

@@ -41,6 +41,9 @@ from flexgraph.core.strategy import Strategy, StrategyOptionError
 
 HERE = "flexgraph.strategies.deepspeed"
 CHECKPOINTS = "flexgraph.strategies.deepspeed_checkpoint"
+RUN_IMPORTS = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")
+"""What the ranks import: DeepSpeed, and the optimizer module its ``initialize`` imports to
+check the optimizer (compiling its kernels imports torch's inductor, 1.4 s a rank)."""
 _AUTO_KEYS = {0: (), 1: ("reduce_bucket_size", "allgather_bucket_size"),
               2: ("reduce_bucket_size", "allgather_bucket_size"),
               3: ("reduce_bucket_size", "stage3_prefetch_bucket_size",
@@ -170,7 +173,7 @@ def deepspeed(
                  "overwritten or never reach the optimizer"),
     )
     return Strategy("deepspeed", rewrites, doc=f"DeepSpeed ZeRO stage {stage}",
-                    world_size="many", checks=checks, run_imports=("deepspeed",))
+                    world_size="many", checks=checks, run_imports=RUN_IMPORTS)
 
 
 # -- step functions ---------------------------------------------------------------------------

@@ -1,17 +1,18 @@
-"""Imported by the rank server alone (:mod:`flexgraph.cli.forked_ranks`): the ranks' modules.
+"""Imported by a rank server started afresh (:mod:`flexgraph.cli.forked_ranks`): the ranks' modules.
 
 Importing this module imports every module named in
 :data:`~flexgraph.cli.forked_ranks.PRELOAD_VAR`, so that the ranks forked from the
-server find them imported. A module that fails here is left out: the rank imports it
-again and reports the failure as usual.
+server find them imported.
 """
 
-import contextlib
-import importlib
+import atexit
 import os
 
-from flexgraph.cli.forked_ranks import PRELOAD_VAR
+from flexgraph.cli.forked_ranks import PRELOAD_VAR, import_quietly
 
-for _name in filter(None, os.environ.get(PRELOAD_VAR, "").split(",")):
-    with contextlib.suppress(Exception):
-        importlib.import_module(_name)
+import_quietly(filter(None, os.environ.get(PRELOAD_VAR, "").split(",")))
+
+# The server exits when its launcher does, with nothing to write or remove; tearing down
+# the modules above would take another second, while it still holds the launcher's
+# stdout (a reader of the launcher's output waits for it). The last handler runs first.
+atexit.register(os._exit, 0)

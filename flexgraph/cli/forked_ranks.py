@@ -5,13 +5,18 @@ importing: torch, mmengine, flexgraph and the strategy's library take 5 s of CPU
 on a DDP rank and 7.5 s on a DeepSpeed one (measured on a 2-core machine), all
 ranks at once, and again for every restart. So on a machine without an
 accelerator the launcher starts its ranks as Python's ``multiprocessing``
-forkserver starts processes: one server process imports those modules once
-(:data:`PRELOAD_VAR` lists them, :mod:`flexgraph.cli._preload` imports them),
-and every rank, restarted ones included, is a fork of that server. The server
-is single-threaded and started before the agent, so a fork copies no lock held
-by another thread. torch's elastic agent supports it for a function entrypoint
-(``start_method='forkserver'``); :func:`flexgraph.cli.main.run_forked_rank` is
-that function.
+forkserver starts processes: every rank, restarted ones included, is a fork of
+one server process that imported those modules once. torch's elastic agent
+supports it for a function entrypoint (``start_method='forkserver'``);
+:func:`flexgraph.cli.main.run_forked_rank` is that function.
+
+The server is itself a fork of the launcher, taken before the agent starts:
+the launcher imported torch and mmengine to plan the run, and a fresh server
+would import them again (3 s of CPU a launch). It is forked only from a
+single-threaded launcher (a fork copies no lock that another thread holds) and
+on a Python whose forkserver this module knows (:func:`_fork_server`);
+otherwise multiprocessing starts the server as a fresh interpreter, which
+imports the modules itself (:data:`PRELOAD_VAR`, :mod:`flexgraph.cli._preload`).
 
 With CUDA (or any accelerator) every rank is a fresh interpreter, as torchrun
 starts a script: CUDA does not work in a process forked after it was
@@ -27,18 +32,29 @@ line-buffered, and its exit status is its run's.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import inspect
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
+import socket
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterable, Sequence
+from multiprocessing import connection, resource_tracker
+from typing import NoReturn
 
 PRELOAD_VAR = "FLEXGRAPH_PRELOAD"
 """The modules the rank server imports (comma-separated), set by the launcher."""
 
 EVERY_RANK_IMPORTS = ("flexgraph.cli.main", "flexgraph.cli.run_cmd", "flexgraph.cli.launch",
-                      "flexgraph.training.steps", "mmengine.visualization")
-"""What every rank of a training config imports, whatever its strategy."""
+                      "flexgraph.training.steps", "mmengine.visualization",
+                      "matplotlib.figure", "matplotlib.backends.backend_agg", "torch._dynamo")
+"""What every rank of a training config imports, whatever its strategy: besides flexgraph's
+and mmengine's modules, what they import on first use (mmengine's ``Visualizer`` builds a
+matplotlib figure, 0.6 s; a torch optimizer's constructor imports ``torch._dynamo``, 0.8 s)."""
 
 START_METHODS = ("auto", "forkserver", "exec")
 
@@ -64,14 +80,98 @@ def _accelerators() -> int:
 
 
 def start_rank_server(modules: Sequence[str]) -> None:
-    """Start the forkserver now, importing ``modules`` and :data:`EVERY_RANK_IMPORTS`.
+    """Start the rank server now, with ``modules`` and :data:`EVERY_RANK_IMPORTS` imported.
 
-    Started before the rendezvous, so that its imports overlap the launcher's own
-    work; the agent's first rank waits for them.
+    Called before the agent starts (so before any thread of its own). This process
+    imports the modules and forks the server from itself where it may
+    (:func:`_fork_server`); otherwise the server is a fresh interpreter that imports
+    them, and the agent's first rank waits for it.
     """
-    os.environ[PRELOAD_VAR] = ",".join(dict.fromkeys([*EVERY_RANK_IMPORTS, *modules]))
+    names = list(dict.fromkeys([*EVERY_RANK_IMPORTS, *modules]))
+    if _knows_forkserver():
+        import_quietly(names)
+        if _single_threaded():
+            _fork_server()
+            return
+    os.environ[PRELOAD_VAR] = ",".join(names)
     multiprocessing.set_forkserver_preload(["flexgraph.cli._preload"])
     multiprocessing.forkserver.ensure_running()
+
+
+def import_quietly(names: Iterable[str]) -> None:
+    """Import each module of ``names``, leaving out those that fail: a rank imports them
+    again and reports the failure as usual."""
+    for name in names:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
+def _knows_forkserver() -> bool:
+    """This Python's forkserver starts as :func:`_fork_server` does it (3.10 to 3.13; 3.14
+    adds an authentication key, and its server is left to multiprocessing)."""
+    server = multiprocessing.forkserver._forkserver
+    params = list(inspect.signature(multiprocessing.forkserver.main).parameters)
+    return (params == ["listener_fd", "alive_r", "preload", "main_path", "sys_path"]
+            and not hasattr(server, "_forkserver_authkey")
+            and all(hasattr(server, name) for name in _SERVER_STATE))
+
+
+_SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid")
+
+
+def _single_threaded() -> bool:
+    """One thread in this process, Python's or any library's."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def _fork_server() -> None:
+    """Fork multiprocessing's forkserver from this process, as ``ensure_running`` spawns it.
+
+    The same listening socket and "alive" pipe as multiprocessing makes (the server
+    exits when the launcher's end of the pipe closes), and the same loop
+    (``multiprocessing.forkserver.main``), run in a fork instead of a fresh
+    interpreter; the client side (the agent's ``forkserver`` processes) finds the
+    server where multiprocessing records it.
+    """
+    server = multiprocessing.forkserver._forkserver
+    resource_tracker.ensure_running()
+    with socket.socket(socket.AF_UNIX) as listener:
+        address = connection.arbitrary_address("AF_UNIX")
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(alive_w)
+            _serve(listener.fileno(), alive_r)
+        os.close(alive_r)
+    server._forkserver_address = address
+    server._forkserver_alive_fd = alive_w
+    server._forkserver_pid = pid
+
+
+def _serve(listener_fd: int, alive_r: int) -> NoReturn:
+    """The forked server: multiprocessing's loop, with the launcher's signal handlers reset
+    as a fresh interpreter has them, ending without the launcher's exit handlers."""
+    for number in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            if callable(signal.getsignal(number)):
+                fresh = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+                signal.signal(number, fresh)
+    status = 0
+    try:
+        multiprocessing.forkserver.main(listener_fd, alive_r, [])
+    except SystemExit:  # the launcher is gone
+        pass
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    finally:
+        os._exit(status)
 
 
 def become_forked_rank() -> None:

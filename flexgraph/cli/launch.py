@@ -65,6 +65,11 @@ forked rank's parent is the rank server)."""
 BAD_INPUT, CRASH = 2, 1
 
 
+def is_launcher() -> bool:
+    """This process launched ranks (:func:`launch` ran in it)."""
+    return os.environ.get(LAUNCHED_BY_VAR) == str(os.getpid())
+
+
 # -- the rank's side ---------------------------------------------------------------------
 
 
@@ -315,14 +320,18 @@ def _rank_argv(args: argparse.Namespace) -> list[str]:
     return [*debug, *child]
 
 
-def _quiet_torch_logs() -> None:
+def _quiet_torch_logs() -> dict[logging.Logger, int]:
     """torch elastic logs every failure and every SIGTERM it sends; the launcher says it once.
 
     Left alone under ``--debug`` or when the user set ``LOGLEVEL`` (torch's own switch).
+    Returns the levels it replaced.
     """
+    levels = {}
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if name.startswith("torch.distributed") and isinstance(logger, logging.Logger):
+            levels[logger] = logger.level
             logger.setLevel(logging.CRITICAL)
+    return levels
 
 
 def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
@@ -347,8 +356,7 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
     from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
     from torch.distributed.run import config_from_args
 
-    if quiet:
-        _quiet_torch_logs()  # config_from_args warns about OMP_NUM_THREADS
+    levels = _quiet_torch_logs() if quiet else {}  # config_from_args warns about OMP_NUM_THREADS
     if torch_args.standalone:  # as torch.distributed.run.run does
         torch_args.rdzv_backend, torch_args.rdzv_endpoint = "c10d", "localhost:0"
         torch_args.rdzv_id = str(uuid.uuid4())
@@ -356,6 +364,8 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
     if forked is not None:  # after config_from_args, which sets OMP_NUM_THREADS
         from flexgraph.cli.forked_ranks import start_rank_server
 
+        for logger, level in levels.items():  # the ranks, forked from here, log as usual
+            logger.setLevel(level)
         start_rank_server(preload)
         config.start_method, entrypoint, entry_args = "forkserver", forked[0], list(forked[1])
     if not config.run_id:

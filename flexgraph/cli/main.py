@@ -1,4 +1,5 @@
-"""``flexgraph``: the command line. ``main(argv) -> exit status``.
+"""``flexgraph``: the command line. ``main(argv) -> exit status``; the command runs
+:func:`run_and_exit`.
 
 Subcommands: ``plan`` (print a plan; see :mod:`flexgraph.cli.plan_cmd`) and
 ``run`` (execute one; :mod:`flexgraph.cli.run_cmd`). ``run``'s module is
@@ -30,6 +31,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from flexgraph import __version__
 from flexgraph.cli import plan_cmd
@@ -160,6 +162,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(exc, debug)
 
 
+def run_and_exit() -> NoReturn:
+    """The ``flexgraph`` command (its script, ``python -m flexgraph``): :func:`main`, then exit.
+
+    A launcher (:func:`flexgraph.cli.launch.is_launcher`) exits without the
+    interpreter's teardown: by then it has printed all it prints and removed its
+    folder, and tearing down torch's modules took 1.2 s after its ranks were done,
+    on every launch.
+    """
+    status = main()
+    launch = sys.modules.get("flexgraph.cli.launch")
+    if launch is not None and launch.is_launcher():
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
 def run_forked_rank(*argv: str) -> None:
     """A rank forked from the rank server: ``flexgraph ARGV``, ending with its exit status.
 
@@ -172,4 +192,4 @@ def run_forked_rank(*argv: str) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run_and_exit()

@@ -52,9 +52,17 @@ HOOKS = textwrap.dedent(
         def before_train(self, runner):
             import json
 
+            def read(pid, name):
+                with open(f"/proc/{pid}/{name}", "rb") as f:
+                    return f.read()
+
+            parent, launcher = os.getppid(), int(os.environ["FLEXGRAPH_LAUNCHER"])
             with open(os.path.join(runner.work_dir, f"who-rank{runner.rank}.json"), "w") as f:
-                json.dump({"pid": os.getpid(), "parent": os.getppid(), "session": os.getsid(0),
-                           "launcher": int(os.environ["FLEXGRAPH_LAUNCHER"])}, f)
+                json.dump({"pid": os.getpid(), "parent": parent, "session": os.getsid(0),
+                           "launcher": launcher,
+                           "grandparent": int(read(parent, "stat").rsplit(b")", 1)[1].split()[1]),
+                           "parent_argv": read(parent, "cmdline").decode().split("\\0"),
+                           "launcher_argv": read(launcher, "cmdline").decode().split("\\0")}, f)
 
 
     @HOOKS.register_module(force=True)
@@ -199,6 +207,30 @@ def test_forked_ranks_train_as_started_ones_do_from_one_server_in_sessions_of_th
     server = forked[0]["parent"]
     assert server != forked[0]["launcher"] and forked[1]["parent"] == server, (
         "forked ranks: children of one rank server")
+    assert forked[0]["grandparent"] == forked[0]["launcher"]
+    assert forked[0]["parent_argv"] == forked[0]["launcher_argv"], (
+        "the server is a fork of the launcher, which imported torch and mmengine already")
+
+
+def test_a_launcher_running_a_thread_starts_its_rank_server_afresh(tmp_path):
+    """A fork copies no other thread, nor any lock one holds: a launcher with a thread of
+    its own (a config's import started it) leaves the server to multiprocessing."""
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    (folder / "busy.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n")
+    config = write_config(folder, hooks="dict(type='WhoAmI')", extra=(
+        "custom_imports = dict(imports=['digits', 'chaos_hooks', 'busy'],\n"
+        "                      allow_failed_imports=False)\n"))
+    done = flexgraph_run(str(config), "--work-dir", "work", "--nproc-per-node", "2",
+                         "--start-method", "forkserver", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    who = [json.loads((tmp_path / "work" / f"who-rank{r}.json").read_text()) for r in range(2)]
+    assert who[0]["parent"] == who[1]["parent"] != who[0]["launcher"]
+    assert who[0]["grandparent"] == who[0]["launcher"]
+    assert "from multiprocessing.forkserver import main" in " ".join(who[0]["parent_argv"])
+    assert final_state(tmp_path / "work")["meta"]["iter"] == ITERS
 
 
 # chaos: SIGKILL one rank, --max-restarts 1 --------------------------------------------

@@ -145,7 +145,8 @@ def deepspeed(
     rewrites = [
         Replace("setup_env", Step(
             "setup_env", f"{HERE}:setup_env", requires="cfg", provides="env",
-            params={"device": device, "precision": _precision(ds), **dict(dist_cfg or {})},
+            params={"device": device, "precision": _precision(ds),
+                    "tensor_parallel": "tensor_parallel" in ds, **dict(dist_cfg or {})},
             doc="check the precision, join the process group")),
     ]
     if stage == 3:
@@ -201,8 +202,9 @@ def _import_deepspeed() -> Any:
     return deepspeed
 
 
-def setup_env(cfg: Any, *, precision: str = "fp32", device: str | None = None,
-              backend: str | None = None, timeout: float = 1800) -> Any:
+def setup_env(cfg: Any, *, precision: str = "fp32", tensor_parallel: bool = False,
+              device: str | None = None, backend: str | None = None,
+              timeout: float = 1800) -> Any:
     """Check the precision against the accelerator, then join the process group."""
     from flexgraph.training.errors import ConfigError
     from flexgraph.training.runtime import setup_process_group
@@ -217,11 +219,27 @@ def setup_env(cfg: Any, *, precision: str = "fp32", device: str | None = None,
     if precision == "bf16" and not accelerator.is_bf16_supported():
         raise ConfigError(f"strategy 'deepspeed': bf16 is not supported on "
                           f"{accelerator.device_name()}; use fp16=dict(enabled=True)")
+    if not tensor_parallel:
+        _leave_out_shm_all_reduce(deepspeed)
     _warn_about_stale_build_locks()
     env = setup_process_group(cfg, device=device, backend=backend, timeout=timeout)
     deepspeed.init_distributed(dist_backend=backend or ("nccl" if "cuda" in env.device
                                                         else "gloo"))
     return env
+
+
+def _leave_out_shm_all_reduce(deepspeed: Any) -> None:
+    """Keep DeepSpeed from building its shared-memory all-reduce op, which training never calls.
+
+    On a CPU, ``init_distributed`` compiles that C++ op (about 40 s, once per
+    environment) and every rank loads it, although only DeepSpeed's tensor-parallel
+    layers call it (``inference_all_reduce``); ZeRO's collectives are torch's.
+    DeepSpeed keeps the ops it may build in one dict that it probes once, so that edits
+    to it persist. A config with a ``tensor_parallel`` section keeps the op.
+    """
+    builder = deepspeed.accelerator.get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None:
+        deepspeed.ops.__compatible_ops__[builder.NAME] = False
 
 
 def _warn_about_stale_build_locks() -> None:

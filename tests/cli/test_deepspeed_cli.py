@@ -106,7 +106,9 @@ def test_fp16_on_a_cpu_stops_at_once_with_the_bf16_way_out(tmp_path):
     assert not list((tmp_path / "never").rglob("*.ds")), "nothing was trained or saved"
 
 
-def test_the_seed_zero3_config_in_bf16_trains_on_the_cpu(tmp_path):
+def test_the_seed_zero3_config_in_bf16_trains_on_the_cpu(tmp_path, monkeypatch):
+    extensions = tmp_path / "torch_extensions"  # where DeepSpeed would build its C++ ops
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions))
     (tmp_path / "killer.py").write_text(KILLER)
     config = tmp_path / "seed_cfg.py"
     config.write_text(
@@ -122,3 +124,4 @@ def test_the_seed_zero3_config_in_bf16_trains_on_the_cpu(tmp_path):
     assert losses[max(losses)] < losses[min(losses)]
     info = json.loads((tmp_path / "seed" / "inspect-rank0.json").read_text())
     assert info["compute_dtype"] == "torch.bfloat16", "inputs_to_half casts to bf16"
+    assert not list(extensions.glob("*shm*")), "no shared-memory all-reduce was compiled"

@@ -44,6 +44,13 @@ def test_stages_below_3_build_the_model_normally():
     assert steps["init_weights"].fn_name == "flexgraph.training.steps:init_weights"
 
 
+def test_only_a_tensor_parallel_config_keeps_deepspeeds_shm_all_reduce():
+    setup = {s.name: s for s in plan().steps}["setup_env"]
+    assert setup.params["tensor_parallel"] is False
+    tp = plan(config=dict(tensor_parallel=dict(autotp_size=2)))
+    assert {s.name: s for s in tp.steps}["setup_env"].params["tensor_parallel"] is True
+
+
 def test_a_deepspeed_scheduler_is_fused_into_initialize_too():
     p = plan(config=dict(scheduler=dict(type="WarmupLR", params=dict(warmup_num_steps=10))))
     assert "build_param_schedulers" not in p.order

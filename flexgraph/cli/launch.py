@@ -116,8 +116,12 @@ class _RankErrorHandler(ErrorHandler):
             "timestamp": str(int(time.time())),
             "flexgraph": self.report.describe(e),
         }}}
-        with open(path, "w") as f:
+        # Whole or absent: the launcher reads every rank's file once a rank has failed, maybe
+        # while the agent is stopping this one halfway through writing it.
+        partial = f"{path}.{os.getpid()}.tmp"
+        with open(partial, "w") as f:
             json.dump(data, f)
+        os.replace(partial, path)
 
 
 def run_as_rank(run: Callable[[argparse.Namespace, Sequence[Any]], int],
@@ -267,8 +271,12 @@ class _ReportingAgent(LocalElasticAgent):
             status = exits.get(worker.local_rank)
             if status in (0, None) and not os.path.isfile(path):
                 continue
-            failure = ProcessFailure(local_rank=worker.local_rank, pid=worker.id or -1,
-                                     exitcode=status or CRASH, error_file=path)
+            try:
+                failure = ProcessFailure(local_rank=worker.local_rank, pid=worker.id or -1,
+                                         exitcode=status or CRASH, error_file=path)
+            except ValueError:  # not JSON: written by something else than _RankErrorHandler
+                failure = ProcessFailure(local_rank=worker.local_rank, pid=worker.id or -1,
+                                         exitcode=status or CRASH, error_file="")
             info = _flexgraph_report(failure)
             if info and not status:
                 failure.exitcode = info["status"]

@@ -129,7 +129,7 @@ def _component(value: Any, where: str, example: str) -> None:
 def _unknown_options(options: Mapping[str, Any], known: frozenset[str], where: str,
                      what: str) -> None:
     for option in options:
-        if option not in known:
+        if option not in known and option != "_scope_":  # MMEngine's registry scope
             raise ConfigError(f"{where}.{option} is not an option of {what}"
                               f"{did_you_mean(str(option), known)}; remove it or fix its name")
 
@@ -321,9 +321,6 @@ def _check_dataloader(key: str, loader: Any) -> None:
     _int_at_least(options, "num_workers", 0, key)
     for flag in ("shuffle", "drop_last", "persistent_workers", "pin_memory"):
         _bool(options, flag, key)
-    if options.get("persistent_workers") and not options.get("num_workers"):
-        raise ConfigError(f"{key}.persistent_workers=True needs num_workers >= 1; set "
-                          f"num_workers or drop persistent_workers")
     if isinstance(options.get("sampler"), (str, int, list, tuple)):
         _component(options["sampler"], f"{key}.sampler", ", shuffle=True")
 

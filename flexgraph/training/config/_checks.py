@@ -58,7 +58,7 @@ OPTIM_WRAPPER_OPTIONS = {
                                   "paramwise_cfg", "constructor", "loss_scale", "dtype",
                                   "use_fsdp"}),
 }
-_AMP_DTYPES = (None, "float16", "bfloat16", "float32")
+_AMP_DTYPES = ("float16", "bfloat16", "float32", "float64")  # AmpOptimWrapper.valid_dtypes
 _APEX = (
     "optim_wrapper.type='ApexOptimWrapper': NVIDIA Apex's apex.amp has been removed upstream; "
     "write type='AmpOptimWrapper' (torch.amp: dtype='float16' for O1/O2's fp16 with dynamic "
@@ -253,9 +253,10 @@ def _check_optim_wrapper(optim_wrapper: Any) -> None:
     if clip is not None and not isinstance(clip, Mapping):
         raise ConfigError(f"optim_wrapper.clip_grad must be a dict of clip_grad_norm_'s "
                           f"arguments, got {clip!r}; write clip_grad=dict(max_norm={clip!r})")
-    if kind == "AmpOptimWrapper" and optim_wrapper.get("dtype") not in _AMP_DTYPES:
-        raise ConfigError(f"optim_wrapper.dtype={optim_wrapper['dtype']!r} is not one of "
-                          f"'float16', 'bfloat16' (or None: float16 on CUDA, bfloat16 on a CPU)")
+    dtype = optim_wrapper.get("dtype")
+    if kind == "AmpOptimWrapper" and isinstance(dtype, str) and dtype not in _AMP_DTYPES:
+        raise ConfigError(f"optim_wrapper.dtype={dtype!r} is not one of 'float16', 'bfloat16' "
+                          f"(or None: float16 on CUDA, bfloat16 on a CPU)")
 
 
 def _check_optimizer(optimizer: Any) -> None:

@@ -345,12 +345,14 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
         fill_config,
         write_config_file,
     )
+    from flexgraph.strategies.deepspeed_params import refuse_empty_parameters
 
     deepspeed = _import_deepspeed()
     numel = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     resolved, filled = fill_config(config, cfg=cfg, world_size=env.world_size, numel=numel)
     optimizer = _optimizer(cfg, model)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=resolved)
+    refuse_empty_parameters(engine.module)  # before any checkpoint or batch
     safe_checkpoint_engine(engine)
     write_config_file(resolved, hooks.runner.work_dir)
     wrapped = EngineModel(engine, inputs_to_half)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from flexgraph.strategies.deepspeed_params import named_parameter_errors
 from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 
@@ -192,14 +193,16 @@ class EngineModel:
                            self.compute_dtype)
 
     def _run(self, data: Any, mode: str) -> Any:
-        if isinstance(data, Mapping):
-            return self.engine(**data, mode=mode)
-        return self.engine(*data, mode=mode)
+        with named_parameter_errors(self.module):
+            if isinstance(data, Mapping):
+                return self.engine(**data, mode=mode)
+            return self.engine(*data, mode=mode)
 
     def train_step(self, data: Any, optim_wrapper: Any) -> dict[str, torch.Tensor]:
         losses = self._run(self._prepared(data, True), "loss")
         loss, log_vars = self.module.parse_losses(losses)
-        optim_wrapper.update_params(loss)
+        with named_parameter_errors(self.module):
+            optim_wrapper.update_params(loss)
         return log_vars
 
     def val_step(self, data: Any) -> list[Any]:
@@ -231,9 +234,10 @@ def engine_train_step(model: EngineModel, optim_wrapper: Any) -> Any:
 
     def plain(batch: Any) -> Any:
         batch = cast_inputs(batch, keys, dtype)
-        loss, logged = loss_of(forward(engine, batch), model.module)
-        engine.backward(loss)
-        engine.step()
+        with named_parameter_errors(model.module):
+            loss, logged = loss_of(forward(engine, batch), model.module)
+            engine.backward(loss)
+            engine.step()
         return logged
 
     return plain

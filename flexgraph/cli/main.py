@@ -49,6 +49,22 @@ examples:
 exit status: 0 ok, 2 bad input (one line on stderr), 1 anything else"""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is two lines: a short usage and the error.
+
+    argparse prints the whole usage first, which for ``flexgraph run`` wraps
+    over a dozen lines and pushes the one line that matters (which argument,
+    what is wrong) to the bottom; ``--help`` still prints it all.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        positionals = " ".join(a.metavar or a.dest for a in self._get_positional_actions()
+                               if a.help is not argparse.SUPPRESS)
+        print(f"usage: {self.prog} [options] {positionals} (--help lists the options)",
+              file=sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _command_of(argv: Sequence[str]) -> str | None:
     """The subcommand in ``argv``: its first word that is not an option."""
     return next((word for word in argv if not word.startswith("-")), None)
@@ -76,7 +92,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     -------
     argparse.ArgumentParser
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="flexgraph",
         description="Training setup as a graph of named steps that strategies rewrite.",
     )

@@ -30,6 +30,18 @@ def parse_cfg_options(items: Iterable[str] | None) -> dict[str, Any]:
             raise CfgOptionError(f"--cfg-options {item!r}: expected KEY=VALUE")
     from mmengine.config import DictAction
 
+    options: dict[str, Any] = {}
     namespace = argparse.Namespace()
-    DictAction(option_strings=["--cfg-options"], dest="options")(None, namespace, items)
-    return dict(namespace.options)
+    parse = DictAction(option_strings=["--cfg-options"], dest="options")
+    for item in items:  # one at a time, so that a refusal names its item
+        try:
+            parse(None, namespace, [item])
+        except (AssertionError, RecursionError, ValueError, SyntaxError):
+            # mmengine's parser asserts on unbalanced brackets and recurses without end
+            # on a comma inside dict(...)
+            raise CfgOptionError(
+                f"--cfg-options {item!r}: mmengine cannot parse this value (unbalanced "
+                f"brackets, or a comma inside dict(...)); set one key per item instead, "
+                f"e.g. a.b=1 a.c=2, or write it in the config") from None
+        options.update(namespace.options)
+    return options

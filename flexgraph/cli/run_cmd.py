@@ -70,11 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "besides SIGTERM and SIGINT, e.g. USR1 for SLURM's --signal=USR1@90 "
                         "(config: preemption.signal)")
     launch = parser.add_argument_group("launch (torch.distributed.run)")
-    launch.add_argument("--nproc-per-node", type=int, default=1, help="processes per node")
-    launch.add_argument("--nnodes", default="1", help="nodes, or MIN:MAX for elastic")
-    launch.add_argument("--node-rank", type=int, default=0)
+    launch.add_argument("--nproc-per-node", type=_positive, default=1, metavar="N",
+                        help="processes per node")
+    launch.add_argument("--nnodes", type=_nodes, default="1",
+                        help="nodes, or MIN:MAX for elastic")
+    launch.add_argument("--node-rank", type=_non_negative, default=0)
     launch.add_argument("--master-addr", default=None)
-    launch.add_argument("--master-port", type=int, default=None)
+    launch.add_argument("--master-port", type=_port, default=None)
     launch.add_argument("--max-restarts", type=_non_negative, default=0, metavar="K",
                         help="restart the whole group up to K times after a rank dies; "
                         "restarted ranks resume from the last complete checkpoint")
@@ -86,11 +88,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "survive a fork)")
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+def _at_least(low: int, text: str, high: int | None = None) -> int:
+    """``text`` as an integer in ``low..high``; argparse reports the refusal in one line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < low or (high is not None and value > high):
+        limits = f"{low} or more" if high is None else f"in {low}..{high}"
+        raise argparse.ArgumentTypeError(f"must be {limits}, not {value}")
     return value
+
+
+def _non_negative(text: str) -> int:
+    return _at_least(0, text)
+
+
+def _positive(text: str) -> int:
+    return _at_least(1, text)
+
+
+def _port(text: str) -> int:
+    return _at_least(1, text, high=65535)
+
+
+def _nodes(text: str) -> str:
+    """``N`` or torch's elastic ``MIN:MAX``, both at least 1, kept as text (torchrun's)."""
+    low, _, high = text.partition(":")
+    if _positive(low) > _positive(high or low):
+        raise argparse.ArgumentTypeError(f"MIN:MAX needs MIN <= MAX, not {text}")
+    return text
 
 
 def _cfg_options(args: argparse.Namespace) -> dict[str, Any]:

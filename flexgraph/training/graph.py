@@ -181,14 +181,21 @@ def standard_inputs(cfg: Any) -> dict[str, Any]:
     """The standard graph's inputs: ``cfg`` and its :class:`RunSettings`, read once.
 
     Reading the settings here, before the plan runs, is what makes a
-    contradictory config fail before any step has built anything.
+    contradictory config, or a path the run could not use, fail before any
+    step has built anything.
 
     Raises
     ------
     ConfigError
         A section of ``cfg`` that :func:`~flexgraph.training.config.read_settings`
-        refuses.
+        refuses, or a ``work_dir`` that is a file.
+    CheckpointNotFoundError
+        ``load_from`` or ``resume`` names a path that does not exist
+        (:func:`~flexgraph.training.config.check_paths`).
     """
-    from flexgraph.training.config import read_settings  # mmengine's registries: not for plan
+    # mmengine's registries: not for plan
+    from flexgraph.training.config import check_paths, read_settings
 
-    return {"cfg": cfg, "settings": read_settings(cfg)}
+    settings = read_settings(cfg)
+    check_paths(settings)
+    return {"cfg": cfg, "settings": settings}

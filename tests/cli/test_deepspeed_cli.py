@@ -13,6 +13,7 @@ import json
 import pytest
 from cli_helpers import (
     KILLER,
+    QUICKSTART,
     ROOT,
     TWO_EPOCHS,
     TWO_EPOCHS_ITERS,
@@ -125,3 +126,48 @@ def test_the_seed_zero3_config_in_bf16_trains_on_the_cpu(tmp_path, monkeypatch):
     info = json.loads((tmp_path / "seed" / "inspect-rank0.json").read_text())
     assert info["compute_dtype"] == "torch.bfloat16", "inputs_to_half casts to bf16"
     assert not list(extensions.glob("*shm*")), "no shared-memory all-reduce was compiled"
+
+
+ENCODER = '''
+"""A tiny classifier on torch's TransformerEncoder, which deep-copies its layer."""
+import torch
+from mmengine.model import BaseModel
+from mmengine.registry import MODELS
+from torch import nn
+
+
+@MODELS.register_module(force=True)
+class TinyEncoder(BaseModel):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.embed = nn.Linear(64, dim)
+        layer = nn.TransformerEncoderLayer(dim, 2, dim_feedforward=32, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, inputs, labels=None, mode="tensor"):
+        tokens = self.embed(torch.stack(inputs)).unsqueeze(1)
+        logits = self.head(self.encoder(tokens).squeeze(1))
+        return {"loss": nn.functional.cross_entropy(logits, torch.stack(labels))}
+'''
+
+
+def test_zero3_refuses_a_transformer_encoder_before_training_naming_its_parameters(tmp_path):
+    (tmp_path / "tiny_encoder.py").write_text(ENCODER)
+    config = tmp_path / "cfg.py"
+    config.write_text(
+        f"_base_ = [{str(QUICKSTART)!r}]\n"
+        "custom_imports = dict(imports=['digits', 'tiny_encoder'], allow_failed_imports=False)\n"
+        "model = dict(_delete_=True, type='TinyEncoder')\n"
+        "strategy = dict(type='DeepSpeedStrategy', zero_optimization=dict(stage=3))\n")
+    done = flexgraph_run(str(config), "--work-dir", "work", "--nproc-per-node", "2",
+                         cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    # refused right after deepspeed.initialize: before load_checkpoint, resume and train
+    assert "step 'deepspeed_initialize'" in errors[0]
+    for words in ("'encoder.layers.0.self_attn.in_proj_weight'", "'encoder' (TransformerEncoder)",
+                  "nn.ModuleList", "zero_optimization.stage 1 or 2", "FSDPStrategy"):
+        assert words in errors[0], words
+    assert not list((tmp_path / "work").rglob("*.ds")), "nothing was trained or saved"

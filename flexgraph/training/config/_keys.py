@@ -20,10 +20,10 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from flexgraph.training.config._settings import section, type_name
+from flexgraph.training.config._access import section, type_name
 from flexgraph.training.errors import UnusedConfigWarning
 
-__all__ = ["ACTED_ON", "NOT_ACTED_ON", "unused_keys", "warn_unused_keys"]
+__all__ = ["ACTED_ON", "DEFAULT_HOOK_TYPES", "NOT_ACTED_ON", "unused_keys", "warn_unused_keys"]
 
 #: Top-level keys flexgraph acts on (MMEngine's meaning, where MMEngine has the key).
 #: ``visualizer`` is built as MMEngine builds it, every option and backend included.
@@ -89,7 +89,8 @@ _HOOK_OPTION_WHY = {
     "LoggerHook": "the loop writes flexgraph's log lines and metrics.jsonl and hands the "
                   "scalars to the visualizer's backends itself",
 }
-_DEFAULT_HOOK_TYPES = {"runtime_info": "RuntimeInfoHook", "timer": "IterTimerHook",
+#: MMEngine's default hooks: the ``type`` each ``default_hooks`` key has when it gives none.
+DEFAULT_HOOK_TYPES = {"runtime_info": "RuntimeInfoHook", "timer": "IterTimerHook",
                        "sampler_seed": "DistSamplerSeedHook", "logger": "LoggerHook",
                        "param_scheduler": "ParamSchedulerHook", "checkpoint": "CheckpointHook"}
 _LOOP_TYPES = {"val_cfg": "ValLoop", "test_cfg": "TestLoop"}
@@ -149,7 +150,7 @@ def _hook_options(cfg: Any) -> Iterator[str]:
     for key, hook_cfg in section(cfg, "default_hooks", {}).items():
         if not isinstance(hook_cfg, Mapping):
             continue
-        hook_type = type_name(hook_cfg) or _DEFAULT_HOOK_TYPES.get(key, "")
+        hook_type = type_name(hook_cfg) or DEFAULT_HOOK_TYPES.get(key, "")
         acted = _HOOK_OPTIONS.get(hook_type)
         if acted is None:
             continue  # a hook flexgraph builds and runs: its options are its own

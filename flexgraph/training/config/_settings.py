@@ -19,17 +19,11 @@ from typing import Any
 
 import attrs
 
-from flexgraph.training.errors import ConfigError
+from flexgraph.training.config._access import section
+from flexgraph.training.config._checks import check_sections
+from flexgraph.training.errors import CheckpointNotFoundError, ConfigError
 
 _LOOP_TYPES = {"EpochBasedTrainLoop": True, "IterBasedTrainLoop": False}
-
-
-def section(cfg: Any, key: str, default: Any = None) -> Any:
-    """``cfg[key]`` for a Config, ConfigDict or plain dict, ``default`` if absent."""
-    if cfg is None:
-        return default
-    value = cfg.get(key, default)
-    return default if value is None else value
 
 
 @attrs.frozen
@@ -407,14 +401,6 @@ def logger_policy(cfg: Any) -> LoggerPolicy:
     return LoggerPolicy(interval=interval, ignore_last=ignore_last)
 
 
-def type_name(cfg: Any) -> str:
-    """The short name of a component config's ``type`` (a name, a dotted name or a
-    class); ``""`` when it has none."""
-    type_ = cfg.get("type") if isinstance(cfg, Mapping) else None
-    name = type_ if isinstance(type_, str) else getattr(type_, "__name__", "") or ""
-    return name.rpartition(".")[2]
-
-
 def work_dir_of(cfg: Any) -> str:
     """``cfg.work_dir``; else ``work_dirs/<config file stem>`` as MMEngine's tools do."""
     work_dir = section(cfg, "work_dir")
@@ -598,13 +584,18 @@ class RunSettings:
 def read_settings(cfg: Any) -> RunSettings:
     """Read every section the runtime acts on into one :class:`RunSettings`.
 
+    The component sections, which steps build later, are checked first
+    (:func:`~flexgraph.training.config.check_sections`), so that a malformed
+    hook, optimizer, scheduler or dataloader fails before the model is built.
+
     Raises
     ------
     ConfigError
         Any section's reader refuses it (see :func:`train_length`,
         :func:`checkpoint_policy`, :func:`logger_policy`, :func:`stop_policy`,
-        :func:`resume_source`).
+        :func:`resume_source`), or a component section is malformed.
     """
+    check_sections(cfg)
     load_from = section(cfg, "load_from")
     return RunSettings(
         work_dir=work_dir_of(cfg),
@@ -618,3 +609,46 @@ def read_settings(cfg: Any) -> RunSettings:
         logger=logger_policy(cfg),
         stop=stop_policy(cfg),
     )
+
+
+def _is_local(path: str) -> bool:
+    """A path on this machine's file system, not a URL MMEngine's loaders fetch."""
+    return "://" not in path
+
+
+def check_paths(settings: RunSettings) -> None:
+    """Refuse, before any step runs, paths the run could not use.
+
+    ``work_dir`` (or a folder above it) must not be a file, and ``load_from`` /
+    ``resume`` must exist when they name local paths. Not part of
+    :func:`read_settings`, which reads a config without looking at the file
+    system; ``flexgraph run`` calls both (see
+    :func:`~flexgraph.training.graph.standard_inputs`).
+
+    Raises
+    ------
+    ConfigError
+        ``work_dir`` is, or lies under, an existing file.
+    CheckpointNotFoundError
+        ``load_from`` or ``resume`` names a local path that does not exist.
+    """
+    work_dir = os.path.abspath(settings.work_dir)
+    for folder in (work_dir, *_parents(work_dir)):
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            under = "" if folder == work_dir else f" (under the file {folder!r})"
+            raise ConfigError(f"work_dir {settings.work_dir!r} is not a directory{under}; "
+                              f"give --work-dir (or work_dir=) a folder, or a path that does "
+                              f"not exist yet")
+    for key, path in (("load_from", settings.load_from), ("resume", settings.resume)):
+        if path and path != "auto" and _is_local(path) and not os.path.exists(path):
+            raise CheckpointNotFoundError(
+                f"{key} {path!r} does not exist; give an existing checkpoint file or folder"
+                + (", or --resume auto for the latest in work_dir" if key == "resume" else ""))
+
+
+def _parents(path: str) -> list[str]:
+    parents = []
+    while os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+        parents.append(path)
+    return parents

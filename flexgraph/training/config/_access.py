@@ -1,0 +1,24 @@
+"""How every reader of the config gets at a section and at a component's ``type``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["section", "type_name"]
+
+
+def section(cfg: Any, key: str, default: Any = None) -> Any:
+    """``cfg[key]`` for a Config, ConfigDict or plain dict, ``default`` if absent."""
+    if cfg is None:
+        return default
+    value = cfg.get(key, default)
+    return default if value is None else value
+
+
+def type_name(cfg: Any) -> str:
+    """The short name of a component config's ``type`` (a name, a dotted name or a
+    class); ``""`` when it has none."""
+    type_ = cfg.get("type") if isinstance(cfg, Mapping) else None
+    name = type_ if isinstance(type_, str) else getattr(type_, "__name__", "") or ""
+    return name.rpartition(".")[2]

@@ -1,0 +1,146 @@
+"""ZeRO-3 parameters a forward cannot get: refused before training, or named when met.
+
+Under ZeRO stage 3 each rank holds a slice of every parameter; DeepSpeed gathers
+a module's parameters right before that module's ``forward`` and frees them
+after. When it cannot (the parameter is empty, or something outside the
+module's own forward needs it at a moment DeepSpeed did not foresee), it stops
+with ``AssertionError: {'id': 28, 'status': 'NOT_AVAILABLE', ...}``, the
+parameter named by an id of its own, from deep inside the first training step.
+A hand-written ``deepspeed.initialize`` script fails the same way: the limit is
+DeepSpeed's; the message is ours:
+
+* :func:`refuse_empty_parameters` runs right after ``deepspeed.initialize``,
+  before any checkpoint is loaded or batch drawn. ``torch.nn.TransformerEncoder``
+  (and ``TransformerDecoder``) builds its layers as ``copy.deepcopy`` of the
+  layer it is given; under ``deepspeed.zero.Init`` that layer is already
+  partitioned, so each copy's parameters are copies of the empty placeholders
+  (``ds_numel == 0``) and the real values stay in a layer the model does not
+  hold. Training them cannot work, so the run stops there, naming them.
+* :func:`named_parameter_errors` wraps the engine's forward and backward: any
+  not-gathered parameter becomes an :class:`ZeroParameterError` naming it by its
+  dotted name in the model and the module that was running.
+
+Both give the ways out: build each layer itself (no copies), or register a
+parameter read outside its module's forward with
+``deepspeed.zero.register_external_parameter``; ZeRO stage 1 or 2, which keep
+whole parameters; or ``FSDPStrategy``, which builds on the meta device and
+handles these models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from torch import nn
+
+from flexgraph.core.errors import FlexgraphError
+
+__all__ = ["ZeroParameterError", "named_parameter_errors", "refuse_empty_parameters"]
+
+_OTHER_WAYS = "or use zero_optimization.stage 1 or 2, or FSDPStrategy, which handles this model"
+
+
+class ZeroParameterError(FlexgraphError, RuntimeError):
+    """Under ZeRO-3, a parameter a forward needs cannot be gathered.
+
+    The message names the parameter (its dotted name in the model, not
+    DeepSpeed's id), the module that was running or that made it, and the fixes.
+    """
+
+
+def _empty_message(names: list[str], maker: str | None) -> str:
+    made = (f"{maker} deep-copies its layer, and under deepspeed.zero.Init the copies are "
+            f"copies of empty placeholders" if maker else
+            "they were copied (copy.deepcopy) from parameters deepspeed.zero.Init had "
+            "already partitioned")
+    which = (f"parameters {names[0]!r} and {len(names) - 1} more are" if len(names) > 1
+             else f"parameter {names[0]!r} is")
+    return (f"ZeRO-3: {which} empty (0 elements): {made}; fix: build "
+            f"each layer itself (nn.ModuleList([nn.TransformerEncoderLayer(...) for _ in "
+            f"range(n)]) instead of nn.TransformerEncoder(layer, n)), {_OTHER_WAYS}")
+
+
+def _copying_ancestor(model: nn.Module, name: str) -> str | None:
+    """``'encoder (TransformerEncoder)'`` when a torch module that copies its layer holds
+    the parameter ``name``."""
+    parts = name.split(".")
+    for depth in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:depth])
+        module = model.get_submodule(prefix)
+        if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)):
+            return f"{prefix!r} ({type(module).__name__})"
+    return None
+
+
+def refuse_empty_parameters(model: nn.Module) -> None:
+    """Refuse, before training, parameters ZeRO-3 holds no value of anywhere.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The user's model, after ``deepspeed.initialize`` (the engine's ``module``).
+        Without ZeRO-3 its parameters carry no ``ds_numel``, and nothing is refused.
+
+    Raises
+    ------
+    ZeroParameterError
+        A partitioned parameter has no elements at all (see the module docstring).
+    """
+    empty = [name for name, p in model.named_parameters()
+             if hasattr(p, "ds_id") and getattr(p, "ds_numel", 1) == 0]
+    if empty:
+        raise ZeroParameterError(_empty_message(empty, _copying_ancestor(model, empty[0])))
+
+
+def _summary(exc: AssertionError) -> dict[str, Any] | None:
+    """DeepSpeed's ``param.ds_summary()``, when ``exc`` is its not-gathered assertion."""
+    summary = exc.args[0] if exc.args else None
+    if isinstance(summary, dict) and summary.get("status") == "NOT_AVAILABLE" \
+            and "id" in summary:
+        return summary
+    return None
+
+
+def _running_module(exc: BaseException, names: dict[int, str]) -> str | None:
+    """The innermost module of the model whose call the traceback passes through."""
+    running = None
+    tb = exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, nn.Module) and id(owner) in names:
+            running = f"{names[id(owner)] or 'model'!r} ({type(owner).__name__})"
+        tb = tb.tb_next
+    return running
+
+
+@contextlib.contextmanager
+def named_parameter_errors(model: nn.Module) -> Iterator[None]:
+    """Turn DeepSpeed's not-gathered assertion into a :class:`ZeroParameterError`.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The user's model (the engine's ``module``), whose parameters carry the
+        ``ds_id`` that DeepSpeed's assertion names.
+    """
+    try:
+        yield
+    except AssertionError as exc:
+        summary = _summary(exc)
+        if summary is None:
+            raise
+        params = {getattr(p, "ds_id", None): name for name, p in model.named_parameters()}
+        name = params.get(summary["id"], f"<DeepSpeed parameter id {summary['id']}>")
+        if summary.get("ds_numel") == 0:
+            raise ZeroParameterError(
+                _empty_message([name], _copying_ancestor(model, name) if name in
+                               dict(model.named_parameters()) else None)) from exc
+        module = _running_module(exc, {id(m): n for n, m in model.named_modules()})
+        raise ZeroParameterError(
+            f"ZeRO-3: parameter {name!r} was not gathered when {module or 'a module'} "
+            f"needed it: DeepSpeed gathers a parameter for its own module's forward, and "
+            f"code outside that forward reads it; fix: call "
+            f"deepspeed.zero.register_external_parameter(<the module that reads it>, "
+            f"<{name}>) in the model's __init__, {_OTHER_WAYS}") from exc

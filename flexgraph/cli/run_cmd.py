@@ -266,6 +266,7 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text)}, stop_signals,
                       preload=_rank_imports(plan, strategy))
     _check_launched_plan(plan_text)
+    launched = _is_launched()  # now: a strategy's setup_env may describe a world of one
     rank = int(os.environ.get("RANK", 0))
     console = stdout_console()
     console.quiet = rank != 0
@@ -298,7 +299,7 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         value = repr(result.context[artifact])
         console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",
                       markup=False, highlight=False)
-    if _is_launched():
+    if launched:
         from flexgraph.cli.stopping import end_launched_rank
         from flexgraph.training.runtime import leave_process_group
 

@@ -92,6 +92,17 @@ def _cpu_has_fp16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
 
 
+def test_one_process_trains_without_a_launcher(tmp_path):
+    """A process started without a launcher (no LOCAL_RANK, which DeepSpeed reads itself)
+    is a world of one."""
+    config = write_config(tmp_path / "one", extra="strategy = dict(type='DeepSpeedStrategy', "
+                                                  "zero_optimization=dict(stage=1))\n"
+                                                  "train_cfg = dict(by_epoch=False, max_iters=3)\n")
+    done = flexgraph_run(str(config), "--work-dir", "one", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(train_losses(tmp_path / "one")) == [1, 2, 3]
+
+
 def test_fp16_on_a_cpu_stops_at_once_with_the_bf16_way_out(tmp_path):
     done = flexgraph_run(str(SEED / "deepspeed_zero3_fp16.py"), "--work-dir", "never",
                          "--nproc-per-node", "2", "--cfg-options", "train_cfg.max_epochs=1",

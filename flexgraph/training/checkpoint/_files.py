@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from flexgraph.training.checkpoint._formats import LEGACY_TORCH_MAGIC
 from flexgraph.training.checkpoint._mmengine import allow_mmengine_types
 from flexgraph.training.errors import (
     CheckpointError,
@@ -40,7 +41,6 @@ from flexgraph.training.errors import (
 __all__ = ["directory_problem", "file_problem", "read_checkpoint_file"]
 
 _ZIP_MAGIC = b"PK\x03\x04"
-_LEGACY_TORCH_MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)[:14]
 _CONVERT = "python -m torch.distributed.checkpoint.format_utils dcp_to_torch"
 _PLAIN_PICKLE = "a plain Python pickle (pickle.dump), not a torch.save file"
 _RESAVE = ("If you trust the file, re-save just its tensors (e.g. "
@@ -120,7 +120,7 @@ def _foreign_format(path: Path) -> str | None:
     if len(head) > 9 and head[8:10] in (b'{"', b"{'") and int.from_bytes(head[:8], "little") \
             < path.stat().st_size:
         return "a safetensors file (read it with safetensors.torch.load_file)"
-    if head[:1] == b"\x80" and not head.startswith(_LEGACY_TORCH_MAGIC):
+    if head[:1] == b"\x80" and not head.startswith(LEGACY_TORCH_MAGIC):
         return _PLAIN_PICKLE
     try:
         text = head.decode("utf-8")

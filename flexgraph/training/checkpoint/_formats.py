@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 _KNOWN: list[CheckpointFormat] = []
-_LEGACY_TORCH_MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)[:14]
+#: The first bytes of torch's legacy (pre-1.6) save format: a pickled magic number.
+LEGACY_TORCH_MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)[:14]
 
 
 @attrs.frozen
@@ -66,7 +67,7 @@ def _is_torch_save_file(path: Path) -> bool:
         except (zipfile.BadZipFile, OSError):
             return False
     with open(path, "rb") as f:
-        return f.read(len(_LEGACY_TORCH_MAGIC)) == _LEGACY_TORCH_MAGIC
+        return f.read(len(LEGACY_TORCH_MAGIC)) == LEGACY_TORCH_MAGIC
 
 
 def _is_dcp_directory(path: Path) -> bool:

@@ -29,9 +29,10 @@ from flexgraph.training.checkpoint import (
     apply_weights,
     matching_weights,
     read_checkpoint_file,
+    tensor_bytes,
 )
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
+from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank, world_size
 
 __all__ = ["DeepSpeedCheckpointIO", "safe_checkpoint_engine"]
 
@@ -110,6 +111,21 @@ class DeepSpeedCheckpointIO(CheckpointIO):
         model.engine.save_checkpoint(str(path.parent), tag=path.name, client_state=checkpoint,
                                      save_latest=False,
                                      exclude_frozen_parameters=self.exclude_frozen_parameters)
+
+    def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
+                    optim_wrapper: Any = None) -> int:
+        """The engine's weights (whole, even under ZeRO-3) and every rank's optimizer state.
+
+        This rank's optimizer partition counted once per rank: roughly what
+        ``save_checkpoint`` writes, for a full device's message.
+        """
+        engine = model.engine
+        weights = sum(int(getattr(p, "ds_numel", p.numel())) * p.element_size()
+                      for p in engine.module.parameters())
+        inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+        state = getattr(inner, "state", {})
+        return (tensor_bytes(checkpoint) + weights
+                + tensor_bytes(list(state.values())) * world_size())
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
         if not self.is_complete(path):

@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointNotFoundError",
     "ConfigError",
+    "DeviceFullError",
     "EmptyDatasetError",
     "InitWeightsError",
     "NoLossError",
@@ -93,6 +94,15 @@ class CheckpointError(FlexgraphError, RuntimeError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """A checkpoint path named in the config (``load_from``, ``resume``) does not exist."""
+
+
+class DeviceFullError(CheckpointError):
+    """A checkpoint could not be written: its device (or the user's quota) is full.
+
+    Raised on every rank by the save that hit it, after the partly written
+    checkpoint was removed; the message names the checkpoint, about how much
+    room it needs and which earlier checkpoint is intact.
+    """
 
 
 class UnsafeCheckpointError(CheckpointError):

@@ -53,6 +53,7 @@ from flexgraph.training.checkpoint._mmengine import (
     mmengine_globals,
 )
 from flexgraph.training.checkpoint._pretrained import load_pretrained
+from flexgraph.training.checkpoint._space import human_bytes, tensor_bytes
 from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
 from flexgraph.training.checkpoint._weights import (
     WeightsLoaded,
@@ -99,6 +100,8 @@ __all__ = [
     "model_weights",
     "read_checkpoint_file",
     "restore_schedulers",
+    "human_bytes",
+    "tensor_bytes",
     "to_plain",
     "weights_in",
 ]

@@ -52,14 +52,21 @@ from flexgraph.training.checkpoint._io import (
     OnRead,
     refuse_unloadable,
 )
+from flexgraph.training.checkpoint._space import device_full_error
 from flexgraph.training.checkpoint._state import from_plain, to_plain
 from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
+    DeviceFullError,
 )
-from flexgraph.training.runtime import barrier, gather_rng_states, world_size
+from flexgraph.training.runtime import (
+    barrier,
+    first_error_of_all_ranks,
+    gather_rng_states,
+    world_size,
+)
 
 __all__ = [
     "POINTER_NAME",
@@ -267,11 +274,7 @@ class Checkpointer:
             for stale in self.work_dir.glob(_TEMP_PREFIX + "*"):  # left by a killed save
                 self.io.remove(stale)
         barrier()  # nobody writes into a temporary name rank 0 is still sweeping
-        try:
-            self.io.write(checkpoint, temp, model=model, optim_wrapper=optim_wrapper)
-        except BaseException:
-            self.io.remove(temp)
-            raise
+        self._write(checkpoint, temp, path, model=model, optim_wrapper=optim_wrapper)
         barrier()  # every rank's part is on disk
         if self.rank == 0:
             if path.is_dir():  # a re-save under the same name; files are replaced atomically
@@ -286,6 +289,29 @@ class Checkpointer:
         self.saved = saved
         barrier()  # no rank looks for the checkpoint before it has its final name
         return path
+
+    def _write(self, checkpoint: dict[str, Any], temp: Path, path: Path, *, model: Any,
+               optim_wrapper: Any) -> None:
+        """``io.write`` into ``temp``; on failure nothing is left under ``temp``.
+
+        A full device is a :class:`DeviceFullError` on every rank (the ranks
+        agree, so none waits for the others at the next barrier), naming
+        ``path``, the size the state needs and the checkpoint left intact.
+        """
+        failure: DeviceFullError | None = None
+        try:
+            self.io.write(checkpoint, temp, model=model, optim_wrapper=optim_wrapper)
+        except BaseException as exc:
+            needed = self.io.size_needed(checkpoint, model=model, optim_wrapper=optim_wrapper)
+            failure = device_full_error(exc, path, needed=needed, intact=self.latest())
+            self.io.remove(temp)
+            if failure is None:
+                raise
+            failure.__cause__ = exc
+        failure = first_error_of_all_ranks(failure, kind=DeviceFullError)
+        if failure is not None:
+            self.io.remove(temp)
+            raise failure
 
     def _discard(self, path: Path) -> None:
         """Remove a checkpoint so that no half-removed one is left under its name.

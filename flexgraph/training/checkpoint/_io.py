@@ -56,6 +56,7 @@ from flexgraph.training.checkpoint._formats import (
     known_formats,
     unrecognised,
 )
+from flexgraph.training.checkpoint._space import tensor_bytes
 from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.runtime import this_rank
@@ -112,6 +113,15 @@ class CheckpointIO:
         ``on_read`` gets the checkpoint as read, before the weights go in.
         """
         raise NotImplementedError
+
+    def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
+                    optim_wrapper: Any = None) -> int:
+        """About how many bytes :meth:`write` puts on disk for ``checkpoint`` (all ranks).
+
+        What a full device's message says is needed: the tensors the checkpoint
+        holds. An IO that keeps the states elsewhere (an engine) counts those.
+        """
+        return tensor_bytes(checkpoint)
 
     def recognises(self, path: Path) -> bool:
         """Whether ``path`` holds this IO's own format (by content, never by name)."""

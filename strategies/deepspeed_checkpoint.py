@@ -34,10 +34,10 @@ from flexgraph.training.checkpoint import (
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank, world_size
 
-__all__ = ["DeepSpeedCheckpointIO", "safe_checkpoint_engine"]
+__all__ = ["DeepSpeedCheckpointIO", "safe_checkpoint_engine", "safe_globals"]
 
 
-def _safe_globals() -> list[Any]:
+def safe_globals() -> list[Any]:
     """The non-tensor classes DeepSpeed's own checkpoints hold, and nothing else."""
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
@@ -77,7 +77,7 @@ def _safe_load(self: Any, path: str, map_location: Any = None) -> Any:
     from flexgraph.training.errors import UnsafeCheckpointError
 
     try:
-        with torch.serialization.safe_globals(_safe_globals()):
+        with torch.serialization.safe_globals(safe_globals()):
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         detail = next((line.strip() for line in str(exc).splitlines()

@@ -1,8 +1,9 @@
 """``flexgraph``: the command line. ``main(argv) -> exit status``; the command runs
 :func:`run_and_exit`.
 
-Subcommands: ``plan`` (print a plan; see :mod:`flexgraph.cli.plan_cmd`) and
-``run`` (execute one; :mod:`flexgraph.cli.run_cmd`). ``run``'s module is
+Subcommands: ``plan`` (print a plan; see :mod:`flexgraph.cli.plan_cmd`),
+``run`` (execute one; :mod:`flexgraph.cli.run_cmd`) and ``ckpt inspect`` (what
+a checkpoint holds; :mod:`flexgraph.cli.ckpt_cmd`). ``run``'s module is
 imported only when ``run`` is the command, so ``flexgraph plan`` and
 ``flexgraph --help`` never import torch.
 
@@ -34,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from flexgraph import __version__
-from flexgraph.cli import plan_cmd
+from flexgraph.cli import ckpt_cmd, plan_cmd
 from flexgraph.cli.errors import DEBUG_HINT, describe_error
 from flexgraph.cli.stopping import report_stop
 from flexgraph.training.errors import TrainingStopped
@@ -110,6 +111,14 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     plan_cmd.add_arguments(plan)
     _add_debug(plan, argparse.SUPPRESS)
     plan.set_defaults(handler=plan_cmd.plan_command)
+
+    ckpt = commands.add_parser(
+        "ckpt",
+        help="look into checkpoints (inspect), offline, without building the model",
+        description="Look into checkpoints, offline, without building the model.",
+    )
+    ckpt_cmd.add_arguments(ckpt)
+    _add_debug(ckpt, argparse.SUPPRESS)
 
     run = commands.add_parser(
         "run",

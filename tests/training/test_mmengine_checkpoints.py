@@ -24,7 +24,12 @@ from mmengine.config import Config
 from mmengine.logging import HistoryBuffer
 from training_helpers import REPO, run_steps
 
-from flexgraph.training.checkpoint import from_mmengine, mmengine_globals, read_checkpoint_file
+from flexgraph.training.checkpoint import (
+    describe_checkpoint,
+    from_mmengine,
+    mmengine_globals,
+    read_checkpoint_file,
+)
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
 
 HERE = Path(__file__).resolve().parent
@@ -152,6 +157,18 @@ class _BufferMethod:
 
     def __reduce__(self):
         return (getattr, (HistoryBuffer, self.name))
+
+
+def test_inspect_describes_an_mmengine_checkpoint(mmengine_run):
+    path = mmengine_run["checkpoint"]
+    summary = describe_checkpoint(path)
+    weights = read_checkpoint_file(path)["state_dict"]
+    assert summary.writer == "MMEngine" and summary.complete
+    assert (summary.epoch, summary.iteration) == (STOP_AFTER, STOP_AFTER * EPOCH_LENGTH)
+    assert summary.parameters == sum(t.numel() for t in weights.values())
+    assert summary.contents == ("model", "optimizer", "param_schedulers", "loop state",
+                                "message hub (MMEngine)")
+    assert "mmengine_version" in summary.versions
 
 
 @pytest.mark.parametrize("intruder", ["payload", "getattr"])

@@ -9,6 +9,8 @@ complete checkpoint and removes old ones. How a state reaches disk is a
 MMEngine's own files are read with an allow-list of the types they hold.
 Every IO also *loads* ``load_from`` weights into the model it manages, from
 each :class:`CheckpointFormat` it reads, recognised by content.
+:func:`describe_checkpoint` says what a checkpoint of any format holds, offline,
+through each format's :class:`CheckpointReader`.
 :class:`LoopState` says where a restored run continues.
 """
 
@@ -39,6 +41,14 @@ from flexgraph.training.checkpoint._formats import (
     format_of,
     known_formats,
 )
+from flexgraph.training.checkpoint._inspect import (
+    READER_ENTRY_POINTS,
+    CheckpointReader,
+    CheckpointSummary,
+    checkpoint_readers,
+    describe_checkpoint,
+    state_parts,
+)
 from flexgraph.training.checkpoint._io import (
     NOTHING_READ,
     CheckpointIO,
@@ -67,9 +77,12 @@ __all__ = [
     "DCP_DIRECTORY",
     "DEEPSPEED_DIRECTORY",
     "NOTHING_READ",
+    "READER_ENTRY_POINTS",
     "TORCH_SAVE_FILE",
     "CheckpointFormat",
     "CheckpointIO",
+    "CheckpointReader",
+    "CheckpointSummary",
     "Checkpointer",
     "DistributedCheckpointIO",
     "FileCheckpointIO",
@@ -80,8 +93,10 @@ __all__ = [
     "allow_mmengine_types",
     "apply_weights",
     "atomic_write",
+    "checkpoint_readers",
     "checkpoint_meta",
     "dcp_problem",
+    "describe_checkpoint",
     "directory_problem",
     "file_problem",
     "flat_schedulers",
@@ -100,6 +115,7 @@ __all__ = [
     "model_weights",
     "read_checkpoint_file",
     "restore_schedulers",
+    "state_parts",
     "human_bytes",
     "tensor_bytes",
     "to_plain",

@@ -132,6 +132,11 @@ def _foreign_format(path: Path) -> str | None:
     return None
 
 
+def _is_zip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == _ZIP_MAGIC
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     line = text.splitlines()[0] if text else ""
@@ -158,13 +163,17 @@ def _refusal(exc: pickle.UnpicklingError, path: Path) -> str | None:
     return None
 
 
-def read_checkpoint_file(path: str | Path) -> Any:
+def read_checkpoint_file(path: str | Path, *, mmap: bool = False) -> Any:
     """``torch.load(path, weights_only=True)`` onto the CPU, after checking the file.
 
     Parameters
     ----------
     path:
         A ``torch.save`` file (a flexgraph or MMEngine checkpoint, a raw state dict).
+    mmap:
+        Map the tensors' bytes instead of reading them (zip files; torch's
+        legacy format is read whole): for looking at shapes and dtypes in
+        memory bounded by the metadata, as ``flexgraph ckpt inspect`` does.
 
     Returns
     -------
@@ -193,7 +202,8 @@ def read_checkpoint_file(path: str | Path) -> Any:
         with warnings.catch_warnings():  # a plain pickle's protocol warning precedes our error
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             with allow_mmengine_types():
-                return torch.load(path, map_location="cpu", weights_only=True)
+                return torch.load(path, map_location="cpu", weights_only=True,
+                                  mmap=mmap and _is_zip(path))
     except pickle.UnpicklingError as exc:
         detail = _refusal(exc, path)
         if detail is not None:

@@ -18,6 +18,7 @@ __all__ = [
     "ConfigError",
     "DeviceFullError",
     "EmptyDatasetError",
+    "ForeignCheckpointError",
     "InitWeightsError",
     "NoLossError",
     "TrainingError",
@@ -94,6 +95,16 @@ class CheckpointError(FlexgraphError, RuntimeError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """A checkpoint path named in the config (``load_from``, ``resume``) does not exist."""
+
+
+class ForeignCheckpointError(CheckpointError):
+    """A checkpoint another strategy wrote, in a form this run's strategy cannot restore.
+
+    Never skipped by ``--resume auto`` as if it were damaged: resuming an older
+    checkpoint instead would silently lose its progress. The message names the
+    checkpoint, what wrote it and how to resume it (the strategy that wrote
+    it, or its weights alone with ``load_from``).
+    """
 
 
 class DeviceFullError(CheckpointError):

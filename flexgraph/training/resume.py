@@ -44,7 +44,7 @@ from flexgraph.training.checkpoint import (
 )
 from flexgraph.training.components import epoch_length_of
 from flexgraph.training.config import RunSettings
-from flexgraph.training.errors import CheckpointError
+from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
 from flexgraph.training.loop import Hooks
 from flexgraph.training.runtime import (
     capture_rng,
@@ -118,14 +118,16 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
     Raises
     ------
     CheckpointError
-        There are checkpoints, but none of them can be resumed; or the newest
-        is another strategy's (its format), which this run must not skip.
+        There are checkpoints, but none of them can be resumed.
+    ForeignCheckpointError
+        The newest is another strategy's (its format, or a layout inside it this
+        strategy cannot place), which this run must not skip.
     """
     skipped: list[str] = []
     for path, problem in checkpointer.candidates():
         other = checkpointer.io.foreign_format(path)
         if other is not None:
-            raise CheckpointError(
+            raise ForeignCheckpointError(
                 f"{what}: the newest checkpoint {str(path)!r} is {other.name}, which this "
                 f"strategy cannot restore (it restores {checkpointer.io.format.name}); "
                 f"resume with the strategy that wrote it, or move it out of the work_dir "
@@ -133,6 +135,8 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
         if problem is None:
             try:
                 return path, read(path)
+            except ForeignCheckpointError:
+                raise  # another strategy's: skipping it would lose its progress
             except CheckpointError as exc:
                 problem = str(exc)
         logger.warning(f"{what}: skipping {path.name}: {problem}")

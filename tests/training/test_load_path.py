@@ -26,7 +26,11 @@ from flexgraph.training.checkpoint import (
     format_of,
     load_pretrained,
 )
-from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
+from flexgraph.training.errors import (
+    CheckpointError,
+    ForeignCheckpointError,
+    UnsafeCheckpointError,
+)
 from flexgraph.training.loop import Hooks
 
 
@@ -204,3 +208,17 @@ def _saved_classifier(tmp_path):
     path = tmp_path / "classifier.pth"
     torch.save(_Classifier().state_dict(), path)
     return path
+
+
+def test_resume_auto_refuses_a_ddp_checkpoint_under_fsdps_full_state_io(tmp_path, make_cfg):
+    """Both write torch.save files, but a DDP file's optimizer state numbers the parameters
+    and FSDP's full-state IO cannot place it (torch fails only at the next save): refused
+    by name before training, never skipped for an older checkpoint."""
+    run_steps(make_cfg())  # epoch_1..3.pth, written by the whole-model IO
+    newest = tmp_path / "work" / "epoch_3.pth"
+    refused = (rf"checkpoint '{newest}' is a single-device or DDP checkpoint: its optimizer "
+               rf"state numbers the parameters, .* resume it with --strategy ddp, or start "
+               rf"from its weights alone with --load-from '{newest}'")
+    with pytest.raises(ForeignCheckpointError, match=refused):
+        run_steps(make_cfg(resume="auto"), last="resume",
+                  build_checkpointer={"io": "flexgraph.training.checkpoint:FullStateFileIO"})

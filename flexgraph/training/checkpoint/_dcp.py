@@ -51,9 +51,10 @@ from flexgraph.training.checkpoint._io import (
     CheckpointIO,
     FileCheckpointIO,
     OnRead,
+    optimizer_keyed_by,
 )
 from flexgraph.training.checkpoint._weights import WeightsLoaded, matching_weights
-from flexgraph.training.errors import CheckpointError
+from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
 
 __all__ = ["DistributedCheckpointIO", "FullStateFileIO", "load_weights_into_shards"]
@@ -207,13 +208,22 @@ class FullStateFileIO(FileCheckpointIO):
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
         """Rank 0 reads the file; the other ranks get everything but the states.
 
-        A file rank 0 cannot read raises the same error on every rank.
+        A file rank 0 cannot read raises the same error on every rank; so does
+        a single-device or DDP checkpoint (:class:`ForeignCheckpointError`):
+        its optimizer state is keyed by position, which torch's full optimizer
+        state dict API cannot place (it fails only at the next save).
         """
         def read_on_rank0() -> dict[str, Any]:
             read = super(FullStateFileIO, self).read(path)
             if not isinstance(read, dict):
                 raise CheckpointError(f"checkpoint {str(path)!r} holds a "
                                       f"{type(read).__name__}, not a checkpoint dict")
+            if optimizer_keyed_by(read.get("optimizer")) == "position":
+                raise ForeignCheckpointError(
+                    f"checkpoint {str(path)!r} is a single-device or DDP checkpoint: its "
+                    f"optimizer state numbers the parameters, and FSDP (state_dict_cfg="
+                    f"'full') restores one that names them; resume it with --strategy ddp, "
+                    f"or start from its weights alone with --load-from {str(path)!r}")
             return read
 
         checkpoint = rank0_does(read_on_rank0, share_result=False)

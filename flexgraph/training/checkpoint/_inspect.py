@@ -38,6 +38,7 @@ from flexgraph.training.checkpoint._formats import (
     CheckpointFormat,
     unrecognised,
 )
+from flexgraph.training.checkpoint._io import optimizer_keyed_by
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 
 __all__ = [
@@ -202,11 +203,9 @@ def _file_writer(checkpoint: Mapping[str, Any]) -> str:
     if "flexgraph_version" not in meta:
         return "MMEngine" if "mmengine_version" in meta or "message_hub" in checkpoint \
             else "unknown (a checkpoint dict)"
-    groups = (checkpoint.get("optimizer") or {}).get("param_groups") \
-        if isinstance(checkpoint.get("optimizer"), Mapping) else None
-    by_name = bool(groups) and any(isinstance(p, str) for g in groups for p in g.get("params", ()))
     # FSDP's full state keys the optimizer by parameter name; MMEngine's wrapper by position.
-    return ("flexgraph, FSDP (state_dict_cfg='full')" if by_name
+    return ("flexgraph, FSDP (state_dict_cfg='full')"
+            if optimizer_keyed_by(checkpoint.get("optimizer")) == "name"
             else "flexgraph, single device or DDP")
 
 

@@ -62,7 +62,7 @@ from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.runtime import this_rank
 
 __all__ = ["CheckpointIO", "FileCheckpointIO", "OnRead", "load_optimizer_state",
-           "refuse_unloadable"]
+           "optimizer_keyed_by", "refuse_unloadable"]
 
 OnRead = Callable[[dict[str, Any]], None]
 """Called with a checkpoint as read, before it goes in (``after_load_checkpoint``)."""
@@ -239,6 +239,21 @@ def refuse_unloadable(io: CheckpointIO, path: Path, *, what: str) -> None:
         raise CheckpointError(directory_problem(path))
     if known is None and TORCH_SAVE_FILE not in formats:
         raise CheckpointError(unrecognised(path, formats, what=what))
+
+
+def optimizer_keyed_by(state: Any) -> str | None:
+    """How a saved optimizer state names its parameters: ``'name'``, ``'position'`` or ``None``.
+
+    A whole model's optimizer (MMEngine's wrapper, torch's ``state_dict()``)
+    numbers its parameters; torch's full optimizer state dict of a sharded
+    model (FSDP, ``state_dict_cfg='full'``) names them. ``None``: no optimizer
+    state, or one of another shape (several optimizers).
+    """
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    params = [p for g in groups or () if isinstance(g, dict) for p in g.get("params", ())]
+    if not params:
+        return None
+    return "name" if all(isinstance(p, str) for p in params) else "position"
 
 
 def load_optimizer_state(optim_wrapper: Any, state: Any, path: Path) -> None:

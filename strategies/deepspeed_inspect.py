@@ -15,7 +15,9 @@ counted, never read.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -47,9 +49,19 @@ def _model_states_file(path: Path) -> Path:
                key=lambda p: (p.name != "mp_rank_00_model_states.pt", p.name))
 
 
+def _deepspeed_classes() -> list[Any]:
+    """:func:`safe_globals`, importing DeepSpeed with its log lines sent to stderr.
+
+    DeepSpeed's logger writes to the ``sys.stdout`` of its import, which is
+    where ``--format json`` prints the summary.
+    """
+    with contextlib.redirect_stdout(sys.stderr):
+        return safe_globals()
+
+
 def _read(file: Path) -> dict[str, Any]:
     try:
-        with torch.serialization.safe_globals(safe_globals()):
+        with torch.serialization.safe_globals(_deepspeed_classes()):
             state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]

@@ -24,6 +24,8 @@ from cli_helpers import (
     write_config,
 )
 
+from flexgraph.training.checkpoint import DEEPSPEED_DIRECTORY, describe_checkpoint
+
 pytest.importorskip("deepspeed")
 
 STAGES = (0, 1, 2, 3)
@@ -73,6 +75,23 @@ def test_every_zero_stage_trains_like_ddp_and_resumes_where_it_stopped(runs, sta
     last = json.loads((root / f"zero{stage}" / "deepspeed_config.json").read_text())
     assert last["zero_optimization"]["stage"] == stage
     assert last["train_micro_batch_size_per_gpu"] == 32 and last["train_batch_size"] == 64
+
+
+@pytest.mark.parametrize("stage", (1, 3))
+def test_inspect_describes_a_zero_checkpoint_as_it_describes_ddps(runs, stage):
+    """Offline, without DeepSpeed's engine; ZeRO-3's partitioned weights counted whole."""
+    root = runs["root"]
+    ddp = describe_checkpoint(root / "ddp" / "iter_20.pth")
+    zero = describe_checkpoint(root / f"zero{stage}" / "iter_20.ds")
+    assert zero.format == DEEPSPEED_DIRECTORY.name
+    assert zero.writer == f"flexgraph, DeepSpeed ZeRO-{stage}" and zero.complete
+    assert (zero.world_size, zero.iteration) == (ddp.world_size, ddp.iteration) == (2, 20)
+    assert zero.epoch == ddp.epoch
+    assert (zero.parameters, zero.dtypes) == (ddp.parameters, ddp.dtypes)
+    assert zero.contents == ddp.contents == ("model", "optimizer", "param_schedulers",
+                                             "loop state", "rng states")
+    assert zero.extras == ddp.extras == ("ema_loss",)
+    assert "ds_version" in zero.versions
 
 
 def test_zero3_partitions_the_model_on_every_rank(runs):

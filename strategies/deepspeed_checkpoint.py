@@ -116,16 +116,19 @@ class DeepSpeedCheckpointIO(CheckpointIO):
                     optim_wrapper: Any = None) -> int:
         """The engine's weights (whole, even under ZeRO-3) and every rank's optimizer state.
 
-        This rank's optimizer partition counted once per rank: roughly what
+        This rank's optimizer partition (its state and fp32 master weights)
+        counted once per rank: roughly what
         ``save_checkpoint`` writes, for a full device's message.
         """
         engine = model.engine
         weights = sum(int(getattr(p, "ds_numel", p.numel())) * p.element_size()
                       for p in engine.module.parameters())
-        inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
-        state = getattr(inner, "state", {})
-        return (tensor_bytes(checkpoint) + weights
-                + tensor_bytes(list(state.values())) * world_size())
+        optimizer = engine.optimizer
+        state = getattr(getattr(optimizer, "optimizer", optimizer), "state", {})
+        masters = (getattr(optimizer, "single_partition_of_fp32_groups", None)  # ZeRO-1/2
+                   or getattr(optimizer, "fp32_partitioned_groups_flat", None) or [])  # ZeRO-3
+        partition = tensor_bytes(list(state.values())) + tensor_bytes(list(masters))
+        return tensor_bytes(checkpoint) + weights + partition * world_size()
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
         if not self.is_complete(path):

@@ -7,6 +7,7 @@ fills a console with hundreds of lines for a ViT).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -162,3 +163,17 @@ def test_other_ranks_write_nothing_and_show_only_errors(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "an error" in out and "a warning" not in out
     assert not (tmp_path / "work").exists()
+
+
+def test_a_log_file_on_a_full_device_never_buries_the_runs_own_error(small_device, capsys):
+    """The run fails with its own line (a checkpoint that did not fit); the log file
+    that cannot grow neither prints logging's traceback per line nor fails on close."""
+    cfg = Config(dict(work_dir=str(small_device / "work")))
+    record = open_run_record(cfg, read_settings(cfg), "{}", rank=0)
+    with contextlib.suppress(OSError):  # ENOSPC: the device is full now
+        (small_device / "filler").write_bytes(b"\0" * 400_000)
+    try:
+        record.failed(RuntimeError("the run's own error " + "x" * 100_000))
+    finally:
+        record.close()  # must not raise OSError: [Errno 28]
+    assert "Logging error" not in capsys.readouterr().err

@@ -27,9 +27,11 @@ a rename), so a crash never leaves half a file under those names.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -125,6 +127,24 @@ class RunRecord:
             _active = None
 
 
+class _LogFile(logging.FileHandler):
+    """The run's log file; a write the device refuses is dropped, silently.
+
+    On a full device the run already fails with its own one-line error (a
+    checkpoint that could not be saved, say); logging's default would print
+    a traceback for every line that could not be written, and closing the
+    file would replace that error with ``OSError: [Errno 28]``.
+    """
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handleError(record)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            super().close()
+
+
 def active_record() -> RunRecord | None:
     """The record of the run this process is executing, if the CLI opened one."""
     return _active
@@ -182,7 +202,7 @@ def open_run_record(cfg: Any, settings: RunSettings, plan_json: str, *, rank: in
             config.merge_from_dict({"strategy": strategy})
         _atomic_text(run_dir / "config.py", lambda path: write_config(config, path))
         _atomic_text(run_dir / "plan.json", lambda p: Path(p).write_text(plan_json + "\n"))
-        file_handler = logging.FileHandler(run_dir / f"{timestamp}.log", encoding="utf-8")
+        file_handler = _LogFile(run_dir / f"{timestamp}.log", encoding="utf-8")
         file_handler.setFormatter(MMFormatter(color=False, datefmt="%Y/%m/%d %H:%M:%S"))
         file_handler.setLevel(log_level)
     else:

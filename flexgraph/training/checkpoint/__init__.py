@@ -63,7 +63,7 @@ from flexgraph.training.checkpoint._mmengine import (
     mmengine_globals,
 )
 from flexgraph.training.checkpoint._pretrained import load_pretrained
-from flexgraph.training.checkpoint._space import human_bytes, tensor_bytes
+from flexgraph.training.checkpoint._space import tensor_bytes
 from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
 from flexgraph.training.checkpoint._weights import (
     WeightsLoaded,
@@ -116,7 +116,6 @@ __all__ = [
     "read_checkpoint_file",
     "restore_schedulers",
     "state_parts",
-    "human_bytes",
     "tensor_bytes",
     "to_plain",
     "weights_in",

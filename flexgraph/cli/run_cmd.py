@@ -248,10 +248,8 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
 def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
              strategy: Strategy | None, plan: Plan) -> int:
     """Launch the ranks, or run the plan in this process (with the work_dir's record)."""
-    from flexgraph.cli.console import stdout_console
-    from flexgraph.core.executor import Executor
+    from flexgraph.cli.work_dir_owner import own_work_dir
     from flexgraph.render.json_view import plan_json
-    from flexgraph.training.errors import TrainingStopped
     from flexgraph.training.graph import standard_inputs
 
     inputs = dict(spec.inputs)
@@ -260,13 +258,35 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
     settings = inputs.get("settings")
     stop_signals = settings.stop.signals if settings is not None else ()
     plan_text = plan_json(plan)  # once: the launch's digest, each rank's check, the record
+    record_settings = None if args.dry_run or spec.cfg is None else settings
     if _is_launcher(args) and not args.dry_run:
         from flexgraph.cli.launch import launch
 
-        return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text)}, stop_signals,
-                      preload=_rank_imports(plan, strategy))
+        # the launcher of node 0 owns the work_dir for the ranks' whole life, restarts included
+        with own_work_dir(record_settings, owner=args.node_rank == 0) as run_env:
+            return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text), **run_env},
+                          stop_signals, preload=_rank_imports(plan, strategy))
     _check_launched_plan(plan_text)
     rank = int(os.environ.get("RANK", 0))
+    with own_work_dir(record_settings, owner=rank == 0):  # before anything is written there
+        status = _execute_here(args, hooks, spec, plan, plan_text, inputs, rank)
+    if _is_launched() and not args.dry_run:  # done, the work_dir released: leave at once
+        from flexgraph.cli.stopping import end_launched_rank
+        from flexgraph.training.runtime import leave_process_group
+
+        leave_process_group()
+        end_launched_rank(status)
+    return status
+
+
+def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
+                  plan_text: str, inputs: dict[str, Any], rank: int) -> int:
+    """Run the plan in this process, as rank ``rank``, with the work_dir's record."""
+    from flexgraph.cli.console import stdout_console
+    from flexgraph.core.executor import Executor
+    from flexgraph.training.errors import TrainingStopped
+
+    settings = inputs.get("settings")
     console = stdout_console()
     console.quiet = rank != 0
     summary = (f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}: "
@@ -298,10 +318,4 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         value = repr(result.context[artifact])
         console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",
                       markup=False, highlight=False)
-    if _is_launched():
-        from flexgraph.cli.stopping import end_launched_rank
-        from flexgraph.training.runtime import leave_process_group
-
-        leave_process_group()
-        end_launched_rank(0)
     return 0

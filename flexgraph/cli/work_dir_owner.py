@@ -24,19 +24,26 @@ from typing import Any
 RUN_ID_VAR = "FLEXGRAPH_RUN_ID"
 
 
-def run_id() -> str:
-    """The id that every process of this launch computes alike."""
+def run_id(rendezvous: str | None = None) -> str:
+    """The id that every process of this launch computes alike.
+
+    ``rendezvous``: the address where the launchers of several nodes meet, which
+    they all share when nothing else does (launchers started by hand).
+    """
     if os.environ.get(RUN_ID_VAR):
         return os.environ[RUN_ID_VAR]
     if "SLURM_JOB_ID" in os.environ:
         return f"slurm-{os.environ['SLURM_JOB_ID']}.{os.environ.get('SLURM_STEP_ID', 'batch')}"
+    if rendezvous:
+        return f"rendezvous-{rendezvous}"
     if "TORCHELASTIC_RUN_ID" in os.environ:
         return f"torchelastic-{os.environ['TORCHELASTIC_RUN_ID']}"
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
 @contextlib.contextmanager
-def own_work_dir(settings: Any, *, owner: bool) -> Iterator[dict[str, str]]:
+def own_work_dir(settings: Any, *, owner: bool,
+                 rendezvous: str | None = None) -> Iterator[dict[str, str]]:
     """Hold the run's work_dir for the ``with`` block (``owner``), or check it is free.
 
     Yields the environment to hand to launched ranks (the run id). Nothing
@@ -44,7 +51,7 @@ def own_work_dir(settings: Any, *, owner: bool) -> Iterator[dict[str, str]]:
     """
     from flexgraph.training.output import check_work_dir_owner, take_work_dir
 
-    this_run = run_id()
+    this_run = run_id(rendezvous)
     if settings is None:
         yield {}
         return

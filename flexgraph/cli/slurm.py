@@ -124,9 +124,9 @@ def choose_launcher(requested: str | None, env: Mapping[str, str]) -> str:
         return "none"
     if requested == "slurm":
         if not in_srun_step(env):
-            raise SlurmLaunchError("launcher 'slurm' needs SLURM's task variables "
-                                   "(SLURM_PROCID, ...): start the run with srun, or "
-                                   "drop --launcher slurm")
+            raise SlurmLaunchError("launcher 'slurm' (--launcher, or the config's launcher) "
+                                   "needs SLURM's task variables (SLURM_PROCID, ...): start "
+                                   "the run with srun, or pass --launcher none")
         return "slurm"
     if requested in (None, "auto") and in_srun_step(env) and step_tasks(env) > 1:
         return "slurm"

@@ -122,3 +122,22 @@ def test_each_rank_takes_the_accelerator_slurm_bound_to_it():
     assert visible_device_index(5, 1) == 0  # --gpus-per-task=1: its own only
     with pytest.raises(ValueError, match="local rank 5 has no accelerator of its own"):
         visible_device_index(5, 4)
+
+
+def test_the_command_line_opts_out_or_is_refused_outside_srun(monkeypatch, capsys):
+    """``flexgraph run`` in this process (``--dry-run``: it plans, runs nothing)."""
+    from cli_helpers import QUICKSTART
+
+    from flexgraph.cli.main import main
+
+    monkeypatch.syspath_prepend(str(QUICKSTART.parent))
+    for key, value in TASK.items():  # as srun -n4 would start this task
+        monkeypatch.setenv(key, value)
+    assert main(["run", str(QUICKSTART), "--launcher", "none", "--dry-run"]) == 0
+    assert "strategy single: setup_env" in capsys.readouterr().out  # one process, on its own
+    for key in TASK:
+        monkeypatch.delenv(key)
+    assert main(["run", str(QUICKSTART), "--launcher", "slurm", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: launcher 'slurm' (--launcher, or the config's launcher) "
+                          "needs SLURM's task variables") and err.count("\n") == 1

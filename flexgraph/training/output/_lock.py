@@ -32,9 +32,8 @@ replaced.
 The other ranks of a run never take the lock; they check it
 (:func:`check_work_dir_owner`): a work_dir owned by another run stops them
 too, rather than leaving them waiting for a rank 0 that refused to start.
-A run's processes recognise their own lock by its run id (see
-:func:`flexgraph.cli.launch` and the SLURM launcher, which give every process
-of one launch the same id).
+A run's processes recognise their own lock by its run id, which the command
+line gives every process of one launch alike (``flexgraph.cli.work_dir_owner``).
 """
 
 from __future__ import annotations

@@ -294,7 +294,7 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         # the launcher of node 0 owns the work_dir for the ranks' whole life, restarts included
         rendezvous = f"{args.master_addr}:{args.master_port}" if args.nnodes != "1" else None
         with own_work_dir(record_settings, owner=args.node_rank == 0,
-                          rendezvous=rendezvous) as run_env:
+                          rendezvous=rendezvous, launcher=True) as run_env:
             status = launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text), **run_env},
                             stop_signals, preload=_rank_imports(plan, strategy),
                             on_stop=stopped_by.append)

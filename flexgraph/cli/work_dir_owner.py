@@ -10,7 +10,8 @@ not rank 0 alone while the others wait for it.
 Every process of one launch shares a run id (:func:`run_id`): the launcher
 hands its own to its ranks (:data:`RUN_ID_VAR`); ranks started by ``srun``
 share the SLURM job and step; ranks started by ``torchrun`` share its run id.
-A rank 0 whose launcher holds the lock finds its own run id in it and goes on.
+A rank 0 whose launcher holds the lock finds its own run id in it, goes on, and
+keeps the lock's heartbeat for the launcher.
 """
 
 from __future__ import annotations
@@ -42,12 +43,15 @@ def run_id(rendezvous: str | None = None) -> str:
 
 
 @contextlib.contextmanager
-def own_work_dir(settings: Any, *, owner: bool,
-                 rendezvous: str | None = None) -> Iterator[dict[str, str]]:
+def own_work_dir(settings: Any, *, owner: bool, rendezvous: str | None = None,
+                 launcher: bool = False) -> Iterator[dict[str, str]]:
     """Hold the run's work_dir for the ``with`` block (``owner``), or check it is free.
 
     Yields the environment to hand to launched ranks (the run id). Nothing
-    happens without settings (a pipeline with no work_dir).
+    happens without settings (a pipeline with no work_dir). A ``launcher``
+    keeps no heartbeat thread: it forks its rank server, which must be done
+    single-threaded (:mod:`flexgraph.cli.forked_ranks`); its rank 0 keeps the
+    heartbeat of the lock it holds.
     """
     from flexgraph.training.output import check_work_dir_owner, take_work_dir
 
@@ -59,9 +63,9 @@ def own_work_dir(settings: Any, *, owner: bool,
         check_work_dir_owner(settings.work_dir, this_run)
         yield {RUN_ID_VAR: this_run}
         return
-    lock = take_work_dir(settings.work_dir, this_run)
+    lock = take_work_dir(settings.work_dir, this_run,
+                         **({"heartbeat_every": None} if launcher else {}))
     try:
         yield {RUN_ID_VAR: this_run}
     finally:
-        if lock is not None:
-            lock.release()
+        lock.release()

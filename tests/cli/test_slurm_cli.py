@@ -21,7 +21,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -152,7 +151,8 @@ def preempted_job(slurm, root) -> dict:
     second = _srun(slurm, root, "-n2", *_flexgraph("--work-dir", "preempted"))
 
     assert slurm.run("scancel", "--signal=USR1", job_id).returncode == 0
-    time.sleep(0.5)  # delivered before the ranks go on
+    # rank 0 got it (its handler says so) before the ranks go on: they agree at iteration 10
+    slurm.wait_for_job(job_id, lambda: "SIGUSR1: stopping" in out.read_text())
     (work / "go").touch()
     slurm.wait_for_job(job_id, lambda: slurm.job_field(job_id, "Restarts") == "1")
     # SLURM holds a requeued job for two minutes (its BeginTime); the test does not wait

@@ -91,10 +91,16 @@ def test_a_dead_owners_lock_is_taken_over_with_a_warning(tmp_path):
     lock.release()
 
 
-def test_processes_of_the_same_run_recognise_its_lock(tmp_path):
+def test_processes_of_the_same_run_recognise_its_lock_and_rank0_keeps_its_heartbeat(tmp_path):
     pid, pipe = _owner_in_child(tmp_path, run="launch-7")
     try:
-        assert take_work_dir(tmp_path, "launch-7") is None  # rank 0 under its launcher
+        rank0 = take_work_dir(tmp_path, "launch-7", heartbeat_every=0.05)  # under its launcher
+        assert not rank0.owned
+        time.sleep(0.3)
+        content = json.loads((tmp_path / LOCK_FILE).read_text())
+        assert content["pid"] == pid and content["heartbeat"] > content["started"]  # kept
+        rank0.release()
+        assert (tmp_path / LOCK_FILE).exists()  # still the launcher's
         check_work_dir_owner(tmp_path, "launch-7")  # any other rank of it
         with pytest.raises(WorkDirBusyError, match=f"pid {pid}"):
             check_work_dir_owner(tmp_path, "launch-8")  # a rank of another run stops too

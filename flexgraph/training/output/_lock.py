@@ -122,16 +122,19 @@ class WorkDirLock:
     """
 
     def __init__(self, path: Path, fd: int, content: dict[str, Any], os_locked: bool,
-                 heartbeat_every: float) -> None:
+                 heartbeat_every: float | None, *, owned: bool = True) -> None:
         self.path = path
         self.os_locked = os_locked
+        self.owned = owned
         self._fd = fd
         self._content = content
         self._stop = threading.Event()
-        self._beat = threading.Thread(target=self._beat_until_released,
-                                      args=(heartbeat_every,), daemon=True,
-                                      name="flexgraph-work-dir-heartbeat")
-        self._beat.start()
+        self._beat: threading.Thread | None = None
+        if heartbeat_every is not None:
+            self._beat = threading.Thread(target=self._beat_until_released,
+                                          args=(heartbeat_every,), daemon=True,
+                                          name="flexgraph-work-dir-heartbeat")
+            self._beat.start()
 
     def _write(self) -> None:
         data = json.dumps(self._content).encode()
@@ -145,15 +148,17 @@ class WorkDirLock:
                 self._write()
 
     def release(self) -> None:
-        """Remove the lock file (it is this run's) and drop the OS lock."""
+        """Remove the lock file (it is this run's) and drop the OS lock; a rank that only
+        kept its launcher's heartbeat stops doing so."""
         if self._fd < 0:
             return
         self._stop.set()
-        self._beat.join()
+        if self._beat is not None:
+            self._beat.join()
         with contextlib.suppress(OSError):
-            if _read(self._fd).get("token") == self._content["token"]:
+            if self.owned and _read(self._fd).get("token") == self._content["token"]:
                 self.path.unlink()
-        os.close(self._fd)  # drops the OS lock
+        os.close(self._fd)  # drops the OS lock (flock: only this open file's)
         self._fd = -1
 
     def __enter__(self) -> WorkDirLock:
@@ -192,8 +197,8 @@ def _open_locked(path: Path) -> tuple[int, bool | None]:
 
 
 def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
-                  heartbeat_every: float = HEARTBEAT_EVERY,
-                  stale_after: float = STALE_AFTER, settle: float = SETTLE) -> WorkDirLock | None:
+                  heartbeat_every: float | None = HEARTBEAT_EVERY,
+                  stale_after: float = STALE_AFTER, settle: float = SETTLE) -> WorkDirLock:
     """Make this process the owner of ``work_dir`` for the run ``run_id``.
 
     Parameters
@@ -202,12 +207,18 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
         Created if missing (the lock file is the first thing written there).
     run_id:
         What every process of this run shares: a lock already held under the
-        same id is this run's (its launcher's), and ``None`` is returned.
+        same id is this run's (its launcher's, which keeps no heartbeat thread:
+        it forks its rank server, which a thread would forbid), and this process
+        keeps its heartbeat instead.
+    heartbeat_every:
+        Seconds between heartbeats; ``None``: no heartbeat thread (a launcher,
+        whose rank 0 keeps the heartbeat).
 
     Returns
     -------
-    WorkDirLock or None
-        The held lock, to :meth:`~WorkDirLock.release` when the run ends.
+    WorkDirLock
+        To :meth:`~WorkDirLock.release` when the run ends (``owned`` is false
+        for the rank 0 of a launcher that holds the lock).
 
     Raises
     ------
@@ -221,9 +232,9 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
     fd, locked = _open_locked(path)
     previous = _read(fd)
     if locked is None or _alive(previous, os_locked=bool(locked), stale_after=stale_after):
+        if previous.get("run") == run_id:  # our launcher's: keep its heartbeat
+            return WorkDirLock(path, fd, previous, False, heartbeat_every, owned=False)
         os.close(fd)  # never held: closing it cannot drop the owner's lock (flock)
-        if previous.get("run") == run_id:
-            return None
         if locked is None and not previous:  # the owner locked it but has not written yet
             previous = {"host": "?", "pid": "?"}
         raise _busy(work_dir, previous)
@@ -236,9 +247,8 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
         time.sleep(settle)
         if _read(fd).get("token") != content["token"]:
             winner = _read(fd)
-            lock._stop.set()
-            os.close(fd)
-            lock._fd = -1
+            lock.owned = False
+            lock.release()
             raise _busy(work_dir, winner)
     if previous:
         warnings.warn(f"took over the lock of work_dir {str(work_dir)!r} from a run that "

@@ -319,7 +319,7 @@ def _rank_argv(args: argparse.Namespace) -> list[str]:
     process did.
     """
     child = ["run", args.config, "--entry", args.entry]
-    for flag in ("work_dir", "resume", "load_from", "strategy", "preempt_signal"):
+    for flag in ("work_dir", "resume", "load_from", "strategy", "preempt_signal", "launcher"):
         if getattr(args, flag):
             child += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     if args.cfg_options:

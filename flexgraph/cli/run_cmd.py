@@ -7,7 +7,12 @@ runs). With ``--nproc-per-node N`` (or ``--nnodes``, or ``--max-restarts K``)
 this process only launches: torch's elastic agent starts N copies of
 ``flexgraph run`` with the usual RANK / WORLD_SIZE variables, and restarts them
 after a failure (see :mod:`flexgraph.cli.launch`, which also reports the ranks'
-errors). A copy started by ``torchrun`` directly works the same way.
+errors). A copy started by ``torchrun`` directly works the same way, and so
+does a task of an ``srun`` step, which takes its rank from SLURM
+(:mod:`flexgraph.cli.slurm`, ``--launcher``).
+
+Before anything is written in the work_dir, the run takes it for itself
+(:mod:`flexgraph.cli.work_dir_owner`): a second run on it stops at once.
 
 The launcher finds every step's function without importing it
 (:func:`~flexgraph.core.references.check_references`), so a misspelling stops

@@ -109,6 +109,18 @@ def test_processes_of_the_same_run_recognise_its_lock_and_rank0_keeps_its_heartb
     check_work_dir_owner(tmp_path, "launch-8")  # its owner is dead: nothing stops a rank
 
 
+def test_a_requeued_job_takes_over_its_earlier_attempts_lock_from_another_host(tmp_path):
+    """The same SLURM job and step (one run id) killed on node07 and requeued here at once:
+    its heartbeat is fresh, but this process holds the OS lock, so that attempt is dead."""
+    _write_owner(tmp_path, "node07", time.time())
+    content = json.loads((tmp_path / LOCK_FILE).read_text())
+    (tmp_path / LOCK_FILE).write_text(json.dumps({**content, "run": "slurm-42.0"}))
+    with pytest.warns(UserWarning, match="took over .*host node07"):
+        lock = take_work_dir(tmp_path, "slurm-42.0")
+    assert lock.owned
+    lock.release()
+
+
 def test_the_owner_refreshes_its_heartbeat(tmp_path):
     lock = take_work_dir(tmp_path, "run", heartbeat_every=0.05)
     first = json.loads((tmp_path / LOCK_FILE).read_text())["heartbeat"]

@@ -231,9 +231,15 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
         work_dir.mkdir(parents=True, exist_ok=True)
     fd, locked = _open_locked(path)
     previous = _read(fd)
-    if locked is None or _alive(previous, os_locked=bool(locked), stale_after=stale_after):
-        if previous.get("run") == run_id:  # our launcher's: keep its heartbeat
-            return WorkDirLock(path, fd, previous, False, heartbeat_every, owned=False)
+    ours = previous.get("run") == run_id
+    # Held by our launcher (its OS lock, or its live heartbeat where there are no OS locks):
+    # keep its heartbeat. Under an OS lock we hold, an earlier attempt of this same run (a
+    # requeued SLURM job, maybe on another node) is dead and taken over like any other.
+    if ours and (locked is None or (locked is False and _alive(
+            previous, os_locked=False, stale_after=stale_after))):
+        return WorkDirLock(path, fd, previous, False, heartbeat_every, owned=False)
+    if locked is None or (not ours and _alive(previous, os_locked=bool(locked),
+                                              stale_after=stale_after)):
         os.close(fd)  # never held: closing it cannot drop the owner's lock (flock)
         if locked is None and not previous:  # the owner locked it but has not written yet
             previous = {"host": "?", "pid": "?"}

@@ -128,10 +128,24 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
     for key, value in sizes.items():
         if zero.get(key) == AUTO:
             zero[key] = value
+    _fill_hierarchical(zero, world_size)
     filled = {k: v for k, v in config.items() if before.get(k) != v and k != "zero_optimization"}
     filled.update({f"zero_optimization.{k}": v for k, v in zero.items()
                    if before.get("zero_optimization", {}).get(k) != v})
     return config, filled
+
+
+def _fill_hierarchical(zero: dict[str, Any], world_size: int) -> None:
+    """ZeRO++ hpZ's group: ``'auto'`` is the launch's processes per node; it must divide
+    the world (every node the same size)."""
+    hpz = zero.get("zero_hpz_partition_size")
+    if hpz == AUTO:
+        hpz = zero["zero_hpz_partition_size"] = int(os.environ.get("LOCAL_WORLD_SIZE",
+                                                                   world_size))
+    if isinstance(hpz, int) and hpz > 1 and world_size % hpz:
+        raise ConfigError(f"strategy 'deepspeed': zero_optimization.zero_hpz_partition_size="
+                          f"{hpz} does not divide the world size {world_size}; use the "
+                          f"processes per node, or 'auto'")
 
 
 # -- the engine as an MMEngine model ----------------------------------------------------------

@@ -47,9 +47,12 @@ from flexgraph.core.strategy import Strategy, StrategyOptionError
 HERE = "flexgraph.strategies.fsdp"
 DCP_IO = "flexgraph.training.checkpoint:DistributedCheckpointIO"
 FULL_IO = "flexgraph.training.checkpoint:FullStateFileIO"
-_RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}
+_RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False,
+            "HYBRID_SHARD": True, "_HYBRID_SHARD_ZERO2": False}
 _WRAPPER_KEYS = ("type", "auto_wrap_policy", "sharding_strategy", "mixed_precision",
-                 "cpu_offload", "use_orig_params")
+                 "cpu_offload", "use_orig_params", "device_mesh")
+FROM_LAUNCH = "nodes x processes per node"
+"""A hybrid mesh sized by the launch: replicate across nodes, shard within one."""
 _PRECISION_KEYS = ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
 
 
@@ -72,10 +75,9 @@ def _shard_options(model_wrapper: Mapping[str, Any] | None) -> dict[str, Any]:
                       "always keeps the original parameters; drop it")
     sharding = str(wrapper.get("sharding_strategy", "FULL_SHARD")).rpartition(".")[2]
     if sharding not in _RESHARD:
-        hint = ("use DDPStrategy" if sharding == "NO_SHARD" else
-                "hybrid sharding needs a 2-D device mesh, which this strategy does not build")
+        hint = " (use DDPStrategy)" if sharding == "NO_SHARD" else ""
         raise _refuse(f"model_wrapper.sharding_strategy={sharding!r}",
-                      f"is not supported ({hint}); use FULL_SHARD or SHARD_GRAD_OP")
+                      f"is not supported{hint}; use one of {', '.join(_RESHARD)}")
     precision = wrapper.get("mixed_precision")
     if precision is not None:
         precision = {k: str(v).removeprefix("torch.") if k != "cast_forward_inputs" else v
@@ -87,9 +89,25 @@ def _shard_options(model_wrapper: Mapping[str, Any] | None) -> dict[str, Any]:
     offload = wrapper.get("cpu_offload") or False
     if isinstance(offload, Mapping):
         offload = bool(offload.get("offload_params", False))
-    return {"auto_wrap_policy": wrapper.get("auto_wrap_policy"),
-            "reshard_after_forward": _RESHARD[sharding],
-            "mixed_precision": precision, "cpu_offload": bool(offload)}
+    options = {"auto_wrap_policy": wrapper.get("auto_wrap_policy"),
+               "reshard_after_forward": _RESHARD[sharding],
+               "mixed_precision": precision, "cpu_offload": bool(offload)}
+    mesh = wrapper.get("device_mesh")
+    if "HYBRID" in sharding:
+        options["hybrid_mesh"] = _mesh_shape(mesh) if mesh is not None else FROM_LAUNCH
+    elif mesh is not None:
+        raise _refuse("model_wrapper.device_mesh", f"shapes a hybrid mesh; {sharding} shards "
+                      "over every rank: use sharding_strategy='HYBRID_SHARD' or drop it")
+    return options
+
+
+def _mesh_shape(mesh: Any) -> tuple[int, int]:
+    """``device_mesh=(replicas, shard size)``: HYBRID_SHARD's mesh, given by the config."""
+    if (not isinstance(mesh, (tuple, list)) or len(mesh) != 2
+            or not all(isinstance(n, int) and n >= 1 for n in mesh)):
+        raise _refuse(f"model_wrapper.device_mesh={mesh!r}", "must be (replicas, shard size), "
+                      "e.g. (2, 8) for 2 nodes of 8; without it the launch sizes the mesh")
+    return int(mesh[0]), int(mesh[1])
 
 
 def _checkpoint_io(state_dict_cfg: str | Mapping[str, Any]) -> str:
@@ -198,8 +216,12 @@ def _dtype(name: str | None) -> Any:
 
 def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
           reshard_after_forward: bool = True, mixed_precision: Mapping[str, Any] | None = None,
-          cpu_offload: bool = False, broadcast_from_rank0: bool = False) -> Any:
+          cpu_offload: bool = False, broadcast_from_rank0: bool = False,
+          hybrid_mesh: str | tuple[int, int] | None = None) -> Any:
     """``fully_shard`` every unit the wrap policy picks (innermost first), then the root.
+
+    ``hybrid_mesh`` (HYBRID_SHARD): shard over a 2-D mesh instead of every rank,
+    see :func:`_hybrid_mesh`.
 
     ``broadcast_from_rank0``: every rank first takes rank 0's parameters and
     buffers, as DDP does when it wraps. Ranks seeded apart
@@ -231,11 +253,43 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
                           "(the parameters already live in CPU memory)", stacklevel=1)
         else:
             options["offload_policy"] = CPUOffloadPolicy()
+    if hybrid_mesh is not None:
+        options["mesh"] = _hybrid_mesh(env, hybrid_mesh)
     wrap = resolve_wrap_policy(auto_wrap_policy, model, what="model_wrapper.auto_wrap_policy")
     for unit in wrap_units(model, wrap):
         fully_shard(unit, **options)
     fully_shard(model, **options)
     return model
+
+
+def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
+    """The 2-D mesh of hybrid sharding: parameters sharded within a row, rows replicated.
+
+    Rows are consecutive ranks, which launchers place on one node: each node
+    holds a whole copy of the model in shards, and only the gradients'
+    all-reduce crosses nodes. :data:`FROM_LAUNCH` sizes a row by the launch's
+    processes per node (``LOCAL_WORLD_SIZE``, set by torch's launcher and by
+    flexgraph's SLURM launch).
+    """
+    import os
+
+    from mmengine.logging import MMLogger
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from flexgraph.training.errors import ConfigError
+
+    if shape == FROM_LAUNCH:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size))
+        shape = (max(env.world_size // per_node, 1), per_node)
+    if shape[0] * shape[1] != env.world_size:
+        raise ConfigError(f"strategy 'fsdp': a hybrid mesh of {shape[0]} x {shape[1]} needs "
+                          f"{shape[0] * shape[1]} ranks, the run has {env.world_size}; fix "
+                          f"model_wrapper.device_mesh or the launch")
+    MMLogger.get_current_instance().info(
+        f"fully_shard: hybrid mesh {shape[0]} x {shape[1]} (replicated {shape[0]} times, each "
+        f"copy sharded over {shape[1]} ranks)")
+    return init_device_mesh(str(env.device).split(":")[0], shape,
+                            mesh_dim_names=("replicate", "shard"))
 
 
 def materialize(env: Any, model: Any) -> Any:

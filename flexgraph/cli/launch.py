@@ -319,7 +319,7 @@ def _rank_argv(args: argparse.Namespace) -> list[str]:
     process did.
     """
     child = ["run", args.config, "--entry", args.entry]
-    for flag in ("work_dir", "resume", "load_from", "strategy", "preempt_signal"):
+    for flag in ("work_dir", "resume", "load_from", "strategy", "preempt_signal", "launcher"):
         if getattr(args, flag):
             child += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     if args.cfg_options:
@@ -418,14 +418,17 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
 
 
 def launch(args: argparse.Namespace, env: Mapping[str, str],
-           stop_signals: Sequence[str] = (), preload: Sequence[str] = ()) -> int:
+           stop_signals: Sequence[str] = (), preload: Sequence[str] = (),
+           on_stop: Callable[[str], None] | None = None) -> int:
     """Start the ranks through torch's elastic agent; return the run's exit status.
 
     ``env`` is set for the ranks (the launcher's plan digest); ``stop_signals``
     are the run's own stop signals, forwarded to the ranks besides
     :data:`~flexgraph.cli.stopping.FORWARDED`; ``preload`` the modules the ranks
     import, for the rank server when they are forked
-    (:mod:`flexgraph.cli.forked_ranks`, ``--start-method``).
+    (:mod:`flexgraph.cli.forked_ranks`, ``--start-method``); ``on_stop`` is told the
+    signal's name when this launcher received a stop signal and the ranks saved (a
+    SLURM job then asks to be requeued).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser
@@ -452,6 +455,8 @@ def launch(args: argparse.Namespace, env: Mapping[str, str],
             note = stopping.stop_note(progress_dir)
             if note:  # the ranks saved
                 stopping.say_stopped(note)
+                if on_stop is not None:
+                    on_stop(exc.sigval.name)
                 return stopping.EXIT_STOPPED
             print(f"error: stopped by {exc.sigval.name} before the ranks saved a checkpoint",
                   file=sys.stderr)

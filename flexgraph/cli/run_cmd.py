@@ -7,7 +7,12 @@ runs). With ``--nproc-per-node N`` (or ``--nnodes``, or ``--max-restarts K``)
 this process only launches: torch's elastic agent starts N copies of
 ``flexgraph run`` with the usual RANK / WORLD_SIZE variables, and restarts them
 after a failure (see :mod:`flexgraph.cli.launch`, which also reports the ranks'
-errors). A copy started by ``torchrun`` directly works the same way.
+errors). A copy started by ``torchrun`` directly works the same way, and so
+does a task of an ``srun`` step, which takes its rank from SLURM
+(:mod:`flexgraph.cli.slurm`, ``--launcher``).
+
+Before anything is written in the work_dir, the run takes it for itself
+(:mod:`flexgraph.cli.work_dir_owner`): a second run on it stops at once.
 
 The launcher finds every step's function without importing it
 (:func:`~flexgraph.core.references.check_references`), so a misspelling stops
@@ -37,6 +42,7 @@ from typing import Any
 from flexgraph.cli.choice import default_strategy
 from flexgraph.cli.collector import imports_kept_from_collector
 from flexgraph.cli.forked_ranks import START_METHODS
+from flexgraph.cli.slurm import LAUNCHERS, resume_after_requeue
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.plan import Plan
 from flexgraph.core.references import check_references, resolve_functions, resolve_unchecked
@@ -69,6 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a signal that stops training cleanly (checkpoint, exit 75) "
                         "besides SIGTERM and SIGINT, e.g. USR1 for SLURM's --signal=USR1@90 "
                         "(config: preemption.signal)")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                        help="how the ranks were started (default: the config's launcher, "
+                        "else auto: an srun step of several tasks is detected); slurm: one "
+                        "srun task per rank; none: ignore SLURM's variables")
     launch = parser.add_argument_group("launch (torch.distributed.run)")
     launch.add_argument("--nproc-per-node", type=_positive, default=1, metavar="N",
                         help="processes per node")
@@ -169,9 +179,12 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
     from flexgraph.training.graph import standard_graph
 
     path = Path(args.config)
+    if args.launcher != "none":
+        resume_after_requeue(args, os.environ)
     options = _cfg_options(args)
     spec = load_spec(path, cfg_options=options or None,
                      default_graph=lambda cfg: standard_graph(cfg, entry=args.entry))
+    args.launched_by = _choose_launch(args, spec)
     world = _world_size(args)
     strategy = spec.resolve_strategy(args.strategy or default_strategy(spec, world))
     if strategy is not None and strategy.world_size == "one" and world > 1:
@@ -182,6 +195,23 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
             "use --strategy ddp"
         )
     return spec, strategy
+
+
+def _choose_launch(args: argparse.Namespace, spec: Any) -> str | None:
+    """Take this process's place from SLURM where it launched it (see
+    :mod:`flexgraph.cli.slurm`); say what launched it (``None``: nothing)."""
+    from flexgraph.cli.slurm import become_slurm_rank, choose_launcher, fill_node_launch
+
+    requested = args.launcher
+    if requested is None and spec.cfg is not None:  # MMEngine's key; its 'none' is its default
+        requested = {"none": None}.get(spec.cfg.get("launcher"), spec.cfg.get("launcher"))
+    if requested == "none":
+        return None
+    if _is_launcher(args):
+        return fill_node_launch(args, os.environ) or "torch elastic"
+    if choose_launcher(requested, os.environ) == "slurm":
+        return become_slurm_rank(os.environ)
+    return "torch elastic" if _is_launched() else None
 
 
 def plan_digest(plan_text: str) -> str:
@@ -248,8 +278,7 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
 def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
              strategy: Strategy | None, plan: Plan) -> int:
     """Launch the ranks, or run the plan in this process (with the work_dir's record)."""
-    from flexgraph.cli.console import stdout_console
-    from flexgraph.core.executor import Executor
+    from flexgraph.cli.work_dir_owner import own_work_dir
     from flexgraph.render.json_view import plan_json
     from flexgraph.training.errors import TrainingStopped
     from flexgraph.training.graph import standard_inputs
@@ -260,18 +289,64 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
     settings = inputs.get("settings")
     stop_signals = settings.stop.signals if settings is not None else ()
     plan_text = plan_json(plan)  # once: the launch's digest, each rank's check, the record
+    record_settings = None if args.dry_run or spec.cfg is None else settings
     if _is_launcher(args) and not args.dry_run:
         from flexgraph.cli.launch import launch
 
-        return launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text)}, stop_signals,
-                      preload=_rank_imports(plan, strategy))
+        if args.node_rank == 0 and args.launched_by != "torch elastic":
+            print(f"flexgraph: launching with {args.launched_by}", flush=True)
+        stopped_by: list[str] = []
+        # the launcher of node 0 owns the work_dir for the ranks' whole life, restarts included
+        rendezvous = f"{args.master_addr}:{args.master_port}" if args.nnodes != "1" else None
+        with own_work_dir(record_settings, owner=args.node_rank == 0,
+                          rendezvous=rendezvous, launcher=True) as run_env:
+            status = launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text), **run_env},
+                            stop_signals, preload=_rank_imports(plan, strategy),
+                            on_stop=stopped_by.append)
+        for signal_name in stopped_by:  # the work_dir released first: SLURM ends the job now
+            _requeue(args, signal_name, stop_signals)
+        return status
     _check_launched_plan(plan_text)
-    launched = _is_launched()  # now: a strategy's setup_env may describe a world of one
+    launched_rank = _is_launched()  # now: a strategy's setup_env may describe a world of one
     rank = int(os.environ.get("RANK", 0))
+    try:
+        with own_work_dir(record_settings, owner=rank == 0):  # before anything is written
+            status = _execute_here(args, hooks, spec, plan, plan_text, inputs, rank)
+    except TrainingStopped as stop:
+        if "TORCHELASTIC_RUN_ID" not in os.environ:  # its launcher asks, not a rank of it
+            _requeue(args, stop.signal_name, stop_signals)
+        raise
+    if launched_rank and not args.dry_run:  # done, the work_dir released: leave at once
+        from flexgraph.cli.stopping import end_launched_rank
+        from flexgraph.training.runtime import leave_process_group
+
+        leave_process_group()
+        end_launched_rank(status)
+    return status
+
+
+def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[str]) -> None:
+    """After a stop on the preemption signal, in a SLURM job: have SLURM requeue it."""
+    from flexgraph.cli.slurm import requeue_after_stop
+
+    if args.launcher != "none":
+        preempt = tuple(s for s in stop_signals if s not in ("SIGTERM", "SIGINT"))
+        requeue_after_stop(signal_name, preempt, os.environ)
+
+
+def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
+                  plan_text: str, inputs: dict[str, Any], rank: int) -> int:
+    """Run the plan in this process, as rank ``rank``, with the work_dir's record."""
+    from flexgraph.cli.console import stdout_console
+    from flexgraph.core.executor import Executor
+    from flexgraph.training.errors import TrainingStopped
+
+    settings = inputs.get("settings")
     console = stdout_console()
     console.quiet = rank != 0
-    summary = (f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}: "
-               + " -> ".join(plan.order))
+    launched = f", launched by {args.launched_by}" if getattr(args, "launched_by", None) else ""
+    summary = (f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}"
+               f"{launched}: " + " -> ".join(plan.order))
     console.print(summary)
     executor = Executor([_StartupReport(plan, console), *hooks])
     if args.dry_run or spec.cfg is None:  # a YAML or Python pipeline has no work_dir
@@ -299,10 +374,4 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         value = repr(result.context[artifact])
         console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",
                       markup=False, highlight=False)
-    if launched:
-        from flexgraph.cli.stopping import end_launched_rank
-        from flexgraph.training.runtime import leave_process_group
-
-        leave_process_group()
-        end_launched_rank(0)
     return 0

@@ -26,6 +26,7 @@ __all__ = [
     "UnknownComponentError",
     "UnsafeCheckpointError",
     "UnusedConfigWarning",
+    "WorkDirBusyError",
 ]
 
 
@@ -123,6 +124,14 @@ class UnsafeCheckpointError(CheckpointError):
     it could execute code that the file's author chose. The message names the
     file and, where the unpickler says, what it refused, with how to re-save
     the file in a safe form.
+    """
+
+
+class WorkDirBusyError(FlexgraphError, RuntimeError):
+    """Another run owns the work_dir: two runs would overwrite each other's checkpoints.
+
+    Raised before the run writes anything there; the message names the owner's
+    host and process id (see :mod:`flexgraph.training.output._lock`).
     """
 
 

@@ -145,6 +145,26 @@ def test_what_the_user_set_is_never_overwritten_and_a_contradiction_is_named():
         _fill({}, optim_wrapper=dict(clip_grad=dict(max_norm=1.0, norm_type=1)))
 
 
+def test_zero_plus_plus_hpz_auto_is_the_processes_per_node(monkeypatch):
+    """DeepSpeed's hybrid sharding: a secondary partition of stage 3 within each node."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # 2 ranks: 2 "nodes" of 1
+    config, filled = _fill({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": "auto"}})
+    assert config["zero_optimization"]["zero_hpz_partition_size"] == 1
+    assert filled["zero_optimization.zero_hpz_partition_size"] == 1
+    with pytest.raises(ConfigError, match="zero_hpz_partition_size=3 does not divide the world "
+                                          "size 2"):
+        _fill({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 3}})
+
+
+@pytest.mark.parametrize(("zero", "culprit"), [
+    ({"stage": 2, "zero_hpz_partition_size": 8}, "needs zero_optimization.stage=3, not 2"),
+    ({"stage": 3, "zero_hpz_partition_size": "node"}, "must be a whole number of ranks"),
+])
+def test_zero_plus_plus_hpz_outside_its_meaning_is_refused(zero, culprit):
+    with pytest.raises(StrategyOptionError, match=culprit):
+        get_strategy("DeepSpeedStrategy", zero_optimization=zero)
+
+
 def test_inputs_to_half_casts_dict_keys_positions_and_nested_tensors():
     import torch
     from flexgraph.strategies.deepspeed_engine import cast_inputs

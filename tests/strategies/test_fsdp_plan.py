@@ -82,10 +82,24 @@ def test_mmengine_options_map_onto_fully_shard():
     assert full["build_checkpointer"].params["io"].endswith(":FullStateFileIO")
 
 
+@pytest.mark.parametrize(("wrapper", "mesh", "reshard"), [
+    (dict(sharding_strategy="HYBRID_SHARD"), "nodes x processes per node", True),
+    (dict(sharding_strategy="ShardingStrategy._HYBRID_SHARD_ZERO2", device_mesh=[2, 8]),
+     (2, 8), False),
+])
+def test_hybrid_sharding_shows_its_mesh_in_the_plan(wrapper, mesh, reshard):
+    """Replicate across nodes, shard within one: sized by the launch, or by the config."""
+    params = {s.name: s for s in plan(model_wrapper=wrapper).steps}["fully_shard"].params
+    assert (params["hybrid_mesh"], params["reshard_after_forward"]) == (mesh, reshard)
+
+
 @pytest.mark.parametrize("options, culprit", [
     (dict(model_wrapper=dict(backward_prefetch="BACKWARD_PRE")), "model_wrapper.backward_prefetch"),
     (dict(model_wrapper=dict(sharding_strategy="NO_SHARD")), "use DDPStrategy"),
-    (dict(model_wrapper=dict(sharding_strategy="HYBRID_SHARD")), "2-D device mesh"),
+    (dict(model_wrapper=dict(sharding_strategy="HYBRID_SHARDS")), "use one of FULL_SHARD"),
+    (dict(model_wrapper=dict(device_mesh=(2, 2))), "device_mesh shapes a hybrid mesh"),
+    (dict(model_wrapper=dict(sharding_strategy="HYBRID_SHARD", device_mesh=4)),
+     "device_mesh=4 must be"),
     (dict(model_wrapper=dict(mixed_precision=dict(buffer_dtype="float16"))),
      "mixed_precision.buffer_dtype"),
     (dict(model_wrapper=dict(use_orig_params=False)), "use_orig_params=False"),

@@ -22,7 +22,7 @@ MMENGINE_EXTRAS = dict(
     visualizer=dict(type="DetLocalVisualizer", name="visualizer",
                     vis_backends=[dict(type="LocalVisBackend"), dict(type="WandbVisBackend")]),
     log_processor=dict(type="LogProcessor", window_size=50, by_epoch=True),
-    launcher="pytorch",
+    launcher="mpi",
     auto_scale_lr=dict(base_batch_size=256, enable=True),
     train_cfg=dict(by_epoch=True, max_epochs=3, dynamic_intervals=[(2, 1)]),
     val_cfg=dict(type="ValLoop", fp16=True),
@@ -56,7 +56,7 @@ def test_each_key_flexgraph_does_not_act_on_is_named():
 
 
 def test_what_flexgraph_acts_on_raises_no_warning(make_cfg):
-    cfg = make_cfg(launcher="none",
+    cfg = make_cfg(launcher="slurm",
                    visualizer=dict(type="Visualizer", name="visualizer", vis_backends=[
                        dict(type="LocalVisBackend"), dict(type="TensorboardVisBackend")]),
                    env_cfg=dict(dist_cfg=dict(backend="gloo")),

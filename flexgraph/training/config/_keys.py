@@ -132,9 +132,9 @@ def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
 def _conditional(cfg: Any) -> Iterator[str]:
     """Keys flexgraph acts on only with some values."""
     launcher = section(cfg, "launcher", "none")
-    if launcher != "none":
+    if launcher not in ("none", "pytorch", "slurm"):  # the CLI reads those (cli/slurm.py)
         yield (f"config key 'launcher' ({launcher!r}) is not used by flexgraph: start "
-               f"several processes with --nproc-per-node (or torchrun)")
+               f"several processes with --nproc-per-node, torchrun or srun")
     scale = section(cfg, "auto_scale_lr", {})
     if isinstance(scale, Mapping) and scale.get("enable"):
         yield ("config key 'auto_scale_lr' is not used by flexgraph: scale the learning rate "

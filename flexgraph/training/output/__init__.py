@@ -4,7 +4,8 @@
 ``metrics.jsonl`` records and the visualizer's scalars; :class:`TerminalBar`
 draws progress on a terminal; :class:`RunRecord` is the run's folder in the
 work_dir (log file, resolved config, plan); :class:`Progress` is what a
-launched rank tells its launcher about how far it got.
+launched rank tells its launcher about how far it got; :func:`take_work_dir` makes a
+run the one owner of its work_dir.
 """
 
 from importlib import import_module
@@ -26,6 +27,10 @@ _LAZY = {
     "active_record": "_workdir",
     "console_logger": "_workdir",
     "open_run_record": "_workdir",
+    "LOCK_FILE": "_lock",
+    "WorkDirLock": "_lock",
+    "check_work_dir_owner": "_lock",
+    "take_work_dir": "_lock",
 }
 
 
@@ -42,16 +47,20 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "FILE_ONLY",
+    "LOCK_FILE",
     "METRICS_FILE",
     "PROGRESS_DIR_VAR",
     "Progress",
     "RunRecord",
     "TerminalBar",
     "TrainOutput",
+    "WorkDirLock",
     "active_record",
+    "check_work_dir_owner",
     "console_logger",
     "format_duration",
     "open_run_record",
     "progress_of_this_rank",
     "read_progress",
+    "take_work_dir",
 ]

@@ -25,6 +25,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def visible_device_index(local_rank: int, visible: int) -> int:
+    """This rank's accelerator among the ``visible`` ones (``CUDA_VISIBLE_DEVICES``).
+
+    A launcher that shows each rank every device of its node (torchrun) leaves
+    the choice to the local rank; a scheduler that binds one device to each task
+    (SLURM's ``--gpus-per-task=1``, ``--gpu-bind``) shows it only that one.
+
+    Examples
+    --------
+    >>> visible_device_index(3, 8), visible_device_index(3, 1)
+    (3, 0)
+    """
+    if local_rank < visible:
+        return local_rank
+    if visible == 1:
+        return 0
+    from flexgraph.training.errors import ConfigError
+
+    raise ConfigError(f"local rank {local_rank} has no accelerator of its own: {visible} are "
+                      f"visible (CUDA_VISIBLE_DEVICES); start at most {visible} ranks per "
+                      f"node, or bind one device to each task")
+
+
 def setup_process_group(
     cfg: Any, *, device: str | None = None, backend: str | None = None, timeout: float = 1800
 ) -> Env:
@@ -43,8 +66,9 @@ def setup_process_group(
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda":
-        device = f"cuda:{local_rank}"
-        torch.cuda.set_device(local_rank)
+        index = visible_device_index(local_rank, torch.cuda.device_count())
+        device = f"cuda:{index}"
+        torch.cuda.set_device(index)
     if not dist.is_initialized():
         dist.init_process_group(
             backend or ("nccl" if device.startswith("cuda") else "gloo"),

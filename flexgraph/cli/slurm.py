@@ -1,0 +1,203 @@
+"""SLURM as a launcher, both ways clusters run it, and its requeue after a preemption stop.
+
+**One task per rank** (``srun -n8 flexgraph run cfg.py``, OpenMMLab's
+``slurm_train.sh``, MMEngine's ``--launcher slurm``): each task is one rank.
+Its rank, world size and local rank come from ``SLURM_PROCID`` /
+``SLURM_NTASKS`` / ``SLURM_LOCALID``, the rendezvous from the first host of
+``SLURM_JOB_NODELIST`` (read here, compressed form included: compute nodes
+need no ``scontrol``) and a port derived from the job id, unless
+``MASTER_ADDR`` / ``MASTER_PORT`` are set. They are written into the
+process's environment as torchrun's variables, so everything downstream
+(``setup_process_group``, the checkpoint IO) sees one kind of launch.
+
+**One task per node running the launcher** (``srun --ntasks-per-node=1
+flexgraph run cfg.py --nproc-per-node 8 --nnodes $SLURM_NNODES``): each task
+launches its node's ranks with torch's elastic agent
+(:mod:`flexgraph.cli.launch`); SLURM fills in the node rank and the
+rendezvous that ``--node-rank`` / ``--master-addr`` / ``--master-port`` would.
+
+Which applies (:func:`choose_launcher`): ``--launcher`` (or the config's
+``launcher``, MMEngine's key) when given; else an ``srun`` step of several
+tasks is detected on its own. ``--launcher none`` opts out.
+
+**Requeue** (:func:`requeue_after_stop`): a run that its preemption signal
+stopped (``sbatch --signal=USR1@90``, ``scancel --signal=USR1``) saves at an
+iteration boundary and exits 75; in a SLURM job, rank 0 (or node 0's
+launcher) then asks SLURM to requeue the job, as Lightning does. The
+requeued job sees ``SLURM_RESTART_COUNT`` and resumes from the latest
+checkpoint on its own (:func:`resume_after_requeue`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections.abc import Mapping, MutableMapping
+
+from flexgraph.core.errors import FlexgraphError
+
+LAUNCHERS = ("auto", "none", "pytorch", "slurm")
+"""``--launcher`` values: MMEngine's (``none``, ``pytorch``, ``slurm``) and ``auto``."""
+PORT_BASE, PORT_SPAN = 15000, 20000
+
+
+class SlurmLaunchError(FlexgraphError, RuntimeError):
+    """SLURM's variables do not describe the launch that was asked for."""
+
+
+# -- reading SLURM's variables ------------------------------------------------------------
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM hostlist, compressed or not.
+
+    Examples
+    --------
+    >>> first_host("node[01-04,07],gpu5")
+    'node01'
+    >>> first_host("gpu-a[3,5]-ib")
+    'gpu-a3-ib'
+    >>> first_host("login1")
+    'login1'
+    """
+    match = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?([^,]*)", nodelist.strip())
+    if match is None or not (match.group(1) or match.group(2)):
+        raise SlurmLaunchError(f"SLURM_JOB_NODELIST={nodelist!r} names no host; set "
+                               f"MASTER_ADDR to the first node's address")
+    prefix, ranges, suffix = match.groups()
+    first = (ranges or "").split(",")[0].split("-")[0]
+    return f"{prefix}{first}{suffix or ''}"
+
+
+def tasks_per_node(text: str) -> list[int]:
+    """``SLURM_STEP_TASKS_PER_NODE`` (``'2(x3),1'``) as one count per node.
+
+    Examples
+    --------
+    >>> tasks_per_node("2(x3),1")
+    [2, 2, 2, 1]
+    """
+    counts: list[int] = []
+    for part in text.split(","):
+        count, _, times = part.partition("(x")
+        counts += [int(count)] * int(times.rstrip(")") or 1)
+    return counts
+
+
+def job_port(job_id: str) -> int:
+    """The rendezvous port of a job: every task of it derives the same one."""
+    return PORT_BASE + int(re.sub(r"\D", "", job_id) or 0) % PORT_SPAN
+
+
+def in_srun_step(env: Mapping[str, str]) -> bool:
+    """This process is a task of an ``srun`` step (not the batch script itself)."""
+    return "SLURM_STEP_ID" in env and "SLURM_PROCID" in env
+
+
+def step_tasks(env: Mapping[str, str]) -> int:
+    return int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+
+
+def _rendezvous(env: Mapping[str, str]) -> tuple[str, int]:
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")
+    addr = env.get("MASTER_ADDR") or first_host(nodelist)
+    port = int(env.get("MASTER_PORT") or job_port(env.get("SLURM_JOB_ID", "0")))
+    return addr, port
+
+
+# -- choosing ------------------------------------------------------------------------------
+
+
+def choose_launcher(requested: str | None, env: Mapping[str, str]) -> str:
+    """``'slurm'``, or ``'none'`` (torch elastic's variables, if any, or one process).
+
+    ``requested``: ``--launcher`` or the config's ``launcher``; ``None`` or
+    ``'auto'`` detects an ``srun`` step of several tasks (the one-task-per-node
+    form is detected by :func:`fill_node_launch`).
+    """
+    if requested not in (None, "auto", *LAUNCHERS):
+        raise SlurmLaunchError(f"launcher={requested!r} is not one of "
+                               f"{', '.join(LAUNCHERS)} (flexgraph starts no MPI jobs)")
+    if "TORCHELASTIC_RUN_ID" in env or requested == "pytorch":  # torch elastic's rank
+        return "none"
+    if requested == "slurm":
+        if not in_srun_step(env):
+            raise SlurmLaunchError("launcher 'slurm' (--launcher, or the config's launcher) "
+                                   "needs SLURM's task variables (SLURM_PROCID, ...): start "
+                                   "the run with srun, or pass --launcher none")
+        return "slurm"
+    if requested in (None, "auto") and in_srun_step(env) and step_tasks(env) > 1:
+        return "slurm"
+    return "none"
+
+
+def become_slurm_rank(env: MutableMapping[str, str]) -> str:
+    """Write this task's place as torchrun's variables into ``env``; say what it is."""
+    ntasks, rank = step_tasks(env), int(env["SLURM_PROCID"])
+    node = int(env.get("SLURM_NODEID", 0))
+    per_node = tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE") or str(ntasks))
+    addr, port = _rendezvous(env)
+    env.update(RANK=str(rank), WORLD_SIZE=str(ntasks), LOCAL_RANK=env.get("SLURM_LOCALID", "0"),
+               LOCAL_WORLD_SIZE=str(per_node[min(node, len(per_node) - 1)]),
+               GROUP_RANK=str(node), MASTER_ADDR=addr, MASTER_PORT=str(port))
+    return f"slurm ({ntasks} tasks, rendezvous {addr}:{port})"
+
+
+def fill_node_launch(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """In an ``srun`` step, a launcher of ``--nproc-per-node`` ranks on each of
+    ``--nnodes`` nodes: its node rank and rendezvous from SLURM. Says what it did."""
+    if not in_srun_step(env) or "LOCAL_RANK" in env:
+        return None
+    nodes, tasks = int(str(args.nnodes).split(":")[-1]), step_tasks(env)
+    if tasks != nodes:
+        raise SlurmLaunchError(
+            f"srun started {tasks} tasks but --nnodes is {args.nnodes}: with --nproc-per-node "
+            f"each task launches one node's ranks; run one task per node (srun "
+            f"--ntasks-per-node=1) with --nnodes $SLURM_NNODES")
+    if nodes == 1:
+        return None  # one node: the launcher's own standalone rendezvous
+    addr, port = _rendezvous(env)
+    args.node_rank = int(env["SLURM_PROCID"])
+    args.master_addr = args.master_addr or addr
+    args.master_port = args.master_port or port
+    return (f"slurm + torch elastic ({nodes} nodes x {args.nproc_per_node}, node "
+            f"{args.node_rank}, rendezvous {args.master_addr}:{args.master_port})")
+
+
+# -- preemption ----------------------------------------------------------------------------
+
+
+def resume_after_requeue(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """A requeued job (``SLURM_RESTART_COUNT`` > 0) resumes from its latest checkpoint."""
+    if int(env.get("SLURM_RESTART_COUNT") or 0) > 0 and not args.resume:
+        args.resume = "auto"
+
+
+def requeue_after_stop(signal_name: str, preempt_signals: tuple[str, ...],
+                       env: Mapping[str, str]) -> None:
+    """Ask SLURM to requeue this job after a stop on its preemption signal.
+
+    Only the preemption signal (``preemption.signal``, e.g. USR1 for
+    ``--signal=USR1@90``) requeues: SIGTERM and SIGINT are a user's ``scancel``
+    or Ctrl-C, and SLURM requeues the jobs it preempts itself. Only one
+    process asks: SLURM's task 0 (rank 0, or node 0's launcher), or the batch
+    script's own process.
+    """
+    job = env.get("SLURM_JOB_ID")
+    if not job or signal_name not in preempt_signals or env.get("SLURM_PROCID", "0") != "0":
+        return
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
+                              timeout=60)
+        failed = done.returncode != 0 and (done.stderr.strip() or f"exit {done.returncode}")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        failed = str(exc)
+    if failed:
+        print(f"warning: SLURM did not requeue job {job} ({' '.join(str(failed).split())}); "
+              f"submit it again (sbatch --requeue, or JobRequeue=1) to continue from the "
+              f"checkpoint", file=sys.stderr, flush=True)
+    else:
+        print(f"flexgraph: asked SLURM to requeue job {job}; it resumes from this checkpoint",
+              file=sys.stderr, flush=True)

@@ -1,0 +1,71 @@
+"""Which process of a launch owns the work_dir, and how the others recognise their own run.
+
+The lock itself is :mod:`flexgraph.training.output._lock`. The launch decides
+who takes it: the process that stands for the whole run, which is the
+launcher of node 0 when flexgraph launches the ranks (it outlives them and
+their restarts), else global rank 0. Every other process only checks that no
+other run owns the work_dir, so that all of a refused run's processes stop,
+not rank 0 alone while the others wait for it.
+
+Every process of one launch shares a run id (:func:`run_id`): the launcher
+hands its own to its ranks (:data:`RUN_ID_VAR`); ranks started by ``srun``
+share the SLURM job and step; ranks started by ``torchrun`` share its run id.
+A rank 0 whose launcher holds the lock finds its own run id in it, goes on, and
+keeps the lock's heartbeat for the launcher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+RUN_ID_VAR = "FLEXGRAPH_RUN_ID"
+
+
+def run_id(rendezvous: str | None = None) -> str:
+    """The id that every process of this launch computes alike.
+
+    ``rendezvous``: the address where the launchers of several nodes meet, which
+    they all share when nothing else does (launchers started by hand).
+    """
+    if os.environ.get(RUN_ID_VAR):
+        return os.environ[RUN_ID_VAR]
+    if "SLURM_JOB_ID" in os.environ:
+        return f"slurm-{os.environ['SLURM_JOB_ID']}.{os.environ.get('SLURM_STEP_ID', 'batch')}"
+    if rendezvous:
+        return f"rendezvous-{rendezvous}"
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return f"torchelastic-{os.environ['TORCHELASTIC_RUN_ID']}"
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@contextlib.contextmanager
+def own_work_dir(settings: Any, *, owner: bool, rendezvous: str | None = None,
+                 launcher: bool = False) -> Iterator[dict[str, str]]:
+    """Hold the run's work_dir for the ``with`` block (``owner``), or check it is free.
+
+    Yields the environment to hand to launched ranks (the run id). Nothing
+    happens without settings (a pipeline with no work_dir). A ``launcher``
+    keeps no heartbeat thread: it forks its rank server, which must be done
+    single-threaded (:mod:`flexgraph.cli.forked_ranks`); its rank 0 keeps the
+    heartbeat of the lock it holds.
+    """
+    from flexgraph.training.output import check_work_dir_owner, take_work_dir
+
+    this_run = run_id(rendezvous)
+    if settings is None:
+        yield {}
+        return
+    if not owner:
+        check_work_dir_owner(settings.work_dir, this_run)
+        yield {RUN_ID_VAR: this_run}
+        return
+    lock = take_work_dir(settings.work_dir, this_run,
+                         **({"heartbeat_every": None} if launcher else {}))
+    try:
+        yield {RUN_ID_VAR: this_run}
+    finally:
+        lock.release()

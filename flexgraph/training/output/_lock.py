@@ -1,0 +1,288 @@
+"""One owner per work_dir: a lock that a run holds for its whole life.
+
+Two runs writing one work_dir overwrite each other's checkpoints and
+``last_checkpoint`` (under ``srun -n2`` without a launcher, two single-process
+runs raced on the same file until one failed). So the process that stands for
+the run (rank 0, or the launcher that starts the ranks) takes
+``work_dir/flexgraph.lock`` before it writes anything there, and keeps it until
+the run ends; a second run stops at once with one line naming the owner's host
+and process id.
+
+How the lock holds, including on the shared filesystems clusters use:
+
+- **An OS lock** (``flock`` on the file, exclusive, never waiting). The kernel
+  releases it when the owner dies, however it dies (SIGKILL, OOM). NFS (Linux
+  sends ``flock`` to the server as a whole-file lock) and Lustre mounted with
+  ``-o flock`` honour it across hosts.
+- **The file's content**: the owner's host, process id, run id and a
+  heartbeat that a daemon thread refreshes every :data:`HEARTBEAT_EVERY`
+  seconds. Where the filesystem refuses OS locks (Lustre without ``flock``,
+  ``ENOLCK`` / ``ENOSYS``), or grants them per host only (NFS mounted
+  ``nolock``), a lock whose heartbeat is fresh is still an owner: a live
+  process on this host, or any process on another host whose heartbeat is
+  younger than :data:`STALE_AFTER`. Without an OS lock two runs that start in
+  the same instant both write the file; each reads it back :data:`SETTLE`
+  seconds later, and only the last writer goes on.
+
+An owner that ended normally removes the file. One that died leaves it: the
+next run takes the lock over (the OS released it, or the heartbeat went
+stale, or its process is gone from this host) and warns which owner it
+replaced.
+
+The other ranks of a run never take the lock; they check it
+(:func:`check_work_dir_owner`): a work_dir owned by another run stops them
+too, rather than leaving them waiting for a rank 0 that refused to start.
+A run's processes recognise their own lock by its run id, which the command
+line gives every process of one launch alike (``flexgraph.cli.work_dir_owner``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from flexgraph.training.errors import WorkDirBusyError
+
+__all__ = ["LOCK_FILE", "WorkDirLock", "check_work_dir_owner", "take_work_dir"]
+
+LOCK_FILE = "flexgraph.lock"
+HEARTBEAT_EVERY = 30.0
+"""Seconds between two refreshes of the owner's heartbeat."""
+STALE_AFTER = 120.0
+"""A heartbeat older than this is a dead owner's (where no OS lock tells)."""
+SETTLE = 1.0
+"""Seconds a starter waits before reading back a lock the OS could not lock."""
+_NO_OS_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+
+
+def _owner_text(owner: dict[str, Any]) -> str:
+    return f"host {owner.get('host', '?')} pid {owner.get('pid', '?')}"
+
+
+def _read(fd: int) -> dict[str, Any]:
+    """The lock's content (``{}``: empty, or not written whole yet)."""
+    try:
+        data = os.pread(fd, 4096, 0)
+        owner = json.loads(data) if data.strip() else {}
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _pid_alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, TypeError):
+        return True  # someone else's process, or unreadable: assume it lives
+    return True
+
+
+def _alive(owner: dict[str, Any], *, os_locked: bool, stale_after: float) -> bool:
+    """Whether ``owner`` (a lock's content) is a live run.
+
+    ``os_locked``: this process holds the OS lock, so an owner on this host is
+    dead (the kernel released its lock); one on another host may live where the
+    filesystem keeps locks per host, and its heartbeat tells.
+    """
+    if not owner:
+        return False
+    same_host = owner.get("host") == socket.gethostname()
+    if same_host:
+        return not os_locked and _pid_alive(owner.get("pid"))
+    return time.time() - float(owner.get("heartbeat", 0)) < stale_after
+
+
+def _busy(work_dir: Path, owner: dict[str, Any]) -> WorkDirBusyError:
+    return WorkDirBusyError(
+        f"work_dir {str(work_dir)!r} belongs to another run ({_owner_text(owner)}, since "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(owner.get('started', 0)))}); "
+        f"wait for it to end, or give this run another --work-dir")
+
+
+class WorkDirLock:
+    """A held work_dir lock; :meth:`release` (or the owner's death) frees it.
+
+    Attributes
+    ----------
+    path:
+        The lock file.
+    os_locked:
+        Whether the filesystem granted an OS lock (else only the heartbeat holds).
+    """
+
+    def __init__(self, path: Path, fd: int, content: dict[str, Any], os_locked: bool,
+                 heartbeat_every: float | None, *, owned: bool = True) -> None:
+        self.path = path
+        self.os_locked = os_locked
+        self.owned = owned
+        self._fd = fd
+        self._content = content
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        if heartbeat_every is not None:
+            self._beat = threading.Thread(target=self._beat_until_released,
+                                          args=(heartbeat_every,), daemon=True,
+                                          name="flexgraph-work-dir-heartbeat")
+            self._beat.start()
+
+    def _write(self) -> None:
+        data = json.dumps(self._content).encode()
+        os.pwrite(self._fd, data.ljust(len(data) + 1, b"\n"), 0)
+        os.ftruncate(self._fd, len(data) + 1)
+
+    def _beat_until_released(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self._content["heartbeat"] = time.time()
+            with contextlib.suppress(OSError):
+                self._write()
+
+    def release(self) -> None:
+        """Remove the lock file (it is this run's) and drop the OS lock; a rank that only
+        kept its launcher's heartbeat stops doing so."""
+        if self._fd < 0:
+            return
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+        with contextlib.suppress(OSError):
+            if self.owned and _read(self._fd).get("token") == self._content["token"]:
+                self.path.unlink()
+        os.close(self._fd)  # drops the OS lock (flock: only this open file's)
+        self._fd = -1
+
+    def __enter__(self) -> WorkDirLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _open_locked(path: Path) -> tuple[int, bool | None]:
+    """Open ``path`` and try its OS lock: ``(fd, True)``, ``(fd, False)`` where the
+    filesystem has none, ``(fd, None)`` where another process holds it.
+
+    A file that was replaced between the open and the lock (its owner removed it
+    as it ended) is opened again, so the lock is always on the file at ``path``.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked: bool | None = True
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return fd, None
+            if exc.errno not in _NO_OS_LOCKS:
+                os.close(fd)
+                raise
+            locked = False
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd, locked
+        os.close(fd)
+
+
+def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
+                  heartbeat_every: float | None = HEARTBEAT_EVERY,
+                  stale_after: float = STALE_AFTER, settle: float = SETTLE) -> WorkDirLock:
+    """Make this process the owner of ``work_dir`` for the run ``run_id``.
+
+    Parameters
+    ----------
+    work_dir:
+        Created if missing (the lock file is the first thing written there).
+    run_id:
+        What every process of this run shares: a lock already held under the
+        same id is this run's (its launcher's, which keeps no heartbeat thread:
+        it forks its rank server, which a thread would forbid), and this process
+        keeps its heartbeat instead.
+    heartbeat_every:
+        Seconds between heartbeats; ``None``: no heartbeat thread (a launcher,
+        whose rank 0 keeps the heartbeat).
+
+    Returns
+    -------
+    WorkDirLock
+        To :meth:`~WorkDirLock.release` when the run ends (``owned`` is false
+        for the rank 0 of a launcher that holds the lock).
+
+    Raises
+    ------
+    WorkDirBusyError
+        Another live run owns ``work_dir``; nothing was written.
+    """
+    work_dir = Path(work_dir)
+    path = work_dir / LOCK_FILE
+    if not path.exists():
+        work_dir.mkdir(parents=True, exist_ok=True)
+    fd, locked = _open_locked(path)
+    previous = _read(fd)
+    ours = previous.get("run") == run_id
+    # Held by our launcher (its OS lock, or its live heartbeat where there are no OS locks):
+    # keep its heartbeat. Under an OS lock we hold, an earlier attempt of this same run (a
+    # requeued SLURM job, maybe on another node) is dead and taken over like any other.
+    if ours and (locked is None or (locked is False and _alive(
+            previous, os_locked=False, stale_after=stale_after))):
+        return WorkDirLock(path, fd, previous, False, heartbeat_every, owned=False)
+    if locked is None or (not ours and _alive(previous, os_locked=bool(locked),
+                                              stale_after=stale_after)):
+        os.close(fd)  # never held: closing it cannot drop the owner's lock (flock)
+        if locked is None and not previous:  # the owner locked it but has not written yet
+            previous = {"host": "?", "pid": "?"}
+        raise _busy(work_dir, previous)
+    now = time.time()
+    content = {"host": socket.gethostname(), "pid": os.getpid(), "run": run_id,
+               "started": now, "heartbeat": now, "token": f"{os.getpid()}-{now!r}"}
+    lock = WorkDirLock(path, fd, content, bool(locked), heartbeat_every)
+    lock._write()
+    if not locked:  # no OS lock: the last of two simultaneous writers owns it
+        time.sleep(settle)
+        if _read(fd).get("token") != content["token"]:
+            winner = _read(fd)
+            lock.owned = False
+            lock.release()
+            raise _busy(work_dir, winner)
+    if previous:
+        warnings.warn(f"took over the lock of work_dir {str(work_dir)!r} from a run that "
+                      f"did not end ({_owner_text(previous)}); its last complete checkpoint "
+                      f"is still there", stacklevel=2)
+    return lock
+
+
+def check_work_dir_owner(work_dir: str | os.PathLike[str], run_id: str, *,
+                         stale_after: float = STALE_AFTER) -> None:
+    """Refuse to start a rank of ``run_id`` in a ``work_dir`` that another live run owns.
+
+    For the ranks that do not take the lock: they stop as their rank 0 does,
+    instead of waiting for it. Takes nothing, writes nothing.
+
+    Raises
+    ------
+    WorkDirBusyError
+    """
+    path = Path(work_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        owner = _read(fd)
+        if owner and owner.get("run") != run_id and _alive(owner, os_locked=False,
+                                                           stale_after=stale_after):
+            raise _busy(Path(work_dir), owner)
+    finally:
+        os.close(fd)

@@ -10,10 +10,6 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
-# pip byte-compiles every module it installs (torch alone: 40 s of the 60 its
-# install takes on 2 cores); without that, Python compiles a module the first
-# time it is imported, which is the few the tests and the quickstart use.
-PIP_INSTALL = -m pip install --no-compile
 # mmpretrain imports torchvision, whose wheels on the package index are built
 # against torch's CUDA builds: their C ops do not load beside the CPU build above.
 # So the ecosystem venv takes another torch release with its torchvision, both
@@ -32,8 +28,8 @@ MMPRETRAIN_IMPORTS := einops mat4py modelindex importlib-metadata
 $(BIN)/flexgraph: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python $(PIP_INSTALL) $(TORCH)
-	$(BIN)/python $(PIP_INSTALL) -e ".[test]"
+	$(BIN)/python -m pip install $(TORCH)
+	$(BIN)/python -m pip install -e ".[test]"
 	touch $@
 
 install: $(BIN)/flexgraph
@@ -50,10 +46,10 @@ test: lint
 $(ECO_BIN)/flexgraph: pyproject.toml
 	$(PYTHON) -m venv $(ECO_VENV)
 	$(ECO_BIN)/python -m pip install -q --upgrade pip
-	$(ECO_BIN)/python $(PIP_INSTALL) $(ECO_TORCH)
-	$(ECO_BIN)/python $(PIP_INSTALL) -e ".[test]"
-	$(ECO_BIN)/python $(PIP_INSTALL) --no-deps $(MMPRETRAIN)
-	$(ECO_BIN)/python $(PIP_INSTALL) $(MMPRETRAIN_IMPORTS)
+	$(ECO_BIN)/python -m pip install $(ECO_TORCH)
+	$(ECO_BIN)/python -m pip install -e ".[test]"
+	$(ECO_BIN)/python -m pip install --no-deps $(MMPRETRAIN)
+	$(ECO_BIN)/python -m pip install $(MMPRETRAIN_IMPORTS)
 	touch $@
 
 test-ecosystem: $(ECO_BIN)/flexgraph

@@ -117,7 +117,7 @@ def choose_launcher(requested: str | None, env: Mapping[str, str]) -> str:
     ``'auto'`` detects an ``srun`` step of several tasks (the one-task-per-node
     form is detected by :func:`fill_node_launch`).
     """
-    if requested not in (None, "auto", *LAUNCHERS):
+    if requested not in (None, *LAUNCHERS):
         raise SlurmLaunchError(f"launcher={requested!r} is not one of "
                                f"{', '.join(LAUNCHERS)} (flexgraph starts no MPI jobs)")
     if "TORCHELASTIC_RUN_ID" in env or requested == "pytorch":  # torch elastic's rank

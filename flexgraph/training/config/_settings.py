@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -632,10 +633,10 @@ def check_paths(settings: RunSettings) -> None:
     CheckpointNotFoundError
         ``load_from`` or ``resume`` names a local path that does not exist.
     """
-    work_dir = os.path.abspath(settings.work_dir)
-    for folder in (work_dir, *_parents(work_dir)):
-        if os.path.exists(folder) and not os.path.isdir(folder):
-            under = "" if folder == work_dir else f" (under the file {folder!r})"
+    work_dir = Path(settings.work_dir).absolute()
+    for folder in (work_dir, *work_dir.parents):
+        if folder.exists() and not folder.is_dir():
+            under = "" if folder == work_dir else f" (under the file {str(folder)!r})"
             raise ConfigError(f"work_dir {settings.work_dir!r} is not a directory{under}; "
                               f"give --work-dir (or work_dir=) a folder, or a path that does "
                               f"not exist yet")
@@ -644,11 +645,3 @@ def check_paths(settings: RunSettings) -> None:
             raise CheckpointNotFoundError(
                 f"{key} {path!r} does not exist; give an existing checkpoint file or folder"
                 + (", or --resume auto for the latest in work_dir" if key == "resume" else ""))
-
-
-def _parents(path: str) -> list[str]:
-    parents = []
-    while os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-        parents.append(path)
-    return parents

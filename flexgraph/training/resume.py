@@ -125,13 +125,13 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
     """
     skipped: list[str] = []
     for path, problem in checkpointer.candidates():
-        other = checkpointer.io.foreign_format(path)
+        other = checkpointer.unreadable_format(path)
         if other is not None:
             raise ForeignCheckpointError(
                 f"{what}: the newest checkpoint {str(path)!r} is {other.name}, which this "
-                f"strategy cannot restore (it restores {checkpointer.io.format.name}); "
-                f"resume with the strategy that wrote it, or move it out of the work_dir "
-                f"to resume from an older one")
+                f"strategy cannot restore; resume it with the strategy that wrote it (set "
+                f"its checkpoint_format='portable' to write checkpoints every strategy "
+                f"resumes), or move it out of the work_dir to resume from an older one")
         if problem is None:
             try:
                 return path, read(path)

@@ -14,6 +14,12 @@ through each format's :class:`CheckpointReader`.
 :class:`LoopState` says where a restored run continues.
 """
 
+from flexgraph.training.checkpoint._access import (
+    StateAccess,
+    TorchStateAccess,
+    optimizers_of,
+    positions_to_names,
+)
 from flexgraph.training.checkpoint._checkpointer import (
     POINTER_NAME,
     Checkpointer,
@@ -33,9 +39,12 @@ from flexgraph.training.checkpoint._files import (
     file_problem,
     read_checkpoint_file,
 )
+from flexgraph.training.checkpoint._file_state import FileStateReader
 from flexgraph.training.checkpoint._formats import (
     DCP_DIRECTORY,
     DEEPSPEED_DIRECTORY,
+    MANIFEST_NAME,
+    PORTABLE_DIRECTORY,
     TORCH_SAVE_FILE,
     CheckpointFormat,
     format_of,
@@ -62,6 +71,13 @@ from flexgraph.training.checkpoint._mmengine import (
     is_mmengine_checkpoint,
     mmengine_globals,
 )
+from flexgraph.training.checkpoint._manifest import read_manifest
+from flexgraph.training.checkpoint._portable import (
+    PortableCheckpointIO,
+    portable_tensors,
+    read_portable_tensor,
+    write_portable,
+)
 from flexgraph.training.checkpoint._pretrained import load_pretrained
 from flexgraph.training.checkpoint._space import tensor_bytes
 from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
@@ -73,7 +89,23 @@ from flexgraph.training.checkpoint._weights import (
     weights_in,
 )
 
+CHECKPOINT_FORMATS = ("native", "portable")
+"""What a strategy's ``checkpoint_format`` option takes: its own format, or the portable one."""
+
 __all__ = [
+    "CHECKPOINT_FORMATS",
+    "FileStateReader",
+    "MANIFEST_NAME",
+    "PORTABLE_DIRECTORY",
+    "PortableCheckpointIO",
+    "StateAccess",
+    "TorchStateAccess",
+    "optimizers_of",
+    "portable_tensors",
+    "positions_to_names",
+    "read_manifest",
+    "read_portable_tensor",
+    "write_portable",
     "DCP_DIRECTORY",
     "DEEPSPEED_DIRECTORY",
     "NOTHING_READ",

@@ -46,6 +46,7 @@ from typing import IO, Any
 import torch
 
 from flexgraph.training.checkpoint._files import read_checkpoint_file
+from flexgraph.training.checkpoint._formats import CheckpointFormat
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
     FileCheckpointIO,
@@ -199,7 +200,14 @@ class Checkpointer:
     rank : int
         Only rank 0 renames, points and prunes; the IO decides who writes.
     io : CheckpointIO, optional
-        The storage format (default: :class:`FileCheckpointIO`, one file).
+        The storage format this run writes (default: :class:`FileCheckpointIO`,
+        one file).
+    readers : sequence of CheckpointIO, optional
+        Other formats this run restores from (``--resume``), tried after
+        ``io``: the portable layout and one-file checkpoints under a strategy
+        that writes another format, and the strategy's own older format when
+        it writes the portable one. A checkpoint none of them reads is
+        refused by name, never skipped.
 
     Examples
     --------
@@ -212,11 +220,13 @@ class Checkpointer:
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], policy: CheckpointPolicy | None = None,
-                 *, rank: int = 0, io: CheckpointIO | None = None) -> None:
+                 *, rank: int = 0, io: CheckpointIO | None = None,
+                 readers: Sequence[CheckpointIO] = ()) -> None:
         self.work_dir = Path(work_dir)
         self.policy = policy or CheckpointPolicy()
         self.rank = rank
         self.io = io or FileCheckpointIO()
+        self.readers = tuple(r for r in readers if r.format != self.io.format)
         self.saved: list[str] = []  # names this run (and the runs it resumed) wrote
 
     # -- write --------------------------------------------------------------------
@@ -394,19 +404,35 @@ class Checkpointer:
         refuse_unloadable(self.io, path, what="load_from")
         return self.io.load_weights(path, model, on_read=on_read)
 
+    def reader_for(self, path: str | os.PathLike[str]) -> CheckpointIO:
+        """The IO that restores ``path``: the run's own, else the first reader of its format.
+
+        ``io`` when none recognises it (its :meth:`CheckpointIO.problem` then
+        says what ``path`` is).
+        """
+        path = Path(path)
+        return next((r for r in (self.io, *self.readers) if r.recognises(path)), self.io)
+
+    def unreadable_format(self, path: str | os.PathLike[str]) -> CheckpointFormat | None:
+        """The known format of ``path`` when no IO of this run restores it, else ``None``."""
+        path = Path(path)
+        if any(r.recognises(path) for r in (self.io, *self.readers)):
+            return None
+        return self.io.foreign_format(path)
+
     def read(self, path: str | os.PathLike[str], *, model: Any = None,
              optim_wrapper: Any = None) -> dict[str, Any]:
-        """The checkpoint at ``path`` as its IO reads it (see :meth:`CheckpointIO.read`)."""
+        """The checkpoint at ``path`` as the IO of its format reads it (:meth:`reader_for`)."""
         path = Path(path)
         if not path.exists():
             raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
-        return self.io.read(path, model=model, optim_wrapper=optim_wrapper)
+        return self.reader_for(path).read(path, model=model, optim_wrapper=optim_wrapper)
 
     def apply(self, checkpoint: dict[str, Any], path: str | os.PathLike[str], *,
               model: torch.nn.Module, optim_wrapper: Any, strict: bool = True) -> None:
         """Put a read checkpoint's model and optimizer state into place."""
-        self.io.apply(checkpoint, Path(path), model=model, optim_wrapper=optim_wrapper,
-                      strict=strict)
+        self.reader_for(path).apply(checkpoint, Path(path), model=model,
+                                    optim_wrapper=optim_wrapper, strict=strict)
 
     def candidates(self) -> list[tuple[Path, str | None]]:
         """The checkpoints in ``work_dir``, newest first, each with its problem.
@@ -432,7 +458,7 @@ class Checkpointer:
             seen = {p.resolve() for p in ordered}
             ordered += [p for p in sorted(found, key=lambda p: p.stat().st_mtime_ns,
                                           reverse=True) if p.resolve() not in seen]
-        return [(p, self.io.problem(p)) for p in ordered]
+        return [(p, self.reader_for(p).problem(p)) for p in ordered]
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint in ``work_dir``, or ``None``.

@@ -25,6 +25,9 @@ import attrs
 __all__ = [
     "DCP_DIRECTORY",
     "DEEPSPEED_DIRECTORY",
+    "MANIFEST_NAME",
+    "PORTABLE_DIRECTORY",
+    "PORTABLE_MARKER",
     "TORCH_SAVE_FILE",
     "CheckpointFormat",
     "format_of",
@@ -70,9 +73,22 @@ def _is_torch_save_file(path: Path) -> bool:
         return f.read(len(LEGACY_TORCH_MAGIC)) == LEGACY_TORCH_MAGIC
 
 
+MANIFEST_NAME = "manifest.json"
+"""A portable checkpoint's manifest, written last: without it the checkpoint does not count."""
+PORTABLE_MARKER = ".flexgraph-portable"
+"""Written first into a portable checkpoint, so that one without its manifest is known as
+an incomplete portable checkpoint rather than taken for another format."""
+
+
+def _is_portable_directory(path: Path) -> bool:
+    """flexgraph's portable layout: its marker (written first) or its manifest (last)."""
+    return path.is_dir() and ((path / PORTABLE_MARKER).is_file()
+                              or (path / MANIFEST_NAME).is_file())
+
+
 def _is_dcp_directory(path: Path) -> bool:
     """``torch.distributed.checkpoint``'s ``.metadata``, written once every shard is."""
-    return (path / ".metadata").is_file()
+    return (path / ".metadata").is_file() and not _is_portable_directory(path)
 
 
 def _is_deepspeed_directory(path: Path) -> bool:
@@ -80,6 +96,9 @@ def _is_deepspeed_directory(path: Path) -> bool:
     return path.is_dir() and any(path.glob("*model_states.pt"))
 
 
+PORTABLE_DIRECTORY = CheckpointFormat(
+    "a portable checkpoint directory (torch.distributed.checkpoint + manifest.json)",
+    _is_portable_directory)
 TORCH_SAVE_FILE = CheckpointFormat("a torch.save file (MMEngine's .pth)", _is_torch_save_file)
 DCP_DIRECTORY = CheckpointFormat("a torch.distributed.checkpoint directory (.metadata)",
                                  _is_dcp_directory)

@@ -68,6 +68,19 @@ def _group_params(zero: Any, base: torch.optim.Optimizer) -> list[list[torch.nn.
     return groups
 
 
+def _flat_partitions(zero: Any, base: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """This rank's flat fp32 partitions: what the torch optimizer's state is keyed by.
+
+    ZeRO-3 puts them into the optimizer's param groups only while it steps.
+    """
+    for attr in ("fp32_partitioned_groups_flat", "single_partition_of_fp32_groups",
+                 "fp32_groups_flat_partition"):
+        flats = getattr(zero, attr, None)
+        if flats:
+            return list(flats)
+    return [p for group in base.param_groups for p in group["params"]]
+
+
 def _full_weight(param: torch.nn.Parameter) -> torch.Tensor:
     """One parameter whole: its fp32 master, else (frozen) the gathered parameter itself."""
     import deepspeed
@@ -198,14 +211,13 @@ class DeepSpeedStateAccess(StateAccess):
         state = optimizer_state.get("state") or {}
         keys = sorted({k for entry in state.values() for k in entry if k != "step"})
         step = next((entry["step"] for entry in state.values() if "step" in entry), None)
-        for group in base.param_groups:
-            for flat in group["params"]:
-                held = base.state[flat]
-                for key in keys:
-                    if key not in held:
-                        held[key] = torch.zeros_like(flat)
-                if step is not None:
-                    held["step"] = torch.as_tensor(step, dtype=torch.float32).clone()
+        for flat in _flat_partitions(zero, base):
+            held = base.state[flat]
+            for key in keys:
+                if key not in held:
+                    held[key] = torch.zeros_like(flat)
+            if step is not None:
+                held["step"] = torch.as_tensor(step, dtype=torch.float32).clone()
         link = getattr(zero, "_lazy_init_hp_params_optimizer_state", None)
         if callable(link):
             link()

@@ -42,7 +42,7 @@ def runs(tmp_path_factory):
     resumed = {}
     for stage in STAGES:
         strategy = (f"strategy = dict(type='DeepSpeedStrategy', "
-                    f"zero_optimization=dict(stage={stage}))\n")
+                    f"zero_optimization=dict(stage={stage}), checkpoint_format='native')\n")
         killing = write_config(root / f"killing{stage}", inspect=True, ema=True,
                                extra=TWO_EPOCHS + strategy + start, at_iter=30, rank=1)
         killed = flexgraph_run(str(killing), "--work-dir", f"zero{stage}", "--nproc-per-node",

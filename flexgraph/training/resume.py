@@ -31,16 +31,21 @@ resuming from anything older would silently lose its progress.
 from __future__ import annotations
 
 from collections.abc import Callable
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rich.console import Console
+
+from flexgraph.render.plan_change import plan_change_view
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
     from_mmengine,
     restore_schedulers,
+    running_plan,
 )
 from flexgraph.training.components import epoch_length_of
 from flexgraph.training.config import RunSettings
@@ -149,6 +154,29 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
     return None
 
 
+def _log_plan_change(checkpoint: dict[str, Any], meta: dict[str, Any], logger: Any) -> None:
+    """Log what changed between the plan that saved ``checkpoint`` and this run's, if anything.
+
+    The portable format's manifest holds the plan (the plan's own side-by-side
+    view is logged); other checkpoints only tell the world size they were saved at.
+    """
+    manifest = checkpoint.get("manifest") or {}
+    saved_world, ranks = manifest.get("world_size", meta.get("world_size")), world_size()
+    saved_plan, current = manifest.get("plan"), running_plan()
+    if saved_plan and current:
+        view = plan_change_view(saved_plan, current, saved_world=saved_world,
+                                current_world=ranks)
+        if view is not None:
+            text = StringIO()
+            Console(file=text, width=110, color_system=None, soft_wrap=False).print(view)
+            logger.info("resume: what changed since the checkpoint was saved\n"
+                        + text.getvalue().rstrip())
+        return
+    if saved_world is not None and saved_world != ranks:
+        logger.info(f"resume: the checkpoint was saved by {saved_world} processes, this run "
+                    f"has {ranks}")
+
+
 def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrapper: Any,
                     param_schedulers: Any, checkpointer: Checkpointer, hooks: Hooks,
                     train_dataloader: Any) -> LoopState:
@@ -193,6 +221,8 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     else:
         path, checkpoint = source, read(Path(source))
     meta = checkpoint["meta"]
+    if this_rank() == 0:
+        _log_plan_change(checkpoint, meta, runner.logger)
     runner.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers)
     hooks.start_run()
     hooks.call("after_load_checkpoint", checkpoint=checkpoint)

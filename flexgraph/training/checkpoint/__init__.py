@@ -71,7 +71,7 @@ from flexgraph.training.checkpoint._mmengine import (
     is_mmengine_checkpoint,
     mmengine_globals,
 )
-from flexgraph.training.checkpoint._manifest import read_manifest
+from flexgraph.training.checkpoint._manifest import read_manifest, running_plan
 from flexgraph.training.checkpoint._portable import (
     PortableCheckpointIO,
     portable_tensors,
@@ -104,6 +104,7 @@ __all__ = [
     "portable_tensors",
     "positions_to_names",
     "read_manifest",
+    "running_plan",
     "read_portable_tensor",
     "write_portable",
     "DCP_DIRECTORY",

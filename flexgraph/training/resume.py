@@ -47,7 +47,11 @@ from flexgraph.training.checkpoint import (
     restore_schedulers,
     running_plan,
 )
-from flexgraph.training.components import epoch_length_of
+from flexgraph.training.components import (
+    epoch_length_of,
+    per_rank_batch,
+    set_per_rank_batch,
+)
 from flexgraph.training.config import RunSettings
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
 from flexgraph.training.loop import Hooks
@@ -154,6 +158,38 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
     return None
 
 
+def _hold_global_batch(meta: dict[str, Any], train_dataloader: Any, logger: Any,
+                       path: Any) -> None:
+    """Keep the checkpoint's global batch at another world size: change the per-rank batch.
+
+    Every iteration then trains on the same samples as the interrupted run
+    would have (DefaultSampler deals an epoch's permutation out to the ranks in
+    turn, so the first ``batch_idx`` global batches are its first
+    ``batch_idx * global_batch`` samples, whatever the world size), and a
+    mid-epoch resume continues with exactly the samples not yet seen.
+
+    Raises
+    ------
+    CheckpointError
+        The global batch does not split evenly over this run's processes.
+    """
+    saved = meta.get("global_batch")
+    per_rank, ranks = per_rank_batch(train_dataloader), world_size()
+    if not saved or not per_rank or per_rank * ranks == saved:
+        return
+    if saved % ranks:
+        raise CheckpointError(
+            f"{str(path)!r} was trained with a global batch of {saved} samples, which "
+            f"{ranks} processes cannot share evenly; resume with a number of processes "
+            f"that divides {saved}")
+    if not set_per_rank_batch(train_dataloader, saved // ranks):
+        logger.warning(f"resume: the checkpoint's global batch is {saved}, this run's "
+                       f"{per_rank * ranks}; its train_dataloader cannot be rebatched")
+        return
+    logger.info(f"resume: global batch {saved} held over {ranks} processes: "
+                f"train_dataloader batch {per_rank} -> {saved // ranks} per process")
+
+
 def _log_plan_change(checkpoint: dict[str, Any], meta: dict[str, Any], logger: Any) -> None:
     """Log what changed between the plan that saved ``checkpoint`` and this run's, if anything.
 
@@ -230,6 +266,9 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     restore_schedulers(param_schedulers, checkpoint.get("param_schedulers", []))
     checkpointer.restore_saved(checkpoint)
 
+    if train_dataloader is not None:
+        _hold_global_batch(meta, train_dataloader, runner.logger, path)
+        epoch_length = epoch_length_of(train_dataloader)
     epoch, iteration, batch_idx = meta["epoch"], meta["iter"], meta.get("batch_idx", 0)
     data_pass = meta.get("data_pass", epoch)
     # What hooks recorded for a resumed run (MMEngine's runtime-info names: best scores).

@@ -234,9 +234,12 @@ class Checkpointer:
                  param_schedulers: Any, epoch: int, iteration: int,
                  batch_idx: int, seed: int | None, data_pass: int | None = None,
                  rng_state: dict[str, Any] | None = None,
-                 runtime_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 runtime_info: Mapping[str, Any] | None = None,
+                 global_batch: int | None = None) -> dict[str, Any]:
         """Everything needed to continue training exactly from this point.
 
+        ``global_batch`` (samples per iteration over all ranks) lets a resume at
+        another world size keep it.
         A collective when a process group exists (RNG states are gathered from
         all ranks, and a sharded IO gathers its state), so every rank calls it.
         Hooks see the result in ``before_save_checkpoint`` before it is saved.
@@ -250,6 +253,8 @@ class Checkpointer:
                                seed=seed, data_pass=data_pass)
         if runtime_info:
             meta["runtime_info"] = to_plain(dict(runtime_info))
+        if global_batch:
+            meta["global_batch"] = int(global_batch)
         states = {k: v for k, v in self.io.states(model, optim_wrapper).items()
                   if v is not None}
         checkpoint = {"meta": meta, **states}

@@ -62,7 +62,8 @@ SAMPLE_IDS = textwrap.dedent(
             ids = torch.as_tensor(data_batch.pop("index")).tolist()
             path = os.path.join(runner.work_dir, f"ids-rank{runner.rank}.jsonl")
             with open(path, "a") as f:
-                f.write(json.dumps({"iter": runner.iter, "ids": ids}) + "\\n")
+                f.write(json.dumps({"iter": runner.iter, "world": runner.world_size,
+                                    "ids": ids}) + "\\n")
     '''
 )
 
@@ -120,14 +121,16 @@ def assert_same_weights(resumed: dict, reference: dict, *, rel: float = 1e-5) ->
                                   torch.as_tensor(value)) <= rel, (pid, key)
 
 
-def recorded_ids(work_dir: Path, below_iter: int | None = None,
+def recorded_ids(work_dir: Path, world: int, below_iter: int | None = None,
                  from_iter: int = 0) -> list[tuple[int, list[int]]]:
-    """``(iter, ids)`` of every rank's recorded batches with ``from_iter <= iter < below_iter``."""
+    """``(iter, ids)`` of the batches every rank of a run on ``world`` processes trained on,
+    with ``from_iter <= iter < below_iter``."""
     rows = []
     for file in sorted(work_dir.glob("ids-rank*.jsonl")):
         for line in file.read_text().splitlines():
             row = json.loads(line)
-            if row["iter"] >= from_iter and (below_iter is None or row["iter"] < below_iter):
+            if row["world"] == world and row["iter"] >= from_iter and (
+                    below_iter is None or row["iter"] < below_iter):
                 rows.append((row["iter"], row["ids"]))
     return rows
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from cli_helpers import QUICKSTART, flexgraph_run, write_config
 
+from flexgraph.training.checkpoint import portable_tensors, read_manifest, read_portable_tensor
+
 STRATEGIES = {
     "single": "",
     "ddp": "strategy = dict(type='DDPStrategy')\n",
@@ -69,11 +71,15 @@ SAMPLE_IDS = textwrap.dedent(
 
 
 def config(folder: Path, strategy: str, start: str, *, epochs: int, interval: int = 1,
-           by_epoch: bool = True, record_ids: bool = False, **killer) -> Path:
+           by_epoch: bool = True, record_ids: bool = False, batch: int | None = None,
+           **killer) -> Path:
     """A quickstart config for ``strategy``: ``epochs`` epochs, a checkpoint every
-    ``interval`` epochs (or iterations), ``killer`` options as for :func:`write_config`."""
+    ``interval`` epochs (or iterations), ``batch`` samples per process (default: the
+    quickstart's 32), ``killer`` options as for :func:`write_config`."""
     extra = BY_EPOCH.format(epochs=epochs, interval=interval, by_epoch=by_epoch)
     extra += STRATEGIES[strategy] + start
+    if batch is not None:
+        extra += f"train_dataloader = dict(batch_size={batch})\n"
     if record_ids:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "sample_ids.py").write_text(SAMPLE_IDS)
@@ -121,6 +127,24 @@ def assert_same_weights(resumed: dict, reference: dict, *, rel: float = 1e-5) ->
                                   torch.as_tensor(value)) <= rel, (pid, key)
 
 
+def as_one_file(path: Path) -> dict:
+    """A checkpoint's weights and Adam state, laid out as DDP's ``.pth`` holds them.
+
+    A ``.pth`` is read as it is; a portable checkpoint tensor by tensor, its
+    parameters numbered in the model's order (as DDP's optimizer numbers them).
+    """
+    if path.is_file():
+        return torch.load(path, weights_only=True)
+    held = portable_tensors(path)
+    names = [k.removeprefix("model.") for k in held if k.startswith("model.")]
+    weights = {n: read_portable_tensor(path, f"model.{n}") for n in names}
+    state = {position: {key: read_portable_tensor(path, f"optimizer.{n}.{key}")
+                        for key in ("exp_avg", "exp_avg_sq", "step")}
+             for position, n in enumerate(names)}
+    return {"meta": {"iter": read_manifest(path)["iter"]}, "state_dict": weights,
+            "optimizer": {"state": state}}
+
+
 def recorded_ids(work_dir: Path, world: int, below_iter: int | None = None,
                  from_iter: int = 0) -> list[tuple[int, list[int]]]:
     """``(iter, ids)`` of the batches every rank of a run on ``world`` processes trained on,
@@ -135,5 +159,6 @@ def recorded_ids(work_dir: Path, world: int, below_iter: int | None = None,
     return rows
 
 
-__all__ = ["PROCESSES", "QUICKSTART", "STRATEGIES", "assert_same_weights", "config",
+__all__ = ["PROCESSES", "QUICKSTART", "STRATEGIES", "as_one_file", "assert_same_weights",
+           "config",
            "last_checkpoint", "recorded_ids", "relative_error", "run"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 from portable_helpers import (
+    as_one_file,
     assert_same_weights,
     config,
     last_checkpoint,
@@ -51,18 +52,6 @@ def chain(tmp_path_factory):
     return {"root": root, "outputs": outputs}
 
 
-def _portable_as_file(path):
-    """A portable checkpoint's weights and Adam state, laid out as DDP's ``.pth`` holds them."""
-    held = portable_tensors(path)
-    names = [k.removeprefix("model.") for k in held if k.startswith("model.")]
-    weights = {n: read_portable_tensor(path, f"model.{n}") for n in names}
-    state = {position: {key: read_portable_tensor(path, f"optimizer.{n}.{key}")
-                        for key in ("exp_avg", "exp_avg_sq", "step")}
-             for position, n in enumerate(names)}
-    return {"meta": {"iter": read_manifest(path)["iter"]}, "state_dict": weights,
-            "optimizer": {"state": state}}
-
-
 def test_a_chain_of_strategies_resumes_each_others_checkpoints_like_one_run(chain):
     root = chain["root"]
     last = last_checkpoint(root / "chain")
@@ -70,7 +59,7 @@ def test_a_chain_of_strategies_resumes_each_others_checkpoints_like_one_run(chai
     reference = torch.load(last_checkpoint(root / "reference"), weights_only=True)
     assert list(reference["state_dict"]) == [  # the order DDP's optimizer numbers them in
         k.removeprefix("model.") for k in portable_tensors(last) if k.startswith("model.")]
-    assert_same_weights(_portable_as_file(last), reference)
+    assert_same_weights(as_one_file(last), reference)
     # the step count is carried: every leg's steps, in Adam's state
     assert float(read_portable_tensor(last, "optimizer.net.0.weight.step")) == \
         len(CHAIN) * EPOCH

@@ -243,7 +243,8 @@ def test_a_ddp_work_dir_resumes_under_fsdp_and_fsdp_shards_load_into_ddp(runs, t
     assert resumed.returncode == 0, out[-3000:]
     assert "starting from scratch" not in out
     newest = Path((root / "ddp" / "last_checkpoint").read_text().strip()).name
-    assert f"Resumed from {tmp_path / 'from_ddp' / newest}: epoch" in out, out[-3000:]
+    assert "Resumed from" in out and f"/{newest}: epoch 1, iter {TWO_EPOCHS_ITERS}" in out, \
+        out[-3000:]
 
     sharded = root / "fsdp" / "iter_20.dcp"
     done = launch_two(root / "ddp" / "cfg.py", "seeded", tmp_path, "--entry", "val",

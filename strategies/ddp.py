@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flexgraph.core.rewrite import Replace
 from flexgraph.strategies.single_device import format_rewrites
+
+from flexgraph.core.rewrite import Replace
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
 

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from rich.console import Console
 
 from flexgraph.render.plan_change import plan_change_view

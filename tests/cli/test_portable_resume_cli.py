@@ -4,9 +4,10 @@ One work_dir is carried through a chain in which every strategy writes and
 reads: ZeRO-3 (2 processes) -> DDP (2) -> FSDP (2) -> ZeRO-1 (2), one epoch (23
 optimizer steps) each; ZeRO-3, FSDP and ZeRO-1 write the portable format, DDP
 MMEngine's ``.pth``, which FSDP resumes (the case that used to be refused);
-single device writes and reads in the world-size tests. The chain's final weights and Adam moments must match one
-uninterrupted DDP run to 1e-5 relative (fp32; DeepSpeed's and FSDP's reductions
-differ from DDP's in the order of sums only). The world-size tests resume in
+single device writes and reads in the world-size tests. The chain's final
+weights and Adam moments must match one uninterrupted DDP run to 1e-5 relative
+(fp32; DeepSpeed's and FSDP's reductions differ from DDP's in the order of sums
+only). The world-size tests resume in
 the middle of an epoch on another number of processes: the global batch is
 held (the per-process batch changes), every remaining sample of the epoch is
 trained on exactly once, and the result matches the run that never changed.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cli_helpers import same_start
 from portable_helpers import (
     as_one_file,
     assert_same_weights,
@@ -24,7 +26,6 @@ from portable_helpers import (
     recorded_ids,
     run,
 )
-from cli_helpers import same_start
 
 from flexgraph.training.checkpoint import (
     describe_checkpoint,

@@ -34,12 +34,12 @@ from flexgraph.training.checkpoint._dcp import (
     load_weights_into_shards,
 )
 from flexgraph.training.checkpoint._dcp_read import dcp_problem, load_dcp_weights
+from flexgraph.training.checkpoint._file_state import FileStateReader
 from flexgraph.training.checkpoint._files import (
     directory_problem,
     file_problem,
     read_checkpoint_file,
 )
-from flexgraph.training.checkpoint._file_state import FileStateReader
 from flexgraph.training.checkpoint._formats import (
     DCP_DIRECTORY,
     DEEPSPEED_DIRECTORY,
@@ -65,13 +65,13 @@ from flexgraph.training.checkpoint._io import (
     OnRead,
     load_optimizer_state,
 )
+from flexgraph.training.checkpoint._manifest import read_manifest, running_plan
 from flexgraph.training.checkpoint._mmengine import (
     allow_mmengine_types,
     from_mmengine,
     is_mmengine_checkpoint,
     mmengine_globals,
 )
-from flexgraph.training.checkpoint._manifest import read_manifest, running_plan
 from flexgraph.training.checkpoint._portable import (
     PortableCheckpointIO,
     portable_tensors,

@@ -1,4 +1,4 @@
-"""State keyed by parameter name: what every strategy gives to, and takes from, a portable checkpoint.
+"""State keyed by parameter name: what each strategy gives to, and takes from, a checkpoint.
 
 A portable checkpoint (:mod:`flexgraph.training.checkpoint._portable`) never
 stores a tensor under a position or a wrapper's prefix: the model's weights are

@@ -96,14 +96,14 @@ def _is_deepspeed_directory(path: Path) -> bool:
     return path.is_dir() and any(path.glob("*model_states.pt"))
 
 
-PORTABLE_DIRECTORY = CheckpointFormat(
-    "a portable checkpoint directory (torch.distributed.checkpoint + manifest.json)",
-    _is_portable_directory)
 TORCH_SAVE_FILE = CheckpointFormat("a torch.save file (MMEngine's .pth)", _is_torch_save_file)
 DCP_DIRECTORY = CheckpointFormat("a torch.distributed.checkpoint directory (.metadata)",
                                  _is_dcp_directory)
 DEEPSPEED_DIRECTORY = CheckpointFormat("a DeepSpeed checkpoint directory (*model_states.pt)",
                                        _is_deepspeed_directory)
+PORTABLE_DIRECTORY = CheckpointFormat(
+    "a portable checkpoint directory (torch.distributed.checkpoint + manifest.json)",
+    _is_portable_directory)
 
 
 def known_formats() -> tuple[CheckpointFormat, ...]:

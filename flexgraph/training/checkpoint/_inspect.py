@@ -269,10 +269,8 @@ _BUILT_IN = (CheckpointReader(TORCH_SAVE_FILE, _describe_file),
 
 def checkpoint_readers() -> tuple[CheckpointReader, ...]:
     """flexgraph's readers, then those strategies add (``flexgraph.checkpoint_readers``)."""
-    from flexgraph.training.checkpoint._inspect_portable import PORTABLE_READER
-
     added = tuple(ep.load() for ep in entry_points(group=READER_ENTRY_POINTS))
-    return (PORTABLE_READER, *_BUILT_IN) + tuple(r for r in added if isinstance(r, CheckpointReader))
+    return _BUILT_IN + tuple(r for r in added if isinstance(r, CheckpointReader))
 
 
 def describe_checkpoint(path: str | Path) -> CheckpointSummary:

@@ -40,6 +40,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 
 from flexgraph.training.checkpoint._access import StateAccess, TorchStateAccess
 from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint_meta
+from flexgraph.training.checkpoint._dcp import _full_tensors
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_load, dcp_problem
 from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
 from flexgraph.training.checkpoint._formats import (
@@ -58,19 +59,6 @@ __all__ = ["PortableCheckpointIO", "portable_tensors", "read_portable_tensor",
 
 MODEL, OPTIMIZER = "model", "optimizer"
 _GROUPS = "optimizer_param_groups"
-
-
-def _full_tensors(value: Any) -> Any:
-    """``value`` with DTensors gathered into plain tensors (a collective, on every rank)."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(value, DTensor):
-        return value.full_tensor().cpu()
-    if isinstance(value, dict):
-        return {k: _full_tensors(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_full_tensors(v) for v in value)
-    return value
 
 
 def _save(tensors: dict[str, Any], rest: dict[str, Any], path: Path, *,

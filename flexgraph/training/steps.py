@@ -162,15 +162,21 @@ def build_checkpointer(settings: RunSettings, env: Env, *, io: str | None = None
     ``io_options`` (default: one file per checkpoint); ``access`` that of its
     :class:`~flexgraph.training.checkpoint.StateAccess` (default: torch's
     ``state_dict`` API). ``checkpoint_format='portable'`` writes the portable
-    layout instead of the own one. Either way the run restores its own format,
-    the portable one and one-file checkpoints, whichever strategy wrote them.
+    layout instead of the own one (in the background with
+    ``default_hooks.checkpoint.async_save=True``). Either way the run restores
+    its own format, the portable one and one-file checkpoints, whichever
+    strategy wrote them.
     """
     if checkpoint_format not in CHECKPOINT_FORMATS:
         raise ConfigError(f"checkpoint_format={checkpoint_format!r}: use one of "
                           f"{', '.join(map(repr, CHECKPOINT_FORMATS))}")
     own = resolve_fn(io)(**dict(io_options or {})) if io else FileCheckpointIO()
     state_access = resolve_fn(access)() if access else TorchStateAccess()
-    portable = PortableCheckpointIO(state_access, weights=own)
+    async_save = settings.checkpoint.async_save
+    if async_save and checkpoint_format != "portable":
+        raise ConfigError("default_hooks.checkpoint.async_save needs the portable format: "
+                          "set the strategy's checkpoint_format='portable'")
+    portable = PortableCheckpointIO(state_access, weights=own, async_save=async_save)
     writer = portable if checkpoint_format == "portable" else own
     readers = [own, portable, FileStateReader(state_access)]
     return Checkpointer(settings.work_dir, settings.checkpoint, rank=env.rank, io=writer,

@@ -26,6 +26,12 @@ STRATEGIES = {
 }
 """Config lines of every strategy; each writes its default checkpoint format."""
 
+PORTABLE = {
+    "single": "strategy = dict(type='SingleDeviceStrategy', checkpoint_format='portable')\n",
+    "ddp": "strategy = dict(type='DDPStrategy', checkpoint_format='portable')\n",
+}
+"""Single device and DDP writing the portable format instead of their ``.pth``."""
+
 PROCESSES = {"single": 1}
 """Processes per strategy (2 unless named here)."""
 
@@ -34,7 +40,8 @@ model = dict(dropout=0.0)
 param_scheduler = [dict(type='LinearLR', start_factor=0.5, by_epoch=False, begin=0, end=200)]
 train_cfg = dict(by_epoch=True, max_epochs={epochs}, val_interval=1000)
 default_hooks = dict(checkpoint=dict(type='CheckpointHook', interval={interval},
-                                     by_epoch={by_epoch}, max_keep_ckpts=-1),
+                                     by_epoch={by_epoch}, max_keep_ckpts=-1,
+                                     async_save={async_save}),
                      logger=dict(type='LoggerHook', interval=5))
 """
 
@@ -72,12 +79,13 @@ SAMPLE_IDS = textwrap.dedent(
 
 def config(folder: Path, strategy: str, start: str, *, epochs: int, interval: int = 1,
            by_epoch: bool = True, record_ids: bool = False, batch: int | None = None,
-           **killer) -> Path:
+           portable: bool = False, async_save: bool = False, **killer) -> Path:
     """A quickstart config for ``strategy``: ``epochs`` epochs, a checkpoint every
     ``interval`` epochs (or iterations), ``batch`` samples per process (default: the
     quickstart's 32), ``killer`` options as for :func:`write_config`."""
-    extra = BY_EPOCH.format(epochs=epochs, interval=interval, by_epoch=by_epoch)
-    extra += STRATEGIES[strategy] + start
+    extra = BY_EPOCH.format(epochs=epochs, interval=interval, by_epoch=by_epoch,
+                            async_save=async_save)
+    extra += (PORTABLE[strategy] if portable else STRATEGIES[strategy]) + start
     if batch is not None:
         extra += f"train_dataloader = dict(batch_size={batch})\n"
     if record_ids:

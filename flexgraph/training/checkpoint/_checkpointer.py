@@ -43,6 +43,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import IO, Any
 
+import attrs
 import torch
 
 from flexgraph.training.checkpoint._files import read_checkpoint_file
@@ -181,6 +182,18 @@ def restore_schedulers(param_schedulers: Any, states: Any) -> None:
         scheduler.load_state_dict(from_plain(state))
 
 
+@attrs.frozen
+class _PendingSave:
+    """A save written (or being written in the background) under ``temp``, not yet in place."""
+
+    write: Any  # the IO's background write (``wait()``), or None
+    temp: Path
+    path: Path
+    keep: bool
+    saved: list[str]
+    doomed: list[str]
+
+
 class Checkpointer:
     """Saves, finds and restores the run's checkpoints in ``work_dir``; loads weights.
 
@@ -228,6 +241,7 @@ class Checkpointer:
         self.io = io or FileCheckpointIO()
         self.readers = tuple(r for r in readers if r.format != self.io.format)
         self.saved: list[str] = []  # names this run (and the runs it resumed) wrote
+        self._pending: _PendingSave | None = None  # written, not yet in place
 
     # -- write --------------------------------------------------------------------
     def snapshot(self, *, model: torch.nn.Module, optim_wrapper: Any,
@@ -273,6 +287,7 @@ class Checkpointer:
         ``keep=False`` (a best checkpoint) writes the file alone: it is not
         counted for ``keep_last``, and ``last_checkpoint`` does not point to it.
         """
+        self.finish_pending()  # the previous save's background write, before any sweep
         name = stem + self.io.suffix
         path = self.work_dir / name
         if keep:
@@ -289,33 +304,65 @@ class Checkpointer:
             for stale in self.work_dir.glob(_TEMP_PREFIX + "*"):  # left by a killed save
                 self.io.remove(stale)
         barrier()  # nobody writes into a temporary name rank 0 is still sweeping
-        self._write(checkpoint, temp, path, model=model, optim_wrapper=optim_wrapper)
-        barrier()  # every rank's part is on disk
-        if self.rank == 0:
-            if path.is_dir():  # a re-save under the same name; files are replaced atomically
-                self._discard(path)
-            os.replace(temp, path)
-            _fsync_dir(self.work_dir)
-            if keep:
-                pointer = str(path.resolve()).encode()
-                atomic_write(self.work_dir / POINTER_NAME, lambda f: f.write(pointer))
-            for old in doomed:  # only now that the new checkpoint is safely in place
-                self._discard(self.work_dir / old)
-        self.saved = saved
-        barrier()  # no rank looks for the checkpoint before it has its final name
+        pending = self._write(checkpoint, temp, path, model=model, optim_wrapper=optim_wrapper)
+        self._pending = _PendingSave(pending, temp, path, keep, saved, doomed)
+        if pending is None:
+            self.finish_pending()
         return path
 
+    def finish_pending(self) -> None:
+        """Complete the last save: wait for a background write, then put it in place.
+
+        A collective. Every rank's part is on disk (and, for a background write,
+        its manifest written after it), then rank 0 renames the checkpoint onto
+        its name, points ``last_checkpoint`` at it and prunes; until then the
+        checkpoint does not exist under its name and ``--resume auto`` takes the
+        previous one. Nothing to do when no save is pending.
+        """
+        save, self._pending = self._pending, None
+        if save is None:
+            return
+        if save.write is not None:
+            error: CheckpointError | None = None
+            try:
+                save.write.wait()
+            except Exception as exc:  # the background write failed: this one does not count
+                error = CheckpointError(
+                    f"the background save of {str(save.path)!r} failed: "
+                    f"{type(exc).__name__}: {str(exc).strip()[:200]}; the previous "
+                    f"checkpoint {str(self.latest())!r} is intact")
+            error = first_error_of_all_ranks(error, kind=CheckpointError)
+            if error is not None:
+                if self.rank == 0:
+                    self.io.remove(save.temp)
+                raise error
+        barrier()  # every rank's part is on disk
+        if self.rank == 0:
+            if save.path.is_dir():  # a re-save under the same name; files are replaced atomically
+                self._discard(save.path)
+            os.replace(save.temp, save.path)
+            _fsync_dir(self.work_dir)
+            if save.keep:
+                pointer = str(save.path.resolve()).encode()
+                atomic_write(self.work_dir / POINTER_NAME, lambda f: f.write(pointer))
+            for old in save.doomed:  # only now that the new checkpoint is safely in place
+                self._discard(self.work_dir / old)
+        self.saved = save.saved
+        barrier()  # no rank looks for the checkpoint before it has its final name
+
     def _write(self, checkpoint: dict[str, Any], temp: Path, path: Path, *, model: Any,
-               optim_wrapper: Any) -> None:
-        """``io.write`` into ``temp``; on failure nothing is left under ``temp``.
+               optim_wrapper: Any) -> Any:
+        """``io.write`` into ``temp`` (its answer: a background write, or ``None``); on
+        failure nothing is left under ``temp``.
 
         A full device is a :class:`DeviceFullError` on every rank (the ranks
         agree, so none waits for the others at the next barrier), naming
         ``path``, the size the state needs and the checkpoint left intact.
         """
         failure: DeviceFullError | None = None
+        pending = None
         try:
-            self.io.write(checkpoint, temp, model=model, optim_wrapper=optim_wrapper)
+            pending = self.io.write(checkpoint, temp, model=model, optim_wrapper=optim_wrapper)
         except BaseException as exc:
             needed = self.io.size_needed(checkpoint, model=model, optim_wrapper=optim_wrapper)
             failure = device_full_error(exc, path, needed=needed, intact=self.latest())
@@ -327,6 +374,7 @@ class Checkpointer:
         if failure is not None:
             self.io.remove(temp)
             raise failure
+        return pending
 
     def _discard(self, path: Path) -> None:
         """Remove a checkpoint so that no half-removed one is left under its name.

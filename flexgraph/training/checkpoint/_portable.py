@@ -54,11 +54,27 @@ from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.runtime import this_rank, world_size
 
-__all__ = ["PortableCheckpointIO", "portable_tensors", "read_portable_tensor",
+__all__ = ["BackgroundWrite", "PortableCheckpointIO", "portable_tensors", "read_portable_tensor",
            "write_portable"]
 
 MODEL, OPTIMIZER = "model", "optimizer"
 _GROUPS = "optimizer_param_groups"
+
+
+def _begin(path: Path, manifest: dict[str, Any]) -> None:
+    """Rank 0 marks the directory as a portable checkpoint before any shard is in it."""
+    if this_rank() == 0:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / PORTABLE_MARKER).write_text(manifest["format"] + "\n")
+
+
+def _finish(path: Path, rest: dict[str, Any], manifest: dict[str, Any]) -> None:
+    """Rank 0, once every rank's shards and ``.metadata`` are on disk: ``extra.pth``, then
+    the manifest, the checkpoint's last file (each fsynced, atomically renamed)."""
+    if this_rank() == 0:
+        atomic_write(path / EXTRA_NAME, lambda f: torch.save(rest, f))
+        text = json.dumps(manifest, indent=1, sort_keys=False).encode()
+        atomic_write(path / MANIFEST_NAME, lambda f: f.write(text))
 
 
 def _save(tensors: dict[str, Any], rest: dict[str, Any], path: Path, *,
@@ -66,16 +82,68 @@ def _save(tensors: dict[str, Any], rest: dict[str, Any], path: Path, *,
     """Marker, shards (every rank), ``extra.pth``, then the manifest last (rank 0)."""
     import torch.distributed.checkpoint as dcp
 
-    if this_rank() == 0:
-        path.mkdir(parents=True, exist_ok=True)
-        (path / PORTABLE_MARKER).write_text(manifest["format"] + "\n")
+    _begin(path, manifest)
     # dcp.save returns on rank 0 only after every rank reported its shards written
     # and .metadata is on disk: the manifest below is the checkpoint's last file.
     dcp.save(tensors, storage_writer=FileSystemWriter(path))
-    if this_rank() == 0:
-        atomic_write(path / EXTRA_NAME, lambda f: torch.save(rest, f))
-        text = json.dumps(manifest, indent=1, sort_keys=False).encode()
-        atomic_write(path / MANIFEST_NAME, lambda f: f.write(text))
+    _finish(path, rest, manifest)
+
+
+_SAVE_GROUP: list[Any] = []
+
+
+def _background_group() -> Any:
+    """A gloo group of its own for background saves (``None`` without a process group).
+
+    DCP's background thread runs collectives while training runs its own on
+    the default group; one group would interleave them.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    if not _SAVE_GROUP:
+        _SAVE_GROUP.append(dist.new_group(backend="gloo"))
+    return _SAVE_GROUP[0]
+
+
+def _staged(value: Any) -> Any:
+    """A copy of every tensor in ``value`` that training can no longer change.
+
+    DCP's stager copies a tensor to CPU memory, but one already there is
+    passed on as it is, and the optimizer's next step would change it under
+    the background write. A DTensor is copied where it lives (its shard).
+    """
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        return value.detach().clone()
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _staged(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_staged(v) for v in value)
+    return value
+
+
+class BackgroundWrite:
+    """A portable checkpoint whose shards DCP writes in the background (``async_save``).
+
+    The state was staged to CPU memory before the save returned; :meth:`wait`
+    waits for the shards (fsynced by DCP's writer) and ``.metadata``, then
+    rank 0 writes ``extra.pth`` and the manifest, so the manifest exists only
+    once everything else is on disk.
+    """
+
+    def __init__(self, future: Any, path: Path, rest: dict[str, Any],
+                 manifest: dict[str, Any]) -> None:
+        self.future = getattr(future, "upload_completion", future)
+        self.path, self.rest, self.manifest = path, rest, manifest
+
+    def wait(self) -> None:
+        self.future.result()
+        _finish(self.path, self.rest, self.manifest)
 
 
 def _split(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -182,14 +250,21 @@ class PortableCheckpointIO(CheckpointIO):
     weights:
         The IO that loads ``load_from`` files of other formats into this
         strategy's model (default: one file, every rank).
+    async_save:
+        Write in the background (DCP's ``async_save``): :meth:`write` returns a
+        :class:`BackgroundWrite` once the state is staged to CPU memory, and
+        the :class:`~flexgraph.training.checkpoint.Checkpointer` puts the
+        checkpoint in place when it completes (at the next save, at the end of
+        training, or at a stop).
     """
 
     suffix = ".ckpt"
     format = PORTABLE_DIRECTORY
 
     def __init__(self, access: StateAccess | None = None, *,
-                 weights: CheckpointIO | None = None) -> None:
+                 weights: CheckpointIO | None = None, async_save: bool = False) -> None:
         self.access = access or TorchStateAccess()
+        self.async_save = bool(async_save)
         self.weights = weights or FileCheckpointIO()
         self.weight_formats = (PORTABLE_DIRECTORY, *(
             f for f in self.weights.weight_formats if f != PORTABLE_DIRECTORY))
@@ -201,13 +276,21 @@ class PortableCheckpointIO(CheckpointIO):
         return out
 
     def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
-              optim_wrapper: Any = None) -> None:
+              optim_wrapper: Any = None) -> BackgroundWrite | None:
+        import torch.distributed.checkpoint as dcp
+
         tensors, rest = _split(checkpoint)
         rest = _full_tensors(rest)  # hook extras holding shards: extra.pth is rank 0's alone
         plan = running_plan() if this_rank() == 0 else None
         manifest = make_manifest(rest.get("meta") or {}, tensors[MODEL],
                                  tensors.get(OPTIMIZER), world_size=world_size(), plan=plan)
-        _save(tensors, rest, path, manifest=manifest)
+        if not self.async_save:
+            _save(tensors, rest, path, manifest=manifest)
+            return None
+        _begin(path, manifest)
+        future = dcp.async_save(_staged(tensors), storage_writer=FileSystemWriter(path),
+                                process_group=_background_group())
+        return BackgroundWrite(future, path, rest, manifest)
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
         problem = self.problem(path)

@@ -194,6 +194,8 @@ class TrainLoop:
                 hooks.call("after_train_epoch")  # LOW: epoch schedulers; VERY_LOW: epoch_1
             out.tick(it)  # the bar ends at the last iteration, not at the last tick
             runner.iter = it
+            if self.checkpointer is not None:
+                self.checkpointer.finish_pending()  # a background save, before after_train
             hooks.call("after_train")
             hooks.end_run()
         finally:
@@ -376,6 +378,7 @@ class TrainLoop:
         if self.checkpointer is not None:
             if self._saved_at != it:
                 self.save_checkpoint(f"iter_{it}", epoch=self._epoch(), iteration=it)
+            self.checkpointer.finish_pending()  # a stop waits for the last save to complete
             path = str(self._saved_path)
         saved = f"saved {path}" if path else "nothing saved (no checkpointer)"
         raise TrainingStopped(

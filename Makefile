@@ -43,9 +43,10 @@ lint: install
 test: lint
 	$(BIN)/pytest -n 2
 
-# The longer tier: every strategy resuming every strategy's checkpoint (6 x 6, ~6 min).
+# The longer tier: every strategy resuming every strategy's checkpoint (6 x 6, ~6 min)
+# and DDP killed at seeded points during sync and background saves (~3 min).
 test-matrix: install
-	$(BIN)/pytest -n 2 -m matrix tests/cli/test_portable_matrix_cli.py
+	$(BIN)/pytest -n 2 -m matrix tests/cli/test_portable_matrix_cli.py tests/cli/test_portable_kill_cli.py
 
 $(ECO_BIN)/flexgraph: pyproject.toml
 	$(PYTHON) -m venv $(ECO_VENV)

@@ -24,8 +24,15 @@ and what is wrong with it. ``resume='auto'`` instead skips, with a warning,
 every checkpoint in the work_dir that is incomplete or unreadable, newest
 first, and resumes from the newest good one; the ranks agree on each verdict,
 so they all resume from the same checkpoint. A checkpoint another strategy
-wrote (another format) is never skipped: it is refused, by name, since
-resuming from anything older would silently lose its progress.
+wrote is read by whichever of the checkpointer's readers knows its format
+(the portable one, which every strategy reads; one-file ``.pth``
+checkpoints); one that none of them reads is never skipped: it is refused,
+by name, since resuming from anything older would silently lose its progress.
+
+Before training continues, rank 0 logs what changed between the plan that
+saved the checkpoint (in a portable checkpoint's manifest) and this run's;
+at another world size the global batch the checkpoint records is kept by
+changing the per-process batch (see :func:`_hold_global_batch`).
 """
 
 from __future__ import annotations

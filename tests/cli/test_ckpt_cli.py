@@ -52,4 +52,5 @@ def test_inspect_of_something_else_exits_2_naming_the_formats_tried(tmp_path, ca
     assert captured.err.splitlines() == [
         f"error: checkpoint {str(path)!r} is not a checkpoint: it is not a torch.save file "
         f"(MMEngine's .pth) or a torch.distributed.checkpoint directory (.metadata) or a "
-        f"DeepSpeed checkpoint directory (*model_states.pt)"]
+        f"DeepSpeed checkpoint directory (*model_states.pt) or a portable checkpoint "
+        f"directory (torch.distributed.checkpoint + manifest.json)"]

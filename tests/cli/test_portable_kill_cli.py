@@ -42,8 +42,9 @@ def _kill_and_resume(root, strategy, start, at_iter, *, async_save, epochs, refe
     out = run(config(root / f"resume-{work}", strategy, start, **common), strategy, work, root,
               "--resume", "auto")
     resumed_at = int(re.search(r"Resumed from \S+/iter_(\d+)\.ckpt", out).group(1))
-    # the newest save is in place unless its background write was still pending
-    newest = at_iter - at_iter % SAVE_EVERY
+    # the newest save before the kill (the hook kills before that iteration's own save)
+    # is in place, unless its background write was still pending
+    newest = (at_iter - 1) - (at_iter - 1) % SAVE_EVERY
     assert resumed_at in ((newest, newest - SAVE_EVERY) if async_save else (newest,)), \
         (at_iter, resumed_at, leftovers)
     assert_same(as_one_file(last_checkpoint(root / work)), reference)

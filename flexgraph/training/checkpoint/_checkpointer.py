@@ -62,6 +62,7 @@ from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     DeviceFullError,
+    ForeignCheckpointError,
 )
 from flexgraph.training.runtime import (
     barrier,
@@ -479,6 +480,12 @@ class Checkpointer:
         path = Path(path)
         if not path.exists():
             raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
+        other = self.unreadable_format(path)
+        if other is not None:
+            raise ForeignCheckpointError(
+                f"checkpoint {str(path)!r} is {other.name}, which this strategy cannot "
+                f"restore; resume it with the strategy that wrote it (with "
+                f"checkpoint_format='portable' it writes checkpoints every strategy resumes)")
         return self.reader_for(path).read(path, model=model, optim_wrapper=optim_wrapper)
 
     def apply(self, checkpoint: dict[str, Any], path: str | os.PathLike[str], *,

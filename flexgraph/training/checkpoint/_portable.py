@@ -299,8 +299,8 @@ class PortableCheckpointIO(CheckpointIO):
         checkpoint = dict(read_checkpoint_file(path / EXTRA_NAME))
         checkpoint["manifest"] = read_manifest(path)
         saved = _saved_keys(path)
-        model_part, optimizer_part = self.access.templates(
-            model, optim_wrapper, {k: v[0] for k, v in portable_tensors(path).items()})
+        shapes = {k: shape for k, (shape, _) in portable_tensors(path).items()}
+        model_part, optimizer_part = self.access.templates(model, optim_wrapper, shapes)
         state: dict[str, Any] = {MODEL: _keep_saved(model_part, MODEL, saved)}
         groups = checkpoint.pop(_GROUPS, None)
         if optimizer_part is not None and groups is not None:

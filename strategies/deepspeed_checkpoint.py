@@ -21,14 +21,16 @@ import torch
 from flexgraph.strategies.deepspeed_engine import EngineModel
 
 from flexgraph.training.checkpoint import (
+    DCP_DIRECTORY,
     DEEPSPEED_DIRECTORY,
+    SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointIO,
     OnRead,
     WeightsLoaded,
     apply_weights,
     matching_weights,
-    read_checkpoint_file,
+    read_checkpoint,
     tensor_bytes,
 )
 from flexgraph.training.errors import CheckpointError
@@ -98,7 +100,7 @@ class DeepSpeedCheckpointIO(CheckpointIO):
 
     suffix = ".ds"
     format = DEEPSPEED_DIRECTORY
-    weight_formats = (TORCH_SAVE_FILE, DEEPSPEED_DIRECTORY)
+    weight_formats = (TORCH_SAVE_FILE, DEEPSPEED_DIRECTORY, SAFETENSORS_FILE, DCP_DIRECTORY)
 
     def __init__(self, exclude_frozen_parameters: bool = False) -> None:
         self.exclude_frozen_parameters = bool(exclude_frozen_parameters)
@@ -161,24 +163,10 @@ def _refresh_master_weights(engine: Any) -> None:
         refresh()
 
 
-def _read_deepspeed_dir(path: Path) -> dict[str, Any]:
-    """A DeepSpeed checkpoint's full fp32 weights, with DeepSpeed's own converter.
-
-    The converter reads with ``weights_only=False``, so every file is first read
-    the safe way; a file holding anything else is refused before it runs.
-    """
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-    for file in sorted(path.glob("*.pt")):
-        _safe_load(None, str(file), map_location="cpu")
-    weights = get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)
-    return {"meta": {}, "state_dict": dict(weights)}
-
-
 def _read(path: Path) -> dict[str, Any]:
-    """The checkpoint at ``path`` with its full weights: a file, or a DeepSpeed tag."""
-    return _read_deepspeed_dir(path) if DEEPSPEED_DIRECTORY.recognise(path) else \
-        read_checkpoint_file(path)
+    """The checkpoint at ``path`` with its full weights, whatever its format (a DeepSpeed
+    tag through DeepSpeed's zero_to_fp32: ``flexgraph.strategies.deepspeed_inspect``)."""
+    return read_checkpoint(path)
 
 
 def _load_partitioned(module: torch.nn.Module, weights: dict[str, torch.Tensor],

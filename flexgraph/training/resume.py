@@ -39,6 +39,7 @@ import torch
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
+    format_of,
     from_mmengine,
     restore_schedulers,
 )
@@ -83,7 +84,9 @@ def load_weights(settings: RunSettings, hooks: Hooks, model: Any,
                                                            checkpoint=checkpoint))
     if loaded:
         runner.logger.warning(f"load_from {path}: {loaded.describe()}")
-    runner.logger.info(f"Loaded weights from {path}")
+    found = format_of(Path(path))
+    runner.logger.info(f"Loaded weights from {path}"
+                       + (f" ({found.name}, read by its reader)" if found else ""))
     return model
 
 

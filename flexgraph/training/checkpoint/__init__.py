@@ -10,7 +10,10 @@ MMEngine's own files are read with an allow-list of the types they hold.
 Every IO also *loads* ``load_from`` weights into the model it manages, from
 each :class:`CheckpointFormat` it reads, recognised by content.
 :func:`describe_checkpoint` says what a checkpoint of any format holds, offline,
-through each format's :class:`CheckpointReader`.
+through each format's :class:`CheckpointReader`, which also opens it as a
+:class:`CheckpointSource` (one tensor at a time): :func:`read_checkpoint`
+reads another tool's checkpoint for ``load_from`` and :func:`convert_checkpoint`
+rewrites it in another format (``flexgraph ckpt convert``).
 :class:`LoopState` says where a restored run continues.
 """
 
@@ -21,6 +24,12 @@ from flexgraph.training.checkpoint._checkpointer import (
     checkpoint_meta,
     flat_schedulers,
     restore_schedulers,
+)
+from flexgraph.training.checkpoint._convert import (
+    TARGETS,
+    Conversion,
+    convert_checkpoint,
+    open_checkpoint,
 )
 from flexgraph.training.checkpoint._dcp import (
     DistributedCheckpointIO,
@@ -36,6 +45,7 @@ from flexgraph.training.checkpoint._files import (
 from flexgraph.training.checkpoint._formats import (
     DCP_DIRECTORY,
     DEEPSPEED_DIRECTORY,
+    SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
     format_of,
@@ -47,6 +57,8 @@ from flexgraph.training.checkpoint._inspect import (
     CheckpointSummary,
     checkpoint_readers,
     describe_checkpoint,
+    read_checkpoint,
+    reader_of,
     state_parts,
 )
 from flexgraph.training.checkpoint._io import (
@@ -63,6 +75,7 @@ from flexgraph.training.checkpoint._mmengine import (
     mmengine_globals,
 )
 from flexgraph.training.checkpoint._pretrained import load_pretrained
+from flexgraph.training.checkpoint._source import CheckpointSource, weights_layout
 from flexgraph.training.checkpoint._space import tensor_bytes
 from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
 from flexgraph.training.checkpoint._weights import (
@@ -78,11 +91,15 @@ __all__ = [
     "DEEPSPEED_DIRECTORY",
     "NOTHING_READ",
     "READER_ENTRY_POINTS",
+    "SAFETENSORS_FILE",
+    "TARGETS",
     "TORCH_SAVE_FILE",
     "CheckpointFormat",
     "CheckpointIO",
     "CheckpointReader",
+    "CheckpointSource",
     "CheckpointSummary",
+    "Conversion",
     "Checkpointer",
     "DistributedCheckpointIO",
     "FileCheckpointIO",
@@ -95,6 +112,7 @@ __all__ = [
     "atomic_write",
     "checkpoint_readers",
     "checkpoint_meta",
+    "convert_checkpoint",
     "dcp_problem",
     "describe_checkpoint",
     "directory_problem",
@@ -113,10 +131,14 @@ __all__ = [
     "matching_weights",
     "mmengine_globals",
     "model_weights",
+    "open_checkpoint",
+    "read_checkpoint",
     "read_checkpoint_file",
+    "reader_of",
     "restore_schedulers",
     "state_parts",
     "tensor_bytes",
     "to_plain",
     "weights_in",
+    "weights_layout",
 ]

@@ -46,6 +46,7 @@ from flexgraph.training.checkpoint._dcp_read import (
 )
 from flexgraph.training.checkpoint._files import read_checkpoint_file
 from flexgraph.training.checkpoint._formats import DCP_DIRECTORY
+from flexgraph.training.checkpoint._inspect import read_checkpoint
 from flexgraph.training.checkpoint._io import (
     NOTHING_READ,
     CheckpointIO,
@@ -74,7 +75,7 @@ def load_weights_into_shards(path: Path, model: torch.nn.Module, *, on_read: OnR
         on_read(dict(NOTHING_READ))
         return load_dcp_weights(model, path)
     shapes = {k: tuple(v.shape) for k, v in get_model_state_dict(model).items()}  # global
-    checkpoint = rank0_does(lambda: read_checkpoint_file(path), share_result=False)
+    checkpoint = rank0_does(lambda: read_checkpoint(path), share_result=False)
     checkpoint = checkpoint if checkpoint is not None else dict(NOTHING_READ)
     on_read(checkpoint)
     found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes,

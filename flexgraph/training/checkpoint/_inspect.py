@@ -34,11 +34,20 @@ from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_
 from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
 from flexgraph.training.checkpoint._formats import (
     DCP_DIRECTORY,
+    SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
     unrecognised,
 )
-from flexgraph.training.checkpoint._io import optimizer_keyed_by
+from flexgraph.training.checkpoint._safetensors import (
+    open_safetensors_file,
+    safetensors_header,
+)
+from flexgraph.training.checkpoint._source import (
+    CheckpointSource,
+    open_dcp_directory,
+    open_torch_file,
+)
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 
 __all__ = [
@@ -47,6 +56,8 @@ __all__ = [
     "CheckpointSummary",
     "checkpoint_readers",
     "describe_checkpoint",
+    "read_checkpoint",
+    "reader_of",
     "state_parts",
 ]
 
@@ -134,10 +145,16 @@ class CheckpointReader:
     describe:
         ``path -> CheckpointSummary``; raises :class:`CheckpointError` naming
         the path when it cannot read it.
+    open:
+        ``path -> CheckpointSource``: the checkpoint opened for reading one
+        tensor at a time (``load_from`` of another tool's checkpoint,
+        ``flexgraph ckpt convert``); ``None`` for a format only described.
     """
 
     format: CheckpointFormat
     describe: Callable[[Path], CheckpointSummary] = attrs.field(eq=False, repr=False)
+    open: Callable[[Path], CheckpointSource] | None = attrs.field(default=None, eq=False,
+                                                                  repr=False)
 
 
 # -- what a loaded checkpoint dict tells --------------------------------------------------
@@ -200,6 +217,8 @@ def _loop_fields(meta: Any) -> dict[str, Any]:
 def _file_writer(checkpoint: Mapping[str, Any]) -> str:
     """Who wrote a torch.save checkpoint dict, as far as its content tells."""
     meta = checkpoint.get("meta") if isinstance(checkpoint.get("meta"), Mapping) else {}
+    from flexgraph.training.checkpoint._io import optimizer_keyed_by
+
     if "flexgraph_version" not in meta:
         return "MMEngine" if "mmengine_version" in meta or "message_hub" in checkpoint \
             else "unknown (a checkpoint dict)"
@@ -263,8 +282,29 @@ def _describe_dcp(path: Path) -> CheckpointSummary:
                              extras=extras, **fields)
 
 
-_BUILT_IN = (CheckpointReader(TORCH_SAVE_FILE, _describe_file),
-             CheckpointReader(DCP_DIRECTORY, _describe_dcp))
+def _describe_safetensors(path: Path) -> CheckpointSummary:
+    """From the file's JSON header alone: names, dtypes and shapes of its tensors."""
+    header = safetensors_header(path)
+    entries = [v for k, v in header.items() if k != "__metadata__" and isinstance(v, Mapping)]
+    parameters, dtypes = _model_tensors(
+        (_numel(v.get("shape") or []), str(v.get("dtype", "?")).lower()) for v in entries)
+    metadata = header.get("__metadata__") if isinstance(header.get("__metadata__"), Mapping) \
+        else {}
+    return CheckpointSummary(str(path), SAFETENSORS_FILE.name,
+                             f"safetensors (format {metadata.get('format', 'unknown')})", True,
+                             parameters=parameters, dtypes=dtypes, contents=("model",))
+
+
+def _numel(shape: Iterable[int]) -> int:
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count
+
+
+_BUILT_IN = (CheckpointReader(TORCH_SAVE_FILE, _describe_file, open_torch_file),
+             CheckpointReader(DCP_DIRECTORY, _describe_dcp, open_dcp_directory),
+             CheckpointReader(SAFETENSORS_FILE, _describe_safetensors, open_safetensors_file))
 
 
 def checkpoint_readers() -> tuple[CheckpointReader, ...]:
@@ -295,12 +335,42 @@ def describe_checkpoint(path: str | Path) -> CheckpointSummary:
         read (it names the file and what is wrong).
     """
     path = Path(path)
+    return reader_of(path).describe(path)
+
+
+def reader_of(path: Path, *, need: str = "describe") -> CheckpointReader:
+    """The reader of the format ``path`` holds (by content) that can ``need`` it.
+
+    Raises
+    ------
+    CheckpointNotFoundError
+        ``path`` does not exist.
+    CheckpointError
+        No reader recognises ``path``: one line naming it, the formats tried,
+        and what is wrong with it when that can be told.
+    """
     if not path.exists():
         raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    readers = checkpoint_readers()
+    readers = [r for r in checkpoint_readers() if getattr(r, need) is not None]
     reader = next((r for r in readers if r.format.recognise(path)), None)
     if reader is None:
         found = file_problem(path, verify=False) if path.is_file() else None
         line = unrecognised(path, [r.format for r in readers], what="checkpoint")
         raise CheckpointError(line + (f" ({found})" if found else ""))
-    return reader.describe(path)
+    return reader
+
+
+def read_checkpoint(path: Path) -> Any:
+    """The checkpoint at ``path`` read whole onto the CPU, whatever its format (``load_from``).
+
+    A ``torch.save`` file, or a file of no known format, is
+    :func:`~flexgraph.training.checkpoint.read_checkpoint_file`'s (which says
+    what is wrong with a damaged one); any other format is read by its
+    reader's ``open``, in flexgraph's layout (the weights under ``state_dict``).
+    The plan's ``load_checkpoint`` log line names the format read.
+    """
+    path = Path(path)
+    if path.is_file() and not any(r.format.recognise(path) for r in checkpoint_readers()
+                                  if r.format is not TORCH_SAVE_FILE):
+        return read_checkpoint_file(path)
+    return dict(reader_of(path, need="open").open(path).whole())

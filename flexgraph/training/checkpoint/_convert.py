@@ -45,7 +45,13 @@ import torch
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME
 from flexgraph.training.checkpoint._mmengine import allow_mmengine_types
 from flexgraph.training.checkpoint._safetensors import write_safetensors
-from flexgraph.training.checkpoint._source import CheckpointSource, KeyPath, replace_tensors, tensor_paths
+from flexgraph.training.checkpoint._source import (
+    CheckpointSource,
+    KeyPath,
+    replace_tensors,
+    single_process_dcp,
+    tensor_paths,
+)
 from flexgraph.training.errors import CheckpointError, CheckpointExistsError
 
 __all__ = ["TARGETS", "Conversion", "convert_checkpoint", "open_checkpoint"]
@@ -156,8 +162,8 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
         raise CheckpointError(f"cannot convert to {to!r}: the formats are {', '.join(TARGETS)}")
     destination = Path(destination)
     if destination.exists() or destination.is_symlink():
-        raise CheckpointExistsError(f"{str(destination)!r} exists; give a new path (convert "
-                                    f"never overwrites)")
+        raise CheckpointExistsError(f"convert destination {str(destination)!r} exists; give "
+                                    f"a new path (convert never overwrites)")
     opened = open_checkpoint(source)
     layout, left_out = _plan(opened, to)
     if not layout.get("state_dict") and to == "safetensors":
@@ -315,7 +321,8 @@ def _write_dcp(path: Path, layout: dict[str, Any],
     rest = {k: v for k, v in layout.items() if k not in sharded}
     path.mkdir()
     writer = FileSystemWriter(path, single_file_per_rank=False)
-    dcp.save(sharded, storage_writer=writer, planner=FetchingPlanner(), no_dist=True)
+    with single_process_dcp():
+        dcp.save(sharded, storage_writer=writer, planner=FetchingPlanner(), no_dist=True)
     if rest:  # small: loop state, schedulers, RNG states
         rest = replace_tensors(rest, lambda key, _: fetch(key))
         with open(path / EXTRA_NAME, "wb") as f:

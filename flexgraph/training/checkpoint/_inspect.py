@@ -40,6 +40,7 @@ from flexgraph.training.checkpoint._formats import (
     unrecognised,
 )
 from flexgraph.training.checkpoint._safetensors import (
+    TORCH_DTYPES,
     open_safetensors_file,
     safetensors_header,
 )
@@ -287,7 +288,8 @@ def _describe_safetensors(path: Path) -> CheckpointSummary:
     header = safetensors_header(path)
     entries = [v for k, v in header.items() if k != "__metadata__" and isinstance(v, Mapping)]
     parameters, dtypes = _model_tensors(
-        (_numel(v.get("shape") or []), str(v.get("dtype", "?")).lower()) for v in entries)
+        (_numel(v.get("shape") or []), _dtype_name(TORCH_DTYPES[v["dtype"]])
+         if v.get("dtype") in TORCH_DTYPES else str(v.get("dtype"))) for v in entries)
     metadata = header.get("__metadata__") if isinstance(header.get("__metadata__"), Mapping) \
         else {}
     return CheckpointSummary(str(path), SAFETENSORS_FILE.name,

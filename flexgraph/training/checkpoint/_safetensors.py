@@ -25,14 +25,15 @@ import torch
 from flexgraph.training.checkpoint._source import CheckpointSource, weights_layout
 from flexgraph.training.errors import CheckpointError
 
-__all__ = ["open_safetensors_file", "safetensors_header", "write_safetensors"]
+__all__ = ["TORCH_DTYPES", "open_safetensors_file", "safetensors_header", "write_safetensors"]
 
 #: safetensors' dtype names (the library's own table).
 _DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
            torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32", torch.int16: "I16",
            torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL",
            torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2"}
-_NAMES = {name: dtype for dtype, name in _DTYPES.items()}
+TORCH_DTYPES = {name: dtype for dtype, name in _DTYPES.items()}
+"""safetensors' dtype names -> torch dtypes."""
 
 
 def safetensors_header(path: Path) -> dict[str, Any]:
@@ -60,7 +61,7 @@ def open_safetensors_file(path: Path) -> CheckpointSource:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        dtype = _NAMES.get(entry.get("dtype")) if isinstance(entry, Mapping) else None
+        dtype = TORCH_DTYPES.get(entry.get("dtype")) if isinstance(entry, Mapping) else None
         if dtype is None:
             raise CheckpointError(f"safetensors file {str(path)!r}: tensor {name!r} has "
                                   f"dtype {entry.get('dtype') if isinstance(entry, Mapping) else entry!r}, "

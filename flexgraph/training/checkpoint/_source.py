@@ -23,6 +23,8 @@ The layout of a file that holds only weights (``torch.save(model.state_dict())``
 from __future__ import annotations
 
 import collections
+import contextlib
+import warnings
 
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -41,7 +43,8 @@ from flexgraph.training.checkpoint._files import read_checkpoint_file
 from flexgraph.training.errors import CheckpointError
 
 __all__ = ["CheckpointSource", "KeyPath", "element_at", "open_dcp_directory",
-           "open_torch_file", "replace_tensors", "tensor_paths", "weights_layout"]
+           "open_torch_file", "replace_tensors", "single_process_dcp", "tensor_paths",
+           "weights_layout"]
 
 KeyPath = tuple[Any, ...]
 """Where a value sits in a nested checkpoint: its dict keys and list indices, outermost first."""
@@ -219,13 +222,17 @@ def open_dcp_directory(path: Path) -> CheckpointSource:
             _set_at(layout, tuple(paths.get(flat, (flat,))), value)
     extra = path / EXTRA_NAME
     rest = read_checkpoint_file(extra) if extra.is_file() else {}
-    layout = {**(rest if isinstance(rest, Mapping) else {}), **layout}
-    if "state_dict" not in layout and "optimizer" not in layout:  # a bare model state dict
-        layout = weights_layout(layout)
-        flat_of = {("state_dict", key[-1].removeprefix("module.")): flat
-                   for key, flat in flat_of.items() if len(key) == 1}
+    rest = dict(rest) if isinstance(rest, Mapping) else {}
+    layout = {**_on_meta(rest), **layout}
+    if "state_dict" not in layout:  # another tool's: the model's tensors at the top level
+        top = {k: v for k, v in layout.items() if isinstance(v, torch.Tensor)}
+        layout = {**{k: v for k, v in layout.items() if k not in top}, **weights_layout(top)}
+        flat_of = {(("state_dict", key[0].removeprefix("module.")) if key[0] in top else key):
+                   flat for key, flat in flat_of.items()}
 
     def fetch(key: KeyPath) -> torch.Tensor:
+        if key not in flat_of:  # extra.pth's (RNG states), read with it
+            return element_at(rest, key)
         meta_tensor = element_at(layout, key)
         state = {flat_of[key]: torch.empty(meta_tensor.shape, dtype=meta_tensor.dtype)}
         _load_flat(state, path)
@@ -234,13 +241,23 @@ def open_dcp_directory(path: Path) -> CheckpointSource:
     return CheckpointSource(path, DCP_DIRECTORY.name, layout, fetch)
 
 
+@contextlib.contextmanager
+def single_process_dcp() -> Iterator[None]:
+    """DCP in this process alone, as asked (``no_dist=True``): without its warning that
+    torch.distributed is not initialised, which here is no news."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
 def _load_flat(state: dict[str, Any], path: Path) -> None:
     """``dcp.load`` of the given flat keys only, in this process alone (no collective)."""
     import torch.distributed.checkpoint as dcp
 
     try:
-        dcp.load(state, storage_reader=SafeReader(path),
-                 planner=_SafePlanner(allow_partial_load=True), no_dist=True)
+        with single_process_dcp():
+            dcp.load(state, storage_reader=SafeReader(path),
+                     planner=_SafePlanner(allow_partial_load=True), no_dist=True)
     except CheckpointError:
         raise
     except Exception as exc:  # DCP's reader fails in many ways on a damaged shard

@@ -271,7 +271,8 @@ def _describe_dcp(path: Path) -> CheckpointSummary:
     rest = read_checkpoint_file(extra, mmap=True) if extra.is_file() and problem is None else {}
     rest = rest if isinstance(rest, Mapping) else {}
     parts, extras = state_parts({**rest, **top})
-    ranks = len(list(path.glob("*.distcp")))
+    # a shard file is __<rank>_<n>.distcp; a rank may write several
+    ranks = len({shard.name.split("_")[2] for shard in path.glob("__*_*.distcp")})
     fields = _loop_fields(rest.get("meta"))
     fields["world_size"] = fields["world_size"] or ranks or None
     writer = ("flexgraph, FSDP (sharded)" if extra.is_file()

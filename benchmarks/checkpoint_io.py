@@ -1,0 +1,241 @@
+"""How fast does flexgraph's checkpoint IO save and load, against plain torch.save / torch.load?
+
+Two measurements, each side by side with its baseline in the same run (the
+order alternating from one repeat to the next, the median kept):
+
+(a) One process, a state of ``--size-gb`` in ``--tensors`` float32 tensors:
+    flexgraph's single-file IO (``FileCheckpointIO``: ``torch.save`` plus
+    fsync; reading checks every record's CRC-32 and loads with
+    ``weights_only=True``) and its DCP IO (``DistributedCheckpointIO``,
+    single-process) against ``torch.save`` + fsync and ``torch.load`` of the
+    same tensors. The bare ``torch.save`` (no fsync: the data may still be in
+    the page cache only) is shown too. Goal: at least 0.9x the baseline's speed.
+(b) Two ranks (gloo, ``torch.distributed.run --standalone``), the same state
+    sharded by FSDP2: DCP's sharded save (every rank writes its shards) against
+    gathering the full state to rank 0 and ``torch.save`` there (+ fsync).
+    Goal: faster.
+
+Ratios are speeds (baseline time / flexgraph time: above 1 is faster)::
+
+    python benchmarks/checkpoint_io.py [--size-gb 1] [--tensors 64] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-gb", type=float, default=1.0, help="state size (default 1 GB)")
+    parser.add_argument("--tensors", type=int, default=64, help="tensors in the state")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per measurement")
+    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--part", choices=("all", "one", "two"), default="all",
+                        help="(a) one process, (b) two ranks, or both")
+    parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def rows_per_tensor(size_gb: float, tensors: int) -> int:
+    """Rows of 1024 float32 per tensor, for ``tensors`` tensors of ``size_gb`` in all."""
+    return max(1, int(size_gb * 1e9 / 4 / tensors) // 1024)
+
+
+class State(torch.nn.Module):
+    """``tensors`` float32 parameters of ``size_gb`` in all: the state to checkpoint."""
+
+    def __init__(self, size_gb: float, tensors: int) -> None:
+        super().__init__()
+        rows = rows_per_tensor(size_gb, tensors)
+        generator = torch.Generator().manual_seed(0)
+        self.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.rand(rows, 1024, generator=generator))
+            for _ in range(tensors))
+
+
+def fsynced_save(obj: object, path: Path) -> None:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _drop(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def timed(work: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def ways_to_checkpoint(model: State) -> dict[str, tuple[Callable[[Path], object],
+                                                        Callable[[Path], object]]]:
+    """Each way's (save to a path, load from it) of ``model``'s state."""
+    from flexgraph.training.checkpoint import DistributedCheckpointIO, FileCheckpointIO
+
+    weights = model.state_dict()
+    meta = {"meta": {"iter": 1, "epoch": 0}}
+    file_io, dcp_io = FileCheckpointIO(), DistributedCheckpointIO()
+    return {
+        "torch.save (no fsync) / torch.load": (
+            lambda p: torch.save({"state_dict": weights, **meta}, p),
+            lambda p: torch.load(p, weights_only=True)),
+        "torch.save + fsync / torch.load": (
+            lambda p: fsynced_save({"state_dict": weights, **meta}, p),
+            lambda p: torch.load(p, weights_only=True)),
+        "flexgraph FileCheckpointIO": (
+            lambda p: file_io.write({**meta, **file_io.states(model, None)}, p, model=model),
+            lambda p: file_io.read(p, model=model)),
+        "flexgraph DistributedCheckpointIO": (
+            lambda p: dcp_io.write({**meta, **dcp_io.states(model, None)}, p, model=model),
+            lambda p: dcp_io.read(p, model=model)),
+    }
+
+
+def one_process(args: argparse.Namespace, where: Path) -> list[tuple[str, float, float]]:
+    """(name, save seconds, load seconds) of each way, medians of ``--repeats`` rounds."""
+    torch.set_num_threads(1)
+    warm_up = ways_to_checkpoint(State(1e-5, 1))  # first calls pay for imports, not IO
+    for name, (save, load) in warm_up.items():
+        path = where / f"warm-{abs(hash(name))}"
+        save(path)
+        load(path)
+        _drop(path)
+    ways = ways_to_checkpoint(State(args.size_gb, args.tensors))
+    times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in ways}
+    for round_ in range(args.repeats):
+        order = list(ways) if round_ % 2 == 0 else list(reversed(ways))
+        for name in order:
+            save, load = ways[name]
+            path = where / f"one-{abs(hash(name))}"
+            _drop(path)
+            times[name][0].append(timed(lambda: save(path)))  # noqa: B023
+            times[name][1].append(timed(lambda: load(path)))  # noqa: B023
+            _drop(path)
+    return [(name, statistics.median(s), statistics.median(lo))
+            for name, (s, lo) in times.items()]
+
+
+def two_ranks(args: argparse.Namespace, where: Path) -> tuple[float, float] | str:
+    """(DCP sharded save, gather to rank 0 + torch.save) seconds on 2 ranks, or why not."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--standalone", __file__, "--rank-worker", "--size-gb", str(args.size_gb),
+               "--tensors", str(args.tensors), "--repeats", str(args.repeats),
+               "--dir", str(where)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("TIMES ")]
+    if done.returncode != 0 or not lines:
+        return f"failed (exit {done.returncode}): {done.stderr.strip()[-300:]}"
+    sharded, gathered = (float(x) for x in lines[-1].split()[1:3])
+    return sharded, gathered
+
+
+def rank_worker(args: argparse.Namespace) -> None:
+    """One of the two ranks of (b); rank 0 prints ``TIMES <sharded> <gathered>``."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    from flexgraph.training.checkpoint import DistributedCheckpointIO
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = State(args.size_gb, args.tensors)
+    fully_shard(model)
+    io = DistributedCheckpointIO()
+    where = Path(args.dir)
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+    def sharded() -> None:
+        io.write({"meta": {"iter": 1}, **io.states(model, None)}, where / "sharded.dcp",
+                 model=model)
+
+    def gathered() -> None:
+        state = get_model_state_dict(model, options=full)  # every rank joins the gather
+        if rank == 0:
+            fsynced_save({"state_dict": state, "meta": {"iter": 1}}, where / "gathered.pth")
+
+    times: dict[str, list[float]] = {"sharded": [], "gathered": []}
+    ways = {"sharded": sharded, "gathered": gathered}
+    for round_ in range(args.repeats):
+        for name in (list(ways) if round_ % 2 == 0 else list(reversed(ways))):
+            dist.barrier()
+            start = time.perf_counter()
+            ways[name]()
+            dist.barrier()
+            times[name].append(time.perf_counter() - start)
+            if rank == 0:
+                _drop(where / "sharded.dcp")
+                _drop(where / "gathered.pth")
+            dist.barrier()
+    if rank == 0:
+        print(f"TIMES {statistics.median(times['sharded'])} "
+              f"{statistics.median(times['gathered'])}", flush=True)
+    dist.destroy_process_group()
+
+
+def report(args: argparse.Namespace, one: list[tuple[str, float, float]] | None,
+           two: tuple[float, float] | str | None, nbytes: int) -> list[str]:
+    """The table: seconds, GB/s and speed ratios against the fsync'ed torch baseline."""
+    gb = nbytes / 1e9
+    lines = [f"checkpoint IO, {gb:.2f} GB in {args.tensors} float32 tensors, "
+             f"median of {args.repeats}"]
+    if one is not None:
+        base = next(r for r in one if r[0] == "torch.save + fsync / torch.load")
+        bare = next(r for r in one if r[0].startswith("torch.save (no fsync)"))
+        lines.append("(a) one process           save s   load s  save GB/s  load GB/s  "
+                     "save x  load x  save x(no fsync)")
+        for name, save, load in one:
+            lines.append(f"  {name:<36} {save:7.2f}  {load:7.2f}  {gb / save:9.2f}  "
+                         f"{gb / load:9.2f}  {base[1] / save:6.2f}  {base[2] / load:6.2f}  "
+                         f"{bare[1] / save:6.2f}")
+    if two is not None:
+        lines.append("(b) two ranks, FSDP2-sharded state      save s")
+        if isinstance(two, str):
+            lines.append(f"  {two}")
+        else:
+            sharded, gathered = two
+            lines.append(f"  DCP sharded save (every rank)        {sharded:7.2f}")
+            lines.append(f"  gather to rank 0 + torch.save        {gathered:7.2f}")
+            lines.append(f"  sharded save speed x gathered: {gathered / sharded:.2f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # (a): no group
+    args = parse_args(argv)
+    if args.rank_worker:
+        rank_worker(args)
+        return
+    with tempfile.TemporaryDirectory(prefix="ckptbench-", dir=args.dir) as where:
+        one = one_process(args, Path(where)) if args.part in ("all", "one") else None
+        two = two_ranks(args, Path(where)) if args.part in ("all", "two") else None
+    nbytes = args.tensors * rows_per_tensor(args.size_gb, args.tensors) * 1024 * 4
+    print("\n".join(report(args, one, two, nbytes)))
+
+
+if __name__ == "__main__":
+    main()

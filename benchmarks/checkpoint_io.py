@@ -3,19 +3,23 @@
 Two measurements, each side by side with its baseline in the same run (the
 order alternating from one repeat to the next, the median kept):
 
-(a) One process, a state of ``--size-gb`` in ``--tensors`` float32 tensors:
-    flexgraph's single-file IO (``FileCheckpointIO``: ``torch.save`` plus
-    fsync; reading checks every record's CRC-32 and loads with
-    ``weights_only=True``) and its DCP IO (``DistributedCheckpointIO``,
-    single-process) against ``torch.save`` + fsync and ``torch.load`` of the
-    same tensors. The bare ``torch.save`` (no fsync: the data may still be in
-    the page cache only) is shown too. Goal: at least 0.9x the baseline's speed.
+(a) One process, a model whose state is ``--size-gb`` in ``--tensors`` float32
+    parameters: flexgraph's single-file IO (``FileCheckpointIO``: ``torch.save``
+    plus fsync; restoring checks every record's CRC-32, loads with
+    ``weights_only=True`` and puts the weights into the model) and its DCP IO
+    (``DistributedCheckpointIO``, single-process; it reads into the model's
+    own tensors) against ``torch.save`` + fsync, and ``torch.load`` +
+    ``load_state_dict``, of the same tensors. The bare ``torch.save`` (no
+    fsync: the data may still be in the page cache only) is shown too. Goal:
+    at least 0.9x the baseline's speed.
 (b) Two ranks (gloo, ``torch.distributed.run --standalone``), the same state
     sharded by FSDP2: DCP's sharded save (every rank writes its shards) against
     gathering the full state to rank 0 and ``torch.save`` there (+ fsync).
     Goal: faster.
 
-Ratios are speeds (baseline time / flexgraph time: above 1 is faster)::
+Dirty pages are synced (untimed) before each save and each load, so no way
+pays for another's writeback. Ratios are speeds (baseline time / flexgraph
+time: above 1 is faster)::
 
     python benchmarks/checkpoint_io.py [--size-gb 1] [--tensors 64] [--repeats 3]
 """
@@ -97,19 +101,27 @@ def ways_to_checkpoint(model: State) -> dict[str, tuple[Callable[[Path], object]
     weights = model.state_dict()
     meta = {"meta": {"iter": 1, "epoch": 0}}
     file_io, dcp_io = FileCheckpointIO(), DistributedCheckpointIO()
+
+    def plain_save(path: Path) -> None:
+        with open(path, "wb") as f:
+            torch.save({"state_dict": weights, **meta}, f)
+
+    def plain_load(path: Path) -> None:
+        model.load_state_dict(torch.load(path, weights_only=True)["state_dict"])
+
+    def restore(io: FileCheckpointIO | DistributedCheckpointIO, path: Path) -> None:
+        io.apply(io.read(path, model=model), path, model=model, optim_wrapper=None)
+
     return {
-        "torch.save (no fsync) / torch.load": (
-            lambda p: torch.save({"state_dict": weights, **meta}, p),
-            lambda p: torch.load(p, weights_only=True)),
+        "torch.save (no fsync) / torch.load": (plain_save, plain_load),
         "torch.save + fsync / torch.load": (
-            lambda p: fsynced_save({"state_dict": weights, **meta}, p),
-            lambda p: torch.load(p, weights_only=True)),
+            lambda p: fsynced_save({"state_dict": weights, **meta}, p), plain_load),
         "flexgraph FileCheckpointIO": (
             lambda p: file_io.write({**meta, **file_io.states(model, None)}, p, model=model),
-            lambda p: file_io.read(p, model=model)),
+            lambda p: restore(file_io, p)),
         "flexgraph DistributedCheckpointIO": (
             lambda p: dcp_io.write({**meta, **dcp_io.states(model, None)}, p, model=model),
-            lambda p: dcp_io.read(p, model=model)),
+            lambda p: restore(dcp_io, p)),
     }
 
 
@@ -129,8 +141,9 @@ def one_process(args: argparse.Namespace, where: Path) -> list[tuple[str, float,
         for name in order:
             save, load = ways[name]
             path = where / f"one-{abs(hash(name))}"
-            _drop(path)
+            os.sync()  # no way pays for the writeback of another's dirty pages
             times[name][0].append(timed(lambda: save(path)))  # noqa: B023
+            os.sync()
             times[name][1].append(timed(lambda: load(path)))  # noqa: B023
             _drop(path)
     return [(name, statistics.median(s), statistics.median(lo))
@@ -182,6 +195,8 @@ def rank_worker(args: argparse.Namespace) -> None:
     ways = {"sharded": sharded, "gathered": gathered}
     for round_ in range(args.repeats):
         for name in (list(ways) if round_ % 2 == 0 else list(reversed(ways))):
+            if rank == 0:
+                os.sync()
             dist.barrier()
             start = time.perf_counter()
             ways[name]()

@@ -25,12 +25,7 @@ from flexgraph.training.checkpoint._checkpointer import (
     flat_schedulers,
     restore_schedulers,
 )
-from flexgraph.training.checkpoint._convert import (
-    TARGETS,
-    Conversion,
-    convert_checkpoint,
-    open_checkpoint,
-)
+from flexgraph.training.checkpoint._convert import TARGETS, Conversion, convert_checkpoint
 from flexgraph.training.checkpoint._dcp import (
     DistributedCheckpointIO,
     FullStateFileIO,
@@ -52,13 +47,10 @@ from flexgraph.training.checkpoint._formats import (
     known_formats,
 )
 from flexgraph.training.checkpoint._inspect import (
-    READER_ENTRY_POINTS,
     CheckpointReader,
     CheckpointSummary,
     checkpoint_readers,
     describe_checkpoint,
-    read_checkpoint,
-    reader_of,
     state_parts,
 )
 from flexgraph.training.checkpoint._io import (
@@ -73,6 +65,11 @@ from flexgraph.training.checkpoint._mmengine import (
     from_mmengine,
     is_mmengine_checkpoint,
     mmengine_globals,
+)
+from flexgraph.training.checkpoint._open import (
+    READER_ENTRY_POINTS,
+    open_checkpoint,
+    read_checkpoint,
 )
 from flexgraph.training.checkpoint._pretrained import load_pretrained
 from flexgraph.training.checkpoint._source import CheckpointSource, weights_layout
@@ -134,7 +131,6 @@ __all__ = [
     "open_checkpoint",
     "read_checkpoint",
     "read_checkpoint_file",
-    "reader_of",
     "restore_schedulers",
     "state_parts",
     "tensor_bytes",

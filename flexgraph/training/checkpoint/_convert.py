@@ -1,4 +1,4 @@
-"""``flexgraph ckpt convert``: a checkpoint of any format rewritten in another, one tensor at a time.
+"""``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time.
 
 Offline, on the CPU, without building the model. The source is opened by its
 format's reader as a :class:`~flexgraph.training.checkpoint._source.CheckpointSource`
@@ -44,6 +44,7 @@ import torch
 
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME
 from flexgraph.training.checkpoint._mmengine import allow_mmengine_types
+from flexgraph.training.checkpoint._open import open_checkpoint
 from flexgraph.training.checkpoint._safetensors import write_safetensors
 from flexgraph.training.checkpoint._source import (
     CheckpointSource,
@@ -54,7 +55,7 @@ from flexgraph.training.checkpoint._source import (
 )
 from flexgraph.training.errors import CheckpointError, CheckpointExistsError
 
-__all__ = ["TARGETS", "Conversion", "convert_checkpoint", "open_checkpoint"]
+__all__ = ["TARGETS", "Conversion", "convert_checkpoint", "write_torch_file"]
 
 TARGETS = ("dcp", "torch", "safetensors")
 """The formats ``flexgraph ckpt convert --to`` writes."""
@@ -89,24 +90,6 @@ class Conversion:
     tensors: int
     largest_tensor_bytes: int
     left_out: tuple[str, ...] = ()
-
-
-def open_checkpoint(path: str | Path) -> CheckpointSource:
-    """The checkpoint at ``path`` opened by the reader of its format (by content).
-
-    Raises
-    ------
-    CheckpointNotFoundError
-        ``path`` does not exist.
-    CheckpointError
-        ``path`` is in no format a reader opens (one line naming the formats
-        tried), or cannot be read.
-    """
-    from flexgraph.training.checkpoint._inspect import reader_of
-
-    path = Path(path)
-    reader = reader_of(path, need="open")
-    return reader.open(path)
 
 
 def _not_in(target: str, what: str) -> str:
@@ -214,9 +197,8 @@ def write_torch_file(path: Path, layout: dict[str, Any],
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     skeleton = _as_fake(layout, FakeTensorMode())
-    with open(path, "wb") as f:
-        with torch.serialization.skip_data(materialize_fake_tensors=True):
-            torch.save(skeleton, f)
+    with open(path, "wb") as f, torch.serialization.skip_data(materialize_fake_tensors=True):
+        torch.save(skeleton, f)
     del skeleton
     previous = torch.serialization.get_default_mmap_options()
     torch.serialization.set_default_mmap_options(mmap.MAP_SHARED)

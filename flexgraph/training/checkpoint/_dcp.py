@@ -46,7 +46,6 @@ from flexgraph.training.checkpoint._dcp_read import (
 )
 from flexgraph.training.checkpoint._files import read_checkpoint_file
 from flexgraph.training.checkpoint._formats import DCP_DIRECTORY
-from flexgraph.training.checkpoint._inspect import read_checkpoint
 from flexgraph.training.checkpoint._io import (
     NOTHING_READ,
     CheckpointIO,
@@ -54,6 +53,7 @@ from flexgraph.training.checkpoint._io import (
     OnRead,
     optimizer_keyed_by,
 )
+from flexgraph.training.checkpoint._open import read_checkpoint
 from flexgraph.training.checkpoint._weights import WeightsLoaded, matching_weights
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank

@@ -185,8 +185,8 @@ def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
         raise CheckpointError(problem)
     metadata = SafeReader(path).read_metadata()
     # flexgraph's weights are under 'state_dict.'; another tool's bare state dict is not
-    under = "state_dict." if any(k.startswith("state_dict.") for k in metadata.state_dict_metadata) \
-        else ""
+    keys = metadata.state_dict_metadata
+    under = "state_dict." if any(k.startswith("state_dict.") for k in keys) else ""
     saved = {key.removeprefix(under) for key in metadata.state_dict_metadata
              if key.startswith(under)}
     current = get_model_state_dict(model)

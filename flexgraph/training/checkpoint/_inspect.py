@@ -37,8 +37,8 @@ from flexgraph.training.checkpoint._formats import (
     SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
-    unrecognised,
 )
+from flexgraph.training.checkpoint._open import READER_ENTRY_POINTS, unrecognised_by
 from flexgraph.training.checkpoint._safetensors import (
     TORCH_DTYPES,
     open_safetensors_file,
@@ -57,13 +57,9 @@ __all__ = [
     "CheckpointSummary",
     "checkpoint_readers",
     "describe_checkpoint",
-    "read_checkpoint",
-    "reader_of",
     "state_parts",
 ]
 
-READER_ENTRY_POINTS = "flexgraph.checkpoint_readers"
-"""The entry-point group through which strategies add the readers of their formats."""
 
 #: The parts of a training state, by the checkpoint key that holds each.
 _PARTS = {"state_dict": "model", "optimizer": "optimizer",
@@ -149,7 +145,8 @@ class CheckpointReader:
     open:
         ``path -> CheckpointSource``: the checkpoint opened for reading one
         tensor at a time (``load_from`` of another tool's checkpoint,
-        ``flexgraph ckpt convert``); ``None`` for a format only described.
+        ``flexgraph ckpt convert``; see :mod:`flexgraph.training.checkpoint._open`);
+        ``None`` for a format only described.
     """
 
     format: CheckpointFormat
@@ -338,42 +335,10 @@ def describe_checkpoint(path: str | Path) -> CheckpointSummary:
         read (it names the file and what is wrong).
     """
     path = Path(path)
-    return reader_of(path).describe(path)
-
-
-def reader_of(path: Path, *, need: str = "describe") -> CheckpointReader:
-    """The reader of the format ``path`` holds (by content) that can ``need`` it.
-
-    Raises
-    ------
-    CheckpointNotFoundError
-        ``path`` does not exist.
-    CheckpointError
-        No reader recognises ``path``: one line naming it, the formats tried,
-        and what is wrong with it when that can be told.
-    """
     if not path.exists():
         raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    readers = [r for r in checkpoint_readers() if getattr(r, need) is not None]
+    readers = checkpoint_readers()
     reader = next((r for r in readers if r.format.recognise(path)), None)
     if reader is None:
-        found = file_problem(path, verify=False) if path.is_file() else None
-        line = unrecognised(path, [r.format for r in readers], what="checkpoint")
-        raise CheckpointError(line + (f" ({found})" if found else ""))
-    return reader
-
-
-def read_checkpoint(path: Path) -> Any:
-    """The checkpoint at ``path`` read whole onto the CPU, whatever its format (``load_from``).
-
-    A ``torch.save`` file, or a file of no known format, is
-    :func:`~flexgraph.training.checkpoint.read_checkpoint_file`'s (which says
-    what is wrong with a damaged one); any other format is read by its
-    reader's ``open``, in flexgraph's layout (the weights under ``state_dict``).
-    The plan's ``load_checkpoint`` log line names the format read.
-    """
-    path = Path(path)
-    if path.is_file() and not any(r.format.recognise(path) for r in checkpoint_readers()
-                                  if r.format is not TORCH_SAVE_FILE):
-        return read_checkpoint_file(path)
-    return dict(reader_of(path, need="open").open(path).whole())
+        raise CheckpointError(unrecognised_by(path, [r.format for r in readers]))
+    return reader.describe(path)

@@ -58,7 +58,7 @@ from flexgraph.training.checkpoint._formats import (
     known_formats,
     unrecognised,
 )
-from flexgraph.training.checkpoint._inspect import read_checkpoint
+from flexgraph.training.checkpoint._open import read_checkpoint
 from flexgraph.training.checkpoint._space import tensor_bytes
 from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError

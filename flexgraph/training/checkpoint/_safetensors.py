@@ -61,11 +61,11 @@ def open_safetensors_file(path: Path) -> CheckpointSource:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        dtype = TORCH_DTYPES.get(entry.get("dtype")) if isinstance(entry, Mapping) else None
+        code = entry.get("dtype") if isinstance(entry, Mapping) else entry
+        dtype = TORCH_DTYPES.get(code) if isinstance(code, str) else None
         if dtype is None:
             raise CheckpointError(f"safetensors file {str(path)!r}: tensor {name!r} has "
-                                  f"dtype {entry.get('dtype') if isinstance(entry, Mapping) else entry!r}, "
-                                  f"which torch cannot hold")
+                                  f"dtype {code!r}, which flexgraph does not read")
         weights[name] = torch.empty(entry["shape"], dtype=dtype, device="meta")
     layout = weights_layout(weights)
     stored = {k.removeprefix("module."): k for k in weights}

@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import warnings
-
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any

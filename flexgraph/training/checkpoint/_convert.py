@@ -11,9 +11,9 @@ tensor (plus what a reader maps or buffers), never the whole checkpoint:
   keys it, ``meta``, schedulers, ... where the source has them): the file for
   inference or sharing, and what FSDP's ``state_dict_cfg='full'`` resumes from
   a DCP checkpoint. The file's skeleton is written by ``torch.save`` itself
-  (``torch.serialization.skip_data``, fake tensors), then each tensor is copied
-  into its place through a shared memory map of the file, and the zip's CRC-32s
-  are filled in, so it is exactly a file ``torch.save`` could have written.
+  (``torch.serialization.skip_data``, fake tensors), then each tensor's bytes
+  are written into its record and the zip's CRC-32s filled in, so it is a file
+  ``torch.save`` could have written.
 * ``safetensors``: the model's weights only.
 * ``dcp``: a ``torch.distributed.checkpoint`` directory in
   :class:`~flexgraph.training.checkpoint.DistributedCheckpointIO`'s layout
@@ -30,20 +30,19 @@ destination and renamed into place; an existing destination is refused.
 
 from __future__ import annotations
 
-import mmap
 import os
+import re
 import shutil
 import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import attrs
 import torch
 
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME
-from flexgraph.training.checkpoint._mmengine import allow_mmengine_types
 from flexgraph.training.checkpoint._open import open_checkpoint
 from flexgraph.training.checkpoint._safetensors import write_safetensors
 from flexgraph.training.checkpoint._source import (
@@ -188,74 +187,62 @@ def _as_fake(value: Any, mode: Any) -> Any:
 
 def write_torch_file(path: Path, layout: dict[str, Any],
                      fetch: Callable[[KeyPath], torch.Tensor]) -> None:
-    """A ``torch.save`` file of ``layout``, each tensor fetched only to be copied in.
+    """A ``torch.save`` file of ``layout``, each tensor fetched only to be written.
 
-    ``torch.save`` writes the skeleton (every record in place, the tensors'
-    bytes left empty); the file is then mapped shared, each tensor copied into
-    its record, and the zip's CRC-32s of the tensor records filled in.
+    ``torch.save`` writes the skeleton: the pickle, and a record of the right
+    size for every tensor with its bytes left empty. The records are named in
+    the order the pickler met the tensors (``data/0``, ``data/1``, ...), which
+    is the layout's order; each tensor's bytes are then written at its record's
+    offset, and its CRC-32 into the zip's data descriptor and central directory.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    skeleton = _as_fake(layout, FakeTensorMode())
     with open(path, "wb") as f, torch.serialization.skip_data(materialize_fake_tensors=True):
-        torch.save(skeleton, f)
-    del skeleton
-    previous = torch.serialization.get_default_mmap_options()
-    torch.serialization.set_default_mmap_options(mmap.MAP_SHARED)
-    try:
-        with allow_mmengine_types():
-            mapped = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
-    finally:
-        torch.serialization.set_default_mmap_options(previous)
-    with torch.no_grad():
-        for key, target in tensor_paths(mapped):
+        torch.save(_as_fake(layout, FakeTensorMode()), f)
+    tensors = list(tensor_paths(layout))
+    with zipfile.ZipFile(path) as archive:
+        records = sorted((m for m in archive.infolist() if _RECORD.fullmatch(m.filename)),
+                         key=lambda m: int(m.filename.rsplit("/", 1)[1]))
+        directory = archive.start_dir
+    sizes = [t.numel() * t.element_size() for _, t in tensors]
+    if [m.file_size for m in records] != sizes:
+        raise CheckpointError(f"torch.save wrote {len(records)} tensor records where the "
+                              f"checkpoint has {len(tensors)} tensors; cannot fill {path}")
+    crcs: dict[str, int] = {}
+    with open(path, "r+b") as f:
+        for (key, expected), record in zip(tensors, records, strict=True):
             value = fetch(key)
-            if tuple(value.shape) != tuple(target.shape) or value.dtype != target.dtype:
+            if tuple(value.shape) != tuple(expected.shape) or value.dtype != expected.dtype:
                 raise CheckpointError(f"{'.'.join(map(str, key))}: read as "
                                       f"{tuple(value.shape)} {value.dtype}, expected "
-                                      f"{tuple(target.shape)} {target.dtype}")
-            target.copy_(value)
-            del value, target
-    del mapped
-    _fill_crcs(path)
-
-
-def _fill_crcs(path: Path) -> None:
-    """Put each tensor record's CRC-32 into its data descriptor and the central directory.
-
-    The skeleton's records were written empty, with a CRC-32 of 0; readers that
-    check CRCs (``zipfile``, flexgraph's reader) would take the file for corrupt.
-    """
-    with zipfile.ZipFile(path) as archive:
-        members = [m for m in archive.infolist() if m.file_size and not m.CRC]
-        directory = archive.start_dir
-    with open(path, "r+b") as f:
-        fixed: dict[str, int] = {}
-        for member in members:
-            f.seek(member.header_offset + 26)
-            name_length, extra_length = (int.from_bytes(f.read(2), "little") for _ in (0, 1))
-            start = member.header_offset + 30 + name_length + extra_length
-            crc = _crc_of(f, start, member.file_size)
-            fixed[member.filename] = crc
-            if member.flag_bits & 0x08:  # a data descriptor follows the data
-                f.seek(start + member.compress_size)
-                at = start + member.compress_size + (4 if f.read(4) == b"PK\x07\x08" else 0)
-            else:
-                at = member.header_offset + 14
-            f.seek(at)
-            f.write(crc.to_bytes(4, "little"))
-        _fill_directory_crcs(f, directory, fixed)
+                                      f"{tuple(expected.shape)} {expected.dtype}")
+            if record.file_size:
+                crcs[record.filename] = _write_record(f, record, value)
+            del value
+        _fill_directory_crcs(f, directory, crcs)
         f.flush()
         os.fsync(f.fileno())
 
 
-def _crc_of(f: Any, start: int, size: int, chunk: int = 64 << 20) -> int:
+_RECORD = re.compile(r".*/data/\d+")
+
+
+def _write_record(f: BinaryIO, record: zipfile.ZipInfo, value: torch.Tensor) -> int:
+    """Write ``value``'s bytes into its (stored, uncompressed) record; return their CRC-32."""
+    f.seek(record.header_offset + 26)
+    name_length, extra_length = (int.from_bytes(f.read(2), "little") for _ in (0, 1))
+    start = record.header_offset + 30 + name_length + extra_length
+    data = memoryview(value.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
     f.seek(start)
-    crc = 0
-    while size > 0:
-        data = f.read(min(chunk, size))
-        crc = zlib.crc32(data, crc)
-        size -= len(data)
+    f.write(data)
+    crc = zlib.crc32(data)
+    if record.flag_bits & 0x08:  # a data descriptor follows the data, with the CRC-32
+        f.seek(start + record.compress_size)
+        at = start + record.compress_size + (4 if f.read(4) == b"PK\x07\x08" else 0)
+    else:
+        at = record.header_offset + 14
+    f.seek(at)
+    f.write(crc.to_bytes(4, "little"))
     return crc
 
 

@@ -16,6 +16,13 @@ order alternating from one repeat to the next, the median kept):
     sharded by FSDP2: DCP's sharded save (every rank writes its shards) against
     gathering the full state to rank 0 and ``torch.save`` there (+ fsync).
     Goal: faster.
+(c) ``flexgraph ckpt convert``'s memory, each conversion in a fresh process:
+    the growth of its anonymous memory (``RssAnon``, sampled every 5 ms; file
+    pages mapped for reading are the page cache's, not the process's) and of
+    its peak resident set (``VmHWM``, mapped file pages included) over the
+    process after its imports, against the checkpoint's size and its largest
+    tensor. Goal: bounded by the largest tensor (plus a reader's buffers), not
+    the checkpoint.
 
 Dirty pages are synced (untimed) before each save and each load, so no way
 pays for another's writeback. Ratios are speeds (baseline time / flexgraph
@@ -50,8 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tensors", type=int, default=64, help="tensors in the state")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds per measurement")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
-    parser.add_argument("--part", choices=("all", "one", "two"), default="all",
-                        help="(a) one process, (b) two ranks, or both")
+    parser.add_argument("--part", choices=("all", "one", "two", "convert"), default="all",
+                        help="(a) one process, (b) two ranks, (c) convert's memory, or all")
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -165,6 +172,55 @@ def two_ranks(args: argparse.Namespace, where: Path) -> tuple[float, float] | st
     return sharded, gathered
 
 
+_CONVERT = """
+import re, sys, threading, time
+from flexgraph.training.checkpoint import convert_checkpoint
+
+def status(field):
+    text = open('/proc/self/status').read()
+    return int(re.search(field + r':\\s+(\\d+) kB', text).group(1)) * 1024
+
+base_anon, base_peak, peak_anon, done = status('RssAnon'), status('VmHWM'), [0], []
+def sample():
+    while not done:
+        peak_anon[0] = max(peak_anon[0], status('RssAnon'))
+        time.sleep(0.005)
+sampler = threading.Thread(target=sample)
+sampler.start()
+convert_checkpoint(sys.argv[1], sys.argv[2], to=sys.argv[3])
+done.append(1)
+sampler.join()
+print('MEMORY', peak_anon[0] - base_anon, status('VmHWM') - base_peak)
+"""
+
+
+def convert_memory(args: argparse.Namespace, where: Path) -> list[tuple[str, int, int]]:
+    """(conversion, anonymous memory growth, peak RSS growth) in bytes, a process each."""
+    from flexgraph.training.checkpoint import DistributedCheckpointIO
+
+    model = State(args.size_gb, args.tensors)
+    io = DistributedCheckpointIO()
+    io.write({"meta": {"iter": 1}, **io.states(model, None)}, where / "source.dcp", model=model)
+    del model
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    steps = (("DCP -> torch", "source.dcp", "converted.pth", "torch"),
+             ("DCP -> safetensors", "source.dcp", "converted.safetensors", "safetensors"),
+             ("torch -> DCP", "converted.pth", "converted.dcp", "dcp"))
+    rows = []
+    for name, source, destination, target in steps:
+        done = subprocess.run([sys.executable, "-c", _CONVERT, str(where / source),
+                               str(where / destination), target],
+                              capture_output=True, text=True, env=env, timeout=3600)
+        line = [x for x in done.stdout.splitlines() if x.startswith("MEMORY ")]
+        if done.returncode != 0 or not line:
+            raise RuntimeError(f"{name} failed: {done.stderr.strip()[-500:]}")
+        anon, peak = (int(x) for x in line[0].split()[1:])
+        rows.append((name, anon, peak))
+    for name in ("source.dcp", "converted.pth", "converted.safetensors", "converted.dcp"):
+        _drop(where / name)
+    return rows
+
+
 def rank_worker(args: argparse.Namespace) -> None:
     """One of the two ranks of (b); rank 0 prints ``TIMES <sharded> <gathered>``."""
     import torch.distributed as dist
@@ -213,7 +269,8 @@ def rank_worker(args: argparse.Namespace) -> None:
 
 
 def report(args: argparse.Namespace, one: list[tuple[str, float, float]] | None,
-           two: tuple[float, float] | str | None, nbytes: int) -> list[str]:
+           two: tuple[float, float] | str | None, nbytes: int,
+           memory: list[tuple[str, int, int]] | None = None) -> list[str]:
     """The table: seconds, GB/s and speed ratios against the fsync'ed torch baseline."""
     gb = nbytes / 1e9
     lines = [f"checkpoint IO, {gb:.2f} GB in {args.tensors} float32 tensors, "
@@ -236,6 +293,13 @@ def report(args: argparse.Namespace, one: list[tuple[str, float, float]] | None,
             lines.append(f"  DCP sharded save (every rank)        {sharded:7.2f}")
             lines.append(f"  gather to rank 0 + torch.save        {gathered:7.2f}")
             lines.append(f"  sharded save speed x gathered: {gathered / sharded:.2f}")
+    if memory is not None:
+        largest = nbytes / args.tensors
+        lines.append(f"(c) ckpt convert, fresh process    anon MiB  peak RSS MiB  "
+                     f"anon / largest tensor ({largest / 2**20:.1f} MiB)  anon / checkpoint")
+        for name, anon, peak in memory:
+            lines.append(f"  {name:<32} {anon / 2**20:8.1f}  {peak / 2**20:12.1f}  "
+                         f"{anon / largest:38.2f}  {anon / nbytes:17.3f}")
     return lines
 
 
@@ -248,8 +312,10 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="ckptbench-", dir=args.dir) as where:
         one = one_process(args, Path(where)) if args.part in ("all", "one") else None
         two = two_ranks(args, Path(where)) if args.part in ("all", "two") else None
+        memory = convert_memory(args, Path(where)) if args.part in ("all", "convert") \
+            else None
     nbytes = args.tensors * rows_per_tensor(args.size_gb, args.tensors) * 1024 * 4
-    print("\n".join(report(args, one, two, nbytes)))
+    print("\n".join(report(args, one, two, nbytes, memory)))
 
 
 if __name__ == "__main__":

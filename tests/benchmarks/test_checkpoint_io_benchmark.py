@@ -1,8 +1,8 @@
 """benchmarks/checkpoint_io.py runs end to end at a tiny size (no figure is checked).
 
-One process and two ranks (``torch.distributed.run``), 2 MB in 4 tensors, one
-round: the table must have every row with every number, and the benchmark
-must leave nothing behind in its temporary folder.
+One process, two ranks (``torch.distributed.run``) and three conversions,
+2 MB in 4 tensors, one round: the table must have every row with every
+number, and the benchmark must leave nothing behind in its temporary folder.
 """
 
 from __future__ import annotations
@@ -33,4 +33,7 @@ def test_the_table_has_every_row_and_number_at_a_tiny_size(tmp_path):
     assert re.search(rf"^  DCP sharded save \(every rank\)\s+{NUMBER}$", out, re.M), out
     assert re.search(rf"^  gather to rank 0 \+ torch.save\s+{NUMBER}$", out, re.M), out
     assert re.search(rf"^  sharded save speed x gathered: {NUMBER}$", out, re.M), out
-    assert list(tmp_path.iterdir()) == []
+    for conversion in ("DCP -> torch", "DCP -> safetensors", "torch -> DCP"):
+        assert re.search(rf"^  {conversion}\s+" + r"\s+".join([NUMBER] * 4) + "$", out,
+                         re.M), out
+    assert list(tmp_path.glob("ckptbench-*")) == [], "its temporary folder is removed"

@@ -163,12 +163,6 @@ def _refresh_master_weights(engine: Any) -> None:
         refresh()
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """The checkpoint at ``path`` with its full weights, whatever its format (a DeepSpeed
-    tag through DeepSpeed's zero_to_fp32: ``flexgraph.strategies.deepspeed_inspect``)."""
-    return read_checkpoint(path)
-
-
 def _load_partitioned(module: torch.nn.Module, weights: dict[str, torch.Tensor],
                       missing: set[str]) -> None:
     """Rank 0's ``weights`` into ZeRO-3 partitions, one module's parameters gathered at a time."""
@@ -213,7 +207,7 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
         _refresh_master_weights(engine)
         return WeightsLoaded()
     if not partitioned:
-        checkpoint = _read(path)
+        checkpoint = read_checkpoint(path)  # a DeepSpeed tag through zero_to_fp32
         on_read(checkpoint)
         loaded = apply_weights(model.module, checkpoint, str(path), strict=False)
         _refresh_master_weights(engine)
@@ -221,7 +215,7 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
     module = model.module
     shapes = {n: tuple(getattr(p, "ds_shape", p.shape)) for n, p in
               [*module.named_parameters(), *module.named_buffers()]}
-    checkpoint = rank0_does(lambda: _read(path), share_result=False)
+    checkpoint = rank0_does(lambda: read_checkpoint(path), share_result=False)
     on_read(checkpoint if checkpoint is not None else {"meta": {}, "state_dict": {}})
     found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes,
                                                 type(module).__name__), share_result=False)

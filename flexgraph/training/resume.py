@@ -86,7 +86,7 @@ def load_weights(settings: RunSettings, hooks: Hooks, model: Any,
         runner.logger.warning(f"load_from {path}: {loaded.describe()}")
     found = format_of(Path(path))
     runner.logger.info(f"Loaded weights from {path}"
-                       + (f" ({found.name}, read by its reader)" if found else ""))
+                       + (f" (read as {found.name})" if found else ""))
     return model
 
 

@@ -144,7 +144,7 @@ def test_a_zero3_checkpoint_seeds_ddp_and_its_safetensors_export_seeds_fsdp(runs
         done = launch_two(config, f"seeded-{config.parent.name}", tmp_path, "--entry", "val",
                           "--load-from", str(path))
         out = done.stdout + done.stderr
-        assert f"Loaded weights from {path} ({reader}" in out, out[-3000:]
+        assert f"Loaded weights from {path} (read as {reader}" in out, out[-3000:]
         results.append([x for x in done.stdout.splitlines() if x.startswith("val_result:")])
     assert results[0] and results[0] == results[1]
 

@@ -203,3 +203,6 @@ def test_convert_never_overwrites_and_names_what_it_cannot_read(tmp_path):
                                               "file .* or a safetensors file"):
         convert_checkpoint(tmp_path / "taken", tmp_path / "out", to="torch")
     assert not (tmp_path / "out").exists()
+    with pytest.raises(CheckpointError, match="the folder of convert destination .* does not "
+                                              "exist"):
+        convert_checkpoint(source, tmp_path / "no" / "out.pth", to="torch")

@@ -138,7 +138,8 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
     CheckpointExistsError
         ``destination`` exists.
     CheckpointError
-        ``to`` is unknown, the source cannot be read, or holds no weights.
+        ``to`` is unknown, the destination's folder does not exist, the source
+        cannot be read, or holds no weights.
     """
     if to not in TARGETS:
         raise CheckpointError(f"cannot convert to {to!r}: the formats are {', '.join(TARGETS)}")
@@ -146,6 +147,9 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
     if destination.exists() or destination.is_symlink():
         raise CheckpointExistsError(f"convert destination {str(destination)!r} exists; give "
                                     f"a new path (convert never overwrites)")
+    if not destination.parent.is_dir():
+        raise CheckpointError(f"the folder of convert destination {str(destination)!r} does "
+                              f"not exist; create it first")
     opened = open_checkpoint(source)
     layout, left_out = _plan(opened, to)
     if not layout.get("state_dict") and to == "safetensors":

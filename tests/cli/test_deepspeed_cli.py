@@ -129,24 +129,27 @@ def test_a_zero_checkpoint_converts_to_deepspeeds_own_fp32_weights(runs, tmp_pat
                 assert torch.equal(weights[key], value), (stage, target, key)
 
 
-def test_a_zero3_checkpoint_seeds_ddp_and_its_safetensors_export_seeds_fsdp(runs, tmp_path):
+def test_a_zero3_checkpoint_seeds_ddp_and_its_exports_seed_fsdp_and_zero1(runs, tmp_path):
     """load_from under other strategies, the reader named in the log; the same accuracy."""
     from flexgraph.training.checkpoint import convert_checkpoint
 
     tag = runs["root"] / "zero3" / "iter_20.ds"
-    exported = tmp_path / "exported.weights"
+    exported, sharded = tmp_path / "exported.weights", tmp_path / "exported.dcp"
     convert_checkpoint(tag, exported, to="safetensors")
+    convert_checkpoint(tag, sharded, to="dcp")
     fsdp = write_config(tmp_path / "fsdp", extra="strategy = dict(type='FSDPStrategy')\n")
     results = []
     for config, path, reader in (
             (runs["root"] / "ddp" / "cfg.py", tag, "a DeepSpeed checkpoint directory"),
-            (fsdp, exported, "a safetensors file")):
+            (fsdp, exported, "a safetensors file"),
+            (runs["root"] / "zero1-cfg" / "cfg.py", sharded,
+             "a torch.distributed.checkpoint directory")):
         done = launch_two(config, f"seeded-{config.parent.name}", tmp_path, "--entry", "val",
                           "--load-from", str(path))
         out = done.stdout + done.stderr
         assert f"Loaded weights from {path} (read as {reader}" in out, out[-3000:]
         results.append([x for x in done.stdout.splitlines() if x.startswith("val_result:")])
-    assert results[0] and results[0] == results[1]
+    assert results[0] and results[0] == results[1] == results[2]
 
 
 def test_zero3_partitions_the_model_on_every_rank(runs):

@@ -42,7 +42,9 @@ from typing import Any, BinaryIO
 import attrs
 import torch
 
+from flexgraph.training.checkpoint._dcp import SHARDED_KEYS
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME
+from flexgraph.training.checkpoint._io import optimizer_keyed_by
 from flexgraph.training.checkpoint._open import open_checkpoint
 from flexgraph.training.checkpoint._safetensors import write_safetensors
 from flexgraph.training.checkpoint._source import (
@@ -59,7 +61,6 @@ __all__ = ["TARGETS", "Conversion", "convert_checkpoint", "write_torch_file"]
 TARGETS = ("dcp", "torch", "safetensors")
 """The formats ``flexgraph ckpt convert --to`` writes."""
 
-_SHARDED_KEYS = ("state_dict", "optimizer")  # DistributedCheckpointIO's DCP part
 
 
 @attrs.frozen
@@ -91,10 +92,6 @@ class Conversion:
     left_out: tuple[str, ...] = ()
 
 
-def _not_in(target: str, what: str) -> str:
-    return f"{what}: a {target} checkpoint holds the model's weights only"
-
-
 def _plan(source: CheckpointSource, target: str) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The part of the source's layout the target holds, and one line per part left out."""
     layout = source.layout
@@ -102,16 +99,14 @@ def _plan(source: CheckpointSource, target: str) -> tuple[dict[str, Any], tuple[
     if target == "safetensors":
         others = sorted(k for k in layout if k != "state_dict")
         if others:
-            left_out.append(_not_in("safetensors", ", ".join(others)))
+            left_out.append(f"{', '.join(others)}: a safetensors checkpoint holds the "
+                            f"model's weights only")
         return {"state_dict": layout.get("state_dict") or {}}, tuple(left_out)
-    if target == "dcp":
-        from flexgraph.training.checkpoint._io import optimizer_keyed_by
-
-        if optimizer_keyed_by(layout.get("optimizer")) == "position":
-            layout = {k: v for k, v in layout.items() if k != "optimizer"}
-            left_out.append("optimizer: its state numbers the parameters (single device, DDP, "
-                            "MMEngine), which only the model can name; resume the source "
-                            "itself for it")
+    if target == "dcp" and optimizer_keyed_by(layout.get("optimizer")) == "position":
+        layout = {k: v for k, v in layout.items() if k != "optimizer"}
+        left_out.append("optimizer: its state numbers the parameters (single device, DDP, "
+                        "MMEngine), which only the model can name; resume the source "
+                        "itself for it")
     return layout, tuple(left_out)
 
 
@@ -162,8 +157,7 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
         os.replace(temp, destination)
     finally:
         _discard(temp)
-    tensors = [t for _, t in CheckpointSource(opened.path, opened.format_name, layout,
-                                              opened.fetch).tensors()]
+    tensors = [t for _, t in tensor_paths(layout)]
     return Conversion(str(opened.path), str(destination), opened.format_name, to,
                       len(tensors), max((t.numel() * t.element_size() for t in tensors),
                                         default=0), left_out)
@@ -290,7 +284,7 @@ def _write_dcp(path: Path, layout: dict[str, Any],
                 return fetch(tuple(self.mappings[write_item.index.fqn]))
             return self.transform_object(write_item, found)
 
-    sharded = {k: layout[k] for k in _SHARDED_KEYS if layout.get(k)}
+    sharded = {k: layout[k] for k in SHARDED_KEYS if layout.get(k)}
     rest = {k: v for k, v in layout.items() if k not in sharded}
     path.mkdir()
     writer = FileSystemWriter(path, single_file_per_rank=False)

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 
 import torch
 
+from flexgraph.training.checkpoint._formats import SAFETENSORS_FILE
 from flexgraph.training.checkpoint._source import CheckpointSource, weights_layout
 from flexgraph.training.errors import CheckpointError
 
@@ -53,8 +54,6 @@ def safetensors_header(path: Path) -> dict[str, Any]:
 def open_safetensors_file(path: Path) -> CheckpointSource:
     """A safetensors file as ``{'state_dict': weights}``, each tensor read when fetched."""
     from safetensors import safe_open
-
-    from flexgraph.training.checkpoint._formats import SAFETENSORS_FILE
 
     header = safetensors_header(path)
     weights: dict[str, torch.Tensor] = {}

@@ -39,6 +39,7 @@ from flexgraph.training.checkpoint._dcp_read import (
     dcp_problem,
 )
 from flexgraph.training.checkpoint._files import read_checkpoint_file
+from flexgraph.training.checkpoint._formats import DCP_DIRECTORY, TORCH_SAVE_FILE
 from flexgraph.training.errors import CheckpointError
 
 __all__ = ["CheckpointSource", "KeyPath", "element_at", "open_dcp_directory",
@@ -163,8 +164,6 @@ def _flexgraph_layout(checkpoint: Any, path: Path) -> dict[str, Any]:
 
 def open_torch_file(path: Path) -> CheckpointSource:
     """A ``torch.save`` file, its tensors memory-mapped (read from disk as they are fetched)."""
-    from flexgraph.training.checkpoint._formats import TORCH_SAVE_FILE
-
     mapped = _flexgraph_layout(read_checkpoint_file(path, mmap=True), path)
     return CheckpointSource(path, TORCH_SAVE_FILE.name, _on_meta(mapped),
                             lambda key: element_at(mapped, key))
@@ -196,8 +195,6 @@ def open_dcp_directory(path: Path) -> CheckpointSource:
     key alone, so only its bytes are read.
     """
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    from flexgraph.training.checkpoint._formats import DCP_DIRECTORY
 
     problem = dcp_problem(path, need_extra=False)
     if problem is not None:

@@ -49,6 +49,7 @@ from flexgraph.render.plan_change import plan_change_view
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
+    format_of,
     from_mmengine,
     restore_schedulers,
     running_plan,
@@ -98,7 +99,9 @@ def load_weights(settings: RunSettings, hooks: Hooks, model: Any,
                                                            checkpoint=checkpoint))
     if loaded:
         runner.logger.warning(f"load_from {path}: {loaded.describe()}")
-    runner.logger.info(f"Loaded weights from {path}")
+    found = format_of(Path(path))
+    runner.logger.info(f"Loaded weights from {path}"
+                       + (f" (read as {found.name})" if found else ""))
     return model
 
 

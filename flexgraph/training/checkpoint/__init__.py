@@ -10,7 +10,10 @@ MMEngine's own files are read with an allow-list of the types they hold.
 Every IO also *loads* ``load_from`` weights into the model it manages, from
 each :class:`CheckpointFormat` it reads, recognised by content.
 :func:`describe_checkpoint` says what a checkpoint of any format holds, offline,
-through each format's :class:`CheckpointReader`.
+through each format's :class:`CheckpointReader`, which also opens it as a
+:class:`CheckpointSource` (one tensor at a time): :func:`read_checkpoint`
+reads another tool's checkpoint for ``load_from`` and :func:`convert_checkpoint`
+rewrites it in another format (``flexgraph ckpt convert``).
 :class:`LoopState` says where a restored run continues.
 """
 
@@ -28,6 +31,7 @@ from flexgraph.training.checkpoint._checkpointer import (
     flat_schedulers,
     restore_schedulers,
 )
+from flexgraph.training.checkpoint._convert import TARGETS, Conversion, convert_checkpoint
 from flexgraph.training.checkpoint._dcp import (
     DistributedCheckpointIO,
     FullStateFileIO,
@@ -45,13 +49,13 @@ from flexgraph.training.checkpoint._formats import (
     DEEPSPEED_DIRECTORY,
     MANIFEST_NAME,
     PORTABLE_DIRECTORY,
+    SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
     format_of,
     known_formats,
 )
 from flexgraph.training.checkpoint._inspect import (
-    READER_ENTRY_POINTS,
     CheckpointReader,
     CheckpointSummary,
     checkpoint_readers,
@@ -72,6 +76,11 @@ from flexgraph.training.checkpoint._mmengine import (
     is_mmengine_checkpoint,
     mmengine_globals,
 )
+from flexgraph.training.checkpoint._open import (
+    READER_ENTRY_POINTS,
+    open_checkpoint,
+    read_checkpoint,
+)
 from flexgraph.training.checkpoint._portable import (
     PortableCheckpointIO,
     portable_tensors,
@@ -79,6 +88,7 @@ from flexgraph.training.checkpoint._portable import (
     write_portable,
 )
 from flexgraph.training.checkpoint._pretrained import load_pretrained
+from flexgraph.training.checkpoint._source import CheckpointSource, weights_layout
 from flexgraph.training.checkpoint._space import tensor_bytes
 from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
 from flexgraph.training.checkpoint._weights import (
@@ -111,11 +121,15 @@ __all__ = [
     "DEEPSPEED_DIRECTORY",
     "NOTHING_READ",
     "READER_ENTRY_POINTS",
+    "SAFETENSORS_FILE",
+    "TARGETS",
     "TORCH_SAVE_FILE",
     "CheckpointFormat",
     "CheckpointIO",
     "CheckpointReader",
+    "CheckpointSource",
     "CheckpointSummary",
+    "Conversion",
     "Checkpointer",
     "DistributedCheckpointIO",
     "FileCheckpointIO",
@@ -128,6 +142,7 @@ __all__ = [
     "atomic_write",
     "checkpoint_readers",
     "checkpoint_meta",
+    "convert_checkpoint",
     "dcp_problem",
     "describe_checkpoint",
     "directory_problem",
@@ -146,10 +161,13 @@ __all__ = [
     "matching_weights",
     "mmengine_globals",
     "model_weights",
+    "open_checkpoint",
+    "read_checkpoint",
     "read_checkpoint_file",
     "restore_schedulers",
     "state_parts",
     "tensor_bytes",
     "to_plain",
     "weights_in",
+    "weights_layout",
 ]

@@ -81,6 +81,30 @@ def _flat_partitions(zero: Any, base: torch.optim.Optimizer) -> list[torch.Tenso
     return [p for group in base.param_groups for p in group["params"]]
 
 
+def _link_optimizer_state(zero: Any, base: torch.optim.Optimizer) -> None:
+    """Point every parameter's fragment at its group's optimizer state as it is now.
+
+    ZeRO-1/2 link the fragments once, at their first step, to the state each
+    group's flat partition had then; a group without state at that moment (its
+    partition not stepped yet) keeps an empty link for good, and DeepSpeed's
+    ``safe_get_full_optimizer_state`` raises "exp_avg not found in optimizer
+    state fragment" for its parameters. So link again, from DeepSpeed's own
+    function, before reading (a model of many param groups, as layer decay
+    makes, met it).
+    """
+    from deepspeed.utils import lazy_init_hp_params_optimizer_state
+
+    groups = getattr(zero, "bit16_groups", None) or getattr(zero, "bf16_groups", None)
+    if groups is None:  # ZeRO-3: fragments are read from the partitions directly
+        link = getattr(zero, "_lazy_init_hp_params_optimizer_state", None)
+        if callable(link) and base.state:
+            link()
+        return
+    for params, flat in zip(groups, _flat_partitions(zero, base), strict=True):
+        if flat in base.state:
+            lazy_init_hp_params_optimizer_state(params, flat, base.state)
+
+
 def _full_weight(param: torch.nn.Parameter) -> torch.Tensor:
     """One parameter whole: its fp32 master, else (frozen) the gathered parameter itself."""
     import deepspeed
@@ -126,9 +150,7 @@ class DeepSpeedStateAccess(StateAccess):
         module = engine.module
         if not _partitioned(module):
             return TorchStateAccess().optimizer_state(module, optim_wrapper)
-        link = getattr(zero, "_lazy_init_hp_params_optimizer_state", None)
-        if callable(link) and base.state:
-            link()
+        _link_optimizer_state(zero, base)
         keys, step = _state_keys(base)
         state: dict[str, dict[str, torch.Tensor]] = {}
         for name, param in module.named_parameters():

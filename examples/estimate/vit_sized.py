@@ -49,10 +49,10 @@ class Block(nn.Module):
 
 @MODELS.register_module(force=True)
 class SizedViT(BaseModel):
-    """ViT-``arch`` (``'tiny'``: 12 x 192, ``'large'``: 24 x 1024, ``'huge'``: 32 x 1280) with a linear head."""
+    """ViT-``arch`` (depth x width: tiny 12 x 192, large 24 x 1024, huge 32 x 1280), linear head."""
 
-    ARCHS = {"tiny": (192, 12, 3, 768), "base": (768, 12, 12, 3072), "large": (1024, 24, 16, 4096),
-             "huge": (1280, 32, 16, 5120)}
+    ARCHS = {"tiny": (192, 12, 3, 768), "base": (768, 12, 12, 3072),
+             "large": (1024, 24, 16, 4096), "huge": (1280, 32, 16, 5120)}
 
     def __init__(self, arch: str = "base", img_size: int = 224, patch_size: int = 16,
                  num_classes: int = 1000, data_preprocessor: dict | None = None) -> None:

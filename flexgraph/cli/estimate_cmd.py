@@ -17,6 +17,8 @@ from flexgraph.core.strategy import Strategy
 AUTO = "auto"
 AUTO_CHOICE_VAR = "FLEXGRAPH_AUTO_CHOICE"
 """The launcher's ``--strategy auto`` choice, handed to its ranks (they do not estimate again)."""
+AUTO_REASON_VAR = "FLEXGRAPH_AUTO_REASON"
+"""Why the launcher chose it (for the work_dir's log, which rank 0 writes)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> None:

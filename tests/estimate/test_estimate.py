@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
+
 from flexgraph.core.strategy import get_strategy
 from flexgraph.spec import load_spec
 from flexgraph.training import standard_graph
@@ -14,7 +16,6 @@ from flexgraph.training.estimate import (
     take_census,
     trace_step,
 )
-from torch import nn
 
 
 def _candidate(name: str, **options) -> Candidate:
@@ -65,9 +66,10 @@ def test_all_live_estimators_count_the_same_model(capsys: pytest.CaptureFixture)
 
 def _live_peak_of_real_steps(cfg) -> int:
     """Peak live tensor bytes of the second real AdamW step, measured by torch's MemTracker."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
     from flexgraph.training.estimate._config import first_batch
     from flexgraph.training.steps import build_model
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     torch.manual_seed(0)
     model = build_model(cfg, env=None).train()

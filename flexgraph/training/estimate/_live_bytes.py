@@ -41,6 +41,13 @@ class LiveBytes(TorchDispatchMode):
         self.grads_at_peak = 0
         self._refs: dict[int, Any] = {}
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No: torch would wrap ``__torch_dispatch__`` in ``torch._disable_dynamo``, which
+        imports Dynamo (0.6 s) and costs a wrapper call per operator; nothing is
+        compiled under this mode."""
+        return False
+
     def ignore(self, tensors: Any) -> None:
         """Leave out the storages of ``tensors`` (parameters, buffers, the batch)."""
         for tensor in tensors:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from torch.utils.data import Dataset
 
 __all__ = ["SizedViT", "SyntheticImages"]
@@ -55,8 +56,10 @@ class SizedViT(BaseModel):
              "large": (1024, 24, 16, 4096), "huge": (1280, 32, 16, 5120)}
 
     def __init__(self, arch: str = "base", img_size: int = 224, patch_size: int = 16,
-                 num_classes: int = 1000, data_preprocessor: dict | None = None) -> None:
+                 num_classes: int = 1000, with_cp: bool = False,
+                 data_preprocessor: dict | None = None) -> None:
         super().__init__(data_preprocessor=data_preprocessor)
+        self.with_cp = with_cp  # MMPreTrain's switch: recompute each block in backward
         dim, depth, heads, mlp = self.ARCHS[arch]
         tokens = (img_size // patch_size) ** 2
         self.patch_embed = nn.Conv2d(3, dim, patch_size, stride=patch_size)
@@ -70,7 +73,7 @@ class SizedViT(BaseModel):
         x = self.patch_embed(inputs).flatten(2).transpose(1, 2)
         x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1) + self.pos_embed
         for layer in self.layers:
-            x = layer(x)
+            x = checkpoint(layer, x, use_reentrant=False) if self.with_cp else layer(x)
         logits = self.head(self.ln1(x[:, 0]))
         if mode == "loss":
             return {"loss": F.cross_entropy(logits, torch.stack(list(data_samples)))}

@@ -69,16 +69,32 @@ class StepTrace:
 
 
 @contextlib.contextmanager
-def _module_names(model: nn.Module, counter: LiveBytes) -> Iterator[None]:
-    """Keep ``counter.module`` on the innermost module running forward."""
+def _module_names(model: nn.Module, counter: LiveBytes,
+                  modes: Callable[[], contextlib.AbstractContextManager]) -> Iterator[None]:
+    """Keep ``counter.module`` on the innermost module running forward, and ``modes()``
+    active in every forward.
+
+    Autograd's engine runs backward without Python's torch-function modes, so
+    the forwards activation checkpointing recomputes there would run without
+    autocast's rules or fused attention, save other tensors than the first
+    forward did, and fail torch's check; a module entered with no mode active
+    enters ``modes()`` again until it returns.
+    """
     names = {id(m): name or type(m).__name__ for name, m in model.named_modules()}
     stack: list[str] = []
+    reentered: list[tuple[int, contextlib.ExitStack]] = []
 
     def enter(module: nn.Module, args: Any) -> None:
         stack.append(names.get(id(module), type(module).__name__))
         counter.module = stack[-1]
+        if torch._C._len_torch_function_stack() == 0:
+            active = contextlib.ExitStack()
+            active.enter_context(modes())
+            reentered.append((len(stack), active))
 
     def leave(module: nn.Module, args: Any, output: Any) -> None:
+        if reentered and reentered[-1][0] == len(stack):
+            reentered.pop()[1].close()
         if stack:
             stack.pop()
         counter.module = stack[-1] if stack else ""
@@ -171,14 +187,20 @@ def trace_step(model: nn.Module, batch: Any, compute: str = "fp32") -> StepTrace
 
     params = [p for p in model.parameters() if p.requires_grad]
     hooks = [p.register_post_accumulate_grad_hook(grad_done) for p in params]
+    def modes() -> contextlib.ExitStack:
+        active = contextlib.ExitStack()
+        active.enter_context(FusedAttention())
+        if kind == "amp":
+            active.enter_context(MetaAutocast(dtype))
+        return active
+
     try:
-        with _module_names(model, counter), counter:
+        with _module_names(model, counter, modes), counter:
             counter.ignore([*model.parameters(), *model.buffers()])
             counter.phase = "forward"
             meta_batch = to_meta(batch, dtype if kind == "half" else None)
-            amp = MetaAutocast(dtype) if kind == "amp" else contextlib.nullcontext()
             try:
-                with FusedAttention(), amp:
+                with modes():
                     loss = _loss(model, meta_batch, dtype if kind == "half" else None)
                 counter.phase, counter.module = "backward", ""
                 loss.backward()

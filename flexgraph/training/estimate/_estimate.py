@@ -25,7 +25,7 @@ import torch
 
 from ._candidates import Candidate, memory_module
 from ._census import Census, take_census
-from ._config import amp_precision, first_batch, optimizer_states
+from ._config import first_batch, optimizer_states
 from ._parts import StrategyMemory
 from ._trace import StepTrace, UntraceableModelError, trace_step
 
@@ -145,7 +145,6 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int) -> E
     start = time.perf_counter()
     model = build_meta_model(cfg)
     census = take_census(model)
-    amp = amp_precision(cfg)
     states, optimizer_name = optimizer_states(cfg)
     memories = []
     for candidate in candidates:
@@ -163,7 +162,6 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int) -> E
             traces[memory.compute] = trace_step(model, batch, memory.compute)
         except UntraceableModelError as exc:
             untraceable = str(exc)
-    del amp
     rows = tuple(CandidateEstimate(label=c.label, strategy=c.strategy.name, memory=m,
                                    trace=traces.get(m.compute), world_size=world_size)
                  for c, m in zip(candidates, memories, strict=True))

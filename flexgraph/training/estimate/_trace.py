@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 from flexgraph.training.components import forward, loss_of, unwrap_model, uses_step_api
 from flexgraph.training.errors import TrainingError
@@ -108,7 +108,7 @@ def _module_names(model: nn.Module, counter: LiveBytes,
         post.remove()
 
 
-def to_meta(batch: Any, dtype: torch.dtype | None = None) -> Any:
+def _to_meta(batch: Any, dtype: torch.dtype | None = None) -> Any:
     """``batch`` with every tensor on the meta device (floating ones in ``dtype``)."""
     def move(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
@@ -198,7 +198,7 @@ def trace_step(model: nn.Module, batch: Any, compute: str = "fp32") -> StepTrace
         with _module_names(model, counter, modes), counter:
             counter.ignore([*model.parameters(), *model.buffers()])
             counter.phase = "forward"
-            meta_batch = to_meta(batch, dtype if kind == "half" else None)
+            meta_batch = _to_meta(batch, dtype if kind == "half" else None)
             try:
                 with modes():
                     loss = _loss(model, meta_batch, dtype if kind == "half" else None)
@@ -228,7 +228,3 @@ def _untraceable(model: nn.Module, counter: LiveBytes, exc: BaseException) -> Un
         f"states still are); give the operator a meta kernel (torch.library.register_fake) "
         f"or estimate with a model whose shapes do not depend on tensor values")
 
-
-def tensors_of(batch: Any) -> list[torch.Tensor]:
-    """Every tensor of ``batch`` (for its size)."""
-    return [v for v in tree_flatten(batch)[0] if isinstance(v, torch.Tensor)]

@@ -139,17 +139,26 @@ def _timed_process(argv: list[str]) -> tuple[float, int]:
 
 
 def estimate_ratios(repeats: int) -> None:
-    """``--estimate`` of each :data:`ESTIMATED` config against ``import torch`` (medians)."""
-    bare = [_timed_process([sys.executable, "-c", "import torch"])[0] for _ in range(repeats)]
+    """``--estimate`` of each :data:`ESTIMATED` config against ``import torch`` (medians).
+
+    Interleaved (a bare import, then each config, ``repeats`` times), so that
+    load from other processes on a shared machine falls on both sides alike.
+    """
+    bare: list[float] = []
+    runs: dict[str, list[tuple[float, int]]] = {label: [] for label in ESTIMATED}
+    for _ in range(repeats):
+        bare.append(_timed_process([sys.executable, "-c", "import torch"])[0])
+        for label, config in ESTIMATED.items():
+            runs[label].append(_timed_process(
+                [sys.executable, "-m", "flexgraph", "plan", str(config), "--estimate",
+                 "--world-size", "8", "--device-memory", "80GB"]))
     torch_s = statistics.median(bare)
-    print(f"\nimport torch: {torch_s:.2f} s (median of {repeats} fresh processes)")
+    print(f"\nimport torch: {torch_s:.2f} s (median of {repeats} fresh processes, "
+          f"interleaved with the estimates)")
     print(f"{'--estimate of':<24} {'seconds':>8} {'/ import torch':>15} {'peak RSS (MiB)':>15}")
-    for label, config in ESTIMATED.items():
-        argv = [sys.executable, "-m", "flexgraph", "plan", str(config), "--estimate",
-                "--world-size", "8", "--device-memory", "80GB"]
-        runs = [_timed_process(argv) for _ in range(repeats)]
-        seconds = statistics.median(r[0] for r in runs)
-        rss = max(r[1] for r in runs)
+    for label, timed in runs.items():
+        seconds = statistics.median(r[0] for r in timed)
+        rss = max(r[1] for r in timed)
         print(f"{label:<24} {seconds:>8.2f} {seconds / torch_s:>15.2f} {rss / 2**20:>15.0f}")
 
 

@@ -93,7 +93,8 @@ def estimate_view(estimate: Mapping[str, Any]) -> Group:
     if estimate.get("untraceable"):
         parts.insert(0, Text(f"note: {estimate['untraceable']}"))
     if estimate.get("auto"):
-        parts.append(Text(f"strategy auto: {estimate['auto']['reason']}"))
+        auto = estimate["auto"]
+        parts.append(Text(f"strategy auto chose {auto['choice']}: {auto['reason']}"))
     return Group(*parts)
 
 

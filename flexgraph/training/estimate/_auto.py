@@ -28,6 +28,11 @@ AUTO_MARGIN = 0.10
 GB = 1e9
 
 
+def _size(nbytes: float) -> str:
+    """``12.3 GB``, or ``456 MB`` below a gigabyte (a decimal place of a GB says little there)."""
+    return f"{nbytes / GB:.1f} GB" if nbytes >= GB else f"{nbytes / 1e6:.0f} MB"
+
+
 class NothingFitsError(ConfigError):
     """No candidate's estimate fits the device; the message names the smallest and
     what would make it fit."""
@@ -55,9 +60,9 @@ def _hint(best: CandidateEstimate, capacity: int) -> str:
         ideas.append("bf16 (halves activations)")
     if activations > capacity // 3:
         ideas.append("activation checkpointing or a smaller batch per rank "
-                     f"(activations {activations / GB:.1f} GB)")
+                     f"(activations {_size(activations)})")
     if states > capacity // 3:
-        ideas.append(f"more ranks or offload (model states {states / GB:.1f} GB)")
+        ideas.append(f"more ranks or offload (model states {_size(states)})")
     return "; ".join(ideas) or "a larger device"
 
 
@@ -74,14 +79,14 @@ def choose_strategy(result: Estimate, capacity: int,
     for row in result.candidates:
         if row.trace is not None and row.peak <= usable:
             return AutoChoice(row.label, (
-                f"{row.label}: the first in order of communication cost whose estimate, "
-                f"{row.peak / GB:.1f} GB per rank, fits {capacity / GB:.1f} GB with a "
+                f"the first in order of communication cost whose estimate, "
+                f"{_size(row.peak)} per rank, fits {_size(capacity)} with a "
                 f"{margin:.0%} margin"))
     best = min(result.candidates, key=lambda r: r.peak)
     if result.untraceable:
         raise NothingFitsError(f"--strategy auto needs activations, and the step cannot be "
                                f"traced: {result.untraceable}")
     raise NothingFitsError(
-        f"no strategy fits {capacity / GB:.1f} GB per rank (with a {margin:.0%} margin): the "
-        f"smallest estimate is {best.label}, {best.peak / GB:.1f} GB; try "
+        f"no strategy fits {_size(capacity)} per rank (with a {margin:.0%} margin): the "
+        f"smallest estimate is {best.label}, {_size(best.peak)}; try "
         f"{_hint(best, usable)}")

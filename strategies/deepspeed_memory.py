@@ -12,7 +12,10 @@ stage      parameters            gradients               optimizer states
 =========  ====================  ======================  ==================
 
 (4P/N: the fp32 gradient partition; 4 + 4k: the fp32 master weights and the
-states.) For Adam, stages 2 and 3 are exactly what
+states.) In fp32 the master partition is still a copy (DeepSpeed clones it),
+and the gradient partitions are fp32: ``4P`` parameters, ``8P/N`` gradients
+(stage 1: ``4P`` whole as well), ``(4 + 4k)P/N`` optimizer states. For Adam,
+stages 2 and 3 are exactly what
 ``estimate_zero2_model_states_mem_needs_all_live`` and
 ``estimate_zero3_model_states_mem_needs_all_live`` count (``2P + int(18P/N)``;
 ``4 x largest layer + int(18P/N)``); DeepSpeed counts stage 1 like stage 2,
@@ -76,10 +79,10 @@ def _elements(value: Any, params: int) -> int:
 def _states(total: int, trainable: int, n: int, k: int, stage: int, low: int,
             offload: bool) -> tuple[int, int, int]:
     """(parameters, gradients, optimizer states) per rank, before stage 3's gathered layer."""
-    if low == 4:  # fp32: no master copy, gradients in fp32
+    if low == 4:  # fp32: the master partition is a copy all the same (DeepSpeed clones it)
         params = total * 4 if stage < 3 else total * 4 // n
-        grads = trainable * 4 if stage < 2 else trainable * 4 // n
-        optim = 0 if offload else trainable * 4 * k // n
+        grads = trainable * 8 // n + (trainable * 4 - trainable * 4 // n if stage == 1 else 0)
+        optim = 0 if offload else trainable * (4 + 4 * k) // n
         return params, grads, optim
     sharded = int((6 + 4 + 4 * k) * trainable / n)
     optim = int((4 + 4 * k) * trainable / n)

@@ -53,7 +53,7 @@ def track_live_bytes() -> None:
     if os.environ.get(LIVE_BYTES_VAR) and _live_bytes is None:
         from flexgraph.training.estimate._live_bytes import LiveBytes
 
-        _live_bytes = LiveBytes()
+        _live_bytes = LiveBytes(resizes=True)
         _live_bytes.__enter__()
 
 
@@ -201,6 +201,7 @@ class RankRecorder:
         self.stamps.append(time.perf_counter())
         self.cpu_stamps.append(time.process_time())
         if len(self.stamps) == 1 and _live_bytes is not None:
+            _live_bytes._recount()
             self.start_live_mib = _live_bytes.live / 2**20
             _live_bytes.peak = _live_bytes.live  # the steady state from here on
         if len(self.stamps) == MEMORY_AFTER_ITERS:

@@ -27,10 +27,16 @@ class LiveBytes(TorchDispatchMode):
     tracer; ``peak`` keeps the highest count and where it was reached.
     ``grads`` is kept by the tracer (the bytes of parameters' ``.grad`` so
     far); ``grads_at_peak`` is its value when the peak was reached.
+
+    ``resizes=True`` is for real tensors whose storages code resizes in place
+    (FSDP2 frees a gathered parameter with ``storage.resize_(0)``, which no
+    operator reports): before a count is taken as a new peak, every live
+    storage's current size is read again. Meta storages never resize.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, resizes: bool = False) -> None:
         super().__init__()
+        self.resizes = resizes
         self.live = 0
         self.peak = 0
         self.peak_phase = ""
@@ -40,6 +46,7 @@ class LiveBytes(TorchDispatchMode):
         self.grads = 0
         self.grads_at_peak = 0
         self._refs: dict[int, Any] = {}
+        self._sizes: dict[int, int] = {}
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -53,9 +60,18 @@ class LiveBytes(TorchDispatchMode):
         for tensor in tensors:
             self._refs.setdefault(tensor.untyped_storage()._cdata, None)
 
-    def _forget(self, key: int, nbytes: int) -> None:
+    def _forget(self, key: int) -> None:
         if self._refs.pop(key, None) is not None:
-            self.live -= nbytes
+            self.live -= self._sizes.pop(key)
+
+    def _recount(self) -> None:
+        """Read every live storage's size again (see ``resizes``)."""
+        for key, ref in list(self._refs.items()):
+            storage = ref() if ref is not None else None
+            if storage is not None:
+                nbytes = storage.nbytes()
+                self.live += nbytes - self._sizes[key]
+                self._sizes[key] = nbytes
 
     def _count(self, tensor: torch.Tensor) -> None:
         storage = tensor.untyped_storage()
@@ -63,8 +79,11 @@ class LiveBytes(TorchDispatchMode):
         if key in self._refs:
             return
         nbytes = storage.nbytes()
-        self._refs[key] = weakref.ref(storage, lambda _, k=key, n=nbytes: self._forget(k, n))
+        self._refs[key] = weakref.ref(storage, lambda _, k=key: self._forget(k))
+        self._sizes[key] = nbytes
         self.live += nbytes
+        if self.live > self.peak and self.resizes:
+            self._recount()
         if self.live > self.peak:
             self.peak, self.peak_phase, self.peak_module = self.live, self.phase, self.module
             self.grads_at_peak = self.grads

@@ -62,4 +62,4 @@ def test_estimate_mode_puts_the_estimate_next_to_live_bytes(tmp_path):
     row = re.search(r"^\s+ddp\s+(\d+)\s+(\d+)\s+(\d+\.\d+)\s+(\d+)\s", done.stdout, re.M)
     assert row, done.stdout
     estimate, live, ratio, rss = (float(v) for v in row.groups())
-    assert 0.8 < ratio < 1.2 and live < rss, done.stdout
+    assert 0.85 < ratio < 1.15 and live < rss, done.stdout  # 0.92 at this size

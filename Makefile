@@ -23,7 +23,7 @@ ECO_BIN := $(ECO_VENV)/bin
 MMPRETRAIN := mmpretrain==1.2.0 mmcv-lite==2.2.0
 MMPRETRAIN_IMPORTS := einops mat4py modelindex importlib-metadata
 
-.PHONY: install quickstart test lint bench test-ecosystem
+.PHONY: install quickstart test lint bench test-ecosystem test-matrix
 
 $(BIN)/flexgraph: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ lint: install
 
 test: lint
 	$(BIN)/pytest -n 2
+
+# The longer tier: every strategy resuming every strategy's checkpoint (6 x 6, ~6 min)
+# and DDP killed at seeded points during sync and background saves (~3 min).
+test-matrix: install
+	$(BIN)/pytest -n 2 -m matrix tests/cli/test_portable_matrix_cli.py tests/cli/test_portable_kill_cli.py
 
 $(ECO_BIN)/flexgraph: pyproject.toml
 	$(PYTHON) -m venv $(ECO_VENV)

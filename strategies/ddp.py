@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from flexgraph.strategies.single_device import format_rewrites
+
 from flexgraph.core.rewrite import Replace
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
@@ -27,6 +29,7 @@ def ddp(
     sync_bn: str | None = None,
     dist_cfg: Mapping[str, Any] | None = None,
     device: str | None = None,
+    checkpoint_format: str = "native",
 ) -> Strategy:
     """DistributedDataParallel over a torch.distributed process group.
 
@@ -34,7 +37,9 @@ def ddp(
     ``type`` and wrapper options, default mmengine's MMDistributedDataParallel
     for mmengine models and torch's DistributedDataParallel otherwise),
     ``sync_bn`` (``'torch'`` converts BatchNorm to SyncBatchNorm) and
-    ``dist_cfg`` (``backend``, ``timeout`` in seconds).
+    ``dist_cfg`` (``backend``, ``timeout`` in seconds). ``checkpoint_format``:
+    ``'native'`` (default: MMEngine's one ``.pth`` file, which MMEngine itself
+    reads and every flexgraph strategy resumes) or ``'portable'``.
     """
     dist_cfg = dict(dist_cfg or {})
     return Strategy(
@@ -62,6 +67,7 @@ def ddp(
                     doc="wrap in DistributedDataParallel",
                 ),
             ),
+            *format_rewrites(checkpoint_format),
         ],
         doc="DistributedDataParallel, one process per device",
         world_size="many",

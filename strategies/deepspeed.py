@@ -15,7 +15,9 @@ The order, and why (each line is a rewrite below)::
                          owns the parameters (and their fp32 master copies), so
                          weights go in through it
     build_train_step     the engine's backward and step
-    build_checkpointer   DeepSpeed's own checkpoints, every rank its partition
+    build_checkpointer   portable checkpoints: fp32 master weights and Adam moments
+                         by parameter name through DeepSpeed's safe_get_full_*
+                         (checkpoint_format='native': DeepSpeed's own directories)
 
 Options are MMEngine's ``DeepSpeedStrategy`` keys (``config``, ``zero_optimization``,
 ``fp16``, ``bf16``, ``amp``, ``inputs_to_half``, ``gradient_clipping``,
@@ -41,6 +43,7 @@ from flexgraph.core.strategy import Strategy, StrategyOptionError
 
 HERE = "flexgraph.strategies.deepspeed"
 CHECKPOINTS = "flexgraph.strategies.deepspeed_checkpoint"
+STATE = "flexgraph.strategies.deepspeed_state"
 RUN_IMPORTS = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")
 """What the ranks import: DeepSpeed, and the optimizer module its ``initialize`` imports to
 check the optimizer (compiling its kernels imports torch's inductor, 1.4 s a rank)."""
@@ -139,11 +142,15 @@ def deepspeed(
     exclude_frozen_parameters: bool | None = None,
     dist_cfg: Mapping[str, Any] | None = None,
     device: str | None = None,
+    checkpoint_format: str = "portable",
 ) -> Strategy:
     """DeepSpeed ZeRO (stage 0-3) over a torch.distributed process group.
 
     Parameters are mmengine's ``DeepSpeedStrategy`` ones, plus ``train_batch_size``
-    (checked against the dataloader), ``dist_cfg`` and ``device`` as for DDP.
+    (checked against the dataloader), ``dist_cfg`` and ``device`` as for DDP, and
+    ``checkpoint_format``: ``'portable'`` (default: fp32 master weights and
+    optimizer moments by parameter name, resumable under every strategy) or
+    ``'native'`` (DeepSpeed's own ``save_checkpoint`` directories).
     """
     ds = deepspeed_config(
         config, zero_optimization=zero_optimization, gradient_clipping=gradient_clipping,
@@ -187,7 +194,8 @@ def deepspeed(
             provides="train_step", doc="the engine's backward and step")),
         Configure("build_checkpointer", {
             "io": f"{CHECKPOINTS}:DeepSpeedCheckpointIO",
-            "io_options": {"exclude_frozen_parameters": bool(exclude_frozen_parameters)}}),
+            "io_options": {"exclude_frozen_parameters": bool(exclude_frozen_parameters)},
+            "access": f"{STATE}:DeepSpeedStateAccess", "checkpoint_format": checkpoint_format}),
     ]
     checks = (
         Precedes("deepspeed_initialize", "load_checkpoint",

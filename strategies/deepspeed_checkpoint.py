@@ -21,14 +21,16 @@ import torch
 from flexgraph.strategies.deepspeed_engine import EngineModel
 
 from flexgraph.training.checkpoint import (
+    DCP_DIRECTORY,
     DEEPSPEED_DIRECTORY,
+    SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointIO,
     OnRead,
     WeightsLoaded,
     apply_weights,
     matching_weights,
-    read_checkpoint_file,
+    read_checkpoint,
     tensor_bytes,
 )
 from flexgraph.training.errors import CheckpointError
@@ -98,7 +100,7 @@ class DeepSpeedCheckpointIO(CheckpointIO):
 
     suffix = ".ds"
     format = DEEPSPEED_DIRECTORY
-    weight_formats = (TORCH_SAVE_FILE, DEEPSPEED_DIRECTORY)
+    weight_formats = (TORCH_SAVE_FILE, DEEPSPEED_DIRECTORY, SAFETENSORS_FILE, DCP_DIRECTORY)
 
     def __init__(self, exclude_frozen_parameters: bool = False) -> None:
         self.exclude_frozen_parameters = bool(exclude_frozen_parameters)
@@ -161,26 +163,6 @@ def _refresh_master_weights(engine: Any) -> None:
         refresh()
 
 
-def _read_deepspeed_dir(path: Path) -> dict[str, Any]:
-    """A DeepSpeed checkpoint's full fp32 weights, with DeepSpeed's own converter.
-
-    The converter reads with ``weights_only=False``, so every file is first read
-    the safe way; a file holding anything else is refused before it runs.
-    """
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-    for file in sorted(path.glob("*.pt")):
-        _safe_load(None, str(file), map_location="cpu")
-    weights = get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)
-    return {"meta": {}, "state_dict": dict(weights)}
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """The checkpoint at ``path`` with its full weights: a file, or a DeepSpeed tag."""
-    return _read_deepspeed_dir(path) if DEEPSPEED_DIRECTORY.recognise(path) else \
-        read_checkpoint_file(path)
-
-
 def _load_partitioned(module: torch.nn.Module, weights: dict[str, torch.Tensor],
                       missing: set[str]) -> None:
     """Rank 0's ``weights`` into ZeRO-3 partitions, one module's parameters gathered at a time."""
@@ -225,7 +207,7 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
         _refresh_master_weights(engine)
         return WeightsLoaded()
     if not partitioned:
-        checkpoint = _read(path)
+        checkpoint = read_checkpoint(path)  # a DeepSpeed tag through zero_to_fp32
         on_read(checkpoint)
         loaded = apply_weights(model.module, checkpoint, str(path), strict=False)
         _refresh_master_weights(engine)
@@ -233,7 +215,7 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
     module = model.module
     shapes = {n: tuple(getattr(p, "ds_shape", p.shape)) for n, p in
               [*module.named_parameters(), *module.named_buffers()]}
-    checkpoint = rank0_does(lambda: _read(path), share_result=False)
+    checkpoint = rank0_does(lambda: read_checkpoint(path), share_result=False)
     on_read(checkpoint if checkpoint is not None else {"meta": {}, "state_dict": {}})
     found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes,
                                                 type(module).__name__), share_result=False)

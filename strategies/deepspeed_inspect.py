@@ -8,9 +8,22 @@ A tag directory (``iter_40.ds/``) holds ``mp_rank_00_model_states.pt`` (under
 ZeRO-3 one ``zero_pp_rank_<r>_mp_rank_00_model_states.pt`` per rank) with the
 module's state, the parameters' shapes, DeepSpeed's config and flexgraph's
 client state at the top level, and one ``*optim_states.pt`` per rank under
-ZeRO. Only the model-states file is opened (``mmap=True``, ``weights_only=True``
-with the allow-list of DeepSpeed's own classes); the optimizer files are
-counted, never read.
+ZeRO. Describing opens only the model-states file (``mmap=True``,
+``weights_only=True`` with the allow-list of DeepSpeed's own classes); the
+optimizer files are counted, never read.
+
+Reading the weights (``load_from`` under any strategy, ``flexgraph ckpt
+convert``) goes through DeepSpeed's own ``zero_to_fp32``
+(``get_fp32_state_dict_from_zero_checkpoint``, ``lazy_mode=True``), which
+rebuilds the fp32 master weights from the optimizer files; every file is
+first read the safe way, since the converter itself unpickles anything.
+Memory: the optimizer files are memory-mapped; under ZeRO-3 each parameter is
+gathered from its partitions when it is fetched (one tensor at a time), while
+under ZeRO-1/2 DeepSpeed concatenates each parameter group's partitions first
+(about the fp32 weights' size once, as DeepSpeed's own script needs).
+Without ZeRO (stage 0) the weights are the model-states file's ``module``.
+DeepSpeed's optimizer state is not converted: its universal-checkpoint
+conversion writes DeepSpeed's own format, which only DeepSpeed reads.
 """
 
 from __future__ import annotations
@@ -28,12 +41,14 @@ from flexgraph.strategies.deepspeed_checkpoint import safe_globals
 from flexgraph.training.checkpoint import (
     DEEPSPEED_DIRECTORY,
     CheckpointReader,
+    CheckpointSource,
     CheckpointSummary,
     state_parts,
+    weights_layout,
 )
 from flexgraph.training.errors import CheckpointError
 
-__all__ = ["DEEPSPEED_READER", "describe_deepspeed_directory"]
+__all__ = ["DEEPSPEED_READER", "describe_deepspeed_directory", "open_deepspeed_directory"]
 
 #: Keys of a model-states file that are DeepSpeed's own, neither state parts nor hook extras.
 _ENGINE_KEYS = ("module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes",
@@ -111,8 +126,7 @@ def describe_deepspeed_directory(path: Path) -> CheckpointSummary:
         Its model-states file cannot be read, or holds something else.
     """
     state = _read(_model_states_file(path))
-    config = state.get("ds_config") if isinstance(state.get("ds_config"), Mapping) else {}
-    stage = int((config.get("zero_optimization") or {}).get("stage", 0) or 0)
+    stage = _zero_stage(state)
     ranks = int(state.get("dp_world_size") or 1)
     optim_files = len(list(path.glob("*optim_states.pt")))
     problem = None
@@ -141,5 +155,66 @@ def describe_deepspeed_directory(path: Path) -> CheckpointSummary:
         versions=versions)
 
 
-DEEPSPEED_READER = CheckpointReader(DEEPSPEED_DIRECTORY, describe_deepspeed_directory)
+def _zero_stage(state: Mapping[str, Any]) -> int:
+    config = state.get("ds_config") if isinstance(state.get("ds_config"), Mapping) else {}
+    return int((config.get("zero_optimization") or {}).get("stage", 0) or 0)
+
+
+def _fp32_weights(path: Path) -> dict[str, Any]:
+    """``zero_to_fp32``'s weights (lazy: partitions gathered on ``.contiguous()``), read safely."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    for file in sorted(path.glob("*.pt")):
+        _read(file)  # refuses a file holding anything a DeepSpeed checkpoint never holds
+    with contextlib.redirect_stdout(sys.stderr):  # its progress lines, not on stdout
+        try:
+            return dict(get_fp32_state_dict_from_zero_checkpoint(
+                str(path.parent), tag=path.name, lazy_mode=True))
+        except (ValueError, FileNotFoundError, KeyError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise CheckpointError(f"DeepSpeed checkpoint {str(path)!r} cannot be converted to "
+                                  f"weights by DeepSpeed's zero_to_fp32: {first}") from None
+
+
+def open_deepspeed_directory(path: Path) -> CheckpointSource:
+    """A DeepSpeed tag's weights as ``{'state_dict': ...}`` (see the module docstring).
+
+    Parameters
+    ----------
+    path:
+        A directory holding ``*model_states.pt``.
+
+    Returns
+    -------
+    CheckpointSource
+
+    Raises
+    ------
+    CheckpointError
+        A file cannot be read or holds what DeepSpeed never writes, or
+        DeepSpeed's converter refuses the directory (a rank's files missing).
+    """
+    state = _read(_model_states_file(path))
+    if _zero_stage(state) == 0:
+        module = state.get("module")
+        if not isinstance(module, Mapping) or not module:
+            raise CheckpointError(f"DeepSpeed checkpoint {str(path)!r} has no module weights")
+        weights: dict[str, Any] = dict(module)
+    else:
+        weights = _fp32_weights(path)
+    layout = weights_layout({k: torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
+                             for k, v in weights.items()})
+    stored = {k.removeprefix("module."): k for k in weights}
+
+    def fetch(key: tuple[Any, ...]) -> torch.Tensor:
+        value = weights[stored[key[-1]]]
+        return value if isinstance(value, torch.Tensor) else value.contiguous()
+
+    return CheckpointSource(path, DEEPSPEED_DIRECTORY.name, layout, fetch,
+                            note="optimizer: DeepSpeed's own partitions are not converted "
+                                 "(weights only, as DeepSpeed's zero_to_fp32 gives them)")
+
+
+DEEPSPEED_READER = CheckpointReader(DEEPSPEED_DIRECTORY, describe_deepspeed_directory,
+                                    open_deepspeed_directory)
 """The ``flexgraph.checkpoint_readers`` entry point of DeepSpeed's directories."""

@@ -27,8 +27,10 @@ from ``load_from``) no rank ever holds the whole model: it is built on the meta
 device, sharded, and only each rank's shards get storage (``materialize``)
 before they are loaded.
 
-Checkpoints are sharded directories (torch.distributed.checkpoint, every rank
-writes its own shards); ``state_dict_cfg='full'`` writes one full file instead.
+Checkpoints are portable directories (torch.distributed.checkpoint, every rank
+writes its own shards, keyed by parameter name, with a manifest), which every
+strategy resumes; ``checkpoint_format='native'`` writes the older ``.dcp``
+directories, ``state_dict_cfg='full'`` one full file instead.
 The option names are MMEngine's ``FSDPStrategy`` / ``MMFullyShardedDataParallel``
 ones where they carry over to FSDP2; a key with no FSDP2 meaning is refused by
 name rather than ignored.
@@ -132,6 +134,7 @@ def fsdp(
     activation_checkpointing: Mapping[str, Any] | None = None,
     dist_cfg: Mapping[str, Any] | None = None,
     device: str | None = None,
+    checkpoint_format: str | None = None,
 ) -> Strategy:
     """Fully sharded data parallel over a torch.distributed process group.
 
@@ -141,7 +144,13 @@ def fsdp(
     sharded checkpoints; ``'full'``: one file), ``activation_checkpointing``
     (``dict(check_fn=...)``; without one, the wrap policy's units are
     checkpointed), plus ``dist_cfg`` and ``device`` as for DDP.
+    ``checkpoint_format``: ``'portable'`` (the default, unless ``state_dict_cfg``
+    asks for something else: sharded, by parameter name, resumable under every
+    strategy) or ``'native'`` (what ``state_dict_cfg`` says: ``.dcp`` shards or
+    one full file).
     """
+    if checkpoint_format is None:
+        checkpoint_format = "portable" if state_dict_cfg == "local" else "native"
     if not isinstance(skip_init_weights, bool):
         raise _refuse(f"skip_init_weights={skip_init_weights!r}", "must be True or False")
     shard = _shard_options(model_wrapper)
@@ -180,7 +189,8 @@ def fsdp(
     loaded_after = "materialize" if skip_init_weights else "fully_shard"
     rewrites += [
         Move("load_checkpoint", after=loaded_after),
-        Configure("build_checkpointer", {"io": _checkpoint_io(state_dict_cfg)}),
+        Configure("build_checkpointer", {"io": _checkpoint_io(state_dict_cfg),
+                                         "checkpoint_format": checkpoint_format}),
     ]
     if skip_init_weights:
         rewrites.append(Insert(Step(

@@ -1,4 +1,4 @@
-"""``flexgraph ckpt inspect PATH``: what a checkpoint holds, offline, on the CPU.
+"""``flexgraph ckpt inspect PATH`` and ``ckpt convert SRC DST``: checkpoints, offline, on the CPU.
 
 The reading is the training layer's
 (:func:`flexgraph.training.checkpoint.describe_checkpoint`: every format
@@ -6,6 +6,12 @@ flexgraph writes, MMEngine's files and plain ``state_dict`` files, plus the
 formats strategies add, DeepSpeed's directories among them); this module only
 prints it: a two-column table (rich), or ``--format json`` (the summary's
 fields, one JSON object). No model is built and no tensor is loaded whole.
+
+``convert`` rewrites a checkpoint of any format ``inspect`` reads as a
+``torch.save`` file, a safetensors file or a DCP directory
+(:func:`flexgraph.training.checkpoint.convert_checkpoint`: one tensor at a
+time, no model built) and prints what it wrote and what the target format
+could not hold.
 
 A path in no known format, or one that cannot be read, is an error naming the
 path and the formats tried (exit 2, one line).
@@ -23,6 +29,7 @@ from rich.table import Table
 from flexgraph.cli.console import print_renderable
 
 FORMATS = ("text", "json")
+TARGETS = ("torch", "safetensors", "dcp")  # flexgraph.training.checkpoint.TARGETS, unimported
 
 EPILOG = """\
 examples:
@@ -30,6 +37,20 @@ examples:
   flexgraph ckpt inspect work_dirs/run/iter_40.dcp --format json
 
 exit status: 0 ok, 2 not a checkpoint or unreadable (one line on stderr)"""
+
+CONVERT_EPILOG = """\
+targets:
+  torch        one consolidated torch.save file: weights, optimizer state and loop
+               state where the source has them (for inference, sharing, MMEngine)
+  safetensors  the model's weights only
+  dcp          a torch.distributed.checkpoint directory (model, optimizer by name)
+
+examples:
+  flexgraph ckpt convert work_dirs/run/iter_40.dcp iter_40.pth
+  flexgraph ckpt convert work_dirs/run/iter_40.ds model.safetensors --to safetensors
+  flexgraph ckpt convert pretrained.safetensors pretrained.dcp --to dcp
+
+exit status: 0 ok, 2 not a checkpoint, unreadable, or DST exists (one line on stderr)"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +68,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     inspect.add_argument("--format", "-f", choices=FORMATS, default="text",
                          help="text (a table, default) or json (one object)")
     inspect.set_defaults(handler=inspect_command)
+    convert = commands.add_parser(
+        "convert",
+        help="rewrite a checkpoint in another format (torch, safetensors, dcp)",
+        description="Rewrite a checkpoint of any format inspect reads in another format, "
+                    "one tensor at a time, without building the model.",
+        epilog=CONVERT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    convert.add_argument("source", metavar="SRC", help="a checkpoint file or directory")
+    convert.add_argument("destination", metavar="DST", help="a path that does not exist yet")
+    convert.add_argument("--to", choices=TARGETS, default="torch",
+                         help="the format to write (default: torch)")
+    convert.set_defaults(handler=convert_command)
 
 
 def _count(number: int | None) -> str:
@@ -96,4 +130,25 @@ def inspect_command(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
     else:
         print_renderable(summary_table(summary))
+    return 0
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1024
+    return str(count)
+
+
+def convert_command(args: argparse.Namespace) -> int:
+    """Run ``flexgraph ckpt convert``; return the exit status (errors propagate to main)."""
+    from flexgraph.training.checkpoint import convert_checkpoint
+
+    done = convert_checkpoint(args.source, args.destination, to=args.to)
+    sys.stdout.write(f"converted {done.source} ({done.source_format}) to {done.destination} "
+                     f"({done.target}): {done.tensors} tensors, the largest "
+                     f"{_size(done.largest_tensor_bytes)}\n")
+    for line in done.left_out:
+        sys.stdout.write(f"left out: {line}\n")
     return 0

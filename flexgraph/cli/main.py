@@ -2,8 +2,9 @@
 :func:`run_and_exit`.
 
 Subcommands: ``plan`` (print a plan; see :mod:`flexgraph.cli.plan_cmd`),
-``run`` (execute one; :mod:`flexgraph.cli.run_cmd`) and ``ckpt inspect`` (what
-a checkpoint holds; :mod:`flexgraph.cli.ckpt_cmd`). ``run``'s module is
+``run`` (execute one; :mod:`flexgraph.cli.run_cmd`) and ``ckpt inspect`` / ``ckpt
+convert`` (what a checkpoint holds, and the same in another format;
+:mod:`flexgraph.cli.ckpt_cmd`). ``run``'s module is
 imported only when ``run`` is the command, so ``flexgraph plan`` and
 ``flexgraph --help`` never import torch.
 
@@ -114,8 +115,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
     ckpt = commands.add_parser(
         "ckpt",
-        help="look into checkpoints (inspect), offline, without building the model",
-        description="Look into checkpoints, offline, without building the model.",
+        help="look into checkpoints (inspect) and convert them, offline, without building "
+             "the model",
+        description="Look into checkpoints and convert them, offline, without building "
+                    "the model.",
     )
     ckpt_cmd.add_arguments(ckpt)
     _add_debug(ckpt, argparse.SUPPRESS)

@@ -14,6 +14,7 @@ from flexgraph.core.errors import FlexgraphError
 
 __all__ = [
     "CheckpointError",
+    "CheckpointExistsError",
     "CheckpointNotFoundError",
     "ConfigError",
     "DeviceFullError",
@@ -92,6 +93,10 @@ class CheckpointError(FlexgraphError, RuntimeError):
     it (empty, truncated, corrupt, a format the run's IO does not read, keys
     that match no weight of the model).
     """
+
+
+class CheckpointExistsError(CheckpointError, FileExistsError):
+    """A conversion's destination exists: ``flexgraph ckpt convert`` never overwrites."""
 
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):

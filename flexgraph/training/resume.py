@@ -24,25 +24,41 @@ and what is wrong with it. ``resume='auto'`` instead skips, with a warning,
 every checkpoint in the work_dir that is incomplete or unreadable, newest
 first, and resumes from the newest good one; the ranks agree on each verdict,
 so they all resume from the same checkpoint. A checkpoint another strategy
-wrote (another format) is never skipped: it is refused, by name, since
-resuming from anything older would silently lose its progress.
+wrote is read by whichever of the checkpointer's readers knows its format
+(the portable one, which every strategy reads; one-file ``.pth``
+checkpoints); one that none of them reads is never skipped: it is refused,
+by name, since resuming from anything older would silently lose its progress.
+
+Before training continues, rank 0 logs what changed between the plan that
+saved the checkpoint (in a portable checkpoint's manifest) and this run's;
+at another world size the global batch the checkpoint records is kept by
+changing the per-process batch (see :func:`_hold_global_batch`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import torch
+from rich.console import Console
 
+from flexgraph.render.plan_change import plan_change_view
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
+    format_of,
     from_mmengine,
     restore_schedulers,
+    running_plan,
 )
-from flexgraph.training.components import epoch_length_of
+from flexgraph.training.components import (
+    epoch_length_of,
+    per_rank_batch,
+    set_per_rank_batch,
+)
 from flexgraph.training.config import RunSettings
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
 from flexgraph.training.loop import Hooks
@@ -83,7 +99,9 @@ def load_weights(settings: RunSettings, hooks: Hooks, model: Any,
                                                            checkpoint=checkpoint))
     if loaded:
         runner.logger.warning(f"load_from {path}: {loaded.describe()}")
-    runner.logger.info(f"Loaded weights from {path}")
+    found = format_of(Path(path))
+    runner.logger.info(f"Loaded weights from {path}"
+                       + (f" (read as {found.name})" if found else ""))
     return model
 
 
@@ -125,13 +143,13 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
     """
     skipped: list[str] = []
     for path, problem in checkpointer.candidates():
-        other = checkpointer.io.foreign_format(path)
+        other = checkpointer.unreadable_format(path)
         if other is not None:
             raise ForeignCheckpointError(
                 f"{what}: the newest checkpoint {str(path)!r} is {other.name}, which this "
-                f"strategy cannot restore (it restores {checkpointer.io.format.name}); "
-                f"resume with the strategy that wrote it, or move it out of the work_dir "
-                f"to resume from an older one")
+                f"strategy cannot restore; resume it with the strategy that wrote it (set "
+                f"its checkpoint_format='portable' to write checkpoints every strategy "
+                f"resumes), or move it out of the work_dir to resume from an older one")
         if problem is None:
             try:
                 return path, read(path)
@@ -147,6 +165,61 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
             f"{str(checkpointer.work_dir)!r} can be resumed (the newest: {skipped[0]}); "
             f"remove them to start from scratch")
     return None
+
+
+def _hold_global_batch(meta: dict[str, Any], train_dataloader: Any, logger: Any,
+                       path: Any) -> None:
+    """Keep the checkpoint's global batch at another world size: change the per-rank batch.
+
+    Every iteration then trains on the same samples as the interrupted run
+    would have (DefaultSampler deals an epoch's permutation out to the ranks in
+    turn, so the first ``batch_idx`` global batches are its first
+    ``batch_idx * global_batch`` samples, whatever the world size), and a
+    mid-epoch resume continues with exactly the samples not yet seen.
+
+    Raises
+    ------
+    CheckpointError
+        The global batch does not split evenly over this run's processes.
+    """
+    saved = meta.get("global_batch")
+    per_rank, ranks = per_rank_batch(train_dataloader), world_size()
+    if not saved or not per_rank or per_rank * ranks == saved:
+        return
+    if saved % ranks:
+        raise CheckpointError(
+            f"{str(path)!r} was trained with a global batch of {saved} samples, which "
+            f"{ranks} processes cannot share evenly; resume with a number of processes "
+            f"that divides {saved}")
+    if not set_per_rank_batch(train_dataloader, saved // ranks):
+        logger.warning(f"resume: the checkpoint's global batch is {saved}, this run's "
+                       f"{per_rank * ranks}; its train_dataloader cannot be rebatched")
+        return
+    logger.info(f"resume: global batch {saved} held over {ranks} processes: "
+                f"train_dataloader batch {per_rank} -> {saved // ranks} per process")
+
+
+def _log_plan_change(checkpoint: dict[str, Any], meta: dict[str, Any], logger: Any) -> None:
+    """Log what changed between the plan that saved ``checkpoint`` and this run's, if anything.
+
+    The portable format's manifest holds the plan (the plan's own side-by-side
+    view is logged); other checkpoints only tell the world size they were saved at.
+    """
+    manifest = checkpoint.get("manifest") or {}
+    saved_world, ranks = manifest.get("world_size", meta.get("world_size")), world_size()
+    saved_plan, current = manifest.get("plan"), running_plan()
+    if saved_plan and current:
+        view = plan_change_view(saved_plan, current, saved_world=saved_world,
+                                current_world=ranks)
+        if view is not None:
+            text = StringIO()
+            Console(file=text, width=110, color_system=None, soft_wrap=False).print(view)
+            logger.info("resume: what changed since the checkpoint was saved\n"
+                        + text.getvalue().rstrip())
+        return
+    if saved_world is not None and saved_world != ranks:
+        logger.info(f"resume: the checkpoint was saved by {saved_world} processes, this run "
+                    f"has {ranks}")
 
 
 def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrapper: Any,
@@ -193,6 +266,8 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     else:
         path, checkpoint = source, read(Path(source))
     meta = checkpoint["meta"]
+    if this_rank() == 0:
+        _log_plan_change(checkpoint, meta, runner.logger)
     runner.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers)
     hooks.start_run()
     hooks.call("after_load_checkpoint", checkpoint=checkpoint)
@@ -200,6 +275,9 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     restore_schedulers(param_schedulers, checkpoint.get("param_schedulers", []))
     checkpointer.restore_saved(checkpoint)
 
+    if train_dataloader is not None:
+        _hold_global_batch(meta, train_dataloader, runner.logger, path)
+        epoch_length = epoch_length_of(train_dataloader)
     epoch, iteration, batch_idx = meta["epoch"], meta["iter"], meta.get("batch_idx", 0)
     data_pass = meta.get("data_pass", epoch)
     # What hooks recorded for a resumed run (MMEngine's runtime-info names: best scores).

@@ -32,7 +32,16 @@ from torch import nn
 
 from flexgraph.core.step import resolve_fn
 from flexgraph.training import components
-from flexgraph.training.checkpoint import Checkpointer, LoopState, load_pretrained
+from flexgraph.training.checkpoint import (
+    CHECKPOINT_FORMATS,
+    Checkpointer,
+    FileCheckpointIO,
+    FileStateReader,
+    LoopState,
+    PortableCheckpointIO,
+    TorchStateAccess,
+    load_pretrained,
+)
 from flexgraph.training.components import initialise, make_train_step
 from flexgraph.training.config import RunSettings, build_from_cfg, resolve_type, section
 from flexgraph.training.errors import ConfigError
@@ -143,15 +152,35 @@ def build_hooks(cfg: Any, settings: RunSettings) -> Hooks:
 
 
 def build_checkpointer(settings: RunSettings, env: Env, *, io: str | None = None,
-                       io_options: Mapping[str, Any] | None = None) -> Checkpointer:
+                       io_options: Mapping[str, Any] | None = None,
+                       access: str | None = None, checkpoint_format: str = "native"
+                       ) -> Checkpointer:
     """A checkpointer for ``work_dir`` following ``default_hooks.checkpoint``.
 
-    ``io`` is the ``"module:attr"`` of a :class:`~flexgraph.training.checkpoint.CheckpointIO`
-    class, built with ``io_options`` (default: one file per checkpoint).
+    ``io`` is the ``"module:attr"`` of the strategy's own
+    :class:`~flexgraph.training.checkpoint.CheckpointIO` class, built with
+    ``io_options`` (default: one file per checkpoint); ``access`` that of its
+    :class:`~flexgraph.training.checkpoint.StateAccess` (default: torch's
+    ``state_dict`` API). ``checkpoint_format='portable'`` writes the portable
+    layout instead of the own one (in the background with
+    ``default_hooks.checkpoint.async_save=True``). Either way the run restores
+    its own format, the portable one and one-file checkpoints, whichever
+    strategy wrote them.
     """
-    checkpoint_io = resolve_fn(io)(**dict(io_options or {})) if io else None
-    return Checkpointer(settings.work_dir, settings.checkpoint, rank=env.rank,
-                        io=checkpoint_io)
+    if checkpoint_format not in CHECKPOINT_FORMATS:
+        raise ConfigError(f"checkpoint_format={checkpoint_format!r}: use one of "
+                          f"{', '.join(map(repr, CHECKPOINT_FORMATS))}")
+    own = resolve_fn(io)(**dict(io_options or {})) if io else FileCheckpointIO()
+    state_access = resolve_fn(access)() if access else TorchStateAccess()
+    async_save = settings.checkpoint.async_save
+    if async_save and checkpoint_format != "portable":
+        raise ConfigError("default_hooks.checkpoint.async_save needs the portable format: "
+                          "set the strategy's checkpoint_format='portable'")
+    portable = PortableCheckpointIO(state_access, weights=own, async_save=async_save)
+    writer = portable if checkpoint_format == "portable" else own
+    readers = [own, portable, FileStateReader(state_access)]
+    return Checkpointer(settings.work_dir, settings.checkpoint, rank=env.rank, io=writer,
+                        readers=[r for r in readers if r is not writer])
 
 
 def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,

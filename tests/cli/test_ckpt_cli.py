@@ -52,4 +52,34 @@ def test_inspect_of_something_else_exits_2_naming_the_formats_tried(tmp_path, ca
     assert captured.err.splitlines() == [
         f"error: checkpoint {str(path)!r} is not a checkpoint: it is not a torch.save file "
         f"(MMEngine's .pth) or a torch.distributed.checkpoint directory (.metadata) or a "
-        f"DeepSpeed checkpoint directory (*model_states.pt)"]
+        f"safetensors file or a DeepSpeed checkpoint directory (*model_states.pt) or a portable "
+        f"checkpoint directory (torch.distributed.checkpoint + manifest.json)"]
+
+
+def test_convert_says_what_it_wrote_and_left_out_and_inspect_reads_the_result(tmp_path, capsys):
+    from flexgraph.cli.ckpt_cmd import TARGETS as CLI_TARGETS
+    from flexgraph.training.checkpoint import TARGETS
+
+    assert sorted(CLI_TARGETS) == sorted(TARGETS)
+    path = _checkpoint(tmp_path / "work")
+    out = tmp_path / "model.weights"
+    assert main(["ckpt", "convert", str(path), str(out), "--to", "safetensors"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"converted {path} (a torch.save file (MMEngine's .pth)) to {out} "
+                        f"(safetensors): 2 tensors, the largest 128 B")
+    assert lines[1:] == ["left out: meta, param_schedulers, rng_states: a safetensors "
+                         "checkpoint holds the model's weights only"]
+    assert main(["ckpt", "inspect", str(out), "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["format"] == "a safetensors file" and printed["parameters"] == 36
+
+
+def test_convert_onto_an_existing_path_exits_2_in_one_line_and_leaves_it(tmp_path, capsys):
+    path = _checkpoint(tmp_path / "work")
+    taken = tmp_path / "taken.pth"
+    taken.write_text("mine")
+    assert main(["ckpt", "convert", str(path), str(taken)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: convert destination {str(taken)!r} exists; give a new path (convert never "
+        f"overwrites)"]
+    assert taken.read_text() == "mine"

@@ -42,7 +42,7 @@ def runs(tmp_path_factory):
     resumed = {}
     for stage in STAGES:
         strategy = (f"strategy = dict(type='DeepSpeedStrategy', "
-                    f"zero_optimization=dict(stage={stage}))\n")
+                    f"zero_optimization=dict(stage={stage}), checkpoint_format='native')\n")
         killing = write_config(root / f"killing{stage}", inspect=True, ema=True,
                                extra=TWO_EPOCHS + strategy + start, at_iter=30, rank=1)
         killed = flexgraph_run(str(killing), "--work-dir", f"zero{stage}", "--nproc-per-node",
@@ -92,6 +92,64 @@ def test_inspect_describes_a_zero_checkpoint_as_it_describes_ddps(runs, stage):
                                              "loop state", "rng states")
     assert zero.extras == ddp.extras == ("ema_loss",)
     assert "ds_version" in zero.versions
+
+
+@pytest.mark.parametrize("stage", (1, 3))
+def test_a_zero_checkpoint_converts_to_deepspeeds_own_fp32_weights(runs, tmp_path, stage):
+    """torch and safetensors files equal to zero_to_fp32's eager result; a whole model's
+    load_from (single device, DDP) reads the tag itself to the same tensors."""
+    import sys
+
+    import torch
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    from flexgraph.training.checkpoint import (
+        Checkpointer,
+        FileCheckpointIO,
+        convert_checkpoint,
+        read_checkpoint,
+    )
+
+    tag = runs["root"] / f"zero{stage}" / "iter_20.ds"
+    expected = get_fp32_state_dict_from_zero_checkpoint(str(tag.parent), tag=tag.name)
+    sys.path.insert(0, str(ROOT / "examples"))
+    from digits import DigitsMLP
+
+    model = DigitsMLP(hidden=128, dropout=0.0)
+    assert not Checkpointer(tmp_path, io=FileCheckpointIO()).load_weights(
+        tag, model, on_read=lambda checkpoint: None)
+    for target in ("torch", "safetensors"):
+        done = convert_checkpoint(tag, tmp_path / target, to=target)
+        assert done.left_out and done.left_out[0].startswith("optimizer: DeepSpeed's own")
+        assert describe_checkpoint(tmp_path / target).parameters == \
+            describe_checkpoint(tag).parameters
+        for weights in (read_checkpoint(tmp_path / target)["state_dict"], model.state_dict()):
+            assert sorted(weights) == sorted(expected)
+            for key, value in expected.items():
+                assert torch.equal(weights[key], value), (stage, target, key)
+
+
+def test_a_zero3_checkpoint_seeds_ddp_and_its_exports_seed_fsdp_and_zero1(runs, tmp_path):
+    """load_from under other strategies, the reader named in the log; the same accuracy."""
+    from flexgraph.training.checkpoint import convert_checkpoint
+
+    tag = runs["root"] / "zero3" / "iter_20.ds"
+    exported, sharded = tmp_path / "exported.weights", tmp_path / "exported.dcp"
+    convert_checkpoint(tag, exported, to="safetensors")
+    convert_checkpoint(tag, sharded, to="dcp")
+    fsdp = write_config(tmp_path / "fsdp", extra="strategy = dict(type='FSDPStrategy')\n")
+    results = []
+    for config, path, reader in (
+            (runs["root"] / "ddp" / "cfg.py", tag, "a DeepSpeed checkpoint directory"),
+            (fsdp, exported, "a safetensors file"),
+            (runs["root"] / "zero1-cfg" / "cfg.py", sharded,
+             "a torch.distributed.checkpoint directory")):
+        done = launch_two(config, f"seeded-{config.parent.name}", tmp_path, "--entry", "val",
+                          "--load-from", str(path))
+        out = done.stdout + done.stderr
+        assert f"Loaded weights from {path} (read as {reader}" in out, out[-3000:]
+        results.append([x for x in done.stdout.splitlines() if x.startswith("val_result:")])
+    assert results[0] and results[0] == results[1] == results[2]
 
 
 def test_zero3_partitions_the_model_on_every_rank(runs):

@@ -100,8 +100,8 @@ def test_a_path_in_no_known_format_is_one_line_naming_the_formats_tried(tmp_path
     assert "\n" not in message
     assert message.startswith(f"checkpoint {str(path)!r} is not a checkpoint: it is not a "
                               f"torch.save file (MMEngine's .pth) or a torch.distributed."
-                              f"checkpoint directory (.metadata) or a DeepSpeed checkpoint "
-                              f"directory (*model_states.pt)")
+                              f"checkpoint directory (.metadata) or a safetensors file or a "
+                              f"DeepSpeed checkpoint directory (*model_states.pt)")
 
 
 def test_a_missing_path_and_an_empty_directory_are_refused(tmp_path):

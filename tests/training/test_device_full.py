@@ -14,6 +14,7 @@ from flexgraph.training.checkpoint import (
     Checkpointer,
     DistributedCheckpointIO,
     FileCheckpointIO,
+    PortableCheckpointIO,
 )
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import CheckpointError, DeviceFullError
@@ -25,8 +26,8 @@ def _save(checkpointer: Checkpointer, model: torch.nn.Module, iteration: int):
     return checkpointer.save(checkpoint, f"iter_{iteration}", model=model)
 
 
-@pytest.mark.parametrize("io", [FileCheckpointIO(), DistributedCheckpointIO()],
-                         ids=["single-file", "dcp"])
+@pytest.mark.parametrize("io", [FileCheckpointIO(), DistributedCheckpointIO(),
+                                PortableCheckpointIO()], ids=["single-file", "dcp", "portable"])
 def test_a_full_device_names_the_checkpoint_its_size_and_the_intact_one(small_device, io):
     model = torch.nn.Linear(200, 200)  # 157 KiB of fp32 weights
     checkpointer = Checkpointer(small_device / "work", CheckpointPolicy(keep_last=3), io=io)

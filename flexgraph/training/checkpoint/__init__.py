@@ -10,10 +10,19 @@ MMEngine's own files are read with an allow-list of the types they hold.
 Every IO also *loads* ``load_from`` weights into the model it manages, from
 each :class:`CheckpointFormat` it reads, recognised by content.
 :func:`describe_checkpoint` says what a checkpoint of any format holds, offline,
-through each format's :class:`CheckpointReader`.
+through each format's :class:`CheckpointReader`, which also opens it as a
+:class:`CheckpointSource` (one tensor at a time): :func:`read_checkpoint`
+reads another tool's checkpoint for ``load_from`` and :func:`convert_checkpoint`
+rewrites it in another format (``flexgraph ckpt convert``).
 :class:`LoopState` says where a restored run continues.
 """
 
+from flexgraph.training.checkpoint._access import (
+    StateAccess,
+    TorchStateAccess,
+    optimizers_of,
+    positions_to_names,
+)
 from flexgraph.training.checkpoint._checkpointer import (
     POINTER_NAME,
     Checkpointer,
@@ -22,12 +31,14 @@ from flexgraph.training.checkpoint._checkpointer import (
     flat_schedulers,
     restore_schedulers,
 )
+from flexgraph.training.checkpoint._convert import TARGETS, Conversion, convert_checkpoint
 from flexgraph.training.checkpoint._dcp import (
     DistributedCheckpointIO,
     FullStateFileIO,
     load_weights_into_shards,
 )
 from flexgraph.training.checkpoint._dcp_read import dcp_problem, load_dcp_weights
+from flexgraph.training.checkpoint._file_state import FileStateReader
 from flexgraph.training.checkpoint._files import (
     directory_problem,
     file_problem,
@@ -36,13 +47,15 @@ from flexgraph.training.checkpoint._files import (
 from flexgraph.training.checkpoint._formats import (
     DCP_DIRECTORY,
     DEEPSPEED_DIRECTORY,
+    MANIFEST_NAME,
+    PORTABLE_DIRECTORY,
+    SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
     format_of,
     known_formats,
 )
 from flexgraph.training.checkpoint._inspect import (
-    READER_ENTRY_POINTS,
     CheckpointReader,
     CheckpointSummary,
     checkpoint_readers,
@@ -56,13 +69,26 @@ from flexgraph.training.checkpoint._io import (
     OnRead,
     load_optimizer_state,
 )
+from flexgraph.training.checkpoint._manifest import read_manifest, running_plan
 from flexgraph.training.checkpoint._mmengine import (
     allow_mmengine_types,
     from_mmengine,
     is_mmengine_checkpoint,
     mmengine_globals,
 )
+from flexgraph.training.checkpoint._open import (
+    READER_ENTRY_POINTS,
+    open_checkpoint,
+    read_checkpoint,
+)
+from flexgraph.training.checkpoint._portable import (
+    PortableCheckpointIO,
+    portable_tensors,
+    read_portable_tensor,
+    write_portable,
+)
 from flexgraph.training.checkpoint._pretrained import load_pretrained
+from flexgraph.training.checkpoint._source import CheckpointSource, weights_layout
 from flexgraph.training.checkpoint._space import tensor_bytes
 from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
 from flexgraph.training.checkpoint._weights import (
@@ -73,16 +99,37 @@ from flexgraph.training.checkpoint._weights import (
     weights_in,
 )
 
+CHECKPOINT_FORMATS = ("native", "portable")
+"""What a strategy's ``checkpoint_format`` option takes: its own format, or the portable one."""
+
 __all__ = [
+    "CHECKPOINT_FORMATS",
+    "FileStateReader",
+    "MANIFEST_NAME",
+    "PORTABLE_DIRECTORY",
+    "PortableCheckpointIO",
+    "StateAccess",
+    "TorchStateAccess",
+    "optimizers_of",
+    "portable_tensors",
+    "positions_to_names",
+    "read_manifest",
+    "running_plan",
+    "read_portable_tensor",
+    "write_portable",
     "DCP_DIRECTORY",
     "DEEPSPEED_DIRECTORY",
     "NOTHING_READ",
     "READER_ENTRY_POINTS",
+    "SAFETENSORS_FILE",
+    "TARGETS",
     "TORCH_SAVE_FILE",
     "CheckpointFormat",
     "CheckpointIO",
     "CheckpointReader",
+    "CheckpointSource",
     "CheckpointSummary",
+    "Conversion",
     "Checkpointer",
     "DistributedCheckpointIO",
     "FileCheckpointIO",
@@ -95,6 +142,7 @@ __all__ = [
     "atomic_write",
     "checkpoint_readers",
     "checkpoint_meta",
+    "convert_checkpoint",
     "dcp_problem",
     "describe_checkpoint",
     "directory_problem",
@@ -113,10 +161,13 @@ __all__ = [
     "matching_weights",
     "mmengine_globals",
     "model_weights",
+    "open_checkpoint",
+    "read_checkpoint",
     "read_checkpoint_file",
     "restore_schedulers",
     "state_parts",
     "tensor_bytes",
     "to_plain",
     "weights_in",
+    "weights_layout",
 ]

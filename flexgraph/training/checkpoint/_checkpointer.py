@@ -43,9 +43,11 @@ from io import BytesIO
 from pathlib import Path
 from typing import IO, Any
 
+import attrs
 import torch
 
 from flexgraph.training.checkpoint._files import read_checkpoint_file
+from flexgraph.training.checkpoint._formats import CheckpointFormat
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
     FileCheckpointIO,
@@ -60,6 +62,7 @@ from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     DeviceFullError,
+    ForeignCheckpointError,
 )
 from flexgraph.training.runtime import (
     barrier,
@@ -180,6 +183,18 @@ def restore_schedulers(param_schedulers: Any, states: Any) -> None:
         scheduler.load_state_dict(from_plain(state))
 
 
+@attrs.frozen
+class _PendingSave:
+    """A save written (or being written in the background) under ``temp``, not yet in place."""
+
+    write: Any  # the IO's background write (``wait()``), or None
+    temp: Path
+    path: Path
+    keep: bool
+    saved: list[str]
+    doomed: list[str]
+
+
 class Checkpointer:
     """Saves, finds and restores the run's checkpoints in ``work_dir``; loads weights.
 
@@ -199,7 +214,14 @@ class Checkpointer:
     rank : int
         Only rank 0 renames, points and prunes; the IO decides who writes.
     io : CheckpointIO, optional
-        The storage format (default: :class:`FileCheckpointIO`, one file).
+        The storage format this run writes (default: :class:`FileCheckpointIO`,
+        one file).
+    readers : sequence of CheckpointIO, optional
+        Other formats this run restores from (``--resume``), tried after
+        ``io``: the portable layout and one-file checkpoints under a strategy
+        that writes another format, and the strategy's own older format when
+        it writes the portable one. A checkpoint none of them reads is
+        refused by name, never skipped.
 
     Examples
     --------
@@ -212,21 +234,27 @@ class Checkpointer:
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], policy: CheckpointPolicy | None = None,
-                 *, rank: int = 0, io: CheckpointIO | None = None) -> None:
+                 *, rank: int = 0, io: CheckpointIO | None = None,
+                 readers: Sequence[CheckpointIO] = ()) -> None:
         self.work_dir = Path(work_dir)
         self.policy = policy or CheckpointPolicy()
         self.rank = rank
         self.io = io or FileCheckpointIO()
+        self.readers = tuple(r for r in readers if r.format != self.io.format)
         self.saved: list[str] = []  # names this run (and the runs it resumed) wrote
+        self._pending: _PendingSave | None = None  # written, not yet in place
 
     # -- write --------------------------------------------------------------------
     def snapshot(self, *, model: torch.nn.Module, optim_wrapper: Any,
                  param_schedulers: Any, epoch: int, iteration: int,
                  batch_idx: int, seed: int | None, data_pass: int | None = None,
                  rng_state: dict[str, Any] | None = None,
-                 runtime_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 runtime_info: Mapping[str, Any] | None = None,
+                 global_batch: int | None = None) -> dict[str, Any]:
         """Everything needed to continue training exactly from this point.
 
+        ``global_batch`` (samples per iteration over all ranks) lets a resume at
+        another world size keep it.
         A collective when a process group exists (RNG states are gathered from
         all ranks, and a sharded IO gathers its state), so every rank calls it.
         Hooks see the result in ``before_save_checkpoint`` before it is saved.
@@ -240,6 +268,8 @@ class Checkpointer:
                                seed=seed, data_pass=data_pass)
         if runtime_info:
             meta["runtime_info"] = to_plain(dict(runtime_info))
+        if global_batch:
+            meta["global_batch"] = int(global_batch)
         states = {k: v for k, v in self.io.states(model, optim_wrapper).items()
                   if v is not None}
         checkpoint = {"meta": meta, **states}
@@ -258,6 +288,7 @@ class Checkpointer:
         ``keep=False`` (a best checkpoint) writes the file alone: it is not
         counted for ``keep_last``, and ``last_checkpoint`` does not point to it.
         """
+        self.finish_pending()  # the previous save's background write, before any sweep
         name = stem + self.io.suffix
         path = self.work_dir / name
         if keep:
@@ -274,33 +305,65 @@ class Checkpointer:
             for stale in self.work_dir.glob(_TEMP_PREFIX + "*"):  # left by a killed save
                 self.io.remove(stale)
         barrier()  # nobody writes into a temporary name rank 0 is still sweeping
-        self._write(checkpoint, temp, path, model=model, optim_wrapper=optim_wrapper)
-        barrier()  # every rank's part is on disk
-        if self.rank == 0:
-            if path.is_dir():  # a re-save under the same name; files are replaced atomically
-                self._discard(path)
-            os.replace(temp, path)
-            _fsync_dir(self.work_dir)
-            if keep:
-                pointer = str(path.resolve()).encode()
-                atomic_write(self.work_dir / POINTER_NAME, lambda f: f.write(pointer))
-            for old in doomed:  # only now that the new checkpoint is safely in place
-                self._discard(self.work_dir / old)
-        self.saved = saved
-        barrier()  # no rank looks for the checkpoint before it has its final name
+        pending = self._write(checkpoint, temp, path, model=model, optim_wrapper=optim_wrapper)
+        self._pending = _PendingSave(pending, temp, path, keep, saved, doomed)
+        if pending is None:
+            self.finish_pending()
         return path
 
+    def finish_pending(self) -> None:
+        """Complete the last save: wait for a background write, then put it in place.
+
+        A collective. Every rank's part is on disk (and, for a background write,
+        its manifest written after it), then rank 0 renames the checkpoint onto
+        its name, points ``last_checkpoint`` at it and prunes; until then the
+        checkpoint does not exist under its name and ``--resume auto`` takes the
+        previous one. Nothing to do when no save is pending.
+        """
+        save, self._pending = self._pending, None
+        if save is None:
+            return
+        if save.write is not None:
+            error: CheckpointError | None = None
+            try:
+                save.write.wait()
+            except Exception as exc:  # the background write failed: this one does not count
+                error = CheckpointError(
+                    f"the background save of {str(save.path)!r} failed: "
+                    f"{type(exc).__name__}: {str(exc).strip()[:200]}; the previous "
+                    f"checkpoint {str(self.latest())!r} is intact")
+            error = first_error_of_all_ranks(error, kind=CheckpointError)
+            if error is not None:
+                if self.rank == 0:
+                    self.io.remove(save.temp)
+                raise error
+        barrier()  # every rank's part is on disk
+        if self.rank == 0:
+            if save.path.is_dir():  # a re-save under the same name; files are replaced atomically
+                self._discard(save.path)
+            os.replace(save.temp, save.path)
+            _fsync_dir(self.work_dir)
+            if save.keep:
+                pointer = str(save.path.resolve()).encode()
+                atomic_write(self.work_dir / POINTER_NAME, lambda f: f.write(pointer))
+            for old in save.doomed:  # only now that the new checkpoint is safely in place
+                self._discard(self.work_dir / old)
+        self.saved = save.saved
+        barrier()  # no rank looks for the checkpoint before it has its final name
+
     def _write(self, checkpoint: dict[str, Any], temp: Path, path: Path, *, model: Any,
-               optim_wrapper: Any) -> None:
-        """``io.write`` into ``temp``; on failure nothing is left under ``temp``.
+               optim_wrapper: Any) -> Any:
+        """``io.write`` into ``temp`` (its answer: a background write, or ``None``); on
+        failure nothing is left under ``temp``.
 
         A full device is a :class:`DeviceFullError` on every rank (the ranks
         agree, so none waits for the others at the next barrier), naming
         ``path``, the size the state needs and the checkpoint left intact.
         """
         failure: DeviceFullError | None = None
+        pending = None
         try:
-            self.io.write(checkpoint, temp, model=model, optim_wrapper=optim_wrapper)
+            pending = self.io.write(checkpoint, temp, model=model, optim_wrapper=optim_wrapper)
         except BaseException as exc:
             needed = self.io.size_needed(checkpoint, model=model, optim_wrapper=optim_wrapper)
             failure = device_full_error(exc, path, needed=needed, intact=self.latest())
@@ -312,6 +375,7 @@ class Checkpointer:
         if failure is not None:
             self.io.remove(temp)
             raise failure
+        return pending
 
     def _discard(self, path: Path) -> None:
         """Remove a checkpoint so that no half-removed one is left under its name.
@@ -394,19 +458,41 @@ class Checkpointer:
         refuse_unloadable(self.io, path, what="load_from")
         return self.io.load_weights(path, model, on_read=on_read)
 
+    def reader_for(self, path: str | os.PathLike[str]) -> CheckpointIO:
+        """The IO that restores ``path``: the run's own, else the first reader of its format.
+
+        ``io`` when none recognises it (its :meth:`CheckpointIO.problem` then
+        says what ``path`` is).
+        """
+        path = Path(path)
+        return next((r for r in (self.io, *self.readers) if r.recognises(path)), self.io)
+
+    def unreadable_format(self, path: str | os.PathLike[str]) -> CheckpointFormat | None:
+        """The known format of ``path`` when no IO of this run restores it, else ``None``."""
+        path = Path(path)
+        if any(r.recognises(path) for r in (self.io, *self.readers)):
+            return None
+        return self.io.foreign_format(path)
+
     def read(self, path: str | os.PathLike[str], *, model: Any = None,
              optim_wrapper: Any = None) -> dict[str, Any]:
-        """The checkpoint at ``path`` as its IO reads it (see :meth:`CheckpointIO.read`)."""
+        """The checkpoint at ``path`` as the IO of its format reads it (:meth:`reader_for`)."""
         path = Path(path)
         if not path.exists():
             raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
-        return self.io.read(path, model=model, optim_wrapper=optim_wrapper)
+        other = self.unreadable_format(path)
+        if other is not None:
+            raise ForeignCheckpointError(
+                f"checkpoint {str(path)!r} is {other.name}, which this strategy cannot "
+                f"restore; resume it with the strategy that wrote it (with "
+                f"checkpoint_format='portable' it writes checkpoints every strategy resumes)")
+        return self.reader_for(path).read(path, model=model, optim_wrapper=optim_wrapper)
 
     def apply(self, checkpoint: dict[str, Any], path: str | os.PathLike[str], *,
               model: torch.nn.Module, optim_wrapper: Any, strict: bool = True) -> None:
         """Put a read checkpoint's model and optimizer state into place."""
-        self.io.apply(checkpoint, Path(path), model=model, optim_wrapper=optim_wrapper,
-                      strict=strict)
+        self.reader_for(path).apply(checkpoint, Path(path), model=model,
+                                    optim_wrapper=optim_wrapper, strict=strict)
 
     def candidates(self) -> list[tuple[Path, str | None]]:
         """The checkpoints in ``work_dir``, newest first, each with its problem.
@@ -432,7 +518,7 @@ class Checkpointer:
             seen = {p.resolve() for p in ordered}
             ordered += [p for p in sorted(found, key=lambda p: p.stat().st_mtime_ns,
                                           reverse=True) if p.resolve() not in seen]
-        return [(p, self.io.problem(p)) for p in ordered]
+        return [(p, self.reader_for(p).problem(p)) for p in ordered]
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint in ``work_dir``, or ``None``.

@@ -184,16 +184,20 @@ def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
     if problem is not None:
         raise CheckpointError(problem)
     metadata = SafeReader(path).read_metadata()
-    saved = {key.removeprefix("state_dict.") for key in metadata.state_dict_metadata
-             if key.startswith("state_dict.")}
+    # flexgraph's weights are under 'state_dict.'; another tool's bare state dict is not
+    keys = metadata.state_dict_metadata
+    under = "state_dict." if any(k.startswith("state_dict.") for k in keys) else ""
+    saved = {key.removeprefix(under) for key in metadata.state_dict_metadata
+             if key.startswith(under)}
     current = get_model_state_dict(model)
     wanted = {k: v for k, v in current.items() if k in saved}
     if not wanted:
         raise CheckpointError(
             f"none of the weights in {str(path)!r} match a parameter of "
             f"{type(model).__name__}; is it the right checkpoint?")
-    state = {"state_dict": wanted}
+    state = {"state_dict": wanted} if under else wanted
     dcp_load(state, path, partial=True)
-    set_model_state_dict(model, state["state_dict"], options=StateDictOptions(strict=False))
+    set_model_state_dict(model, state["state_dict"] if under else state,
+                         options=StateDictOptions(strict=False))
     return WeightsLoaded(missing=tuple(sorted(set(current) - set(wanted))),
                          unexpected=tuple(sorted(saved - set(current))))

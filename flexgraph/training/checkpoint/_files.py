@@ -11,8 +11,9 @@ unpickled, and a failure is turned into a sentence:
 * empty (0 bytes);
 * truncated: a zip archive without the directory ``torch.save`` writes last;
 * corrupt: a member fails its CRC-32 check, or the unpickler fails;
-* foreign: a zip without ``data.pkl`` (NumPy ``.npz``, ...), safetensors,
-  NumPy ``.npy``, HDF5, gzip, a plain pickle, text.
+* foreign: a zip without ``data.pkl`` (NumPy ``.npz``, ...), safetensors
+  (which ``load_from`` reads through its own reader), NumPy ``.npy``, HDF5,
+  gzip, a plain pickle, text.
 
 Verifying the CRCs reads the file once more before ``torch.load`` reads it
 (from the page cache when it fits in memory); files written with
@@ -119,7 +120,7 @@ def _foreign_format(path: Path) -> str | None:
         return "a GGUF model file"
     if len(head) > 9 and head[8:10] in (b'{"', b"{'") and int.from_bytes(head[:8], "little") \
             < path.stat().st_size:
-        return "a safetensors file (read it with safetensors.torch.load_file)"
+        return "a safetensors file (weights only: load_from reads it)"
     if head[:1] == b"\x80" and not head.startswith(LEGACY_TORCH_MAGIC):
         return _PLAIN_PICKLE
     try:

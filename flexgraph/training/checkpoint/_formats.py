@@ -5,7 +5,8 @@ full-state ``.pth`` files and a renamed DCP directory all exist in the wild),
 and neither can "is it a directory". Each :class:`CheckpointFormat` looks at the
 content instead: the zip archive and its ``data.pkl`` that ``torch.save``
 writes, the ``.metadata`` file that ``torch.distributed.checkpoint`` writes
-last, the ``*model_states.pt`` files of a DeepSpeed tag. Every format is known
+last, the ``*model_states.pt`` files of a DeepSpeed tag, the JSON header
+that a safetensors file starts with. Every format is known
 to every strategy, so a work_dir another strategy wrote is recognised as such,
 never taken for empty.
 
@@ -25,6 +26,10 @@ import attrs
 __all__ = [
     "DCP_DIRECTORY",
     "DEEPSPEED_DIRECTORY",
+    "MANIFEST_NAME",
+    "PORTABLE_DIRECTORY",
+    "PORTABLE_MARKER",
+    "SAFETENSORS_FILE",
     "TORCH_SAVE_FILE",
     "CheckpointFormat",
     "format_of",
@@ -70,9 +75,22 @@ def _is_torch_save_file(path: Path) -> bool:
         return f.read(len(LEGACY_TORCH_MAGIC)) == LEGACY_TORCH_MAGIC
 
 
+MANIFEST_NAME = "manifest.json"
+"""A portable checkpoint's manifest, written last: without it the checkpoint does not count."""
+PORTABLE_MARKER = ".flexgraph-portable"
+"""Written first into a portable checkpoint, so that one without its manifest is known as
+an incomplete portable checkpoint rather than taken for another format."""
+
+
+def _is_portable_directory(path: Path) -> bool:
+    """flexgraph's portable layout: its marker (written first) or its manifest (last)."""
+    return path.is_dir() and ((path / PORTABLE_MARKER).is_file()
+                              or (path / MANIFEST_NAME).is_file())
+
+
 def _is_dcp_directory(path: Path) -> bool:
     """``torch.distributed.checkpoint``'s ``.metadata``, written once every shard is."""
-    return (path / ".metadata").is_file()
+    return (path / ".metadata").is_file() and not _is_portable_directory(path)
 
 
 def _is_deepspeed_directory(path: Path) -> bool:
@@ -80,11 +98,26 @@ def _is_deepspeed_directory(path: Path) -> bool:
     return path.is_dir() and any(path.glob("*model_states.pt"))
 
 
+def _is_safetensors_file(path: Path) -> bool:
+    """safetensors' layout: an 8-byte little-endian header length, then a JSON object."""
+    if not path.is_file():
+        return False
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(9)
+    return (len(head) == 9 and head[8:9] == b"{"
+            and 0 < int.from_bytes(head[:8], "little") <= size - 8)
+
+
 TORCH_SAVE_FILE = CheckpointFormat("a torch.save file (MMEngine's .pth)", _is_torch_save_file)
 DCP_DIRECTORY = CheckpointFormat("a torch.distributed.checkpoint directory (.metadata)",
                                  _is_dcp_directory)
+SAFETENSORS_FILE = CheckpointFormat("a safetensors file", _is_safetensors_file)
 DEEPSPEED_DIRECTORY = CheckpointFormat("a DeepSpeed checkpoint directory (*model_states.pt)",
                                        _is_deepspeed_directory)
+PORTABLE_DIRECTORY = CheckpointFormat(
+    "a portable checkpoint directory (torch.distributed.checkpoint + manifest.json)",
+    _is_portable_directory)
 
 
 def known_formats() -> tuple[CheckpointFormat, ...]:

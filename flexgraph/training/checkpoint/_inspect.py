@@ -34,11 +34,21 @@ from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_
 from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
 from flexgraph.training.checkpoint._formats import (
     DCP_DIRECTORY,
+    SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
-    unrecognised,
 )
-from flexgraph.training.checkpoint._io import optimizer_keyed_by
+from flexgraph.training.checkpoint._open import READER_ENTRY_POINTS, unrecognised_by
+from flexgraph.training.checkpoint._safetensors import (
+    TORCH_DTYPES,
+    open_safetensors_file,
+    safetensors_header,
+)
+from flexgraph.training.checkpoint._source import (
+    CheckpointSource,
+    open_dcp_directory,
+    open_torch_file,
+)
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 
 __all__ = [
@@ -50,8 +60,6 @@ __all__ = [
     "state_parts",
 ]
 
-READER_ENTRY_POINTS = "flexgraph.checkpoint_readers"
-"""The entry-point group through which strategies add the readers of their formats."""
 
 #: The parts of a training state, by the checkpoint key that holds each.
 _PARTS = {"state_dict": "model", "optimizer": "optimizer",
@@ -134,10 +142,17 @@ class CheckpointReader:
     describe:
         ``path -> CheckpointSummary``; raises :class:`CheckpointError` naming
         the path when it cannot read it.
+    open:
+        ``path -> CheckpointSource``: the checkpoint opened for reading one
+        tensor at a time (``load_from`` of another tool's checkpoint,
+        ``flexgraph ckpt convert``; see :mod:`flexgraph.training.checkpoint._open`);
+        ``None`` for a format only described.
     """
 
     format: CheckpointFormat
     describe: Callable[[Path], CheckpointSummary] = attrs.field(eq=False, repr=False)
+    open: Callable[[Path], CheckpointSource] | None = attrs.field(default=None, eq=False,
+                                                                  repr=False)
 
 
 # -- what a loaded checkpoint dict tells --------------------------------------------------
@@ -200,6 +215,8 @@ def _loop_fields(meta: Any) -> dict[str, Any]:
 def _file_writer(checkpoint: Mapping[str, Any]) -> str:
     """Who wrote a torch.save checkpoint dict, as far as its content tells."""
     meta = checkpoint.get("meta") if isinstance(checkpoint.get("meta"), Mapping) else {}
+    from flexgraph.training.checkpoint._io import optimizer_keyed_by
+
     if "flexgraph_version" not in meta:
         return "MMEngine" if "mmengine_version" in meta or "message_hub" in checkpoint \
             else "unknown (a checkpoint dict)"
@@ -251,7 +268,8 @@ def _describe_dcp(path: Path) -> CheckpointSummary:
     rest = read_checkpoint_file(extra, mmap=True) if extra.is_file() and problem is None else {}
     rest = rest if isinstance(rest, Mapping) else {}
     parts, extras = state_parts({**rest, **top})
-    ranks = len(list(path.glob("*.distcp")))
+    # a shard file is __<rank>_<n>.distcp; a rank may write several
+    ranks = len({shard.name.split("_")[2] for shard in path.glob("__*_*.distcp")})
     fields = _loop_fields(rest.get("meta"))
     fields["world_size"] = fields["world_size"] or ranks or None
     writer = ("flexgraph, FSDP (sharded)" if extra.is_file()
@@ -263,8 +281,30 @@ def _describe_dcp(path: Path) -> CheckpointSummary:
                              extras=extras, **fields)
 
 
-_BUILT_IN = (CheckpointReader(TORCH_SAVE_FILE, _describe_file),
-             CheckpointReader(DCP_DIRECTORY, _describe_dcp))
+def _describe_safetensors(path: Path) -> CheckpointSummary:
+    """From the file's JSON header alone: names, dtypes and shapes of its tensors."""
+    header = safetensors_header(path)
+    entries = [v for k, v in header.items() if k != "__metadata__" and isinstance(v, Mapping)]
+    parameters, dtypes = _model_tensors(
+        (_numel(v.get("shape") or []), _dtype_name(TORCH_DTYPES[v["dtype"]])
+         if v.get("dtype") in TORCH_DTYPES else str(v.get("dtype"))) for v in entries)
+    metadata = header.get("__metadata__") if isinstance(header.get("__metadata__"), Mapping) \
+        else {}
+    return CheckpointSummary(str(path), SAFETENSORS_FILE.name,
+                             f"safetensors (format {metadata.get('format', 'unknown')})", True,
+                             parameters=parameters, dtypes=dtypes, contents=("model",))
+
+
+def _numel(shape: Iterable[int]) -> int:
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count
+
+
+_BUILT_IN = (CheckpointReader(TORCH_SAVE_FILE, _describe_file, open_torch_file),
+             CheckpointReader(DCP_DIRECTORY, _describe_dcp, open_dcp_directory),
+             CheckpointReader(SAFETENSORS_FILE, _describe_safetensors, open_safetensors_file))
 
 
 def checkpoint_readers() -> tuple[CheckpointReader, ...]:
@@ -300,7 +340,5 @@ def describe_checkpoint(path: str | Path) -> CheckpointSummary:
     readers = checkpoint_readers()
     reader = next((r for r in readers if r.format.recognise(path)), None)
     if reader is None:
-        found = file_problem(path, verify=False) if path.is_file() else None
-        line = unrecognised(path, [r.format for r in readers], what="checkpoint")
-        raise CheckpointError(line + (f" ({found})" if found else ""))
+        raise CheckpointError(unrecognised_by(path, [r.format for r in readers]))
     return reader.describe(path)

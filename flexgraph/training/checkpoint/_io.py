@@ -50,12 +50,15 @@ from flexgraph.training.checkpoint._files import (
 )
 from flexgraph.training.checkpoint._formats import (
     DCP_DIRECTORY,
+    DEEPSPEED_DIRECTORY,
+    SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
     format_of,
     known_formats,
     unrecognised,
 )
+from flexgraph.training.checkpoint._open import read_checkpoint
 from flexgraph.training.checkpoint._space import tensor_bytes
 from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
@@ -85,8 +88,11 @@ class CheckpointIO:
     format: ClassVar[CheckpointFormat] = TORCH_SAVE_FILE
     """What :meth:`write` writes and :meth:`read` restores from."""
 
-    weight_formats: ClassVar[tuple[CheckpointFormat, ...]] = (TORCH_SAVE_FILE, DCP_DIRECTORY)
-    """What :meth:`load_weights` reads, in the order they are tried."""
+    weight_formats: ClassVar[tuple[CheckpointFormat, ...]] = (
+        TORCH_SAVE_FILE, DCP_DIRECTORY, SAFETENSORS_FILE, DEEPSPEED_DIRECTORY)
+    """What :meth:`load_weights` reads, in the order they are tried: besides its own
+    formats, what other tools write, read whole by their readers
+    (:func:`~flexgraph.training.checkpoint.read_checkpoint`)."""
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
         """``state_dict`` and ``optimizer`` entries of a checkpoint, in this IO's form."""
@@ -200,7 +206,7 @@ class FileCheckpointIO(CheckpointIO):
         if DCP_DIRECTORY.recognise(path):
             on_read(dict(NOTHING_READ))
             return load_dcp_weights(model, path)
-        checkpoint = read_checkpoint_file(path)
+        checkpoint = read_checkpoint(path)
         on_read(checkpoint)
         return apply_weights(model, checkpoint, str(path), strict=False)
 

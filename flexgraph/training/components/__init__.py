@@ -16,6 +16,8 @@ from flexgraph.training.components._data import (
     end_dataloader_workers,
     epoch_batches,
     epoch_length_of,
+    per_rank_batch,
+    set_per_rank_batch,
 )
 from flexgraph.training.components._model_api import (
     batch_mover,
@@ -34,6 +36,8 @@ from flexgraph.training.components._optim import (
 from flexgraph.training.components._weight_init import initialise
 
 __all__ = [
+    "per_rank_batch",
+    "set_per_rank_batch",
     "CPUAmpOptimWrapper",
     "DATALOADER_KEYS",
     "SkippableSampler",

@@ -210,12 +210,35 @@ def _start_pass(loader: DataLoader, epoch: int) -> Iterator[Any]:
     return iter(loader)
 
 
+def per_rank_batch(loader: Any) -> int | None:
+    """Samples per batch on this rank (``None``: the loader batches some other way)."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if isinstance(batch_sampler, torch.utils.data.BatchSampler):
+        return int(batch_sampler.batch_size)
+    size = getattr(loader, "batch_size", None)
+    return int(size) if size else None
+
+
+def set_per_rank_batch(loader: DataLoader, size: int) -> bool:
+    """Make ``loader``'s batches ``size`` samples from its next pass on; ``False`` if it cannot.
+
+    What a resume at another world size does to hold the global batch equal
+    (DataLoader's own ``batch_size`` is read-only once built; its
+    ``BatchSampler`` makes the batches).
+    """
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if not isinstance(batch_sampler, torch.utils.data.BatchSampler):
+        return False
+    batch_sampler.batch_size = int(size)
+    return True
+
+
 def _skippable(loader: DataLoader) -> tuple[SkippableSampler | None, int]:
     """The loader's skippable sampler and how many of its items make one batch."""
     if isinstance(loader.batch_sampler, SkippableSampler):
         return loader.batch_sampler, 1
     if isinstance(loader.sampler, SkippableSampler):
-        return loader.sampler, loader.batch_size or 1
+        return loader.sampler, per_rank_batch(loader) or 1
     return None, 1
 
 

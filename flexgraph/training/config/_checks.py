@@ -42,7 +42,7 @@ HOOK_OPTIONS = {
         "type", "priority", "interval", "by_epoch", "save_optimizer", "save_param_scheduler",
         "out_dir", "max_keep_ckpts", "save_last", "save_best", "rule", "greater_keys",
         "less_keys", "file_client_args", "filename_tmpl", "backend_args", "published_keys",
-        "save_begin"}),
+        "save_begin", "async_save"}),
     "LoggerHook": frozenset({
         "type", "priority", "interval", "ignore_last", "interval_exp_name", "out_dir",
         "out_suffix", "keep_local", "file_client_args", "log_metric_by_epoch",

@@ -76,6 +76,7 @@ _HOOK_OPTIONS: dict[str, frozenset[str]] = {
     "CheckpointHook": frozenset({
         "type", "priority", "interval", "by_epoch", "max_keep_ckpts", "save_last",
         "save_begin", "save_best", "rule", "greater_keys", "less_keys", "published_keys",
+        "async_save",
     }),
     "LoggerHook": frozenset({"type", "priority", "interval", "ignore_last"}),
     "ParamSchedulerHook": frozenset({"type", "priority"}),

@@ -243,6 +243,8 @@ class CheckpointPolicy:
     published_keys : tuple of str, optional
         Checkpoint entries kept in the published checkpoints; ``None``
         publishes nothing.
+    async_save : bool
+        Write portable checkpoints in the background (flexgraph's own option).
 
     Examples
     --------
@@ -262,6 +264,7 @@ class CheckpointPolicy:
     greater_keys: tuple[str, ...] = _GREATER_KEYS
     less_keys: tuple[str, ...] = _LESS_KEYS
     published_keys: tuple[str, ...] | None = None
+    async_save: bool = False
 
     def due_after_iter(self, iters_done: int, max_iters: int) -> bool:
         """An iteration save is due once ``iters_done`` iterations are complete."""
@@ -366,6 +369,7 @@ def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
         greater_keys=_names(ck.get("greater_keys"), "greater_keys") or _GREATER_KEYS,
         less_keys=_names(ck.get("less_keys"), "less_keys") or _LESS_KEYS,
         published_keys=_names(ck.get("published_keys"), "published_keys"),
+        async_save=bool(ck.get("async_save", False)),
     )
     # Decided now, as MMEngine does when it builds the hook; 'auto' waits for metrics.
     resolved = tuple(rule if key == "auto" else policy.rule_for(key, rule)

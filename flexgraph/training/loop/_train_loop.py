@@ -63,7 +63,7 @@ from typing import Any
 import torch
 
 from flexgraph.training.checkpoint import Checkpointer, LoopState, flat_schedulers
-from flexgraph.training.components import epoch_batches, first_param_group
+from flexgraph.training.components import epoch_batches, first_param_group, per_rank_batch
 from flexgraph.training.config import StopPolicy, TrainSchedule
 from flexgraph.training.errors import EmptyDatasetError, TrainingStopped
 from flexgraph.training.loop._checkpoint_hook import BEST_INFO_PREFIXES
@@ -123,6 +123,8 @@ class TrainLoop:
         self._data_pass = state.data_pass
         self._pass_origin = state.iter - state.batch_idx
         self._train_rng: dict[str, Any] | None = None  # set while validating
+        per_rank = per_rank_batch(train_dataloader)
+        self._global_batch = per_rank * env.world_size if per_rank else None
         # The built-in hooks' per-iteration work, inlined when no other hook
         # overrides after_train_iter (then ``_after`` is empty).
         inline = hooks.inlined("after_train_iter")
@@ -192,6 +194,8 @@ class TrainLoop:
                 hooks.call("after_train_epoch")  # LOW: epoch schedulers; VERY_LOW: epoch_1
             out.tick(it)  # the bar ends at the last iteration, not at the last tick
             runner.iter = it
+            if self.checkpointer is not None:
+                self.checkpointer.finish_pending()  # a background save, before after_train
             hooks.call("after_train")
             hooks.end_run()
         finally:
@@ -357,7 +361,7 @@ class TrainLoop:
             param_schedulers=None if best else self.param_schedulers, epoch=epoch,
             iteration=iteration, batch_idx=iteration - self._pass_origin,
             data_pass=self._data_pass, seed=self.env.seed, rng_state=self._train_rng,
-            runtime_info=info)
+            runtime_info=info, global_batch=self._global_batch)
         self.hooks.call("before_save_checkpoint", checkpoint=checkpoint)
         path = self.checkpointer.save(checkpoint, stem, model=self.model,
                                       optim_wrapper=optim_wrapper, keep=not best)
@@ -374,6 +378,7 @@ class TrainLoop:
         if self.checkpointer is not None:
             if self._saved_at != it:
                 self.save_checkpoint(f"iter_{it}", epoch=self._epoch(), iteration=it)
+            self.checkpointer.finish_pending()  # a stop waits for the last save to complete
             path = str(self._saved_path)
         saved = f"saved {path}" if path else "nothing saved (no checkpointer)"
         raise TrainingStopped(

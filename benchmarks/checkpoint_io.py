@@ -1,0 +1,327 @@
+"""How fast does flexgraph's checkpoint IO save and load, against plain torch.save / torch.load?
+
+Each measurement side by side with its baseline in the same run (the order
+rotating from one repeat to the next, the median kept):
+
+(a) One process, a model whose state is ``--size-gb`` in ``--tensors`` float32
+    parameters: flexgraph's single-file IO (``FileCheckpointIO``: ``torch.save``
+    plus fsync; restoring checks every record's CRC-32, loads with
+    ``weights_only=True`` and puts the weights into the model) and its DCP IO
+    (``DistributedCheckpointIO``, single-process; it reads into the model's
+    own tensors) against ``torch.save`` + fsync, and ``torch.load`` +
+    ``load_state_dict``, of the same tensors. The bare ``torch.save`` (no
+    fsync: the data may still be in the page cache only) is shown too. Goal:
+    at least 0.9x the baseline's speed.
+(b) Two ranks (gloo, ``torch.distributed.run --standalone``), the same state
+    sharded by FSDP2: DCP's sharded save (every rank writes its shards) against
+    gathering the full state to rank 0 and ``torch.save`` there (+ fsync).
+    Goal: faster.
+(c) ``flexgraph ckpt convert``'s memory, each conversion in a fresh process:
+    the growth of its anonymous memory (``RssAnon``, sampled every 5 ms; file
+    pages mapped for reading are the page cache's, not the process's) and of
+    its peak resident set (``VmHWM``, mapped file pages included) over the
+    process after its imports, against the checkpoint's size and its largest
+    tensor. Goal: bounded by the largest tensor (plus a reader's buffers), not
+    the checkpoint.
+
+Dirty pages are synced (untimed) before each save and each load, so no way
+pays for another's writeback. Ratios are speeds (baseline time / flexgraph
+time: above 1 is faster)::
+
+    python benchmarks/checkpoint_io.py [--size-gb 1] [--tensors 64] [--repeats 5] [--dir D]
+
+A shared disk's speed varies by tens of percent from one save to the next;
+``--dir /dev/shm`` (a tmpfs: no disk, fsync does nothing) isolates what the
+code costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-gb", type=float, default=1.0, help="state size (default 1 GB)")
+    parser.add_argument("--tensors", type=int, default=64, help="tensors in the state")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per measurement")
+    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--part", choices=("all", "one", "two", "convert"), default="all",
+                        help="(a) one process, (b) two ranks, (c) convert's memory, or all")
+    parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def rows_per_tensor(size_gb: float, tensors: int) -> int:
+    """Rows of 1024 float32 per tensor, for ``tensors`` tensors of ``size_gb`` in all."""
+    return max(1, int(size_gb * 1e9 / 4 / tensors) // 1024)
+
+
+class State(torch.nn.Module):
+    """``tensors`` float32 parameters of ``size_gb`` in all: the state to checkpoint."""
+
+    def __init__(self, size_gb: float, tensors: int) -> None:
+        super().__init__()
+        rows = rows_per_tensor(size_gb, tensors)
+        generator = torch.Generator().manual_seed(0)
+        self.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.rand(rows, 1024, generator=generator))
+            for _ in range(tensors))
+
+
+def fsynced_save(obj: object, path: Path) -> None:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _drop(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+def timed(work: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def ways_to_checkpoint(model: State) -> dict[str, tuple[Callable[[Path], object],
+                                                        Callable[[Path], object]]]:
+    """Each way's (save to a path, load from it) of ``model``'s state."""
+    from flexgraph.training.checkpoint import DistributedCheckpointIO, FileCheckpointIO
+
+    weights = model.state_dict()
+    meta = {"meta": {"iter": 1, "epoch": 0}}
+    file_io, dcp_io = FileCheckpointIO(), DistributedCheckpointIO()
+
+    def plain_save(path: Path) -> None:
+        with open(path, "wb") as f:
+            torch.save({"state_dict": weights, **meta}, f)
+
+    def plain_load(path: Path) -> None:
+        model.load_state_dict(torch.load(path, weights_only=True)["state_dict"])
+
+    def restore(io: FileCheckpointIO | DistributedCheckpointIO, path: Path) -> None:
+        io.apply(io.read(path, model=model), path, model=model, optim_wrapper=None)
+
+    return {
+        "torch.save (no fsync) / torch.load": (plain_save, plain_load),
+        "torch.save + fsync / torch.load": (
+            lambda p: fsynced_save({"state_dict": weights, **meta}, p), plain_load),
+        "flexgraph FileCheckpointIO": (
+            lambda p: file_io.write({**meta, **file_io.states(model, None)}, p, model=model),
+            lambda p: restore(file_io, p)),
+        "flexgraph DistributedCheckpointIO": (
+            lambda p: dcp_io.write({**meta, **dcp_io.states(model, None)}, p, model=model),
+            lambda p: restore(dcp_io, p)),
+    }
+
+
+def one_process(args: argparse.Namespace, where: Path) -> list[tuple[str, float, float]]:
+    """(name, save seconds, load seconds) of each way, medians of ``--repeats`` rounds."""
+    torch.set_num_threads(1)
+    warm_up = ways_to_checkpoint(State(1e-5, 1))  # first calls pay for imports, not IO
+    for name, (save, load) in warm_up.items():
+        path = where / f"warm-{abs(hash(name))}"
+        save(path)
+        load(path)
+        _drop(path)
+    ways = ways_to_checkpoint(State(args.size_gb, args.tensors))
+    times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in ways}
+    for round_ in range(args.repeats):
+        names = list(ways)
+        order = names[round_ % len(names):] + names[:round_ % len(names)]  # rotated
+        for name in order:
+            save, load = ways[name]
+            path = where / f"one-{abs(hash(name))}"
+            os.sync()  # no way pays for the writeback of another's dirty pages
+            times[name][0].append(timed(lambda: save(path)))  # noqa: B023
+            os.sync()
+            times[name][1].append(timed(lambda: load(path)))  # noqa: B023
+            _drop(path)
+    return [(name, statistics.median(s), statistics.median(lo))
+            for name, (s, lo) in times.items()]
+
+
+def two_ranks(args: argparse.Namespace, where: Path) -> tuple[float, float] | str:
+    """(DCP sharded save, gather to rank 0 + torch.save) seconds on 2 ranks, or why not."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--standalone", __file__, "--rank-worker", "--size-gb", str(args.size_gb),
+               "--tensors", str(args.tensors), "--repeats", str(args.repeats),
+               "--dir", str(where)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("TIMES ")]
+    if done.returncode != 0 or not lines:
+        return f"failed (exit {done.returncode}): {done.stderr.strip()[-300:]}"
+    sharded, gathered = (float(x) for x in lines[-1].split()[1:3])
+    return sharded, gathered
+
+
+_CONVERT = """
+import re, sys, threading, time
+from flexgraph.training.checkpoint import convert_checkpoint
+
+def status(field):
+    text = open('/proc/self/status').read()
+    return int(re.search(field + r':\\s+(\\d+) kB', text).group(1)) * 1024
+
+base_anon, base_peak, peak_anon, done = status('RssAnon'), status('VmHWM'), [0], []
+def sample():
+    while not done:
+        peak_anon[0] = max(peak_anon[0], status('RssAnon'))
+        time.sleep(0.005)
+sampler = threading.Thread(target=sample)
+sampler.start()
+convert_checkpoint(sys.argv[1], sys.argv[2], to=sys.argv[3])
+done.append(1)
+sampler.join()
+print('MEMORY', peak_anon[0] - base_anon, status('VmHWM') - base_peak)
+"""
+
+
+def convert_memory(args: argparse.Namespace, where: Path) -> list[tuple[str, int, int]]:
+    """(conversion, anonymous memory growth, peak RSS growth) in bytes, a process each."""
+    from flexgraph.training.checkpoint import DistributedCheckpointIO
+
+    model = State(args.size_gb, args.tensors)
+    io = DistributedCheckpointIO()
+    io.write({"meta": {"iter": 1}, **io.states(model, None)}, where / "source.dcp", model=model)
+    del model
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    steps = (("DCP -> torch", "source.dcp", "converted.pth", "torch"),
+             ("DCP -> safetensors", "source.dcp", "converted.safetensors", "safetensors"),
+             ("torch -> DCP", "converted.pth", "converted.dcp", "dcp"))
+    rows = []
+    for name, source, destination, target in steps:
+        done = subprocess.run([sys.executable, "-c", _CONVERT, str(where / source),
+                               str(where / destination), target],
+                              capture_output=True, text=True, env=env, timeout=3600)
+        line = [x for x in done.stdout.splitlines() if x.startswith("MEMORY ")]
+        if done.returncode != 0 or not line:
+            raise RuntimeError(f"{name} failed: {done.stderr.strip()[-500:]}")
+        anon, peak = (int(x) for x in line[0].split()[1:])
+        rows.append((name, anon, peak))
+    for name in ("source.dcp", "converted.pth", "converted.safetensors", "converted.dcp"):
+        _drop(where / name)
+    return rows
+
+
+def rank_worker(args: argparse.Namespace) -> None:
+    """One of the two ranks of (b); rank 0 prints ``TIMES <sharded> <gathered>``."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    from flexgraph.training.checkpoint import DistributedCheckpointIO
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = State(args.size_gb, args.tensors)
+    fully_shard(model)
+    io = DistributedCheckpointIO()
+    where = Path(args.dir)
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+    def sharded() -> None:
+        io.write({"meta": {"iter": 1}, **io.states(model, None)}, where / "sharded.dcp",
+                 model=model)
+
+    def gathered() -> None:
+        state = get_model_state_dict(model, options=full)  # every rank joins the gather
+        if rank == 0:
+            fsynced_save({"state_dict": state, "meta": {"iter": 1}}, where / "gathered.pth")
+
+    times: dict[str, list[float]] = {"sharded": [], "gathered": []}
+    ways = {"sharded": sharded, "gathered": gathered}
+    for round_ in range(args.repeats):
+        for name in (list(ways) if round_ % 2 == 0 else list(reversed(ways))):
+            if rank == 0:
+                os.sync()
+            dist.barrier()
+            start = time.perf_counter()
+            ways[name]()
+            dist.barrier()
+            times[name].append(time.perf_counter() - start)
+            if rank == 0:
+                _drop(where / "sharded.dcp")
+                _drop(where / "gathered.pth")
+            dist.barrier()
+    if rank == 0:
+        print(f"TIMES {statistics.median(times['sharded'])} "
+              f"{statistics.median(times['gathered'])}", flush=True)
+    dist.destroy_process_group()
+
+
+def report(args: argparse.Namespace, one: list[tuple[str, float, float]] | None,
+           two: tuple[float, float] | str | None, nbytes: int,
+           memory: list[tuple[str, int, int]] | None = None) -> list[str]:
+    """The table: seconds, GB/s and speed ratios against the fsync'ed torch baseline."""
+    gb = nbytes / 1e9
+    lines = [f"checkpoint IO, {gb:.2f} GB in {args.tensors} float32 tensors, "
+             f"median of {args.repeats}"]
+    if one is not None:
+        base = next(r for r in one if r[0] == "torch.save + fsync / torch.load")
+        bare = next(r for r in one if r[0].startswith("torch.save (no fsync)"))
+        lines.append("(a) one process           save s   load s  save GB/s  load GB/s  "
+                     "save x  load x  save x(no fsync)")
+        for name, save, load in one:
+            lines.append(f"  {name:<36} {save:7.2f}  {load:7.2f}  {gb / save:9.2f}  "
+                         f"{gb / load:9.2f}  {base[1] / save:6.2f}  {base[2] / load:6.2f}  "
+                         f"{bare[1] / save:6.2f}")
+    if two is not None:
+        lines.append("(b) two ranks, FSDP2-sharded state      save s")
+        if isinstance(two, str):
+            lines.append(f"  {two}")
+        else:
+            sharded, gathered = two
+            lines.append(f"  DCP sharded save (every rank)        {sharded:7.2f}")
+            lines.append(f"  gather to rank 0 + torch.save        {gathered:7.2f}")
+            lines.append(f"  sharded save speed x gathered: {gathered / sharded:.2f}")
+    if memory is not None:
+        largest = nbytes / args.tensors
+        lines.append(f"(c) ckpt convert, fresh process    anon MiB  peak RSS MiB  "
+                     f"anon / largest tensor ({largest / 2**20:.1f} MiB)  anon / checkpoint")
+        for name, anon, peak in memory:
+            lines.append(f"  {name:<32} {anon / 2**20:8.1f}  {peak / 2**20:12.1f}  "
+                         f"{anon / largest:38.2f}  {anon / nbytes:17.3f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # (a): no group
+    args = parse_args(argv)
+    if args.rank_worker:
+        rank_worker(args)
+        return
+    with tempfile.TemporaryDirectory(prefix="ckptbench-", dir=args.dir) as where:
+        one = one_process(args, Path(where)) if args.part in ("all", "one") else None
+        two = two_ranks(args, Path(where)) if args.part in ("all", "two") else None
+        memory = convert_memory(args, Path(where)) if args.part in ("all", "convert") \
+            else None
+    nbytes = args.tensors * rows_per_tensor(args.size_gb, args.tensors) * 1024 * 4
+    print("\n".join(report(args, one, two, nbytes, memory)))
+
+
+if __name__ == "__main__":
+    main()

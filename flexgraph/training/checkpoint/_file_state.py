@@ -1,0 +1,79 @@
+"""Resuming a one-file checkpoint (``.pth``) under a strategy that writes another format.
+
+Single-device and DDP runs write MMEngine's ``.pth`` (so MMEngine's tools read
+them), whose optimizer state numbers the parameters. To resume such a file under
+FSDP or DeepSpeed, every rank reads it (``weights_only``), the numbers become
+parameter names (:func:`~flexgraph.training.checkpoint._access.positions_to_names`,
+from the numbering this run's own optimizer gives its parameters: same model,
+same optimizer config, same numbering) and the strategy's
+:class:`~flexgraph.training.checkpoint._access.StateAccess` puts the whole
+tensors in, each rank keeping what it holds. Files written with names already
+(FSDP's ``state_dict_cfg='full'``) go in as they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flexgraph.training.checkpoint._access import StateAccess, positions_to_names
+from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
+from flexgraph.training.checkpoint._formats import TORCH_SAVE_FILE
+from flexgraph.training.checkpoint._io import CheckpointIO, optimizer_keyed_by
+from flexgraph.training.checkpoint._weights import weights_in
+from flexgraph.training.errors import CheckpointError
+
+__all__ = ["FileStateReader"]
+
+
+class FileStateReader(CheckpointIO):
+    """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess` (never writes)."""
+
+    format = TORCH_SAVE_FILE
+
+    def __init__(self, access: StateAccess) -> None:
+        self.access = access
+
+    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
+        checkpoint = read_checkpoint_file(path)
+        if not isinstance(checkpoint, dict):
+            raise CheckpointError(f"checkpoint {str(path)!r} holds a "
+                                  f"{type(checkpoint).__name__}, not a checkpoint dict")
+        checkpoint = dict(checkpoint)
+        checkpoint["state_dict"] = dict(weights_in(checkpoint, str(path)))
+        optimizer = checkpoint.get("optimizer")
+        if optim_wrapper is None or optimizer is None:
+            checkpoint.pop("optimizer", None)
+        elif optimizer_keyed_by(optimizer) == "position":
+            current = self.access.optimizer_state(model, optim_wrapper)["param_groups"]
+            try:
+                checkpoint["optimizer"] = positions_to_names(
+                    optimizer, [list(g["params"]) for g in current])
+            except ValueError as exc:
+                raise CheckpointError(
+                    f"cannot resume {str(path)!r} under this strategy: {exc}; resume with "
+                    f"the model and optimizer config it was saved with") from exc
+        elif optimizer_keyed_by(optimizer) != "name":
+            raise CheckpointError(
+                f"cannot resume {str(path)!r} under this strategy: its optimizer state is "
+                f"not one optimizer's state_dict; resume it with the strategy that wrote it")
+        return checkpoint
+
+    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: Any,
+              optim_wrapper: Any, strict: bool = True) -> None:
+        try:
+            self.access.set_state(model, optim_wrapper, checkpoint["state_dict"],
+                                  checkpoint.get("optimizer"), full=True, strict=strict)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise CheckpointError(
+                f"cannot restore {str(path)!r} into this model: {type(exc).__name__}: "
+                f"{detail}; resume with the model and optimizer config it was saved "
+                f"with") from exc
+
+    def is_complete(self, path: Path) -> bool:
+        return TORCH_SAVE_FILE.recognise(path)
+
+    def problem(self, path: Path) -> str | None:
+        found = file_problem(path, verify=False) if path.is_file() else None
+        return found or super().problem(path)

@@ -1,0 +1,95 @@
+"""A portable checkpoint's manifest: what wrote it, where the run stood, and the plan.
+
+``manifest.json`` is the last file of a portable checkpoint, written by rank 0
+once every rank's shards and ``.metadata`` are on disk, through a temporary
+name and an atomic rename: a checkpoint without it does not count (its save
+was interrupted). It is plain JSON, so a person, ``jq`` or another tool reads
+it without torch:
+
+    format            "flexgraph.portable/1"
+    strategy          the strategy of the plan that wrote it ("fsdp", "deepspeed", ...)
+    world_size        processes that wrote it
+    epoch, iter, batch_idx, data_pass
+                      where the run stood (MMEngine's counters, flexgraph's data position)
+    flexgraph_version, torch_version
+    dtypes            each model tensor's dtype, by parameter name
+    optimizer_keys    the optimizer state each parameter has (exp_avg, exp_avg_sq, step)
+    plan              the plan that produced it (``flexgraph plan --format json``), or null
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flexgraph.training.checkpoint._formats import MANIFEST_NAME
+from flexgraph.training.errors import CheckpointError
+
+__all__ = ["MANIFEST_FORMAT", "make_manifest", "read_manifest", "running_plan"]
+
+MANIFEST_FORMAT = "flexgraph.portable/1"
+
+
+def running_plan() -> dict[str, Any] | None:
+    """The plan this process runs, as the run's record holds it (``plan.json``), or ``None``."""
+    from flexgraph.training.output import active_record
+
+    record = active_record()
+    plan_file = Path(record.run_dir) / "plan.json" if record is not None else None
+    if plan_file is None or not plan_file.is_file():
+        return None
+    try:
+        return json.loads(plan_file.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _dtype_name(value: Any) -> str:
+    return str(value.dtype).removeprefix("torch.") if isinstance(value, torch.Tensor) else \
+        type(value).__name__
+
+
+def make_manifest(meta: dict[str, Any], model_state: dict[str, Any],
+                  optimizer_state: dict[str, Any] | None, *, world_size: int,
+                  plan: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest of a checkpoint holding ``model_state`` and ``optimizer_state``."""
+    keys = sorted({k for per_param in (optimizer_state or {}).values()
+                   for k in (per_param or {})})
+    return {
+        "format": MANIFEST_FORMAT,
+        "strategy": (plan or {}).get("strategy"),
+        "world_size": int(world_size),
+        **{k: meta.get(k) for k in ("epoch", "iter", "batch_idx", "data_pass", "seed")},
+        "flexgraph_version": meta.get("flexgraph_version"),
+        "torch_version": meta.get("torch_version"),
+        "time": meta.get("time"),
+        "dtypes": {name: _dtype_name(v) for name, v in model_state.items()},
+        "optimizer_keys": keys,
+        "plan": plan,
+    }
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of the portable checkpoint ``path``.
+
+    Raises
+    ------
+    CheckpointError
+        It is missing (an interrupted save), not JSON, or of another format.
+    """
+    file = path / MANIFEST_NAME
+    if not file.is_file():
+        raise CheckpointError(f"portable checkpoint {str(path)!r} is incomplete: it has no "
+                              f"{MANIFEST_NAME} (written last; its save was interrupted?)")
+    try:
+        manifest = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"portable checkpoint {str(path)!r}: its {MANIFEST_NAME} is "
+                              f"not JSON ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise CheckpointError(f"portable checkpoint {str(path)!r}: its {MANIFEST_NAME} is "
+                              f"not a {MANIFEST_FORMAT} manifest")
+    return manifest

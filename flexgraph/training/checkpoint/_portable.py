@@ -1,0 +1,356 @@
+"""The portable checkpoint: one layout every strategy writes and every strategy reads.
+
+A directory (``iter_40.ckpt/``) written through ``torch.distributed.checkpoint``
+(DCP) by every rank in parallel, DCP writing each replicated tensor once::
+
+    .flexgraph-portable   written first: marks the directory as this format
+    __0_0.distcp ...      the tensors: ``model.<name>`` (weights, persistent
+                          buffers) and ``optimizer.<name>.<key>`` (Adam's
+                          exp_avg, exp_avg_sq, step, ...), every one keyed by
+                          parameter name, never by position or wrapper prefix
+    .metadata             DCP's index of them (global shapes, dtypes)
+    extra.pth             rank 0's ``weights_only`` file: loop position, the
+                          optimizer's param groups (hyperparameters, names),
+                          parameter schedulers, every rank's RNG state,
+                          dataloader position, hook extras
+    manifest.json         written last (:mod:`._manifest`): strategy, world
+                          size, dtypes, step, versions and the plan
+
+What each strategy's live objects give and take is a
+:class:`~flexgraph.training.checkpoint._access.StateAccess` (torch's
+``state_dict`` API for single device, DDP and FSDP2; DeepSpeed's
+``safe_get_full_*`` utilities for ZeRO), so the same files resume under any
+strategy and any world size: DCP reshards on load.
+
+For tools that convert to and from this layout without a training run:
+:func:`write_portable` writes one from a full, name-keyed state on one process;
+:func:`portable_tensors` lists what one holds and :func:`read_portable_tensor`
+reads a single tensor of it (memory bounded by that tensor).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint import FileSystemWriter
+
+from flexgraph.training.checkpoint._access import StateAccess, TorchStateAccess
+from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint_meta
+from flexgraph.training.checkpoint._dcp import _full_tensors
+from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_load, dcp_problem
+from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
+from flexgraph.training.checkpoint._formats import (
+    MANIFEST_NAME,
+    PORTABLE_DIRECTORY,
+    PORTABLE_MARKER,
+)
+from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, FileCheckpointIO, OnRead
+from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest, running_plan
+from flexgraph.training.checkpoint._weights import WeightsLoaded
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.runtime import this_rank, world_size
+
+__all__ = ["BackgroundWrite", "PortableCheckpointIO", "portable_tensors", "read_portable_tensor",
+           "write_portable"]
+
+MODEL, OPTIMIZER = "model", "optimizer"
+_GROUPS = "optimizer_param_groups"
+
+
+def _begin(path: Path, manifest: dict[str, Any]) -> None:
+    """Rank 0 marks the directory as a portable checkpoint before any shard is in it."""
+    if this_rank() == 0:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / PORTABLE_MARKER).write_text(manifest["format"] + "\n")
+
+
+def _finish(path: Path, rest: dict[str, Any], manifest: dict[str, Any]) -> None:
+    """Rank 0, once every rank's shards and ``.metadata`` are on disk: ``extra.pth``, then
+    the manifest, the checkpoint's last file (each fsynced, atomically renamed)."""
+    if this_rank() == 0:
+        atomic_write(path / EXTRA_NAME, lambda f: torch.save(rest, f))
+        text = json.dumps(manifest, indent=1, sort_keys=False).encode()
+        atomic_write(path / MANIFEST_NAME, lambda f: f.write(text))
+
+
+def _save(tensors: dict[str, Any], rest: dict[str, Any], path: Path, *,
+          manifest: dict[str, Any]) -> None:
+    """Marker, shards (every rank), ``extra.pth``, then the manifest last (rank 0)."""
+    import torch.distributed.checkpoint as dcp
+
+    _begin(path, manifest)
+    # dcp.save returns on rank 0 only after every rank reported its shards written
+    # and .metadata is on disk: the manifest below is the checkpoint's last file.
+    dcp.save(tensors, storage_writer=FileSystemWriter(path))
+    _finish(path, rest, manifest)
+
+
+_SAVE_GROUP: list[Any] = []
+
+
+def _background_group() -> Any:
+    """A gloo group of its own for background saves (``None`` without a process group).
+
+    DCP's background thread runs collectives while training runs its own on
+    the default group; one group would interleave them.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    if not _SAVE_GROUP:
+        _SAVE_GROUP.append(dist.new_group(backend="gloo"))
+    return _SAVE_GROUP[0]
+
+
+def _staged(value: Any) -> Any:
+    """A copy of every tensor in ``value`` that training can no longer change.
+
+    DCP's stager copies a tensor to CPU memory, but one already there is
+    passed on as it is, and the optimizer's next step would change it under
+    the background write. A DTensor is copied where it lives (its shard).
+    """
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        return value.detach().clone()
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _staged(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_staged(v) for v in value)
+    return value
+
+
+class BackgroundWrite:
+    """A portable checkpoint whose shards DCP writes in the background (``async_save``).
+
+    The state was staged to CPU memory before the save returned; :meth:`wait`
+    waits for the shards (fsynced by DCP's writer) and ``.metadata``, then
+    rank 0 writes ``extra.pth`` and the manifest, so the manifest exists only
+    once everything else is on disk.
+    """
+
+    def __init__(self, future: Any, path: Path, rest: dict[str, Any],
+                 manifest: dict[str, Any]) -> None:
+        self.future = getattr(future, "upload_completion", future)
+        self.path, self.rest, self.manifest = path, rest, manifest
+
+    def wait(self) -> None:
+        self.future.result()
+        _finish(self.path, self.rest, self.manifest)
+
+
+def _split(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tensors DCP writes (name-keyed) and the rest (rank 0's ``extra.pth``)."""
+    optimizer = checkpoint.get("optimizer") or None
+    tensors: dict[str, Any] = {MODEL: checkpoint.get("state_dict") or {}}
+    rest = {k: v for k, v in checkpoint.items() if k not in ("state_dict", "optimizer")}
+    if optimizer is not None:
+        tensors[OPTIMIZER] = optimizer.get("state") or {}
+        rest[_GROUPS] = optimizer.get("param_groups") or []
+    return tensors, rest
+
+
+def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
+                   optimizer_state: dict[str, Any] | None = None, *,
+                   meta: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+                   strategy: str | None = None) -> Path:
+    """Write a portable checkpoint at ``path`` from a full state keyed by parameter name.
+
+    For converters: one process, no process group needed. ``optimizer_state``
+    is torch's name-keyed layout (``{'state': {name: {...}}, 'param_groups':
+    [{..., 'params': [names]}]}``); ``meta`` the loop position (default: step
+    0); ``extra`` anything else a run restores (``param_schedulers``, ...).
+    ``strategy`` is recorded in the manifest (no plan is). ``path`` must not
+    exist yet.
+    """
+    path = Path(path)
+    if path.exists():
+        raise CheckpointError(f"{str(path)!r} exists; write a portable checkpoint to a new path")
+    meta = dict(meta or checkpoint_meta(epoch=0, iteration=0, batch_idx=0, seed=None))
+    checkpoint = {"meta": meta, **dict(extra or {}), "state_dict": dict(model_state)}
+    if optimizer_state is not None:
+        checkpoint["optimizer"] = optimizer_state
+    tensors, rest = _split(checkpoint)
+    manifest = make_manifest(meta, tensors[MODEL], tensors.get(OPTIMIZER), world_size=1,
+                             plan=None)
+    manifest["strategy"] = strategy
+    _save(tensors, rest, path, manifest=manifest)
+    return path
+
+
+def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Every tensor a portable (or any DCP) checkpoint holds: ``'model.<name>'`` ->
+    (global shape, dtype), read from ``.metadata`` alone."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    metadata = SafeReader(Path(path)).read_metadata()
+    return {key: (tuple(info.size), info.properties.dtype)
+            for key, info in metadata.state_dict_metadata.items()
+            if isinstance(info, TensorStorageMetadata)}
+
+
+def _saved_keys(path: Path) -> set[str]:
+    """Every item's flat key in ``.metadata`` (tensors, and the few non-tensor values)."""
+    return set(SafeReader(path).read_metadata().state_dict_metadata)
+
+
+def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:
+    """One whole tensor of a portable checkpoint (``'model.fc.weight'``), on the CPU.
+
+    Reads only the shards holding it: memory is bounded by the tensor itself.
+    """
+    held = portable_tensors(path)
+    if key not in held:
+        raise CheckpointError(f"{str(path)!r} holds no tensor {key!r}")
+    shape, dtype = held[key]
+    out = {key: torch.empty(shape, dtype=dtype)}
+    dcp_load(out, Path(path), partial=True)
+    return out[key]
+
+
+def _flat_keys(tree: dict[str, Any], prefix: str) -> Iterator[tuple[str, tuple[str, ...]]]:
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            for flat, path in _flat_keys(value, f"{prefix}.{key}"):
+                yield flat, (key, *path)
+        else:
+            yield f"{prefix}.{key}", (key,)
+
+
+def _keep_saved(tree: dict[str, Any], prefix: str, saved: set[str]) -> dict[str, Any]:
+    """``tree`` without the tensors the checkpoint does not hold (its template for DCP)."""
+    out: dict[str, Any] = {}
+    for flat, path in _flat_keys(tree, prefix):
+        if flat in saved:
+            node = out
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            value = tree
+            for part in path:
+                value = value[part]
+            node[path[-1]] = value
+    return out
+
+
+class PortableCheckpointIO(CheckpointIO):
+    """Portable checkpoint directories (``iter_40.ckpt/``): every rank writes, any strategy reads.
+
+    Parameters
+    ----------
+    access:
+        How this strategy's model and optimizer give and take name-keyed state
+        (default: torch's ``state_dict`` API).
+    weights:
+        The IO that loads ``load_from`` files of other formats into this
+        strategy's model (default: one file, every rank).
+    async_save:
+        Write in the background (DCP's ``async_save``): :meth:`write` returns a
+        :class:`BackgroundWrite` once the state is staged to CPU memory, and
+        the :class:`~flexgraph.training.checkpoint.Checkpointer` puts the
+        checkpoint in place when it completes (at the next save, at the end of
+        training, or at a stop).
+    """
+
+    suffix = ".ckpt"
+    format = PORTABLE_DIRECTORY
+
+    def __init__(self, access: StateAccess | None = None, *,
+                 weights: CheckpointIO | None = None, async_save: bool = False) -> None:
+        self.access = access or TorchStateAccess()
+        self.async_save = bool(async_save)
+        self.weights = weights or FileCheckpointIO()
+        self.weight_formats = (PORTABLE_DIRECTORY, *(
+            f for f in self.weights.weight_formats if f != PORTABLE_DIRECTORY))
+
+    def states(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"state_dict": self.access.model_state(model)}
+        if optim_wrapper is not None:
+            out["optimizer"] = self.access.optimizer_state(model, optim_wrapper)
+        return out
+
+    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
+              optim_wrapper: Any = None) -> BackgroundWrite | None:
+        import torch.distributed.checkpoint as dcp
+
+        tensors, rest = _split(checkpoint)
+        rest = _full_tensors(rest)  # hook extras holding shards: extra.pth is rank 0's alone
+        plan = running_plan() if this_rank() == 0 else None
+        manifest = make_manifest(rest.get("meta") or {}, tensors[MODEL],
+                                 tensors.get(OPTIMIZER), world_size=world_size(), plan=plan)
+        if not self.async_save:
+            _save(tensors, rest, path, manifest=manifest)
+            return None
+        _begin(path, manifest)
+        future = dcp.async_save(_staged(tensors), storage_writer=FileSystemWriter(path),
+                                process_group=_background_group())
+        return BackgroundWrite(future, path, rest, manifest)
+
+    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
+        problem = self.problem(path)
+        if problem is not None:
+            raise CheckpointError(problem)
+        checkpoint = dict(read_checkpoint_file(path / EXTRA_NAME))
+        checkpoint["manifest"] = read_manifest(path)
+        saved = _saved_keys(path)
+        shapes = {k: shape for k, (shape, _) in portable_tensors(path).items()}
+        model_part, optimizer_part = self.access.templates(model, optim_wrapper, shapes)
+        state: dict[str, Any] = {MODEL: _keep_saved(model_part, MODEL, saved)}
+        groups = checkpoint.pop(_GROUPS, None)
+        if optimizer_part is not None and groups is not None:
+            state[OPTIMIZER] = _keep_saved(optimizer_part, OPTIMIZER, saved)
+        dcp_load(state, path, partial=True)
+        checkpoint["state_dict"] = state[MODEL]
+        if OPTIMIZER in state:
+            checkpoint["optimizer"] = {"state": state[OPTIMIZER], "param_groups": groups}
+        return checkpoint
+
+    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: Any,
+              optim_wrapper: Any, strict: bool = True) -> None:
+        try:
+            self.access.set_state(model, optim_wrapper, checkpoint["state_dict"],
+                                  checkpoint.get("optimizer"), full=False, strict=strict)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise CheckpointError(
+                f"cannot restore the portable checkpoint {str(path)!r} into this model: "
+                f"{type(exc).__name__}: {detail}; resume with the model and optimizer "
+                f"config it was saved with") from exc
+
+    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
+        if not PORTABLE_DIRECTORY.recognise(path):
+            return self.weights.load_weights(path, model, on_read=on_read)
+        problem = self.problem(path)
+        if problem is not None:
+            raise CheckpointError(problem)
+        on_read(dict(NOTHING_READ))
+        held = portable_tensors(path)
+        model_part, _ = self.access.templates(model, None, {k: v[0] for k, v in held.items()})
+        wanted = _keep_saved(model_part, MODEL, set(held))
+        if not wanted:
+            raise CheckpointError(f"none of the weights in {str(path)!r} match a parameter "
+                                  f"of {type(model).__name__}; is it the right checkpoint?")
+        state = {MODEL: wanted}
+        dcp_load(state, path, partial=True)
+        self.access.set_state(model, None, state[MODEL], None, full=False, strict=False)
+        saved = {k.removeprefix(MODEL + ".") for k in held if k.startswith(MODEL + ".")}
+        return WeightsLoaded(missing=tuple(sorted(set(model_part) - set(wanted))),
+                             unexpected=tuple(sorted(saved - set(model_part))))
+
+    def is_complete(self, path: Path) -> bool:
+        return self.problem(path) is None
+
+    def problem(self, path: Path) -> str | None:
+        if not self.recognises(path):
+            return super().problem(path)
+        try:
+            read_manifest(path)
+        except CheckpointError as exc:
+            return str(exc)
+        return dcp_problem(path) or file_problem(path / EXTRA_NAME, verify=False)

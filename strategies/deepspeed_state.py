@@ -1,0 +1,231 @@
+"""DeepSpeed's state by parameter name: how a ZeRO engine writes and reads portable checkpoints.
+
+ZeRO keeps the optimizer's view of the model in flat fp32 partitions, one per
+parameter group and rank; nothing in them says which parameter a slice
+belongs to. DeepSpeed's own utilities do (``deepspeed.utils``:
+``safe_get_full_fp32_param``, ``safe_get_full_optimizer_state`` and their
+``safe_set_full_*`` counterparts, collectives under ZeRO-1/2 and ZeRO-3): they
+assemble one parameter's fp32 master weights or Adam moment from every rank's
+partition, and scatter a whole one back. :class:`DeepSpeedStateAccess` walks
+the module's parameters in their order (the same on every rank, as the
+collectives need) and produces exactly the layout torch's ``state_dict`` API
+gives for single device, DDP and FSDP2:
+
+* model: ``{name: fp32 master weight}`` plus persistent buffers;
+* optimizer: ``{'state': {name: {'exp_avg', 'exp_avg_sq', 'step'}},
+  'param_groups': [{hyperparameters, 'params': [names]}]}``: ``step`` is the
+  step count of the flat partition's optimizer, the same for every parameter.
+
+Restoring: the weights go into the engine's parameters (gathered one at a time
+under ZeRO-3), then into the fp32 master copies; a fresh engine's optimizer
+has no state yet (torch creates it at the first step), so every partition gets
+zero state and the step count first, and the moments are then set parameter by
+parameter. ZeRO stage 0 keeps torch's optimizer on the module itself and goes
+through torch's API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from flexgraph.training.checkpoint import StateAccess, TorchStateAccess
+
+__all__ = ["DeepSpeedStateAccess"]
+
+
+def _zero(model: Any) -> tuple[Any, Any, torch.optim.Optimizer]:
+    """The engine, its ZeRO optimizer, and the torch optimizer over the flat partitions."""
+    engine = model.engine
+    zero = engine.optimizer
+    return engine, zero, getattr(zero, "optimizer", zero)
+
+
+def _partitioned(module: torch.nn.Module) -> bool:
+    """Whether ZeRO holds this module's fp32 masters (stage 1-3), not torch's optimizer."""
+    return any(hasattr(p, "_hp_mapping") or hasattr(p, "ds_id") for p in module.parameters())
+
+
+def _buffers(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The persistent buffers, by name (what ``state_dict`` holds besides parameters)."""
+    for prefix, sub in module.named_modules():
+        for name, buffer in sub.named_buffers(recurse=False):
+            if buffer is not None and name not in sub._non_persistent_buffers_set:
+                yield (f"{prefix}.{name}" if prefix else name), buffer
+
+
+def _group_params(zero: Any, base: torch.optim.Optimizer) -> list[list[torch.nn.Parameter]]:
+    """The module parameters of each of the optimizer's param groups."""
+    if hasattr(zero, "bit16_groups"):  # ZeRO-1/2
+        return [list(g) for g in zero.bit16_groups]
+    if hasattr(zero, "bf16_groups"):  # bf16 optimizer (ZeRO-1 with bf16)
+        return [list(g) for g in zero.bf16_groups]
+    groups: list[list[torch.nn.Parameter]] = [[] for _ in base.param_groups]
+    for sub_group, params in enumerate(zero.fp16_groups):  # ZeRO-3: sub-groups of groups
+        groups[zero.sub_group_to_group_id[sub_group]] += list(params)
+    return groups
+
+
+def _flat_partitions(zero: Any, base: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """This rank's flat fp32 partitions: what the torch optimizer's state is keyed by.
+
+    ZeRO-3 puts them into the optimizer's param groups only while it steps.
+    """
+    for attr in ("fp32_partitioned_groups_flat", "single_partition_of_fp32_groups",
+                 "fp32_groups_flat_partition"):
+        flats = getattr(zero, attr, None)
+        if flats:
+            return list(flats)
+    return [p for group in base.param_groups for p in group["params"]]
+
+
+def _full_weight(param: torch.nn.Parameter) -> torch.Tensor:
+    """One parameter whole: its fp32 master, else (frozen) the gathered parameter itself."""
+    import deepspeed
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    value = safe_get_full_fp32_param(param)
+    if value is None:
+        if hasattr(param, "ds_id"):
+            with deepspeed.zero.GatheredParameters([param]):
+                value = param.data.clone()
+        else:
+            value = param.data.clone()
+    return value.detach().cpu()
+
+
+def _state_keys(base: torch.optim.Optimizer) -> tuple[list[str], torch.Tensor | None]:
+    """The optimizer's per-element state keys (``exp_avg``, ...) and its step count."""
+    for flat, state in base.state.items():
+        keys = [k for k, v in state.items() if isinstance(v, torch.Tensor)
+                and k != "step" and v.numel() == flat.numel()]
+        step = state.get("step")
+        step = torch.as_tensor(step, dtype=torch.float32).detach().clone().cpu() \
+            if step is not None else None
+        return keys, step
+    return [], None
+
+
+class DeepSpeedStateAccess(StateAccess):
+    """A ZeRO engine's fp32 master weights and optimizer state, by parameter name."""
+
+    name = "deepspeed"
+
+    def model_state(self, model: Any) -> dict[str, torch.Tensor]:
+        module = model.engine.module
+        out = {name: _full_weight(p) for name, p in module.named_parameters()}
+        out.update({name: b.detach().cpu().clone() for name, b in _buffers(module)})
+        return out
+
+    def optimizer_state(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:
+        from deepspeed.utils import safe_get_full_optimizer_state
+
+        engine, zero, base = _zero(model)
+        module = engine.module
+        if not _partitioned(module):
+            return TorchStateAccess().optimizer_state(module, optim_wrapper)
+        link = getattr(zero, "_lazy_init_hp_params_optimizer_state", None)
+        if callable(link) and base.state:
+            link()
+        keys, step = _state_keys(base)
+        state: dict[str, dict[str, torch.Tensor]] = {}
+        for name, param in module.named_parameters():
+            if not param.requires_grad:
+                continue
+            entry = {k: safe_get_full_optimizer_state(param, k).detach().cpu() for k in keys}
+            if step is not None:
+                entry["step"] = step.clone()
+            state[name] = entry
+        name_of = {id(p): n for n, p in module.named_parameters()}
+        groups = [{**{k: v for k, v in group.items() if k != "params"},
+                   "params": [name_of[id(p)] for p in params]}
+                  for group, params in zip(base.param_groups, _group_params(zero, base),
+                                           strict=True)]
+        return {"state": state, "param_groups": groups}
+
+    def templates(self, model: Any, optim_wrapper: Any, saved: dict[str, tuple[int, ...]]
+                  ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        module = model.engine.module
+        if not _partitioned(module) and optim_wrapper is not None:
+            return TorchStateAccess().templates(module, optim_wrapper, saved)
+        names = [n for n, _ in module.named_parameters()] + [n for n, _ in _buffers(module)]
+        model_part = {n: torch.empty(saved[f"model.{n}"]) for n in names
+                      if f"model.{n}" in saved}
+        if optim_wrapper is None:
+            return model_part, None
+        trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+        optimizer_part: dict[str, dict[str, torch.Tensor]] = {}
+        for key, shape in saved.items():
+            name, _, state_key = key.removeprefix("optimizer.").rpartition(".")
+            if key.startswith("optimizer.") and name in trainable:
+                optimizer_part.setdefault(name, {})[state_key] = torch.empty(shape)
+        return model_part, optimizer_part
+
+    def set_state(self, model: Any, optim_wrapper: Any, model_state: dict[str, Any],
+                  optimizer_state: dict[str, Any] | None, *, full: bool,
+                  strict: bool = True) -> None:
+        engine, zero, base = _zero(model)
+        module = engine.module
+        if not _partitioned(module):
+            TorchStateAccess().set_state(module, optim_wrapper, model_state, optimizer_state,
+                                         full=True, strict=strict)
+            return
+        own = [n for n, _ in module.named_parameters()] + [n for n, _ in _buffers(module)]
+        missing = [n for n in own if n not in model_state]
+        if strict and missing:
+            raise KeyError(f"the checkpoint has no weights for {missing[:5]}")
+        self._set_weights(module, model_state)
+        if optimizer_state is not None and optim_wrapper is not None:
+            self._set_optimizer(module, zero, base, optimizer_state)
+
+    @staticmethod
+    def _set_weights(module: torch.nn.Module, model_state: dict[str, Any]) -> None:
+        """Parameters (gathered one at a time under ZeRO-3), fp32 masters, buffers."""
+        import deepspeed
+        from deepspeed.utils import safe_set_full_fp32_param
+
+        with torch.no_grad():
+            for name, param in module.named_parameters():
+                if name not in model_state:
+                    continue
+                value = model_state[name]
+                if hasattr(param, "ds_id"):
+                    with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
+                        param.data.copy_(value)
+                else:
+                    param.data.copy_(value)
+                if param.requires_grad:
+                    safe_set_full_fp32_param(param, value.to(torch.float32).to(param.device))
+            for name, buffer in _buffers(module):
+                if name in model_state:
+                    buffer.copy_(model_state[name])
+
+    @staticmethod
+    def _set_optimizer(module: torch.nn.Module, zero: Any, base: torch.optim.Optimizer,
+                       optimizer_state: dict[str, Any]) -> None:
+        """Step count and zero state into every partition first, then each parameter's moments."""
+        from deepspeed.utils import safe_set_full_optimizer_state
+
+        state = optimizer_state.get("state") or {}
+        keys = sorted({k for entry in state.values() for k in entry if k != "step"})
+        step = next((entry["step"] for entry in state.values() if "step" in entry), None)
+        for flat in _flat_partitions(zero, base):
+            held = base.state[flat]
+            for key in keys:
+                if key not in held:
+                    held[key] = torch.zeros_like(flat)
+            if step is not None:
+                held["step"] = torch.as_tensor(step, dtype=torch.float32).clone()
+        link = getattr(zero, "_lazy_init_hp_params_optimizer_state", None)
+        if callable(link):
+            link()
+        for name, param in module.named_parameters():
+            if param.requires_grad and name in state:
+                for key in keys:
+                    safe_set_full_optimizer_state(param, state[name][key].to(param.device), key)
+        saved_groups = optimizer_state.get("param_groups") or []
+        if len(saved_groups) == len(base.param_groups):
+            for group, saved in zip(base.param_groups, saved_groups, strict=True):
+                group.update({k: v for k, v in saved.items() if k != "params" and k in group})

@@ -35,6 +35,26 @@ LR, WEIGHT_DECAY = 1e-4, 0.01  # AdamW, in the config and in the hand-written sc
 SEED = 0
 MEMORY_AFTER_ITERS = 5  # peak memory is read after this many iterations
 RECORD_NAME = "membench-rank{rank}.json"
+LIVE_BYTES_VAR = "MEMBENCH_LIVE_BYTES"
+"""Set (to 1) in a row's environment: its ranks count live tensor bytes (``memory.py
+--estimate``). A dispatch mode sees every operator, so only the untimed rows set it."""
+_live_bytes: Any = None
+
+
+def track_live_bytes() -> None:
+    """Count this process's live tensor bytes from now on, when :data:`LIVE_BYTES_VAR` is set.
+
+    Called when this module is imported, which a flexgraph rank does while it
+    loads its config (``custom_imports``), before any step has made a tensor;
+    the mode counts every storage an operator creates from then on (those that
+    C++ code makes too, DDP's gradient buckets included) until it is freed.
+    """
+    global _live_bytes
+    if os.environ.get(LIVE_BYTES_VAR) and _live_bytes is None:
+        from flexgraph.training.estimate._live_bytes import LiveBytes
+
+        _live_bytes = LiveBytes(resizes=True)
+        _live_bytes.__enter__()
 
 
 class ResidualBlock(nn.Module):
@@ -172,21 +192,31 @@ class RankRecorder:
         self.stamps: list[float] = []
         self.cpu_stamps: list[float] = []
         self.peak_mib: float | None = None
+        self.live_peak_mib: float | None = None
+        self.start_live_mib: float | None = None
 
     def iteration_done(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.stamps.append(time.perf_counter())
         self.cpu_stamps.append(time.process_time())
+        if len(self.stamps) == 1 and _live_bytes is not None:
+            _live_bytes._recount()
+            self.start_live_mib = _live_bytes.live / 2**20
+            _live_bytes.peak = _live_bytes.live  # the steady state from here on
         if len(self.stamps) == MEMORY_AFTER_ITERS:
             self.peak_mib = peak_memory_mib(self.device)
+            if _live_bytes is not None:
+                self.live_peak_mib = _live_bytes.peak / 2**20
 
     def write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps({
             "rank": self.rank, "world_size": self.world_size, "device": str(self.device),
             "threads": torch.get_num_threads(), "memory_kind": memory_kind(self.device),
-            "peak_mib": self.peak_mib, "iterations": len(self.stamps), "stamps": self.stamps,
+            "peak_mib": self.peak_mib, "live_peak_mib": self.live_peak_mib,
+            "live_after_first_iter_mib": self.start_live_mib,
+            "iterations": len(self.stamps), "stamps": self.stamps,
             "cpu_stamps": self.cpu_stamps,
         }))
 
@@ -220,3 +250,6 @@ def rank_batches(iters: int, width: int, rank: int, world_size: int,
                                          drop_last=True)
     for batch in loader:
         yield batch["inputs"].to(device), batch["labels"].to(device)
+
+
+track_live_bytes()

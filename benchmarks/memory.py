@@ -56,7 +56,17 @@ of a comparison differ only in who wrote the training code. Run::
 
     python benchmarks/memory.py [--strategies ddp,fsdp,zero1,zero2,zero3]
         [--iters 8] [--warmup 2] [--blocks 20 --width 1280] [--keep]
-        [--hand-zero-options JSON] [--malloc-mmap-threshold BYTES]
+        [--hand-zero-options JSON] [--malloc-mmap-threshold BYTES] [--estimate]
+
+``--estimate`` checks ``flexgraph plan --estimate`` instead: each flexgraph
+row runs once more, untimed, its ranks counting live tensor bytes (a dispatch
+mode entered when the config is loaded, before any tensor exists; every
+storage an operator makes, C++ ones such as DDP's buckets included, until it
+is freed), and the table puts the estimate of the same config for 2 ranks next
+to the larger rank's peak of live bytes from the end of iteration 1 through
+iteration 5 (the steady state the estimate describes; AdamW's states exist
+from the first step on), with their ratio (goal: within 10%) and the peak RSS
+beside them.
 """
 
 from __future__ import annotations
@@ -80,6 +90,7 @@ from _memory_workload import (
     BATCH,
     BLOCKS,
     CLASSES,
+    LIVE_BYTES_VAR,
     LR,
     MEMORY_AFTER_ITERS,
     RECORD_NAME,
@@ -178,7 +189,8 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def _run(label: str, argv: list[str], work_dir: Path, args: argparse.Namespace) -> Result:
+def _run(label: str, argv: list[str], work_dir: Path, args: argparse.Namespace,
+         extra_env: dict[str, str] | None = None) -> Result:
     """Run one row's processes; collect each rank's record from ``work_dir``."""
     work_dir.mkdir(parents=True, exist_ok=True)
     log = work_dir / "run.log"
@@ -186,7 +198,8 @@ def _run(label: str, argv: list[str], work_dir: Path, args: argparse.Namespace) 
     start = time.perf_counter()
     with open(log, "w") as out:
         try:
-            code = subprocess.run(argv, cwd=work_dir, env=_env(args), stdout=out,
+            code = subprocess.run(argv, cwd=work_dir, env={**_env(args), **(extra_env or {})},
+                                  stdout=out,
                                   stderr=subprocess.STDOUT, timeout=args.timeout).returncode
         except subprocess.TimeoutExpired:
             code = None
@@ -232,18 +245,40 @@ def flexgraph_config(row: Row, args: argparse.Namespace, work_dir: Path) -> dict
     )
 
 
-def run_flexgraph(row: Row, args: argparse.Namespace, root: Path) -> Result:
+def run_flexgraph(row: Row, args: argparse.Namespace, root: Path,
+                  live_bytes: bool = False) -> Result:
+    """A flexgraph row; with ``live_bytes``, its ranks count live tensor bytes (untimed:
+    fresh interpreters, ``--start-method exec``, so the count starts with the config)."""
     label = f"flexgraph {row.label}"
     why = unavailable(row.strategy["type"])
     if why:
         return Result(label, note=why)
     work_dir = root / f"flexgraph-{row.key}"
-    config = root / f"{row.key}_cfg.py"
+    config = config_path(row, root)
     cfg = flexgraph_config(row, args, work_dir)
     config.write_text("".join(f"{key} = {value!r}\n" for key, value in cfg.items()))
     argv = [sys.executable, "-m", "flexgraph", "run", str(config), "--work-dir", str(work_dir),
             "--nproc-per-node", str(NPROC)]
-    return _run(label, argv, work_dir, args)
+    if live_bytes:
+        argv += ["--start-method", "exec"]
+    return _run(label, argv, work_dir, args, extra_env={LIVE_BYTES_VAR: "1"} if live_bytes
+                else None)
+
+
+def config_path(row: Row, root: Path) -> Path:
+    return root / f"{row.key}_cfg.py"
+
+
+def estimate_of(row: Row, args: argparse.Namespace, root: Path) -> dict[str, Any] | None:
+    """``flexgraph plan CFG --estimate --world-size 2 --format json``'s candidate row."""
+    argv = [sys.executable, "-m", "flexgraph", "plan", str(config_path(row, root)),
+            "--estimate", "--world-size", str(NPROC), "--device-memory", "1TB",
+            "--format", "json"]
+    done = subprocess.run(argv, env=_env(args), capture_output=True, text=True)
+    if done.returncode:
+        print(f"  estimate of {row.key} failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+    return json.loads(done.stdout)["candidates"][0]
 
 
 def hand_deepspeed_config(stage: int, flexgraph_dir: Path | None,
@@ -452,6 +487,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "to 32 MiB as freed blocks come back, so that freed tensors below "
                         "that size stay resident)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    parser.add_argument("--estimate", action="store_true",
+                        help="compare flexgraph plan --estimate with each flexgraph row's "
+                        "live tensor bytes (untimed runs; no hand-written rows)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work dirs (configs, logs, rank records)")
     args = parser.parse_args(argv)
@@ -460,8 +498,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def estimate_table(keys: list[str], args: argparse.Namespace) -> list[str]:
+    """Each flexgraph row run with its live tensor bytes counted, next to its estimate."""
+    table = rows(args.width)
+    root = Path(tempfile.mkdtemp(prefix="membench-estimate-"))
+    lines = [f"  {'row':<10} {'estimate MiB':>12} {'live peak MiB':>13} {'estimate/live':>13} "
+             f"{'peak RSS MiB':>12}  estimate's phase"]
+    try:
+        for key in keys:
+            result = run_flexgraph(table[key], args, root, live_bytes=True)
+            estimate = estimate_of(table[key], args, root) if result.ok else None
+            if not result.ok or estimate is None:
+                lines.append(f"  {key:<10} {result.note or 'estimate failed'}")
+                continue
+            live = max(r["live_peak_mib"] for r in result.records)
+            guess = estimate["peak_bytes"] / 2**20
+            lines.append(f"  {key:<10} {guess:12.0f} {live:13.0f} {guess / live:13.3f} "
+                         f"{max(result.peaks):12.0f}  {estimate['phase']}")
+    finally:
+        if args.keep:
+            print(f"work dirs kept in {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.estimate:
+        keys = [k for k in KEYS if k in args.strategies]
+        params = parameter_count(args.blocks, args.width)
+        print(f"estimate against live tensor bytes: {args.blocks} residual blocks of width "
+              f"{args.width} ({params / 1e6:.1f} M parameters), fp32, AdamW, batch {BATCH} "
+              f"per rank, {NPROC} ranks on the CPU; live peak: the larger rank's, end of "
+              f"iteration 1 through iteration {MEMORY_AFTER_ITERS}")
+        print("\n".join(estimate_table(keys, args)))
+        return
     if torch.cuda.is_available() and torch.cuda.device_count() < NPROC:
         sys.exit(f"error: CUDA is available with {torch.cuda.device_count()} device(s) but "
                  f"each of the {NPROC} ranks needs its own; hide the GPU "

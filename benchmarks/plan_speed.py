@@ -14,13 +14,20 @@ strategy mixes 8 moves, 6 inserts, 4 configures, a replace and a fuse.
 1,000 steps whose functions live in 10 generated modules of 100 functions,
 cold (each source read and parsed once, as in a fresh ``flexgraph plan``).
 
-    python benchmarks/plan_speed.py [--repeats N] [--profile]
+``--estimate`` (``flexgraph plan CFG --estimate``: the model built on the meta
+device, one step traced there) is timed against a bare ``python -c "import
+torch"``, both in fresh processes (medians), for ViT-huge/14 (632 M
+parameters, batch 128) and a 7B Llama-style decoder (4096 tokens); the goal is
+within 3x, with a peak RSS under 1 GiB (``--estimate-repeats 0`` skips it).
+
+    python benchmarks/plan_speed.py [--repeats N] [--estimate-repeats N] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import statistics
 import subprocess
@@ -44,6 +51,11 @@ from flexgraph import (
 from flexgraph.core import references, source_names
 
 SIZES = (10, 100, 1000)
+ROOT = Path(__file__).resolve().parents[1]
+ESTIMATED = {
+    "ViT-huge/14, batch 128": ROOT / "examples" / "estimate" / "vit_huge_p14_8xb128_ddp.py",
+    "Llama 7B, 4096 tokens": ROOT / "examples" / "estimate" / "llama_7b_8xb1_fsdp.py",
+}
 GROUP = 5
 
 
@@ -114,6 +126,42 @@ def import_seconds(repeats: int) -> float:
     return statistics.median(runs)
 
 
+def _timed_process(argv: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one fresh process running ``argv``."""
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, argv)
+    return seconds, usage.ru_maxrss * 1024  # kilobytes on Linux
+
+
+def estimate_ratios(repeats: int) -> None:
+    """``--estimate`` of each :data:`ESTIMATED` config against ``import torch`` (medians).
+
+    Interleaved (a bare import, then each config, ``repeats`` times), so that
+    load from other processes on a shared machine falls on both sides alike.
+    """
+    bare: list[float] = []
+    runs: dict[str, list[tuple[float, int]]] = {label: [] for label in ESTIMATED}
+    for _ in range(repeats):
+        bare.append(_timed_process([sys.executable, "-c", "import torch"])[0])
+        for label, config in ESTIMATED.items():
+            runs[label].append(_timed_process(
+                [sys.executable, "-m", "flexgraph", "plan", str(config), "--estimate",
+                 "--world-size", "8", "--device-memory", "80GB"]))
+    torch_s = statistics.median(bare)
+    print(f"\nimport torch: {torch_s:.2f} s (median of {repeats} fresh processes, "
+          f"interleaved with the estimates)")
+    print(f"{'--estimate of':<24} {'seconds':>8} {'/ import torch':>15} {'peak RSS (MiB)':>15}")
+    for label, timed in runs.items():
+        seconds = statistics.median(r[0] for r in timed)
+        rss = max(r[1] for r in timed)
+        print(f"{label:<24} {seconds:>8.2f} {seconds / torch_s:>15.2f} {rss / 2**20:>15.0f}")
+
+
 def reference_check_seconds(n: int, repeats: int) -> float:
     """Median cost of checking ``n`` references into 10 generated modules, cold."""
     modules = 10
@@ -140,6 +188,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="cProfile the 1,000-step plan")
+    parser.add_argument("--estimate-repeats", type=int, default=5,
+                        help="fresh processes per --estimate timing (0: skip)")
     args = parser.parse_args()
 
     imported = import_seconds(args.repeats)
@@ -159,6 +209,8 @@ def main() -> int:
     checked = reference_check_seconds(SIZES[-1], args.repeats)
     print(f"checking {SIZES[-1]} function references (10 modules, cold): "
           f"{checked * 1e3:.1f} ms, {checked / imported:.2f} of the import")
+    if args.estimate_repeats:
+        estimate_ratios(args.estimate_repeats)
     if args.profile:
         graph, strategy = generated_graph(SIZES[-1]), generated_strategy(SIZES[-1])
         profiler = cProfile.Profile()

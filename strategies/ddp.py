@@ -71,6 +71,8 @@ def ddp(
         ],
         doc="DistributedDataParallel, one process per device",
         world_size="many",
+        memory_model="flexgraph.strategies.ddp_memory",
+        memory_options={"model_wrapper": dict(model_wrapper or {})},
     )
 
 

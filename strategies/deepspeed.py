@@ -204,7 +204,9 @@ def deepspeed(
                  "overwritten or never reach the optimizer"),
     )
     return Strategy("deepspeed", rewrites, doc=f"DeepSpeed ZeRO stage {stage}",
-                    world_size="many", checks=checks, run_imports=RUN_IMPORTS)
+                    world_size="many", checks=checks, run_imports=RUN_IMPORTS,
+                    memory_model="flexgraph.strategies.deepspeed_memory",
+                    memory_options={"config": ds})
 
 
 # -- step functions ---------------------------------------------------------------------------

@@ -212,8 +212,12 @@ def fsdp(
             "MMEngine's initialisers (init_cfg: Pretrained, TruncNormal, ...) copy whole "
             "tensors, which fails on shards; and a sharded init draws other random "
             "numbers than a single-device run"))
+    memory = {k: v for k, v in shard.items() if k != "hybrid_mesh" or isinstance(v, tuple)}
     return Strategy("fsdp", rewrites, doc="fully sharded data parallel (FSDP2)",
-                    world_size="many", checks=tuple(checks))
+                    world_size="many", checks=tuple(checks),
+                    memory_model="flexgraph.strategies.fsdp_memory",
+                    memory_options={**memory,
+                                    "activation_checkpointing": activation_checkpointing})
 
 
 # -- step functions ---------------------------------------------------------------------------

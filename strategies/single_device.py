@@ -28,4 +28,6 @@ def single_device(device: str | None = None, checkpoint_format: str = "native") 
     """
     rewrites = [Configure("setup_env", {"device": device})] if device else []
     rewrites += format_rewrites(checkpoint_format)
-    return Strategy("single", rewrites, doc="one process, one device", world_size="one")
+    return Strategy("single", rewrites, doc="one process, one device", world_size="one",
+                    memory_model="flexgraph.strategies.single_device_memory",
+                    memory_options={"device": device})

@@ -8,6 +8,10 @@ a diff against the base graph (``--diff``), or as the reasons one step sits
 where it does (``--explain STEP``). Planning imports no step function, so this
 never imports torch and is safe to run anywhere, CI included.
 
+``--estimate`` / ``--compare`` (and ``--strategy auto``) add what the plan
+costs per rank (:mod:`flexgraph.cli.estimate_cmd`); they, and only they,
+import torch.
+
 Function references are checked without importing them (see
 :mod:`flexgraph.core.references`): a module that cannot be found, or a name its
 source does not define, is an error (exit 2, with close names); a reference
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph import render as views
+from flexgraph.cli import estimate_cmd
 from flexgraph.cli.choice import default_strategy
 from flexgraph.cli.console import print_renderable
 from flexgraph.cli.options import parse_cfg_options
@@ -49,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-s",
         metavar="NAME",
         help="strategy to plan with (default: the one the config names); "
-        "'none' plans the base graph as declared",
+        "'none' plans the base graph as declared; 'auto' the fastest whose memory "
+        "estimate fits the device (see --world-size, --device-memory)",
     )
     parser.add_argument(
         "--format",
@@ -75,6 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K=V",
         help="override config keys, mmengine style (a.b=1 c=[1,2]); repeatable",
     )
+    estimate_cmd.add_arguments(parser)
 
 
 def _standard_graph(cfg: Any) -> Graph:
@@ -86,6 +93,14 @@ def _standard_graph(cfg: Any) -> Graph:
     from flexgraph.training.graph import standard_graph
 
     return standard_graph(cfg)
+
+
+def load_spec(config: str, cfg_options: list[str]) -> Any:
+    """The spec of ``config`` (a training config falls back on the standard graph)."""
+    from flexgraph.spec import load_spec as load
+
+    options = parse_cfg_options(cfg_options)
+    return load(Path(config), cfg_options=options or None, default_graph=_standard_graph)
 
 
 def load_plan(config: str, strategy: str | None, cfg_options: list[str]) -> Plan:
@@ -110,10 +125,7 @@ def load_plan(config: str, strategy: str | None, cfg_options: list[str]) -> Plan
     FlexgraphError
         The spec layer's or the engine's error for bad input.
     """
-    from flexgraph.spec import load_spec
-
-    options = parse_cfg_options(cfg_options)
-    spec = load_spec(Path(config), cfg_options=options or None, default_graph=_standard_graph)
+    spec = load_spec(config, cfg_options)
     if strategy != NO_STRATEGY:
         return spec.plan(strategy=strategy or default_strategy(spec))
     from flexgraph.core.plan import make_plan
@@ -147,8 +159,58 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.format != "text" and (args.diff or args.explain):
         flag = "--diff" if args.diff else "--explain"
         raise UsageError(f"{flag} prints text; drop --format {args.format}")
+    estimating = args.estimate or args.compare
+    if estimating and (args.diff or args.explain or args.format in ("dot", "mermaid")):
+        raise UsageError("--estimate and --compare print a table (text) or JSON; drop "
+                         "--diff / --explain / --format dot|mermaid")
+    if args.estimate and args.compare:
+        raise UsageError("--compare estimates every candidate it names; drop --estimate")
+    if args.strategy == estimate_cmd.AUTO:
+        return _plan_auto(args)
+    if estimating:
+        return _plan_estimate(args)
     plan = load_plan(args.config, args.strategy, args.cfg_options)
     for unchecked in check_references(plan):
         print(f"note: {unchecked}", file=sys.stderr)
     render(plan, args)
+    return 0
+
+
+def _print_estimate(report: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.format == "json":
+        sys.stdout.write(views.estimate_json(report) + "\n")
+    else:
+        print_renderable(views.estimate_view(report))
+
+
+def _plan_estimate(args: argparse.Namespace) -> int:
+    """``--estimate`` (the plan's strategy) or ``--compare`` (the candidates named)."""
+    spec = load_spec(args.config, args.cfg_options)
+    strategy = None
+    if not args.compare:
+        strategy = spec.resolve_strategy(args.strategy or default_strategy(
+            spec, args.world_size or 1))
+        spec.plan(strategy)  # the plan estimated is one that plans
+    _print_estimate(estimate_cmd.estimate_report(spec, strategy, args), args)
+    return 0
+
+
+def _plan_auto(args: argparse.Namespace) -> int:
+    """``--strategy auto``: the chosen plan, the candidates table and the reason."""
+    spec = load_spec(args.config, args.cfg_options)
+    if spec.cfg is None:
+        raise UsageError("--strategy auto chooses among training strategies; it needs a "
+                         "training config")
+    strategy, report, _ = estimate_cmd.choose_auto(spec, args.world_size or 1,
+                                                   args.device_memory)
+    plan = spec.plan(strategy)
+    if args.format == "json":
+        import json
+
+        plan_dict = json.loads(views.plan_json(plan))
+        plan_dict["estimate"] = report
+        sys.stdout.write(json.dumps(plan_dict, indent=2, sort_keys=True) + "\n")
+        return 0
+    render(plan, args)
+    print_renderable(views.estimate_view(report))
     return 0

@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", help="'auto' (latest checkpoint in the work dir) or a path")
     parser.add_argument("--load-from", help="weights to start from (checkpoint or state_dict)")
     parser.add_argument("--strategy", help="strategy name (default: the config's, else "
-                        "single, or ddp with more than one process)")
+                        "single, or ddp with more than one process); 'auto': the fastest "
+                        "whose memory estimate fits the device (see --device-memory)")
     parser.add_argument("--cfg-options", nargs="+", default=[], metavar="K=V",
                         help="override config keys, mmengine style (a.b=1 c=[1,2])")
     parser.add_argument("--entry", choices=("train", "val", "test"), default="train",
@@ -79,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how the ranks were started (default: the config's launcher, "
                         "else auto: an srun step of several tasks is detected); slurm: one "
                         "srun task per rank; none: ignore SLURM's variables")
+    from flexgraph.cli import estimate_cmd
+
+    estimate_cmd.add_arguments(parser, views=False)
     launch = parser.add_argument_group("launch (torch.distributed.run)")
     launch.add_argument("--nproc-per-node", type=_positive, default=1, metavar="N",
                         help="processes per node")
@@ -186,6 +190,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
                      default_graph=lambda cfg: standard_graph(cfg, entry=args.entry))
     args.launched_by = _choose_launch(args, spec)
     world = _world_size(args)
+    if args.strategy == "auto" and spec.cfg is not None:
+        return spec, _choose_auto(args, spec, world)
     strategy = spec.resolve_strategy(args.strategy or default_strategy(spec, world))
     if strategy is not None and strategy.world_size == "one" and world > 1:
         from flexgraph.core.strategy import StrategyOptionError
@@ -195,6 +201,26 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
             "use --strategy ddp"
         )
     return spec, strategy
+
+
+def _choose_auto(args: argparse.Namespace, spec: Any, world: int) -> Strategy:
+    """``--strategy auto``: estimate, choose, and say so (the launcher's ranks take its choice).
+
+    The choice is kept on ``args``: the work_dir's config records it as the
+    strategy it ran (so the config plans the same way again), its log the reason.
+    """
+    from flexgraph.cli import estimate_cmd
+    from flexgraph.cli.console import stdout_console
+    from flexgraph.render import estimate_view
+
+    strategy, report, candidate = estimate_cmd.choose_auto(spec, world, args.device_memory)
+    args.auto_choice = candidate.label
+    args.auto_strategy = {"type": candidate.name, **candidate.options}
+    args.auto_reason = (report.get("auto", {}).get("reason")
+                        or os.environ.get(estimate_cmd.AUTO_REASON_VAR))
+    if report and not _is_launched():
+        stdout_console().print(estimate_view(report))
+    return strategy
 
 
 def _choose_launch(args: argparse.Namespace, spec: Any) -> str | None:
@@ -278,6 +304,7 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
 def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
              strategy: Strategy | None, plan: Plan) -> int:
     """Launch the ranks, or run the plan in this process (with the work_dir's record)."""
+    from flexgraph.cli import estimate_cmd
     from flexgraph.cli.work_dir_owner import own_work_dir
     from flexgraph.render.json_view import plan_json
     from flexgraph.training.errors import TrainingStopped
@@ -300,7 +327,10 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         rendezvous = f"{args.master_addr}:{args.master_port}" if args.nnodes != "1" else None
         with own_work_dir(record_settings, owner=args.node_rank == 0,
                           rendezvous=rendezvous, launcher=True) as run_env:
-            status = launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text), **run_env},
+            auto = getattr(args, "auto_choice", None)
+            choice = {estimate_cmd.AUTO_CHOICE_VAR: auto,
+                      estimate_cmd.AUTO_REASON_VAR: args.auto_reason or ""} if auto else {}
+            status = launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text), **choice, **run_env},
                             stop_signals, preload=_rank_imports(plan, strategy),
                             on_stop=stopped_by.append)
         for signal_name in stopped_by:  # the work_dir released first: SLURM ends the job now
@@ -354,9 +384,17 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
     else:  # the work_dir's log, config and plan: only now that the plan is valid
         from flexgraph.training.output import open_run_record
 
-        record = open_run_record(spec.cfg, settings, plan_text, rank=rank,
-                                 strategy=args.strategy)
+        auto_strategy = getattr(args, "auto_strategy", None)
+        record_cfg = spec.cfg
+        if auto_strategy and "strategy" in record_cfg:  # replaced whole, not merged into
+            record_cfg = record_cfg.copy()
+            del record_cfg["strategy"]
+        record = open_run_record(record_cfg, settings, plan_text, rank=rank,
+                                 strategy=auto_strategy or args.strategy)
         record.note(summary)
+        if getattr(args, "auto_choice", None):
+            record.note(f"strategy auto chose {args.auto_choice}"
+                        + (f": {args.auto_reason}" if args.auto_reason else ""))
         try:
             result = executor.run(plan, inputs)
         except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto

@@ -67,6 +67,14 @@ class Strategy:
         Modules its step functions import when they run, never when planning
         (its library, e.g. ``deepspeed``): a launcher that forks its ranks from
         one process imports them there once, for every rank.
+    memory_model : str or None
+        The module of its memory model (``flexgraph plan --estimate``): what it
+        keeps per rank, as ``estimate_memory(...)`` there says (see
+        ``flexgraph.training.estimate``). Named, not imported, so planning
+        stays free of torch.
+    memory_options : mapping
+        Keyword arguments the factory binds for ``estimate_memory`` (its
+        stage, precision, bucket sizes).
 
     Raises
     ------
@@ -87,6 +95,8 @@ class Strategy:
     world_size: str = attrs.field(default="one", validator=attrs.validators.in_(("one", "many")))
     checks: tuple[Check, ...] = attrs.field(default=(), converter=tuple)
     run_imports: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    memory_model: str | None = None
+    memory_options: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
 
     def then(self, *rewrites: Rewrite) -> Strategy:
         """Return this strategy with ``rewrites`` appended (its checks still apply).

@@ -12,10 +12,12 @@ diffable in review and checkable in CI.
 - :func:`plan_dot`, :func:`plan_mermaid`: pictures (Graphviz, GitHub Markdown).
 - :func:`explain_step`: why one step sits where it does (``--explain``).
 - :func:`timings_table`: per-step time and memory after a run.
+- :func:`estimate_view` / :func:`estimate_json`: a memory estimate (``--estimate``).
 """
 
 from flexgraph.render.diff import plan_diff
 from flexgraph.render.dot import plan_dot
+from flexgraph.render.estimate import estimate_json, estimate_view
 from flexgraph.render.explain import explain_step
 from flexgraph.render.json_view import SCHEMA, plan_json, plan_to_dict
 from flexgraph.render.mermaid import plan_mermaid
@@ -24,6 +26,8 @@ from flexgraph.render.timings import timings_table
 
 __all__ = [
     "SCHEMA",
+    "estimate_json",
+    "estimate_view",
     "explain_step",
     "plan_diff",
     "plan_dot",

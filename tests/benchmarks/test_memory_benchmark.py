@@ -48,3 +48,18 @@ def test_a_strategy_that_is_not_registered_gives_a_row_saying_so(tmp_path):
     assert "not available: no strategy 'no_such_strategy' registered" in "\n".join(
         memory.memory_table([(result, None)]))
     assert list(tmp_path.iterdir()) == []  # nothing was run
+
+
+def test_estimate_mode_puts_the_estimate_next_to_live_bytes(tmp_path):
+    """``--estimate``: the ddp row run with its live tensor bytes counted, and the estimate."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "memory.py"), "--estimate", "--strategies", "ddp",
+         "--blocks", "2", "--width", "256"],
+        env=dict(os.environ, TMPDIR=str(tmp_path)), capture_output=True, text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = re.search(r"^\s+ddp\s+(\d+)\s+(\d+)\s+(\d+\.\d+)\s+(\d+)\s", done.stdout, re.M)
+    assert row, done.stdout
+    estimate, live, ratio, rss = (float(v) for v in row.groups())
+    assert 0.85 < ratio < 1.15 and live < rss, done.stdout  # 0.92 at this size

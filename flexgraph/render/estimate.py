@@ -1,0 +1,103 @@
+"""Views of a memory estimate (the ``flexgraph.estimate/1`` object): text and JSON.
+
+They read the plain dict :meth:`Estimate.as_dict` makes (plus the device's
+memory and each candidate's verdict, added by the CLI), so this layer stays
+free of torch. Sizes print in GB (10^9 bytes), as GPU makers and monitors
+state a card's memory.
+
+The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
+
+    {"schema": "flexgraph.estimate/1", "world_size": int, "batch_size": int|null,
+     "optimizer": str, "seconds": float, "untraceable": str|null,
+     "device_memory": {"bytes": int, "source": str, "margin": float},
+     "parameters": {"total", "trainable", "frozen", "bytes", "largest_layer": int,
+                    "by_module": [{"module": str, "total": int, "trainable": int}]},
+     "candidates": [{"candidate": str, "strategy": str, "compute": str,
+                     "peak_bytes": int, "phase": str, "fits": bool|null,
+                     "parts": {"parameters", "gradients", "optimizer", "activations",
+                               "buffers": int|null},
+                     "modelled": [str], "notes": [str], "reference_bytes": int|null}],
+     "auto": {"choice": str, "reason": str}   (only with --strategy auto)}
+
+``activations`` is null (and ``fits`` null) when the step could not be traced.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from flexgraph.render._table_style import TABLE_STYLE
+
+__all__ = ["estimate_json", "estimate_view"]
+
+_PARTS = ("parameters", "gradients", "optimizer", "activations", "buffers")
+
+
+def _gb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1e9:.2f}"
+
+
+def _count(value: int) -> str:
+    return f"{value / 1e6:,.1f} M"
+
+
+def _parameters(estimate: Mapping[str, Any]) -> Table:
+    params = estimate["parameters"]
+    table = Table(title=(f"parameters: {_count(params['total'])} total, "
+                         f"{_count(params['trainable'])} trainable, "
+                         f"{_count(params['frozen'])} frozen"), **TABLE_STYLE)
+    table.add_column("module")
+    table.add_column("parameters", justify="right")
+    table.add_column("trainable", justify="right")
+    for row in params["by_module"]:
+        table.add_row(row["module"], _count(row["total"]), _count(row["trainable"]))
+    return table
+
+
+def _candidates(estimate: Mapping[str, Any]) -> Table:
+    device = estimate.get("device_memory") or {}
+    title = (f"per-rank peak (GB), {estimate['world_size']} rank(s), batch "
+             f"{estimate['batch_size']} per rank, {estimate['optimizer']}")
+    table = Table(title=title, **TABLE_STYLE)
+    for name in ("candidate", "peak", *_PARTS, "phase"):
+        table.add_column(name + ("*" if name == "buffers" else ""),
+                         justify="left" if name in ("candidate", "phase") else "right")
+    if device:
+        table.add_column(f"fits {device['bytes'] / 1e9:.1f} GB")
+    for row in estimate["candidates"]:
+        cells = [row["candidate"], _gb(row["peak_bytes"]),
+                 *(_gb(row["parts"][p]) for p in _PARTS), row["phase"]]
+        if device:
+            cells.append({True: "yes", False: "NO", None: "?"}[row.get("fits")])
+        table.add_row(*cells)
+    notes = ["* modelled from the strategy's options; the rest counted (activations on "
+             f"one step traced on the meta device, {estimate['seconds']:.1f} s)"]
+    if device:
+        notes.append(f"device: {device['source']}; fits = peak <= "
+                     f"{1 - device['margin']:.0%} of it")
+    for row in estimate["candidates"]:
+        notes += [f"{row['candidate']}: {note}" for note in row["notes"]]
+    table.caption = "\n".join(notes)
+    return table
+
+
+def estimate_view(estimate: Mapping[str, Any]) -> Group:
+    """The parameter census, then one row per candidate: peak, parts, phase, verdict."""
+    parts: list[Any] = [_parameters(estimate), Text(""), _candidates(estimate)]
+    if estimate.get("untraceable"):
+        parts.insert(0, Text(f"note: {estimate['untraceable']}"))
+    if estimate.get("auto"):
+        auto = estimate["auto"]
+        parts.append(Text(f"strategy auto chose {auto['choice']}: {auto['reason']}"))
+    return Group(*parts)
+
+
+def estimate_json(estimate: Mapping[str, Any]) -> str:
+    """``estimate`` as indented, key-sorted JSON text."""
+    return json.dumps(estimate, indent=2, sort_keys=True)

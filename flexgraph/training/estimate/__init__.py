@@ -1,0 +1,74 @@
+"""Will it fit? Per-rank memory estimates of a training config under candidate strategies.
+
+Nothing is allocated: the model is built on the meta device, one training
+step is traced there (:mod:`._trace`), and each strategy's memory model
+(a module of its own in ``flexgraph.strategies``, named by
+``Strategy.memory_model``; see :mod:`._parts`) says what it keeps per rank.
+``flexgraph plan --estimate / --compare / --strategy auto`` show it.
+"""
+
+from flexgraph.training.estimate._auto import (
+    AUTO_MARGIN,
+    AUTO_ORDER,
+    AutoChoice,
+    NothingFitsError,
+    auto_candidates,
+    choose_strategy,
+)
+from flexgraph.training.estimate._candidates import (
+    PRECISIONS,
+    Candidate,
+    parse_candidate,
+    parse_candidates,
+)
+from flexgraph.training.estimate._census import Census, take_census
+from flexgraph.training.estimate._config import amp_precision, optimizer_states
+from flexgraph.training.estimate._device import DeviceMemoryError, device_memory, parse_size
+from flexgraph.training.estimate._estimate import (
+    PARTS,
+    SCHEMA,
+    CandidateEstimate,
+    Estimate,
+    build_meta_model,
+    estimate,
+)
+from flexgraph.training.estimate._parts import (
+    CandidateError,
+    StrategyMemory,
+    bytes_per,
+    replicated_states,
+)
+from flexgraph.training.estimate._trace import StepTrace, UntraceableModelError, trace_step
+
+__all__ = [
+    "AUTO_MARGIN",
+    "AUTO_ORDER",
+    "PARTS",
+    "PRECISIONS",
+    "SCHEMA",
+    "AutoChoice",
+    "Candidate",
+    "CandidateError",
+    "CandidateEstimate",
+    "Census",
+    "DeviceMemoryError",
+    "Estimate",
+    "NothingFitsError",
+    "StepTrace",
+    "StrategyMemory",
+    "UntraceableModelError",
+    "amp_precision",
+    "auto_candidates",
+    "build_meta_model",
+    "bytes_per",
+    "choose_strategy",
+    "device_memory",
+    "estimate",
+    "optimizer_states",
+    "parse_candidate",
+    "parse_candidates",
+    "parse_size",
+    "replicated_states",
+    "take_census",
+    "trace_step",
+]

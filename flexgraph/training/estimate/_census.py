@@ -1,0 +1,65 @@
+"""What a model holds, counted without storage: parameters by kind and by module.
+
+Counted on the model built on the meta device; nothing here depends on the
+strategy. The largest layer is DeepSpeed's definition (the most parameters one
+module holds directly), which its ZeRO-3 estimate and ours both need.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from torch import nn
+
+from flexgraph.training.components import unwrap_model
+
+__all__ = ["Census", "take_census"]
+
+
+@attrs.frozen
+class Census:
+    """Parameter counts of one model (shared parameters counted once).
+
+    ``by_module``: ``(name, total, trainable)`` per top-level child module,
+    parameters held by the root itself under ``"(root)"``. ``model`` is the
+    meta model itself, for strategies that need its structure (FSDP's units).
+    """
+
+    total: int
+    trainable: int
+    frozen: int
+    param_bytes: int
+    largest_layer: int
+    by_module: tuple[tuple[str, int, int], ...]
+    model: Any = attrs.field(eq=False, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "trainable": self.trainable, "frozen": self.frozen,
+                "bytes": self.param_bytes, "largest_layer": self.largest_layer,
+                "by_module": [{"module": name, "total": total, "trainable": trainable}
+                              for name, total, trainable in self.by_module]}
+
+
+def _counts(params: list[nn.Parameter]) -> tuple[int, int]:
+    return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)
+
+
+def take_census(model: nn.Module) -> Census:
+    """Count ``model``'s parameters (the user's module inside any wrapper)."""
+    module = unwrap_model(model)
+    params = list(module.parameters())
+    total, trainable = _counts(params)
+    rows = []
+    own = list(module.parameters(recurse=False))
+    if own:
+        rows.append(("(root)", *_counts(own)))
+    for name, child in module.named_children():
+        child_total, child_trainable = _counts(list(child.parameters()))
+        if child_total:
+            rows.append((name, child_total, child_trainable))
+    largest = max((sum(p.numel() for p in m.parameters(recurse=False)) for m in module.modules()),
+                  default=0)
+    return Census(total=total, trainable=trainable, frozen=total - trainable,
+                  param_bytes=sum(p.numel() * p.element_size() for p in params),
+                  largest_layer=largest, by_module=tuple(rows), model=module)

@@ -1,0 +1,170 @@
+"""The estimate: a model census, one traced step per compute mode, each candidate's peak.
+
+Per rank, for each candidate strategy::
+
+    peak = parameters + optimizer states + buffers
+           + max(activations + gradients so far      (forward / backward),
+                 gradients                            (optimizer step))
+
+Parameters, gradients and optimizer states come from the strategy's memory
+model (exact counts times bytes, sharded as the strategy shards them); its
+buffers (DDP's gradient buckets, FSDP's all-gathered units, DeepSpeed's
+buckets) are modelled from its options and marked so; activations are
+counted on the traced step, at its peak (the gradients alive then are the
+trace's share of the strategy's gradients).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from ._candidates import Candidate, memory_module
+from ._census import Census, take_census
+from ._config import first_batch, optimizer_states
+from ._parts import StrategyMemory
+from ._trace import StepTrace, UntraceableModelError, trace_step
+
+__all__ = ["SCHEMA", "CandidateEstimate", "Estimate", "build_meta_model", "estimate"]
+
+SCHEMA = "flexgraph.estimate/1"
+PARTS = ("parameters", "gradients", "optimizer", "activations", "buffers")
+
+
+@attrs.frozen
+class CandidateEstimate:
+    """One candidate's per-rank peak, its parts and where it is reached."""
+
+    label: str
+    strategy: str
+    memory: StrategyMemory
+    trace: StepTrace | None
+    world_size: int
+
+    @property
+    def parts(self) -> dict[str, int | None]:
+        m, t = self.memory, self.trace
+        if t is None:
+            activations = None
+            grads = m.gradients
+        elif self._step_phase_wins:
+            activations = t.activations
+            grads = m.gradients * t.grads_at_peak // max(t.grads, 1)
+        else:
+            activations, grads = 0, m.gradients
+        return {"parameters": m.parameters, "gradients": grads, "optimizer": m.optimizer,
+                "activations": activations, "buffers": m.buffers}
+
+    @property
+    def _step_phase_wins(self) -> bool:
+        t, m = self.trace, self.memory
+        if t is None:
+            return False
+        during = t.activations + m.gradients * t.grads_at_peak // max(t.grads, 1)
+        return during >= m.gradients
+
+    @property
+    def peak(self) -> int:
+        return sum(v or 0 for v in self.parts.values())
+
+    @property
+    def phase(self) -> str:
+        if self.trace is None:
+            return "optimizer step (activations not traced)"
+        if not self._step_phase_wins:
+            return "optimizer step"
+        where = f" ({self.trace.module})" if self.trace.module else ""
+        return f"{self.trace.phase}{where}"
+
+
+@attrs.frozen
+class Estimate:
+    """Every candidate's estimate for one config, and what they share."""
+
+    census: Census
+    candidates: tuple[CandidateEstimate, ...]
+    world_size: int
+    batch_size: int | None
+    optimizer: str
+    untraceable: str | None = None
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``flexgraph.estimate/1`` JSON object (bytes as integers)."""
+        return {
+            "schema": SCHEMA,
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "optimizer": self.optimizer,
+            "parameters": self.census.as_dict(),
+            "untraceable": self.untraceable,
+            "candidates": [{
+                "candidate": c.label,
+                "strategy": c.strategy,
+                "compute": c.memory.compute,
+                "peak_bytes": c.peak,
+                "phase": c.phase,
+                "parts": c.parts,
+                "modelled": list(c.memory.modelled),
+                "notes": list(c.memory.notes),
+                "reference_bytes": c.memory.reference,
+            } for c in self.candidates],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def build_meta_model(cfg: Any) -> torch.nn.Module:
+    """``cfg.model`` built on the meta device: every tensor without storage."""
+    from flexgraph.training.steps import build_model
+
+    with torch.device("meta"):
+        model = build_model(cfg, env=None)
+    return model.train()
+
+
+def _batch_size(cfg: Any) -> int | None:
+    loader = cfg.get("train_dataloader") if cfg is not None else None
+    return loader.get("batch_size") if hasattr(loader, "get") else None
+
+
+def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int) -> Estimate:
+    """Estimate each candidate's per-rank peak for ``cfg`` on ``world_size`` ranks.
+
+    The model is built once (meta device), the first batch loaded once, and
+    the step traced once per compute mode the candidates need.
+
+    Raises
+    ------
+    CandidateError
+        A candidate whose strategy has no memory model.
+    """
+    start = time.perf_counter()
+    model = build_meta_model(cfg)
+    census = take_census(model)
+    states, optimizer_name = optimizer_states(cfg)
+    memories = []
+    for candidate in candidates:
+        module = memory_module(candidate.strategy)
+        memories.append(module.estimate_memory(
+            census, world_size=world_size, amp=candidate.amp, optimizer_states=states,
+            **dict(candidate.strategy.memory_options)))
+    traces: dict[str, StepTrace | None] = {}
+    untraceable = None
+    batch = first_batch(cfg)
+    for memory in memories:
+        if memory.compute in traces or untraceable:
+            continue
+        try:
+            traces[memory.compute] = trace_step(model, batch, memory.compute)
+        except UntraceableModelError as exc:
+            untraceable = str(exc)
+    rows = tuple(CandidateEstimate(label=c.label, strategy=c.strategy.name, memory=m,
+                                   trace=traces.get(m.compute), world_size=world_size)
+                 for c, m in zip(candidates, memories, strict=True))
+    return Estimate(census=census, candidates=rows, world_size=world_size,
+                    batch_size=_batch_size(cfg), optimizer=optimizer_name,
+                    untraceable=untraceable, seconds=time.perf_counter() - start)

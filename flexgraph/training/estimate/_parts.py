@@ -1,0 +1,80 @@
+"""What a strategy's memory model returns, and the model states most strategies share.
+
+A strategy contributes its memory model from its own module in
+``flexgraph.strategies`` (named by :attr:`Strategy.memory_model`), a module
+with two functions:
+
+``estimate_memory(census, *, world_size, amp, optimizer_states, **memory_options)``
+    returns :class:`StrategyMemory`: the per-rank bytes of parameters,
+    gradients, optimizer states (master weights included) and the strategy's
+    own buffers, and the compute mode its step runs in (which the step's trace
+    uses). ``amp`` is the config's autocast precision (``'fp16'``, ``'bf16'``
+    or ``None``); ``optimizer_states`` the fp32 states per trainable parameter
+    (2 for Adam).
+``candidate_options(options, stage, precision)``
+    returns the strategy's options for a ``--compare`` candidate
+    ``NAME[:STAGE][:PRECISION]`` (``options``: the config's, when the config
+    names this strategy), raising :class:`CandidateError` for a stage or
+    precision the strategy does not have.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from flexgraph.training.errors import ConfigError
+
+from ._census import Census
+
+__all__ = ["CandidateError", "StrategyMemory", "replicated_states"]
+
+_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+class CandidateError(ConfigError):
+    """A ``--compare`` / ``--strategy auto`` candidate names a stage or precision
+    its strategy does not have; the message lists the ones it has."""
+
+
+@attrs.frozen
+class StrategyMemory:
+    """Per-rank bytes of a strategy's model states and buffers (activations are traced).
+
+    ``compute``: the trace mode (see ``COMPUTE_MODES``); ``modelled``: the parts
+    computed from formulas rather than counted tensor by tensor (shown as such);
+    ``notes``: one line each, what the figures assume; ``reference``: a figure
+    the strategy's own library gives for the same model states, when it has one.
+    """
+
+    label: str
+    parameters: int
+    gradients: int
+    optimizer: int
+    buffers: int
+    compute: str
+    modelled: tuple[str, ...] = ("buffers",)
+    notes: tuple[str, ...] = ()
+    reference: int | None = None
+
+    @property
+    def model_states(self) -> int:
+        return self.parameters + self.gradients + self.optimizer
+
+
+def bytes_per(precision: str | None) -> int:
+    """Bytes of one element in ``precision`` (``None``: fp32)."""
+    return _BYTES[precision or "fp32"]
+
+
+def replicated_states(census: Census, *, label: str, amp: str | None,
+                      optimizer_states: int, buffers: int = 0,
+                      notes: tuple[str, ...] = ()) -> StrategyMemory:
+    """Every rank holds the whole model: fp32 parameters, gradients and optimizer states.
+
+    AMP (autocast) keeps the weights in fp32; the low-precision copies of the
+    weights autocast makes live with the activations (the trace counts them).
+    """
+    grads = census.trainable * 4
+    return StrategyMemory(label=label, parameters=census.param_bytes, gradients=grads,
+                          optimizer=optimizer_states * census.trainable * 4, buffers=buffers,
+                          compute=f"amp:{amp}" if amp else "fp32", notes=notes)

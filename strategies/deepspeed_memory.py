@@ -1,0 +1,134 @@
+"""DeepSpeedStrategy's memory: ZeRO's partitions, tied to DeepSpeed's own estimator.
+
+Mixed precision (fp16 / bf16) with an optimizer of ``k`` fp32 states per
+parameter (Adam: 2), ``P`` parameters, ``N`` ranks, per rank:
+
+=========  ====================  ======================  ==================
+stage      parameters            gradients               optimizer states
+=========  ====================  ======================  ==================
+1          2P                    2P (full fp16) + 4P/N   (4 + 4k)P/N
+2          2P                    2P/N + 4P/N             (4 + 4k)P/N
+3          2P/N + 4 x largest    2P/N + 4P/N             (4 + 4k)P/N
+=========  ====================  ======================  ==================
+
+(4P/N: the fp32 gradient partition; 4 + 4k: the fp32 master weights and the
+states.) In fp32 the master partition is still a copy (DeepSpeed clones it),
+and the gradient partitions are fp32: ``4P`` parameters, ``8P/N`` gradients
+(stage 1: ``4P`` whole as well), ``(4 + 4k)P/N`` optimizer states. For Adam,
+stages 2 and 3 are exactly what
+``estimate_zero2_model_states_mem_needs_all_live`` and
+``estimate_zero3_model_states_mem_needs_all_live`` count (``2P + int(18P/N)``;
+``4 x largest layer + int(18P/N)``); DeepSpeed counts stage 1 like stage 2,
+where stage 1 also keeps every fp16 gradient whole until the step. With the
+optimizer offloaded, its states and the fp32 gradients live in CPU memory.
+The buffers (the reduce buckets, double with ``overlap_comm``, the all-gather
+and stage 3's prefetch bucket, in fp16 / bf16) are modelled from the config:
+``'auto'`` sizes are flexgraph's (``numel / 16``, within 1e6..5e7 elements).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flexgraph.training.estimate import CandidateError, StrategyMemory, bytes_per
+
+_STAGES = {"zero0": (0, False), "zero1": (1, False), "zero2": (2, False), "zero3": (3, False),
+           "zero1-offload": (1, True), "zero2-offload": (2, True), "zero3-offload": (3, True)}
+
+
+def candidate_options(options: Mapping[str, Any], stage: str | None,
+                      precision: str | None) -> dict[str, Any]:
+    """``deepspeed[:zero0..3[-offload]][:fp16|:bf16|:fp32]`` as the strategy's options."""
+    chosen = dict(options)
+    if stage is not None:
+        if stage not in _STAGES:
+            raise CandidateError(f"candidate deepspeed:{stage}: the stages are "
+                                 f"{', '.join(_STAGES)}")
+        number, offload = _STAGES[stage]
+        zero = dict(chosen.get("zero_optimization") or {}, stage=number)
+        zero.pop("cpu_offload", None)
+        if offload:
+            zero["offload_optimizer"] = {"device": "cpu"}
+        else:
+            zero.pop("offload_optimizer", None)
+        chosen["zero_optimization"] = zero
+    if precision is not None:
+        for key in ("fp16", "bf16", "amp"):
+            chosen.pop(key, None)
+        if precision in ("fp16", "bf16"):
+            chosen[precision] = {"enabled": True}
+            chosen.setdefault("inputs_to_half", ["inputs"])
+    return chosen
+
+
+def _precision(config: Mapping[str, Any]) -> str:
+    for name in ("fp16", "bf16"):
+        if isinstance(config.get(name), Mapping) and config[name].get("enabled"):
+            return name
+    return "fp32"
+
+
+def _elements(value: Any, params: int) -> int:
+    """A bucket size in elements; ``'auto'`` as flexgraph fills it at run time."""
+    if value in (None, "auto"):
+        return int(min(max(params / 16, 1e6), 5e7))
+    return int(float(value))
+
+
+def _states(total: int, trainable: int, n: int, k: int, stage: int, low: int,
+            offload: bool) -> tuple[int, int, int]:
+    """(parameters, gradients, optimizer states) per rank, before stage 3's gathered layer."""
+    if low == 4:  # fp32: the master partition is a copy all the same (DeepSpeed clones it)
+        params = total * 4 if stage < 3 else total * 4 // n
+        grads = trainable * 8 // n + (trainable * 4 - trainable * 4 // n if stage == 1 else 0)
+        optim = 0 if offload else trainable * (4 + 4 * k) // n
+        return params, grads, optim
+    sharded = int((6 + 4 + 4 * k) * trainable / n)
+    optim = int((4 + 4 * k) * trainable / n)
+    params = 2 * total if stage < 3 else int(2 * total / n)
+    grads = sharded - optim - (0 if stage < 3 else params)
+    if stage == 1:
+        grads += 2 * trainable - int(2 * trainable / n)  # fp16 gradients kept whole
+    if offload:
+        grads, optim = (2 * trainable - int(2 * trainable / n) if stage == 1 else 0), 0
+    return params, grads, optim
+
+
+def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_states: int,
+                    config: Mapping[str, Any]) -> StrategyMemory:
+    """Model states partitioned by ``config``'s ZeRO stage; buffers modelled."""
+    zero = dict(config.get("zero_optimization") or {})
+    stage = int(zero.get("stage", 0))
+    offload = (zero.get("offload_optimizer") or {}).get("device", "none") not in ("none", None)
+    precision = _precision(config)
+    low = bytes_per(precision)
+    n = max(world_size, 1)
+    params, grads, optim = _states(census.total, census.trainable, n, optimizer_states,
+                                   stage, low, offload)
+    notes = [f"ZeRO stage {stage}, {precision}" + (", optimizer offloaded to CPU" if offload
+                                                    else "")]
+    if stage == 3:
+        params += 4 * census.largest_layer
+        notes.append("parameters: this rank's partition + 4 bytes x the largest layer "
+                     "(gathered, DeepSpeed's allowance)")
+    reference = params + grads + optim
+    if stage == 1 and low == 2:
+        reference -= 0 if offload else 2 * census.trainable - int(2 * census.trainable / n)
+        notes.append("stage 1 keeps the fp16 gradients whole until the step; DeepSpeed's "
+                     "estimator counts it as stage 2")
+    reduce = _elements(zero.get("reduce_bucket_size"), census.total)
+    buffers = 0
+    if stage >= 1:
+        buffers = reduce * low * (2 if zero.get("overlap_comm", stage == 3) else 1)
+        if stage < 3:
+            buffers += _elements(zero.get("allgather_bucket_size"), census.total) * low
+        else:
+            buffers += _elements(zero.get("stage3_prefetch_bucket_size"), census.total) * low
+        notes.append("buffers: reduce bucket(s) and the all-gather / prefetch bucket (modelled)")
+    compute = f"half:{precision}" if low == 2 else "fp32"
+    if isinstance(config.get("amp"), Mapping) and config["amp"].get("enabled"):
+        compute = "amp:fp16"
+    return StrategyMemory(label=f"deepspeed zero{stage}", parameters=params, gradients=grads,
+                          optimizer=optim, buffers=buffers, compute=compute,
+                          notes=tuple(notes), reference=reference if low == 2 else None)

@@ -32,6 +32,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from flexgraph.training.errors import CheckpointError
+
 __all__ = ["StateAccess", "TorchStateAccess", "optimizers_of", "positions_to_names"]
 
 
@@ -133,3 +135,23 @@ def positions_to_names(saved: dict[str, Any], names: list[list[str]]) -> dict[st
                           "params": list(group_names)}
                          for g, group_names in zip(groups, names, strict=True)],
     }
+
+
+def restore_into(access: StateAccess, checkpoint: dict[str, Any], what: str, *, model: Any,
+                 optim_wrapper: Any, full: bool, strict: bool = True) -> None:
+    """:meth:`StateAccess.set_state` of a read checkpoint; a mismatch is one line naming ``what``.
+
+    Raises
+    ------
+    CheckpointError
+        The checkpoint's names or shapes do not fit this model or optimizer.
+    """
+    try:
+        access.set_state(model, optim_wrapper, checkpoint["state_dict"],
+                         checkpoint.get("optimizer"), full=full, strict=strict)
+    except (KeyError, ValueError, RuntimeError) as exc:
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise CheckpointError(
+            f"cannot restore {what} into this model: {type(exc).__name__}: {detail}; "
+            f"resume with the model and optimizer config it was saved with") from exc
+

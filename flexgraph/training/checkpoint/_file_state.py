@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flexgraph.training.checkpoint._access import StateAccess, positions_to_names
+from flexgraph.training.checkpoint._access import StateAccess, positions_to_names, restore_into
 from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
 from flexgraph.training.checkpoint._formats import TORCH_SAVE_FILE
 from flexgraph.training.checkpoint._io import CheckpointIO, optimizer_keyed_by
@@ -61,15 +61,8 @@ class FileStateReader(CheckpointIO):
 
     def apply(self, checkpoint: dict[str, Any], path: Path, *, model: Any,
               optim_wrapper: Any, strict: bool = True) -> None:
-        try:
-            self.access.set_state(model, optim_wrapper, checkpoint["state_dict"],
-                                  checkpoint.get("optimizer"), full=True, strict=strict)
-        except (KeyError, ValueError, RuntimeError) as exc:
-            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            raise CheckpointError(
-                f"cannot restore {str(path)!r} into this model: {type(exc).__name__}: "
-                f"{detail}; resume with the model and optimizer config it was saved "
-                f"with") from exc
+        restore_into(self.access, checkpoint, repr(str(path)), model=model,
+                     optim_wrapper=optim_wrapper, full=True, strict=strict)
 
     def is_complete(self, path: Path) -> bool:
         return TORCH_SAVE_FILE.recognise(path)

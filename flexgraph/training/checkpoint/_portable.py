@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint import FileSystemWriter
 
-from flexgraph.training.checkpoint._access import StateAccess, TorchStateAccess
+from flexgraph.training.checkpoint._access import StateAccess, TorchStateAccess, restore_into
 from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint_meta
 from flexgraph.training.checkpoint._dcp import _full_tensors
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_load, dcp_problem
@@ -313,15 +313,8 @@ class PortableCheckpointIO(CheckpointIO):
 
     def apply(self, checkpoint: dict[str, Any], path: Path, *, model: Any,
               optim_wrapper: Any, strict: bool = True) -> None:
-        try:
-            self.access.set_state(model, optim_wrapper, checkpoint["state_dict"],
-                                  checkpoint.get("optimizer"), full=False, strict=strict)
-        except (KeyError, ValueError, RuntimeError) as exc:
-            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            raise CheckpointError(
-                f"cannot restore the portable checkpoint {str(path)!r} into this model: "
-                f"{type(exc).__name__}: {detail}; resume with the model and optimizer "
-                f"config it was saved with") from exc
+        restore_into(self.access, checkpoint, f"the portable checkpoint {str(path)!r}", model=model,
+                     optim_wrapper=optim_wrapper, full=False, strict=strict)
 
     def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
         if not PORTABLE_DIRECTORY.recognise(path):

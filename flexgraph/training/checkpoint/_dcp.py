@@ -195,8 +195,11 @@ class FullStateFileIO(FileCheckpointIO):
     """One file with the full state, gathered from the shards to rank 0.
 
     The optimizer state is keyed by parameter name (torch's full optimizer
-    state dict), so it loads into any sharding of the same model.
+    state dict), so it loads into any sharding of the same model. Rank 0 reads the
+    file into memory (nothing mapped): the states are broadcast from there.
     """
+
+    maps_weights = False
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"state_dict": get_model_state_dict(model, options=_FULL)}

@@ -382,13 +382,15 @@ def report(args: argparse.Namespace, one: list[tuple[str, float, float]] | None,
             lines.append(f"  gather to rank 0 + torch.save        {gathered:7.2f}")
             lines.append(f"  sharded save speed x gathered: {gathered / sharded:.2f}")
     if background is not None:
+        b = background
         lines.append("(c) one process, training blocked by a save      blocked s")
-        lines.append(f"  portable, async_save=True, first save        {background['async_first']:7.2f}")
-        lines.append(f"  portable, async_save=True (buffers reused)   {background['async']:7.2f}")
-        lines.append(f"  portable, synchronous (DCP fsyncs)           {background['sync']:7.2f}")
-        lines.append(f"  torch.save + fsync                           {background['torch']:7.2f}")
-        lines.append(f"  async blocked x synchronous: {background['async'] / background['sync']:.2f}"
-                     f"  x torch.save + fsync: {background['async'] / background['torch']:.2f}")
+        for label, key in (("portable, async_save=True, first save", "async_first"),
+                           ("portable, async_save=True (buffers reused)", "async"),
+                           ("portable, synchronous (DCP fsyncs)", "sync"),
+                           ("torch.save + fsync", "torch")):
+            lines.append(f"  {label:<44} {b[key]:7.2f}")
+        lines.append(f"  async blocked x synchronous: {b['async'] / b['sync']:.2f}"
+                     f"  x torch.save + fsync: {b['async'] / b['torch']:.2f}")
         count, during, steady = background["slowed"]
         lines.append(f"  iterations during the background write: {count:.1f} per save, "
                      f"median {during:.3f} s vs steady {steady:.3f} s "

@@ -137,7 +137,7 @@ def test_a_restore_maps_only_the_weights_and_still_checks_every_record(tmp_path,
 
     read = io.read(path)
     ranges = [[int(x, 16) for x in line.split()[0].split("-")]
-              for line in open("/proc/self/maps").read().splitlines()
+              for line in Path("/proc/self/maps").read_text().splitlines()
               if line.endswith(str(path))]  # the file's maps in this process
 
     def mapped(value):

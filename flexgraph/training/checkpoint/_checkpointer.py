@@ -47,7 +47,6 @@ import attrs
 import torch
 
 from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.checkpoint._formats import CheckpointFormat, format_of
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
     FileCheckpointIO,
@@ -64,6 +63,7 @@ from flexgraph.training.errors import (
     DeviceFullError,
     ForeignCheckpointError,
 )
+from flexgraph.training.formats import CheckpointFormat, format_of
 from flexgraph.training.runtime import (
     barrier,
     first_error_of_all_ranks,

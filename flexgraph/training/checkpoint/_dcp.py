@@ -45,7 +45,6 @@ from flexgraph.training.checkpoint._dcp_read import (
     load_dcp_weights,
 )
 from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.checkpoint._formats import DCP_DIRECTORY
 from flexgraph.training.checkpoint._io import (
     NOTHING_READ,
     CheckpointIO,
@@ -56,6 +55,7 @@ from flexgraph.training.checkpoint._io import (
 from flexgraph.training.checkpoint._open import read_checkpoint
 from flexgraph.training.checkpoint._weights import WeightsLoaded, matching_weights
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
+from flexgraph.training.formats import DCP_DIRECTORY
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
 
 __all__ = ["DistributedCheckpointIO", "FullStateFileIO", "load_weights_into_shards"]

@@ -35,13 +35,13 @@ from typing import Any
 
 import torch
 
-from flexgraph.training.checkpoint._formats import LEGACY_TORCH_MAGIC
 from flexgraph.training.checkpoint._mmengine import allow_mmengine_types
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     UnsafeCheckpointError,
 )
+from flexgraph.training.formats import LEGACY_TORCH_MAGIC
 
 __all__ = ["directory_problem", "file_problem", "read_checkpoint_file"]
 

@@ -18,7 +18,7 @@ before it is applied, as MMEngine's Runner does.
 
 Every IO also *loads* weights (``load_from``) into the model it manages, from
 each format it reads (:attr:`CheckpointIO.weight_formats`, recognised by
-content, see :mod:`flexgraph.training.checkpoint._formats`): a whole model
+content, see :mod:`flexgraph.training.formats`): a whole model
 loads a full file with ``load_state_dict``, a sharded one gets its shards from
 rank 0's file, an engine loads through the engine. The hooks see what was read
 (``on_read``) before it goes in, wherever the format allows.
@@ -49,7 +49,11 @@ from flexgraph.training.checkpoint._files import (
     file_problem,
     read_checkpoint_file,
 )
-from flexgraph.training.checkpoint._formats import (
+from flexgraph.training.checkpoint._open import read_checkpoint
+from flexgraph.training.checkpoint._space import tensor_bytes
+from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
+from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
+from flexgraph.training.formats import (
     DCP_DIRECTORY,
     DEEPSPEED_DIRECTORY,
     SAFETENSORS_FILE,
@@ -59,10 +63,6 @@ from flexgraph.training.checkpoint._formats import (
     known_formats,
     unrecognised,
 )
-from flexgraph.training.checkpoint._open import read_checkpoint
-from flexgraph.training.checkpoint._space import tensor_bytes
-from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
-from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.runtime import this_rank
 
 __all__ = ["CheckpointIO", "FileCheckpointIO", "OnRead", "load_optimizer_state",

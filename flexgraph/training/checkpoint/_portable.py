@@ -43,16 +43,16 @@ from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint
 from flexgraph.training.checkpoint._dcp import _full_tensors
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_load, dcp_problem
 from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._formats import (
-    MANIFEST_NAME,
-    PORTABLE_DIRECTORY,
-    PORTABLE_MARKER,
-)
 from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, FileCheckpointIO, OnRead
 from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest, running_plan
 from flexgraph.training.checkpoint._staging import StagedWriter, Staging
 from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import (
+    MANIFEST_NAME,
+    PORTABLE_DIRECTORY,
+    PORTABLE_MARKER,
+)
 from flexgraph.training.runtime import this_rank, world_size
 
 __all__ = ["BackgroundWrite", "PortableCheckpointIO", "portable_tensors", "read_portable_tensor",

@@ -5,8 +5,9 @@ rotating from one repeat to the next, the median kept):
 
 (a) One process, a model whose state is ``--size-gb`` in ``--tensors`` float32
     parameters: flexgraph's single-file IO (``FileCheckpointIO``: ``torch.save``
-    plus fsync; restoring checks every record's CRC-32, loads with
-    ``weights_only=True`` and puts the weights into the model) and its DCP IO
+    plus fsync; restoring checks every record's CRC-32 over a map of the file,
+    maps it with ``torch.load(weights_only=True, mmap=True)`` and copies the
+    weights from the map into the model) and its DCP IO
     (``DistributedCheckpointIO``, single-process; it reads into the model's
     own tensors) against ``torch.save`` + fsync, and ``torch.load`` +
     ``load_state_dict``, of the same tensors. The bare ``torch.save`` (no

@@ -203,3 +203,24 @@ def test_a_background_save_holds_the_state_of_when_it_was_asked_for(tmp_path):
         for key, value in expected.items():
             assert torch.equal(fresh.state_dict()[key], value), (iteration, key)
         expected = {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_staging_a_dtensor_copies_its_shard_and_reuses_it():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    from flexgraph.training.checkpoint._staging import Staging
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        live = distribute_tensor(torch.ones(4, 2), init_device_mesh("cpu", (1,)), [Shard(0)])
+        staging = Staging()
+        first = staging.stage({"w": live})["w"]
+        with torch.no_grad():
+            live.add_(1)
+        assert isinstance(first, DTensor) and torch.equal(first.to_local(), torch.ones(4, 2))
+        second = staging.stage({"w": live})["w"]
+        assert second is first and torch.equal(second.to_local(), torch.full((4, 2), 2.0))
+    finally:
+        dist.destroy_process_group()

@@ -66,6 +66,17 @@ def _fresh_copy(value: torch.Tensor) -> torch.Tensor:
     return buffer.copy_(value.detach())
 
 
+def _copy_into(buffer: torch.Tensor, value: torch.Tensor) -> None:
+    """``value``'s data into ``buffer`` (a DTensor: shard into shard, whatever devices)."""
+    from torch.distributed.tensor import DTensor
+
+    with torch.no_grad():
+        if isinstance(value, DTensor):
+            buffer.to_local().copy_(value.detach().to_local())
+        else:
+            buffer.copy_(value.detach())
+
+
 class Staging:
     """CPU copies of a state's tensors, in buffers reused from one save to the next."""
 
@@ -85,8 +96,8 @@ class Staging:
             seen.add(key)
             buffer = self._buffers.get(key)
             if buffer is not None and _same_layout(buffer, value):
-                with torch.no_grad():
-                    return buffer.copy_(value.detach())
+                _copy_into(buffer, value)
+                return buffer
             self._buffers[key] = _fresh_copy(value)
             return self._buffers[key]
         if isinstance(value, dict):

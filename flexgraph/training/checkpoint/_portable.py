@@ -111,11 +111,10 @@ def _background_group() -> Any:
 class BackgroundWrite:
     """A portable checkpoint whose shards DCP writes in the background (``async_save``).
 
-    The state was staged to CPU memory before the save returned
-    (:mod:`._staging`); :meth:`wait`
-    waits for the shards (fsynced by DCP's writer) and ``.metadata``, then
-    rank 0 writes ``extra.pth`` and the manifest, so the manifest exists only
-    once everything else is on disk.
+    The state was staged to CPU memory before the save returned (:mod:`._staging`);
+    :meth:`wait` waits for the shards (fsynced by DCP's writer) and ``.metadata``,
+    then rank 0 writes ``extra.pth`` and the manifest, so the manifest exists
+    only once everything else is on disk.
     """
 
     def __init__(self, future: Any, path: Path, rest: dict[str, Any],

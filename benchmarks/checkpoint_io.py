@@ -5,8 +5,9 @@ rotating from one repeat to the next, the median kept):
 
 (a) One process, a model whose state is ``--size-gb`` in ``--tensors`` float32
     parameters: flexgraph's single-file IO (``FileCheckpointIO``: ``torch.save``
-    plus fsync; restoring checks every record's CRC-32, loads with
-    ``weights_only=True`` and puts the weights into the model) and its DCP IO
+    plus fsync; restoring checks every record's CRC-32 over a map of the file,
+    maps it with ``torch.load(weights_only=True, mmap=True)`` and copies the
+    weights from the map into the model) and its DCP IO
     (``DistributedCheckpointIO``, single-process; it reads into the model's
     own tensors) against ``torch.save`` + fsync, and ``torch.load`` +
     ``load_state_dict``, of the same tensors. The bare ``torch.save`` (no
@@ -16,7 +17,18 @@ rotating from one repeat to the next, the median kept):
     sharded by FSDP2: DCP's sharded save (every rank writes its shards) against
     gathering the full state to rank 0 and ``torch.save`` there (+ fsync).
     Goal: faster.
-(c) ``flexgraph ckpt convert``'s memory, each conversion in a fresh process:
+(c) One process, the same state trained on (every iteration updates every
+    parameter in place, as an optimizer step does), saved through the
+    :class:`~flexgraph.training.checkpoint.Checkpointer` the checkpoint hook
+    uses, in the portable format: how long training is blocked by a save
+    with ``default_hooks.checkpoint.async_save=True`` (staging to CPU memory,
+    into buffers the first save allocates and the next ones reuse; DCP writes
+    and fsyncs in the background) against the same save done
+    synchronously (DCP's writer fsyncs every file) and against ``torch.save``
+    + fsync. Goal: at most 0.2x. Then how many iterations ran while the
+    background write was going on and how much slower they were than the
+    steady state (median iteration time before the save).
+(d) ``flexgraph ckpt convert``'s memory, each conversion in a fresh process:
     the growth of its anonymous memory (``RssAnon``, sampled every 5 ms; file
     pages mapped for reading are the page cache's, not the process's) and of
     its peak resident set (``VmHWM``, mapped file pages included) over the
@@ -48,6 +60,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,8 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tensors", type=int, default=64, help="tensors in the state")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per measurement")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
-    parser.add_argument("--part", choices=("all", "one", "two", "convert"), default="all",
-                        help="(a) one process, (b) two ranks, (c) convert's memory, or all")
+    parser.add_argument("--part", choices=("all", "one", "two", "async", "convert"),
+                        default="all", help="(a) one process, (b) two ranks, (c) async "
+                        "save, (d) convert's memory, or all")
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -177,6 +191,75 @@ def two_ranks(args: argparse.Namespace, where: Path) -> tuple[float, float] | st
     return sharded, gathered
 
 
+def _train_step(params: list[torch.Tensor]) -> None:
+    """One stand-in training iteration: every parameter changes in place (an SGD step)."""
+    with torch.no_grad():
+        torch._foreach_mul_(params, 0.999)
+
+
+def _steady_iteration(params: list[torch.Tensor], count: int) -> float:
+    """Median seconds of ``count`` training iterations with no save going on."""
+    return statistics.median(timed(lambda: _train_step(params)) for _ in range(count))
+
+
+def async_save(args: argparse.Namespace, where: Path) -> dict[str, Any]:
+    """(c): seconds training is blocked by each way of saving, and the iterations the
+    background write slowed (``slowed``: their count, median seconds, steady median)."""
+    from flexgraph.training.checkpoint import Checkpointer, PortableCheckpointIO
+
+    torch.set_num_threads(1)
+    model = State(args.size_gb, args.tensors)
+    params = list(model.parameters())
+    checkpointers = {
+        "async": Checkpointer(where / "async", io=PortableCheckpointIO(async_save=True)),
+        "sync": Checkpointer(where / "sync", io=PortableCheckpointIO()),
+    }
+
+    def save(way: str, step: int) -> None:
+        checkpointer = checkpointers[way]
+        checkpoint = checkpointer.snapshot(model=model, optim_wrapper=None,
+                                           param_schedulers=None, epoch=0, iteration=step,
+                                           batch_idx=step, seed=0)
+        checkpointer.save(checkpoint, f"iter_{step}", model=model)
+
+    warm = Checkpointer(where / "warm", io=PortableCheckpointIO(async_save=True))
+    small = State(1e-5, 1)  # first calls pay for imports and thread start-up, not IO
+    warm.save(warm.snapshot(model=small, optim_wrapper=None, param_schedulers=None, epoch=0,
+                            iteration=0, batch_idx=0, seed=0), "iter_0", model=small)
+    warm.finish_pending()
+    os.sync()
+    first = timed(lambda: save("async", 0))  # allocates the staging buffers
+    checkpointers["async"].finish_pending()
+    blocked: dict[str, list[float]] = {"async": [], "sync": [], "torch": []}
+    during: list[float] = []
+    steady: list[float] = []
+    for round_ in range(args.repeats):
+        steady.append(_steady_iteration(params, 5))
+        for way in ("sync", "torch"):
+            os.sync()
+            if way == "torch":
+                blocked[way].append(timed(lambda: fsynced_save(  # noqa: B023
+                    {"state_dict": model.state_dict()}, where / "plain.pth")))
+                _drop(where / "plain.pth")
+            else:
+                blocked[way].append(timed(lambda: save("sync", round_ + 1)))  # noqa: B023
+        os.sync()
+        blocked["async"].append(timed(lambda: save("async", round_ + 1)))  # noqa: B023
+        pending = checkpointers["async"]._pending
+        background = pending.write.future if pending is not None else None
+        while background is not None and not background.done():
+            during.append(timed(lambda: _train_step(params)))
+        checkpointers["async"].finish_pending()
+    for way in ("async", "sync"):
+        _drop(where / way)
+    _drop(where / "warm")
+    return {**{k: statistics.median(v) for k, v in blocked.items()},
+            "async_first": first,
+            "slowed": (len(during) / args.repeats,
+                       statistics.median(during) if during else 0.0,
+                       statistics.median(steady))}
+
+
 _CONVERT = """
 import re, sys, threading, time
 from flexgraph.training.checkpoint import convert_checkpoint
@@ -275,7 +358,8 @@ def rank_worker(args: argparse.Namespace) -> None:
 
 def report(args: argparse.Namespace, one: list[tuple[str, float, float]] | None,
            two: tuple[float, float] | str | None, nbytes: int,
-           memory: list[tuple[str, int, int]] | None = None) -> list[str]:
+           memory: list[tuple[str, int, int]] | None = None,
+           background: dict[str, Any] | None = None) -> list[str]:
     """The table: seconds, GB/s and speed ratios against the fsync'ed torch baseline."""
     gb = nbytes / 1e9
     lines = [f"checkpoint IO, {gb:.2f} GB in {args.tensors} float32 tensors, "
@@ -298,9 +382,23 @@ def report(args: argparse.Namespace, one: list[tuple[str, float, float]] | None,
             lines.append(f"  DCP sharded save (every rank)        {sharded:7.2f}")
             lines.append(f"  gather to rank 0 + torch.save        {gathered:7.2f}")
             lines.append(f"  sharded save speed x gathered: {gathered / sharded:.2f}")
+    if background is not None:
+        b = background
+        lines.append("(c) one process, training blocked by a save      blocked s")
+        for label, key in (("portable, async_save=True, first save", "async_first"),
+                           ("portable, async_save=True (buffers reused)", "async"),
+                           ("portable, synchronous (DCP fsyncs)", "sync"),
+                           ("torch.save + fsync", "torch")):
+            lines.append(f"  {label:<44} {b[key]:7.2f}")
+        lines.append(f"  async blocked x synchronous: {b['async'] / b['sync']:.2f}"
+                     f"  x torch.save + fsync: {b['async'] / b['torch']:.2f}")
+        count, during, steady = background["slowed"]
+        lines.append(f"  iterations during the background write: {count:.1f} per save, "
+                     f"median {during:.3f} s vs steady {steady:.3f} s "
+                     f"({during / steady if steady else 0.0:.2f}x)")
     if memory is not None:
         largest = nbytes / args.tensors
-        lines.append(f"(c) ckpt convert, fresh process    anon MiB  peak RSS MiB  "
+        lines.append(f"(d) ckpt convert, fresh process    anon MiB  peak RSS MiB  "
                      f"anon / largest tensor ({largest / 2**20:.1f} MiB)  anon / checkpoint")
         for name, anon, peak in memory:
             lines.append(f"  {name:<32} {anon / 2**20:8.1f}  {peak / 2**20:12.1f}  "
@@ -317,10 +415,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="ckptbench-", dir=args.dir) as where:
         one = one_process(args, Path(where)) if args.part in ("all", "one") else None
         two = two_ranks(args, Path(where)) if args.part in ("all", "two") else None
+        background = async_save(args, Path(where)) if args.part in ("all", "async") \
+            else None
         memory = convert_memory(args, Path(where)) if args.part in ("all", "convert") \
             else None
     nbytes = args.tensors * rows_per_tensor(args.size_gb, args.tensors) * 1024 * 4
-    print("\n".join(report(args, one, two, nbytes, memory)))
+    print("\n".join(report(args, one, two, nbytes, memory, background)))
 
 
 if __name__ == "__main__":

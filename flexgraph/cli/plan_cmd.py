@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flexgraph import render as views
 from flexgraph.cli import estimate_cmd
@@ -34,6 +34,9 @@ from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.graph import Graph
 from flexgraph.core.plan import Plan
 from flexgraph.core.references import check_references
+
+if TYPE_CHECKING:
+    from flexgraph.spec import Spec
 
 FORMATS = ("text", "json", "dot", "mermaid")
 
@@ -103,6 +106,38 @@ def load_spec(config: str, cfg_options: list[str]) -> Any:
     return load(Path(config), cfg_options=options or None, default_graph=_standard_graph)
 
 
+def checkpoint_notes(cfg: Any, plan: Plan) -> dict[str, str]:
+    """Which reader will read ``load_from`` and an explicit ``resume`` path, by step.
+
+    For a path that exists now, recognised by its content as the run will
+    (:func:`flexgraph.training.formats.format_of`: a few bytes, a listing;
+    torch is not imported). A path that does not exist yet, ``resume='auto'``
+    and a config that is not a training config get no note.
+    """
+    if cfg is None or not {"load_checkpoint", "resume"} & set(plan.order):
+        return {}
+    from flexgraph.training.config import resume_source, section
+
+    load_from, resume = section(cfg, "load_from"), resume_source(cfg)
+    asked = {"load_checkpoint": ("load_from", None if load_from == resume else load_from),
+             "resume": ("resume", None if resume == "auto" else resume)}
+    notes = {}
+    for step, (key, path) in asked.items():
+        if step in plan.order and path is not None and Path(path).exists():
+            notes[step] = _reader_note(key, Path(path))
+    return notes
+
+
+def _reader_note(key: str, path: Path) -> str:
+    from flexgraph.training.formats import format_of
+
+    found = format_of(path)
+    if found is None:
+        return (f"{key} {str(path)!r} is in no checkpoint format flexgraph recognises; "
+                f"the run will say what it is")
+    return f"{key} {str(path)!r} is read as {found.name}"
+
+
 def load_plan(config: str, strategy: str | None, cfg_options: list[str]) -> Plan:
     """Load ``config`` through the spec layer and plan it.
 
@@ -125,7 +160,17 @@ def load_plan(config: str, strategy: str | None, cfg_options: list[str]) -> Plan
     FlexgraphError
         The spec layer's or the engine's error for bad input.
     """
+    return load_spec_and_plan(config, strategy, cfg_options)[1]
+
+
+def load_spec_and_plan(config: str, strategy: str | None, cfg_options: list[str]
+                       ) -> tuple[Spec, Plan]:
+    """:func:`load_plan`, with the spec it planned."""
     spec = load_spec(config, cfg_options)
+    return spec, _plan_of(spec, strategy)
+
+
+def _plan_of(spec: Spec, strategy: str | None) -> Plan:
     if strategy != NO_STRATEGY:
         return spec.plan(strategy=strategy or default_strategy(spec))
     from flexgraph.core.plan import make_plan
@@ -137,10 +182,11 @@ def load_plan(config: str, strategy: str | None, cfg_options: list[str]) -> Plan
         raise restate(exc, str(spec.source)) from exc
 
 
-def render(plan: Plan, args: argparse.Namespace) -> None:
-    """Print ``plan`` to stdout the way ``args`` ask."""
+def render(plan: Plan, args: argparse.Namespace, notes: dict[str, str] | None = None) -> None:
+    """Print ``plan`` to stdout the way ``args`` ask; the text table and the JSON carry
+    ``notes`` (step -> a line about what it will read)."""
     if args.format == "json":
-        sys.stdout.write(views.plan_json(plan) + "\n")
+        sys.stdout.write(views.plan_json(plan, notes) + "\n")
     elif args.format == "dot":
         sys.stdout.write(views.plan_dot(plan))
     elif args.format == "mermaid":
@@ -152,6 +198,8 @@ def render(plan: Plan, args: argparse.Namespace) -> None:
         print_renderable(views.plan_diff(plan))
     else:
         print_renderable(views.plan_table(plan))
+        for step, note in (notes or {}).items():
+            sys.stdout.write(f"{step}: {note}\n")
 
 
 def plan_command(args: argparse.Namespace) -> int:
@@ -169,10 +217,10 @@ def plan_command(args: argparse.Namespace) -> int:
         return _plan_auto(args)
     if estimating:
         return _plan_estimate(args)
-    plan = load_plan(args.config, args.strategy, args.cfg_options)
+    spec, plan = load_spec_and_plan(args.config, args.strategy, args.cfg_options)
     for unchecked in check_references(plan):
         print(f"note: {unchecked}", file=sys.stderr)
-    render(plan, args)
+    render(plan, args, checkpoint_notes(spec.cfg, plan))
     return 0
 
 

@@ -42,7 +42,10 @@ Schema ``flexgraph.plan/1``::
       "edges": [                        # sorted by source, then target position
         {"source": "build_model", "target": "init_weights",
          "reason": "init_weights updates model, made by build_model"}
-      ]
+      ],
+      "notes": {                        # only when the caller has any: step -> what
+        "load_checkpoint": "load_from '...' is read as ..."  # it will do with the
+      }                                 # run's inputs (training: the reader of a path)
     }
 
 ``origin`` is the step's latest origin: ``action`` is one of ``inserted``,
@@ -96,12 +99,15 @@ def json_safe(value: Any) -> Any:
     return repr(value)
 
 
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
+def plan_to_dict(plan: Plan, notes: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Return ``plan`` as a JSON-ready dict in the ``flexgraph.plan/1`` schema.
 
     Parameters
     ----------
     plan : Plan
+    notes : mapping of str to str, optional
+        A line per step about what it will do with the run's inputs (``notes``;
+        left out when empty), in plan order.
 
     Returns
     -------
@@ -126,7 +132,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "origin": "base" if origin.action == "base" else origin.to_dict(),
             }
         )
-    return {
+    out = {
         "schema": SCHEMA,
         "strategy": plan.strategy,
         "steps": steps,
@@ -148,18 +154,23 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             for e in ordered_edges(plan)
         ],
     }
+    if notes:
+        out["notes"] = {name: notes[name] for name in plan.order if name in notes}
+    return out
 
 
-def plan_json(plan: Plan) -> str:
+def plan_json(plan: Plan, notes: Mapping[str, str] | None = None) -> str:
     """Return ``plan`` as JSON text (indent 2, keys in schema order, no trailing newline).
 
     Parameters
     ----------
     plan : Plan
+    notes : mapping of str to str, optional
+        See :func:`plan_to_dict`.
 
     Returns
     -------
     str
         :func:`plan_to_dict` serialised; byte-identical for equal plans.
     """
-    return json.dumps(plan_to_dict(plan), indent=2, allow_nan=False)
+    return json.dumps(plan_to_dict(plan, notes), indent=2, allow_nan=False)

@@ -27,6 +27,11 @@ pyproject.toml keeps it):
   values, components built through MMEngine's registries;
 - :mod:`~flexgraph.training.errors`: the training failures.
 
+Two modules stand beside them, importing no torch, for planning:
+:mod:`~flexgraph.training.graph` (the standard graph) and
+:mod:`~flexgraph.training.formats` (checkpoint formats told by content, so
+that ``flexgraph plan`` can say which reader a path goes to).
+
 The words for checkpoints: a run *saves* its checkpoints (the training state)
 and *restores* one to continue (``resume``); it *loads* weights from a path
 into a model (``load_from``).

@@ -348,3 +348,17 @@ def test_plan_alone_never_imports_run_cmd(monkeypatch):
     monkeypatch.delitem(sys.modules, "flexgraph.cli.run_cmd", raising=False)
     cli_main.build_parser(["plan", "x.yaml"])
     assert "flexgraph.cli.run_cmd" not in sys.modules
+
+
+def test_the_text_and_json_views_say_which_reader_reads_load_from(tmp_path, capsys):
+    checkpoint = tmp_path / "iter_9.ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "manifest.json").write_text("{}")
+    config = tmp_path / "cfg.py"
+    config.write_text(f"model = dict(type='AnyModel')\nload_from = {str(checkpoint)!r}\n")
+    note = (f"load_from {str(checkpoint)!r} is read as a portable checkpoint directory "
+            f"(torch.distributed.checkpoint + manifest.json)")
+    assert cli_main.main(["plan", str(config), "--strategy", "ddp"]) == 0
+    assert f"\nload_checkpoint: {note}\n" in capsys.readouterr().out
+    assert cli_main.main(["plan", str(config), "--strategy", "ddp", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == {"load_checkpoint": note}

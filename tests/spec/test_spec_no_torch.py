@@ -55,3 +55,30 @@ def test_checking_the_training_plans_functions_does_not_import_torch(tmp_path: P
         "assert 'flexgraph.strategies.ddp:wrap_ddp' in [s.fn for s in plan.steps]\n"
         "assert check_references(plan) == [], check_references(plan)"
     )
+
+
+def test_the_plan_names_the_reader_of_load_from_and_resume_without_torch(tmp_path: Path) -> None:
+    """An existing ``load_from`` / ``resume`` path is recognised by its content (a
+    portable checkpoint's marker, a DCP ``.metadata``), torch-free; a missing one and
+    ``resume='auto'`` get no note."""
+    portable = tmp_path / "weights.pth"  # a portable directory, whatever its name says
+    portable.mkdir()
+    (portable / ".flexgraph-portable").write_text("flexgraph.portable/1\n")
+    sharded = tmp_path / "iter_4.ckpt"
+    sharded.mkdir()
+    (sharded / ".metadata").write_bytes(b"")
+    config = tmp_path / "cfg.py"
+    config.write_text(f"model = dict(type='AnyModel')\nload_from = {str(portable)!r}\n"
+                      f"resume = {str(sharded)!r}\n")
+    run_clean(
+        "from flexgraph.cli.plan_cmd import checkpoint_notes, load_spec_and_plan\n"
+        f"spec, plan = load_spec_and_plan({str(config)!r}, 'ddp', [])\n"
+        "notes = checkpoint_notes(spec.cfg, plan)\n"
+        f"assert notes == {{'load_checkpoint': \"load_from {str(portable)!r} is read as a "
+        "portable checkpoint directory (torch.distributed.checkpoint + manifest.json)\", "
+        f"'resume': \"resume {str(sharded)!r} is read as a torch.distributed.checkpoint "
+        "directory (.metadata)\"}, notes\n"
+        "spec, plan = load_spec_and_plan("
+        f"{str(config)!r}, 'ddp', ['resume=auto', 'load_from={tmp_path / 'absent'}'])\n"
+        "assert checkpoint_notes(spec.cfg, plan) == {}"
+    )

@@ -121,6 +121,50 @@ def test_no_byte_of_a_checkpoint_can_change_without_an_error_or_a_harmless_load(
     assert errors > 100
 
 
+def test_a_restore_maps_only_the_weights_and_still_checks_every_record(tmp_path, good):
+    """``FileCheckpointIO.read`` maps the file: the weights stay in the map until
+    ``apply`` copies them into the model; the optimizer state (which the optimizer
+    would keep) is copied out at once; a changed byte of a tensor is still refused."""
+    from mmengine.optim import OptimWrapper
+
+    from flexgraph.training.checkpoint import FileCheckpointIO
+
+    model = torch.nn.Linear(32, 16)
+    wrapper = OptimWrapper(torch.optim.Adam(model.parameters()))
+    wrapper.update_params(model(torch.ones(2, 32)).sum())
+    io, path = FileCheckpointIO(), tmp_path / "ckpt.pth"
+    io.write({"meta": {"iter": 1}, **io.states(model, wrapper)}, path)
+
+    read = io.read(path)
+    ranges = [[int(x, 16) for x in line.split()[0].split("-")]
+              for line in Path("/proc/self/maps").read_text().splitlines()
+              if line.endswith(str(path))]  # the file's maps in this process
+
+    def mapped(value):
+        return any(low <= value.data_ptr() < high for low, high in ranges)
+
+    assert all(mapped(v) for v in read["state_dict"].values())
+    assert not any(mapped(v) for s in read["optimizer"]["state"].values() for v in s.values())
+    fresh = torch.nn.Linear(32, 16)
+    fresh_wrapper = OptimWrapper(torch.optim.Adam(fresh.parameters()))
+    io.apply(read, path, model=fresh, optim_wrapper=fresh_wrapper)
+    assert not any(mapped(v) for v in fresh.state_dict().values())
+    assert torch.equal(fresh.weight, model.weight)
+    state = fresh_wrapper.optimizer.state_dict()["state"]
+    assert torch.equal(state[0]["exp_avg"], wrapper.optimizer.state_dict()["state"][0]["exp_avg"])
+    assert not any(mapped(v) for s in state.values() for v in s.values())
+    del read  # what the restore read goes: the file is no longer mapped (pruning frees it)
+    assert str(path) not in Path("/proc/self/maps").read_text()
+
+    with zipfile.ZipFile(path) as archive:
+        record = next(m for m in archive.infolist() if "/data/" in m.filename
+                      and m.file_size == 32 * 16 * 4)
+    flipped = _flipped(path, tmp_path / "flipped.pth", record.header_offset + 100
+                       + len(record.filename) + len(record.extra))
+    with pytest.raises(CheckpointError, match="fails the CRC-32 check"):
+        io.read(flipped)
+
+
 def test_files_written_without_crcs_are_not_taken_for_corrupt(tmp_path):
     torch.serialization.set_crc32_options(False)
     try:

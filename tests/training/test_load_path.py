@@ -222,3 +222,34 @@ def test_resume_auto_refuses_a_ddp_checkpoint_under_fsdps_full_state_io(tmp_path
     with pytest.raises(ForeignCheckpointError, match=refused):
         run_steps(make_cfg(resume="auto"), last="resume",
                   build_checkpointer={"io": "flexgraph.training.checkpoint:FullStateFileIO"})
+
+
+@pytest.mark.parametrize("strategy", [None, "ddp"], ids=["single", "ddp"])
+def test_load_from_a_portable_checkpoint_under_a_strategy_writing_one_file(
+        tmp_path, make_cfg, strategy):
+    """Single device and DDP write ``.pth`` files; the portable reader loads ``load_from``
+    of a portable directory (DDP's ranks, here one, read it through DCP together)."""
+    from flexgraph.training.checkpoint import write_portable
+
+    trained = _trained(make_cfg)
+    path = write_portable(tmp_path / "iter_9.ckpt", trained.state_dict())
+    cfg = make_cfg(load_from=str(path))
+    if strategy is None:
+        fresh = run_steps(cfg, last="load_checkpoint")["model"]
+    else:
+        fresh = _in_a_group_of_one(lambda: run_steps(
+            cfg, strategy=strategy, last="load_checkpoint", setup_env={"device": "cpu"}))["model"]
+    for key, value in trained.state_dict().items():
+        assert torch.equal(fresh.state_dict()[key], value), key
+
+
+def _in_a_group_of_one(work):
+    """``work()`` inside a one-rank gloo process group, destroyed afterwards."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        return work()
+    finally:
+        dist.destroy_process_group()

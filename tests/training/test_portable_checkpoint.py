@@ -162,3 +162,65 @@ def test_the_plan_change_names_what_each_step_became():
         "setup_env": "replaced", "load_checkpoint": "moved", "build_model": "moved",
         "wrap_model": "inserted", "deepspeed_initialize": "removed"}
     assert plan_changes(saved, saved) == {}
+
+
+def test_staging_copies_once_into_buffers_the_next_save_reuses():
+    """A background save's staged copy does not change with training, is one copy (DCP's
+    writer takes it as staged), and the next save copies into the same buffers unless a
+    tensor's shape changed."""
+    from flexgraph.training.checkpoint._staging import StagedWriter, Staging
+
+    staging = Staging()
+    live = {"model": {"w": torch.ones(3), "b": torch.zeros(2)}, "optimizer": {}}
+    first = staging.stage(live)
+    live["model"]["w"].add_(1)  # training goes on
+    assert torch.equal(first["model"]["w"], torch.ones(3))
+    assert first["model"]["w"].data_ptr() != live["model"]["w"].data_ptr()
+    assert StagedWriter("unused").stage(first) is first
+
+    kept = first["model"]["w"].data_ptr()
+    live["model"]["b"] = torch.zeros(4)  # another shape: a fresh buffer
+    second = staging.stage(live)
+    assert second["model"]["w"].data_ptr() == kept
+    assert torch.equal(second["model"]["w"], torch.full((3,), 2.0))
+    assert second["model"]["b"].shape == (4,)
+    assert staging.stage({"model": {}}) == {"model": {}} and not staging._buffers
+
+
+def test_a_background_save_holds_the_state_of_when_it_was_asked_for(tmp_path):
+    model, wrapper = _trained()
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    checkpointer = Checkpointer(tmp_path, io=PortableCheckpointIO(async_save=True))
+    for iteration in (3, 4):  # the second save reuses the first one's staging buffers
+        path = _save(checkpointer, model, wrapper, iteration)
+        with torch.no_grad():
+            for value in model.parameters():
+                value.add_(1.0)  # while the background write goes on
+        checkpointer.finish_pending()
+        fresh, fresh_wrapper = _trained(steps=0, seed=1)
+        checkpointer.apply(checkpointer.read(path, model=fresh, optim_wrapper=fresh_wrapper),
+                           path, model=fresh, optim_wrapper=fresh_wrapper)
+        for key, value in expected.items():
+            assert torch.equal(fresh.state_dict()[key], value), (iteration, key)
+        expected = {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_staging_a_dtensor_copies_its_shard_and_reuses_it():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    from flexgraph.training.checkpoint._staging import Staging
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        live = distribute_tensor(torch.ones(4, 2), init_device_mesh("cpu", (1,)), [Shard(0)])
+        staging = Staging()
+        first = staging.stage({"w": live})["w"]
+        with torch.no_grad():
+            live.add_(1)
+        assert isinstance(first, DTensor) and torch.equal(first.to_local(), torch.ones(4, 2))
+        second = staging.stage({"w": live})["w"]
+        assert second is first and torch.equal(second.to_local(), torch.full((4, 2), 2.0))
+    finally:
+        dist.destroy_process_group()

@@ -44,17 +44,6 @@ from flexgraph.training.checkpoint._files import (
     file_problem,
     read_checkpoint_file,
 )
-from flexgraph.training.checkpoint._formats import (
-    DCP_DIRECTORY,
-    DEEPSPEED_DIRECTORY,
-    MANIFEST_NAME,
-    PORTABLE_DIRECTORY,
-    SAFETENSORS_FILE,
-    TORCH_SAVE_FILE,
-    CheckpointFormat,
-    format_of,
-    known_formats,
-)
 from flexgraph.training.checkpoint._inspect import (
     CheckpointReader,
     CheckpointSummary,
@@ -97,6 +86,17 @@ from flexgraph.training.checkpoint._weights import (
     matching_weights,
     model_weights,
     weights_in,
+)
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    DEEPSPEED_DIRECTORY,
+    MANIFEST_NAME,
+    PORTABLE_DIRECTORY,
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
+    CheckpointFormat,
+    format_of,
+    known_formats,
 )
 
 CHECKPOINT_FORMATS = ("native", "portable")

@@ -47,7 +47,6 @@ import attrs
 import torch
 
 from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.checkpoint._formats import CheckpointFormat
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
     FileCheckpointIO,
@@ -64,6 +63,7 @@ from flexgraph.training.errors import (
     DeviceFullError,
     ForeignCheckpointError,
 )
+from flexgraph.training.formats import CheckpointFormat, format_of
 from flexgraph.training.runtime import (
     barrier,
     first_error_of_all_ranks,
@@ -434,8 +434,8 @@ class Checkpointer:
         Parameters
         ----------
         path:
-            A checkpoint in one of the IO's ``weight_formats``, recognised by
-            its content.
+            A checkpoint in one of the ``weight_formats`` of the IO or of a
+            reader (:meth:`weight_loader_for`), recognised by its content.
         model:
             The model as the run holds it at this step (whole, sharded, an engine).
         on_read:
@@ -455,8 +455,17 @@ class Checkpointer:
             the formats tried), is damaged, or holds no weight of the model.
         """
         path = Path(path)
-        refuse_unloadable(self.io, path, what="load_from")
-        return self.io.load_weights(path, model, on_read=on_read)
+        loader = self.weight_loader_for(path)
+        refuse_unloadable(loader, path, what="load_from")
+        return loader.load_weights(path, model, on_read=on_read)
+
+    def weight_loader_for(self, path: str | os.PathLike[str]) -> CheckpointIO:
+        """The IO that loads ``load_from`` weights from ``path``: the run's own, else the
+        first reader whose ``weight_formats`` list its format (a portable checkpoint under
+        a strategy that writes one file); ``io`` when none does (it refuses by name)."""
+        found = format_of(Path(path))
+        return next((r for r in (self.io, *self.readers) if found in r.weight_formats),
+                    self.io)
 
     def reader_for(self, path: str | os.PathLike[str]) -> CheckpointIO:
         """The IO that restores ``path``: the run's own, else the first reader of its format.

@@ -45,7 +45,6 @@ from flexgraph.training.checkpoint._dcp_read import (
     load_dcp_weights,
 )
 from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.checkpoint._formats import DCP_DIRECTORY
 from flexgraph.training.checkpoint._io import (
     NOTHING_READ,
     CheckpointIO,
@@ -56,6 +55,7 @@ from flexgraph.training.checkpoint._io import (
 from flexgraph.training.checkpoint._open import read_checkpoint
 from flexgraph.training.checkpoint._weights import WeightsLoaded, matching_weights
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
+from flexgraph.training.formats import DCP_DIRECTORY
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
 
 __all__ = ["DistributedCheckpointIO", "FullStateFileIO", "load_weights_into_shards"]
@@ -195,8 +195,11 @@ class FullStateFileIO(FileCheckpointIO):
     """One file with the full state, gathered from the shards to rank 0.
 
     The optimizer state is keyed by parameter name (torch's full optimizer
-    state dict), so it loads into any sharding of the same model.
+    state dict), so it loads into any sharding of the same model. Rank 0 reads the
+    file into memory (nothing mapped): the states are broadcast from there.
     """
+
+    maps_weights = False
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"state_dict": get_model_state_dict(model, options=_FULL)}

@@ -2,7 +2,7 @@
 
 ``flexgraph ckpt inspect`` asks :func:`describe_checkpoint` for a
 :class:`CheckpointSummary`: the format (recognised by content, see
-:mod:`flexgraph.training.checkpoint._formats`), the strategy that wrote it, the
+:mod:`flexgraph.training.formats`), the strategy that wrote it, the
 world size, the step, the model's element count and dtypes, which parts of a
 training state are inside, and whether it is complete.
 
@@ -32,12 +32,6 @@ import torch
 
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_problem
 from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._formats import (
-    DCP_DIRECTORY,
-    SAFETENSORS_FILE,
-    TORCH_SAVE_FILE,
-    CheckpointFormat,
-)
 from flexgraph.training.checkpoint._open import READER_ENTRY_POINTS, unrecognised_by
 from flexgraph.training.checkpoint._safetensors import (
     TORCH_DTYPES,
@@ -50,6 +44,12 @@ from flexgraph.training.checkpoint._source import (
     open_torch_file,
 )
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
+    CheckpointFormat,
+)
 
 __all__ = [
     "READER_ENTRY_POINTS",

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, dcp_problem
 from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.checkpoint._formats import PORTABLE_DIRECTORY
 from flexgraph.training.checkpoint._inspect import (
     CheckpointReader,
     CheckpointSummary,
@@ -23,6 +22,7 @@ from flexgraph.training.checkpoint._inspect import (
 from flexgraph.training.checkpoint._manifest import read_manifest
 from flexgraph.training.checkpoint._portable import portable_tensors
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import PORTABLE_DIRECTORY
 
 __all__ = ["PORTABLE_READER", "describe_portable"]
 

@@ -18,7 +18,7 @@ before it is applied, as MMEngine's Runner does.
 
 Every IO also *loads* weights (``load_from``) into the model it manages, from
 each format it reads (:attr:`CheckpointIO.weight_formats`, recognised by
-content, see :mod:`flexgraph.training.checkpoint._formats`): a whole model
+content, see :mod:`flexgraph.training.formats`): a whole model
 loads a full file with ``load_state_dict``, a sharded one gets its shards from
 rank 0's file, an engine loads through the engine. The hooks see what was read
 (``on_read``) before it goes in, wherever the format allows.
@@ -34,6 +34,7 @@ pointer, finding the latest complete checkpoint and pruning old ones.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 from collections.abc import Callable
@@ -48,7 +49,11 @@ from flexgraph.training.checkpoint._files import (
     file_problem,
     read_checkpoint_file,
 )
-from flexgraph.training.checkpoint._formats import (
+from flexgraph.training.checkpoint._open import read_checkpoint
+from flexgraph.training.checkpoint._space import tensor_bytes
+from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
+from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
+from flexgraph.training.formats import (
     DCP_DIRECTORY,
     DEEPSPEED_DIRECTORY,
     SAFETENSORS_FILE,
@@ -58,10 +63,6 @@ from flexgraph.training.checkpoint._formats import (
     known_formats,
     unrecognised,
 )
-from flexgraph.training.checkpoint._open import read_checkpoint
-from flexgraph.training.checkpoint._space import tensor_bytes
-from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
-from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.runtime import this_rank
 
 __all__ = ["CheckpointIO", "FileCheckpointIO", "OnRead", "load_optimizer_state",
@@ -193,8 +194,20 @@ class FileCheckpointIO(CheckpointIO):
             f.flush()
             os.fsync(f.fileno())
 
+    maps_weights: ClassVar[bool] = True
+    """Whether :meth:`read` maps the file (``torch.load(mmap=True)``) and leaves the
+    weights in the map for :meth:`apply` to copy into the model: the weights are copied
+    once, not read into fresh memory and then copied again (``torch.load`` +
+    ``load_state_dict``). Everything else (optimizer state, RNG states, hook extras) is
+    copied out of the map at once, so that nothing the run keeps refers to the file."""
+
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        return read_checkpoint_file(path)
+        checkpoint = read_checkpoint_file(path, mmap=self.maps_weights)
+        if not self.maps_weights:
+            return checkpoint
+        if not isinstance(checkpoint, dict):
+            return copied_out(checkpoint)
+        return {k: v if k == "state_dict" else copied_out(v) for k, v in checkpoint.items()}
 
     def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
               optim_wrapper: Any, strict: bool = True) -> None:
@@ -217,6 +230,32 @@ class FileCheckpointIO(CheckpointIO):
     def problem(self, path: Path) -> str | None:
         found = file_problem(path, verify=False) if path.is_file() else None
         return found or super().problem(path)  # CRCs are checked when it is read
+
+
+def copied_out(value: Any) -> Any:
+    """``value`` with every tensor copied into memory of its own (out of a file's map).
+
+    Containers holding no tensor are returned as they are; the others are
+    copied shallowly (keeping their type: a ``Counter`` of milestones stays one)
+    and their tensors replaced.
+    """
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (dict, list)):
+        keys = value.keys() if isinstance(value, dict) else range(len(value))
+        items = {k: copied_out(value[k]) for k in keys}
+        if all(items[k] is value[k] for k in keys):
+            return value
+        out = copy.copy(value)
+        for k, v in items.items():
+            out[k] = v
+        return out
+    if isinstance(value, tuple):
+        items = [copied_out(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
 
 
 def refuse_unloadable(io: CheckpointIO, path: Path, *, what: str) -> None:

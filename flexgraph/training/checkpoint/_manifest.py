@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from flexgraph.training.checkpoint._formats import MANIFEST_NAME
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import MANIFEST_NAME
 
 __all__ = ["MANIFEST_FORMAT", "make_manifest", "read_manifest", "running_plan"]
 

@@ -18,13 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._formats import (
-    DCP_DIRECTORY,
-    SAFETENSORS_FILE,
-    TORCH_SAVE_FILE,
-    CheckpointFormat,
-    unrecognised,
-)
 from flexgraph.training.checkpoint._safetensors import open_safetensors_file
 from flexgraph.training.checkpoint._source import (
     CheckpointSource,
@@ -32,6 +25,13 @@ from flexgraph.training.checkpoint._source import (
     open_torch_file,
 )
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
+    CheckpointFormat,
+    unrecognised,
+)
 
 __all__ = ["READER_ENTRY_POINTS", "open_checkpoint", "openers", "read_checkpoint",
            "unrecognised_by"]

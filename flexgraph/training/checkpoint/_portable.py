@@ -43,15 +43,16 @@ from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint
 from flexgraph.training.checkpoint._dcp import _full_tensors
 from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_load, dcp_problem
 from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._formats import (
+from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, FileCheckpointIO, OnRead
+from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest, running_plan
+from flexgraph.training.checkpoint._staging import StagedWriter, Staging
+from flexgraph.training.checkpoint._weights import WeightsLoaded
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import (
     MANIFEST_NAME,
     PORTABLE_DIRECTORY,
     PORTABLE_MARKER,
 )
-from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, FileCheckpointIO, OnRead
-from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest, running_plan
-from flexgraph.training.checkpoint._weights import WeightsLoaded
-from flexgraph.training.errors import CheckpointError
 from flexgraph.training.runtime import this_rank, world_size
 
 __all__ = ["BackgroundWrite", "PortableCheckpointIO", "portable_tensors", "read_portable_tensor",
@@ -107,33 +108,13 @@ def _background_group() -> Any:
     return _SAVE_GROUP[0]
 
 
-def _staged(value: Any) -> Any:
-    """A copy of every tensor in ``value`` that training can no longer change.
-
-    DCP's stager copies a tensor to CPU memory, but one already there is
-    passed on as it is, and the optimizer's next step would change it under
-    the background write. A DTensor is copied where it lives (its shard).
-    """
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(value, DTensor):
-        return value.detach().clone()
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: _staged(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_staged(v) for v in value)
-    return value
-
-
 class BackgroundWrite:
     """A portable checkpoint whose shards DCP writes in the background (``async_save``).
 
-    The state was staged to CPU memory before the save returned; :meth:`wait`
-    waits for the shards (fsynced by DCP's writer) and ``.metadata``, then
-    rank 0 writes ``extra.pth`` and the manifest, so the manifest exists only
-    once everything else is on disk.
+    The state was staged to CPU memory before the save returned (:mod:`._staging`);
+    :meth:`wait` waits for the shards (fsynced by DCP's writer) and ``.metadata``,
+    then rank 0 writes ``extra.pth`` and the manifest, so the manifest exists
+    only once everything else is on disk.
     """
 
     def __init__(self, future: Any, path: Path, rest: dict[str, Any],
@@ -255,7 +236,8 @@ class PortableCheckpointIO(CheckpointIO):
         :class:`BackgroundWrite` once the state is staged to CPU memory, and
         the :class:`~flexgraph.training.checkpoint.Checkpointer` puts the
         checkpoint in place when it completes (at the next save, at the end of
-        training, or at a stop).
+        training, or at a stop). The staging buffers are kept for the next
+        save (:class:`~flexgraph.training.checkpoint._staging.Staging`).
     """
 
     suffix = ".ckpt"
@@ -265,6 +247,7 @@ class PortableCheckpointIO(CheckpointIO):
                  weights: CheckpointIO | None = None, async_save: bool = False) -> None:
         self.access = access or TorchStateAccess()
         self.async_save = bool(async_save)
+        self.staging = Staging()
         self.weights = weights or FileCheckpointIO()
         self.weight_formats = (PORTABLE_DIRECTORY, *(
             f for f in self.weights.weight_formats if f != PORTABLE_DIRECTORY))
@@ -288,7 +271,7 @@ class PortableCheckpointIO(CheckpointIO):
             _save(tensors, rest, path, manifest=manifest)
             return None
         _begin(path, manifest)
-        future = dcp.async_save(_staged(tensors), storage_writer=FileSystemWriter(path),
+        future = dcp.async_save(self.staging.stage(tensors), storage_writer=StagedWriter(path),
                                 process_group=_background_group())
         return BackgroundWrite(future, path, rest, manifest)
 

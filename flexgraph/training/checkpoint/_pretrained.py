@@ -23,10 +23,10 @@ from typing import Any
 
 from torch import nn
 
-from flexgraph.training.checkpoint._formats import DCP_DIRECTORY
 from flexgraph.training.checkpoint._io import FileCheckpointIO, refuse_unloadable
 from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import DCP_DIRECTORY
 
 __all__ = ["load_pretrained"]
 

@@ -22,9 +22,9 @@ from typing import Any, BinaryIO
 
 import torch
 
-from flexgraph.training.checkpoint._formats import SAFETENSORS_FILE
 from flexgraph.training.checkpoint._source import CheckpointSource, weights_layout
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import SAFETENSORS_FILE
 
 __all__ = ["TORCH_DTYPES", "open_safetensors_file", "safetensors_header", "write_safetensors"]
 

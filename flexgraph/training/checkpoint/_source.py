@@ -39,8 +39,8 @@ from flexgraph.training.checkpoint._dcp_read import (
     dcp_problem,
 )
 from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.checkpoint._formats import DCP_DIRECTORY, TORCH_SAVE_FILE
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import DCP_DIRECTORY, TORCH_SAVE_FILE
 
 __all__ = ["CheckpointSource", "KeyPath", "element_at", "open_dcp_directory",
            "open_torch_file", "replace_tensors", "single_process_dcp", "tensor_paths",

@@ -11,7 +11,9 @@ to every strategy, so a work_dir another strategy wrote is recognised as such,
 never taken for empty.
 
 Recognising is cheap (a few bytes, a directory listing): ``--resume auto`` asks
-it of every checkpoint in a work_dir.
+it of every checkpoint in a work_dir. This module imports neither torch nor
+the checkpoint IOs, so ``flexgraph plan`` says which reader a path goes to
+without them.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ ECO_BIN := $(ECO_VENV)/bin
 MMPRETRAIN := mmpretrain==1.2.0 mmcv-lite==2.2.0
 MMPRETRAIN_IMPORTS := einops mat4py modelindex importlib-metadata
 
+# mmengine's config imports yapf, which writes its grammar tables to a user cache on
+# first import (again whenever its package files are newer, as after an install), not
+# atomically: two test workers importing it at once from a fresh venv read a
+# half-written file (EOFError at collection). One import right after the install writes it.
+
 .PHONY: install quickstart test lint bench test-ecosystem test-matrix
 
 $(BIN)/flexgraph: pyproject.toml
@@ -30,6 +35,7 @@ $(BIN)/flexgraph: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install $(TORCH)
 	$(BIN)/python -m pip install -e ".[test]"
+	$(BIN)/python -c "import mmengine.config"  # yapf's grammar cache (see above)
 	touch $@
 
 install: $(BIN)/flexgraph
@@ -55,6 +61,7 @@ $(ECO_BIN)/flexgraph: pyproject.toml
 	$(ECO_BIN)/python -m pip install -e ".[test]"
 	$(ECO_BIN)/python -m pip install --no-deps $(MMPRETRAIN)
 	$(ECO_BIN)/python -m pip install $(MMPRETRAIN_IMPORTS)
+	$(ECO_BIN)/python -c "import mmengine.config"  # yapf's grammar cache (see above)
 	touch $@
 
 test-ecosystem: $(ECO_BIN)/flexgraph

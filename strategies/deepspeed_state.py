@@ -105,6 +105,41 @@ def _link_optimizer_state(zero: Any, base: torch.optim.Optimizer) -> None:
             lazy_init_hp_params_optimizer_state(params, flat, base.state)
 
 
+def _set_fp32(param: torch.nn.Parameter, value: torch.Tensor, key: str | None = None) -> None:
+    """Put a whole tensor into ZeRO's fp32 partitions: the master weight, or state ``key``.
+
+    DeepSpeed's ``safe_set_full_*`` cut a ZeRO-3 partition out of the whole
+    tensor without the padding of the last rank's: a parameter whose size the
+    ranks do not divide (5 elements on 2 ranks, as MMPreTrain's ViT has) fails
+    there with "start (3) + length (3) exceeds dimension size (5)". So ZeRO-3's
+    partition is cut here, padded with zeros, and set through DeepSpeed's local API.
+    """
+    from deepspeed.utils import (
+        safe_set_full_fp32_param,
+        safe_set_full_optimizer_state,
+        safe_set_local_fp32_param,
+        safe_set_local_optimizer_state,
+    )
+
+    value = value.to(torch.float32)
+    if not hasattr(param, "ds_id"):  # ZeRO-1/2: DeepSpeed maps the fragments itself
+        value = value.to(param.device)
+        if key is None:
+            safe_set_full_fp32_param(param, value)
+        else:
+            safe_set_full_optimizer_state(param, value, key)
+        return
+    size = param.ds_tensor.numel()
+    start = torch.distributed.get_rank(group=param.ds_process_group) * size
+    piece = value.reshape(-1)[start:start + size]
+    partition = torch.zeros(size, dtype=torch.float32, device=param.ds_tensor.device)
+    partition[:piece.numel()] = piece
+    if key is None:
+        safe_set_local_fp32_param(param, partition)
+    else:
+        safe_set_local_optimizer_state(param, partition, key)
+
+
 def _full_weight(param: torch.nn.Parameter) -> torch.Tensor:
     """One parameter whole: its fp32 master, else (frozen) the gathered parameter itself."""
     import deepspeed
@@ -206,7 +241,6 @@ class DeepSpeedStateAccess(StateAccess):
     def _set_weights(module: torch.nn.Module, model_state: dict[str, Any]) -> None:
         """Parameters (gathered one at a time under ZeRO-3), fp32 masters, buffers."""
         import deepspeed
-        from deepspeed.utils import safe_set_full_fp32_param
 
         with torch.no_grad():
             for name, param in module.named_parameters():
@@ -219,7 +253,7 @@ class DeepSpeedStateAccess(StateAccess):
                 else:
                     param.data.copy_(value)
                 if param.requires_grad:
-                    safe_set_full_fp32_param(param, value.to(torch.float32).to(param.device))
+                    _set_fp32(param, value)
             for name, buffer in _buffers(module):
                 if name in model_state:
                     buffer.copy_(model_state[name])
@@ -228,8 +262,6 @@ class DeepSpeedStateAccess(StateAccess):
     def _set_optimizer(module: torch.nn.Module, zero: Any, base: torch.optim.Optimizer,
                        optimizer_state: dict[str, Any]) -> None:
         """Step count and zero state into every partition first, then each parameter's moments."""
-        from deepspeed.utils import safe_set_full_optimizer_state
-
         state = optimizer_state.get("state") or {}
         keys = sorted({k for entry in state.values() for k in entry if k != "step"})
         step = next((entry["step"] for entry in state.values() if "step" in entry), None)
@@ -246,7 +278,7 @@ class DeepSpeedStateAccess(StateAccess):
         for name, param in module.named_parameters():
             if param.requires_grad and name in state:
                 for key in keys:
-                    safe_set_full_optimizer_state(param, state[name][key].to(param.device), key)
+                    _set_fp32(param, state[name][key], key)
         saved_groups = optimizer_state.get("param_groups") or []
         if len(saved_groups) == len(base.param_groups):
             for group, saved in zip(base.param_groups, saved_groups, strict=True):

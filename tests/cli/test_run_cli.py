@@ -125,6 +125,19 @@ def test_an_estimated_run_records_each_steps_peak_next_to_the_estimate(plain_run
     assert "memory: estimated" in done.stdout and "peak RSS of rank 0" in done.stdout
 
 
+def test_strategy_auto_measures_the_run_against_the_estimate_it_chose_by(tmp_path):
+    config = write_config(tmp_path / "cfg")
+    done = flexgraph_run(str(config), "--work-dir", "auto", "--strategy", "auto",
+                         "--device-memory", "16GB", "--cfg-options", "train_cfg.max_epochs=1",
+                         "train_dataloader.batch_size=512", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = [p for p in (tmp_path / "auto").iterdir() if p.is_dir()]
+    memory = json.loads((run_dir / "memory.json").read_text())
+    assert memory["estimate"]["candidate"] == "single"  # one process: auto plans single
+    assert memory["steps"][-1]["estimate_bytes"] == memory["estimate"]["peak_bytes"] > 0
+    assert "strategy auto chose single" in (run_dir / f"{run_dir.name}.log").read_text()
+
+
 def _many_process_strategies() -> list[str]:
     """Every registered strategy that runs on a process group, by its own name."""
     from flexgraph.core.strategy import get_strategy, known_strategies

@@ -125,4 +125,4 @@ def summary_line(summary: dict[str, Any]) -> str:
             f"{est['phase']}), measured {_size(measured['peak_bytes'])} ({measured['source']}")
     if measured["ratio"] is not None:
         return line + f"; ratio {measured['ratio']:.2f})"
-    return line + "; includes the interpreter and libraries, not comparable)"
+    return line + ": the whole process, no ratio)"

@@ -31,15 +31,17 @@ def _launch(nproc: int) -> list[str]:
 def plain_run(tmp_path_factory):
     """``plain_run(nproc)``: ``write_config``'s plain run (3 epochs) in ``<folder>/full``,
     made once per process count for every test that needs one: ``(folder, result)``.
-    It runs with ``--estimate`` (the estimate runs before training and changes nothing
-    in it), so its work_dir also holds ``memory.json``."""
+    One process runs with ``--estimate``, two with ``--strategy auto`` (which must
+    choose ddp, the default there). Either estimates before training, changing nothing
+    in it, and leaves ``memory.json`` in the work_dir."""
     made: dict[int, tuple[Path, subprocess.CompletedProcess]] = {}
 
     def run(nproc: int) -> tuple[Path, subprocess.CompletedProcess]:
         if nproc not in made:
             root = tmp_path_factory.mktemp(f"plain{nproc}")
             plain = write_config(root / "plain")
-            done = flexgraph_run(str(plain), "--work-dir", "full", "--estimate",
+            estimated = ["--estimate"] if nproc == 1 else ["--strategy", "auto"]
+            done = flexgraph_run(str(plain), "--work-dir", "full", *estimated,
                                  *_launch(nproc), cwd=root)
             assert done.returncode == 0, done.stderr[-3000:]
             made[nproc] = root, done
@@ -123,19 +125,9 @@ def test_an_estimated_run_records_each_steps_peak_next_to_the_estimate(plain_run
     # on CPU the only measure is the rank's RSS: labelled so, and given no ratio
     assert measured["source"] == "peak RSS of rank 0" and measured["ratio"] is None
     assert "memory: estimated" in done.stdout and "peak RSS of rank 0" in done.stdout
-
-
-def test_strategy_auto_measures_the_run_against_the_estimate_it_chose_by(tmp_path):
-    config = write_config(tmp_path / "cfg")
-    done = flexgraph_run(str(config), "--work-dir", "auto", "--strategy", "auto",
-                         "--device-memory", "16GB", "--cfg-options", "train_cfg.max_epochs=1",
-                         "train_dataloader.batch_size=512", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (run_dir,) = [p for p in (tmp_path / "auto").iterdir() if p.is_dir()]
-    memory = json.loads((run_dir / "memory.json").read_text())
-    assert memory["estimate"]["candidate"] == "single"  # one process: auto plans single
-    assert memory["steps"][-1]["estimate_bytes"] == memory["estimate"]["peak_bytes"] > 0
-    assert "strategy auto chose single" in (run_dir / f"{run_dir.name}.log").read_text()
+    if nproc == 2:  # --strategy auto: its choice and reason are in the run's log
+        log = (run_dir / f"{run_dir.name}.log").read_text()
+        assert "strategy auto chose ddp" in log and "fits" in log
 
 
 def _many_process_strategies() -> list[str]:

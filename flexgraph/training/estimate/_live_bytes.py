@@ -32,6 +32,9 @@ class LiveBytes(TorchDispatchMode):
     (FSDP2 frees a gathered parameter with ``storage.resize_(0)``, which no
     operator reports): before a count is taken as a new peak, every live
     storage's current size is read again. Meta storages never resize.
+
+    A tensor subclass that wraps others (DTensor) is counted by the tensors it
+    wraps: its own storage has the global size and holds nothing.
     """
 
     def __init__(self, resizes: bool = False) -> None:
@@ -101,9 +104,9 @@ class LiveBytes(TorchDispatchMode):
 def _plain_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The tensors that hold ``tensor``'s memory: itself, or a wrapper subclass's inner ones.
 
-    A wrapper subclass (FSDP2's and ZeRO-free DTensor parameters, their
-    gradients and optimizer states) has a storage of the *global* size that
-    holds no memory; its local shard holds it. This mode is off while an
+    A wrapper subclass (DTensor: FSDP2's parameters, their gradients and
+    optimizer states) has a storage of the *global* size that holds no memory;
+    its local shard holds it. This mode is off while an
     operator runs, so the shard's own allocation is never seen: it is counted
     here, through ``__tensor_flatten__``, and the wrapper's storage is not.
     """

@@ -22,8 +22,8 @@ AUTO_REASON_VAR = "FLEXGRAPH_AUTO_REASON"
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> None:
-    """``--device-memory``; with ``views`` (plan's), ``--estimate``, ``--compare``,
-    ``--world-size``."""
+    """``--device-memory`` and ``--estimate``; with ``views`` (plan's), ``--compare``
+    and ``--world-size`` too."""
     group = parser.add_argument_group("memory estimate (imports torch; allocates nothing)")
     if views:
         group.add_argument("--estimate", action="store_true",
@@ -35,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> Non
                            "deepspeed:zero1:fp16,deepspeed:zero3,fsdp:bf16")
         group.add_argument("--world-size", type=int, default=None, metavar="N",
                            help="ranks to estimate for (default: 1)")
+    else:
+        group.add_argument("--estimate", action="store_true",
+                           help="estimate the plan's per-rank peak before it runs and record "
+                           "it next to the measured peak (work_dir's memory.json)")
     group.add_argument("--device-memory", metavar="SIZE",
                        help="memory of one device, e.g. 80GB (default: the local GPU's, "
                        "else RAM / ranks)")
@@ -125,3 +129,13 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None
     report["auto"] = {"choice": choice.label, "reason": choice.reason}
     candidate = next(c for c in candidates if c.label == choice.label)
     return candidate.strategy, report, candidate
+
+
+def run_estimate(spec: Any, strategy: Strategy | None, world_size: int,
+                 device_memory: str | None) -> Any:
+    """``run --estimate``: the plan's per-rank peak, as a ``RunEstimate`` to measure against."""
+    from flexgraph.training.output import RunEstimate
+
+    args = argparse.Namespace(compare=None, world_size=world_size, device_memory=device_memory)
+    report = estimate_report(spec, strategy, args)
+    return RunEstimate.from_report(report, report["candidates"][0]["candidate"])

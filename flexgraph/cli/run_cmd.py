@@ -215,6 +215,10 @@ def _choose_auto(args: argparse.Namespace, spec: Any, world: int) -> Strategy:
 
     strategy, report, candidate = estimate_cmd.choose_auto(spec, world, args.device_memory)
     args.auto_choice = candidate.label
+    if report:  # the launcher's ranks get its estimate from their environment
+        from flexgraph.training.output import RunEstimate
+
+        args.run_estimate = RunEstimate.from_report(report, candidate.label)
     args.auto_strategy = {"type": candidate.name, **candidate.options}
     args.auto_reason = (report.get("auto", {}).get("reason")
                         or os.environ.get(estimate_cmd.AUTO_REASON_VAR))
@@ -298,7 +302,31 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
         else:
             resolve_functions(plan)  # or every function, before any step runs
         imports_done()
+        args.run_estimate = _run_estimate(args, spec, strategy)
         return _execute(args, hooks, spec, strategy, plan)
+
+
+def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None) -> Any:
+    """The estimate this run's memory is measured against, or ``None`` (no cost then).
+
+    ``--strategy auto`` has one already; ``--estimate`` makes one; a launched
+    rank takes its launcher's.
+    """
+    from flexgraph.training.output import RUN_ESTIMATE_VAR, RunEstimate
+
+    if args.dry_run or spec.cfg is None:
+        return None
+    if RUN_ESTIMATE_VAR in os.environ:
+        return RunEstimate.from_env(dict(os.environ))
+    if getattr(args, "run_estimate", None) is not None or not args.estimate:
+        return getattr(args, "run_estimate", None)
+    if args.entry != "train":
+        from flexgraph.cli.plan_cmd import UsageError
+
+        raise UsageError(f"--estimate is of a training step; drop it with --entry {args.entry}")
+    from flexgraph.cli import estimate_cmd
+
+    return estimate_cmd.run_estimate(spec, strategy, _world_size(args), args.device_memory)
 
 
 def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
@@ -330,6 +358,10 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
             auto = getattr(args, "auto_choice", None)
             choice = {estimate_cmd.AUTO_CHOICE_VAR: auto,
                       estimate_cmd.AUTO_REASON_VAR: args.auto_reason or ""} if auto else {}
+            if args.run_estimate is not None:
+                from flexgraph.training.output import RUN_ESTIMATE_VAR
+
+                choice[RUN_ESTIMATE_VAR] = args.run_estimate.to_env()
             status = launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text), **choice, **run_env},
                             stop_signals, preload=_rank_imports(plan, strategy),
                             on_stop=stopped_by.append)
@@ -378,7 +410,13 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
     summary = (f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}"
                f"{launched}: " + " -> ".join(plan.order))
     console.print(summary)
-    executor = Executor([_StartupReport(plan, console), *hooks])
+    peaks = None
+    if getattr(args, "run_estimate", None) is not None:
+        from flexgraph.training.output import MeasuredPeaks
+
+        peaks = MeasuredPeaks()
+    executor = Executor([_StartupReport(plan, console), *hooks,
+                         *([peaks] if peaks is not None else [])])
     if args.dry_run or spec.cfg is None:  # a YAML or Python pipeline has no work_dir
         result = executor.run(plan, inputs, dry_run=args.dry_run)
     else:  # the work_dir's log, config and plan: only now that the plan is valid
@@ -397,6 +435,8 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
                         + (f": {args.auto_reason}" if args.auto_reason else ""))
         try:
             result = executor.run(plan, inputs)
+            if peaks is not None:
+                _record_memory(record, console, args.run_estimate, peaks, rank)
         except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto
             record.note(str(stop))
             raise
@@ -413,3 +453,14 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
         console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",
                       markup=False, highlight=False)
     return 0
+
+
+def _record_memory(record: Any, console: Any, estimate: Any, peaks: Any, rank: int) -> None:
+    """The work_dir's ``memory.json`` and one console line: measured peaks beside the estimate."""
+    from flexgraph.training.output import MEMORY_FILE, memory_summary, summary_line
+
+    summary = memory_summary(estimate, peaks.steps, rank)
+    record.write_json(MEMORY_FILE, summary)
+    line = summary_line(summary)
+    console.print(line, markup=False, highlight=False)
+    record.note(line)

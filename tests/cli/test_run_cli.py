@@ -30,14 +30,19 @@ def _launch(nproc: int) -> list[str]:
 @pytest.fixture(scope="module")
 def plain_run(tmp_path_factory):
     """``plain_run(nproc)``: ``write_config``'s plain run (3 epochs) in ``<folder>/full``,
-    made once per process count for every test that needs one: ``(folder, result)``."""
+    made once per process count for every test that needs one: ``(folder, result)``.
+    One process runs with ``--estimate``, two with ``--strategy auto`` (which must
+    choose ddp, the default there). Either estimates before training, changing nothing
+    in it, and leaves ``memory.json`` in the work_dir."""
     made: dict[int, tuple[Path, subprocess.CompletedProcess]] = {}
 
     def run(nproc: int) -> tuple[Path, subprocess.CompletedProcess]:
         if nproc not in made:
             root = tmp_path_factory.mktemp(f"plain{nproc}")
             plain = write_config(root / "plain")
-            done = flexgraph_run(str(plain), "--work-dir", "full", *_launch(nproc), cwd=root)
+            estimated = ["--estimate"] if nproc == 1 else ["--strategy", "auto"]
+            done = flexgraph_run(str(plain), "--work-dir", "full", *estimated,
+                                 *_launch(nproc), cwd=root)
             assert done.returncode == 0, done.stderr[-3000:]
             made[nproc] = root, done
         return made[nproc]
@@ -96,9 +101,33 @@ def test_quickstart_with_two_processes_writes_metrics_once(plain_run):
     # three files, and one TensorBoard events file (the quickstart's TensorboardVisBackend)
     (run_dir,) = [p for p in work.iterdir() if p.is_dir() and p.name[0].isdigit()]
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(
-        [f"{run_dir.name}.log", "config.py", "plan.json", "vis_data"])
+        [f"{run_dir.name}.log", "config.py", "plan.json", "memory.json", "vis_data"])
     assert len(list((run_dir / "vis_data").iterdir())) == 1
     assert '"strategy": "ddp"' in (run_dir / "plan.json").read_text()
+
+
+@pytest.mark.parametrize("nproc, strategy", [(1, "single"), (2, "ddp")], ids=["single", "ddp"])
+def test_an_estimated_run_records_each_steps_peak_next_to_the_estimate(plain_run, nproc,
+                                                                        strategy):
+    root, done = plain_run(nproc)
+    (run_dir,) = [p for p in (root / "full").iterdir() if p.is_dir() and p.name[0].isdigit()]
+    memory = json.loads((run_dir / "memory.json").read_text())
+    order = [s["name"] for s in json.loads((run_dir / "plan.json").read_text())["steps"]]
+    estimate, measured, steps = memory["estimate"], memory["measured"], memory["steps"]
+    assert (estimate["candidate"], estimate["world_size"]) == (strategy, nproc)
+    assert estimate["peak_bytes"] > 0 and estimate["step"] == order[-1]
+    assert [s["step"] for s in steps] == order
+    # the training step carries the estimate; the peak RSS never falls from step to step
+    assert [s["estimate_bytes"] for s in steps] == [None] * (len(order) - 1) + [
+        estimate["peak_bytes"]]
+    peaks = [s["peak_rss_bytes"] for s in steps]
+    assert peaks == sorted(peaks) and measured["peak_bytes"] == peaks[-1]
+    # on CPU the only measure is the rank's RSS: labelled so, and given no ratio
+    assert measured["source"] == "peak RSS of rank 0" and measured["ratio"] is None
+    assert "memory: estimated" in done.stdout and "peak RSS of rank 0" in done.stdout
+    if nproc == 2:  # --strategy auto: its choice and reason are in the run's log
+        log = (run_dir / f"{run_dir.name}.log").read_text()
+        assert "strategy auto chose ddp" in log and "fits" in log
 
 
 def _many_process_strategies() -> list[str]:

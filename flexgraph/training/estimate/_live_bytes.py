@@ -14,7 +14,7 @@ import weakref
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 __all__ = ["LiveBytes"]
@@ -32,6 +32,9 @@ class LiveBytes(TorchDispatchMode):
     (FSDP2 frees a gathered parameter with ``storage.resize_(0)``, which no
     operator reports): before a count is taken as a new peak, every live
     storage's current size is read again. Meta storages never resize.
+
+    A tensor subclass that wraps others (DTensor) is counted by the tensors it
+    wraps: its own storage has the global size and holds nothing.
     """
 
     def __init__(self, resizes: bool = False) -> None:
@@ -58,7 +61,8 @@ class LiveBytes(TorchDispatchMode):
     def ignore(self, tensors: Any) -> None:
         """Leave out the storages of ``tensors`` (parameters, buffers, the batch)."""
         for tensor in tensors:
-            self._refs.setdefault(tensor.untyped_storage()._cdata, None)
+            for plain in _plain_tensors(tensor):
+                self._refs.setdefault(plain.untyped_storage()._cdata, None)
 
     def _forget(self, key: int) -> None:
         if self._refs.pop(key, None) is not None:
@@ -92,5 +96,23 @@ class LiveBytes(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for value in tree_flatten(out)[0]:
             if isinstance(value, torch.Tensor):
-                self._count(value)
+                for plain in _plain_tensors(value):
+                    self._count(plain)
         return out
+
+
+def _plain_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors that hold ``tensor``'s memory: itself, or a wrapper subclass's inner ones.
+
+    A wrapper subclass (DTensor: FSDP2's parameters, their gradients and
+    optimizer states) has a storage of the *global* size that holds no memory;
+    its local shard holds it. This mode is off while an
+    operator runs, so the shard's own allocation is never seen: it is counted
+    here, through ``__tensor_flatten__``, and the wrapper's storage is not.
+    """
+    if not is_traceable_wrapper_subclass(tensor):
+        return [tensor]
+    names, _ = tensor.__tensor_flatten__()
+    inner = [getattr(tensor, name) for name in names]
+    return [plain for value in inner if isinstance(value, torch.Tensor)
+            for plain in _plain_tensors(value)]

@@ -3,7 +3,8 @@
 :class:`TrainOutput` turns the loop's per-iteration values into log lines,
 ``metrics.jsonl`` records and the visualizer's scalars; :class:`TerminalBar`
 draws progress on a terminal; :class:`RunRecord` is the run's folder in the
-work_dir (log file, resolved config, plan); :class:`Progress` is what a
+work_dir (log file, resolved config, plan, and ``memory.json`` when the run was
+estimated: :class:`MeasuredPeaks`); :class:`Progress` is what a
 launched rank tells its launcher about how far it got; :func:`take_work_dir` makes a
 run the one owner of its work_dir.
 """
@@ -31,6 +32,12 @@ _LAZY = {
     "WorkDirLock": "_lock",
     "check_work_dir_owner": "_lock",
     "take_work_dir": "_lock",
+    "MEMORY_FILE": "_memory",
+    "RUN_ESTIMATE_VAR": "_memory",
+    "MeasuredPeaks": "_memory",
+    "RunEstimate": "_memory",
+    "memory_summary": "_memory",
+    "summary_line": "_memory",
 }
 
 
@@ -48,9 +55,13 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "FILE_ONLY",
     "LOCK_FILE",
+    "MEMORY_FILE",
     "METRICS_FILE",
     "PROGRESS_DIR_VAR",
+    "RUN_ESTIMATE_VAR",
+    "MeasuredPeaks",
     "Progress",
+    "RunEstimate",
     "RunRecord",
     "TerminalBar",
     "TrainOutput",
@@ -59,8 +70,10 @@ __all__ = [
     "check_work_dir_owner",
     "console_logger",
     "format_duration",
+    "memory_summary",
     "open_run_record",
     "progress_of_this_rank",
     "read_progress",
+    "summary_line",
     "take_work_dir",
 ]

@@ -10,6 +10,7 @@ here and show only errors::
         <timestamp>.log         the run's whole log, MMEngine's INFO lines included
         config.py               the resolved config, runnable (see config.write_config)
         plan.json               the plan that ran, as `flexgraph plan --format json`
+        memory.json             measured peaks next to the estimate (estimated runs only)
         vis_data/               the visualizer's backends (TensorBoard, what hooks draw)
       metrics.jsonl             per iteration and per evaluation (a resume continues it)
       epoch_<n>.pth, iter_<n>.pth, last_checkpoint
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import os
 import sys
@@ -106,10 +108,17 @@ class RunRecord:
         self.timestamp = timestamp
         self.run_dir = run_dir
         self._file_handler = file_handler
+        self._writes = file_handler is not None  # rank 0 only
 
     def note(self, message: str) -> None:
         """A line for the log file only (the console already showed it)."""
         self.logger.info(message, extra=FILE_ONLY)
+
+    def write_json(self, name: str, data: Any) -> None:
+        """``run_dir/name`` as indented JSON, atomically; only rank 0 writes."""
+        if self._writes:
+            text = json.dumps(data, indent=2) + "\n"
+            _atomic_text(self.run_dir / name, lambda path: Path(path).write_text(text))
 
     def failed(self, exc: BaseException) -> None:
         """Put the traceback in the log file; the console gets the CLI's one-line error."""

@@ -133,22 +133,15 @@ def inspect_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _size(count: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
-        count /= 1024
-    return str(count)
-
 
 def convert_command(args: argparse.Namespace) -> int:
     """Run ``flexgraph ckpt convert``; return the exit status (errors propagate to main)."""
-    from flexgraph.training.checkpoint import convert_checkpoint
+    from flexgraph.training.checkpoint import convert_checkpoint, human_bytes
 
     done = convert_checkpoint(args.source, args.destination, to=args.to)
     sys.stdout.write(f"converted {done.source} ({done.source_format}) to {done.destination} "
                      f"({done.target}): {done.tensors} tensors, the largest "
-                     f"{_size(done.largest_tensor_bytes)}\n")
+                     f"{human_bytes(done.largest_tensor_bytes)}\n")
     for line in done.left_out:
         sys.stdout.write(f"left out: {line}\n")
     return 0

@@ -78,7 +78,7 @@ from flexgraph.training.checkpoint._portable import (
 )
 from flexgraph.training.checkpoint._pretrained import load_pretrained
 from flexgraph.training.checkpoint._source import CheckpointSource, weights_layout
-from flexgraph.training.checkpoint._space import tensor_bytes
+from flexgraph.training.checkpoint._space import human_bytes, tensor_bytes
 from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
 from flexgraph.training.checkpoint._weights import (
     WeightsLoaded,
@@ -166,6 +166,7 @@ __all__ = [
     "read_checkpoint_file",
     "restore_schedulers",
     "state_parts",
+    "human_bytes",
     "tensor_bytes",
     "to_plain",
     "weights_in",

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -24,6 +25,7 @@ from flexgraph.training.errors import WorkDirBusyError
 from flexgraph.training.output import (
     LOCK_FILE,
     check_work_dir_owner,
+    is_host_local,
     take_work_dir,
 )
 
@@ -91,7 +93,17 @@ def test_a_dead_owners_lock_is_taken_over_with_a_warning(tmp_path):
     lock.release()
 
 
-def test_processes_of_the_same_run_recognise_its_lock_and_rank0_keeps_its_heartbeat(tmp_path):
+@pytest.fixture
+def seen_from_other_hosts(monkeypatch):
+    """The work_dir is taken for one on a network filesystem (NFS cannot be mounted here):
+    the owner keeps a heartbeat there, as on a cluster's shared disk."""
+    import flexgraph.training.output._lock as lock_module
+
+    monkeypatch.setattr(lock_module, "is_host_local", lambda path: False)
+
+
+def test_processes_of_the_same_run_recognise_its_lock_and_rank0_keeps_its_heartbeat(
+        tmp_path, seen_from_other_hosts):
     pid, pipe = _owner_in_child(tmp_path, run="launch-7")
     try:
         rank0 = take_work_dir(tmp_path, "launch-7", heartbeat_every=0.05)  # under its launcher
@@ -121,12 +133,53 @@ def test_a_requeued_job_takes_over_its_earlier_attempts_lock_from_another_host(t
     lock.release()
 
 
-def test_the_owner_refreshes_its_heartbeat(tmp_path):
+def test_the_owner_refreshes_its_heartbeat(tmp_path, seen_from_other_hosts):
     lock = take_work_dir(tmp_path, "run", heartbeat_every=0.05)
     first = json.loads((tmp_path / LOCK_FILE).read_text())["heartbeat"]
     time.sleep(0.3)
     assert json.loads((tmp_path / LOCK_FILE).read_text())["heartbeat"] > first
     lock.release()
+
+
+def test_on_a_local_filesystem_the_owner_starts_no_thread(tmp_path):
+    """No other host can see a local disk, and the OS lock holds there: a thread would only
+    slow every step down (glibc's malloc leaves its single-threaded path)."""
+    assert is_host_local(tmp_path)  # the test's own premise: tmp_path is on a local disk
+    before = threading.active_count()
+    lock = take_work_dir(tmp_path, "run", heartbeat_every=0.05)
+    time.sleep(0.2)
+    assert threading.active_count() == before
+    content = json.loads((tmp_path / LOCK_FILE).read_text())
+    assert content["heartbeat"] == content["started"]
+    lock.release()
+
+
+MOUNTS = """\
+overlay / overlay rw,relatime,lowerdir=/a,upperdir=/b,workdir=/c 0 0
+proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0
+/dev/nvme0n1p1 /scratch ext4 rw,relatime 0 0
+nas:/export/home /scratch/shared nfs4 rw,relatime,vers=4.2 0 0
+tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0
+10.0.0.5@tcp:/lustre /lustre lustre rw,flock 0 0
+/dev/sdb1 /mnt/my\\040disk xfs rw 0 0
+"""
+
+
+@pytest.mark.parametrize(("path", "local"), [
+    ("/scratch/runs/exp1", True),
+    ("/scratch/shared/runs/exp1", False),  # the deeper mount point decides
+    ("/scratch/sharedness", True),  # a name that only starts like a mount point
+    ("/lustre/project/exp1", False),
+    ("/dev/shm/exp1", True),
+    ("/mnt/my disk/exp1", True),  # mount points with spaces, as the kernel escapes them
+    ("/home/user/exp1", True),  # under the root overlay
+])
+def test_which_work_dirs_only_this_host_can_see(path, local):
+    assert is_host_local(path, MOUNTS) is local
+
+
+def test_without_a_mount_table_the_heartbeat_stays():
+    assert not is_host_local("/anywhere", "")
 
 
 @pytest.fixture

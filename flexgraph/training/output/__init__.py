@@ -29,7 +29,9 @@ _LAZY = {
     "console_logger": "_workdir",
     "open_run_record": "_workdir",
     "LOCK_FILE": "_lock",
+    "HOST_LOCAL_FILESYSTEMS": "_lock",
     "WorkDirLock": "_lock",
+    "is_host_local": "_lock",
     "check_work_dir_owner": "_lock",
     "take_work_dir": "_lock",
     "MEMORY_FILE": "_memory",
@@ -54,6 +56,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "FILE_ONLY",
+    "HOST_LOCAL_FILESYSTEMS",
     "LOCK_FILE",
     "MEMORY_FILE",
     "METRICS_FILE",
@@ -70,6 +73,7 @@ __all__ = [
     "check_work_dir_owner",
     "console_logger",
     "format_duration",
+    "is_host_local",
     "memory_summary",
     "open_run_record",
     "progress_of_this_rank",

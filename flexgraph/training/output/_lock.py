@@ -23,6 +23,13 @@ How the lock holds, including on the shared filesystems clusters use:
   younger than :data:`STALE_AFTER`. Without an OS lock two runs that start in
   the same instant both write the file; each reads it back :data:`SETTLE`
   seconds later, and only the last writer goes on.
+- **No heartbeat where no other host can look**: a work_dir on a local
+  filesystem (ext4, xfs, tmpfs, ...: :data:`HOST_LOCAL_FILESYSTEMS`, read from
+  ``/proc/self/mounts``) under an OS lock needs none, and gets no thread. A
+  process's first thread costs every later step: glibc's ``malloc`` and
+  ``free`` (and libstdc++'s reference counts) leave their single-threaded fast
+  paths for good, about 2% of a 0.3 ms training step here. Anywhere else
+  (network filesystems, no ``/proc``, an unknown type) the heartbeat runs.
 
 An owner that ended normally removes the file. One that died leaves it: the
 next run takes the lock over (the OS released it, or the heartbeat went
@@ -52,7 +59,8 @@ from typing import Any
 
 from flexgraph.training.errors import WorkDirBusyError
 
-__all__ = ["LOCK_FILE", "WorkDirLock", "check_work_dir_owner", "take_work_dir"]
+__all__ = ["HOST_LOCAL_FILESYSTEMS", "LOCK_FILE", "WorkDirLock", "check_work_dir_owner",
+           "is_host_local", "take_work_dir"]
 
 LOCK_FILE = "flexgraph.lock"
 HEARTBEAT_EVERY = 30.0
@@ -62,6 +70,35 @@ STALE_AFTER = 120.0
 SETTLE = 1.0
 """Seconds a starter waits before reading back a lock the OS could not lock."""
 _NO_OS_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
+HOST_LOCAL_FILESYSTEMS = frozenset({
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "bcachefs", "jfs", "reiserfs",
+    "tmpfs", "ramfs", "overlay", "vfat", "exfat", "ntfs", "ntfs3", "hfsplus", "squashfs"})
+"""Filesystem types (Linux's names) that only the host that mounts them can see."""
+
+
+def is_host_local(path: str | os.PathLike[str], mounts: str | None = None) -> bool:
+    """Whether only this host can see ``path``: its filesystem (the longest mount point
+    above it) is one of :data:`HOST_LOCAL_FILESYSTEMS`.
+
+    ``mounts``: the text of ``/proc/self/mounts`` (read when ``None``); where
+    it cannot be read (not Linux) the answer is False, which keeps the heartbeat.
+    """
+    if mounts is None:
+        try:
+            mounts = Path("/proc/self/mounts").read_text()
+        except OSError:
+            return False
+    target = Path(os.path.realpath(path))
+    best, kind = -1, ""
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = Path(fields[1].replace("\\040", " ").replace("\\011", "\t"))
+        depth = len(point.parts)
+        if depth > best and (target == point or point in target.parents):
+            best, kind = depth, fields[2]
+    return kind in HOST_LOCAL_FILESYSTEMS
 
 
 def _owner_text(owner: dict[str, Any]) -> str:
@@ -212,7 +249,8 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
         keeps its heartbeat instead.
     heartbeat_every:
         Seconds between heartbeats; ``None``: no heartbeat thread (a launcher,
-        whose rank 0 keeps the heartbeat).
+        whose rank 0 keeps the heartbeat). A work_dir under an OS lock on a
+        local filesystem (:func:`is_host_local`) keeps none either.
 
     Returns
     -------
@@ -235,6 +273,8 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
     # Held by our launcher (its OS lock, or its live heartbeat where there are no OS locks):
     # keep its heartbeat. Under an OS lock we hold, an earlier attempt of this same run (a
     # requeued SLURM job, maybe on another node) is dead and taken over like any other.
+    if heartbeat_every is not None and locked is not False and is_host_local(work_dir):
+        heartbeat_every = None  # no other host can look (see the module docstring)
     if ours and (locked is None or (locked is False and _alive(
             previous, os_locked=False, stale_after=stale_after))):
         return WorkDirLock(path, fd, previous, False, heartbeat_every, owned=False)

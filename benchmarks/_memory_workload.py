@@ -53,7 +53,7 @@ def track_live_bytes() -> None:
     if os.environ.get(LIVE_BYTES_VAR) and _live_bytes is None:
         from flexgraph.training.estimate._live_bytes import LiveBytes
 
-        _live_bytes = LiveBytes(resizes=True)
+        _live_bytes = LiveBytes(real=True)
         _live_bytes.__enter__()
 
 

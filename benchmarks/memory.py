@@ -270,10 +270,13 @@ def config_path(row: Row, root: Path) -> Path:
 
 
 def estimate_of(row: Row, args: argparse.Namespace, root: Path) -> dict[str, Any] | None:
-    """``flexgraph plan CFG --estimate --world-size 2 --format json``'s candidate row."""
+    """``flexgraph plan CFG --estimate --world-size 2 --format json``'s candidate row.
+
+    No ``--device-memory``: the estimate is then for the device this benchmark
+    runs on (a GPU's kernels where CUDA is present, else the CPU's), whose
+    optimizer step allocates what that device's kernels do."""
     argv = [sys.executable, "-m", "flexgraph", "plan", str(config_path(row, root)),
-            "--estimate", "--world-size", str(NPROC), "--device-memory", "1TB",
-            "--format", "json"]
+            "--estimate", "--world-size", str(NPROC), "--format", "json"]
     done = subprocess.run(argv, env=_env(args), capture_output=True, text=True)
     if done.returncode:
         print(f"  estimate of {row.key} failed: {done.stderr.strip()[-300:]}", file=sys.stderr)

@@ -13,8 +13,12 @@ stage      parameters            gradients               optimizer states
 
 (4P/N: the fp32 gradient partition; 4 + 4k: the fp32 master weights and the
 states.) In fp32 the master partition is still a copy (DeepSpeed clones it),
-and the gradient partitions are fp32: ``4P`` parameters, ``8P/N`` gradients
-(stage 1: ``4P`` whole as well), ``(4 + 4k)P/N`` optimizer states. For Adam,
+and the gradient partition is the master's gradient too: ``4P`` parameters,
+``4P/N`` gradients (stage 1: ``4P`` whole as well until the step), ``(4 +
+4k)P/N`` optimizer states; counted live on 2 CPU ranks, these are what
+DeepSpeed holds. The optimizer steps one flat fp32 partition per group (stage
+3: per ``sub_group_size``), whose size its temporaries take; DeepSpeed's own
+optimizer (an ``optimizer`` section) and an offloaded one take none here. For Adam,
 stages 2 and 3 are exactly what
 ``estimate_zero2_model_states_mem_needs_all_live`` and
 ``estimate_zero3_model_states_mem_needs_all_live`` count (``2P + int(18P/N)``;
@@ -81,7 +85,7 @@ def _states(total: int, trainable: int, n: int, k: int, stage: int, low: int,
     """(parameters, gradients, optimizer states) per rank, before stage 3's gathered layer."""
     if low == 4:  # fp32: the master partition is a copy all the same (DeepSpeed clones it)
         params = total * 4 if stage < 3 else total * 4 // n
-        grads = trainable * 8 // n + (trainable * 4 - trainable * 4 // n if stage == 1 else 0)
+        grads = trainable * 4 // n + (trainable * 4 if stage == 1 else 0)
         optim = 0 if offload else trainable * (4 + 4 * k) // n
         return params, grads, optim
     sharded = int((6 + 4 + 4 * k) * trainable / n)
@@ -129,6 +133,25 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
     compute = f"half:{precision}" if low == 2 else "fp32"
     if isinstance(config.get("amp"), Mapping) and config["amp"].get("enabled"):
         compute = "amp:fp16"
+    partition = census.trainable // n
+    step_gradients = None
+    if low == 4 and stage == 1:
+        step_gradients = census.trainable * 4 // n  # the whole ones are freed once reduced
     return StrategyMemory(label=f"deepspeed zero{stage}", parameters=params, gradients=grads,
                           optimizer=optim, buffers=buffers, compute=compute,
-                          notes=tuple(notes), reference=reference if low == 2 else None)
+                          notes=tuple(notes), reference=reference if low == 2 else None,
+                          step_gradients=step_gradients,
+                          stepped=_stepped(census, config, zero, stage, offload, partition))
+
+
+def _stepped(census: Any, config: Mapping[str, Any], zero: Mapping[str, Any], stage: int,
+             offload: bool, partition: int) -> tuple[int, int]:
+    """(largest tensor, elements) torch's optimizer steps at a rank: flat partitions."""
+    if offload or config.get("optimizer"):
+        return 0, 0
+    if stage == 0:
+        return census.largest_param, census.trainable
+    largest = partition
+    if stage == 3:
+        largest = min(partition, _elements(zero.get("sub_group_size"), census.total))
+    return largest, partition

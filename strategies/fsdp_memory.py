@@ -82,6 +82,9 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
     if activation_checkpointing is not None:
         notes.append("activation_checkpointing: not applied in the trace (an over-estimate)")
     compute = f"half:{param_dtype}" if param_dtype else (f"amp:{amp}" if amp else "fp32")
+    stepped = (0, 0) if cpu_offload else (-(-census.largest_param // n),
+                                          census.trainable // n)  # each parameter's shard
     return StrategyMemory(label="fsdp", parameters=params,
                           gradients=census.trainable * 4 // n, optimizer=optim,
-                          buffers=buffers, compute=compute, notes=tuple(notes))
+                          buffers=buffers, compute=compute, notes=tuple(notes),
+                          stepped=stepped)

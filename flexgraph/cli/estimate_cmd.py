@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> Non
                            help="estimate the plan's per-rank peak before it runs and record "
                            "it next to the measured peak (work_dir's memory.json)")
     group.add_argument("--device-memory", metavar="SIZE",
-                       help="memory of one device, e.g. 80GB (default: the local GPU's, "
-                       "else RAM / ranks)")
+                       help="memory of one GPU, e.g. 80GB: the estimate is then for CUDA "
+                       "(default: the local GPU's, else RAM / ranks and the CPU's kernels)")
 
 
 def _with_verdicts(report: dict[str, Any], given: str | None, world_size: int,
@@ -71,6 +71,7 @@ def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespa
         amp_precision,
         estimate,
         parse_candidates,
+        target_device,
     )
 
     if spec.cfg is None:
@@ -86,7 +87,8 @@ def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespa
         from flexgraph.core.strategy import get_strategy
 
         candidates = [_config_candidate(spec, strategy or get_strategy("single"), amp)]
-    result = estimate(spec.cfg, candidates, world_size=world)
+    result = estimate(spec.cfg, candidates, world_size=world,
+                      device=target_device(args.device_memory))
     return _with_verdicts(result.as_dict(), args.device_memory, world, AUTO_MARGIN)
 
 
@@ -110,6 +112,7 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None
         estimate,
         parse_candidate,
         parse_candidates,
+        target_device,
     )
     from flexgraph.training.estimate import (
         device_memory as memory_of,
@@ -122,7 +125,8 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None
         return candidate.strategy, {}, candidate
     candidates = parse_candidates(",".join(auto_candidates(world_size)),
                                   spec.cfg.get("strategy"), amp)
-    result = estimate(spec.cfg, candidates, world_size=world_size)
+    result = estimate(spec.cfg, candidates, world_size=world_size,
+                      device=target_device(device_memory))
     capacity, _ = memory_of(device_memory, world_size)
     choice = choose_strategy(result, capacity, AUTO_MARGIN)
     report = _with_verdicts(result.as_dict(), device_memory, world_size, AUTO_MARGIN)

@@ -10,16 +10,24 @@ The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
     {"schema": "flexgraph.estimate/1", "world_size": int, "batch_size": int|null,
      "optimizer": str, "seconds": float, "untraceable": str|null,
      "device_memory": {"bytes": int, "source": str, "margin": float},
-     "parameters": {"total", "trainable", "frozen", "bytes", "largest_layer": int,
+     "parameters": {"total", "trainable", "frozen", "bytes", "largest_layer",
+                    "largest_parameter": int,
                     "by_module": [{"module": str, "total": int, "trainable": int}]},
      "candidates": [{"candidate": str, "strategy": str, "compute": str,
                      "peak_bytes": int, "phase": str, "fits": bool|null,
                      "parts": {"parameters", "gradients", "optimizer", "activations",
                                "buffers": int|null},
+                     "traced_activations_bytes": int|null,
+                     "step_temporaries_bytes": int,
                      "modelled": [str], "notes": [str], "reference_bytes": int|null}],
      "auto": {"choice": str, "reason": str}   (only with --strategy auto)}
 
-``activations`` is null (and ``fits`` null) when the step could not be traced.
+``parts`` are the peak's; when the optimizer step is the peak, ``activations``
+is 0 there and ``optimizer`` holds the step's temporaries
+(``step_temporaries_bytes``), while ``traced_activations_bytes`` keeps the
+traced step's activations at its own peak. ``activations`` and
+``traced_activations_bytes`` are null (and ``fits`` null) when the step could
+not be traced.
 """
 
 from __future__ import annotations

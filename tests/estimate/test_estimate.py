@@ -54,6 +54,40 @@ def test_zero_model_states_tie_to_deepspeeds_estimator(stage: int, world: int) -
         assert memory.model_states == expected
 
 
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_fp32_gradients_are_one_partition_at_the_step(stage: int) -> None:
+    """Counted live on 2 CPU ranks (benchmarks/memory.py --estimate): in fp32 the gradient
+    partition is the master's gradient too; stage 1 holds the whole gradients until they
+    are reduced, and steps with the partition alone."""
+    from flexgraph.strategies.deepspeed_memory import estimate_memory
+
+    census = take_census(_Model())
+    p, n = census.trainable, 4
+    memory = estimate_memory(census, world_size=n, amp=None, optimizer_states=2,
+                             config={"zero_optimization": {"stage": stage}})
+    assert memory.gradients == 4 * p // n + (4 * p if stage == 1 else 0)
+    assert (memory.step_gradients or memory.gradients) == 4 * p // n
+    assert memory.stepped[1] == p // n  # one flat partition stepped per rank
+
+
+def test_adam_step_temporaries_follow_torchs_kernels() -> None:
+    """for-loop (CPU's default): sqrt, then divide, of one tensor at a time; foreach (CUDA's
+    default): one square root of every state at once; fused: none; not Adam: not modelled."""
+    from flexgraph.training.estimate._config import step_temporaries
+
+    def cfg(**optimizer):
+        return {"optim_wrapper": {"optimizer": {"type": "AdamW", **optimizer}}}
+
+    stepped = (1000, 5000)  # the largest tensor, all elements
+    assert step_temporaries(cfg(), stepped, "cpu")[0] == 2 * 4 * 1000
+    assert step_temporaries(cfg(), stepped, "cuda")[0] == 4 * 5000
+    assert step_temporaries(cfg(foreach=False), stepped, "cuda")[0] == 2 * 4 * 1000
+    assert step_temporaries(cfg(foreach=True), stepped, "cpu")[0] == 4 * 5000
+    assert step_temporaries(cfg(fused=True), stepped, "cuda") == (0, None)
+    assert step_temporaries(cfg(type="SGD"), stepped, "cpu") == (0, None)
+    assert "foreach" in step_temporaries(cfg(), stepped, "cuda")[1]
+
+
 def test_all_live_estimators_count_the_same_model(capsys: pytest.CaptureFixture) -> None:
     """The model-walking variants read the same counts as our census (what ties the two)."""
     from deepspeed.runtime.zero import stage3, stage_1_and_2
@@ -93,7 +127,7 @@ def _live_peak_of_real_steps(cfg) -> int:
 
 def test_single_device_estimate_within_10_percent_of_a_real_step(tiny_vit) -> None:
     spec = load_spec(tiny_vit, default_graph=standard_graph)
-    result = estimate(spec.cfg, [_candidate("single")], world_size=1)
+    result = estimate(spec.cfg, [_candidate("single")], world_size=1, device="cpu")
     measured = _live_peak_of_real_steps(spec.cfg)
     estimated = result.candidates[0].peak
     print(f"estimate {estimated}, measured {measured}, ratio {estimated / measured:.3f}")

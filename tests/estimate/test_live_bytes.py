@@ -14,7 +14,7 @@ FSDP_STEP = textwrap.dedent("""
     from flexgraph.training.estimate._live_bytes import LiveBytes
 
     dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
-    counter = LiveBytes(resizes=True)
+    counter = LiveBytes(real=True)
     with counter:
         model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(4)])
         for layer in model:
@@ -41,3 +41,16 @@ def test_fsdp2_dtensors_count_their_local_shards_not_their_global_size(tmp_path)
     live, local = (int(v) for v in done.stdout.split())
     # AdamW's step counters (one small tensor per parameter) are all that may come on top
     assert 3 * local <= live < 3 * local + 1024, (live, local)
+
+
+def test_a_real_run_leaves_meta_tensors_out_and_a_traced_step_counts_them() -> None:
+    """DeepSpeed keeps a meta tensor per parameter (its shapes): no memory in a real run."""
+    import torch
+
+    from flexgraph.training.estimate._live_bytes import LiveBytes
+
+    for real, expected in ((True, 4 * 1024), (False, 4 * 1024 + 4 * 2**20)):
+        with LiveBytes(real=real) as counter:
+            kept = [torch.zeros(1024), torch.zeros(2**20, device="meta")]
+        assert counter.live == expected, (real, counter.live)
+        del kept

@@ -23,7 +23,12 @@ from flexgraph.training.estimate._candidates import (
 )
 from flexgraph.training.estimate._census import Census, take_census
 from flexgraph.training.estimate._config import amp_precision, optimizer_states
-from flexgraph.training.estimate._device import DeviceMemoryError, device_memory, parse_size
+from flexgraph.training.estimate._device import (
+    DeviceMemoryError,
+    device_memory,
+    parse_size,
+    target_device,
+)
 from flexgraph.training.estimate._estimate import (
     PARTS,
     SCHEMA,
@@ -70,5 +75,6 @@ __all__ = [
     "parse_size",
     "replicated_states",
     "take_census",
+    "target_device",
     "trace_step",
 ]

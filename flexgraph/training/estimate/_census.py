@@ -21,6 +21,8 @@ __all__ = ["Census", "take_census"]
 class Census:
     """Parameter counts of one model (shared parameters counted once).
 
+    ``largest_param``: the elements of the largest trainable parameter (an
+    optimizer's per-tensor temporaries are its size).
     ``by_module``: ``(name, total, trainable)`` per top-level child module,
     parameters held by the root itself under ``"(root)"``. ``model`` is the
     meta model itself, for strategies that need its structure (FSDP's units).
@@ -31,12 +33,14 @@ class Census:
     frozen: int
     param_bytes: int
     largest_layer: int
+    largest_param: int
     by_module: tuple[tuple[str, int, int], ...]
     model: Any = attrs.field(eq=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {"total": self.total, "trainable": self.trainable, "frozen": self.frozen,
                 "bytes": self.param_bytes, "largest_layer": self.largest_layer,
+                "largest_parameter": self.largest_param,
                 "by_module": [{"module": name, "total": total, "trainable": trainable}
                               for name, total, trainable in self.by_module]}
 
@@ -62,4 +66,6 @@ def take_census(model: nn.Module) -> Census:
                   default=0)
     return Census(total=total, trainable=trainable, frozen=total - trainable,
                   param_bytes=sum(p.numel() * p.element_size() for p in params),
-                  largest_layer=largest, by_module=tuple(rows), model=module)
+                  largest_layer=largest,
+                  largest_param=max((p.numel() for p in params if p.requires_grad), default=0),
+                  by_module=tuple(rows), model=module)

@@ -11,7 +11,8 @@ from typing import Any
 
 from flexgraph.training.config import section
 
-__all__ = ["OPTIMIZER_STATES", "amp_precision", "first_batch", "optimizer_states"]
+__all__ = ["OPTIMIZER_STATES", "amp_precision", "first_batch", "optimizer_states",
+           "step_temporaries"]
 
 OPTIMIZER_STATES = {
     "Adam": 2, "AdamW": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, "FusedAdam": 2,
@@ -40,14 +41,44 @@ def amp_precision(cfg: Any) -> str | None:
 
 def optimizer_states(cfg: Any) -> tuple[int, str]:
     """(fp32 states per trainable parameter, the optimizer's name) of ``optim_wrapper``."""
-    wrapper = section(cfg, "optim_wrapper") or {}
-    optimizer = wrapper.get("optimizer") or {}
-    name = str(optimizer.get("type", "SGD")) if isinstance(optimizer, Mapping) else "SGD"
-    name = name.rpartition(".")[2]
+    name, optimizer = _optimizer_cfg(cfg)
     states = OPTIMIZER_STATES.get(name, 2)
     if name == "SGD" and float(optimizer.get("momentum", 0) or 0) > 0:
         states = 1
     return states, name
+
+
+def _optimizer_cfg(cfg: Any) -> tuple[str, Mapping[str, Any]]:
+    wrapper = section(cfg, "optim_wrapper") or {}
+    optimizer = wrapper.get("optimizer") or {}
+    if not isinstance(optimizer, Mapping):
+        return "SGD", {}
+    return str(optimizer.get("type", "SGD")).rpartition(".")[2], optimizer
+
+
+def step_temporaries(cfg: Any, stepped: tuple[int, int], device: str) -> tuple[int, str | None]:
+    """(bytes torch's Adam / AdamW allocate during their step and free again, a note).
+
+    ``stepped``: (the largest tensor, all elements) stepped at a rank. The
+    for-loop kernel (torch's default on the CPU) computes ``exp_avg_sq.sqrt() /
+    bias_correction`` one tensor at a time: two temporaries the size of the
+    largest (DeepSpeed's ZeRO-1/2 step one flat partition: twice the partition).
+    The foreach kernels (the default on CUDA, ``device='cuda'``) take one
+    square root of every state at once: one fp32 tensor per stepped one. A
+    fused step allocates none; other optimizers are not modelled (0).
+    """
+    name, optimizer = _optimizer_cfg(cfg)
+    largest, total = stepped
+    if name not in ("Adam", "AdamW") or not total or optimizer.get("fused"):
+        return 0, None
+    foreach = optimizer.get("foreach")
+    if foreach is None:
+        foreach = device == "cuda"
+    if foreach:
+        return 4 * total, (f"optimizer step: {name}'s foreach kernels, one fp32 temporary "
+                           f"per stepped tensor ({total:,} elements; modelled)")
+    return 8 * largest, (f"optimizer step: {name}, two fp32 temporaries the size of the "
+                         f"largest tensor it steps ({largest:,} elements; modelled)")
 
 
 def first_batch(cfg: Any) -> Any:

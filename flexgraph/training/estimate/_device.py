@@ -1,7 +1,8 @@
 """How much memory a rank has: ``--device-memory 80GB``, else the local device's.
 
 The local device is the first GPU's total memory where CUDA is present, else
-the machine's RAM (a CPU run's ranks share it: each gets its share).
+the machine's RAM (a CPU run's ranks share it: each gets its share). A size
+given is a GPU's: the estimate is then for CUDA (:func:`target_device`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["DeviceMemoryError", "device_memory", "parse_size"]
+__all__ = ["DeviceMemoryError", "device_memory", "parse_size", "target_device"]
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -42,3 +43,13 @@ def device_memory(given: str | None, world_size: int) -> tuple[int, str]:
         return props.total_memory, f"{props.name} total memory"
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return ram // max(world_size, 1), f"RAM / {world_size} ranks (no GPU)"
+
+
+def target_device(given: str | None) -> str:
+    """``'cuda'`` when the estimate is for GPUs (a ``--device-memory`` given, or CUDA
+    here), else ``'cpu'``: torch's default kernels differ (the optimizer's step)."""
+    if given:
+        return "cuda"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -4,14 +4,17 @@ Per rank, for each candidate strategy::
 
     peak = parameters + optimizer states + buffers
            + max(activations + gradients so far      (forward / backward),
-                 gradients                            (optimizer step))
+                 gradients + the step's temporaries   (optimizer step))
 
 Parameters, gradients and optimizer states come from the strategy's memory
 model (exact counts times bytes, sharded as the strategy shards them); its
 buffers (DDP's gradient buckets, FSDP's all-gathered units, DeepSpeed's
 buckets) are modelled from its options and marked so; activations are
 counted on the traced step, at its peak (the gradients alive then are the
-trace's share of the strategy's gradients).
+trace's share of the strategy's gradients). The optimizer step's temporaries
+(torch's Adam and AdamW, :func:`step_temporaries`) are modelled from the
+tensors the strategy has the optimizer step on, and counted with the optimizer
+when the step is the peak.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch
 
 from ._candidates import Candidate, memory_module
 from ._census import Census, take_census
-from ._config import first_batch, optimizer_states
+from ._config import first_batch, optimizer_states, step_temporaries
 from ._parts import StrategyMemory
 from ._trace import StepTrace, UntraceableModelError, trace_step
 
@@ -44,28 +47,36 @@ class CandidateEstimate:
     memory: StrategyMemory
     trace: StepTrace | None
     world_size: int
+    step_temporaries: int = 0
+    step_note: str | None = None
 
     @property
     def parts(self) -> dict[str, int | None]:
         m, t = self.memory, self.trace
-        if t is None:
-            activations = None
-            grads = m.gradients
-        elif self._step_phase_wins:
+        optimizer = m.optimizer
+        if t is not None and self._step_phase_wins:
             activations = t.activations
             grads = m.gradients * t.grads_at_peak // max(t.grads, 1)
-        else:
-            activations, grads = 0, m.gradients
-        return {"parameters": m.parameters, "gradients": grads, "optimizer": m.optimizer,
+        else:  # the optimizer step (or no trace: the step is all that is known)
+            activations = None if t is None else 0
+            grads = self._step_gradients
+            optimizer += self.step_temporaries
+        return {"parameters": m.parameters, "gradients": grads, "optimizer": optimizer,
                 "activations": activations, "buffers": m.buffers}
 
     @property
+    def _step_gradients(self) -> int:
+        m = self.memory
+        return m.gradients if m.step_gradients is None else m.step_gradients
+
+    @property
     def _step_phase_wins(self) -> bool:
+        """Whether forward / backward (the traced step) reach higher than the optimizer step."""
         t, m = self.trace, self.memory
         if t is None:
             return False
         during = t.activations + m.gradients * t.grads_at_peak // max(t.grads, 1)
-        return during >= m.gradients
+        return during >= self._step_gradients + self.step_temporaries
 
     @property
     def peak(self) -> int:
@@ -109,8 +120,10 @@ class Estimate:
                 "peak_bytes": c.peak,
                 "phase": c.phase,
                 "parts": c.parts,
+                "traced_activations_bytes": c.trace.activations if c.trace else None,
+                "step_temporaries_bytes": c.step_temporaries,
                 "modelled": list(c.memory.modelled),
-                "notes": list(c.memory.notes),
+                "notes": [*c.memory.notes, *([c.step_note] if c.step_note else [])],
                 "reference_bytes": c.memory.reference,
             } for c in self.candidates],
             "seconds": round(self.seconds, 3),
@@ -131,11 +144,14 @@ def _batch_size(cfg: Any) -> int | None:
     return loader.get("batch_size") if hasattr(loader, "get") else None
 
 
-def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int) -> Estimate:
+def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
+             device: str = "cuda") -> Estimate:
     """Estimate each candidate's per-rank peak for ``cfg`` on ``world_size`` ranks.
 
     The model is built once (meta device), the first batch loaded once, and
-    the step traced once per compute mode the candidates need.
+    the step traced once per compute mode the candidates need. ``device``
+    (``'cuda'`` or ``'cpu'``): where the run would train, which decides the
+    optimizer kernels torch picks by default (:func:`step_temporaries`).
 
     Raises
     ------
@@ -163,8 +179,14 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int) -> E
         except UntraceableModelError as exc:
             untraceable = str(exc)
     rows = tuple(CandidateEstimate(label=c.label, strategy=c.strategy.name, memory=m,
-                                   trace=traces.get(m.compute), world_size=world_size)
+                                   trace=traces.get(m.compute), world_size=world_size,
+                                   **_step_of(cfg, m, device))
                  for c, m in zip(candidates, memories, strict=True))
     return Estimate(census=census, candidates=rows, world_size=world_size,
                     batch_size=_batch_size(cfg), optimizer=optimizer_name,
                     untraceable=untraceable, seconds=time.perf_counter() - start)
+
+
+def _step_of(cfg: Any, memory: StrategyMemory, device: str) -> dict[str, Any]:
+    temporaries, note = step_temporaries(cfg, memory.stepped, device)
+    return {"step_temporaries": temporaries, "step_note": note}

@@ -28,18 +28,23 @@ class LiveBytes(TorchDispatchMode):
     ``grads`` is kept by the tracer (the bytes of parameters' ``.grad`` so
     far); ``grads_at_peak`` is its value when the peak was reached.
 
-    ``resizes=True`` is for real tensors whose storages code resizes in place
-    (FSDP2 frees a gathered parameter with ``storage.resize_(0)``, which no
-    operator reports): before a count is taken as a new peak, every live
-    storage's current size is read again. Meta storages never resize.
+    ``real=True`` counts a real run's memory rather than a traced step's:
+
+    * storages on the meta device hold nothing there and are left out (DeepSpeed
+      keeps a meta copy of every parameter's shape, 1 GiB of "storage" for a
+      264 M-parameter model, counted as live until this was so);
+    * code resizes real storages in place (FSDP2 frees a gathered parameter
+      with ``storage.resize_(0)``, which no operator reports): before a count
+      is taken as a new peak, every live storage's current size is read again.
+      Meta storages never resize.
 
     A tensor subclass that wraps others (DTensor) is counted by the tensors it
     wraps: its own storage has the global size and holds nothing.
     """
 
-    def __init__(self, resizes: bool = False) -> None:
+    def __init__(self, real: bool = False) -> None:
         super().__init__()
-        self.resizes = resizes
+        self.real = real
         self.live = 0
         self.peak = 0
         self.peak_phase = ""
@@ -69,7 +74,7 @@ class LiveBytes(TorchDispatchMode):
             self.live -= self._sizes.pop(key)
 
     def _recount(self) -> None:
-        """Read every live storage's size again (see ``resizes``)."""
+        """Read every live storage's size again (see ``real``)."""
         for key, ref in list(self._refs.items()):
             storage = ref() if ref is not None else None
             if storage is not None:
@@ -78,6 +83,8 @@ class LiveBytes(TorchDispatchMode):
                 self._sizes[key] = nbytes
 
     def _count(self, tensor: torch.Tensor) -> None:
+        if self.real and tensor.is_meta:
+            return
         storage = tensor.untyped_storage()
         key = storage._cdata
         if key in self._refs:
@@ -86,7 +93,7 @@ class LiveBytes(TorchDispatchMode):
         self._refs[key] = weakref.ref(storage, lambda _, k=key: self._forget(k))
         self._sizes[key] = nbytes
         self.live += nbytes
-        if self.live > self.peak and self.resizes:
+        if self.live > self.peak and self.real:
             self._recount()
         if self.live > self.peak:
             self.peak, self.peak_phase, self.peak_module = self.live, self.phase, self.module

@@ -44,6 +44,11 @@ class StrategyMemory:
     computed from formulas rather than counted tensor by tensor (shown as such);
     ``notes``: one line each, what the figures assume; ``reference``: a figure
     the strategy's own library gives for the same model states, when it has one.
+    ``step_gradients``: the gradient bytes alive during the optimizer step, where
+    they differ from ``gradients`` (those at the end of backward: ZeRO-1 frees its
+    whole gradients once their partition is reduced). ``stepped``: (the largest
+    tensor, all elements) the optimizer steps on at this rank, in fp32, whose
+    size its step's temporaries take (``step_temporaries``).
     """
 
     label: str
@@ -55,6 +60,8 @@ class StrategyMemory:
     modelled: tuple[str, ...] = ("buffers",)
     notes: tuple[str, ...] = ()
     reference: int | None = None
+    step_gradients: int | None = None
+    stepped: tuple[int, int] = (0, 0)
 
     @property
     def model_states(self) -> int:
@@ -77,4 +84,5 @@ def replicated_states(census: Census, *, label: str, amp: str | None,
     grads = census.trainable * 4
     return StrategyMemory(label=label, parameters=census.param_bytes, gradients=grads,
                           optimizer=optimizer_states * census.trainable * 4, buffers=buffers,
-                          compute=f"amp:{amp}" if amp else "fp32", notes=notes)
+                          compute=f"amp:{amp}" if amp else "fp32", notes=notes,
+                          stepped=(census.largest_param, census.trainable))

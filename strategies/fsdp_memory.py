@@ -10,7 +10,8 @@ and the root's own parameters gathered for the whole step. Units are the ones
 ``fully_shard`` would get (the wrap policy, :mod:`fsdp_units`); without a policy
 the root is the only unit and the whole model is gathered. With
 ``reshard_after_forward=False`` (SHARD_GRAD_OP) every unit stays gathered
-from its forward to its backward.
+from its forward to its backward. With ``activation_checkpointing`` the traced
+step checkpoints the same blocks as the run (:func:`traced_model`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,17 @@ def _unit_sizes(model: Any, policy: Any) -> tuple[int, int]:
     return largest, root
 
 
+def traced_model(model: Any, *, activation_checkpointing: Any = None,
+                 auto_wrap_policy: Any = None, **_: Any) -> Any:
+    """The model with the blocks the run checkpoints checkpointed (``None``: none)."""
+    if activation_checkpointing is None:
+        return None
+    from flexgraph.strategies.fsdp_units import checkpoint_selected
+
+    checkpoint_selected(model, activation_checkpointing, auto_wrap_policy)
+    return model
+
+
 def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_states: int,
                     auto_wrap_policy: Any = None, reshard_after_forward: bool = True,
                     mixed_precision: Mapping[str, Any] | None = None,
@@ -80,7 +92,7 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
         params, optim = 0, 0
         notes.append("cpu_offload: parameter shards and optimizer states in CPU memory")
     if activation_checkpointing is not None:
-        notes.append("activation_checkpointing: not applied in the trace (an over-estimate)")
+        notes.append("activation_checkpointing: applied in the trace, as the run applies it")
     compute = f"half:{param_dtype}" if param_dtype else (f"amp:{amp}" if amp else "fp32")
     stepped = (0, 0) if cpu_offload else (-(-census.largest_param // n),
                                           census.trainable // n)  # each parameter's shard

@@ -158,3 +158,24 @@ def test_untraceable_model_names_module_and_operator() -> None:
         trace_step(model, torch.ones(2, 4), "fp32")
     assert "nonzero" in str(info.value) or "data-dependent" in str(info.value) \
         or "index" in str(info.value)
+
+
+def _is_vit_block(module: nn.Module) -> bool:
+    return type(module).__name__ == "Block"
+
+
+def test_fsdp_activation_checkpointing_is_traced_as_the_run_applies_it(tiny_vit) -> None:
+    """The same blocks checkpointed as the run would (``checkpoint_selected``): each keeps
+    only its input through forward, so the traced activations drop, and the note says so."""
+    from mmengine.registry import FUNCTIONS
+
+    FUNCTIONS.register_module(name="is_vit_block", module=_is_vit_block, force=True)
+    spec = load_spec(tiny_vit, default_graph=standard_graph)
+    plain, checkpointed = estimate(spec.cfg, [
+        _candidate("fsdp"),
+        _candidate("fsdp", activation_checkpointing=dict(check_fn="is_vit_block")),
+    ], world_size=2, device="cpu").candidates
+    print("activations", plain.trace.activations, checkpointed.trace.activations)
+    assert 0 < checkpointed.trace.activations < 0.6 * plain.trace.activations, (
+        checkpointed.trace.activations, plain.trace.activations)
+    assert any("applied in the trace" in note for note in checkpointed.memory.notes)

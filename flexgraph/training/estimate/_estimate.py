@@ -162,26 +162,28 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
     model = build_meta_model(cfg)
     census = take_census(model)
     states, optimizer_name = optimizer_states(cfg)
-    memories = []
+    memories, models = [], []
     for candidate in candidates:
         module = memory_module(candidate.strategy)
+        options = dict(candidate.strategy.memory_options)
         memories.append(module.estimate_memory(
             census, world_size=world_size, amp=candidate.amp, optimizer_states=states,
-            **dict(candidate.strategy.memory_options)))
-    traces: dict[str, StepTrace | None] = {}
+            **options))
+        models.append(_traced_model(module, cfg, options))
+    traces: dict[tuple[str, str], StepTrace] = {}
     untraceable = None
     batch = first_batch(cfg)
-    for memory in memories:
-        if memory.compute in traces or untraceable:
+    for memory, (key, own_model) in zip(memories, models, strict=True):
+        if (memory.compute, key) in traces or untraceable:
             continue
         try:
-            traces[memory.compute] = trace_step(model, batch, memory.compute)
+            traces[memory.compute, key] = trace_step(own_model or model, batch, memory.compute)
         except UntraceableModelError as exc:
             untraceable = str(exc)
     rows = tuple(CandidateEstimate(label=c.label, strategy=c.strategy.name, memory=m,
-                                   trace=traces.get(m.compute), world_size=world_size,
+                                   trace=traces.get((m.compute, key)), world_size=world_size,
                                    **_step_of(cfg, m, device))
-                 for c, m in zip(candidates, memories, strict=True))
+                 for c, m, (key, _) in zip(candidates, memories, models, strict=True))
     return Estimate(census=census, candidates=rows, world_size=world_size,
                     batch_size=_batch_size(cfg), optimizer=optimizer_name,
                     untraceable=untraceable, seconds=time.perf_counter() - start)
@@ -190,3 +192,16 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
 def _step_of(cfg: Any, memory: StrategyMemory, device: str) -> dict[str, Any]:
     temporaries, note = step_temporaries(cfg, memory.stepped, device)
     return {"step_temporaries": temporaries, "step_note": note}
+
+
+def _traced_model(module: Any, cfg: Any, options: dict[str, Any]
+                  ) -> tuple[str, torch.nn.Module | None]:
+    """(a key for its trace, the model as the strategy changes it) or ``("", None)``: the
+    shared model (see the memory modules' ``traced_model`` in ``_parts``)."""
+    change = getattr(module, "traced_model", None)
+    if change is None:
+        return "", None
+    changed = change(build_meta_model(cfg), **options)
+    if changed is None:
+        return "", None
+    return f"{module.__name__}:{sorted(options.items())!r}", changed

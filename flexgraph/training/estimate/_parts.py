@@ -16,6 +16,14 @@ with two functions:
     ``NAME[:STAGE][:PRECISION]`` (``options``: the config's, when the config
     names this strategy), raising :class:`CandidateError` for a stage or
     precision the strategy does not have.
+
+and, where the strategy changes the model's step before it trains, a third:
+
+``traced_model(model, **memory_options)``
+    does that to ``model`` (built on the meta device for this candidate
+    alone) and returns it, or returns ``None`` when these options change
+    nothing; the estimate then traces the returned model (FSDP's activation
+    checkpointing).
 """
 
 from __future__ import annotations

@@ -165,6 +165,8 @@ nas:/export/home /scratch/shared nfs4 rw,relatime,vers=4.2 0 0
 tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0
 10.0.0.5@tcp:/lustre /lustre lustre rw,flock 0 0
 /dev/sdb1 /mnt/my\\040disk xfs rw 0 0
+/dev/sdc1 /data ext4 rw 0 0
+nas:/data /data nfs rw 0 0
 """
 
 
@@ -176,6 +178,7 @@ tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0
     ("/dev/shm/exp1", True),
     ("/mnt/my disk/exp1", True),  # mount points with spaces, as the kernel escapes them
     ("/home/user/exp1", True),  # under the root overlay
+    ("/data/exp1", False),  # mounted over: the later mount is the one seen
 ])
 def test_which_work_dirs_only_this_host_can_see(path, local):
     assert is_host_local(path, MOUNTS) is local

@@ -95,8 +95,8 @@ def is_host_local(path: str | os.PathLike[str], mounts: str | None = None) -> bo
         if len(fields) < 3:
             continue
         point = Path(fields[1].replace("\\040", " ").replace("\\011", "\t"))
-        depth = len(point.parts)
-        if depth > best and (target == point or point in target.parents):
+        depth = len(point.parts)  # a later mount on the same point hides the earlier: >=
+        if depth >= best and (target == point or point in target.parents):
             best, kind = depth, fields[2]
     return kind in HOST_LOCAL_FILESYSTEMS
 

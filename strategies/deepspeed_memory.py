@@ -133,7 +133,6 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
     compute = f"half:{precision}" if low == 2 else "fp32"
     if isinstance(config.get("amp"), Mapping) and config["amp"].get("enabled"):
         compute = "amp:fp16"
-    partition = census.trainable // n
     step_gradients = None
     if low == 4 and stage == 1:
         step_gradients = census.trainable * 4 // n  # the whole ones are freed once reduced
@@ -141,12 +140,13 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
                           optimizer=optim, buffers=buffers, compute=compute,
                           notes=tuple(notes), reference=reference if low == 2 else None,
                           step_gradients=step_gradients,
-                          stepped=_stepped(census, config, zero, stage, offload, partition))
+                          stepped=_stepped(census, config, zero, stage, offload, n))
 
 
 def _stepped(census: Any, config: Mapping[str, Any], zero: Mapping[str, Any], stage: int,
-             offload: bool, partition: int) -> tuple[int, int]:
+             offload: bool, n: int) -> tuple[int, int]:
     """(largest tensor, elements) torch's optimizer steps at a rank: flat partitions."""
+    partition = census.trainable // n
     if offload or config.get("optimizer"):
         return 0, 0
     if stage == 0:

@@ -29,6 +29,7 @@ import torch
 from ._candidates import Candidate, memory_module
 from ._census import Census, take_census
 from ._config import first_batch, optimizer_states, step_temporaries
+from ._device import target_device
 from ._parts import StrategyMemory
 from ._trace import StepTrace, UntraceableModelError, trace_step
 
@@ -145,13 +146,14 @@ def _batch_size(cfg: Any) -> int | None:
 
 
 def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
-             device: str = "cuda") -> Estimate:
+             device: str | None = None) -> Estimate:
     """Estimate each candidate's per-rank peak for ``cfg`` on ``world_size`` ranks.
 
     The model is built once (meta device), the first batch loaded once, and
     the step traced once per compute mode the candidates need. ``device``
-    (``'cuda'`` or ``'cpu'``): where the run would train, which decides the
-    optimizer kernels torch picks by default (:func:`step_temporaries`).
+    (``'cuda'`` or ``'cpu'``; ``None``: this machine's, as :func:`target_device`
+    says): where the run would train, which decides the optimizer kernels
+    torch picks by default (:func:`step_temporaries`).
 
     Raises
     ------
@@ -159,6 +161,7 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
         A candidate whose strategy has no memory model.
     """
     start = time.perf_counter()
+    device = device or target_device(None)
     model = build_meta_model(cfg)
     census = take_census(model)
     states, optimizer_name = optimizer_states(cfg)

@@ -16,9 +16,11 @@ cold (each source read and parsed once, as in a fresh ``flexgraph plan``).
 
 ``--estimate`` (``flexgraph plan CFG --estimate``: the model built on the meta
 device, one step traced there) is timed against a bare ``python -c "import
-torch"``, both in fresh processes (medians), for ViT-huge/14 (632 M
-parameters, batch 128) and a 7B Llama-style decoder (4096 tokens); the goal is
-within 3x, with a peak RSS under 1 GiB (``--estimate-repeats 0`` skips it).
+torch"``, both in fresh processes (medians, after one untimed round that
+leaves every module's bytecode cached, as an installed package has it), for
+ViT-huge/14 (632 M parameters, batch 128) and a 7B Llama-style decoder (4096
+tokens); the goal is within 3x, with a peak RSS under 1 GiB
+(``--estimate-repeats 0`` skips it).
 
     python benchmarks/plan_speed.py [--repeats N] [--estimate-repeats N] [--profile]
 """
@@ -126,10 +128,11 @@ def import_seconds(repeats: int) -> float:
     return statistics.median(runs)
 
 
-def _timed_process(argv: list[str]) -> tuple[float, int]:
+def _timed_process(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes) of one fresh process running ``argv``."""
     start = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=env)
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -143,15 +146,26 @@ def estimate_ratios(repeats: int) -> None:
 
     Interleaved (a bare import, then each config, ``repeats`` times), so that
     load from other processes on a shared machine falls on both sides alike.
+    Both sides run as an installed package does, with every module's bytecode
+    cached: one untimed round first, with writing bytecode allowed (pip
+    compiles a package when it installs it; a checkout writes its caches on
+    the first import, unless ``PYTHONDONTWRITEBYTECODE`` says not to, which
+    would leave flexgraph and the example configs compiled again in every
+    timed process while torch's caches were read).
     """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    commands = {"import torch": [sys.executable, "-c", "import torch"]}
+    commands.update({label: [sys.executable, "-m", "flexgraph", "plan", str(config), "--estimate",
+                             "--world-size", "8", "--device-memory", "80GB"]
+                     for label, config in ESTIMATED.items()})
+    for argv in commands.values():
+        _timed_process(argv, env)
     bare: list[float] = []
     runs: dict[str, list[tuple[float, int]]] = {label: [] for label in ESTIMATED}
     for _ in range(repeats):
-        bare.append(_timed_process([sys.executable, "-c", "import torch"])[0])
-        for label, config in ESTIMATED.items():
-            runs[label].append(_timed_process(
-                [sys.executable, "-m", "flexgraph", "plan", str(config), "--estimate",
-                 "--world-size", "8", "--device-memory", "80GB"]))
+        bare.append(_timed_process(commands["import torch"], env)[0])
+        for label in ESTIMATED:
+            runs[label].append(_timed_process(commands[label], env))
     torch_s = statistics.median(bare)
     print(f"\nimport torch: {torch_s:.2f} s (median of {repeats} fresh processes, "
           f"interleaved with the estimates)")

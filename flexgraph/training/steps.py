@@ -22,12 +22,9 @@ updates; a test checks that every declared step matches its function here.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-from mmengine.registry import MODELS
 from torch import nn
 
 from flexgraph.core.step import resolve_fn
@@ -43,7 +40,7 @@ from flexgraph.training.checkpoint import (
     load_pretrained,
 )
 from flexgraph.training.components import initialise, make_train_step
-from flexgraph.training.config import RunSettings, build_from_cfg, resolve_type, section
+from flexgraph.training.config import RunSettings, section
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.loop import (
     Hooks,
@@ -55,7 +52,7 @@ from flexgraph.training.loop import (
 from flexgraph.training.loop import build_hooks as _build_hooks
 from flexgraph.training.output import TrainOutput
 from flexgraph.training.resume import load_weights, resume_training
-from flexgraph.training.runtime import Env, make_env, meta_parameters, parameters_on_meta
+from flexgraph.training.runtime import Env, make_env, meta_parameters
 
 __all__ = [
     "build_checkpointer",
@@ -99,33 +96,8 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
         a context manager to build the model in (DeepSpeed's ``zero.Init``
         partitions parameters as they are created).
     """
-    model_cfg = section(cfg, "model")
-    if model_cfg is None:
-        raise ConfigError("the config has no 'model'; add model=dict(type=...)")
-    preprocessor = section(cfg, "data_preprocessor")
-    if preprocessor is not None and isinstance(model_cfg, Mapping):
-        # MMEngine's Runner: a top-level data_preprocessor is the model's default one.
-        model_cfg = dict(model_cfg)
-        model_cfg.setdefault("data_preprocessor", preprocessor)
-    if isinstance(model_cfg, Mapping) and "type" in model_cfg:
-        # Resolve (and so import) the model's class before any init context is
-        # entered: a registry imports its package on first use, and under
-        # deepspeed.zero.Init that import would run with ZeRO's tensor
-        # constructors patched in (mmpretrain's pulls in torch._dynamo, which fails).
-        model_cfg = dict(model_cfg, type=resolve_type(model_cfg["type"], MODELS, what="model",
-                                                      scope=model_cfg.get("_scope_")))
-    with contextlib.ExitStack() as stack:
-        if device == "meta":
-            stack.enter_context(parameters_on_meta())
-        elif device is not None:
-            stack.enter_context(torch.device(device))
-        if init_context is not None:
-            factory = resolve_fn(init_context)
-            stack.enter_context(factory(cfg=cfg, env=env, **dict(init_options or {})))
-        model = build_from_cfg(model_cfg, MODELS, what="model")
-    if not isinstance(model, nn.Module):
-        raise ConfigError(f"model: type built a {type(model).__name__}, not a torch nn.Module")
-    return model
+    return components.build_model_from_cfg(cfg, env, device=device, init_context=init_context,
+                                           init_options=init_options)
 
 
 def init_weights(env: Env, model: nn.Module) -> nn.Module:

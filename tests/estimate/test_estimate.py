@@ -179,3 +179,28 @@ def test_fsdp_activation_checkpointing_is_traced_as_the_run_applies_it(tiny_vit)
     assert 0 < checkpointed.trace.activations < 0.6 * plain.trace.activations, (
         checkpointed.trace.activations, plain.trace.activations)
     assert any("applied in the trace" in note for note in checkpointed.memory.notes)
+
+
+class _Numbers(torch.utils.data.Dataset):
+    """Sample ``i`` is the number ``i``: a batch shows which samples it holds."""
+
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor(index)
+
+
+class _NumberStream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(torch.arange(1000))
+
+
+@pytest.mark.parametrize("dataset", [_Numbers, _NumberStream])
+def test_the_traced_batch_is_the_datasets_first_samples_in_order(dataset) -> None:
+    from flexgraph.training.estimate._config import first_batch
+
+    sampler = dict(type="DefaultSampler", shuffle=True) if dataset is _Numbers else None
+    loader = dict(batch_size=4, dataset=dict(type=dataset), sampler=sampler)
+    batch = first_batch({"train_dataloader": {k: v for k, v in loader.items() if v}})
+    assert [int(sample) for sample in batch] == [0, 1, 2, 3]

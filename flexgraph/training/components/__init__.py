@@ -3,7 +3,7 @@
 Dataloaders (with a resumable position and MMEngine's random streams), the
 optimizer wrapper and parameter schedulers, CPU mixed precision, the model's
 training and evaluation steps (MMEngine's ``train_step`` contract or a plain
-module's forward), and the model's own ``init_weights``.
+module's forward), the model itself and its own ``init_weights``.
 """
 
 from flexgraph.training.components._amp import CPUAmpOptimWrapper
@@ -19,6 +19,7 @@ from flexgraph.training.components._data import (
     per_rank_batch,
     set_per_rank_batch,
 )
+from flexgraph.training.components._model import build_model_from_cfg
 from flexgraph.training.components._model_api import (
     batch_mover,
     forward,
@@ -45,6 +46,7 @@ __all__ = [
     "batch_mover",
     "build_dataloader",
     "build_dataloaders",
+    "build_model_from_cfg",
     "build_optim_wrapper",
     "build_param_schedulers",
     "end_dataloader_workers",

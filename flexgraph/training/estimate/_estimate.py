@@ -133,10 +133,10 @@ class Estimate:
 
 def build_meta_model(cfg: Any) -> torch.nn.Module:
     """``cfg.model`` built on the meta device: every tensor without storage."""
-    from flexgraph.training.steps import build_model
+    from flexgraph.training.components import build_model_from_cfg
 
     with torch.device("meta"):
-        model = build_model(cfg, env=None)
+        model = build_model_from_cfg(cfg, env=None)
     return model.train()
 
 

@@ -66,7 +66,9 @@ is freed), and the table puts the estimate of the same config for 2 ranks next
 to the larger rank's peak of live bytes from the end of iteration 1 through
 iteration 5 (the steady state the estimate describes; AdamW's states exist
 from the first step on), with their ratio (goal: within 10%) and the peak RSS
-beside them.
+beside them. Its rows are the five above and DeepSpeed's three stages in bf16
+(``zero1-bf16``, ``zero2-bf16``, ``zero3-bf16``: ``bf16=dict(enabled=True)``;
+DeepSpeed refuses fp16 on the CPU).
 """
 
 from __future__ import annotations
@@ -107,6 +109,9 @@ from flexgraph.training.runtime import DEFAULT_MMAP_THRESHOLD
 HERE = Path(__file__).resolve().parent
 NPROC = 2
 KEYS = ("ddp", "fsdp", "zero1", "zero2", "zero3")
+# DeepSpeed in bf16 (fp16 is refused on the CPU): --estimate's rows only; the timed
+# comparison and its goals are fp32, as the hand-written scripts are.
+HALF_KEYS = ("zero1-bf16", "zero2-bf16", "zero3-bf16")
 DEEPSPEED_CONFIG = "deepspeed_config.json"  # what flexgraph's DeepSpeed run writes, rank 0
 THREADS = "1"  # OMP_NUM_THREADS of every rank, in every row
 THROUGHPUT_GOAL = 0.97
@@ -141,6 +146,9 @@ def rows(width: int) -> dict[str, Row]:
         "fsdp": Row("fsdp", "fsdp", dict(type="fsdp", model_wrapper=dict(auto_wrap_policy=policy)),
                     "_memory_hand_fsdp.py", "fully_shard (FSDP2)"),
         **{f"zero{k}": zero(k) for k in (1, 2, 3)},
+        **{f"zero{k}-bf16": attrs.evolve(
+            zero(k), key=f"zero{k}-bf16", label=f"deepspeed ZeRO-{k} bf16",
+            strategy=dict(zero(k).strategy, bf16=dict(enabled=True))) for k in (1, 2, 3)},
     }
 
 
@@ -453,10 +461,10 @@ def _consistency(results: list[Result]) -> list[str]:
 
 def _keys(text: str) -> list[str]:
     keys = [k.strip() for k in text.split(",") if k.strip()]
-    unknown = [k for k in keys if k not in KEYS]
+    unknown = [k for k in keys if k not in KEYS + HALF_KEYS]
     if unknown or not keys:
         raise argparse.ArgumentTypeError(
-            f"unknown strategies {unknown}; choose from {','.join(KEYS)}")
+            f"unknown strategies {unknown}; choose from {','.join(KEYS + HALF_KEYS)}")
     return keys
 
 
@@ -472,8 +480,9 @@ def _zero_options(text: str) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--strategies", type=_keys, default=list(KEYS),
-                        help=f"comma-separated rows, from {','.join(KEYS)} (default: all)")
+    parser.add_argument("--strategies", type=_keys, default=None,
+                        help=f"comma-separated rows, from {','.join(KEYS)} (default: all), "
+                        f"and with --estimate also {','.join(HALF_KEYS)} (default: all)")
     parser.add_argument("--iters", type=int, default=8, help="timed iterations per row")
     parser.add_argument("--warmup", type=int, default=2,
                         help="iterations before the timed ones (at least 1)")
@@ -529,10 +538,11 @@ def estimate_table(keys: list[str], args: argparse.Namespace) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.estimate:
-        keys = [k for k in KEYS if k in args.strategies]
+        keys = [k for k in KEYS + HALF_KEYS if k in (args.strategies or KEYS + HALF_KEYS)]
         params = parameter_count(args.blocks, args.width)
         print(f"estimate against live tensor bytes: {args.blocks} residual blocks of width "
-              f"{args.width} ({params / 1e6:.1f} M parameters), fp32, AdamW, batch {BATCH} "
+              f"{args.width} ({params / 1e6:.1f} M parameters), fp32 (the -bf16 rows: "
+              f"DeepSpeed's bf16), AdamW, batch {BATCH} "
               f"per rank, {NPROC} ranks on the CPU; live peak: the larger rank's, end of "
               f"iteration 1 through iteration {MEMORY_AFTER_ITERS}")
         print("\n".join(estimate_table(keys, args)))
@@ -541,7 +551,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: CUDA is available with {torch.cuda.device_count()} device(s) but "
                  f"each of the {NPROC} ranks needs its own; hide the GPU "
                  f"(CUDA_VISIBLE_DEVICES=) to measure on the CPU")
-    keys = [k for k in KEYS if k in args.strategies]
+    if set(args.strategies or ()) & set(HALF_KEYS):
+        sys.exit(f"error: {','.join(HALF_KEYS)} are rows of --estimate only")
+    keys = [k for k in KEYS if k in (args.strategies or KEYS)]
     table = rows(args.width)
     root = Path(tempfile.mkdtemp(prefix="membench-"))
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -133,14 +133,35 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
     compute = f"half:{precision}" if low == 2 else "fp32"
     if isinstance(config.get("amp"), Mapping) and config["amp"].get("enabled"):
         compute = "amp:fp16"
-    step_gradients = None
-    if low == 4 and stage == 1:
-        step_gradients = census.trainable * 4 // n  # the whole ones are freed once reduced
+    stepped = _stepped(census, config, zero, stage, offload, n)
+    step_gradients, step_buffers = _at_the_step(census, stage, low, offload, n, stepped,
+                                                reduce)
     return StrategyMemory(label=f"deepspeed zero{stage}", parameters=params, gradients=grads,
                           optimizer=optim, buffers=buffers, compute=compute,
                           notes=tuple(notes), reference=reference if low == 2 else None,
-                          step_gradients=step_gradients,
-                          stepped=_stepped(census, config, zero, stage, offload, n))
+                          step_gradients=step_gradients, step_buffers=step_buffers,
+                          stepped=stepped)
+
+
+def _at_the_step(census: Any, stage: int, low: int, offload: bool, n: int,
+                 stepped: tuple[int, int], reduce: int) -> tuple[int | None, int | None]:
+    """(gradient bytes, buffer bytes) alive during the optimizer step, where they differ.
+
+    Counted live on 2 CPU ranks (``benchmarks/memory.py --estimate``): by the
+    step, stages 1 and 2 have reduced every gradient into the fp32 partition
+    and freed the rest (the whole fp32 ones in stage 1, the fp16 / bf16 ones)
+    and their buckets; stage 3 keeps its fp16 / bf16 gradient partition and
+    one reduce bucket, and converts the gradients to fp32 one sub-group at a
+    time, as it steps them.
+    """
+    if offload or stage == 0:
+        return None, None
+    fp32_partition = census.trainable * 4 // n
+    if stage < 3:
+        return fp32_partition, 0
+    if low == 4:
+        return None, reduce * low
+    return int(2 * census.trainable / n) + 4 * stepped[0], reduce * low
 
 
 def _stepped(census: Any, config: Mapping[str, Any], zero: Mapping[str, Any], stage: int,

@@ -70,6 +70,43 @@ def test_zero_fp32_gradients_are_one_partition_at_the_step(stage: int) -> None:
     assert memory.stepped[1] == p // n  # one flat partition stepped per rank
 
 
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_half_precision_steps_with_the_fp32_gradients_alone(stage: int) -> None:
+    """Counted live on 2 CPU ranks in bf16 (benchmarks/memory.py --estimate): by the step,
+    stages 1 and 2 hold only the fp32 gradient partition and no bucket; stage 3 keeps its
+    bf16 gradient partition and one reduce bucket, and has the fp32 gradients of the
+    sub-group it is stepping."""
+    from flexgraph.strategies.deepspeed_memory import estimate_memory
+
+    census = take_census(_Model())
+    p, n = census.trainable, 4
+    memory = estimate_memory(census, world_size=n, amp=None, optimizer_states=2,
+                             config={"bf16": {"enabled": True},
+                                     "zero_optimization": {"stage": stage,
+                                                           "reduce_bucket_size": 100,
+                                                           "sub_group_size": 200}})
+    assert memory.buffers > 0
+    if stage < 3:
+        assert (memory.step_gradients, memory.step_buffers) == (4 * p // n, 0)
+    else:
+        assert memory.stepped[0] == 200
+        assert memory.step_gradients == int(2 * p / n) + 4 * 200
+        assert memory.step_buffers == 2 * 100
+
+
+def test_the_step_phase_counts_the_buffers_the_strategy_keeps_through_it() -> None:
+    """A candidate whose peak is its optimizer step shows the step's gradients and buffers."""
+    from flexgraph.training.estimate import CandidateEstimate, StrategyMemory
+
+    memory = StrategyMemory(label="m", parameters=10, gradients=40, optimizer=20,
+                            buffers=30, compute="fp32", step_gradients=8, step_buffers=0)
+    row = CandidateEstimate(label="m", strategy="m", memory=memory, trace=None, world_size=1,
+                            step_temporaries=5)
+    assert row.parts == {"parameters": 10, "gradients": 8, "optimizer": 25,
+                         "activations": None, "buffers": 0}
+    assert row.peak == 43
+
+
 def test_adam_step_temporaries_follow_torchs_kernels() -> None:
     """for-loop (CPU's default): sqrt, then divide, of one tensor at a time; foreach (CUDA's
     default): one square root of every state at once; fused: none; not Adam: not modelled."""

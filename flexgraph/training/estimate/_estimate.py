@@ -2,16 +2,18 @@
 
 Per rank, for each candidate strategy::
 
-    peak = parameters + optimizer states + buffers
-           + max(activations + gradients so far      (forward / backward),
-                 gradients + the step's temporaries   (optimizer step))
+    peak = parameters + optimizer states
+           + max(activations + gradients so far + buffers    (forward / backward),
+                 gradients + the step's temporaries + buffers (optimizer step))
 
 Parameters, gradients and optimizer states come from the strategy's memory
 model (exact counts times bytes, sharded as the strategy shards them); its
 buffers (DDP's gradient buckets, FSDP's all-gathered units, DeepSpeed's
 buckets) are modelled from its options and marked so; activations are
 counted on the traced step, at its peak (the gradients alive then are the
-trace's share of the strategy's gradients). The optimizer step's temporaries
+trace's share of the strategy's gradients). A strategy may keep fewer
+gradients and buffers through the optimizer step than at the end of backward
+(``StrategyMemory.step_gradients``, ``step_buffers``). The optimizer step's temporaries
 (torch's Adam and AdamW, :func:`step_temporaries`) are modelled from the
 tensors the strategy has the optimizer step on, and counted with the optimizer
 when the step is the peak.
@@ -58,12 +60,14 @@ class CandidateEstimate:
         if t is not None and self._step_phase_wins:
             activations = t.activations
             grads = m.gradients * t.grads_at_peak // max(t.grads, 1)
+            buffers = m.buffers
         else:  # the optimizer step (or no trace: the step is all that is known)
             activations = None if t is None else 0
             grads = self._step_gradients
             optimizer += self.step_temporaries
+            buffers = self._step_buffers
         return {"parameters": m.parameters, "gradients": grads, "optimizer": optimizer,
-                "activations": activations, "buffers": m.buffers}
+                "activations": activations, "buffers": buffers}
 
     @property
     def _step_gradients(self) -> int:
@@ -71,13 +75,18 @@ class CandidateEstimate:
         return m.gradients if m.step_gradients is None else m.step_gradients
 
     @property
+    def _step_buffers(self) -> int:
+        m = self.memory
+        return m.buffers if m.step_buffers is None else m.step_buffers
+
+    @property
     def _step_phase_wins(self) -> bool:
         """Whether forward / backward (the traced step) reach higher than the optimizer step."""
         t, m = self.trace, self.memory
         if t is None:
             return False
-        during = t.activations + m.gradients * t.grads_at_peak // max(t.grads, 1)
-        return during >= self._step_gradients + self.step_temporaries
+        during = t.activations + m.gradients * t.grads_at_peak // max(t.grads, 1) + m.buffers
+        return during >= self._step_gradients + self.step_temporaries + self._step_buffers
 
     @property
     def peak(self) -> int:

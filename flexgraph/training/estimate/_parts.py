@@ -54,7 +54,9 @@ class StrategyMemory:
     the strategy's own library gives for the same model states, when it has one.
     ``step_gradients``: the gradient bytes alive during the optimizer step, where
     they differ from ``gradients`` (those at the end of backward: ZeRO-1 frees its
-    whole gradients once their partition is reduced). ``stepped``: (the largest
+    whole gradients once their partition is reduced). ``step_buffers``: likewise
+    the buffers alive during the step (DeepSpeed frees its reduce and all-gather
+    buckets before it). ``stepped``: (the largest
     tensor, all elements) the optimizer steps on at this rank, in fp32, whose
     size its step's temporaries take (``step_temporaries``).
     """
@@ -69,6 +71,7 @@ class StrategyMemory:
     notes: tuple[str, ...] = ()
     reference: int | None = None
     step_gradients: int | None = None
+    step_buffers: int | None = None
     stepped: tuple[int, int] = (0, 0)
 
     @property

@@ -8,22 +8,23 @@ stage      parameters            gradients               optimizer states
 =========  ====================  ======================  ==================
 1          2P                    2P (full fp16) + 4P/N   (4 + 4k)P/N
 2          2P                    2P/N + 4P/N             (4 + 4k)P/N
-3          2P/N + 4 x largest    2P/N + 4P/N             (4 + 4k)P/N
+3          2P/N + 4 x largest    2P/N                    (4 + 4k)P/N
 =========  ====================  ======================  ==================
 
-(4P/N: the fp32 gradient partition; 4 + 4k: the fp32 master weights and the
-states.) In fp32 the master partition is still a copy (DeepSpeed clones it),
+(4P/N: the fp32 gradient partition, which stage 3 never holds whole: it
+converts one sub-group's gradients at a time, in the step; 4 + 4k: the fp32
+master weights and the states.) In fp32 the master partition is still a copy (DeepSpeed clones it),
 and the gradient partition is the master's gradient too: ``4P`` parameters,
 ``4P/N`` gradients (stage 1: ``4P`` whole as well until the step), ``(4 +
 4k)P/N`` optimizer states; counted live on 2 CPU ranks, these are what
 DeepSpeed holds. The optimizer steps one flat fp32 partition per group (stage
 3: per ``sub_group_size``), whose size its temporaries take; DeepSpeed's own
 optimizer (an ``optimizer`` section) and an offloaded one take none here. For Adam,
-stages 2 and 3 are exactly what
-``estimate_zero2_model_states_mem_needs_all_live`` and
-``estimate_zero3_model_states_mem_needs_all_live`` count (``2P + int(18P/N)``;
-``4 x largest layer + int(18P/N)``); DeepSpeed counts stage 1 like stage 2,
-where stage 1 also keeps every fp16 gradient whole until the step. With the
+stage 2 is exactly what ``estimate_zero2_model_states_mem_needs_all_live``
+counts (``2P + int(18P/N)``), and DeepSpeed's figures are kept as the
+reference of the others: it counts stage 1 like stage 2, where stage 1 also
+keeps every fp16 gradient whole until the step, and stage 3 as ``4 x largest
+layer + int(18P/N)``, with a whole fp32 gradient partition. With the
 optimizer offloaded, its states and the fp32 gradients live in CPU memory.
 The buffers (the reduce buckets, double with ``overlap_comm``, the all-gather
 and stage 3's prefetch bucket, in fp16 / bf16) are modelled from the config:
@@ -121,6 +122,10 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
         reference -= 0 if offload else 2 * census.trainable - int(2 * census.trainable / n)
         notes.append("stage 1 keeps the fp16 gradients whole until the step; DeepSpeed's "
                      "estimator counts it as stage 2")
+    if stage == 3 and low == 2 and not offload:
+        grads = int(2 * census.trainable / n)
+        notes.append("gradients: the fp16 partition; the fp32 ones exist a sub-group at a "
+                     "time, in the step (DeepSpeed's estimator counts a whole fp32 partition)")
     reduce = _elements(zero.get("reduce_bucket_size"), census.total)
     buffers = 0
     if stage >= 1:

@@ -247,3 +247,31 @@ def test_the_traced_batch_is_the_datasets_first_samples_in_order(dataset) -> Non
     loader = dict(batch_size=4, dataset=dict(type=dataset), sampler=sampler)
     batch = first_batch({"train_dataloader": {k: v for k, v in loader.items() if v}})
     assert [int(sample) for sample in batch] == [0, 1, 2, 3]
+
+
+def test_a_trace_that_remembers_meta_kernels_counts_what_one_that_runs_them_counts(
+        tiny_vit, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo (repeated blocks reuse their operators' output layouts) changes nothing
+    a trace reports, in any compute mode, with one memo shared by the modes as an
+    estimate shares it; and it is used: the 12 blocks' operators are remembered once."""
+    from flexgraph.training.estimate._config import first_batch
+    from flexgraph.training.estimate._estimate import build_meta_model
+    from flexgraph.training.estimate._live_bytes import LiveBytes
+
+    spec = load_spec(tiny_vit, default_graph=standard_graph)
+    batch = first_batch(spec.cfg)
+    memo: dict = {}
+    dispatched = []
+    original = LiveBytes.__torch_dispatch__
+
+    def counted(self, func, types, args=(), kwargs=None):
+        dispatched.append(func)
+        return original(self, func, types, args, kwargs)
+
+    for compute in ("fp32", "amp:fp16", "half:bf16"):
+        plain = trace_step(build_meta_model(spec.cfg), batch, compute)
+        with monkeypatch.context() as patch:
+            patch.setattr(LiveBytes, "__torch_dispatch__", counted)
+            remembered = trace_step(build_meta_model(spec.cfg), batch, compute, memo)
+        assert remembered == plain, compute
+    assert 0 < len(memo) < len(dispatched) / 4

@@ -185,11 +185,13 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
     traces: dict[tuple[str, str], StepTrace] = {}
     untraceable = None
     batch = first_batch(cfg)
+    memo: dict[Any, Any] = {}
     for memory, (key, own_model) in zip(memories, models, strict=True):
         if (memory.compute, key) in traces or untraceable:
             continue
         try:
-            traces[memory.compute, key] = trace_step(own_model or model, batch, memory.compute)
+            traces[memory.compute, key] = trace_step(own_model or model, batch, memory.compute,
+                                                     memo)
         except UntraceableModelError as exc:
             untraceable = str(exc)
     rows = tuple(CandidateEstimate(label=c.label, strategy=c.strategy.name, memory=m,

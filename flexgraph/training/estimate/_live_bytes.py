@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 __all__ = ["LiveBytes"]
 
@@ -40,11 +40,20 @@ class LiveBytes(TorchDispatchMode):
 
     A tensor subclass that wraps others (DTensor) is counted by the tensors it
     wraps: its own storage has the global size and holds nothing.
+
+    ``memo`` (a dict, for a traced step) remembers what each functional operator
+    returned on meta tensors: the shapes, strides and dtypes, keyed by the
+    operator and those of its inputs. A model repeats its blocks, so most
+    operators come again with the same inputs, and torch's meta kernels for
+    many of them are Python (layer norm's backward takes 2 ms a call); a repeat
+    gets fresh empty tensors of the remembered layout instead. Operators whose
+    outputs alias an input, or that mutate one, always run.
     """
 
-    def __init__(self, real: bool = False) -> None:
+    def __init__(self, real: bool = False, memo: dict[Any, Any] | None = None) -> None:
         super().__init__()
         self.real = real
+        self.memo = memo
         self.live = 0
         self.peak = 0
         self.peak_phase = ""
@@ -100,7 +109,14 @@ class LiveBytes(TorchDispatchMode):
             self.grads_at_peak = self.grads
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        key = _memo_key(func, args, kwargs) if self.memo is not None else None
+        remembered = self.memo.get(key) if key is not None else None
+        if remembered is not None:
+            out = _fresh(remembered)
+        else:
+            out = func(*args, **(kwargs or {}))
+            if key is not None:
+                self.memo[key] = _layout(out)
         for value in tree_flatten(out)[0]:
             if isinstance(value, torch.Tensor):
                 for plain in _plain_tensors(value):
@@ -123,3 +139,70 @@ def _plain_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
     inner = [getattr(tensor, name) for name in names]
     return [plain for value in inner if isinstance(value, torch.Tensor)
             for plain in _plain_tensors(value)]
+
+
+def _functional(func: Any) -> bool:
+    """Whether ``func`` returns fresh tensors only and changes none of its inputs."""
+    schema = func._schema
+    return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
+_FUNCTIONAL: dict[Any, bool] = {}
+
+
+class _Unremembered(Exception):
+    """An argument a meta kernel's result may depend on beyond its layout."""
+
+
+_PLAIN = (int, float, bool, str, torch.dtype, torch.device, torch.layout, torch.memory_format,
+          type(None))
+_TENSORS = (torch.Tensor, torch.nn.Parameter)  # not subclasses (DTensor, fake tensors)
+
+
+def _described(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        if type(value) not in _TENSORS or not value.is_meta:
+            raise _Unremembered
+        return (tuple(value.shape), value.stride(), value.storage_offset(), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(_described(v) for v in value))
+    if isinstance(value, _PLAIN):
+        return (type(value), value)
+    raise _Unremembered
+
+
+def _memo_key(func: Any, args: Any, kwargs: Any) -> Any:
+    """What a meta kernel's result depends on, or ``None`` when it is not to be remembered."""
+    functional = _FUNCTIONAL.get(func)
+    if functional is None:
+        functional = _FUNCTIONAL[func] = _functional(func)
+    if not functional:
+        return None
+    try:
+        return (func, _described(args),
+                tuple((k, _described(v)) for k, v in (kwargs or {}).items()))
+    except _Unremembered:
+        return None
+
+
+def _layout(out: Any) -> Any:
+    """``out`` with each meta tensor replaced by (shape, stride, dtype); ``None`` if it
+    holds anything else a fresh copy could not reproduce."""
+    leaves, spec = tree_flatten(out)
+    layout = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            if not leaf.is_meta or type(leaf) is not torch.Tensor or leaf.storage_offset():
+                return None
+            layout.append((tuple(leaf.shape), leaf.stride(), leaf.dtype))
+        elif leaf is None or isinstance(leaf, (int, float, bool)):
+            layout.append(("value", leaf))
+        else:
+            return None
+    return layout, spec
+
+
+def _fresh(remembered: Any) -> Any:
+    layout, spec = remembered
+    return tree_unflatten([torch.empty_strided(v[0], v[1], dtype=v[2], device="meta")
+                           if v[0] != "value" else v[1] for v in layout], spec)

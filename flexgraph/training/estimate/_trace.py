@@ -155,7 +155,8 @@ def _preprocessor_on_meta(model: nn.Module) -> None:
         preprocessor._device = torch.device("meta")
 
 
-def trace_step(model: nn.Module, batch: Any, compute: str = "fp32") -> StepTrace:
+def trace_step(model: nn.Module, batch: Any, compute: str = "fp32",
+               memo: dict[Any, Any] | None = None) -> StepTrace:
     """Run forward and backward of ``model`` (on meta) on ``batch``; count live bytes.
 
     Parameters
@@ -167,6 +168,9 @@ def trace_step(model: nn.Module, batch: Any, compute: str = "fp32") -> StepTrace
         The config's batch (real tensors, moved to meta here).
     compute : str
         One of :data:`COMPUTE_MODES`.
+    memo : dict, optional
+        What the meta kernels returned (see :class:`LiveBytes`), shared by the
+        traces of one estimate; without it every operator runs its kernel.
 
     Raises
     ------
@@ -180,7 +184,7 @@ def trace_step(model: nn.Module, batch: Any, compute: str = "fp32") -> StepTrace
     _preprocessor_on_meta(model)
     if kind == "half":
         model.to(dtype)
-    counter = LiveBytes()
+    counter = LiveBytes(memo=memo)
 
     def grad_done(param: torch.Tensor) -> None:
         counter.grads += param.grad.nbytes

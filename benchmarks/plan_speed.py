@@ -19,8 +19,9 @@ device, one step traced there) is timed against a bare ``python -c "import
 torch"``, both in fresh processes (medians, after one untimed round that
 leaves every module's bytecode cached, as an installed package has it), for
 ViT-huge/14 (632 M parameters, batch 128) and a 7B Llama-style decoder (4096
-tokens); the goal is within 3x, with a peak RSS under 1 GiB
-(``--estimate-repeats 0`` skips it).
+tokens), and for ``--compare`` of the README's four candidates on ViT-huge
+(three traces: fp32, AMP fp16, DeepSpeed's fp16); the goal is within 3x, with
+a peak RSS under 1 GiB (``--estimate-repeats 0`` skips it).
 
     python benchmarks/plan_speed.py [--repeats N] [--estimate-repeats N] [--profile]
 """
@@ -54,9 +55,15 @@ from flexgraph.core import references, source_names
 
 SIZES = (10, 100, 1000)
 ROOT = Path(__file__).resolve().parents[1]
+VIT_HUGE = ROOT / "examples" / "estimate" / "vit_huge_p14_8xb128_ddp.py"
+# label -> the plan command's arguments after ``flexgraph plan``
 ESTIMATED = {
-    "ViT-huge/14, batch 128": ROOT / "examples" / "estimate" / "vit_huge_p14_8xb128_ddp.py",
-    "Llama 7B, 4096 tokens": ROOT / "examples" / "estimate" / "llama_7b_8xb1_fsdp.py",
+    "ViT-huge/14, batch 128": [str(VIT_HUGE), "--estimate"],
+    "Llama 7B, 4096 tokens": [str(ROOT / "examples" / "estimate" / "llama_7b_8xb1_fsdp.py"),
+                              "--estimate"],
+    # the comparison of MMEngine's PR #1183 (README): four candidates, three traces
+    "ViT-huge/14, --compare 4": [str(VIT_HUGE), "--compare",
+                                 "ddp,ddp:fp16,deepspeed:zero1:fp16,deepspeed:zero3:fp16"],
 }
 GROUP = 5
 
@@ -155,9 +162,9 @@ def estimate_ratios(repeats: int) -> None:
     """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     commands = {"import torch": [sys.executable, "-c", "import torch"]}
-    commands.update({label: [sys.executable, "-m", "flexgraph", "plan", str(config), "--estimate",
+    commands.update({label: [sys.executable, "-m", "flexgraph", "plan", *plan_args,
                              "--world-size", "8", "--device-memory", "80GB"]
-                     for label, config in ESTIMATED.items()})
+                     for label, plan_args in ESTIMATED.items()})
     for argv in commands.values():
         _timed_process(argv, env)
     bare: list[float] = []
@@ -169,7 +176,7 @@ def estimate_ratios(repeats: int) -> None:
     torch_s = statistics.median(bare)
     print(f"\nimport torch: {torch_s:.2f} s (median of {repeats} fresh processes, "
           f"interleaved with the estimates)")
-    print(f"{'--estimate of':<24} {'seconds':>8} {'/ import torch':>15} {'peak RSS (MiB)':>15}")
+    print(f"{'plan of':<24} {'seconds':>8} {'/ import torch':>15} {'peak RSS (MiB)':>15}")
     for label, timed in runs.items():
         seconds = statistics.median(r[0] for r in timed)
         rss = max(r[1] for r in timed)

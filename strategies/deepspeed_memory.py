@@ -139,8 +139,8 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
     if isinstance(config.get("amp"), Mapping) and config["amp"].get("enabled"):
         compute = "amp:fp16"
     stepped = _stepped(census, config, zero, stage, offload, n)
-    step_gradients, step_buffers = _at_the_step(census, stage, low, offload, n, stepped,
-                                                reduce)
+    step_gradients, step_buffers = _at_the_step(census, stage, low, offload, n, grads,
+                                                stepped, reduce)
     return StrategyMemory(label=f"deepspeed zero{stage}", parameters=params, gradients=grads,
                           optimizer=optim, buffers=buffers, compute=compute,
                           notes=tuple(notes), reference=reference if low == 2 else None,
@@ -148,7 +148,7 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
                           stepped=stepped)
 
 
-def _at_the_step(census: Any, stage: int, low: int, offload: bool, n: int,
+def _at_the_step(census: Any, stage: int, low: int, offload: bool, n: int, grads: int,
                  stepped: tuple[int, int], reduce: int) -> tuple[int | None, int | None]:
     """(gradient bytes, buffer bytes) alive during the optimizer step, where they differ.
 
@@ -166,7 +166,7 @@ def _at_the_step(census: Any, stage: int, low: int, offload: bool, n: int,
         return fp32_partition, 0
     if low == 4:
         return None, reduce * low
-    return int(2 * census.trainable / n) + 4 * stepped[0], reduce * low
+    return grads + 4 * stepped[0], reduce * low  # grads: the fp16 / bf16 partition
 
 
 def _stepped(census: Any, config: Mapping[str, Any], zero: Mapping[str, Any], stage: int,

@@ -265,16 +265,12 @@ def _plan_estimate(args: argparse.Namespace) -> int:
 def _plan_auto(args: argparse.Namespace) -> int:
     """``--strategy auto``: the chosen plan, the candidates table and the reason."""
     with imports_kept_from_collector() as imports_done:
-        return _plan_auto_loaded(args, _load_for_estimate(args, imports_done))
-
-
-def _plan_auto_loaded(args: argparse.Namespace, spec: Any) -> int:
-    """``--strategy auto`` on a loaded spec (see :func:`_plan_auto`)."""
-    if spec.cfg is None:
-        raise UsageError("--strategy auto chooses among training strategies; it needs a "
-                         "training config")
-    strategy, report, _ = estimate_cmd.choose_auto(spec, args.world_size or 1,
-                                                   args.device_memory)
+        spec = _load_for_estimate(args, imports_done)
+        if spec.cfg is None:
+            raise UsageError("--strategy auto chooses among training strategies; it needs a "
+                             "training config")
+        strategy, report, _ = estimate_cmd.choose_auto(spec, args.world_size or 1,
+                                                       args.device_memory)
     plan = spec.plan(strategy)
     if args.format == "json":
         import json

@@ -54,7 +54,11 @@ work), the wide model's 1 and 5 epochs of 20 iterations 80 steps of about
 9 ms. The two processes of a comparison run side by side: both pinned to the
 same CPU, each warms up, and both start timing together, so that they share
 that CPU and whatever else the machine runs on it (``--pairing own-cpu``
-gives each its own CPU, ``sequential`` runs them one after the other). As
+gives each its own CPU, ``sequential`` runs them one after the other). They
+go in lockstep (``_Lockstep``): each timed run starts with the partner's,
+both start training together (each setup runs beside a waiting partner),
+and the side done first trains on, untimed, until the other is done, so
+that training is always timed beside training. As
 many pairs run at once as there are CPUs (``--jobs``; a pair takes whichever
 CPU is free, so a comparison's rounds move between CPUs). Each round's
 flexgraph/hand ratio is taken on the pair; the figure is the median over
@@ -145,8 +149,9 @@ CALIBRATION_OF = {"hand-plain": "calibrate", "hand-api": "calibrate-api"}
 
 def _register() -> None:
     """Register the workload's components in MMEngine's registries (children only)."""
+    from mmengine.hooks import Hook
     from mmengine.model import BaseModel
-    from mmengine.registry import DATASETS, MODELS
+    from mmengine.registry import DATASETS, HOOKS, MODELS
 
     class LoopMLP(torch.nn.Module):
         """The plain model: ``forward(x, y)`` returns the loss (``_tiny.TinyMLP`` at width 128)."""
@@ -181,6 +186,14 @@ def _register() -> None:
         def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
             return {"inputs": self.x[i], "data_samples": self.y[i]}
 
+    class LockstepHook(Hook):
+        """flexgraph's side of the training barrier (:meth:`_Lockstep.at_training`):
+        ``before_train`` only, which changes nothing the loop does per iteration."""
+
+        def before_train(self, runner: Any) -> None:
+            _LOCKSTEP.at_training()
+
+    HOOKS.register_module(module=LockstepHook, force=True)
     MODELS.register_module(module=LoopMLP, force=True)
     MODELS.register_module(module=LoopBaseModel, force=True)
     DATASETS.register_module(module=TinyData, force=True)
@@ -197,6 +210,7 @@ def _config(work_dir: str, shape: Shape, epochs: int, api: bool) -> dict[str, An
     if shape.scheduler:
         cfg["param_scheduler"] = scheduler_cfg(shape, epochs)
     cfg["train_cfg"]["max_epochs"] = epochs
+    cfg["custom_hooks"] = [dict(type="LockstepHook")]
     if os.environ.get(_TENSORBOARD_ENV) == "1":
         cfg["visualizer"] = dict(type="Visualizer",
                                  vis_backends=[dict(type="TensorboardVisBackend")])
@@ -223,6 +237,7 @@ def hand_plain(shape: Shape, epochs: int, work_dir: str) -> None:
     loader = torch.utils.data.DataLoader(TinyData(shape.iters * shape.batch),
                                          batch_size=shape.batch, shuffle=True)
     logged = []
+    _LOCKSTEP.at_training()
     for _ in range(epochs):
         for x, y in loader:
             optimizer.zero_grad()
@@ -249,6 +264,7 @@ def hand_api(shape: Shape, epochs: int, work_dir: str) -> None:
                                          collate_fn=pseudo_collate)
     model.train()
     logged = []
+    _LOCKSTEP.at_training()
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
         for batch in loader:
@@ -264,20 +280,38 @@ def flexgraph_run(shape: Shape, epochs: int, work_dir: str, api: bool) -> None:
     Everything a user's run does (load the config file, plan, print the plan
     and the setup timings, record the run in the work_dir, train with the
     console output on) except starting the interpreter, which the slope
-    cancels anyway.
+    cancels anyway. The config file is written once per epoch count
+    (:func:`_config_file`), not in every timed run: formatting it (MMEngine's
+    ``Config.dump`` runs yapf) is the benchmark's work, not the run's.
     """
-    from mmengine.config import Config
-
     from flexgraph.cli.main import main as flexgraph_main
 
-    cfg = _config(work_dir, shape, epochs, api)
-    cfg["log_level"] = "INFO"  # the default a user runs with: log lines are printed
-    # The hand loops train on the CPU, so flexgraph must too where CUDA exists.
-    cfg["strategy"] = dict(type="single", device="cpu")
-    path = Path(work_dir).with_suffix(".py")
-    Config(cfg).dump(str(path))
+    path = _config_file(shape, epochs, api)
     if flexgraph_main(["run", str(path), "--work-dir", work_dir]) != 0:
         raise RuntimeError(f"flexgraph run {path} failed")
+
+
+_CONFIG_FILES: dict[tuple[str, int, bool], Path] = {}
+_CONFIG_DIR: list[tempfile.TemporaryDirectory] = []  # removed when the process exits
+
+
+def _config_file(shape: Shape, epochs: int, api: bool) -> Path:
+    """The config file of ``shape`` for ``epochs`` epochs, written on first use."""
+    key = (shape.name, epochs, api)
+    if key not in _CONFIG_FILES:
+        from mmengine.config import Config
+
+        if not _CONFIG_DIR:
+            _CONFIG_DIR.append(tempfile.TemporaryDirectory(prefix="loop_overhead_cfg_"))
+        folder = Path(_CONFIG_DIR[0].name)
+        cfg = _config(str(folder / "work_dir"), shape, epochs, api)
+        cfg["log_level"] = "INFO"  # the default a user runs with: log lines are printed
+        # The hand loops train on the CPU, so flexgraph must too where CUDA exists.
+        cfg["strategy"] = dict(type="single", device="cpu")
+        path = folder / f"{shape.name}_{epochs}_{'api' if api else 'plain'}.py"
+        Config(cfg).dump(str(path))
+        _CONFIG_FILES[key] = path
+    return _CONFIG_FILES[key]
 
 
 def mmengine_run(shape: Shape, epochs: int, work_dir: str) -> None:
@@ -302,29 +336,40 @@ VARIANTS = {
 }
 
 
-def measure(variant: str, shape: Shape, repeats: int, result: str, wait: bool) -> None:
+def measure(variant: str, shape: Shape, repeats: int, result: str, wait: bool,
+            partner: str | None = None) -> None:
     """One measurement: warm up, then time LO and HI epochs of ``shape``; write the slope.
 
     Each epoch count runs ``repeats`` times (alternating LO and HI) and keeps its
     fastest time: interference from other processes only ever adds time. With
     ``wait``, the timing starts when the parent says so (``{result}.go``
     exists), after both processes of a pair are warm (``{result}.ready``).
+    With a ``partner`` (the other process's result file), the two go in
+    lockstep (:class:`_Lockstep`).
     """
+    global _LOCKSTEP
     torch.set_num_threads(1)  # every side alike: no OpenMP oversubscription on few cores
     _register()
     run = VARIANTS[variant]
     times: dict[int, list[tuple[float, float]]] = {n: [] for n in shape.epochs}
     with tempfile.TemporaryDirectory() as tmp:
+        if variant.startswith("flexgraph"):
+            for n in (1, *shape.epochs):  # written before anything is timed
+                _config_file(shape, n, api=variant.endswith("api"))
         run(shape, 1, f"{tmp}/warm")
         if wait:
             Path(f"{result}.ready").touch()
             while not Path(f"{result}.go").exists():
                 time.sleep(0.005)
+        _LOCKSTEP = lockstep = _Lockstep(
+            result, partner, lambda: run(shape, 1, f"{tmp}/fill_{time.monotonic_ns()}"))
         for i in range(repeats):
             for n in shape.epochs:
+                lockstep.start()
                 wall, cpu = time.perf_counter(), time.process_time()
                 run(shape, n, f"{tmp}/run_{i}_{n}")
                 times[n].append((time.perf_counter() - wall, time.process_time() - cpu))
+                lockstep.finish()
     lo, hi = shape.epochs
     extra = (hi - lo) * shape.iters
     slope = {clock: (min(t[k] for t in times[hi]) - min(t[k] for t in times[lo])) / extra * 1e3
@@ -333,21 +378,84 @@ def measure(variant: str, shape: Shape, repeats: int, result: str, wait: bool) -
                                         "tty": sys.stdout.isatty()}))
 
 
+class _Lockstep:
+    """Keep the timed runs of a pair's two processes side by side, phase for phase.
+
+    The two sides of a comparison differ in setup (flexgraph plans, prints
+    and records before it trains; the hand loop builds three objects), so
+    timed side by side they drift out of phase, and how much one side's
+    training costs depends on what the other is doing beside it: its setup,
+    its training, or sleeping. A control shows how much: the hand loop
+    against itself plus 60 ms of Python busywork before each run, a cost the
+    slope should cancel, read 0.80 and 0.91 (a round anywhere from 0.65 to
+    1.14) in two ways of pairing that did not keep the phases. In lockstep:
+
+    * each timed run starts with its partner's (:meth:`start`);
+    * each side waits for the other just before its first iteration
+      (:meth:`at_training`: the hand loops call it, flexgraph's run reaches
+      it through a ``before_train`` hook), so setups run beside a sleeping
+      partner and training runs beside training;
+    * the side done first trains on, untimed, until the other is done with
+      that run (:meth:`finish`), so that no timed iteration runs alone.
+
+    The barriers are marker files next to the result files. Outside a timed
+    run (warm-up, filler) :meth:`at_training` returns at once.
+    """
+
+    def __init__(self, result: str | None = None, partner: str | None = None,
+                 fill: Any = None) -> None:
+        self.result, self.partner, self.fill = result, partner, fill
+        self.count = 0
+        self.armed = False  # inside a timed run, before its training barrier
+
+    def _meet(self, name: str) -> None:
+        Path(f"{self.result}.{name}{self.count}").touch()
+        while not Path(f"{self.partner}.{name}{self.count}").exists():
+            time.sleep(0.0005)
+
+    def start(self) -> None:
+        """Wait (untimed) until the partner is about to start the same run."""
+        if self.partner is not None:
+            self._meet("start")
+            self.armed = True
+
+    def at_training(self) -> None:
+        """Wait until the partner is about to train too (in a timed run only)."""
+        if self.armed:
+            self.armed = False
+            self._meet("train")
+
+    def finish(self) -> None:
+        """Train on, untimed, until the partner has finished the same run."""
+        if self.partner is None:
+            return
+        Path(f"{self.result}.done{self.count}").touch()
+        while not Path(f"{self.partner}.done{self.count}").exists():
+            self.fill()
+        self.count += 1
+
+
+_LOCKSTEP = _Lockstep()  # this process's (``measure`` replaces it in a paired child)
+
+
 # -- the parent: processes side by side ----------------------------------------------------
 
 class _Child:
     """One measuring process, started now, with its stdout a pipe or a pseudo-terminal."""
 
     def __init__(self, variant: str, shape: Shape, args: argparse.Namespace, tty: bool,
-                 tmp: str, cpu: int | None) -> None:
+                 tmp: str, cpu: int | None, result: Path | None = None,
+                 partner: Path | None = None) -> None:
         self.variant, self.tty = variant, tty
-        self.result = Path(tempfile.mktemp(dir=tmp, suffix=".json"))
+        self.result = result or Path(tempfile.mktemp(dir=tmp, suffix=".json"))
         lo, hi = shape.epochs
         self.command = [sys.executable, __file__, "--child", variant, "--shapes", shape.name,
                         "--iters", str(shape.iters), "--epochs", f"{lo},{hi}", "--repeats",
                         str(args.repeats), "--result", str(self.result)]
         if cpu is not None:  # a paired run: pinned, and timed when both are ready
             self.command += ["--cpu", str(cpu), "--wait"]
+        if partner is not None:  # keeps its CPU shared until the partner is done
+            self.command += ["--partner", str(partner)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
                _TENSORBOARD_ENV: "1" if args.tensorboard else "0",
                **(FIXED_HEAP if args.glibc_heap == "fixed" else {})}
@@ -471,8 +579,10 @@ class _Pair:
                  where: list[int]) -> None:
         self.side, self.round = side, round_
         variants = [side.hand, side.other] if round_ % 2 == 0 else [side.other, side.hand]
-        self.children = [_Child(v, side.shape, args, side.tty, tmp, cpu)
-                         for cpu, v in zip(where, variants, strict=True)]
+        results = [Path(tempfile.mktemp(dir=tmp, suffix=".json")) for _ in variants]
+        self.children = [_Child(v, side.shape, args, side.tty, tmp, cpu, result, partner)
+                         for cpu, v, result, partner in zip(where, variants, results,
+                                                            results[::-1], strict=True)]
         self.timing = False
 
     def poll(self) -> bool:
@@ -639,13 +749,14 @@ def main() -> None:
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--wait", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--partner", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shapes = _chosen_shapes(args)
     if args.child:
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})
-        measure(args.child, shapes[0], args.repeats, args.result, args.wait)
+        measure(args.child, shapes[0], args.repeats, args.result, args.wait, args.partner)
         return
     sides = _sides(shapes, args)
     _measure_rounds(sides, args)

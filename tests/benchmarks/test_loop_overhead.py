@@ -14,6 +14,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,38 @@ def test_every_shape_runs_end_to_end_in_the_smallest_configuration(tmp_path):
     assert "LinearLR by iteration" in out
     # every child's work_dir went with its temporary folder (torch may leave its compile cache)
     assert [p for p in tmp_path.iterdir() if not p.name.startswith("torchinductor")] == []
+
+
+def test_lockstep_trains_both_sides_together_and_fills_until_the_partner_is_done(tmp_path):
+    """Two sides of a pair (threads here, processes in the benchmark): the one with
+    the short setup waits to train until the other does, and the one done first
+    trains on (fills) until the other is done; outside a timed run nothing waits."""
+    events: list[str] = []
+    fills = {"quick": 0, "slow": 0}
+
+    def side(name: str, partner: str, setup_s: float, train_s: float) -> None:
+        def fill() -> None:
+            fills[name] += 1
+            time.sleep(0.005)
+
+        lockstep = loop_overhead._Lockstep(str(tmp_path / name), str(tmp_path / partner), fill)
+        lockstep.at_training()  # not armed (warm-up, filler): returns at once
+        lockstep.start()
+        time.sleep(setup_s)
+        events.append(f"{name} set up")
+        lockstep.at_training()
+        events.append(f"{name} trains")
+        time.sleep(train_s)
+        events.append(f"{name} trained")
+        lockstep.finish()
+        events.append(f"{name} finished")
+
+    threads = [threading.Thread(target=side, args=("quick", "slow", 0.0, 0.0)),
+               threading.Thread(target=side, args=("slow", "quick", 0.1, 0.1))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert events.index("slow set up") < events.index("quick trains")
+    assert events.index("slow trained") < events.index("quick finished")
+    assert fills == {"quick": fills["quick"], "slow": 0} and fills["quick"] >= 1

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import torch
 from mmengine.logging import MessageHub
 from mmengine.visualization import Visualizer
 
 from flexgraph.training.output import TrainOutput
+from flexgraph.training.output._train_output import _BAR_CPU_SHARE
 
 
 def _visualizer(tmp_path, *backends):
@@ -155,7 +157,76 @@ def test_the_cpu_keeps_numbers_and_an_accelerator_keeps_detached_tensors(tmp_pat
                             log_interval=2, max_iters=6, max_epochs=1, by_epoch=False,
                             epoch_length=6, interactive=False, device="cuda")
     elsewhere.keep(loss)
-    elsewhere.keep({"loss": loss})
+    elsewhere.keep({"loss": loss, "acc": loss})
     kept, kept_dict = elsewhere.values
     assert isinstance(kept, torch.Tensor) and not kept.requires_grad and kept.item() == 3.0
-    assert not kept_dict["loss"].requires_grad
+    assert not kept_dict["loss"].requires_grad and not kept_dict["acc"].requires_grad
+
+
+def test_a_dict_of_the_loss_alone_is_recorded_as_a_bare_loss_is(tmp_path):
+    """BaseModel.train_step's {'loss': x} is kept as x: the records, the window and
+    the hub read as they would for the dict, alone or between dicts of more keys."""
+    outputs = []
+    for values in ([{"loss": torch.tensor(float(i))} for i in range(1, 5)],
+                   [torch.tensor(float(i)) for i in range(1, 5)],
+                   [{"loss": torch.tensor(1.0)}, {"loss": torch.tensor(2.0), "acc": 0.5},
+                    torch.tensor(3.0), {"loss": torch.tensor(4.0)}]):
+        run_dir = tmp_path / str(len(outputs))
+        run_dir.mkdir()
+        out = _output(run_dir, interactive=False)
+        out.open(0)
+        for value in values:
+            out.keep(value)
+            out.lrs.append(0.1)
+        if len(outputs) < 2:
+            assert all(type(v) is float for v in out.values)
+        out.log(4, 0, 4)
+        out.flush(0)
+        out.close()
+        outputs.append([json.loads(line) for line in (run_dir / "metrics.jsonl").open()])
+    assert outputs[0] == outputs[1]
+    assert [r["loss"] for r in outputs[2]] == [1.0, 2.0, 3.0, 4.0]
+    assert [r.get("acc") for r in outputs[2]] == [None, 0.5, None, None]
+
+
+def _spend_cpu(seconds: float) -> None:
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+
+
+class _CostlyBar:
+    """A bar whose every redraw costs 5 ms of CPU (a real one: about 1 ms)."""
+
+    def __init__(self) -> None:
+        self.redraws = 0
+
+    def show(self, *args: object, **kwargs: object) -> None:
+        self.redraws += 1
+        _spend_cpu(0.005)
+
+    def stop(self) -> None:
+        pass
+
+
+def test_the_bars_redraws_stay_under_their_share_of_the_cpu_time(tmp_path):
+    """Four ticks a second would spend 2% of this loop's CPU time on 5 ms redraws
+    (more on a busy machine, where a second of wall time holds less CPU time);
+    once a redraw's cost is known, the stride stretches until the redraws take
+    at most _BAR_CPU_SHARE of the loop's CPU time."""
+    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
+                      message_hub=MessageHub.get_instance("test_output_share"), log_interval=10**6,
+                      max_iters=10**6, max_epochs=1, by_epoch=False, epoch_length=10**6,
+                      interactive=False)
+    out.open(0)
+    out._bar = bar = _CostlyBar()
+    next_tick = out.tick(0)  # the first redraw, before its cost is known
+    start = time.process_time()
+    for it in range(1, 4001):  # 0.25 ms of CPU an iteration: one CPU second in all
+        _spend_cpu(0.00025)
+        if it >= next_tick:
+            next_tick = out.tick(it)
+    later = (bar.redraws - 1) * 0.005 / (time.process_time() - start)
+    assert later <= 1.5 * _BAR_CPU_SHARE, (bar.redraws, later)
+    out._bar = None
+    out.close()

@@ -454,7 +454,7 @@ class _Child:
                         str(args.repeats), "--result", str(self.result)]
         if cpu is not None:  # a paired run: pinned, and timed when both are ready
             self.command += ["--cpu", str(cpu), "--wait"]
-        if partner is not None:  # keeps its CPU shared until the partner is done
+        if partner is not None:  # in lockstep with its partner (_Lockstep)
             self.command += ["--partner", str(partner)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
                _TENSORBOARD_ENV: "1" if args.tensorboard else "0",

@@ -228,9 +228,9 @@ def _keeper(values: list[Any], convert: Any) -> Any:
     is recorded as: the same records and scalars, without a new dict per
     iteration. Dicts are told by their exact type first, so that the
     ``Mapping`` check (an ABC's, slow on a cold cache) runs only for other
-    mappings: the step just evicted this code from the caches, and on the
-    model-API path keeping the value cost 4 us against a hand loop's 1.3 us
-    (``.item()`` and an append).
+    mappings: the step just evicted this code from the caches. Timed inside
+    the model-API loop, keeping the value took 4.0 us before, 2.1 to 2.4 us
+    now, against a hand loop's 1.3 us (``.item()`` and an append).
     """
 
     def keep(value: Any) -> None:

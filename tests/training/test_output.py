@@ -164,8 +164,8 @@ def test_the_cpu_keeps_numbers_and_an_accelerator_keeps_detached_tensors(tmp_pat
 
 
 def test_a_dict_of_the_loss_alone_is_recorded_as_a_bare_loss_is(tmp_path):
-    """BaseModel.train_step's {'loss': x} is kept as x: the records, the window and
-    the hub read as they would for the dict, alone or between dicts of more keys."""
+    """BaseModel.train_step's {'loss': x} is kept as x, and its records read as a bare
+    loss's do, alone or between dicts of more keys."""
     outputs = []
     for values in ([{"loss": torch.tensor(float(i))} for i in range(1, 5)],
                    [torch.tensor(float(i)) for i in range(1, 5)],

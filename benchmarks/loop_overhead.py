@@ -80,15 +80,27 @@ two cores. Run::
                                        [--only plain,api,terminal,calibrate,calibrate-api]
                                        [--iters N] [--epochs LO,HI] [--repeats K] [--jobs J]
                                        [--with-mmengine] [--tensorboard]
+                                       [--count instructions]
 
 ``--iters`` and ``--epochs`` replace every chosen shape's own; ``--only``
 replaces each shape's default comparisons. ``--with-mmengine`` adds MMEngine's
 ``FlexibleRunner`` on each shape's model-API config.
+
+``--count instructions`` counts instead of timing (``_callgrind.py``; needs
+valgrind and a C compiler): each variant runs once under callgrind, warms up,
+and the instructions of its LO and HI epoch runs give instructions per
+iteration, with the same slope as the timing. A count does not drift with
+the machine's load (a hand loop against itself reads 0.997 to 1.000), so it
+tells flexgraph's extra work apart from the timing's noise; what it cannot
+see is the kernel's time and where data lie in the caches. The terminal
+comparison is not counted (its bar redraws by the clock, which valgrind
+slows fifty-fold). Every shape takes about 45 minutes on two cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import fcntl
 import json
@@ -112,7 +124,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-import _tiny  # noqa: E402 (this folder is on sys.path when run as a script)
+import _callgrind  # noqa: E402 (this folder is on sys.path when run as a script)
+import _tiny  # noqa: E402
 from _loop_shapes import (  # noqa: E402
     SHAPES,
     Shape,
@@ -438,6 +451,73 @@ class _Lockstep:
 _LOCKSTEP = _Lockstep()  # this process's (``measure`` replaces it in a paired child)
 
 
+# -- instructions instead of time (``--count instructions``) --------------------------------
+
+def count(variant: str, shape: Shape) -> None:
+    """One process under callgrind: warm up, then count LO and HI epochs' runs, once each."""
+    global _LOCKSTEP
+    torch.set_num_threads(1)
+    _register()
+    run = VARIANTS[variant]
+    with tempfile.TemporaryDirectory() as tmp:
+        if variant.startswith("flexgraph"):
+            for n in (1, *shape.epochs):
+                _config_file(shape, n, api=variant.endswith("api"))
+        run(shape, 1, f"{tmp}/warm")
+        _LOCKSTEP = counter = _callgrind.Instructions(os.environ[_callgrind.HELPER_ENV])
+        for n in shape.epochs:
+            counter.arm()
+            run(shape, n, f"{tmp}/run_{n}")
+            counter.stop()
+
+
+def _count_one(shape: Shape, variant: str, folder: str, env: dict[str, str]) -> float:
+    dumps = Path(folder, f"{shape.name}_{variant}.callgrind")
+    lo, hi = shape.epochs
+    command = [*_callgrind.command(dumps), sys.executable, __file__, "--count",
+               "instructions", "--child", variant, "--shapes", shape.name,
+               "--iters", str(shape.iters), "--epochs", f"{lo},{hi}"]
+    done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True,
+                          timeout=4 * TIMEOUT_S)
+    if done.returncode:
+        raise RuntimeError(f"{variant} on {shape.name} under callgrind failed:\n"
+                           f"{done.stderr[-3000:]}")
+    return _callgrind.slope(dumps, (hi - lo) * shape.iters)
+
+
+def _count_instructions(sides: list[_Side], args: argparse.Namespace) -> bool:
+    """``--count instructions``: every side's two variants once each, ``--jobs`` at a time;
+    print instructions per iteration and their ratio. Returns whether every goal was met."""
+    wanted = sorted({(side.shape.name, variant) for side in sides if not side.tty
+                     for variant in (side.hand, side.other)})
+    shapes = {side.shape.name: side.shape for side in sides}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+               "PYTHONHASHSEED": "0", _callgrind.HELPER_ENV: _callgrind.build_helper(tmp),
+               _TENSORBOARD_ENV: "1" if args.tensorboard else "0",
+               **(FIXED_HEAP if args.glibc_heap == "fixed" else {})}
+        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            futures = {key: pool.submit(_count_one, shapes[key[0]], key[1], tmp, env)
+                       for key in wanted}
+            slopes = {key: future.result() for key, future in futures.items()}
+    print(f"instructions per iteration (callgrind; slope between each shape's two epoch "
+          f"counts), torch {torch.__version__}, 1 thread; goal: ratio <= {GOAL}")
+    print(f"  {'shape':<13} {'comparison':<16} {'flexgraph':>12} {'hand':>12} {'ratio':>7}  goal")
+    met = True
+    for side in sides:
+        if side.tty:  # its redraws follow the clock, which runs slow under valgrind
+            print(f"  {side.shape.name:<13} {side.name:<16} not counted: the progress bar "
+                  f"redraws by the clock")
+            continue
+        other, hand = (slopes[side.shape.name, v] for v in (side.other, side.hand))
+        ok = not side.has_goal or other / hand <= GOAL
+        met = met and ok
+        verdict = ("ok" if ok else "over") if side.has_goal else "-"
+        print(f"  {side.shape.name:<13} {side.name:<16} {other:>12,.0f} {hand:>12,.0f} "
+              f"{other / hand:>7.4f}  {verdict}")
+    return met
+
+
 # -- the parent: processes side by side ----------------------------------------------------
 
 class _Child:
@@ -746,6 +826,10 @@ def main() -> None:
     parser.add_argument("--glibc-heap", choices=("fixed", "adaptive"), default="fixed",
                         help="every child's glibc heap thresholds: fixed (default, see the "
                              "docstring) or glibc's adaptive ones")
+    parser.add_argument("--count", choices=("time", "instructions"), default="time",
+                        help="time the loops (default), or count the instructions they "
+                             "execute under valgrind's callgrind: deterministic, once per "
+                             "variant, about ten minutes for every shape on two cores")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--wait", action="store_true", help=argparse.SUPPRESS)
@@ -753,12 +837,19 @@ def main() -> None:
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shapes = _chosen_shapes(args)
+    if args.child and args.count == "instructions":
+        count(args.child, shapes[0])
+        return
     if args.child:
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})
         measure(args.child, shapes[0], args.repeats, args.result, args.wait, args.partner)
         return
     sides = _sides(shapes, args)
+    if args.count == "instructions":
+        if not _count_instructions(sides, args):
+            print(f"some ratio is over {GOAL}", file=sys.stderr)
+        return
     _measure_rounds(sides, args)
     print(f"{args.rounds} rounds, pairing {args.pairing}, {len(_slots(args))} pairs at once, "
           f"glibc heap {args.glibc_heap}, torch {torch.__version__}, 1 thread, "

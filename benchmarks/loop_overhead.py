@@ -472,6 +472,7 @@ def count(variant: str, shape: Shape) -> None:
 
 
 def _count_one(shape: Shape, variant: str, folder: str, env: dict[str, str]) -> float:
+    """Instructions per iteration of ``variant`` on ``shape``: one child under callgrind."""
     dumps = Path(folder, f"{shape.name}_{variant}.callgrind")
     lo, hi = shape.epochs
     command = [*_callgrind.command(dumps), sys.executable, __file__, "--count",
@@ -829,7 +830,7 @@ def main() -> None:
     parser.add_argument("--count", choices=("time", "instructions"), default="time",
                         help="time the loops (default), or count the instructions they "
                              "execute under valgrind's callgrind: deterministic, once per "
-                             "variant, about ten minutes for every shape on two cores")
+                             "variant, about 45 minutes for every shape on two cores")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--wait", action="store_true", help=argparse.SUPPRESS)

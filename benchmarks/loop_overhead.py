@@ -349,6 +349,19 @@ VARIANTS = {
 }
 
 
+def _warmed_up(variant: str, shape: Shape, tmp: str) -> Any:
+    """Ready a child to measure ``variant`` on ``shape``: one thread, its config files
+    written, one warm-up run done in ``tmp``; returns the variant's run function."""
+    torch.set_num_threads(1)  # every side alike: no OpenMP oversubscription on few cores
+    _register()
+    run = VARIANTS[variant]
+    if variant.startswith("flexgraph"):
+        for n in (1, *shape.epochs):  # written before anything is measured
+            _config_file(shape, n, api=variant.endswith("api"))
+    run(shape, 1, f"{tmp}/warm")
+    return run
+
+
 def measure(variant: str, shape: Shape, repeats: int, result: str, wait: bool,
             partner: str | None = None) -> None:
     """One measurement: warm up, then time LO and HI epochs of ``shape``; write the slope.
@@ -361,15 +374,9 @@ def measure(variant: str, shape: Shape, repeats: int, result: str, wait: bool,
     lockstep (:class:`_Lockstep`).
     """
     global _LOCKSTEP
-    torch.set_num_threads(1)  # every side alike: no OpenMP oversubscription on few cores
-    _register()
-    run = VARIANTS[variant]
     times: dict[int, list[tuple[float, float]]] = {n: [] for n in shape.epochs}
     with tempfile.TemporaryDirectory() as tmp:
-        if variant.startswith("flexgraph"):
-            for n in (1, *shape.epochs):  # written before anything is timed
-                _config_file(shape, n, api=variant.endswith("api"))
-        run(shape, 1, f"{tmp}/warm")
+        run = _warmed_up(variant, shape, tmp)
         if wait:
             Path(f"{result}.ready").touch()
             while not Path(f"{result}.go").exists():
@@ -456,14 +463,8 @@ _LOCKSTEP = _Lockstep()  # this process's (``measure`` replaces it in a paired c
 def count(variant: str, shape: Shape) -> None:
     """One process under callgrind: warm up, then count LO and HI epochs' runs, once each."""
     global _LOCKSTEP
-    torch.set_num_threads(1)
-    _register()
-    run = VARIANTS[variant]
     with tempfile.TemporaryDirectory() as tmp:
-        if variant.startswith("flexgraph"):
-            for n in (1, *shape.epochs):
-                _config_file(shape, n, api=variant.endswith("api"))
-        run(shape, 1, f"{tmp}/warm")
+        run = _warmed_up(variant, shape, tmp)
         _LOCKSTEP = counter = _callgrind.Instructions(os.environ[_callgrind.HELPER_ENV])
         for n in shape.epochs:
             counter.arm()

@@ -30,6 +30,14 @@ otherwise write for the same model, optimizer and scheduler:
 * ``calibrate`` / ``calibrate-api``: the plain / model-API hand loop against
   itself, in the same shape: the method's own noise and bias there, the
   yardstick for the other ratios of that shape.
+* ``after-flexgraph`` and ``loop`` (and ``-api``; only with ``--only``): a
+  ratio split in two. A calibration compares two processes with the same
+  history, so it cannot show how much a process's history (what it
+  imported and allocated before training) moves the same loop's time.
+  ``after-flexgraph`` times the hand loop in a process that ran one
+  flexgraph run first against a fresh one: the share of the process.
+  ``loop`` times flexgraph against that hand loop: the share of the loop,
+  in processes with the same history.
 
 A scheduled shape's hand loops build MMEngine's ``LinearLR`` on their
 optimizer (wrapper) and step it after every iteration, as MMEngine's
@@ -150,12 +158,21 @@ COMPARISONS = {
     # the hand loops against themselves: the method's own noise and bias in that shape
     "calibrate": ("hand-plain", "hand-plain-again", False),
     "calibrate-api": ("hand-api", "hand-api-again", False),
+    # Opt-in (``--only``), to split a ratio in two: the same hand loop in a process that
+    # ran one flexgraph run first, against a fresh one (what that process costs), and
+    # flexgraph against that hand loop (what its loop costs, in processes alike).
+    "after-flexgraph": ("hand-plain", "hand-plain-after-flexgraph", False),
+    "loop": ("hand-plain-after-flexgraph", "flexgraph-plain", False),
+    "after-flexgraph-api": ("hand-api", "hand-api-after-flexgraph", False),
+    "loop-api": ("hand-api-after-flexgraph", "flexgraph-api", False),
 }
 # glibc's heap, the same in every child (``--glibc-heap fixed``): blocks up to 32 MiB come
 # from the heap, which keeps up to 256 MiB free at its top instead of giving it back.
 FIXED_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 # Which calibration measures the hand loop of a comparison against itself.
-CALIBRATION_OF = {"hand-plain": "calibrate", "hand-api": "calibrate-api"}
+CALIBRATION_OF = {"hand-plain": "calibrate", "hand-api": "calibrate-api",
+                  "hand-plain-after-flexgraph": "calibrate",
+                  "hand-api-after-flexgraph": "calibrate-api"}
 
 
 # -- the workload of a shape (both forms of the model) -------------------------------------
@@ -346,15 +363,21 @@ VARIANTS = {
     "flexgraph-plain": lambda s, e, d: flexgraph_run(s, e, d, api=False),
     "flexgraph-api": lambda s, e, d: flexgraph_run(s, e, d, api=True),
     "mmengine-api": mmengine_run,
+    "hand-plain-after-flexgraph": hand_plain,  # _warmed_up runs flexgraph first
+    "hand-api-after-flexgraph": hand_api,
 }
 
 
 def _warmed_up(variant: str, shape: Shape, tmp: str) -> Any:
     """Ready a child to measure ``variant`` on ``shape``: one thread, its config files
-    written, one warm-up run done in ``tmp``; returns the variant's run function."""
+    written, one warm-up run done in ``tmp`` (after one flexgraph run for an
+    ``-after-flexgraph`` hand loop); returns the variant's run function."""
     torch.set_num_threads(1)  # every side alike: no OpenMP oversubscription on few cores
     _register()
     run = VARIANTS[variant]
+    if variant.endswith("-after-flexgraph"):  # the process a flexgraph run leaves behind
+        api = variant.startswith("hand-api")
+        flexgraph_run(shape, 1, f"{tmp}/flexgraph_first", api=api)
     if variant.startswith("flexgraph"):
         for n in (1, *shape.epochs):  # written before anything is measured
             _config_file(shape, n, api=variant.endswith("api"))
@@ -813,7 +836,9 @@ def main() -> None:
     parser.add_argument("--only",
                         help="comma-separated comparisons to run on every shape: plain, api, "
                              "terminal, calibrate, calibrate-api (the hand loops against "
-                             "themselves); default: each shape's own")
+                             "themselves), after-flexgraph, loop (and their -api forms: "
+                             "a ratio split in two, see the docstring); default: each "
+                             "shape's own")
     parser.add_argument("--with-mmengine", action="store_true",
                         help="also time MMEngine's FlexibleRunner on each model-API config")
     parser.add_argument("--tensorboard", action="store_true",

@@ -10,6 +10,7 @@ other: a benchmark whose shapes all looked alike would hide a cost again.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import subprocess
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -74,6 +76,40 @@ def test_only_replaces_each_shapes_comparisons_and_names_an_unknown_one():
                                            "calibrate-api", "api", "calibrate-api"]
     with pytest.raises(SystemExit, match="no comparison"):
         loop_overhead._sides(shapes, _args(only="api,nonsense"))
+
+
+@pytest.mark.parametrize("form", ["", "-api"])
+def test_the_split_comparisons_multiply_back_to_the_whole_one(form):
+    """after-flexgraph times the process, loop the loop: their ratios chain from the
+    whole comparison's hand loop to its flexgraph side, through one middle variant."""
+    whole = loop_overhead.COMPARISONS["plain" if not form else "api"]
+    process = loop_overhead.COMPARISONS[f"after-flexgraph{form}"]
+    loop = loop_overhead.COMPARISONS[f"loop{form}"]
+    assert process[0] == whole[0] and loop[1] == whole[1]
+    assert process[1] == loop[0] == f"{whole[0]}-after-flexgraph"
+    assert loop_overhead.VARIANTS[process[1]] is loop_overhead.VARIANTS[whole[0]]  # same loop
+
+
+def test_an_after_flexgraph_hand_loop_runs_flexgraph_once_before_its_warm_up(
+        tmp_path, monkeypatch):
+    order: list[str] = []
+    monkeypatch.setattr(loop_overhead, "flexgraph_run",
+                        lambda shape, epochs, work_dir, api: order.append(f"flexgraph {api}"))
+    hand = loop_overhead.hand_plain
+    monkeypatch.setitem(loop_overhead.VARIANTS, "hand-plain-after-flexgraph",
+                        lambda *args: (order.append("hand"), hand(*args)))
+    monkeypatch.setitem(loop_overhead.VARIANTS, "hand-plain",
+                        lambda *args: (order.append("hand"), hand(*args)))
+    shape = dataclasses.replace(_loop_shapes.SHAPES["tiny"], iters=2)
+    threads = torch.get_num_threads()
+    try:
+        loop_overhead._warmed_up("hand-plain-after-flexgraph", shape, str(tmp_path))
+        assert order == ["flexgraph False", "hand"]
+        order.clear()
+        loop_overhead._warmed_up("hand-plain", shape, str(tmp_path))
+        assert order == ["hand"]
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_summary_puts_each_ratio_next_to_the_hand_loop_against_itself(capsys):

@@ -3,7 +3,7 @@
 The order, and why (each line is a rewrite below)::
 
     setup_env            precision checked against the accelerator before any
-                         process group exists (fp16 on a CPU stops here)
+                         process group exists (fp16 on a CPU without it stops here)
     build_model          under deepspeed.zero.Init for stage 3: each parameter is
                          partitioned as it is created, no rank holds the model
     init_weights         (stage 3) with the parameters gathered, rank 0's values

@@ -315,7 +315,9 @@ def rank_worker(args: argparse.Namespace) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import fully_shard
 
+    from flexgraph.cli.stopping import end_launched_rank
     from flexgraph.training.checkpoint import DistributedCheckpointIO
+    from flexgraph.training.runtime import leave_process_group
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -353,7 +355,10 @@ def rank_worker(args: argparse.Namespace) -> None:
     if rank == 0:
         print(f"TIMES {statistics.median(times['sharded'])} "
               f"{statistics.median(times['gathered'])}", flush=True)
-    dist.destroy_process_group()
+    # As a launched rank of flexgraph run ends: leave together, skip the
+    # interpreter's teardown (where gloo's threads can abort a finished rank).
+    leave_process_group()
+    end_launched_rank(0)
 
 
 def report(args: argparse.Namespace, one: list[tuple[str, float, float]] | None,

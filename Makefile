@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine:
 #   make quickstart   venv + install + train the quickstart on CPU
-#   make test         venv + install + lint + the test suite
+#   make test         venv + install + lint + the docs + the test suite
 # and one more runs OpenMMLab's own code:
 #   make test-ecosystem   a second venv with the real mmpretrain, and tests/ecosystem
 # PyTorch: the default pins a release (on a CPU-only machine use a CPU wheel, e.g.
@@ -28,7 +28,7 @@ MMPRETRAIN_IMPORTS := einops mat4py modelindex importlib-metadata
 # atomically: two test workers importing it at once from a fresh venv read a
 # half-written file (EOFError at collection). One import right after the install writes it.
 
-.PHONY: install quickstart test lint bench test-ecosystem test-matrix
+.PHONY: install quickstart test lint docs bench test-ecosystem test-matrix
 
 $(BIN)/flexgraph: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,15 @@ quickstart: install
 lint: install
 	$(BIN)/ruff check .
 
-test: lint
+# The documentation (docs/): HTML with warnings as errors, then the pages' doctests.
+# A fresh environment (-E) each time, so every page's warnings surface again. The
+# plan pictures need Graphviz's dot (Debian's graphviz; .ci/run installs it).
+docs: install
+	@command -v dot >/dev/null 2>&1 || { echo "make docs: Graphviz's dot is missing (apt-get install graphviz)" >&2; exit 1; }
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+	$(BIN)/sphinx-build -E -W --keep-going -q -b doctest docs docs/_build/doctest
+
+test: lint docs
 	$(BIN)/pytest -n 2
 
 # The longer tier: every strategy resuming every strategy's checkpoint (6 x 6, ~6 min)

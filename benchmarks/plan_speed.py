@@ -19,7 +19,7 @@ device, one step traced there) is timed against a bare ``python -c "import
 torch"``, both in fresh processes (medians, after one untimed round that
 leaves every module's bytecode cached, as an installed package has it), for
 ViT-huge/14 (632 M parameters, batch 128) and a 7B Llama-style decoder (4096
-tokens), and for ``--compare`` of the README's four candidates on ViT-huge
+tokens), and for ``--compare`` of the four candidates in docs/guide/memory.rst on ViT-huge
 (three traces: fp32, AMP fp16, DeepSpeed's fp16); the goal is within 3x, with
 a peak RSS under 1 GiB (``--estimate-repeats 0`` skips it).
 
@@ -61,7 +61,7 @@ ESTIMATED = {
     "ViT-huge/14, batch 128": [str(VIT_HUGE), "--estimate"],
     "Llama 7B, 4096 tokens": [str(ROOT / "examples" / "estimate" / "llama_7b_8xb1_fsdp.py"),
                               "--estimate"],
-    # the comparison of MMEngine's PR #1183 (README): four candidates, three traces
+    # the comparison of MMEngine's PR #1183 (docs/guide/memory.rst): four candidates, three traces
     "ViT-huge/14, --compare 4": [str(VIT_HUGE), "--compare",
                                  "ddp,ddp:fp16,deepspeed:zero1:fp16,deepspeed:zero3:fp16"],
 }

@@ -1,4 +1,4 @@
-"""The layer contracts of DESIGN.md hold, no module imports itself round a circle,
+"""The layer contracts of docs/design.rst hold, no module imports itself round a circle,
 and no block of code is written twice.
 
 An editable install maps ``strategies/`` to ``flexgraph.strategies`` with an

@@ -1,4 +1,4 @@
-"""The standard training graph, with the public step names of DESIGN.md.
+"""The standard training graph, with the public step names of docs/design.rst.
 
 Declared order (ties in a plan follow it):
 

@@ -1,8 +1,9 @@
 """The quickstart under each strategy its comments offer, changing only the ``strategy`` line.
 
-The README promises that a user switches strategy by uncommenting one line of
-``examples/quickstart.py``; each test does exactly that to a copy of the file
-and trains it for one epoch with ``flexgraph run --nproc-per-node 2`` (gloo).
+The docs (docs/guide/getting_started.rst) promise that a user switches strategy
+by uncommenting one line of ``examples/quickstart.py``; each test does exactly
+that to a copy of the file and trains it for one epoch with ``flexgraph run
+--nproc-per-node 2`` (gloo).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ a fork of the RNG streams (:mod:`flexgraph.training.loop._train_loop`), so its d
 not reach training either. Random transforms in the *workers* are the one
 stream a resume does not continue: after a resume inside an epoch (and, with
 ``persistent_workers``, after any resume), each worker starts again from its
-seed (README, "Deliberate differences").
+seed (docs/guide/parity.rst, "Deliberate differences").
 
 Worker processes ignore the run's stop signals
 (:mod:`flexgraph.training.loop._preemption`): a scheduler signals every process of a

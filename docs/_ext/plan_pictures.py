@@ -11,22 +11,33 @@ plan the code makes today, never a stale image::
        :caption: The quickstart under FSDP
 
 A plan that fails (a renamed example, an unknown strategy) fails the build
-with the command and its error. Planning imports no torch: each picture costs
-a fraction of a second.
+at the directive's line, with the command and its error. Planning imports no
+torch: each picture costs a fraction of a second.
+
+Drawing needs Graphviz's ``dot`` (Debian's ``graphviz``). Where it is missing,
+a developer's build shows each plan as its dot text instead, and says so once;
+under CI (``CI`` set in the environment) a missing ``dot`` fails the build, so
+the published pictures are never quietly left out.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import ClassVar
 
+from docutils import nodes
 from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.ext.graphviz import Graphviz
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
 
 
 def plan_dot(root: Path, config: str, strategy: str | None, cfg_options: list[str]) -> str:
@@ -81,13 +92,31 @@ class FlexgraphPlan(Graphviz):
         root = Path(self.env.app.confdir).parent
         config = self.arguments[0]
         self.env.note_dependency(str(root / config))
-        dot = plan_dot(root, config, self.options.get("strategy"),
-                       self.options.get("cfg-options", "").split())
+        try:
+            dot = plan_dot(root, config, self.options.get("strategy"),
+                           self.options.get("cfg-options", "").split())
+        except ExtensionError as error:  # an error at this directive's line fails the build
+            raise self.error(str(error)) from None
+        if shutil.which(self.config.graphviz_dot) is None:
+            return self._without_dot(config, dot)
         self.arguments = []
         self.options.setdefault("alt", f"flexgraph plan {config} "
                                        f"--strategy {self.options.get('strategy', '(its own)')}")
         self.content = StringList(dot.splitlines(), source=f"flexgraph plan {config}")
         return super().run()
+
+    def _without_dot(self, config: str, dot: str) -> list[nodes.Node]:
+        """The plan as dot text, where Graphviz cannot draw it (never under CI)."""
+        missing = (f"Graphviz's {self.config.graphviz_dot!r} is not installed "
+                   "(apt-get install graphviz)")
+        if os.environ.get("CI"):
+            raise self.error(f"{missing}: the plan pictures cannot be drawn")
+        if not getattr(self.env, "_flexgraph_plan_said_no_dot", False):
+            logger.info("flexgraph-plan: %s; plans are shown as dot text", missing)
+            self.env._flexgraph_plan_said_no_dot = True
+        block = nodes.literal_block(dot, dot, language="text")
+        caption = self.options.get("caption", f"flexgraph plan {config}")
+        return [nodes.paragraph(text=f"{caption} (as dot text: {missing})"), block]
 
 
 def setup(app: Sphinx) -> dict[str, object]:

@@ -21,19 +21,21 @@ import torch
 from flexgraph.strategies.deepspeed_engine import EngineModel
 
 from flexgraph.training.checkpoint import (
-    DCP_DIRECTORY,
-    DEEPSPEED_DIRECTORY,
-    SAFETENSORS_FILE,
-    TORCH_SAVE_FILE,
     CheckpointIO,
     OnRead,
     WeightsLoaded,
     apply_weights,
     matching_weights,
-    read_checkpoint,
     tensor_bytes,
 )
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    DEEPSPEED_DIRECTORY,
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
+    read_checkpoint,
+)
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank, world_size
 
 __all__ = ["DeepSpeedCheckpointIO", "safe_checkpoint_engine", "safe_globals"]

@@ -38,15 +38,13 @@ from typing import Any
 import torch
 from flexgraph.strategies.deepspeed_checkpoint import safe_globals
 
-from flexgraph.training.checkpoint import (
-    DEEPSPEED_DIRECTORY,
+from flexgraph.training.checkpoint_tools import (
     CheckpointReader,
-    CheckpointSource,
     CheckpointSummary,
     state_parts,
-    weights_layout,
 )
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import DEEPSPEED_DIRECTORY, CheckpointSource, weights_layout
 
 __all__ = ["DEEPSPEED_READER", "describe_deepspeed_directory", "open_deepspeed_directory"]
 

@@ -47,7 +47,7 @@ from flexgraph.training.graph import standard_graph, standard_inputs
 
 _LAZY = {
     "Checkpointer": "checkpoint",
-    "read_checkpoint_file": "checkpoint",
+    "read_checkpoint_file": "formats",
     "CheckpointPolicy": "config",
     "RunSettings": "config",
     "TrainSchedule": "config",

@@ -49,7 +49,6 @@ from flexgraph.render.plan_change import plan_change_view
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
-    format_of,
     from_mmengine,
     restore_schedulers,
     running_plan,
@@ -61,6 +60,7 @@ from flexgraph.training.components import (
 )
 from flexgraph.training.config import RunSettings
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
+from flexgraph.training.formats import format_of
 from flexgraph.training.loop import Hooks
 from flexgraph.training.runtime import (
     capture_rng,

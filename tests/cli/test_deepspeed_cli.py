@@ -25,7 +25,8 @@ from cli_helpers import (
     write_config,
 )
 
-from flexgraph.training.checkpoint import DEEPSPEED_DIRECTORY, describe_checkpoint
+from flexgraph.training.checkpoint_tools import describe_checkpoint
+from flexgraph.training.formats import DEEPSPEED_DIRECTORY
 
 pytest.importorskip("deepspeed")
 
@@ -104,12 +105,9 @@ def test_a_zero_checkpoint_converts_to_deepspeeds_own_fp32_weights(runs, tmp_pat
     import torch
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    from flexgraph.training.checkpoint import (
-        Checkpointer,
-        FileCheckpointIO,
-        convert_checkpoint,
-        read_checkpoint,
-    )
+    from flexgraph.training.checkpoint import Checkpointer, FileCheckpointIO
+    from flexgraph.training.checkpoint_tools import convert_checkpoint
+    from flexgraph.training.formats import read_checkpoint
 
     tag = runs["root"] / f"zero{stage}" / "iter_20.ds"
     expected = get_fp32_state_dict_from_zero_checkpoint(str(tag.parent), tag=tag.name)
@@ -132,7 +130,7 @@ def test_a_zero_checkpoint_converts_to_deepspeeds_own_fp32_weights(runs, tmp_pat
 
 def test_a_zero3_checkpoint_seeds_ddp_and_its_exports_seed_fsdp_and_zero1(runs, tmp_path):
     """load_from under other strategies, the reader named in the log; the same accuracy."""
-    from flexgraph.training.checkpoint import convert_checkpoint
+    from flexgraph.training.checkpoint_tools import convert_checkpoint
 
     tag = runs["root"] / "zero3" / "iter_20.ds"
     exported, sharded = tmp_path / "exported.weights", tmp_path / "exported.dcp"

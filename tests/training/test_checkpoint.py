@@ -13,13 +13,14 @@ import pytest
 import torch
 from training_helpers import REPO, Payload, run_steps
 
-from flexgraph.training.checkpoint import Checkpointer, from_plain, read_checkpoint_file, to_plain
+from flexgraph.training.checkpoint import Checkpointer, from_plain, to_plain
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     UnsafeCheckpointError,
 )
+from flexgraph.training.formats import read_checkpoint_file
 
 
 @pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])

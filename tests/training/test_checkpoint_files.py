@@ -21,17 +21,13 @@ import pytest
 import torch
 from training_helpers import run_steps
 
-from flexgraph.training.checkpoint import (
-    Checkpointer,
-    DistributedCheckpointIO,
-    dcp_problem,
-    read_checkpoint_file,
-)
+from flexgraph.training.checkpoint import Checkpointer, DistributedCheckpointIO
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     UnsafeCheckpointError,
 )
+from flexgraph.training.formats import dcp_problem, read_checkpoint_file
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 

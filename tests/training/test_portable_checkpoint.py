@@ -16,22 +16,20 @@ from mmengine.optim import OptimWrapper
 
 from flexgraph.render.plan_change import plan_changes
 from flexgraph.training.checkpoint import (
-    MANIFEST_NAME,
-    PORTABLE_DIRECTORY,
     Checkpointer,
     FileCheckpointIO,
     FileStateReader,
     PortableCheckpointIO,
     TorchStateAccess,
-    describe_checkpoint,
-    format_of,
     portable_tensors,
     positions_to_names,
     read_manifest,
     read_portable_tensor,
     write_portable,
 )
+from flexgraph.training.checkpoint_tools import describe_checkpoint
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import MANIFEST_NAME, PORTABLE_DIRECTORY, format_of
 
 
 def _trained(steps: int = 3, seed: int = 0) -> tuple[torch.nn.Module, OptimWrapper]:

@@ -15,7 +15,7 @@ Guarantees, and how they are kept:
 * **Loading never executes code from the file.** Every load is
   ``torch.load(path, weights_only=True, map_location='cpu')``, admitting besides
   tensors only the few types MMEngine's checkpoints hold
-  (:mod:`flexgraph.training.checkpoint._mmengine`); a file that needs more is refused
+  (:mod:`flexgraph.training.formats`); a file that needs more is refused
   with :class:`UnsafeCheckpointError`, with no unsafe retry.
 * **Resume is exact.** A checkpoint holds the model, the optimizer wrapper,
   the parameter schedulers (as plain data, see :mod:`flexgraph.training.checkpoint._state`),
@@ -46,7 +46,6 @@ from typing import IO, Any
 import attrs
 import torch
 
-from flexgraph.training.checkpoint._files import read_checkpoint_file
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
     FileCheckpointIO,
@@ -63,7 +62,7 @@ from flexgraph.training.errors import (
     DeviceFullError,
     ForeignCheckpointError,
 )
-from flexgraph.training.formats import CheckpointFormat, format_of
+from flexgraph.training.formats import CheckpointFormat, format_of, read_checkpoint_file
 from flexgraph.training.runtime import (
     barrier,
     first_error_of_all_ranks,
@@ -77,7 +76,6 @@ __all__ = [
     "atomic_write",
     "checkpoint_meta",
     "flat_schedulers",
-    "read_checkpoint_file",
     "restore_schedulers",
 ]
 

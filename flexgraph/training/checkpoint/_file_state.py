@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph.training.checkpoint._access import StateAccess, positions_to_names, restore_into
-from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
 from flexgraph.training.checkpoint._io import CheckpointIO, optimizer_keyed_by
 from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import TORCH_SAVE_FILE
+from flexgraph.training.formats import TORCH_SAVE_FILE, file_problem, read_checkpoint_file
 
 __all__ = ["FileStateReader"]
 

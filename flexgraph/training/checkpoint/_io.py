@@ -43,15 +43,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from flexgraph.training.checkpoint._dcp_read import load_dcp_weights
-from flexgraph.training.checkpoint._files import (
-    directory_problem,
-    file_problem,
-    read_checkpoint_file,
-)
-from flexgraph.training.checkpoint._open import read_checkpoint
 from flexgraph.training.checkpoint._space import tensor_bytes
-from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
+from flexgraph.training.checkpoint._weights import (
+    WeightsLoaded,
+    apply_weights,
+    load_dcp_weights,
+    model_weights,
+)
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.formats import (
     DCP_DIRECTORY,
@@ -59,8 +57,12 @@ from flexgraph.training.formats import (
     SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
+    directory_problem,
+    file_problem,
     format_of,
     known_formats,
+    read_checkpoint,
+    read_checkpoint_file,
     unrecognised,
 )
 from flexgraph.training.runtime import this_rank
@@ -93,7 +95,7 @@ class CheckpointIO:
         TORCH_SAVE_FILE, DCP_DIRECTORY, SAFETENSORS_FILE, DEEPSPEED_DIRECTORY)
     """What :meth:`load_weights` reads, in the order they are tried: besides its own
     formats, what other tools write, read whole by their readers
-    (:func:`~flexgraph.training.checkpoint.read_checkpoint`)."""
+    (:func:`~flexgraph.training.formats.read_checkpoint`)."""
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
         """``state_dict`` and ``optimizer`` entries of a checkpoint, in this IO's form."""
@@ -176,7 +178,7 @@ class FileCheckpointIO(CheckpointIO):
     For models every rank holds in full (single device, DDP): the state is the
     unwrapped module's ``state_dict`` (no ``module.`` prefixes) and the optimizer
     wrapper's own ``state_dict``, MMEngine's layout, so MMEngine tools read it.
-    Reading is :func:`~flexgraph.training.checkpoint.read_checkpoint_file`
+    Reading is :func:`~flexgraph.training.formats.read_checkpoint_file`
     (``weights_only=True``) on every rank. Weights load from a full file or,
     every rank reading all of it, from a DCP checkpoint.
     """

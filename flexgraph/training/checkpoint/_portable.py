@@ -41,17 +41,21 @@ from torch.distributed.checkpoint import FileSystemWriter
 from flexgraph.training.checkpoint._access import StateAccess, TorchStateAccess, restore_into
 from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint_meta
 from flexgraph.training.checkpoint._dcp import _full_tensors
-from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_load, dcp_problem
-from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
 from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, FileCheckpointIO, OnRead
 from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest, running_plan
 from flexgraph.training.checkpoint._staging import StagedWriter, Staging
 from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import (
+    EXTRA_NAME,
     MANIFEST_NAME,
     PORTABLE_DIRECTORY,
     PORTABLE_MARKER,
+    SafeReader,
+    dcp_load,
+    dcp_problem,
+    file_problem,
+    read_checkpoint_file,
 )
 from flexgraph.training.runtime import this_rank, world_size
 

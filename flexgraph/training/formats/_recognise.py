@@ -12,7 +12,7 @@ never taken for empty.
 
 Recognising is cheap (a few bytes, a directory listing): ``--resume auto`` asks
 it of every checkpoint in a work_dir. This module imports neither torch nor
-the checkpoint IOs, so ``flexgraph plan`` says which reader a path goes to
+the checkpoint IOs, so ``flexgraph plan`` says which format a path holds
 without them.
 """
 

@@ -1,7 +1,7 @@
 """Opening a checkpoint of any format for reading, by the opener of the format it holds.
 
 Each format with an opener can be read one tensor at a time as a
-:class:`~flexgraph.training.checkpoint._source.CheckpointSource`: flexgraph's
+:class:`~flexgraph.training.formats.CheckpointSource`: flexgraph's
 own (a ``torch.save`` file, a DCP directory), safetensors files, and the
 formats strategies add through the ``flexgraph.checkpoint_readers`` entry
 point (a :class:`~flexgraph.training.checkpoint.CheckpointReader` whose
@@ -17,21 +17,21 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._safetensors import open_safetensors_file
-from flexgraph.training.checkpoint._source import (
-    CheckpointSource,
-    open_dcp_directory,
-    open_torch_file,
-)
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
-from flexgraph.training.formats import (
+from flexgraph.training.formats._recognise import (
     DCP_DIRECTORY,
     SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
     unrecognised,
 )
+from flexgraph.training.formats._safetensors import open_safetensors_file
+from flexgraph.training.formats._source import (
+    CheckpointSource,
+    open_dcp_directory,
+    open_torch_file,
+)
+from flexgraph.training.formats._torch_file import file_problem, read_checkpoint_file
 
 __all__ = ["READER_ENTRY_POINTS", "open_checkpoint", "openers", "read_checkpoint",
            "unrecognised_by"]
@@ -88,7 +88,7 @@ def read_checkpoint(path: Path) -> Any:
     """The checkpoint at ``path`` read whole onto the CPU, whatever its format (``load_from``).
 
     A ``torch.save`` file, or a file of no known format, is
-    :func:`~flexgraph.training.checkpoint.read_checkpoint_file`'s (which says
+    :func:`~flexgraph.training.formats.read_checkpoint_file`'s (which says
     what is wrong with a damaged one); any other format is opened by its
     opener and read whole, in flexgraph's layout (the weights under
     ``state_dict``).

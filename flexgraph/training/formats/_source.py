@@ -12,7 +12,7 @@ whole checkpoint.
 The sources of flexgraph's own formats are here: a ``torch.save`` file (its
 tensors memory-mapped, ``weights_only=True``) and a DCP directory (one load
 plan per tensor, DCP's single-process mode). Safetensors files are in
-:mod:`flexgraph.training.checkpoint._safetensors`; DeepSpeed's directories are
+:mod:`flexgraph.training.formats._safetensors`; DeepSpeed's directories are
 opened by the DeepSpeed strategy's reader (``flexgraph.checkpoint_readers``).
 
 The layout of a file that holds only weights (``torch.save(model.state_dict())``,
@@ -32,15 +32,15 @@ from typing import Any
 import attrs
 import torch
 
-from flexgraph.training.checkpoint._dcp_read import (
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats._dcp_storage import (
     EXTRA_NAME,
     SafeReader,
     _SafePlanner,
     dcp_problem,
 )
-from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import DCP_DIRECTORY, TORCH_SAVE_FILE
+from flexgraph.training.formats._recognise import DCP_DIRECTORY, TORCH_SAVE_FILE
+from flexgraph.training.formats._torch_file import read_checkpoint_file
 
 __all__ = ["CheckpointSource", "KeyPath", "element_at", "open_dcp_directory",
            "open_torch_file", "replace_tensors", "single_process_dcp", "tensor_paths",
@@ -108,7 +108,7 @@ class CheckpointSource:
     path:
         The checkpoint (a file or a directory).
     format_name:
-        Its :class:`~flexgraph.training.checkpoint.CheckpointFormat`'s name, for messages.
+        Its :class:`~flexgraph.training.formats.CheckpointFormat`'s name, for messages.
     layout:
         The checkpoint dict in flexgraph's layout, every tensor a meta tensor.
     fetch:

@@ -30,25 +30,26 @@ from typing import Any
 import attrs
 import torch
 
-from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_problem
-from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._open import READER_ENTRY_POINTS, unrecognised_by
-from flexgraph.training.checkpoint._safetensors import (
-    TORCH_DTYPES,
-    open_safetensors_file,
-    safetensors_header,
-)
-from flexgraph.training.checkpoint._source import (
-    CheckpointSource,
-    open_dcp_directory,
-    open_torch_file,
-)
+from flexgraph.training.checkpoint import optimizer_keyed_by
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.formats import (
     DCP_DIRECTORY,
+    EXTRA_NAME,
+    READER_ENTRY_POINTS,
     SAFETENSORS_FILE,
+    TORCH_DTYPES,
     TORCH_SAVE_FILE,
     CheckpointFormat,
+    CheckpointSource,
+    SafeReader,
+    dcp_problem,
+    file_problem,
+    open_dcp_directory,
+    open_safetensors_file,
+    open_torch_file,
+    read_checkpoint_file,
+    safetensors_header,
+    unrecognised_by,
 )
 
 __all__ = [
@@ -145,7 +146,7 @@ class CheckpointReader:
     open:
         ``path -> CheckpointSource``: the checkpoint opened for reading one
         tensor at a time (``load_from`` of another tool's checkpoint,
-        ``flexgraph ckpt convert``; see :mod:`flexgraph.training.checkpoint._open`);
+        ``flexgraph ckpt convert``; see :func:`flexgraph.training.formats.open_checkpoint`);
         ``None`` for a format only described.
     """
 
@@ -215,8 +216,6 @@ def _loop_fields(meta: Any) -> dict[str, Any]:
 def _file_writer(checkpoint: Mapping[str, Any]) -> str:
     """Who wrote a torch.save checkpoint dict, as far as its content tells."""
     meta = checkpoint.get("meta") if isinstance(checkpoint.get("meta"), Mapping) else {}
-    from flexgraph.training.checkpoint._io import optimizer_keyed_by
-
     if "flexgraph_version" not in meta:
         return "MMEngine" if "mmengine_version" in meta or "message_hub" in checkpoint \
             else "unknown (a checkpoint dict)"

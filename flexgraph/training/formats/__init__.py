@@ -1,0 +1,119 @@
+"""Checkpoint formats: what a path holds, told by its content, and reading it safely.
+
+Everything here reads; nothing saves a run or builds a model.
+
+- *Recognising* (:class:`CheckpointFormat`, :func:`format_of`): a ``torch.save``
+  file, a ``torch.distributed.checkpoint`` (DCP) directory, a safetensors file,
+  a DeepSpeed tag, a portable checkpoint, each judged by a few bytes or a
+  directory listing, never by a name. This needs no torch: ``flexgraph plan``
+  says which format a ``load_from`` or ``resume`` path holds without importing
+  it.
+- *Reading safely*: a ``torch.save`` file is checked (its zip directory, every
+  member's CRC-32) and loaded with ``weights_only=True``
+  (:func:`read_checkpoint_file`), admitting besides tensors and plain
+  containers only the types MMEngine's checkpoints hold
+  (:func:`mmengine_globals`); a DCP directory's metadata goes through an
+  unpickler that admits DCP's own classes alone (:func:`dcp_load`,
+  :func:`dcp_problem`). A damaged file is one line naming it and what is wrong.
+- *Headers and indexes*: what a checkpoint holds without reading its tensors
+  (a safetensors header, :func:`safetensors_header`; DCP's ``.metadata``).
+- *Opening* any format as a :class:`CheckpointSource`, one tensor at a time
+  (:func:`open_checkpoint`), and reading one whole for ``load_from``
+  (:func:`read_checkpoint`), through the opener of its format: flexgraph's
+  own, and those strategies add through an entry-point group.
+
+Importing this package imports no torch: the names that need it are loaded on
+first use, so recognising a format stays torch-free.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from flexgraph.training.formats._recognise import (
+    DCP_DIRECTORY,
+    DEEPSPEED_DIRECTORY,
+    MANIFEST_NAME,
+    PORTABLE_DIRECTORY,
+    PORTABLE_MARKER,
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
+    CheckpointFormat,
+    format_of,
+    known_formats,
+    unrecognised,
+)
+
+_LAZY = {
+    "directory_problem": "_torch_file",
+    "file_problem": "_torch_file",
+    "read_checkpoint_file": "_torch_file",
+    "mmengine_globals": "_mmengine_types",
+    "EXTRA_NAME": "_dcp_storage",
+    "SafeReader": "_dcp_storage",
+    "dcp_load": "_dcp_storage",
+    "dcp_problem": "_dcp_storage",
+    "SAFETENSORS_DTYPES": "_safetensors",
+    "TORCH_DTYPES": "_safetensors",
+    "open_safetensors_file": "_safetensors",
+    "safetensors_header": "_safetensors",
+    "CheckpointSource": "_source",
+    "KeyPath": "_source",
+    "open_dcp_directory": "_source",
+    "open_torch_file": "_source",
+    "replace_tensors": "_source",
+    "single_process_dcp": "_source",
+    "tensor_paths": "_source",
+    "weights_layout": "_source",
+    "READER_ENTRY_POINTS": "_open",
+    "open_checkpoint": "_open",
+    "read_checkpoint": "_open",
+    "unrecognised_by": "_open",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the torch-backed names on first use: recognising a format needs none of them."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+
+
+__all__ = [
+    "DCP_DIRECTORY",
+    "DEEPSPEED_DIRECTORY",
+    "EXTRA_NAME",
+    "MANIFEST_NAME",
+    "PORTABLE_DIRECTORY",
+    "PORTABLE_MARKER",
+    "READER_ENTRY_POINTS",
+    "SAFETENSORS_DTYPES",
+    "SAFETENSORS_FILE",
+    "TORCH_DTYPES",
+    "TORCH_SAVE_FILE",
+    "CheckpointFormat",
+    "CheckpointSource",
+    "KeyPath",
+    "SafeReader",
+    "dcp_load",
+    "dcp_problem",
+    "directory_problem",
+    "file_problem",
+    "format_of",
+    "known_formats",
+    "mmengine_globals",
+    "open_checkpoint",
+    "open_dcp_directory",
+    "open_safetensors_file",
+    "open_torch_file",
+    "read_checkpoint",
+    "read_checkpoint_file",
+    "replace_tensors",
+    "safetensors_header",
+    "single_process_dcp",
+    "tensor_paths",
+    "unrecognised",
+    "unrecognised_by",
+    "weights_layout",
+]

@@ -18,7 +18,7 @@ from flexgraph.render.plan_change import plan_changes
 from flexgraph.training.checkpoint import (
     Checkpointer,
     FileCheckpointIO,
-    FileStateReader,
+    FileStateRestorer,
     PortableCheckpointIO,
     TorchStateAccess,
     portable_tensors,
@@ -105,7 +105,7 @@ def test_a_one_file_checkpoint_restores_through_any_strategys_state_access(tmp_p
     model, wrapper = _trained()
     path = _save(Checkpointer(tmp_path, io=FileCheckpointIO()), model, wrapper, 3)
     portable = Checkpointer(tmp_path, io=PortableCheckpointIO(),
-                            readers=[FileStateReader(TorchStateAccess())])
+                            restorers=[FileStateRestorer(TorchStateAccess())])
     assert portable.unreadable_format(path) is None and portable.latest() == path
     fresh, fresh_wrapper = _trained(steps=0, seed=1)
     restored = portable.read(path, model=fresh, optim_wrapper=fresh_wrapper)

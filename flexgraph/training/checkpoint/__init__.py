@@ -33,7 +33,7 @@ from flexgraph.training.checkpoint._dcp import (
     DistributedCheckpointIO,
     FullStateFileIO,
 )
-from flexgraph.training.checkpoint._file_state import FileStateReader
+from flexgraph.training.checkpoint._file_state import FileStateRestorer
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
     FileCheckpointIO,
@@ -67,7 +67,7 @@ __all__ = [
     "Checkpointer",
     "DistributedCheckpointIO",
     "FileCheckpointIO",
-    "FileStateReader",
+    "FileStateRestorer",
     "FullStateFileIO",
     "LoopState",
     "OnRead",

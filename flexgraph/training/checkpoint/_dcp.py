@@ -56,7 +56,7 @@ from flexgraph.training.formats import (
     EXTRA_NAME,
     dcp_load,
     dcp_problem,
-    read_checkpoint,
+    read_any_checkpoint,
     read_checkpoint_file,
 )
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
@@ -80,7 +80,7 @@ def load_weights_into_shards(path: Path, model: torch.nn.Module, *, on_read: OnR
         on_read(dict(NOTHING_READ))
         return load_dcp_weights(model, path)
     shapes = {k: tuple(v.shape) for k, v in get_model_state_dict(model).items()}  # global
-    checkpoint = rank0_does(lambda: read_checkpoint(path), share_result=False)
+    checkpoint = rank0_does(lambda: read_any_checkpoint(path), share_result=False)
     checkpoint = checkpoint if checkpoint is not None else dict(NOTHING_READ)
     on_read(checkpoint)
     found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes,

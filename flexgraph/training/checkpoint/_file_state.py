@@ -22,10 +22,10 @@ from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import TORCH_SAVE_FILE, file_problem, read_checkpoint_file
 
-__all__ = ["FileStateReader"]
+__all__ = ["FileStateRestorer"]
 
 
-class FileStateReader(CheckpointIO):
+class FileStateRestorer(CheckpointIO):
     """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess` (never writes)."""
 
     format = TORCH_SAVE_FILE

@@ -61,7 +61,7 @@ from flexgraph.training.formats import (
     file_problem,
     format_of,
     known_formats,
-    read_checkpoint,
+    read_any_checkpoint,
     read_checkpoint_file,
     unrecognised,
 )
@@ -94,8 +94,8 @@ class CheckpointIO:
     weight_formats: ClassVar[tuple[CheckpointFormat, ...]] = (
         TORCH_SAVE_FILE, DCP_DIRECTORY, SAFETENSORS_FILE, DEEPSPEED_DIRECTORY)
     """What :meth:`load_weights` reads, in the order they are tried: besides its own
-    formats, what other tools write, read whole by their readers
-    (:func:`~flexgraph.training.formats.read_checkpoint`)."""
+    formats, what other tools write, read whole by their openers
+    (:func:`~flexgraph.training.formats.read_any_checkpoint`)."""
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
         """``state_dict`` and ``optimizer`` entries of a checkpoint, in this IO's form."""
@@ -221,7 +221,7 @@ class FileCheckpointIO(CheckpointIO):
         if DCP_DIRECTORY.recognise(path):
             on_read(dict(NOTHING_READ))
             return load_dcp_weights(model, path)
-        checkpoint = read_checkpoint(path)
+        checkpoint = read_any_checkpoint(path)
         on_read(checkpoint)
         return apply_weights(model, checkpoint, str(path), strict=False)
 
@@ -265,7 +265,7 @@ def refuse_unloadable(io: CheckpointIO, path: Path, *, what: str) -> None:
 
     A path of a known format the IO does not read, a directory of no known
     format and a missing path are refused here, in one line naming the path (and
-    the formats tried). A file of no known format goes on to the IO's reader,
+    the formats tried). A file of no known format goes on to the IO's loader,
     which says what it is (empty, truncated, safetensors, a plain pickle, ...) or
     refuses it as unsafe.
 

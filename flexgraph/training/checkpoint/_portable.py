@@ -51,7 +51,7 @@ from flexgraph.training.formats import (
     MANIFEST_NAME,
     PORTABLE_DIRECTORY,
     PORTABLE_MARKER,
-    SafeReader,
+    SafeDCPStorage,
     dcp_load,
     dcp_problem,
     file_problem,
@@ -175,7 +175,7 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
     (global shape, dtype), read from ``.metadata`` alone."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    metadata = SafeReader(Path(path)).read_metadata()
+    metadata = SafeDCPStorage(Path(path)).read_metadata()
     return {key: (tuple(info.size), info.properties.dtype)
             for key, info in metadata.state_dict_metadata.items()
             if isinstance(info, TensorStorageMetadata)}
@@ -183,7 +183,7 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
 
 def _saved_keys(path: Path) -> set[str]:
     """Every item's flat key in ``.metadata`` (tensors, and the few non-tensor values)."""
-    return set(SafeReader(path).read_metadata().state_dict_metadata)
+    return set(SafeDCPStorage(path).read_metadata().state_dict_metadata)
 
 
 def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:

@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import SafeReader, dcp_load, dcp_problem
+from flexgraph.training.formats import SafeDCPStorage, dcp_load, dcp_problem
 from flexgraph.training.runtime import meta_parameters
 
 __all__ = ["WeightsLoaded", "apply_weights", "load_dcp_weights", "matching_weights",
@@ -169,7 +169,7 @@ def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
     problem = dcp_problem(path, need_extra=False)
     if problem is not None:
         raise CheckpointError(problem)
-    metadata = SafeReader(path).read_metadata()
+    metadata = SafeDCPStorage(path).read_metadata()
     # flexgraph's weights are under 'state_dict.'; another tool's bare state dict is not
     keys = metadata.state_dict_metadata
     under = "state_dict." if any(k.startswith("state_dict.") for k in keys) else ""

@@ -5,7 +5,7 @@ format (recognised by content, :mod:`flexgraph.training.formats`):
 
 - :func:`describe_checkpoint` says what a checkpoint holds (``flexgraph ckpt
   inspect``), as a :class:`CheckpointSummary`, through the
-  :class:`CheckpointReader` of its format: flexgraph's own, and those
+  :class:`CheckpointInspector` of its format: flexgraph's own, and those
   strategies add through an entry-point group (DeepSpeed's directories);
 - :func:`convert_checkpoint` rewrites it in another format (``flexgraph ckpt
   convert``), one tensor at a time.
@@ -16,7 +16,7 @@ steps imports this package.
 
 from flexgraph.training.checkpoint_tools._convert import TARGETS, convert_checkpoint
 from flexgraph.training.checkpoint_tools._inspect import (
-    CheckpointReader,
+    CheckpointInspector,
     CheckpointSummary,
     describe_checkpoint,
     state_parts,
@@ -24,7 +24,7 @@ from flexgraph.training.checkpoint_tools._inspect import (
 
 __all__ = [
     "TARGETS",
-    "CheckpointReader",
+    "CheckpointInspector",
     "CheckpointSummary",
     "convert_checkpoint",
     "describe_checkpoint",

@@ -1,10 +1,10 @@
 """``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time.
 
 Offline, on the CPU, without building the model. The source is opened by its
-format's reader as a :class:`~flexgraph.training.checkpoint._source.CheckpointSource`
+format's opener as a :class:`~flexgraph.training.formats.CheckpointSource`
 (recognised by content); each target format is written walking the source's
 layout and fetching one tensor at a time, so memory stays near the largest
-tensor (plus what a reader maps or buffers), never the whole checkpoint:
+tensor (plus what an opener maps or buffers), never the whole checkpoint:
 
 * ``torch``: one consolidated ``torch.save`` file, flexgraph's and MMEngine's
   layout (``state_dict`` keyed by parameter name, ``optimizer`` as the source
@@ -82,7 +82,7 @@ class Conversion:
     tensors:
         How many tensors were written.
     largest_tensor_bytes:
-        The largest of them: what the conversion held at once, beside the readers' buffers.
+        The largest of them: what the conversion held at once, beside the openers' buffers.
     left_out:
         What the target format could not hold, in one line each.
     """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from flexgraph.training.checkpoint import portable_tensors, read_manifest
 from flexgraph.training.checkpoint_tools._inspect import (
-    CheckpointReader,
+    CheckpointInspector,
     CheckpointSummary,
     _dtype_name,
     _model_tensors,
@@ -26,7 +26,7 @@ from flexgraph.training.formats import (
     read_checkpoint_file,
 )
 
-__all__ = ["PORTABLE_READER", "describe_portable"]
+__all__ = ["PORTABLE_INSPECTOR", "describe_portable"]
 
 
 def describe_portable(path: Path) -> CheckpointSummary:
@@ -64,4 +64,5 @@ def _numel(shape: tuple[int, ...]) -> int:
     return total
 
 
-PORTABLE_READER = CheckpointReader(PORTABLE_DIRECTORY, describe_portable)
+PORTABLE_INSPECTOR = CheckpointInspector(PORTABLE_DIRECTORY, describe_portable)
+"""The ``flexgraph.checkpoint_inspectors`` entry point of portable checkpoints."""

@@ -16,11 +16,14 @@ Everything here reads; nothing saves a run or builds a model.
   unpickler that admits DCP's own classes alone (:func:`dcp_load`,
   :func:`dcp_problem`). A damaged file is one line naming it and what is wrong.
 - *Headers and indexes*: what a checkpoint holds without reading its tensors
-  (a safetensors header, :func:`safetensors_header`; DCP's ``.metadata``).
+  (a safetensors header, :func:`safetensors_header`; DCP's ``.metadata``,
+  through :class:`SafeDCPStorage`).
 - *Opening* any format as a :class:`CheckpointSource`, one tensor at a time
   (:func:`open_checkpoint`), and reading one whole for ``load_from``
-  (:func:`read_checkpoint`), through the opener of its format: flexgraph's
-  own, and those strategies add through an entry-point group.
+  (:func:`read_any_checkpoint`), through the *opener* of its format:
+  flexgraph's own, and those strategies add through the
+  ``flexgraph.checkpoint_openers`` entry-point group, each imported only when
+  a path of its format is opened.
 
 Importing this package imports no torch: the names that need it are loaded on
 first use, so recognising a format stays torch-free.
@@ -51,24 +54,20 @@ _LAZY = {
     "read_checkpoint_file": "_torch_file",
     "mmengine_globals": "_mmengine_types",
     "EXTRA_NAME": "_dcp_storage",
-    "SafeReader": "_dcp_storage",
+    "SafeDCPStorage": "_dcp_storage",
     "dcp_load": "_dcp_storage",
     "dcp_problem": "_dcp_storage",
     "SAFETENSORS_DTYPES": "_safetensors",
     "TORCH_DTYPES": "_safetensors",
-    "open_safetensors_file": "_safetensors",
     "safetensors_header": "_safetensors",
     "CheckpointSource": "_source",
     "KeyPath": "_source",
-    "open_dcp_directory": "_source",
-    "open_torch_file": "_source",
     "replace_tensors": "_source",
     "single_process_dcp": "_source",
     "tensor_paths": "_source",
     "weights_layout": "_source",
-    "READER_ENTRY_POINTS": "_open",
     "open_checkpoint": "_open",
-    "read_checkpoint": "_open",
+    "read_any_checkpoint": "_open",
     "unrecognised_by": "_open",
 }
 
@@ -87,7 +86,6 @@ __all__ = [
     "MANIFEST_NAME",
     "PORTABLE_DIRECTORY",
     "PORTABLE_MARKER",
-    "READER_ENTRY_POINTS",
     "SAFETENSORS_DTYPES",
     "SAFETENSORS_FILE",
     "TORCH_DTYPES",
@@ -95,7 +93,7 @@ __all__ = [
     "CheckpointFormat",
     "CheckpointSource",
     "KeyPath",
-    "SafeReader",
+    "SafeDCPStorage",
     "dcp_load",
     "dcp_problem",
     "directory_problem",
@@ -104,10 +102,7 @@ __all__ = [
     "known_formats",
     "mmengine_globals",
     "open_checkpoint",
-    "open_dcp_directory",
-    "open_safetensors_file",
-    "open_torch_file",
-    "read_checkpoint",
+    "read_any_checkpoint",
     "read_checkpoint_file",
     "replace_tensors",
     "safetensors_header",

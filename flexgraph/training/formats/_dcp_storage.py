@@ -1,9 +1,10 @@
 """Reading ``torch.distributed.checkpoint`` (DCP) directories safely.
 
-DCP's own reader unpickles a checkpoint's ``.metadata`` file and ``torch.load``-s
-non-tensor items with ``weights_only=False``; here the metadata goes through an
-unpickler that only admits DCP's metadata classes, and every other item through
-``weights_only=True``. :func:`dcp_problem` says in one line what is wrong with
+DCP's own storage reader (``FileSystemReader``) unpickles a checkpoint's
+``.metadata`` file and ``torch.load``-s non-tensor items with
+``weights_only=False``; here the metadata goes through an unpickler that only
+admits DCP's metadata classes (:class:`SafeDCPStorage`), and every other item
+through ``weights_only=True``. :func:`dcp_problem` says in one line what is wrong with
 a damaged directory (no ``.metadata``, a shard missing or shorter than the
 metadata says) without reading the shards; :func:`dcp_load` is ``dcp.load``
 through both, with a failure said in one line naming the directory.
@@ -23,7 +24,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
 from flexgraph.training.formats._torch_file import file_problem
 
-__all__ = ["EXTRA_NAME", "SafeReader", "dcp_load", "dcp_problem"]
+__all__ = ["EXTRA_NAME", "SafeDCPStorage", "dcp_load", "dcp_problem"]
 
 EXTRA_NAME = "extra.pth"
 """flexgraph's file beside a DCP checkpoint's shards: loop state, schedulers, RNG states."""
@@ -54,8 +55,12 @@ class _MetadataUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-class SafeReader(FileSystemReader):
-    """DCP's file reader with the metadata read through :class:`_MetadataUnpickler`."""
+class SafeDCPStorage(FileSystemReader):
+    """DCP's file-system storage with the metadata read through :class:`_MetadataUnpickler`.
+
+    What ``dcp.load`` takes as its ``storage_reader``; also how flexgraph reads a
+    DCP checkpoint's index (``.metadata``: every tensor's shape and dtype) alone.
+    """
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
         from torch.distributed.checkpoint.metadata import StorageMeta
@@ -103,7 +108,7 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False) -> Non
     from torch.distributed.checkpoint.api import CheckpointException
 
     try:
-        dcp.load(state, storage_reader=SafeReader(path),
+        dcp.load(state, storage_reader=SafeDCPStorage(path),
                  planner=_SafePlanner(allow_partial_load=partial))
     except (CheckpointException, Exception) as exc:  # DCP wraps each rank's failure
         cause = _root_cause(exc)
@@ -150,7 +155,7 @@ def dcp_problem(path: Path, *, need_extra: bool = True) -> str | None:
         return (f"{shown!r} is not a sharded checkpoint: it has no .metadata (a directory "
                 f"of another kind, or a save that was interrupted)")
     try:
-        metadata = SafeReader(path).read_metadata()
+        metadata = SafeDCPStorage(path).read_metadata()
     except CheckpointError as exc:
         return str(exc)
     problem = _shard_problem(path, metadata)

@@ -12,7 +12,7 @@ unpickled, and a failure is turned into a sentence:
 * truncated: a zip archive without the directory ``torch.save`` writes last;
 * corrupt: a member fails its CRC-32 check, or the unpickler fails;
 * foreign: a zip without ``data.pkl`` (NumPy ``.npz``, ...), safetensors
-  (which ``load_from`` reads through its own reader), NumPy ``.npy``, HDF5,
+  (which ``load_from`` reads through its own opener), NumPy ``.npy``, HDF5,
   gzip, a plain pickle, text.
 
 The CRCs are verified in place, over a read-only map of the file (no copy;

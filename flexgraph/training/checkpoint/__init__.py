@@ -12,6 +12,11 @@ weights into the model it manages (:func:`load_pretrained` does the same for
 MMEngine's ``Pretrained`` initialiser). :class:`LoopState` says where a
 restored run continues.
 
+An IO is three small parts, each an abstract class: a :class:`CheckpointWriter`
+(saves), a :class:`CheckpointRestorer` (``resume``) and a :class:`WeightLoader`
+(``load_from``). A checkpoint of another strategy's format that this run
+restores but never writes has a restorer alone (:class:`FileStateRestorer`).
+
 What a path holds, and reading it without unpickling arbitrary objects, is
 :mod:`flexgraph.training.formats`; describing and converting checkpoints
 offline (``flexgraph ckpt``) is :mod:`flexgraph.training.checkpoint_tools`,
@@ -36,8 +41,11 @@ from flexgraph.training.checkpoint._dcp import (
 from flexgraph.training.checkpoint._file_state import FileStateRestorer
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
+    CheckpointRestorer,
+    CheckpointWriter,
     FileCheckpointIO,
     OnRead,
+    WeightLoader,
     optimizer_keyed_by,
 )
 from flexgraph.training.checkpoint._manifest import read_manifest, running_plan
@@ -64,6 +72,8 @@ __all__ = [
     "CHECKPOINT_FORMATS",
     "SHARDED_KEYS",
     "CheckpointIO",
+    "CheckpointRestorer",
+    "CheckpointWriter",
     "Checkpointer",
     "DistributedCheckpointIO",
     "FileCheckpointIO",
@@ -74,6 +84,7 @@ __all__ = [
     "PortableCheckpointIO",
     "StateAccess",
     "TorchStateAccess",
+    "WeightLoader",
     "WeightsLoaded",
     "apply_weights",
     "flat_schedulers",

@@ -48,8 +48,10 @@ import torch
 
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
+    CheckpointRestorer,
     FileCheckpointIO,
     OnRead,
+    WeightLoader,
     refuse_unloadable,
 )
 from flexgraph.training.checkpoint._space import device_full_error
@@ -214,11 +216,11 @@ class Checkpointer:
     io : CheckpointIO, optional
         The storage format this run writes (default: :class:`FileCheckpointIO`,
         one file).
-    restorers : sequence of CheckpointIO, optional
+    restorers : sequence of CheckpointRestorer, optional
         Other formats this run restores from (``--resume``), tried after
         ``io``: the portable layout and one-file checkpoints under a strategy
         that writes another format, and the strategy's own older format when
-        it writes the portable one. A checkpoint none of them reads is
+        it writes the portable one. A checkpoint none of them restores is
         refused by name, never skipped.
 
     Examples
@@ -233,7 +235,7 @@ class Checkpointer:
 
     def __init__(self, work_dir: str | os.PathLike[str], policy: CheckpointPolicy | None = None,
                  *, rank: int = 0, io: CheckpointIO | None = None,
-                 restorers: Sequence[CheckpointIO] = ()) -> None:
+                 restorers: Sequence[CheckpointRestorer] = ()) -> None:
         self.work_dir = Path(work_dir)
         self.policy = policy or CheckpointPolicy()
         self.rank = rank
@@ -457,15 +459,15 @@ class Checkpointer:
         refuse_unloadable(loader, path, what="load_from")
         return loader.load_weights(path, model, on_read=on_read)
 
-    def weight_loader_for(self, path: str | os.PathLike[str]) -> CheckpointIO:
+    def weight_loader_for(self, path: str | os.PathLike[str]) -> WeightLoader:
         """The IO that loads ``load_from`` weights from ``path``: the run's own, else the
         first restorer whose ``weight_formats`` list its format (a portable checkpoint under
         a strategy that writes one file); ``io`` when none does (it refuses by name)."""
         found = format_of(Path(path))
-        return next((r for r in (self.io, *self.restorers) if found in r.weight_formats),
-                    self.io)
+        return next((r for r in (self.io, *self.restorers)
+                     if isinstance(r, WeightLoader) and found in r.weight_formats), self.io)
 
-    def restorer_for(self, path: str | os.PathLike[str]) -> CheckpointIO:
+    def restorer_for(self, path: str | os.PathLike[str]) -> CheckpointRestorer:
         """The IO that restores ``path``: the run's own, else the first restorer of its format.
 
         ``io`` when none recognises it (its :meth:`CheckpointIO.problem` then

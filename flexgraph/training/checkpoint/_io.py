@@ -1,4 +1,4 @@
-"""Checkpoint state IO: one interface, one implementation per storage format.
+"""Checkpoint state IO: three small interfaces, one implementation per storage format.
 
 The loop and the ``resume`` step never write or read model and optimizer state
 themselves. They hand live objects to a :class:`CheckpointIO`, which decides
@@ -8,6 +8,13 @@ model picks another IO (``Configure('build_checkpointer', io=...)``) instead of
 branching in the loop: :class:`FileCheckpointIO` (here: one file, written by
 rank 0), ``DistributedCheckpointIO`` (torch.distributed.checkpoint: every rank
 writes its shards) and DeepSpeed's engine are the implementations.
+
+What the run asks of a format comes in three parts, each an abstract class of
+its own, so that no class inherits a method it cannot do:
+:class:`CheckpointWriter` (a save), :class:`CheckpointRestorer` (``resume``)
+and :class:`WeightLoader` (``load_from``). A :class:`CheckpointIO` is all
+three; a class that restores another strategy's format and never writes it
+(``FileStateRestorer``) is a :class:`CheckpointRestorer` alone.
 
 What a checkpoint is, under every IO: a dict with ``meta`` (loop position,
 seed, versions), ``state_dict`` and ``optimizer`` (in the IO's own form, or
@@ -33,6 +40,7 @@ pointer, finding the latest complete checkpoint and pruning old ones.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import copy
 import os
@@ -67,7 +75,8 @@ from flexgraph.training.formats import (
 )
 from flexgraph.training.runtime import this_rank
 
-__all__ = ["CheckpointIO", "FileCheckpointIO", "OnRead", "load_optimizer_state",
+__all__ = ["NOTHING_READ", "CheckpointIO", "CheckpointRestorer", "CheckpointWriter",
+           "FileCheckpointIO", "OnRead", "WeightLoader", "load_optimizer_state",
            "optimizer_keyed_by", "refuse_unloadable"]
 
 OnRead = Callable[[dict[str, Any]], None]
@@ -78,15 +87,308 @@ NOTHING_READ: dict[str, Any] = {"meta": {}, "state_dict": {}}
 reads nothing (rank 0 reads for all)."""
 
 
-class CheckpointIO:
-    """How one checkpoint format is written, recognised and read back.
+class CheckpointWriter(abc.ABC):
+    """What a save asks of a format: the training state in its form, written to disk.
 
-    Every method is called on every rank; an implementation decides which ranks
-    touch the disk. ``write``, ``read`` and ``load_weights`` may be collectives.
+    The :class:`~flexgraph.training.checkpoint.Checkpointer` calls every method
+    on every rank; an implementation decides which ranks touch the disk, and
+    :meth:`states` and :meth:`write` may be collectives.
     """
 
-    suffix = ".pth"
+    suffix: ClassVar[str] = ".pth"
     """Appended to a checkpoint's stem (``iter_40``) to name it in the work_dir."""
+
+    format: ClassVar[CheckpointFormat]
+    """What :meth:`write` writes."""
+
+    @abc.abstractmethod
+    def states(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:
+        """The ``state_dict`` and ``optimizer`` entries of a checkpoint, in this format's form.
+
+        Parameters
+        ----------
+        model:
+            The model as the run holds it (whole, wrapped, sharded, an engine).
+        optim_wrapper:
+            MMEngine's optimizer wrapper, or ``None`` (a checkpoint of the weights alone).
+
+        Returns
+        -------
+        dict
+            ``state_dict`` and ``optimizer``; an entry that is ``None`` is left out,
+            and one an engine writes itself is absent.
+        """
+
+    @abc.abstractmethod
+    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
+              optim_wrapper: Any = None) -> Any:
+        """Write ``checkpoint`` at ``path``, a temporary name the checkpointer renames into place.
+
+        Parameters
+        ----------
+        checkpoint:
+            The checkpoint dict: ``meta``, the :meth:`states` entries, the
+            schedulers, every rank's RNG state, what hooks added.
+        path:
+            A file or a directory to create (it does not exist yet).
+        model, optim_wrapper:
+            The live objects, for a format whose engine writes its own state.
+
+        Returns
+        -------
+        object or None
+            ``None`` once everything is on disk. Or a background write, whose
+            ``wait()`` returns once it is: the checkpointer puts the checkpoint
+            in place only then.
+
+        Raises
+        ------
+        Exception
+            Whatever the storage raises. The checkpointer removes what was
+            written under ``path`` and turns a full device into a
+            :class:`~flexgraph.training.errors.DeviceFullError`.
+        """
+
+    def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
+                    optim_wrapper: Any = None) -> int:
+        """About how many bytes :meth:`write` puts on disk for ``checkpoint`` (all ranks).
+
+        What a full device's message says is needed: the tensors the checkpoint
+        holds. An IO that keeps the states elsewhere (an engine) counts those.
+
+        Parameters
+        ----------
+        checkpoint, model, optim_wrapper:
+            As :meth:`write` got them.
+
+        Returns
+        -------
+        int
+            Bytes, roughly.
+        """
+        return tensor_bytes(checkpoint)
+
+    def remove(self, path: Path) -> None:
+        """Delete the checkpoint at ``path`` (a file or a directory); absent is fine.
+
+        Parameters
+        ----------
+        path:
+            A checkpoint of this format, or a partly written one.
+        """
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+class CheckpointRestorer(abc.ABC):
+    """What ``resume`` asks of a format: whether a path holds a whole checkpoint, and
+    the checkpoint read back and put into the live objects.
+
+    Every method is called on every rank; :meth:`read` and :meth:`apply` may be
+    collectives.
+    """
+
+    format: ClassVar[CheckpointFormat]
+    """What :meth:`read` restores from."""
+
+    def recognises(self, path: Path) -> bool:
+        """Whether ``path`` holds this format (by content, never by name).
+
+        Parameters
+        ----------
+        path:
+            A file or a directory.
+
+        Returns
+        -------
+        bool
+        """
+        return self.format.recognise(path)
+
+    def foreign_format(self, path: Path) -> CheckpointFormat | None:
+        """The other known format ``path`` holds: a checkpoint this restorer cannot restore.
+
+        Parameters
+        ----------
+        path:
+            A file or a directory.
+
+        Returns
+        -------
+        CheckpointFormat or None
+            ``None`` when ``path`` is in this format, or in none that is known
+            (damaged: :meth:`problem` says how).
+        """
+        if self.recognises(path):
+            return None
+        return format_of(path, [f for f in known_formats() if f != self.format])
+
+    @abc.abstractmethod
+    def is_complete(self, path: Path) -> bool:
+        """Whether ``path`` holds a whole checkpoint of this format.
+
+        Parameters
+        ----------
+        path:
+            A checkpoint of this format.
+
+        Returns
+        -------
+        bool
+        """
+
+    def problem(self, path: Path) -> str | None:
+        """What keeps ``path`` from being a whole checkpoint of this format, or ``None``.
+
+        Cheap (no full read), since ``--resume auto`` asks it of every
+        checkpoint in the work_dir to skip the damaged ones.
+
+        Parameters
+        ----------
+        path:
+            A file or a directory.
+
+        Returns
+        -------
+        str or None
+            One line that names ``path``; ``None`` when it can be restored.
+        """
+        other = self.foreign_format(path)
+        if other is not None:
+            return (f"checkpoint {str(path)!r} is {other.name}; this strategy restores "
+                    f"{self.format.name}")
+        return None if self.is_complete(path) else (
+            f"checkpoint {str(path)!r} is incomplete (its save was interrupted?)")
+
+    @abc.abstractmethod
+    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
+        """The checkpoint at ``path``, with its states in the form :meth:`apply` takes.
+
+        The hooks see it (``after_load_checkpoint``) between the two calls.
+
+        Parameters
+        ----------
+        path:
+            A whole checkpoint of this format (:meth:`problem` is ``None``).
+        model, optim_wrapper:
+            The live objects, for a format that reads into them (shards, an engine).
+
+        Returns
+        -------
+        dict
+            The checkpoint dict, as :meth:`CheckpointWriter.write` got it.
+
+        Raises
+        ------
+        CheckpointError
+            ``path`` cannot be read, or does not fit ``model`` (one line naming it).
+        """
+
+    @abc.abstractmethod
+    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: Any,
+              optim_wrapper: Any, strict: bool = True) -> None:
+        """Put the checkpoint's model (and optimizer, when given) state into place.
+
+        Parameters
+        ----------
+        checkpoint:
+            What :meth:`read` returned, as the hooks left it.
+        path:
+            Where it was read from, for messages.
+        model, optim_wrapper:
+            The live objects; ``optim_wrapper=None`` restores the weights alone.
+        strict:
+            Whether every key must match, as ``load_state_dict``'s ``strict``.
+
+        Raises
+        ------
+        CheckpointError
+            The checkpoint's names or shapes do not fit the model or optimizer.
+        """
+
+
+class WeightLoader(abc.ABC):
+    """What ``load_from`` asks of a format: weights from a path, into the model it manages."""
+
+    weight_formats: ClassVar[tuple[CheckpointFormat, ...]]
+    """What :meth:`load_weights` reads, in the order they are tried."""
+
+    @abc.abstractmethod
+    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
+        """Load the weights at ``path`` (one of :attr:`weight_formats`) into ``model``.
+
+        Non-strictly, as ``load_from`` does: the keys left out are returned.
+        May be a collective.
+
+        Parameters
+        ----------
+        path:
+            A checkpoint in one of :attr:`weight_formats`.
+        model:
+            The model as the run holds it at ``load_checkpoint`` (whole,
+            sharded, an engine).
+        on_read:
+            Called with the checkpoint as read, before the weights go in
+            (:data:`NOTHING_READ` where a format loads straight into the model).
+
+        Returns
+        -------
+        WeightsLoaded
+            The keys the non-strict load left out.
+
+        Raises
+        ------
+        CheckpointError
+            ``path`` is damaged, or none of its weights fits ``model``.
+        """
+
+
+class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
+    """One checkpoint format a strategy writes: saved, restored, and loaded as weights.
+
+    The extension point a strategy configures
+    (``Configure('build_checkpointer', io='module:Class')``): the three parts
+    the run asks of a format, :class:`CheckpointWriter` (saves),
+    :class:`CheckpointRestorer` (``resume``) and :class:`WeightLoader`
+    (``load_from``), in one object. An implementation gives :meth:`states`,
+    :meth:`write`, :meth:`read`, :meth:`apply`, :meth:`load_weights` and
+    :meth:`is_complete`; the rest have defaults. A class that only restores
+    (another strategy's format) is a :class:`CheckpointRestorer` alone.
+
+    Every method is called on every rank; an implementation decides which
+    ranks touch the disk.
+
+    Examples
+    --------
+    An IO that keeps the weights in bfloat16 on disk (half the bytes), and
+    restores them into the float32 model:
+
+    >>> import tempfile
+    >>> import torch
+    >>> from flexgraph.training.checkpoint import Checkpointer, FileCheckpointIO
+    >>> class HalfWeightsIO(FileCheckpointIO):
+    ...     def states(self, model, optim_wrapper):
+    ...         states = super().states(model, optim_wrapper)
+    ...         states["state_dict"] = {k: v.to(torch.bfloat16)
+    ...                                 for k, v in states["state_dict"].items()}
+    ...         return states
+    >>> checkpointer = Checkpointer(tempfile.mkdtemp(), io=HalfWeightsIO())
+    >>> model = torch.nn.Linear(4, 2)
+    >>> saved = checkpointer.snapshot(model=model, optim_wrapper=None, param_schedulers=None,
+    ...                               epoch=0, iteration=3, batch_idx=3, seed=0)
+    >>> path = checkpointer.save(saved, "iter_3")
+    >>> path.name, checkpointer.latest() == path
+    ('iter_3.pth', True)
+    >>> read = checkpointer.read(path)
+    >>> read["state_dict"]["weight"].dtype
+    torch.bfloat16
+    >>> checkpointer.apply(read, path, model=model, optim_wrapper=None)
+    >>> model.weight.dtype
+    torch.float32
+    """
 
     format: ClassVar[CheckpointFormat] = TORCH_SAVE_FILE
     """What :meth:`write` writes and :meth:`read` restores from."""
@@ -96,80 +398,6 @@ class CheckpointIO:
     """What :meth:`load_weights` reads, in the order they are tried: besides its own
     formats, what other tools write, read whole by their openers
     (:func:`~flexgraph.training.formats.read_any_checkpoint`)."""
-
-    def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
-        """``state_dict`` and ``optimizer`` entries of a checkpoint, in this IO's form."""
-        raise NotImplementedError
-
-    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
-              optim_wrapper: Any = None) -> None:
-        """Write ``checkpoint`` at ``path`` (a temporary name; the caller renames it)."""
-        raise NotImplementedError
-
-    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        """The checkpoint at ``path``, with its states in the form :meth:`apply` takes."""
-        raise NotImplementedError
-
-    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
-              optim_wrapper: Any, strict: bool = True) -> None:
-        """Put the checkpoint's model (and optimizer, when given) state into place."""
-        raise NotImplementedError
-
-    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
-        """Load the weights at ``path`` (one of :attr:`weight_formats`) into ``model``.
-
-        Non-strictly, as ``load_from`` does: the keys left out are returned.
-        ``on_read`` gets the checkpoint as read, before the weights go in.
-        """
-        raise NotImplementedError
-
-    def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
-                    optim_wrapper: Any = None) -> int:
-        """About how many bytes :meth:`write` puts on disk for ``checkpoint`` (all ranks).
-
-        What a full device's message says is needed: the tensors the checkpoint
-        holds. An IO that keeps the states elsewhere (an engine) counts those.
-        """
-        return tensor_bytes(checkpoint)
-
-    def recognises(self, path: Path) -> bool:
-        """Whether ``path`` holds this IO's own format (by content, never by name)."""
-        return self.format.recognise(path)
-
-    def foreign_format(self, path: Path) -> CheckpointFormat | None:
-        """The other known format ``path`` holds: a checkpoint this IO cannot restore.
-
-        ``None`` when ``path`` is in this IO's format, or in none that is known
-        (damaged: :meth:`problem` says how).
-        """
-        if self.recognises(path):
-            return None
-        return format_of(path, [f for f in known_formats() if f != self.format])
-
-    def is_complete(self, path: Path) -> bool:
-        """Whether ``path`` holds a whole checkpoint of this format."""
-        raise NotImplementedError
-
-    def problem(self, path: Path) -> str | None:
-        """What keeps ``path`` from being a whole checkpoint of this format, or ``None``.
-
-        One line that names ``path``; cheap (no full read), since ``--resume auto``
-        asks it of every checkpoint in the work_dir to skip the damaged ones.
-        """
-        other = self.foreign_format(path)
-        if other is not None:
-            return (f"checkpoint {str(path)!r} is {other.name}; this strategy restores "
-                    f"{self.format.name}")
-        return None if self.is_complete(path) else (
-            f"checkpoint {str(path)!r} is incomplete (its save was interrupted?)")
-
-    def remove(self, path: Path) -> None:
-        """Delete the checkpoint at ``path`` (a file or a directory); absent is fine."""
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
 
 
 class FileCheckpointIO(CheckpointIO):
@@ -260,7 +488,7 @@ def copied_out(value: Any) -> Any:
     return value
 
 
-def refuse_unloadable(io: CheckpointIO, path: Path, *, what: str) -> None:
+def refuse_unloadable(io: WeightLoader, path: Path, *, what: str) -> None:
     """Raise unless ``io`` can try to load weights from ``path``.
 
     A path of a known format the IO does not read, a directory of no known

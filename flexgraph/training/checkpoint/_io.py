@@ -75,9 +75,18 @@ from flexgraph.training.formats import (
 )
 from flexgraph.training.runtime import this_rank
 
-__all__ = ["NOTHING_READ", "CheckpointIO", "CheckpointRestorer", "CheckpointWriter",
-           "FileCheckpointIO", "OnRead", "WeightLoader", "load_optimizer_state",
-           "optimizer_keyed_by", "refuse_unloadable"]
+__all__ = [
+    "NOTHING_READ",
+    "CheckpointIO",
+    "CheckpointRestorer",
+    "CheckpointWriter",
+    "FileCheckpointIO",
+    "OnRead",
+    "WeightLoader",
+    "load_optimizer_state",
+    "optimizer_keyed_by",
+    "refuse_unloadable",
+]
 
 OnRead = Callable[[dict[str, Any]], None]
 """Called with a checkpoint as read, before it goes in (``after_load_checkpoint``)."""
@@ -200,7 +209,7 @@ class CheckpointRestorer(abc.ABC):
         Parameters
         ----------
         path:
-            A file or a directory.
+            Where to look; a path that does not exist holds no format.
 
         Returns
         -------
@@ -214,7 +223,7 @@ class CheckpointRestorer(abc.ABC):
         Parameters
         ----------
         path:
-            A file or a directory.
+            A would-be checkpoint, a file or a directory.
 
         Returns
         -------
@@ -249,7 +258,7 @@ class CheckpointRestorer(abc.ABC):
         Parameters
         ----------
         path:
-            A file or a directory.
+            A candidate checkpoint (``--resume``'s, or one found in the work_dir).
 
         Returns
         -------
@@ -337,7 +346,8 @@ class WeightLoader(abc.ABC):
         Returns
         -------
         WeightsLoaded
-            The keys the non-strict load left out.
+            The model's keys the checkpoint lacks, its keys the model has no
+            place for, and the tensors of another shape, left as they were.
 
         Raises
         ------

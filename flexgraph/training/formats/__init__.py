@@ -48,37 +48,6 @@ from flexgraph.training.formats._recognise import (
     unrecognised,
 )
 
-_LAZY = {
-    "directory_problem": "_torch_file",
-    "file_problem": "_torch_file",
-    "read_checkpoint_file": "_torch_file",
-    "mmengine_globals": "_mmengine_types",
-    "EXTRA_NAME": "_dcp_storage",
-    "SafeDCPStorage": "_dcp_storage",
-    "dcp_load": "_dcp_storage",
-    "dcp_problem": "_dcp_storage",
-    "SAFETENSORS_DTYPES": "_safetensors",
-    "TORCH_DTYPES": "_safetensors",
-    "safetensors_header": "_safetensors",
-    "CheckpointSource": "_source",
-    "KeyPath": "_source",
-    "replace_tensors": "_source",
-    "single_process_dcp": "_source",
-    "tensor_paths": "_source",
-    "weights_layout": "_source",
-    "open_checkpoint": "_open",
-    "read_any_checkpoint": "_open",
-    "unrecognised_by": "_open",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """Import the torch-backed names on first use: recognising a format needs none of them."""
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
-
-
 __all__ = [
     "DCP_DIRECTORY",
     "DEEPSPEED_DIRECTORY",
@@ -112,3 +81,23 @@ __all__ = [
     "unrecognised_by",
     "weights_layout",
 ]
+
+_LAZY = {
+    "_torch_file": ("directory_problem", "file_problem", "read_checkpoint_file"),
+    "_mmengine_types": ("mmengine_globals",),
+    "_dcp_storage": ("EXTRA_NAME", "SafeDCPStorage", "dcp_load", "dcp_problem"),
+    "_safetensors": ("SAFETENSORS_DTYPES", "TORCH_DTYPES", "safetensors_header"),
+    "_source": ("CheckpointSource", "KeyPath", "replace_tensors", "single_process_dcp",
+                "tensor_paths", "weights_layout"),
+    "_open": ("open_checkpoint", "read_any_checkpoint", "unrecognised_by"),
+}
+"""The modules behind the face that import torch, and the names each gives it."""
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the torch-backed names on first use: recognising a format needs none of them."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{module}"), name)

@@ -38,15 +38,14 @@ from flexgraph.training.checkpoint._dcp import (
     DistributedCheckpointIO,
     FullStateFileIO,
 )
+from flexgraph.training.checkpoint._file import FileCheckpointIO, optimizer_keyed_by
 from flexgraph.training.checkpoint._file_state import FileStateRestorer
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
     CheckpointRestorer,
     CheckpointWriter,
-    FileCheckpointIO,
     OnRead,
     WeightLoader,
-    optimizer_keyed_by,
 )
 from flexgraph.training.checkpoint._manifest import read_manifest, running_plan
 from flexgraph.training.checkpoint._mmengine import from_mmengine

@@ -46,10 +46,10 @@ from typing import IO, Any
 import attrs
 import torch
 
+from flexgraph.training.checkpoint._file import FileCheckpointIO
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
     CheckpointRestorer,
-    FileCheckpointIO,
     OnRead,
     WeightLoader,
     refuse_unloadable,

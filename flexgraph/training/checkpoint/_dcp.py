@@ -38,13 +38,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from flexgraph.training.checkpoint._io import (
-    NOTHING_READ,
-    CheckpointIO,
-    FileCheckpointIO,
-    OnRead,
-    optimizer_keyed_by,
-)
+from flexgraph.training.checkpoint._file import FileCheckpointIO, optimizer_keyed_by
+from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
 from flexgraph.training.checkpoint._weights import (
     WeightsLoaded,
     load_dcp_weights,

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph.training.checkpoint._access import StateAccess, positions_to_names, restore_into
-from flexgraph.training.checkpoint._io import CheckpointRestorer, optimizer_keyed_by
+from flexgraph.training.checkpoint._file import optimizer_keyed_by
+from flexgraph.training.checkpoint._io import CheckpointRestorer
 from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import TORCH_SAVE_FILE, file_problem, read_checkpoint_file

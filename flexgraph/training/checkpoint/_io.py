@@ -5,9 +5,10 @@ themselves. They hand live objects to a :class:`CheckpointIO`, which decides
 what the state *is* (a full ``state_dict``, one shard per rank, an engine's own
 files) and how it reaches the disk and comes back. A strategy that shards the
 model picks another IO (``Configure('build_checkpointer', io=...)``) instead of
-branching in the loop: :class:`FileCheckpointIO` (here: one file, written by
-rank 0), ``DistributedCheckpointIO`` (torch.distributed.checkpoint: every rank
-writes its shards) and DeepSpeed's engine are the implementations.
+branching in the loop: ``FileCheckpointIO`` (one file, written by rank 0),
+``DistributedCheckpointIO`` (torch.distributed.checkpoint: every rank writes
+its shards), ``PortableCheckpointIO`` and DeepSpeed's engine are the
+implementations.
 
 What the run asks of a format comes in three parts, each an abstract class of
 its own, so that no class inherits a method it cannot do:
@@ -42,22 +43,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import copy
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
 from flexgraph.training.checkpoint._space import tensor_bytes
-from flexgraph.training.checkpoint._weights import (
-    WeightsLoaded,
-    apply_weights,
-    load_dcp_weights,
-    model_weights,
-)
+from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.formats import (
     DCP_DIRECTORY,
@@ -66,25 +58,18 @@ from flexgraph.training.formats import (
     TORCH_SAVE_FILE,
     CheckpointFormat,
     directory_problem,
-    file_problem,
     format_of,
     known_formats,
-    read_any_checkpoint,
-    read_checkpoint_file,
     unrecognised,
 )
-from flexgraph.training.runtime import this_rank
 
 __all__ = [
     "NOTHING_READ",
     "CheckpointIO",
     "CheckpointRestorer",
     "CheckpointWriter",
-    "FileCheckpointIO",
     "OnRead",
     "WeightLoader",
-    "load_optimizer_state",
-    "optimizer_keyed_by",
     "refuse_unloadable",
 ]
 
@@ -410,94 +395,6 @@ class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
     (:func:`~flexgraph.training.formats.read_any_checkpoint`)."""
 
 
-class FileCheckpointIO(CheckpointIO):
-    """One ``torch.save`` file holding everything, written by rank 0.
-
-    For models every rank holds in full (single device, DDP): the state is the
-    unwrapped module's ``state_dict`` (no ``module.`` prefixes) and the optimizer
-    wrapper's own ``state_dict``, MMEngine's layout, so MMEngine tools read it.
-    Reading is :func:`~flexgraph.training.formats.read_checkpoint_file`
-    (``weights_only=True``) on every rank. Weights load from a full file or,
-    every rank reading all of it, from a DCP checkpoint.
-    """
-
-    def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
-        return {"state_dict": model_weights(model),
-                "optimizer": optim_wrapper.state_dict() if optim_wrapper is not None else None}
-
-    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
-              optim_wrapper: Any = None) -> None:
-        if this_rank() != 0:
-            return
-        with open(path, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-
-    maps_weights: ClassVar[bool] = True
-    """Whether :meth:`read` maps the file (``torch.load(mmap=True)``) and leaves the
-    weights in the map for :meth:`apply` to copy into the model: the weights are copied
-    once, not read into fresh memory and then copied again (``torch.load`` +
-    ``load_state_dict``). Everything else (optimizer state, RNG states, hook extras) is
-    copied out of the map at once, so that nothing the run keeps refers to the file."""
-
-    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        checkpoint = read_checkpoint_file(path, mmap=self.maps_weights)
-        if not self.maps_weights:
-            return checkpoint
-        if not isinstance(checkpoint, dict):
-            return copied_out(checkpoint)
-        return {k: v if k == "state_dict" else copied_out(v) for k, v in checkpoint.items()}
-
-    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
-              optim_wrapper: Any, strict: bool = True) -> None:
-        apply_weights(model, checkpoint, str(path), strict=strict)
-        if optim_wrapper is not None and checkpoint.get("optimizer") is not None:
-            load_optimizer_state(optim_wrapper, checkpoint["optimizer"], path)
-
-    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
-        if DCP_DIRECTORY.recognise(path):
-            on_read(dict(NOTHING_READ))
-            return load_dcp_weights(model, path)
-        checkpoint = read_any_checkpoint(path)
-        on_read(checkpoint)
-        return apply_weights(model, checkpoint, str(path), strict=False)
-
-    def is_complete(self, path: Path) -> bool:
-        """A torch.save file is a zip archive: a truncated one has no central directory."""
-        return TORCH_SAVE_FILE.recognise(path)
-
-    def problem(self, path: Path) -> str | None:
-        found = file_problem(path, verify=False) if path.is_file() else None
-        return found or super().problem(path)  # CRCs are checked when it is read
-
-
-def copied_out(value: Any) -> Any:
-    """``value`` with every tensor copied into memory of its own (out of a file's map).
-
-    Containers holding no tensor are returned as they are; the others are
-    copied shallowly (keeping their type: a ``Counter`` of milestones stays one)
-    and their tensors replaced.
-    """
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (dict, list)):
-        keys = value.keys() if isinstance(value, dict) else range(len(value))
-        items = {k: copied_out(value[k]) for k in keys}
-        if all(items[k] is value[k] for k in keys):
-            return value
-        out = copy.copy(value)
-        for k, v in items.items():
-            out[k] = v
-        return out
-    if isinstance(value, tuple):
-        items = [copied_out(v) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-    return value
-
-
 def refuse_unloadable(io: WeightLoader, path: Path, *, what: str) -> None:
     """Raise unless ``io`` can try to load weights from ``path``.
 
@@ -524,29 +421,3 @@ def refuse_unloadable(io: WeightLoader, path: Path, *, what: str) -> None:
         raise CheckpointError(directory_problem(path))
     if known is None and TORCH_SAVE_FILE not in formats:
         raise CheckpointError(unrecognised(path, formats, what=what))
-
-
-def optimizer_keyed_by(state: Any) -> str | None:
-    """How a saved optimizer state names its parameters: ``'name'``, ``'position'`` or ``None``.
-
-    A whole model's optimizer (MMEngine's wrapper, torch's ``state_dict()``)
-    numbers its parameters; torch's full optimizer state dict of a sharded
-    model (FSDP, ``state_dict_cfg='full'``) names them. ``None``: no optimizer
-    state, or one of another shape (several optimizers).
-    """
-    groups = state.get("param_groups") if isinstance(state, dict) else None
-    params = [p for g in groups or () if isinstance(g, dict) for p in g.get("params", ())]
-    if not params:
-        return None
-    return "name" if all(isinstance(p, str) for p in params) else "position"
-
-
-def load_optimizer_state(optim_wrapper: Any, state: Any, path: Path) -> None:
-    """``optim_wrapper.load_state_dict(state)``; a mismatch names the checkpoint."""
-    try:
-        optim_wrapper.load_state_dict(state)
-    except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"cannot load the optimizer state of {str(path)!r}: {detail}; resume with the "
-            f"model and optimizer config it was saved with") from exc

@@ -41,7 +41,8 @@ from torch.distributed.checkpoint import FileSystemWriter
 from flexgraph.training.checkpoint._access import StateAccess, TorchStateAccess, restore_into
 from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint_meta
 from flexgraph.training.checkpoint._dcp import _full_tensors
-from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, FileCheckpointIO, OnRead
+from flexgraph.training.checkpoint._file import FileCheckpointIO
+from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
 from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest, running_plan
 from flexgraph.training.checkpoint._staging import StagedWriter, Staging
 from flexgraph.training.checkpoint._weights import WeightsLoaded

@@ -23,7 +23,8 @@ from typing import Any
 
 from torch import nn
 
-from flexgraph.training.checkpoint._io import FileCheckpointIO, refuse_unloadable
+from flexgraph.training.checkpoint._file import FileCheckpointIO
+from flexgraph.training.checkpoint._io import refuse_unloadable
 from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import DCP_DIRECTORY

@@ -262,7 +262,7 @@ def async_save(args: argparse.Namespace, where: Path) -> dict[str, Any]:
 
 _CONVERT = """
 import re, sys, threading, time
-from flexgraph.training.checkpoint import convert_checkpoint
+from flexgraph.training.checkpoint_tools import convert_checkpoint
 
 def status(field):
     text = open('/proc/self/status').read()

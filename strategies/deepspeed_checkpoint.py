@@ -21,19 +21,21 @@ import torch
 from flexgraph.strategies.deepspeed_engine import EngineModel
 
 from flexgraph.training.checkpoint import (
-    DCP_DIRECTORY,
-    DEEPSPEED_DIRECTORY,
-    SAFETENSORS_FILE,
-    TORCH_SAVE_FILE,
     CheckpointIO,
     OnRead,
     WeightsLoaded,
     apply_weights,
     matching_weights,
-    read_checkpoint,
     tensor_bytes,
 )
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    DEEPSPEED_DIRECTORY,
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
+    read_any_checkpoint,
+)
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank, world_size
 
 __all__ = ["DeepSpeedCheckpointIO", "safe_checkpoint_engine", "safe_globals"]
@@ -207,7 +209,7 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
         _refresh_master_weights(engine)
         return WeightsLoaded()
     if not partitioned:
-        checkpoint = read_checkpoint(path)  # a DeepSpeed tag through zero_to_fp32
+        checkpoint = read_any_checkpoint(path)  # a DeepSpeed tag through zero_to_fp32
         on_read(checkpoint)
         loaded = apply_weights(model.module, checkpoint, str(path), strict=False)
         _refresh_master_weights(engine)
@@ -215,7 +217,7 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
     module = model.module
     shapes = {n: tuple(getattr(p, "ds_shape", p.shape)) for n, p in
               [*module.named_parameters(), *module.named_buffers()]}
-    checkpoint = rank0_does(lambda: read_checkpoint(path), share_result=False)
+    checkpoint = rank0_does(lambda: read_any_checkpoint(path), share_result=False)
     on_read(checkpoint if checkpoint is not None else {"meta": {}, "state_dict": {}})
     found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes,
                                                 type(module).__name__), share_result=False)

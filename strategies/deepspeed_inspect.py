@@ -1,8 +1,10 @@
 """What a DeepSpeed checkpoint directory holds, for ``flexgraph ckpt inspect``.
 
-DeepSpeed's format is the DeepSpeed strategy's knowledge, so its reader lives
-here and reaches the training layer through the ``flexgraph.checkpoint_readers``
-entry point (:data:`DEEPSPEED_READER`), never through an import from below.
+DeepSpeed's format is the DeepSpeed strategy's knowledge, so its inspector and
+its opener live here and reach the training layer through the
+``flexgraph.checkpoint_inspectors`` and ``flexgraph.checkpoint_openers`` entry
+points (:data:`DEEPSPEED_INSPECTOR`, :func:`open_deepspeed_directory`), never
+through an import from below.
 
 A tag directory (``iter_40.ds/``) holds ``mp_rank_00_model_states.pt`` (under
 ZeRO-3 one ``zero_pp_rank_<r>_mp_rank_00_model_states.pt`` per rank) with the
@@ -38,17 +40,15 @@ from typing import Any
 import torch
 from flexgraph.strategies.deepspeed_checkpoint import safe_globals
 
-from flexgraph.training.checkpoint import (
-    DEEPSPEED_DIRECTORY,
-    CheckpointReader,
-    CheckpointSource,
+from flexgraph.training.checkpoint_tools import (
+    CheckpointInspector,
     CheckpointSummary,
     state_parts,
-    weights_layout,
 )
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import DEEPSPEED_DIRECTORY, CheckpointSource, weights_layout
 
-__all__ = ["DEEPSPEED_READER", "describe_deepspeed_directory", "open_deepspeed_directory"]
+__all__ = ["DEEPSPEED_INSPECTOR", "describe_deepspeed_directory", "open_deepspeed_directory"]
 
 #: Keys of a model-states file that are DeepSpeed's own, neither state parts nor hook extras.
 _ENGINE_KEYS = ("module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes",
@@ -215,6 +215,5 @@ def open_deepspeed_directory(path: Path) -> CheckpointSource:
                                  "(weights only, as DeepSpeed's zero_to_fp32 gives them)")
 
 
-DEEPSPEED_READER = CheckpointReader(DEEPSPEED_DIRECTORY, describe_deepspeed_directory,
-                                    open_deepspeed_directory)
-"""The ``flexgraph.checkpoint_readers`` entry point of DeepSpeed's directories."""
+DEEPSPEED_INSPECTOR = CheckpointInspector(DEEPSPEED_DIRECTORY, describe_deepspeed_directory)
+"""The ``flexgraph.checkpoint_inspectors`` entry point of DeepSpeed's directories."""

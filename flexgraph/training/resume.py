@@ -24,7 +24,7 @@ and what is wrong with it. ``resume='auto'`` instead skips, with a warning,
 every checkpoint in the work_dir that is incomplete or unreadable, newest
 first, and resumes from the newest good one; the ranks agree on each verdict,
 so they all resume from the same checkpoint. A checkpoint another strategy
-wrote is read by whichever of the checkpointer's readers knows its format
+wrote is read by whichever of the checkpointer's restorers knows its format
 (the portable one, which every strategy reads; one-file ``.pth``
 checkpoints); one that none of them reads is never skipped: it is refused,
 by name, since resuming from anything older would silently lose its progress.
@@ -49,7 +49,6 @@ from flexgraph.render.plan_change import plan_change_view
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
-    format_of,
     from_mmengine,
     restore_schedulers,
     running_plan,
@@ -61,6 +60,7 @@ from flexgraph.training.components import (
 )
 from flexgraph.training.config import RunSettings
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
+from flexgraph.training.formats import format_of
 from flexgraph.training.loop import Hooks
 from flexgraph.training.runtime import (
     capture_rng,

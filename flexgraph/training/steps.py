@@ -33,7 +33,7 @@ from flexgraph.training.checkpoint import (
     CHECKPOINT_FORMATS,
     Checkpointer,
     FileCheckpointIO,
-    FileStateReader,
+    FileStateRestorer,
     LoopState,
     PortableCheckpointIO,
     TorchStateAccess,
@@ -150,9 +150,9 @@ def build_checkpointer(settings: RunSettings, env: Env, *, io: str | None = None
                           "set the strategy's checkpoint_format='portable'")
     portable = PortableCheckpointIO(state_access, weights=own, async_save=async_save)
     writer = portable if checkpoint_format == "portable" else own
-    readers = [own, portable, FileStateReader(state_access)]
+    restorers = [own, portable, FileStateRestorer(state_access)]
     return Checkpointer(settings.work_dir, settings.checkpoint, rank=env.rank, io=writer,
-                        readers=[r for r in readers if r is not writer])
+                        restorers=[r for r in restorers if r is not writer])
 
 
 def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,

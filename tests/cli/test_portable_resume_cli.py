@@ -27,12 +27,8 @@ from portable_helpers import (
     run,
 )
 
-from flexgraph.training.checkpoint import (
-    describe_checkpoint,
-    portable_tensors,
-    read_manifest,
-    read_portable_tensor,
-)
+from flexgraph.training.checkpoint import portable_tensors, read_manifest, read_portable_tensor
+from flexgraph.training.checkpoint_tools import describe_checkpoint
 
 pytest.importorskip("deepspeed")
 

@@ -1,4 +1,5 @@
-"""Checkpoint files: safe loading, load_from, atomic saves, plain scheduler state."""
+"""Checkpoint files: safe loading, load_from, atomic saves, plain scheduler state, and
+the three parts of an IO."""
 
 from __future__ import annotations
 
@@ -13,13 +14,28 @@ import pytest
 import torch
 from training_helpers import REPO, Payload, run_steps
 
-from flexgraph.training.checkpoint import Checkpointer, from_plain, read_checkpoint_file, to_plain
+from flexgraph.training.checkpoint import (
+    Checkpointer,
+    CheckpointIO,
+    CheckpointRestorer,
+    CheckpointWriter,
+    DistributedCheckpointIO,
+    FileCheckpointIO,
+    FileStateRestorer,
+    FullStateFileIO,
+    PortableCheckpointIO,
+    TorchStateAccess,
+    WeightLoader,
+    from_plain,
+    to_plain,
+)
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     UnsafeCheckpointError,
 )
+from flexgraph.training.formats import read_checkpoint_file
 
 
 @pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
@@ -146,3 +162,21 @@ def test_scheduler_state_survives_weights_only_round_trip(tmp_path):
     torch.save({"s": to_plain(state)}, path)
     restored = from_plain(read_checkpoint_file(path)["s"])
     assert restored == state and type(restored["milestones"]) is type(state["milestones"])
+
+
+def test_no_checkpoint_class_has_a_method_it_cannot_do():
+    """A restorer of another strategy's format neither writes nor loads weights; every
+    IO saves, restores and loads; an IO leaving a part out cannot be built."""
+    restorer = FileStateRestorer(TorchStateAccess())
+    assert isinstance(restorer, CheckpointRestorer)
+    assert not isinstance(restorer, (CheckpointWriter, WeightLoader))
+    assert not any(hasattr(restorer, name) for name in
+                   ("states", "write", "size_needed", "remove", "load_weights"))
+    for io in (FileCheckpointIO(), FullStateFileIO(), DistributedCheckpointIO(),
+               PortableCheckpointIO()):
+        assert all(isinstance(io, part) for part in
+                   (CheckpointWriter, CheckpointRestorer, WeightLoader)), io
+    half = type("WritesOnly", (CheckpointIO,), {"states": lambda self, model, optim: {},
+                                                "write": lambda self, *a, **k: None})
+    with pytest.raises(TypeError, match="abstract"):
+        half()

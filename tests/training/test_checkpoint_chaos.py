@@ -21,13 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from flexgraph.training.checkpoint import (
-    Checkpointer,
-    DistributedCheckpointIO,
-    read_checkpoint_file,
-)
-from flexgraph.training.checkpoint._dcp_read import dcp_load
+from flexgraph.training.checkpoint import Checkpointer, DistributedCheckpointIO
 from flexgraph.training.config import CheckpointPolicy
+from flexgraph.training.formats import dcp_load, read_checkpoint_file
 
 SEED = 20240611
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")

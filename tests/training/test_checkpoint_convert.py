@@ -19,20 +19,20 @@ from mmengine.optim import OptimWrapper
 from training_helpers import run_steps
 
 from flexgraph.training.checkpoint import (
-    DCP_DIRECTORY,
-    SAFETENSORS_FILE,
-    TARGETS,
-    TORCH_SAVE_FILE,
     Checkpointer,
     DistributedCheckpointIO,
     FileCheckpointIO,
     FullStateFileIO,
-    convert_checkpoint,
-    describe_checkpoint,
+)
+from flexgraph.training.checkpoint_tools import TARGETS, convert_checkpoint, describe_checkpoint
+from flexgraph.training.errors import CheckpointError, CheckpointExistsError
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
     format_of,
     read_checkpoint_file,
 )
-from flexgraph.training.errors import CheckpointError, CheckpointExistsError
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 

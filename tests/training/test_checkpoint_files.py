@@ -21,17 +21,13 @@ import pytest
 import torch
 from training_helpers import run_steps
 
-from flexgraph.training.checkpoint import (
-    Checkpointer,
-    DistributedCheckpointIO,
-    dcp_problem,
-    read_checkpoint_file,
-)
+from flexgraph.training.checkpoint import Checkpointer, DistributedCheckpointIO
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     UnsafeCheckpointError,
 )
+from flexgraph.training.formats import dcp_problem, read_checkpoint_file
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
@@ -248,3 +244,10 @@ def test_a_file_where_a_sharded_checkpoint_belongs_says_so(tmp_path, good):
     shutil.copy(good, tmp_path / "iter_5.dcp")
     assert "is a file, but this strategy's checkpoints are sharded" in dcp_problem(
         tmp_path / "iter_5.dcp")
+
+
+def test_every_name_the_formats_face_lists_is_there():
+    """The face loads its torch-backed names on first use: each one it lists resolves."""
+    import flexgraph.training.formats as formats
+
+    assert [name for name in formats.__all__ if not hasattr(formats, name)] == []

@@ -12,13 +12,8 @@ import pytest
 import torch
 from mmengine.optim import OptimWrapper
 
-from flexgraph.training.checkpoint import (
-    Checkpointer,
-    CheckpointSummary,
-    DistributedCheckpointIO,
-    FileCheckpointIO,
-    describe_checkpoint,
-)
+from flexgraph.training.checkpoint import Checkpointer, DistributedCheckpointIO, FileCheckpointIO
+from flexgraph.training.checkpoint_tools import CheckpointSummary, describe_checkpoint
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 
 TRAINING_STATE = ("model", "optimizer", "param_schedulers", "loop state", "rng states")

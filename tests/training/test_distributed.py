@@ -8,7 +8,7 @@ import torch
 import torch.multiprocessing as mp
 from training_helpers import ddp_worker
 
-from flexgraph.training.checkpoint import read_checkpoint_file
+from flexgraph.training.formats import read_checkpoint_file
 
 
 def _free_port() -> int:

@@ -17,19 +17,21 @@ from mmengine.registry import WEIGHT_INITIALIZERS
 from training_helpers import Payload, run_steps
 
 from flexgraph.training.checkpoint import (
-    DCP_DIRECTORY,
-    DEEPSPEED_DIRECTORY,
-    TORCH_SAVE_FILE,
     Checkpointer,
     DistributedCheckpointIO,
     FileCheckpointIO,
-    format_of,
     load_pretrained,
 )
 from flexgraph.training.errors import (
     CheckpointError,
     ForeignCheckpointError,
     UnsafeCheckpointError,
+)
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    DEEPSPEED_DIRECTORY,
+    TORCH_SAVE_FILE,
+    format_of,
 )
 from flexgraph.training.loop import Hooks
 

@@ -24,13 +24,10 @@ from mmengine.config import Config
 from mmengine.logging import HistoryBuffer
 from training_helpers import REPO, run_steps
 
-from flexgraph.training.checkpoint import (
-    describe_checkpoint,
-    from_mmengine,
-    mmengine_globals,
-    read_checkpoint_file,
-)
+from flexgraph.training.checkpoint import from_mmengine
+from flexgraph.training.checkpoint_tools import describe_checkpoint
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
+from flexgraph.training.formats import mmengine_globals, read_checkpoint_file
 
 HERE = Path(__file__).resolve().parent
 EPOCHS, STOP_AFTER, EPOCH_LENGTH = 5, 2, 6  # 24 samples, batch 4

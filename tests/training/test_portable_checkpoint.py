@@ -16,22 +16,20 @@ from mmengine.optim import OptimWrapper
 
 from flexgraph.render.plan_change import plan_changes
 from flexgraph.training.checkpoint import (
-    MANIFEST_NAME,
-    PORTABLE_DIRECTORY,
     Checkpointer,
     FileCheckpointIO,
-    FileStateReader,
+    FileStateRestorer,
     PortableCheckpointIO,
     TorchStateAccess,
-    describe_checkpoint,
-    format_of,
     portable_tensors,
     positions_to_names,
     read_manifest,
     read_portable_tensor,
     write_portable,
 )
+from flexgraph.training.checkpoint_tools import describe_checkpoint
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import MANIFEST_NAME, PORTABLE_DIRECTORY, format_of
 
 
 def _trained(steps: int = 3, seed: int = 0) -> tuple[torch.nn.Module, OptimWrapper]:
@@ -107,7 +105,7 @@ def test_a_one_file_checkpoint_restores_through_any_strategys_state_access(tmp_p
     model, wrapper = _trained()
     path = _save(Checkpointer(tmp_path, io=FileCheckpointIO()), model, wrapper, 3)
     portable = Checkpointer(tmp_path, io=PortableCheckpointIO(),
-                            readers=[FileStateReader(TorchStateAccess())])
+                            restorers=[FileStateRestorer(TorchStateAccess())])
     assert portable.unreadable_format(path) is None and portable.latest() == path
     fresh, fresh_wrapper = _trained(steps=0, seed=1)
     restored = portable.read(path, model=fresh, optim_wrapper=fresh_wrapper)

@@ -18,10 +18,10 @@ from mmengine.registry import HOOKS
 from test_resume import assert_same
 from training_helpers import run_steps
 
-from flexgraph.training.checkpoint import read_checkpoint_file
 from flexgraph.training.components import build_dataloader
 from flexgraph.training.config import StopPolicy, stop_policy
 from flexgraph.training.errors import ConfigError, TrainingStopped
+from flexgraph.training.formats import read_checkpoint_file
 from flexgraph.training.runtime import Env
 
 HOOKS_CFG = dict(checkpoint=dict(type="CheckpointHook", interval=7, by_epoch=False),

@@ -12,8 +12,8 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from training_helpers import run_steps
 
-from flexgraph.training.checkpoint import read_checkpoint_file
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import read_checkpoint_file
 
 
 def assert_same(a, b, path="state"):

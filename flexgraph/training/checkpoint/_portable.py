@@ -41,17 +41,22 @@ from torch.distributed.checkpoint import FileSystemWriter
 from flexgraph.training.checkpoint._access import StateAccess, TorchStateAccess, restore_into
 from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint_meta
 from flexgraph.training.checkpoint._dcp import _full_tensors
-from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_load, dcp_problem
-from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, FileCheckpointIO, OnRead
+from flexgraph.training.checkpoint._file import FileCheckpointIO
+from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
 from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest, running_plan
 from flexgraph.training.checkpoint._staging import StagedWriter, Staging
 from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import (
+    EXTRA_NAME,
     MANIFEST_NAME,
     PORTABLE_DIRECTORY,
     PORTABLE_MARKER,
+    SafeDCPStorage,
+    dcp_load,
+    dcp_problem,
+    file_problem,
+    read_checkpoint_file,
 )
 from flexgraph.training.runtime import this_rank, world_size
 
@@ -171,7 +176,7 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
     (global shape, dtype), read from ``.metadata`` alone."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    metadata = SafeReader(Path(path)).read_metadata()
+    metadata = SafeDCPStorage(Path(path)).read_metadata()
     return {key: (tuple(info.size), info.properties.dtype)
             for key, info in metadata.state_dict_metadata.items()
             if isinstance(info, TensorStorageMetadata)}
@@ -179,7 +184,7 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
 
 def _saved_keys(path: Path) -> set[str]:
     """Every item's flat key in ``.metadata`` (tensors, and the few non-tensor values)."""
-    return set(SafeReader(path).read_metadata().state_dict_metadata)
+    return set(SafeDCPStorage(path).read_metadata().state_dict_metadata)
 
 
 def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:

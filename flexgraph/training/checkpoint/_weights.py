@@ -3,22 +3,35 @@
 A checkpoint's weights are the state dict of the user's module, never of a
 wrapper (DDP's ``module.`` prefix is stripped on the way in), under
 ``state_dict`` as MMEngine saves them, under ``model``, or a raw state dict.
+
+:func:`load_dcp_weights` loads a DCP checkpoint's model weights into any model
+torch's ``state_dict`` API understands, whole or sharded: DCP reshards on load,
+so a whole model (single device, DDP) reads every shard, and an FSDP2 model
+reads only its own.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
 
 from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import SafeDCPStorage, dcp_load, dcp_problem
 from flexgraph.training.runtime import meta_parameters
 
-__all__ = ["WeightsLoaded", "apply_weights", "matching_weights", "model_weights", "weights_in"]
+__all__ = ["WeightsLoaded", "apply_weights", "load_dcp_weights", "matching_weights",
+           "model_weights", "weights_in"]
 
 
 _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
@@ -145,3 +158,32 @@ def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int,
     return fitting, WeightsLoaded(missing=tuple(k for k in shapes if k not in weights),
                                   unexpected=tuple(sorted(set(weights) - set(shapes))),
                                   mismatched=mismatched)
+
+
+def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
+    """Load the model weights of the DCP checkpoint ``path`` into ``model``.
+
+    Partially, as ``load_from`` allows (the checkpoint may lack some of the
+    model's keys, which are returned as missing); every rank reads what it holds.
+    """
+    problem = dcp_problem(path, need_extra=False)
+    if problem is not None:
+        raise CheckpointError(problem)
+    metadata = SafeDCPStorage(path).read_metadata()
+    # flexgraph's weights are under 'state_dict.'; another tool's bare state dict is not
+    keys = metadata.state_dict_metadata
+    under = "state_dict." if any(k.startswith("state_dict.") for k in keys) else ""
+    saved = {key.removeprefix(under) for key in metadata.state_dict_metadata
+             if key.startswith(under)}
+    current = get_model_state_dict(model)
+    wanted = {k: v for k, v in current.items() if k in saved}
+    if not wanted:
+        raise CheckpointError(
+            f"none of the weights in {str(path)!r} match a parameter of "
+            f"{type(model).__name__}; is it the right checkpoint?")
+    state = {"state_dict": wanted} if under else wanted
+    dcp_load(state, path, partial=True)
+    set_model_state_dict(model, state["state_dict"] if under else state,
+                         options=StateDictOptions(strict=False))
+    return WeightsLoaded(missing=tuple(sorted(set(current) - set(wanted))),
+                         unexpected=tuple(sorted(saved - set(current))))

@@ -12,7 +12,7 @@ never taken for empty.
 
 Recognising is cheap (a few bytes, a directory listing): ``--resume auto`` asks
 it of every checkpoint in a work_dir. This module imports neither torch nor
-the checkpoint IOs, so ``flexgraph plan`` says which reader a path goes to
+the checkpoint IOs, so ``flexgraph plan`` says which format a path holds
 without them.
 """
 
@@ -50,12 +50,27 @@ class CheckpointFormat:
 
     Parameters
     ----------
+    key:
+        A short identifier (``'deepspeed'``): the name of the entry point
+        through which a strategy adds the format's opener (in the
+        ``flexgraph.checkpoint_openers`` group).
     name:
         How messages name it ("a torch.save file").
     recognise:
         Whether a path holds this format, judged by its content.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> path = Path(tempfile.mkdtemp()) / "iter_4.dcp"  # a name says nothing
+    >>> path.mkdir()
+    >>> (path / ".metadata").touch()
+    >>> format_of(path) is DCP_DIRECTORY, DCP_DIRECTORY.key
+    (True, 'dcp')
     """
 
+    key: str
     name: str
     recognise: Callable[[Path], bool] = attrs.field(eq=False, repr=False)
 
@@ -111,14 +126,15 @@ def _is_safetensors_file(path: Path) -> bool:
             and 0 < int.from_bytes(head[:8], "little") <= size - 8)
 
 
-TORCH_SAVE_FILE = CheckpointFormat("a torch.save file (MMEngine's .pth)", _is_torch_save_file)
-DCP_DIRECTORY = CheckpointFormat("a torch.distributed.checkpoint directory (.metadata)",
+TORCH_SAVE_FILE = CheckpointFormat("torch", "a torch.save file (MMEngine's .pth)",
+                                   _is_torch_save_file)
+DCP_DIRECTORY = CheckpointFormat("dcp", "a torch.distributed.checkpoint directory (.metadata)",
                                  _is_dcp_directory)
-SAFETENSORS_FILE = CheckpointFormat("a safetensors file", _is_safetensors_file)
-DEEPSPEED_DIRECTORY = CheckpointFormat("a DeepSpeed checkpoint directory (*model_states.pt)",
-                                       _is_deepspeed_directory)
+SAFETENSORS_FILE = CheckpointFormat("safetensors", "a safetensors file", _is_safetensors_file)
+DEEPSPEED_DIRECTORY = CheckpointFormat(
+    "deepspeed", "a DeepSpeed checkpoint directory (*model_states.pt)", _is_deepspeed_directory)
 PORTABLE_DIRECTORY = CheckpointFormat(
-    "a portable checkpoint directory (torch.distributed.checkpoint + manifest.json)",
+    "portable", "a portable checkpoint directory (torch.distributed.checkpoint + manifest.json)",
     _is_portable_directory)
 
 

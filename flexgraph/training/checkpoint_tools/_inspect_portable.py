@@ -10,21 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, dcp_problem
-from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.checkpoint._inspect import (
-    CheckpointReader,
+from flexgraph.training.checkpoint import portable_tensors, read_manifest
+from flexgraph.training.checkpoint_tools._inspect import (
+    CheckpointInspector,
     CheckpointSummary,
     _dtype_name,
     _model_tensors,
     state_parts,
 )
-from flexgraph.training.checkpoint._manifest import read_manifest
-from flexgraph.training.checkpoint._portable import portable_tensors
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import PORTABLE_DIRECTORY
+from flexgraph.training.formats import (
+    EXTRA_NAME,
+    PORTABLE_DIRECTORY,
+    dcp_problem,
+    read_checkpoint_file,
+)
 
-__all__ = ["PORTABLE_READER", "describe_portable"]
+__all__ = ["PORTABLE_INSPECTOR", "describe_portable"]
 
 
 def describe_portable(path: Path) -> CheckpointSummary:
@@ -62,4 +64,5 @@ def _numel(shape: tuple[int, ...]) -> int:
     return total
 
 
-PORTABLE_READER = CheckpointReader(PORTABLE_DIRECTORY, describe_portable)
+PORTABLE_INSPECTOR = CheckpointInspector(PORTABLE_DIRECTORY, describe_portable)
+"""The ``flexgraph.checkpoint_inspectors`` entry point of portable checkpoints."""

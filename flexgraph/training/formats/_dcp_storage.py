@@ -1,16 +1,13 @@
-"""Reading ``torch.distributed.checkpoint`` (DCP) directories safely, and their weights.
+"""Reading ``torch.distributed.checkpoint`` (DCP) directories safely.
 
-DCP's own reader unpickles a checkpoint's ``.metadata`` file and ``torch.load``-s
-non-tensor items with ``weights_only=False``; here the metadata goes through an
-unpickler that only admits DCP's metadata classes, and every other item through
-``weights_only=True``. :func:`dcp_problem` says in one line what is wrong with
+DCP's own storage reader (``FileSystemReader``) unpickles a checkpoint's
+``.metadata`` file and ``torch.load``-s non-tensor items with
+``weights_only=False``; here the metadata goes through an unpickler that only
+admits DCP's metadata classes (:class:`SafeDCPStorage`), and every other item
+through ``weights_only=True``. :func:`dcp_problem` says in one line what is wrong with
 a damaged directory (no ``.metadata``, a shard missing or shorter than the
-metadata says) without reading the shards.
-
-:func:`load_dcp_weights` loads a DCP checkpoint's model weights into any model
-torch's ``state_dict`` API understands, whole or sharded: DCP reshards on load,
-so a whole model (single device, DDP) reads every shard, and an FSDP2 model
-reads only its own.
+metadata says) without reading the shards; :func:`dcp_load` is ``dcp.load``
+through both, with a failure said in one line naming the directory.
 """
 
 from __future__ import annotations
@@ -23,19 +20,14 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    set_model_state_dict,
-)
 
-from flexgraph.training.checkpoint._files import file_problem
-from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
+from flexgraph.training.formats._torch_file import file_problem
 
-__all__ = ["EXTRA_NAME", "SafeReader", "dcp_load", "dcp_problem", "load_dcp_weights"]
+__all__ = ["EXTRA_NAME", "SafeDCPStorage", "dcp_load", "dcp_problem"]
 
 EXTRA_NAME = "extra.pth"
+"""flexgraph's file beside a DCP checkpoint's shards: loop state, schedulers, RNG states."""
 
 
 _METADATA_MODULES = ("torch.distributed.checkpoint.metadata",)
@@ -63,8 +55,12 @@ class _MetadataUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-class SafeReader(FileSystemReader):
-    """DCP's file reader with the metadata read through :class:`_MetadataUnpickler`."""
+class SafeDCPStorage(FileSystemReader):
+    """DCP's file-system storage with the metadata read through :class:`_MetadataUnpickler`.
+
+    What ``dcp.load`` takes as its ``storage_reader``; also how flexgraph reads a
+    DCP checkpoint's index (``.metadata``: every tensor's shape and dtype) alone.
+    """
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
         from torch.distributed.checkpoint.metadata import StorageMeta
@@ -112,7 +108,7 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False) -> Non
     from torch.distributed.checkpoint.api import CheckpointException
 
     try:
-        dcp.load(state, storage_reader=SafeReader(path),
+        dcp.load(state, storage_reader=SafeDCPStorage(path),
                  planner=_SafePlanner(allow_partial_load=partial))
     except (CheckpointException, Exception) as exc:  # DCP wraps each rank's failure
         cause = _root_cause(exc)
@@ -159,7 +155,7 @@ def dcp_problem(path: Path, *, need_extra: bool = True) -> str | None:
         return (f"{shown!r} is not a sharded checkpoint: it has no .metadata (a directory "
                 f"of another kind, or a save that was interrupted)")
     try:
-        metadata = SafeReader(path).read_metadata()
+        metadata = SafeDCPStorage(path).read_metadata()
     except CheckpointError as exc:
         return str(exc)
     problem = _shard_problem(path, metadata)
@@ -171,33 +167,3 @@ def dcp_problem(path: Path, *, need_extra: bool = True) -> str | None:
                     f"seed weights (load_from) but not resume")
         problem = file_problem(extra, verify=False)
     return problem
-
-
-
-def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
-    """Load the model weights of the DCP checkpoint ``path`` into ``model``.
-
-    Partially, as ``load_from`` allows (the checkpoint may lack some of the
-    model's keys, which are returned as missing); every rank reads what it holds.
-    """
-    problem = dcp_problem(path, need_extra=False)
-    if problem is not None:
-        raise CheckpointError(problem)
-    metadata = SafeReader(path).read_metadata()
-    # flexgraph's weights are under 'state_dict.'; another tool's bare state dict is not
-    keys = metadata.state_dict_metadata
-    under = "state_dict." if any(k.startswith("state_dict.") for k in keys) else ""
-    saved = {key.removeprefix(under) for key in metadata.state_dict_metadata
-             if key.startswith(under)}
-    current = get_model_state_dict(model)
-    wanted = {k: v for k, v in current.items() if k in saved}
-    if not wanted:
-        raise CheckpointError(
-            f"none of the weights in {str(path)!r} match a parameter of "
-            f"{type(model).__name__}; is it the right checkpoint?")
-    state = {"state_dict": wanted} if under else wanted
-    dcp_load(state, path, partial=True)
-    set_model_state_dict(model, state["state_dict"] if under else state,
-                         options=StateDictOptions(strict=False))
-    return WeightsLoaded(missing=tuple(sorted(set(current) - set(wanted))),
-                         unexpected=tuple(sorted(saved - set(current))))

@@ -1,7 +1,7 @@
 """A checkpoint opened for reading one tensor at a time, whatever wrote it.
 
 ``flexgraph ckpt convert`` and ``load_from`` read checkpoints that other tools
-wrote. Each format's reader opens a path as a :class:`CheckpointSource`: the
+wrote. Each format's opener opens a path as a :class:`CheckpointSource`: the
 checkpoint's *layout* in flexgraph's terms (``state_dict``, ``optimizer``,
 ``meta``, ...) with a meta-device tensor standing for every tensor (its shape
 and dtype, no storage), and :meth:`CheckpointSource.fetch`, which reads one
@@ -12,8 +12,8 @@ whole checkpoint.
 The sources of flexgraph's own formats are here: a ``torch.save`` file (its
 tensors memory-mapped, ``weights_only=True``) and a DCP directory (one load
 plan per tensor, DCP's single-process mode). Safetensors files are in
-:mod:`flexgraph.training.checkpoint._safetensors`; DeepSpeed's directories are
-opened by the DeepSpeed strategy's reader (``flexgraph.checkpoint_readers``).
+:mod:`flexgraph.training.formats._safetensors`; DeepSpeed's directories are
+opened by the DeepSpeed strategy's opener (``flexgraph.checkpoint_openers``).
 
 The layout of a file that holds only weights (``torch.save(model.state_dict())``,
 ``{'model': ...}``, a safetensors file) is ``{'state_dict': weights}``, with
@@ -32,15 +32,15 @@ from typing import Any
 import attrs
 import torch
 
-from flexgraph.training.checkpoint._dcp_read import (
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats._dcp_storage import (
     EXTRA_NAME,
-    SafeReader,
+    SafeDCPStorage,
     _SafePlanner,
     dcp_problem,
 )
-from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import DCP_DIRECTORY, TORCH_SAVE_FILE
+from flexgraph.training.formats._recognise import DCP_DIRECTORY, TORCH_SAVE_FILE
+from flexgraph.training.formats._torch_file import read_checkpoint_file
 
 __all__ = ["CheckpointSource", "KeyPath", "element_at", "open_dcp_directory",
            "open_torch_file", "replace_tensors", "single_process_dcp", "tensor_paths",
@@ -108,7 +108,7 @@ class CheckpointSource:
     path:
         The checkpoint (a file or a directory).
     format_name:
-        Its :class:`~flexgraph.training.checkpoint.CheckpointFormat`'s name, for messages.
+        Its :class:`~flexgraph.training.formats.CheckpointFormat`'s name, for messages.
     layout:
         The checkpoint dict in flexgraph's layout, every tensor a meta tensor.
     fetch:
@@ -199,7 +199,7 @@ def open_dcp_directory(path: Path) -> CheckpointSource:
     problem = dcp_problem(path, need_extra=False)
     if problem is not None:
         raise CheckpointError(problem)
-    metadata = SafeReader(path).read_metadata()
+    metadata = SafeDCPStorage(path).read_metadata()
     paths = dict(metadata.planner_data or {})
     layout: dict[str, Any] = {}
     flat_of: dict[KeyPath, str] = {}
@@ -252,7 +252,7 @@ def _load_flat(state: dict[str, Any], path: Path) -> None:
 
     try:
         with single_process_dcp():
-            dcp.load(state, storage_reader=SafeReader(path),
+            dcp.load(state, storage_reader=SafeDCPStorage(path),
                      planner=_SafePlanner(allow_partial_load=True), no_dist=True)
     except CheckpointError:
         raise

@@ -12,11 +12,12 @@ shapes and dtypes are read) and ``weights_only=True``; a DCP directory is
 described from its ``.metadata`` (shapes and dtypes of every tensor) and the
 small ``extra.pth`` beside it, never its shards.
 
-Each format has one :class:`CheckpointReader`. flexgraph's own
-(:data:`TORCH_SAVE_FILE`, :data:`DCP_DIRECTORY`) are here; a strategy adds the
-reader of its format through the ``flexgraph.checkpoint_readers`` entry-point
-group (DeepSpeed's directories: ``flexgraph.strategies.deepspeed_inspect``),
-so this layer never imports a strategy.
+Each format has one :class:`CheckpointInspector`. flexgraph's own (a
+``torch.save`` file, a DCP directory, a safetensors file) are here; the
+portable layout's and a strategy's are added through the
+:data:`INSPECTOR_ENTRY_POINTS` group (DeepSpeed's directories:
+``flexgraph.strategies.deepspeed_inspect``), so this layer never imports a
+strategy.
 """
 
 from __future__ import annotations
@@ -30,35 +31,35 @@ from typing import Any
 import attrs
 import torch
 
-from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_problem
-from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._open import READER_ENTRY_POINTS, unrecognised_by
-from flexgraph.training.checkpoint._safetensors import (
-    TORCH_DTYPES,
-    open_safetensors_file,
-    safetensors_header,
-)
-from flexgraph.training.checkpoint._source import (
-    CheckpointSource,
-    open_dcp_directory,
-    open_torch_file,
-)
+from flexgraph.training.checkpoint import optimizer_keyed_by
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.formats import (
     DCP_DIRECTORY,
+    EXTRA_NAME,
     SAFETENSORS_FILE,
+    TORCH_DTYPES,
     TORCH_SAVE_FILE,
     CheckpointFormat,
+    SafeDCPStorage,
+    dcp_problem,
+    file_problem,
+    read_checkpoint_file,
+    safetensors_header,
+    unrecognised_by,
 )
 
 __all__ = [
-    "READER_ENTRY_POINTS",
-    "CheckpointReader",
+    "INSPECTOR_ENTRY_POINTS",
+    "CheckpointInspector",
     "CheckpointSummary",
-    "checkpoint_readers",
+    "checkpoint_inspectors",
     "describe_checkpoint",
     "state_parts",
 ]
+
+INSPECTOR_ENTRY_POINTS = "flexgraph.checkpoint_inspectors"
+"""The entry-point group through which the portable layout and strategies add the
+inspectors of their formats (each entry a :class:`CheckpointInspector`)."""
 
 
 #: The parts of a training state, by the checkpoint key that holds each.
@@ -132,27 +133,23 @@ class CheckpointSummary:
 
 
 @attrs.frozen
-class CheckpointReader:
-    """How to describe checkpoints of one format.
+class CheckpointInspector:
+    """How ``flexgraph ckpt inspect`` describes checkpoints of one format.
+
+    Opening a checkpoint to read its tensors is another job, its format's
+    opener's (:func:`flexgraph.training.formats.open_checkpoint`).
 
     Parameters
     ----------
     format:
-        The format it reads (recognised by content).
+        The format it describes (recognised by content).
     describe:
         ``path -> CheckpointSummary``; raises :class:`CheckpointError` naming
         the path when it cannot read it.
-    open:
-        ``path -> CheckpointSource``: the checkpoint opened for reading one
-        tensor at a time (``load_from`` of another tool's checkpoint,
-        ``flexgraph ckpt convert``; see :mod:`flexgraph.training.checkpoint._open`);
-        ``None`` for a format only described.
     """
 
     format: CheckpointFormat
     describe: Callable[[Path], CheckpointSummary] = attrs.field(eq=False, repr=False)
-    open: Callable[[Path], CheckpointSource] | None = attrs.field(default=None, eq=False,
-                                                                  repr=False)
 
 
 # -- what a loaded checkpoint dict tells --------------------------------------------------
@@ -215,8 +212,6 @@ def _loop_fields(meta: Any) -> dict[str, Any]:
 def _file_writer(checkpoint: Mapping[str, Any]) -> str:
     """Who wrote a torch.save checkpoint dict, as far as its content tells."""
     meta = checkpoint.get("meta") if isinstance(checkpoint.get("meta"), Mapping) else {}
-    from flexgraph.training.checkpoint._io import optimizer_keyed_by
-
     if "flexgraph_version" not in meta:
         return "MMEngine" if "mmengine_version" in meta or "message_hub" in checkpoint \
             else "unknown (a checkpoint dict)"
@@ -255,7 +250,7 @@ def _describe_dcp(path: Path) -> CheckpointSummary:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     problem = dcp_problem(path, need_extra=False)
-    metadata = SafeReader(path).read_metadata()
+    metadata = SafeDCPStorage(path).read_metadata()
     tensors = metadata.state_dict_metadata
     model = [(m.size.numel(), _dtype_name(m.properties.dtype)) for key, m in tensors.items()
              if key.startswith("state_dict.") and isinstance(m, TensorStorageMetadata)]
@@ -302,15 +297,15 @@ def _numel(shape: Iterable[int]) -> int:
     return count
 
 
-_BUILT_IN = (CheckpointReader(TORCH_SAVE_FILE, _describe_file, open_torch_file),
-             CheckpointReader(DCP_DIRECTORY, _describe_dcp, open_dcp_directory),
-             CheckpointReader(SAFETENSORS_FILE, _describe_safetensors, open_safetensors_file))
+_BUILT_IN = (CheckpointInspector(TORCH_SAVE_FILE, _describe_file),
+             CheckpointInspector(DCP_DIRECTORY, _describe_dcp),
+             CheckpointInspector(SAFETENSORS_FILE, _describe_safetensors))
 
 
-def checkpoint_readers() -> tuple[CheckpointReader, ...]:
-    """flexgraph's readers, then those strategies add (``flexgraph.checkpoint_readers``)."""
-    added = tuple(ep.load() for ep in entry_points(group=READER_ENTRY_POINTS))
-    return _BUILT_IN + tuple(r for r in added if isinstance(r, CheckpointReader))
+def checkpoint_inspectors() -> tuple[CheckpointInspector, ...]:
+    """flexgraph's inspectors, then those added through :data:`INSPECTOR_ENTRY_POINTS`."""
+    added = tuple(ep.load() for ep in entry_points(group=INSPECTOR_ENTRY_POINTS))
+    return _BUILT_IN + tuple(i for i in added if isinstance(i, CheckpointInspector))
 
 
 def describe_checkpoint(path: str | Path) -> CheckpointSummary:
@@ -337,8 +332,8 @@ def describe_checkpoint(path: str | Path) -> CheckpointSummary:
     path = Path(path)
     if not path.exists():
         raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    readers = checkpoint_readers()
-    reader = next((r for r in readers if r.format.recognise(path)), None)
-    if reader is None:
-        raise CheckpointError(unrecognised_by(path, [r.format for r in readers]))
-    return reader.describe(path)
+    inspectors = checkpoint_inspectors()
+    inspector = next((i for i in inspectors if i.format.recognise(path)), None)
+    if inspector is None:
+        raise CheckpointError(unrecognised_by(path, [i.format for i in inspectors]))
+    return inspector.describe(path)

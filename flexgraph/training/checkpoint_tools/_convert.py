@@ -1,10 +1,10 @@
 """``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time.
 
 Offline, on the CPU, without building the model. The source is opened by its
-format's reader as a :class:`~flexgraph.training.checkpoint._source.CheckpointSource`
+format's opener as a :class:`~flexgraph.training.formats.CheckpointSource`
 (recognised by content); each target format is written walking the source's
 layout and fetching one tensor at a time, so memory stays near the largest
-tensor (plus what a reader maps or buffers), never the whole checkpoint:
+tensor (plus what an opener maps or buffers), never the whole checkpoint:
 
 * ``torch``: one consolidated ``torch.save`` file, flexgraph's and MMEngine's
   layout (``state_dict`` keyed by parameter name, ``optimizer`` as the source
@@ -14,7 +14,10 @@ tensor (plus what a reader maps or buffers), never the whole checkpoint:
   (``torch.serialization.skip_data``, fake tensors), then each tensor's bytes
   are written into its record and the zip's CRC-32s filled in, so it is a file
   ``torch.save`` could have written.
-* ``safetensors``: the model's weights only.
+* ``safetensors``: the model's weights only, written here rather than by the
+  library (whose writer takes every tensor at once): the header is known
+  before any tensor is read, so each tensor is fetched, written and dropped
+  in turn.
 * ``dcp``: a ``torch.distributed.checkpoint`` directory in
   :class:`~flexgraph.training.checkpoint.DistributedCheckpointIO`'s layout
   (``state_dict.<fqn>``, ``optimizer.state.<fqn>.<name>``, the rest in
@@ -30,33 +33,34 @@ destination and renamed into place; an existing destination is refused.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import attrs
 import torch
 
-from flexgraph.training.checkpoint._dcp import SHARDED_KEYS
-from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME
-from flexgraph.training.checkpoint._io import optimizer_keyed_by
-from flexgraph.training.checkpoint._open import open_checkpoint
-from flexgraph.training.checkpoint._safetensors import write_safetensors
-from flexgraph.training.checkpoint._source import (
+from flexgraph.training.checkpoint import SHARDED_KEYS, optimizer_keyed_by
+from flexgraph.training.errors import CheckpointError, CheckpointExistsError
+from flexgraph.training.formats import (
+    EXTRA_NAME,
+    SAFETENSORS_DTYPES,
     CheckpointSource,
     KeyPath,
+    open_checkpoint,
     replace_tensors,
     single_process_dcp,
     tensor_paths,
 )
-from flexgraph.training.errors import CheckpointError, CheckpointExistsError
 
-__all__ = ["TARGETS", "Conversion", "convert_checkpoint", "write_torch_file"]
+__all__ = ["TARGETS", "Conversion", "convert_checkpoint", "write_safetensors",
+           "write_torch_file"]
 
 TARGETS = ("dcp", "torch", "safetensors")
 """The formats ``flexgraph ckpt convert --to`` writes."""
@@ -78,7 +82,7 @@ class Conversion:
     tensors:
         How many tensors were written.
     largest_tensor_bytes:
-        The largest of them: what the conversion held at once, beside the readers' buffers.
+        The largest of them: what the conversion held at once, beside the openers' buffers.
     left_out:
         What the target format could not hold, in one line each.
     """
@@ -260,13 +264,61 @@ def _fill_directory_crcs(f: Any, offset: int, crcs: dict[str, int]) -> None:
         offset += 46 + sum(lengths)
 
 
-# -- safetensors and DCP --------------------------------------------------------------------
+# -- safetensors --------------------------------------------------------------------------
+
+def write_safetensors(path: Path, weights: Mapping[str, torch.Tensor],
+                      fetch: Callable[[str], torch.Tensor], *,
+                      metadata: Mapping[str, str] | None = None) -> None:
+    """Write a safetensors file of ``weights``, fetching each tensor only to write it.
+
+    Parameters
+    ----------
+    path:
+        Where to write (the caller renames it into place).
+    weights:
+        Name -> a tensor of the right shape and dtype (a meta tensor will do).
+    fetch:
+        Name -> the tensor's values on the CPU.
+    metadata:
+        The header's ``__metadata__`` (strings only); ``{'format': 'pt'}`` by default.
+    """
+    header: dict[str, Any] = {"__metadata__": dict(metadata or {"format": "pt"})}
+    offset = 0
+    for name, tensor in weights.items():
+        if tensor.dtype not in SAFETENSORS_DTYPES:
+            raise CheckpointError(f"tensor {name!r} is {tensor.dtype}, which safetensors "
+                                  f"cannot hold")
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the library aligns the data to 8 bytes
+    with open(path, "wb") as f:
+        f.write(len(encoded).to_bytes(8, "little"))
+        f.write(encoded)
+        for name, tensor in weights.items():
+            _write_bytes(f, fetch(name), tensor)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_bytes(f: BinaryIO, value: torch.Tensor, expected: torch.Tensor) -> None:
+    if tuple(value.shape) != tuple(expected.shape) or value.dtype != expected.dtype:
+        raise CheckpointError(f"a tensor read as {tuple(value.shape)} {value.dtype}, its "
+                              f"header says {tuple(expected.shape)} {expected.dtype}")
+    flat = value.detach().contiguous().reshape(-1)
+    if flat.numel():
+        f.write(memoryview(flat.view(torch.uint8).numpy()))
+
 
 def _write_safetensors(path: Path, layout: dict[str, Any],
                        fetch: Callable[[KeyPath], torch.Tensor]) -> None:
     weights = layout["state_dict"]
     write_safetensors(path, weights, lambda name: fetch(("state_dict", name)))
 
+
+# -- DCP ------------------------------------------------------------------------------------
 
 def _write_dcp(path: Path, layout: dict[str, Any],
                fetch: Callable[[KeyPath], torch.Tensor]) -> None:

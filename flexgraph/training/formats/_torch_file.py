@@ -12,7 +12,7 @@ unpickled, and a failure is turned into a sentence:
 * truncated: a zip archive without the directory ``torch.save`` writes last;
 * corrupt: a member fails its CRC-32 check, or the unpickler fails;
 * foreign: a zip without ``data.pkl`` (NumPy ``.npz``, ...), safetensors
-  (which ``load_from`` reads through its own reader), NumPy ``.npy``, HDF5,
+  (which ``load_from`` reads through its own opener), NumPy ``.npy``, HDF5,
   gzip, a plain pickle, text.
 
 The CRCs are verified in place, over a read-only map of the file (no copy;
@@ -35,13 +35,13 @@ from typing import Any
 
 import torch
 
-from flexgraph.training.checkpoint._mmengine import allow_mmengine_types
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     UnsafeCheckpointError,
 )
-from flexgraph.training.formats import LEGACY_TORCH_MAGIC
+from flexgraph.training.formats._mmengine_types import allow_mmengine_types
+from flexgraph.training.formats._recognise import LEGACY_TORCH_MAGIC
 
 __all__ = ["directory_problem", "file_problem", "read_checkpoint_file"]
 
@@ -220,7 +220,7 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False) -> Any:
     UnsafeCheckpointError
         The file holds objects other than tensors, plain containers and the few
         types MMEngine's checkpoints hold
-        (:func:`flexgraph.training.checkpoint.mmengine_globals`).
+        (:func:`flexgraph.training.formats.mmengine_globals`).
     CheckpointError
         Anything else that keeps it from being a readable checkpoint (see the
         module docstring); the message names the file and the problem.

@@ -102,7 +102,7 @@ def test_every_seed_config_plans_on_any_machine(config, capsys):
 # -- the config DeepSpeed gets, completed at run time ---------------------------------------
 
 def _fill(config, **cfg):
-    from flexgraph.strategies.deepspeed_engine import fill_config
+    from flexgraph.strategies.deepspeed.engine import fill_config
 
     base = dict(train_dataloader=dict(batch_size=8), optim_wrapper=dict(optimizer={}))
     base.update(cfg)
@@ -167,7 +167,7 @@ def test_zero_plus_plus_hpz_outside_its_meaning_is_refused(zero, culprit):
 
 def test_inputs_to_half_casts_dict_keys_positions_and_nested_tensors():
     import torch
-    from flexgraph.strategies.deepspeed_engine import cast_inputs
+    from flexgraph.strategies.deepspeed.engine import cast_inputs
 
     data = {"inputs": [torch.ones(2), torch.ones(2)], "labels": torch.tensor([1, 2])}
     by_key = cast_inputs(data, ["inputs"], torch.bfloat16)
@@ -182,7 +182,7 @@ def test_inputs_to_half_casts_dict_keys_positions_and_nested_tensors():
 
 def test_unset_inputs_to_half_casts_every_floating_tensor_and_an_empty_list_none():
     import torch
-    from flexgraph.strategies.deepspeed_engine import cast_inputs
+    from flexgraph.strategies.deepspeed.engine import cast_inputs
 
     data = {"inputs": [torch.ones(2)], "target": torch.ones(2), "labels": torch.tensor([1])}
     every = cast_inputs(data, None, torch.bfloat16)
@@ -196,7 +196,7 @@ def test_stale_op_build_locks_are_found_and_fresh_ones_left_alone(tmp_path, monk
     import os
     import time
 
-    from flexgraph.strategies.deepspeed_engine import STALE_LOCK_SECONDS, stale_build_locks
+    from flexgraph.strategies.deepspeed.engine import STALE_LOCK_SECONDS, stale_build_locks
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     now = time.time()

@@ -7,8 +7,8 @@ While a unit computes, its parameters are all-gathered in the compute dtype
 and in backward its gradients exist unsharded until the reduce-scatter: the
 buffers are modelled as two of the largest unit gathered plus its gradients,
 and the root's own parameters gathered for the whole step. Units are the ones
-``fully_shard`` would get (the wrap policy, :mod:`fsdp_units`); without a policy
-the root is the only unit and the whole model is gathered. With
+``fully_shard`` would get (the wrap policy, :mod:`flexgraph.strategies.fsdp.units`);
+without a policy the root is the only unit and the whole model is gathered. With
 ``reshard_after_forward=False`` (SHARD_GRAD_OP) every unit stays gathered
 from its forward to its backward. With ``activation_checkpointing`` the traced
 step checkpoints the same blocks as the run (:func:`traced_model`).
@@ -42,7 +42,7 @@ def candidate_options(options: Mapping[str, Any], stage: str | None,
 
 def _unit_sizes(model: Any, policy: Any) -> tuple[int, int]:
     """(the largest unit's own parameters, the root's own parameters)."""
-    from flexgraph.strategies.fsdp_units import resolve_wrap_policy, wrap_units
+    from flexgraph.strategies.fsdp.units import resolve_wrap_policy, wrap_units
 
     units = wrap_units(model, resolve_wrap_policy(policy, model, what="auto_wrap_policy"))
     owned: set[int] = set()
@@ -60,7 +60,7 @@ def traced_model(model: Any, *, activation_checkpointing: Any = None,
     """The model with the blocks the run checkpoints checkpointed (``None``: none)."""
     if activation_checkpointing is None:
         return None
-    from flexgraph.strategies.fsdp_units import checkpoint_selected
+    from flexgraph.strategies.fsdp.units import checkpoint_selected
 
     checkpoint_selected(model, activation_checkpointing, auto_wrap_policy)
     return model

@@ -42,8 +42,8 @@ from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy, StrategyOptionError
 
 HERE = "flexgraph.strategies.deepspeed"
-CHECKPOINTS = "flexgraph.strategies.deepspeed_checkpoint"
-STATE = "flexgraph.strategies.deepspeed_state"
+CHECKPOINTS = "flexgraph.strategies.deepspeed.checkpoint"
+STATE = "flexgraph.strategies.deepspeed.state"
 RUN_IMPORTS = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")
 """What the ranks import: DeepSpeed, and the optimizer module its ``initialize`` imports to
 check the optimizer (compiling its kernels imports torch's inductor, 1.4 s a rank)."""
@@ -85,7 +85,7 @@ def _check_hierarchical(zero: Mapping[str, Any], stage: int) -> None:
     Each group of that many ranks (a node) keeps a secondary copy of stage 3's
     parameters, so the forward's all-gathers stay within the node. ``'auto'``
     is the launch's processes per node (filled in at run time, see
-    ``deepspeed_engine.fill_config``). It runs on CPU too (gloo), measured with
+    ``flexgraph.strategies.deepspeed.engine.fill_config``). It runs on CPU too (gloo), measured with
     DeepSpeed 0.19.
     """
     hpz = zero.get("zero_hpz_partition_size", 1)
@@ -205,7 +205,7 @@ def deepspeed(
     )
     return Strategy("deepspeed", rewrites, doc=f"DeepSpeed ZeRO stage {stage}",
                     world_size="many", checks=checks, run_imports=RUN_IMPORTS,
-                    memory_model="flexgraph.strategies.deepspeed_memory",
+                    memory_model="flexgraph.strategies.deepspeed.memory",
                     memory_options={"config": ds})
 
 
@@ -281,7 +281,7 @@ def _warn_about_stale_build_locks() -> None:
     """Say so (once per machine) when an interrupted op build would make this run hang."""
     import warnings
 
-    from flexgraph.strategies.deepspeed_engine import stale_build_locks
+    from flexgraph.strategies.deepspeed.engine import stale_build_locks
 
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return
@@ -297,7 +297,7 @@ def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:
     Given the run's DeepSpeed config (batch sizes filled in: DeepSpeed checks
     them), so parameters are created in the training precision and placement.
     """
-    from flexgraph.strategies.deepspeed_engine import fill_config
+    from flexgraph.strategies.deepspeed.engine import fill_config
 
     deepspeed = _import_deepspeed()
     resolved, _ = fill_config(config, cfg=cfg, world_size=env.world_size, numel=0)
@@ -373,14 +373,14 @@ def _full_shapes(model: Any) -> Iterator[None]:
 def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[str, Any],
                inputs_to_half: list[Any] | None = None) -> dict[str, Any]:
     """``deepspeed.initialize``: the engine, as a model, and its optimizer wrapper."""
-    from flexgraph.strategies.deepspeed_checkpoint import safe_checkpoint_engine
-    from flexgraph.strategies.deepspeed_engine import (
+    from flexgraph.strategies.deepspeed.checkpoint import safe_checkpoint_engine
+    from flexgraph.strategies.deepspeed.engine import (
         DeepSpeedOptimWrapper,
         EngineModel,
         fill_config,
         write_config_file,
     )
-    from flexgraph.strategies.deepspeed_params import refuse_empty_parameters
+    from flexgraph.strategies.deepspeed.params import refuse_empty_parameters
 
     deepspeed = _import_deepspeed()
     numel = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
@@ -408,6 +408,6 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
 
 def build_train_step(model: Any, optim_wrapper: Any) -> Any:
     """The engine's backward and step, behind MMEngine's ``train_step`` contract."""
-    from flexgraph.strategies.deepspeed_engine import engine_train_step
+    from flexgraph.strategies.deepspeed.engine import engine_train_step
 
     return engine_train_step(model, optim_wrapper)

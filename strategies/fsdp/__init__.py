@@ -215,7 +215,7 @@ def fsdp(
     memory = {k: v for k, v in shard.items() if k != "hybrid_mesh" or isinstance(v, tuple)}
     return Strategy("fsdp", rewrites, doc="fully sharded data parallel (FSDP2)",
                     world_size="many", checks=tuple(checks),
-                    memory_model="flexgraph.strategies.fsdp_memory",
+                    memory_model="flexgraph.strategies.fsdp.memory",
                     memory_options={**memory,
                                     "activation_checkpointing": activation_checkpointing})
 
@@ -243,7 +243,7 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     rank 0's, which are a single-device run's.
     """
     import torch
-    from flexgraph.strategies.fsdp_units import resolve_wrap_policy, wrap_units
+    from flexgraph.strategies.fsdp.units import resolve_wrap_policy, wrap_units
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     if broadcast_from_rank0:
@@ -321,7 +321,7 @@ def materialize(env: Any, model: Any) -> Any:
 def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
                       auto_wrap_policy: Any = None) -> Any:
     """MMEngine's ``activation_checkpointing=dict(check_fn=...)``; see ``checkpoint_selected``."""
-    from flexgraph.strategies.fsdp_units import checkpoint_selected
+    from flexgraph.strategies.fsdp.units import checkpoint_selected
 
     checkpoint_selected(model, options, auto_wrap_policy)
     return model

@@ -19,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flexgraph.training.estimate import CandidateError, StrategyMemory, bytes_per
+from flexgraph.strategies.common import refuse_stages
+from flexgraph.strategies.names import FSDP
+
+from flexgraph.training.estimate import StrategyMemory, bytes_per
 
 _LOW = {"float16": "fp16", "bfloat16": "bf16", "float32": None}
 
@@ -27,9 +30,7 @@ _LOW = {"float16": "fp16", "bfloat16": "bf16", "float32": None}
 def candidate_options(options: Mapping[str, Any], stage: str | None,
                       precision: str | None) -> dict[str, Any]:
     """``fsdp[:fp16|:bf16]``: a precision becomes ``mixed_precision.param_dtype``."""
-    if stage is not None:
-        raise CandidateError(f"candidate fsdp:{stage}: fsdp has no stages; write "
-                             f"fsdp[:fp16|:bf16]")
+    refuse_stages(FSDP.name, stage)
     chosen = dict(options)
     if precision in ("fp16", "bf16"):
         wrapper = dict(chosen.get("model_wrapper") or {})
@@ -96,7 +97,7 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
     compute = f"half:{param_dtype}" if param_dtype else (f"amp:{amp}" if amp else "fp32")
     stepped = (0, 0) if cpu_offload else (-(-census.largest_param // n),
                                           census.trainable // n)  # each parameter's shard
-    return StrategyMemory(label="fsdp", parameters=params,
+    return StrategyMemory(label=FSDP.name, parameters=params,
                           gradients=census.trainable * 4 // n, optimizer=optim,
                           buffers=buffers, compute=compute, notes=tuple(notes),
                           stepped=stepped)

@@ -31,10 +31,12 @@ def test_zero3_builds_under_zero_init_fuses_initialize_and_loads_after_it():
     for fused in ("wrap_model", "build_optim_wrapper"):
         assert fused not in order
     steps = {s.name: s for s in p.steps}
-    assert steps["build_model"].params["init_context"] == "flexgraph.strategies.deepspeed:zero_init"
+    assert steps["build_model"].params["init_context"] == \
+        "flexgraph.strategies.deepspeed.steps:zero_init"
     assert p.origin("deepspeed_initialize").short == "fused by deepspeed #4"
     assert str(p.origin("load_checkpoint")).startswith("moved by deepspeed #5")
-    assert steps["build_train_step"].fn_name == "flexgraph.strategies.deepspeed:build_train_step"
+    assert steps["build_train_step"].fn_name == \
+        "flexgraph.strategies.deepspeed.steps:build_train_step"
 
 
 def test_stages_below_3_build_the_model_normally():

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flexgraph.strategies.single_device import format_rewrites
+from flexgraph.strategies.common import format_rewrites, join_process_group
+from flexgraph.strategies.names import DDP
 
 from flexgraph.core.rewrite import Replace
 from flexgraph.core.step import Step
@@ -41,21 +42,10 @@ def ddp(
     ``'native'`` (default: MMEngine's one ``.pth`` file, which MMEngine itself
     reads and every flexgraph strategy resumes) or ``'portable'``.
     """
-    dist_cfg = dict(dist_cfg or {})
     return Strategy(
-        "ddp",
+        DDP.name,
         [
-            Replace(
-                "setup_env",
-                Step(
-                    "setup_env",
-                    "flexgraph.training.runtime:setup_process_group",
-                    requires="cfg",
-                    provides="env",
-                    params={"device": device, **dist_cfg},
-                    doc="join the process group, pick this rank's device",
-                ),
-            ),
+            join_process_group(device, dist_cfg),
             Replace(
                 "wrap_model",
                 Step(
@@ -71,7 +61,7 @@ def ddp(
         ],
         doc="DistributedDataParallel, one process per device",
         world_size="many",
-        memory_model="flexgraph.strategies.ddp_memory",
+        memory_model=DDP.memory_model,
         memory_options={"model_wrapper": dict(model_wrapper or {})},
     )
 

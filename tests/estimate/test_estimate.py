@@ -36,7 +36,7 @@ def test_zero_model_states_tie_to_deepspeeds_estimator(stage: int, world: int) -
     they differ from it where DeepSpeed holds more (stage 1: whole fp16 gradients) or less
     (stage 3: no whole fp32 gradient partition) than its estimator counts."""
     from deepspeed.runtime.zero import stage3, stage_1_and_2
-    from flexgraph.strategies.deepspeed_memory import estimate_memory
+    from flexgraph.strategies.deepspeed.memory import estimate_memory
 
     model = _Model()
     ds_estimate = (stage3.estimate_zero3_model_states_mem_needs if stage == 3
@@ -65,7 +65,7 @@ def test_zero_fp32_gradients_are_one_partition_at_the_step(stage: int) -> None:
     """Counted live on 2 CPU ranks (benchmarks/memory.py --estimate): in fp32 the gradient
     partition is the master's gradient too; stage 1 holds the whole gradients until they
     are reduced, and steps with the partition alone."""
-    from flexgraph.strategies.deepspeed_memory import estimate_memory
+    from flexgraph.strategies.deepspeed.memory import estimate_memory
 
     census = take_census(_Model())
     p, n = census.trainable, 4
@@ -82,7 +82,7 @@ def test_zero_half_precision_steps_with_the_fp32_gradients_alone(stage: int) -> 
     stages 1 and 2 hold only the fp32 gradient partition and no bucket; stage 3 keeps its
     bf16 gradient partition and one reduce bucket, and has the fp32 gradients of the
     sub-group it is stepping."""
-    from flexgraph.strategies.deepspeed_memory import estimate_memory
+    from flexgraph.strategies.deepspeed.memory import estimate_memory
 
     census = take_census(_Model())
     p, n = census.trainable, 4

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flexgraph.strategies.deepspeed_params import (
+from flexgraph.strategies.deepspeed.params import (
     ZeroParameterError,
     named_parameter_errors,
     refuse_empty_parameters,

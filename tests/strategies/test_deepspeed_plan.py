@@ -31,10 +31,12 @@ def test_zero3_builds_under_zero_init_fuses_initialize_and_loads_after_it():
     for fused in ("wrap_model", "build_optim_wrapper"):
         assert fused not in order
     steps = {s.name: s for s in p.steps}
-    assert steps["build_model"].params["init_context"] == "flexgraph.strategies.deepspeed:zero_init"
+    assert steps["build_model"].params["init_context"] == \
+        "flexgraph.strategies.deepspeed.steps:zero_init"
     assert p.origin("deepspeed_initialize").short == "fused by deepspeed #4"
     assert str(p.origin("load_checkpoint")).startswith("moved by deepspeed #5")
-    assert steps["build_train_step"].fn_name == "flexgraph.strategies.deepspeed:build_train_step"
+    assert steps["build_train_step"].fn_name == \
+        "flexgraph.strategies.deepspeed.steps:build_train_step"
 
 
 def test_stages_below_3_build_the_model_normally():
@@ -102,7 +104,7 @@ def test_every_seed_config_plans_on_any_machine(config, capsys):
 # -- the config DeepSpeed gets, completed at run time ---------------------------------------
 
 def _fill(config, **cfg):
-    from flexgraph.strategies.deepspeed_engine import fill_config
+    from flexgraph.strategies.deepspeed.engine import fill_config
 
     base = dict(train_dataloader=dict(batch_size=8), optim_wrapper=dict(optimizer={}))
     base.update(cfg)
@@ -167,7 +169,7 @@ def test_zero_plus_plus_hpz_outside_its_meaning_is_refused(zero, culprit):
 
 def test_inputs_to_half_casts_dict_keys_positions_and_nested_tensors():
     import torch
-    from flexgraph.strategies.deepspeed_engine import cast_inputs
+    from flexgraph.strategies.deepspeed.engine import cast_inputs
 
     data = {"inputs": [torch.ones(2), torch.ones(2)], "labels": torch.tensor([1, 2])}
     by_key = cast_inputs(data, ["inputs"], torch.bfloat16)
@@ -182,7 +184,7 @@ def test_inputs_to_half_casts_dict_keys_positions_and_nested_tensors():
 
 def test_unset_inputs_to_half_casts_every_floating_tensor_and_an_empty_list_none():
     import torch
-    from flexgraph.strategies.deepspeed_engine import cast_inputs
+    from flexgraph.strategies.deepspeed.engine import cast_inputs
 
     data = {"inputs": [torch.ones(2)], "target": torch.ones(2), "labels": torch.tensor([1])}
     every = cast_inputs(data, None, torch.bfloat16)
@@ -196,7 +198,7 @@ def test_stale_op_build_locks_are_found_and_fresh_ones_left_alone(tmp_path, monk
     import os
     import time
 
-    from flexgraph.strategies.deepspeed_engine import STALE_LOCK_SECONDS, stale_build_locks
+    from flexgraph.strategies.deepspeed.engine import STALE_LOCK_SECONDS, stale_build_locks
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     now = time.time()

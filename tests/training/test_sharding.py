@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flexgraph.strategies.fsdp_units import checkpoint_activations, resolve_wrap_policy, wrap_units
+from flexgraph.strategies.fsdp.units import checkpoint_activations, resolve_wrap_policy, wrap_units
 from torch import nn
 
 from flexgraph.training.errors import ConfigError
@@ -75,7 +75,7 @@ def test_activation_checkpointing_recomputes_and_keeps_state_dict_keys():
 
 
 def test_without_a_check_fn_the_wrap_units_are_checkpointed():
-    from flexgraph.strategies.fsdp_units import checkpoint_selected
+    from flexgraph.strategies.fsdp.units import checkpoint_selected
 
     policy = dict(type=SIZE, min_num_params=8000)
     assert checkpoint_selected(Net(), {}, policy) == 2

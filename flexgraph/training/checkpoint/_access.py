@@ -14,7 +14,7 @@ same:
   ``get/set_model_state_dict`` and ``get/set_optimizer_state_dict``, which strip
   wrapper prefixes, name optimizer state by parameter and, for FSDP2, hand out
   and take this rank's DTensor shards (DCP reshards them on load).
-* DeepSpeed's, in ``flexgraph.strategies.deepspeed_state``: its fp32 master
+* DeepSpeed's, in ``flexgraph.strategies.deepspeed.state``: its fp32 master
   weights and optimizer moments through ``deepspeed.utils``' ``safe_get_full_*``
   / ``safe_set_full_*`` (collectives under ZeRO-3).
 """

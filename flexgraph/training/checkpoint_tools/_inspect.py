@@ -16,7 +16,7 @@ Each format has one :class:`CheckpointInspector`. flexgraph's own (a
 ``torch.save`` file, a DCP directory, a safetensors file) are here; the
 portable layout's and a strategy's are added through the
 :data:`INSPECTOR_ENTRY_POINTS` group (DeepSpeed's directories:
-``flexgraph.strategies.deepspeed_inspect``), so this layer never imports a
+``flexgraph.strategies.deepspeed.inspect``), so this layer never imports a
 strategy.
 """
 

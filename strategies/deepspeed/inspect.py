@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flexgraph.strategies.deepspeed_checkpoint import safe_globals
+from flexgraph.strategies.deepspeed.checkpoint import safe_globals
 
 from flexgraph.training.checkpoint_tools import (
     CheckpointInspector,

@@ -23,7 +23,7 @@ this module shapes the engine that way, as MMEngine's own DeepSpeed wrappers do
 
 The strategy's checkpoints (saving and restoring a run through DeepSpeed's own
 format, and loading ``load_from`` weights into the engine) are in
-:mod:`flexgraph.strategies.deepspeed_checkpoint`.
+:mod:`flexgraph.strategies.deepspeed.checkpoint`.
 
 Nothing here is imported at plan time.
 """
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flexgraph.strategies.deepspeed_params import named_parameter_errors
+from flexgraph.strategies.deepspeed.params import named_parameter_errors
 from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 

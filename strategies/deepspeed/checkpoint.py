@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flexgraph.strategies.deepspeed_engine import EngineModel
+from flexgraph.strategies.deepspeed.engine import EngineModel
 
 from flexgraph.training.checkpoint import (
     CheckpointIO,

@@ -7,8 +7,8 @@ While a unit computes, its parameters are all-gathered in the compute dtype
 and in backward its gradients exist unsharded until the reduce-scatter: the
 buffers are modelled as two of the largest unit gathered plus its gradients,
 and the root's own parameters gathered for the whole step. Units are the ones
-``fully_shard`` would get (the wrap policy, :mod:`fsdp_units`); without a policy
-the root is the only unit and the whole model is gathered. With
+``fully_shard`` would get (the wrap policy, :mod:`flexgraph.strategies.fsdp.units`);
+without a policy the root is the only unit and the whole model is gathered. With
 ``reshard_after_forward=False`` (SHARD_GRAD_OP) every unit stays gathered
 from its forward to its backward. With ``activation_checkpointing`` the traced
 step checkpoints the same blocks as the run (:func:`traced_model`).
@@ -19,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flexgraph.training.estimate import CandidateError, StrategyMemory, bytes_per
+from flexgraph.strategies.common import refuse_stages
+from flexgraph.strategies.names import FSDP
+
+from flexgraph.training.estimate import StrategyMemory, bytes_per
 
 _LOW = {"float16": "fp16", "bfloat16": "bf16", "float32": None}
 
@@ -27,9 +30,7 @@ _LOW = {"float16": "fp16", "bfloat16": "bf16", "float32": None}
 def candidate_options(options: Mapping[str, Any], stage: str | None,
                       precision: str | None) -> dict[str, Any]:
     """``fsdp[:fp16|:bf16]``: a precision becomes ``mixed_precision.param_dtype``."""
-    if stage is not None:
-        raise CandidateError(f"candidate fsdp:{stage}: fsdp has no stages; write "
-                             f"fsdp[:fp16|:bf16]")
+    refuse_stages(FSDP.name, stage)
     chosen = dict(options)
     if precision in ("fp16", "bf16"):
         wrapper = dict(chosen.get("model_wrapper") or {})
@@ -42,7 +43,7 @@ def candidate_options(options: Mapping[str, Any], stage: str | None,
 
 def _unit_sizes(model: Any, policy: Any) -> tuple[int, int]:
     """(the largest unit's own parameters, the root's own parameters)."""
-    from flexgraph.strategies.fsdp_units import resolve_wrap_policy, wrap_units
+    from flexgraph.strategies.fsdp.units import resolve_wrap_policy, wrap_units
 
     units = wrap_units(model, resolve_wrap_policy(policy, model, what="auto_wrap_policy"))
     owned: set[int] = set()
@@ -60,7 +61,7 @@ def traced_model(model: Any, *, activation_checkpointing: Any = None,
     """The model with the blocks the run checkpoints checkpointed (``None``: none)."""
     if activation_checkpointing is None:
         return None
-    from flexgraph.strategies.fsdp_units import checkpoint_selected
+    from flexgraph.strategies.fsdp.units import checkpoint_selected
 
     checkpoint_selected(model, activation_checkpointing, auto_wrap_policy)
     return model
@@ -96,7 +97,7 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
     compute = f"half:{param_dtype}" if param_dtype else (f"amp:{amp}" if amp else "fp32")
     stepped = (0, 0) if cpu_offload else (-(-census.largest_param // n),
                                           census.trainable // n)  # each parameter's shard
-    return StrategyMemory(label="fsdp", parameters=params,
+    return StrategyMemory(label=FSDP.name, parameters=params,
                           gradients=census.trainable * 4 // n, optimizer=optim,
                           buffers=buffers, compute=compute, notes=tuple(notes),
                           stepped=stepped)

@@ -58,7 +58,7 @@ from flexgraph.training.checkpoint._io import (
     OnRead,
     load_optimizer_state,
 )
-from flexgraph.training.checkpoint._manifest import read_manifest, running_plan
+from flexgraph.training.checkpoint._manifest import read_manifest
 from flexgraph.training.checkpoint._mmengine import (
     allow_mmengine_types,
     from_mmengine,
@@ -114,7 +114,6 @@ __all__ = [
     "portable_tensors",
     "positions_to_names",
     "read_manifest",
-    "running_plan",
     "read_portable_tensor",
     "write_portable",
     "DCP_DIRECTORY",

@@ -147,9 +147,15 @@ _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP
 
 
 def _in_environment(monkeypatch, env: dict[str, str]) -> None:
-    """``env`` as this process's SLURM variables; torchrun's restored after the test."""
+    """``env`` as this process's SLURM variables, and none of torchrun's.
+
+    Each name is set before it is deleted, so that the test's end restores it
+    (or removes it) even when the code under test writes it (``become_slurm_rank``
+    does): ``delenv`` of an absent name records nothing to undo.
+    """
     for name in {*_TORCHRUN_VARS, *TASK, *BATCH}:
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
 

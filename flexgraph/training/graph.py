@@ -25,10 +25,13 @@ not import torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flexgraph.core.graph import Graph
 from flexgraph.core.step import Step
+
+if TYPE_CHECKING:
+    from flexgraph.training.output import RunContext
 
 STEPS = "flexgraph.training.steps"
 
@@ -181,7 +184,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     return Graph.of([*steps, evaluate], inputs=INPUTS)
 
 
-def standard_inputs(cfg: Any, run_context: Any = None) -> dict[str, Any]:
+def standard_inputs(cfg: Any, run_context: RunContext | None = None) -> dict[str, Any]:
     """The standard graph's inputs: ``cfg``, its :class:`RunSettings` read once, the run context.
 
     Reading the settings here, before the plan runs, is what makes a

@@ -27,7 +27,8 @@ def test_without_cuda_the_rss_is_shown_without_a_ratio() -> None:
 
 
 def test_the_estimate_travels_to_the_ranks_unchanged() -> None:
-    from flexgraph.training.output import RUN_ESTIMATE_VAR
+    from flexgraph.training.output import RUN_ESTIMATE_VAR, LaunchEnv
 
-    assert RunEstimate.from_env({RUN_ESTIMATE_VAR: ESTIMATE.to_env()}) == ESTIMATE
-    assert RunEstimate.from_env({}) is None
+    handed = LaunchEnv.read({RUN_ESTIMATE_VAR: ESTIMATE.to_json()})
+    assert RunEstimate.from_json(handed.run_estimate) == ESTIMATE
+    assert RunEstimate.from_json(LaunchEnv.read({}).run_estimate) is None

@@ -30,7 +30,7 @@ def test_every_section_the_runtime_acts_on_is_read_into_one_frozen_value():
 
 def test_the_standard_graph_takes_the_settings_as_an_input_beside_cfg():
     graph = standard_graph()
-    assert graph.inputs == {"cfg", "settings"}
+    assert graph.inputs == {"cfg", "settings", "run_context"}
     readers = {step.name for step in graph if "settings" in step.inputs}
     assert {"build_checkpointer", "load_checkpoint", "resume", "train"} <= readers
     assert not {"build_checkpointer", "load_checkpoint", "resume"} & {

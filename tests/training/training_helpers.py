@@ -25,6 +25,7 @@ from flexgraph import Configure, Executor, StepFailedError, Strategy, get_strate
 from flexgraph.training import loop
 from flexgraph.training.config import read_settings
 from flexgraph.training.graph import ENTRIES, standard_graph, standard_inputs
+from flexgraph.training.output import RunContext
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -35,7 +36,7 @@ torch.set_num_threads(1)
 
 
 def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple[str, ...] = (),
-              env: Any = None, strategy: str | None = None,
+              env: Any = None, strategy: str | None = None, run_context: Any = None,
               **params: dict[str, Any]) -> dict[str, Any]:
     """Plan the standard graph up to ``last`` (a step, or several) and run it.
 
@@ -44,13 +45,14 @@ def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple
     ``last='val'`` / ``'test'`` uses that entry point's graph; ``include`` adds
     optional steps (``'compile'``); a given ``env`` stands in for ``setup_env``
     (an input instead of a step); ``strategy`` names one from the registry;
+    ``run_context`` is the run's context (default: this process alone);
     ``params`` binds step parameters by step name, e.g.
     ``setup_env={'device': 'cpu'}``. A step's own error is re-raised as is.
     """
     targets = (last,) if isinstance(last, str) else tuple(last)
     entry = next((t for t in targets if t in ENTRIES), "train")
     graph = standard_graph({name: True for name in include}, entry=entry)
-    context = standard_inputs(cfg)
+    context = standard_inputs(cfg, run_context)
     if env is not None:
         graph = graph.remove("setup_env").with_inputs("env")
         context["env"] = env
@@ -65,8 +67,9 @@ def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple
 
 
 def build_hooks(cfg: Any) -> loop.Hooks:
-    """The run's hooks for ``cfg``, its settings read as ``flexgraph run`` reads them."""
-    return loop.build_hooks(cfg, read_settings(cfg))
+    """The run's hooks for ``cfg``, its settings read as ``flexgraph run`` reads them, in a
+    context of this process alone (no record)."""
+    return loop.build_hooks(cfg, read_settings(cfg), RunContext.of_this_process())
 
 
 # -- toy components ---------------------------------------------------------------

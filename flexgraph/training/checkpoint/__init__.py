@@ -47,7 +47,7 @@ from flexgraph.training.checkpoint._io import (
     OnRead,
     WeightLoader,
 )
-from flexgraph.training.checkpoint._manifest import read_manifest, running_plan
+from flexgraph.training.checkpoint._manifest import read_manifest
 from flexgraph.training.checkpoint._mmengine import from_mmengine
 from flexgraph.training.checkpoint._portable import (
     PortableCheckpointIO,
@@ -98,7 +98,6 @@ __all__ = [
     "read_manifest",
     "read_portable_tensor",
     "restore_schedulers",
-    "running_plan",
     "tensor_bytes",
     "to_plain",
     "write_portable",

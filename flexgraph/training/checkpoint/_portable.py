@@ -31,7 +31,7 @@ reads a single tensor of it (memory bounded by that tensor).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint
 from flexgraph.training.checkpoint._dcp import _full_tensors
 from flexgraph.training.checkpoint._file import FileCheckpointIO
 from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
-from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest, running_plan
+from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest
 from flexgraph.training.checkpoint._staging import StagedWriter, Staging
 from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError
@@ -236,6 +236,9 @@ class PortableCheckpointIO(CheckpointIO):
     weights:
         The IO that loads ``load_from`` files of other formats into this
         strategy's model (default: one file, every rank).
+    plan:
+        The plan's JSON dict that each manifest records (the run context's
+        ``plan``); ``None``: the manifests record no plan.
     async_save:
         Write in the background (DCP's ``async_save``): :meth:`write` returns a
         :class:`BackgroundWrite` once the state is staged to CPU memory, and
@@ -249,8 +252,10 @@ class PortableCheckpointIO(CheckpointIO):
     format = PORTABLE_DIRECTORY
 
     def __init__(self, access: StateAccess | None = None, *,
-                 weights: CheckpointIO | None = None, async_save: bool = False) -> None:
+                 weights: CheckpointIO | None = None, async_save: bool = False,
+                 plan: Mapping[str, Any] | None = None) -> None:
         self.access = access or TorchStateAccess()
+        self.plan = plan
         self.async_save = bool(async_save)
         self.staging = Staging()
         self.weights = weights or FileCheckpointIO()
@@ -269,9 +274,8 @@ class PortableCheckpointIO(CheckpointIO):
 
         tensors, rest = _split(checkpoint)
         rest = _full_tensors(rest)  # hook extras holding shards: extra.pth is rank 0's alone
-        plan = running_plan() if this_rank() == 0 else None
         manifest = make_manifest(rest.get("meta") or {}, tensors[MODEL],
-                                 tensors.get(OPTIMIZER), world_size=world_size(), plan=plan)
+                                 tensors.get(OPTIMIZER), world_size=world_size(), plan=self.plan)
         if not self.async_save:
             _save(tensors, rest, path, manifest=manifest)
             return None

@@ -13,7 +13,8 @@ estimate is the per-rank peak of one training step (``flexgraph plan
   without a ratio.
 
 The launcher estimates once and hands the figure to its ranks
-(:data:`RUN_ESTIMATE_VAR`). The JSON object (``flexgraph.run-memory/1``)::
+(:data:`~flexgraph.training.output.RUN_ESTIMATE_VAR`). The JSON object
+(``flexgraph.run-memory/1``)::
 
     {"schema": "flexgraph.run-memory/1",
      "estimate": {"candidate": "ddp", "peak_bytes": 123, "phase": "backward",
@@ -36,8 +37,6 @@ from typing import Any
 
 SCHEMA = "flexgraph.run-memory/1"
 MEMORY_FILE = "memory.json"
-RUN_ESTIMATE_VAR = "FLEXGRAPH_RUN_ESTIMATE"
-"""The launcher's estimate, as JSON, handed to its ranks (they do not estimate again)."""
 _MIB = 1024 * 1024
 
 
@@ -56,14 +55,14 @@ class RunEstimate:
         row = next(r for r in report["candidates"] if r["candidate"] == label)
         return cls(label, int(row["peak_bytes"]), str(row["phase"]), int(report["world_size"]))
 
-    def to_env(self) -> str:
-        """This estimate as the value of :data:`RUN_ESTIMATE_VAR`."""
+    def to_json(self) -> str:
+        """This estimate as the launcher hands it to its ranks
+        (:data:`~flexgraph.training.output.RUN_ESTIMATE_VAR`)."""
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_env(cls, environ: dict[str, str]) -> RunEstimate | None:
-        """The launcher's estimate, if it handed one to this rank."""
-        text = environ.get(RUN_ESTIMATE_VAR)
+    def from_json(cls, text: str | None) -> RunEstimate | None:
+        """The estimate :meth:`to_json` wrote (``None`` for no text: none was handed down)."""
         return cls(**json.loads(text)) if text else None
 
 

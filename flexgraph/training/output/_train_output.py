@@ -58,7 +58,7 @@ from typing import Any
 import torch
 
 from flexgraph.training.output._bar import TerminalBar, format_duration
-from flexgraph.training.output._progress import progress_of_this_rank
+from flexgraph.training.output._progress import Progress
 from flexgraph.training.output._workdir import FILE_ONLY
 
 __all__ = ["METRICS_FILE", "TrainOutput"]
@@ -302,12 +302,17 @@ class TrainOutput:
         Force the progress bar on or off; default: stdout is a terminal.
     device:
         Where the logged values live (see the module docstring).
+    progress:
+        The progress record this rank keeps for its launcher (the run context's
+        ``launch.progress``): each log line writes the iterations done into it.
+        ``None``: no launcher asked for one.
     """
 
     def __init__(self, *, work_dir: str, is_main: bool, logger: Any, message_hub: Any,
                  log_interval: int, max_iters: int, max_epochs: int, by_epoch: bool,
                  epoch_length: int, interactive: bool | None = None,
-                 device: str = "cpu", visualizer: Any = None) -> None:
+                 device: str = "cpu", visualizer: Any = None,
+                 progress: Progress | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.is_main = is_main
         self.logger = logger
@@ -352,7 +357,7 @@ class TrainOutput:
         self._t_tick = self._t0
         self._cpu_tick = time.process_time()
         self._redraw_cpu = 0.0  # what the last redraw cost, in CPU seconds
-        self._progress_record = progress_of_this_rank()  # for a launcher; None when alone
+        self._progress_record = progress  # for a launcher; None when alone
 
     # -- lifecycle ------------------------------------------------------------------
     def open(self, start_iter: int, *, resumed: bool = False,

@@ -24,6 +24,10 @@ only: MMEngine logs to its *current* ``MMLogger``, which is the record's logger,
 and the console handler drops INFO records made inside mmengine's package.
 ``config.py`` and ``plan.json`` are written atomically (a temporary file, then
 a rename), so a crash never leaves half a file under those names.
+
+The record reaches the steps that use it (the hooks' runner view takes its
+logger, timestamp and folder) through the run's context
+(:class:`~flexgraph.training.output.RunContext`), never through this module.
 """
 
 from __future__ import annotations
@@ -45,14 +49,13 @@ from mmengine.logging.logger import MMFormatter
 
 from flexgraph.training.config import RunSettings, write_config
 
-__all__ = ["FILE_ONLY", "RunRecord", "active_record", "console_logger", "open_run_record"]
+__all__ = ["FILE_ONLY", "RunRecord", "console_logger", "open_run_record"]
 
 FILE_ONLY = {"flexgraph_file_only": True}
 """``logger.info(msg, extra=FILE_ONLY)``: a line for the log file, not the console."""
 
 _MMENGINE_DIR = os.path.dirname(os.path.abspath(mmengine.__file__)) + os.sep
 _NUMBERS = itertools.count()  # MMLogger instance names are process-global
-_active: RunRecord | None = None
 
 
 class _ConsoleFilter(logging.Filter):
@@ -127,13 +130,10 @@ class RunRecord:
 
     def close(self) -> None:
         """Close the log file; later runs in this process open their own record."""
-        global _active
         if self._file_handler is not None:
             self.logger.removeHandler(self._file_handler)
             self._file_handler.close()
             self._file_handler = None
-        if _active is self:
-            _active = None
 
 
 class _LogFile(logging.FileHandler):
@@ -152,11 +152,6 @@ class _LogFile(logging.FileHandler):
     def close(self) -> None:
         with contextlib.suppress(OSError):
             super().close()
-
-
-def active_record() -> RunRecord | None:
-    """The record of the run this process is executing, if the CLI opened one."""
-    return _active
 
 
 def _new_run_dir(work_dir: Path, timestamp: str) -> tuple[str, Path]:
@@ -199,7 +194,6 @@ def open_run_record(cfg: Any, settings: RunSettings, plan_json: str, *, rank: in
         The strategy named on the command line, if any: written into ``config.py``
         so that the config plans the same way again.
     """
-    global _active
     log_level = settings.log_level
     timestamp = time.strftime("%Y%m%d_%H%M%S", time.localtime())
     work_dir = Path(settings.work_dir)
@@ -219,5 +213,4 @@ def open_run_record(cfg: Any, settings: RunSettings, plan_json: str, *, rank: in
     logger = console_logger(timestamp, log_level, rank=rank, quiet_mmengine=True)
     if file_handler is not None:
         logger.addHandler(file_handler)
-    _active = RunRecord(logger, timestamp, run_dir, file_handler)
-    return _active
+    return RunRecord(logger, timestamp, run_dir, file_handler)

@@ -23,6 +23,7 @@ updates; a test checks that every declared step matches its function here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -241,7 +242,10 @@ def _output(settings: RunSettings, env: Env, hooks: Hooks, **schedule: Any) -> T
     share_dataset_meta(runner)
     return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
                        message_hub=runner.message_hub, log_interval=settings.logger.interval,
-                       device=env.device, visualizer=runner.built_visualizer(), **schedule)
+                       device=env.device, visualizer=runner.built_visualizer(),
+                       vis_dir=str(Path(runner.log_dir) / "vis_data"),
+                       timestamp=runner.timestamp, log_processor=settings.logger.processor,
+                       metric_by_epoch=settings.logger.metric_by_epoch, **schedule)
 
 
 def train(cfg: Any, settings: RunSettings, env: Env, model: nn.Module, train_step: Any,

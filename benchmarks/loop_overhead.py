@@ -63,6 +63,12 @@ rounds, 2 pairs at once) take about five minutes on two cores::
 replaces each shape's comparisons; ``--with-mmengine`` adds MMEngine's
 ``FlexibleRunner`` on each shape's model-API config.
 
+The goals, on every shape, are flexgraph's instructions per iteration at most
+1.01x the hand loop's (``--count instructions``: deterministic, so valid on a
+busy machine) and its CPU time's median at most 1.05x (timed: trust it only
+from a quiet machine); the summary says whether each is met, and which one a
+run did not measure (``--count both`` measures both, one after the other).
+
 ``--count instructions`` counts instead of timing (``_callgrind.py``; needs
 valgrind and a C compiler): each variant runs once under callgrind, warms up,
 and the instructions of its LO and HI runs give instructions per iteration,
@@ -118,7 +124,9 @@ from _tiny import TinyData  # noqa: E402
 ROUNDS = 5
 _TENSORBOARD_ENV = "LOOP_OVERHEAD_TENSORBOARD"  # --tensorboard, as the children see it
 TIMEOUT_S = 600  # per child: a hung child fails the benchmark instead of hanging it
-GOAL = 1.03  # flexgraph / hand, CPU time, median over rounds, in every shape
+# flexgraph / hand in every shape: instructions per iteration (``--count instructions``,
+# deterministic) and the CPU time's median over rounds (timed; noisy on a busy machine).
+GOALS = {"instructions": 1.01, "time": 1.05}
 # The comparisons: name -> (hand variant, flexgraph variant, under a pseudo-terminal)
 COMPARISONS = {
     "plain": ("hand-plain", "flexgraph-plain", False),
@@ -477,9 +485,9 @@ def _count_one(shape: Shape, variant: str, folder: str, env: dict[str, str]) -> 
     return _callgrind.slope(dumps, (hi - lo) * shape.iters)
 
 
-def _count_instructions(sides: list[_Side], args: argparse.Namespace) -> bool:
+def _count_instructions(sides: list[_Side], args: argparse.Namespace) -> dict[_Side, float]:
     """``--count instructions``: every side's two variants once each, ``--jobs`` at a time;
-    print instructions per iteration and their ratio. Returns whether every goal was met."""
+    print instructions per iteration and their ratio. Returns each counted side's ratio."""
     wanted = sorted({(side.shape.name, variant) for side in sides if not side.tty
                      for variant in (side.hand, side.other)})
     shapes = {side.shape.name: side.shape for side in sides}
@@ -490,21 +498,49 @@ def _count_instructions(sides: list[_Side], args: argparse.Namespace) -> bool:
             futures = {key: pool.submit(_count_one, shapes[key[0]], key[1], tmp, env)
                        for key in wanted}
             slopes = {key: future.result() for key, future in futures.items()}
+    goal = GOALS["instructions"]
     print(f"instructions per iteration (callgrind; slope between each shape's two epoch "
-          f"counts), torch {torch.__version__}, 1 thread; goal: ratio <= {GOAL}")
+          f"counts), torch {torch.__version__}, 1 thread; goal: ratio <= {goal}")
     print(f"  {'shape':<13} {'comparison':<16} {'flexgraph':>12} {'hand':>12} {'ratio':>7}  goal")
-    met = True
+    ratios = {}
     for side in sides:
         if side.tty:  # its redraws follow the clock, which runs slow under valgrind
             print(f"  {side.shape.name:<13} {side.name:<16} not counted: the progress bar "
                   f"redraws by the clock")
             continue
         other, hand = (slopes[side.shape.name, v] for v in (side.other, side.hand))
-        ok = not side.has_goal or other / hand <= GOAL
-        met = met and ok
-        verdict = ("ok" if ok else "over") if side.has_goal else "-"
+        ratios[side] = other / hand
         print(f"  {side.shape.name:<13} {side.name:<16} {other:>12,.0f} {hand:>12,.0f} "
-              f"{other / hand:>7.4f}  {verdict}")
+              f"{other / hand:>7.4f}  {_verdict(side, other / hand, goal)}")
+    return ratios
+
+
+def _verdict(side: _Side, ratio: float, goal: float) -> str:
+    return ("ok" if ratio <= goal else "over") if side.has_goal else "-"
+
+
+def _goals(sides: list[_Side], counted: dict[_Side, float] | None, timed: bool) -> bool:
+    """Both goals, each met or not on every shape's comparisons that have one (or not
+    measured in this run); returns whether every measured one was met."""
+    measured = {"instructions": counted,
+                "time": {side: side.ratio().median for side in sides} if timed else None}
+    how = {"instructions": "instructions per iteration (--count instructions)",
+           "time": "CPU time, median over rounds"}
+    print("goals, flexgraph / hand loop on every shape:")
+    met = True
+    for kind, goal in GOALS.items():
+        ratios = measured[kind]
+        if ratios is None:
+            print(f"  {how[kind]} <= {goal}: not measured in this run (--count "
+                  f"{kind} or both)")
+            continue
+        with_goal = {side: r for side, r in ratios.items() if side.has_goal}
+        worst = max(with_goal, key=with_goal.get, default=None)
+        ok = all(r <= goal for r in with_goal.values())
+        met = met and ok
+        where = (f" (highest: {worst.shape.name} {worst.name} {with_goal[worst]:.4f})"
+                 if worst is not None else "")
+        print(f"  {how[kind]} <= {goal}: {'met' if ok else 'NOT MET'}{where}")
     return met
 
 
@@ -738,7 +774,7 @@ def _report_shape(shape: Shape, sides: list[_Side]) -> None:
                 print(f"    {variant + where:>28} {clock:>4}: "
                       f"{side.rounds.of(variant, clock)}  [{side.name}]")
     for side in sides:
-        goal = f"  (goal <= {GOAL})" if side.has_goal else ""
+        goal = f"  (goal <= {GOALS['time']})" if side.has_goal else ""
         label = f"  ratio {side.other}/{side.hand}{' on a terminal' if side.tty else ''}: "
         print(f"{label}CPU {side.ratio('cpu')}{goal}")
         print(f"{'':>{len(label) - 2}}wall {side.ratio('wall')}")
@@ -759,8 +795,8 @@ def _itself(calibration: _Side | None) -> str:
 def _summary_row(side: _Side, calibration: _Side | None) -> tuple[str, bool]:
     """One comparison's line of the summary, and whether it meets the goal."""
     ratio = side.ratio().median
-    met = not side.has_goal or ratio <= GOAL
-    verdict = ("ok" if met else "over") if side.has_goal else "-"
+    met = not side.has_goal or ratio <= GOALS["time"]
+    verdict = _verdict(side, ratio, GOALS["time"])
     name = side.name + (" (tty)" if side.tty else "")
     line = (f"  {side.shape.name:<13} {name:<16} {side.median_ms(side.other):>9.3f} "
             f"{side.median_ms(side.hand):>7.3f} {ratio:>7.3f} "
@@ -772,7 +808,7 @@ def _summary(shapes: list[Shape], sides: list[_Side]) -> bool:
     """Per shape and comparison: medians (ms per iteration), the ratio, and the hand loop
     against itself in that shape. Returns whether every goal was met."""
     print(f"summary: medians over the rounds; ms per iteration and ratios in CPU time "
-          f"(wall in brackets); goal: ratio <= {GOAL}")
+          f"(wall in brackets); goal: ratio <= {GOALS['time']}")
     print(f"  {'shape':<13} {'comparison':<16} {'flexgraph':>9} {'hand':>7} "
           f"{'ratio':>7} {'[wall]':>7}  {'hand vs itself':<30} goal")
     met = True
@@ -819,10 +855,11 @@ def main() -> None:
     parser.add_argument("--glibc-heap", choices=("fixed", "adaptive"), default="fixed",
                         help="every child's glibc heap thresholds: fixed (default, see the "
                              "docstring) or glibc's adaptive ones")
-    parser.add_argument("--count", choices=("time", "instructions"), default="time",
-                        help="time the loops (default), or count the instructions they "
-                             "execute under valgrind's callgrind: deterministic, once per "
-                             "variant, about 45 minutes for every shape on two cores")
+    parser.add_argument("--count", choices=("time", "instructions", "both"), default="time",
+                        help="time the loops (default), count the instructions they "
+                             "execute under valgrind's callgrind (deterministic, once per "
+                             "variant, about 45 minutes for every shape on two cores), or "
+                             "both, one after the other")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--wait", action="store_true", help=argparse.SUPPRESS)
@@ -830,7 +867,7 @@ def main() -> None:
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shapes = _chosen_shapes(args)
-    if args.child and args.count == "instructions":
+    if args.child and args.count != "time":
         count(args.child, shapes[0])
         return
     if args.child:
@@ -839,19 +876,18 @@ def main() -> None:
         measure(args.child, shapes[0], args.repeats, args.result, args.wait, args.partner)
         return
     sides = _sides(shapes, args)
-    if args.count == "instructions":
-        if not _count_instructions(sides, args):
-            print(f"some ratio is over {GOAL}", file=sys.stderr)
-        return
-    _measure_rounds(sides, args)
-    print(f"{args.rounds} rounds, pairing {args.pairing}, {len(_slots(args))} pairs at once, "
-          f"glibc heap {args.glibc_heap}, torch {torch.__version__}, 1 thread, "
-          f"TensorBoard {'on' if args.tensorboard else 'off'}, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    for shape in shapes:
-        _report_shape(shape, [side for side in sides if side.shape is shape])
-    if not _summary(shapes, sides):
-        print(f"some ratio is over {GOAL}", file=sys.stderr)
+    counted = _count_instructions(sides, args) if args.count != "time" else None
+    if args.count != "instructions":
+        _measure_rounds(sides, args)
+        print(f"{args.rounds} rounds, pairing {args.pairing}, {len(_slots(args))} pairs at "
+              f"once, glibc heap {args.glibc_heap}, torch {torch.__version__}, 1 thread, "
+              f"TensorBoard {'on' if args.tensorboard else 'off'}, "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        for shape in shapes:
+            _report_shape(shape, [side for side in sides if side.shape is shape])
+        _summary(shapes, sides)
+    if not _goals(sides, counted, timed=args.count != "instructions"):
+        print("some ratio is over its goal", file=sys.stderr)
 
 
 if __name__ == "__main__":

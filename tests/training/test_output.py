@@ -15,7 +15,11 @@ from mmengine.visualization import Visualizer
 
 from flexgraph.training.config import LogProcessorPolicy
 from flexgraph.training.output import TrainOutput
-from flexgraph.training.output._train_output import _BAR_CPU_SHARE
+from flexgraph.training.output._train_output import (
+    _BAR_CPU_SHARE,
+    _column_records,
+    _record_line,
+)
 
 
 def _visualizer(tmp_path, *backends):
@@ -273,3 +277,15 @@ def test_the_bars_redraws_stay_under_their_share_of_the_cpu_time(tmp_path):
     assert later <= 1.5 * _BAR_CPU_SHARE, (bar.redraws, later)
     out._bar = None
     out.close()
+
+
+@pytest.mark.parametrize("lrs", [[0.1, 0.1, 0.1], [0.1, 0.2, 1e-05], [0.1, 0.1, 5]])
+def test_a_stretch_sharing_its_lr_is_written_as_any_other(lrs):
+    """The fast spelling (the epoch, and an lr shared by the stretch, formatted once)
+    writes the text the general one writes, record for record."""
+    columns = [[1.5, 2.25, 0.1 + 0.2], [3.0, 4.0, 5.0]]
+    fast = _column_records(("loss", 'top%"1'), 7, 2, columns, lrs)
+    general = [_record_line(7 + i, 2, zip(("loss", 'top%"1'), row, strict=True), lr)
+               for i, (row, lr) in enumerate(zip(zip(*columns, strict=True), lrs, strict=True))]
+    assert fast == general
+    assert [json.loads(line)["lr"] for line in fast] == lrs

@@ -124,6 +124,9 @@ from _tiny import TinyData  # noqa: E402
 ROUNDS = 5
 _TENSORBOARD_ENV = "LOOP_OVERHEAD_TENSORBOARD"  # --tensorboard, as the children see it
 TIMEOUT_S = 600  # per child: a hung child fails the benchmark instead of hanging it
+# per child under callgrind, fifty times slower, and slower still on a busy machine
+# (the wide model's took over 40 minutes beside other work on two cores)
+COUNT_TIMEOUT_S = 4 * 3600
 # flexgraph / hand in every shape: instructions per iteration (``--count instructions``,
 # deterministic) and the CPU time's median over rounds (timed; noisy on a busy machine).
 GOALS = {"instructions": 1.01, "time": 1.05}
@@ -478,7 +481,7 @@ def _count_one(shape: Shape, variant: str, folder: str, env: dict[str, str]) -> 
     command = [*_callgrind.command(dumps), *_child_command(variant, shape), "--count",
                "instructions"]
     done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True,
-                          timeout=4 * TIMEOUT_S)
+                          timeout=COUNT_TIMEOUT_S)
     if done.returncode:
         raise RuntimeError(f"{variant} on {shape.name} under callgrind failed:\n"
                            f"{done.stderr[-3000:]}")

@@ -26,6 +26,7 @@ updates; a test checks that every declared step matches its function here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -257,6 +258,9 @@ def _output(settings: RunSettings, run_context: RunContext, env: Env, hooks: Hoo
     return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
                        message_hub=runner.message_hub, log_interval=settings.logger.interval,
                        device=env.device, visualizer=runner.built_visualizer(),
+                       vis_dir=str(Path(runner.log_dir) / "vis_data"),
+                       timestamp=runner.timestamp, log_processor=settings.logger.processor,
+                       metric_by_epoch=settings.logger.metric_by_epoch,
                        progress=run_context.launch.progress, **schedule)
 
 

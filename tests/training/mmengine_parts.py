@@ -18,9 +18,10 @@ import os
 
 import torch
 import torch.nn.functional as F
+from mmengine.evaluator import BaseMetric
 from mmengine.hooks import Hook
 from mmengine.model import BaseModel
-from mmengine.registry import DATASETS, HOOKS, MODELS
+from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS
 from torch import nn
 
 
@@ -59,6 +60,21 @@ class PairsDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict:
         return {"inputs": self.x[i], "labels": self.y[i]}
+
+
+@METRICS.register_module(force=True)
+class PairsAccuracy(BaseMetric):
+    """``accuracy`` of MigrationNet's logits on PairsDataset, and their ``pairs_loss``
+    (a name MMEngine's LogProcessor averages over its window, as it does losses)."""
+
+    def process(self, data_batch, data_samples) -> None:
+        for logits, label in zip(data_samples, data_batch["labels"], strict=True):
+            self.results.append((float(logits.argmax() == label),
+                                 float(F.cross_entropy(logits[None], label[None]))))
+
+    def compute_metrics(self, results) -> dict[str, float]:
+        return {"accuracy": sum(r[0] for r in results) / len(results),
+                "pairs_loss": sum(r[1] for r in results) / len(results)}
 
 
 @HOOKS.register_module(force=True)

@@ -107,12 +107,17 @@ def test_work_dir_holds_log_config_plan_metrics_and_checkpoints(run, capsys):
     work, run_dir = run["work"], _run_dir(run["work"])
     assert sorted(p.name for p in work.iterdir()) == sorted(
         [run_dir.name, "epoch_1.pth", "epoch_2.pth", "last_checkpoint", "metrics.jsonl"])
-    # no vis_data: MMEngine's default visualizer (a LocalVisBackend) writes nothing until a
-    # hook draws, since metrics.jsonl and config.py stand for its scalars and config
+    # vis_data: the scalar files MMEngine's default visualizer (a LocalVisBackend) writes,
+    # written without building it; config.py stands for its config
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(
-        [f"{run_dir.name}.log", "config.py", "plan.json"])
+        [f"{run_dir.name}.log", "config.py", "plan.json", "vis_data"])
+    assert sorted(p.name for p in (run_dir / "vis_data").iterdir()) == [
+        f"{run_dir.name}.json", "scalars.json"]
     records = [json.loads(x) for x in (work / "metrics.jsonl").read_text().splitlines()]
-    assert [r["iter"] for r in records] == list(range(1, 13))
+    assert [r["iter"] for r in records] == list(range(1, 13))  # every iteration, raw
+    scalars = (run_dir / "vis_data" / "scalars.json").read_text().splitlines()
+    assert (run_dir / "vis_data" / f"{run_dir.name}.json").read_text().splitlines() == scalars
+    assert [json.loads(x)["step"] for x in scalars] == [3, 6, 9, 12]  # a line every 3
     assert (run_dir / "plan.json").read_text() == _plan_json(run["root"] / "cfg.py", capsys)
 
 

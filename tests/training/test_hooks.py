@@ -188,8 +188,9 @@ def test_epoch_hooks_see_the_hub_current_and_saves_follow_the_records(tmp_path, 
     """Log lines are composed in groups (output.py); a hook never sees a stale hub or file.
 
     Each epoch has 10 iterations and a line every 5: the hub's loss at the end of
-    an epoch is the mean of its last 5 iterations, and when a checkpoint is saved
-    metrics.jsonl already holds the record of its iteration.
+    an epoch is what the epoch's last line says (the log processor's: the mean of
+    the last 10 iterations), and when a checkpoint is saved metrics.jsonl already
+    holds the record of its iteration.
     """
     import json
 
@@ -201,6 +202,6 @@ def test_epoch_hooks_see_the_hub_current_and_saves_follow_the_records(tmp_path, 
                                           logger=dict(type="LoggerHook", interval=5))))
     losses = [json.loads(line)["loss"] for line in hook.metrics_file.read_text().splitlines()]
     assert len(losses) == 30
-    expected = [sum(losses[end - 5:end]) / 5 for end in (10, 20, 30)]
+    expected = [sum(losses[end - 10:end]) / 10 for end in (10, 20, 30)]
     assert hook.seen == pytest.approx(expected, rel=1e-12)
     assert hook.records_at_save == [(10, 10), (20, 20), (30, 30)]

@@ -6,13 +6,20 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 
+import pytest
 import torch
 from mmengine.logging import MessageHub
 from mmengine.visualization import Visualizer
 
+from flexgraph.training.config import LogProcessorPolicy
 from flexgraph.training.output import TrainOutput
-from flexgraph.training.output._train_output import _BAR_CPU_SHARE
+from flexgraph.training.output._train_output import (
+    _BAR_CPU_SHARE,
+    _column_records,
+    _record_line,
+)
 
 
 def _visualizer(tmp_path, *backends):
@@ -56,15 +63,45 @@ def test_records_are_json_lines_even_for_nan_and_dicts(tmp_path):
     assert [(e.step, e.value) for e in events.Scalars("acc")] == [(3, 0.75)]
 
 
-def test_a_local_backend_gets_no_scalars_metrics_jsonl_has_them(tmp_path):
-    out = _output(tmp_path, interactive=False, visualizer=_visualizer(tmp_path, "LocalVisBackend"))
+def _scalar_lines(folder: Path, name: str = "scalars.json") -> list[dict]:
+    return [json.loads(line) for line in (folder / name).read_text().splitlines()]
+
+
+def test_a_local_backend_writes_the_lines_values_and_metrics_jsonl_the_raw_ones(tmp_path):
+    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
+                      message_hub=MessageHub.get_instance(f"test_output_{tmp_path.name}"),
+                      log_interval=2, max_iters=6, max_epochs=1, by_epoch=False,
+                      epoch_length=6, interactive=False, timestamp="20260101_000000",
+                      visualizer=_visualizer(tmp_path, "LocalVisBackend"))
     out.open(0)
-    out.keep(torch.tensor(1.0))
-    out.lrs.append(0.1)
-    out.log(1, 0, 1)
-    out.eval_metrics({"acc": 0.5}, mode="val", iters_done=1, epoch=1)
+    for i in (1, 2):
+        out.keep(torch.tensor(float(i)))
+        out.lrs.append(0.1 * i)
+    out.log(2, 0, 2)
+    out.eval_metrics({"acc": 0.5}, mode="val", iters_done=2, epoch=1)
     out.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "vis_data"]
+    assert _scalar_lines(tmp_path / "vis_data") == [
+        {"loss": 1.5, "lr": 0.2, "iter": 2, "step": 2}, {"acc": 0.5, "step": 2}]
+    assert _scalar_lines(tmp_path / "vis_data", "20260101_000000.json") == _scalar_lines(
+        tmp_path / "vis_data")
+    assert [r["loss"] for r in _scalar_lines(tmp_path, "metrics.jsonl")[:2]] == [1.0, 2.0]
+
+
+def test_without_a_visualizer_the_default_ones_files_are_written(tmp_path):
+    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
+                      message_hub=MessageHub.get_instance(f"test_default_{tmp_path.name}"),
+                      log_interval=2, max_iters=2, max_epochs=1, by_epoch=True,
+                      epoch_length=2, interactive=False, timestamp="20260101_000000",
+                      vis_dir=str(tmp_path / "run" / "vis_data"))
+    out.open(0)
+    for i in (1, 2):
+        out.keep({"loss": torch.tensor(float(i)), "loss_aux": torch.tensor(3.0)})
+        out.lrs.append(0.1)
+    out.log(2, 0, 2)
+    out.close()
+    assert _scalar_lines(tmp_path / "run" / "vis_data") == [
+        {"loss": 1.5, "loss_aux": 3.0, "lr": 0.1, "epoch": 1, "iter": 2, "step": 2}]
 
 
 def test_rich_progress_path_updates_the_bar(tmp_path):
@@ -127,9 +164,19 @@ def test_lines_above_the_bar_go_out_with_its_next_tick_at_the_log_level(tmp_path
     assert "not shown" not in capsys.readouterr().out
 
 
-def test_lines_due_together_come_out_in_order_with_their_own_values(tmp_path, caplog):
-    """Lines within _LINES_SECONDS are composed together, each from its own interval."""
-    out = _output(tmp_path, interactive=False)
+@pytest.mark.parametrize(("window", "means"), [
+    (10, ["1.5000", "2.5000", "3.5000"]),  # MMEngine's default: the last 10 iterations
+    (2, ["1.5000", "3.5000", "5.5000"]),
+])
+def test_lines_due_together_come_out_in_order_with_their_own_values(tmp_path, caplog, window,
+                                                                    means):
+    """Lines within _LINES_SECONDS are composed together, each from the iterations up to
+    its own (a mean over the log processor's window)."""
+    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
+                      message_hub=MessageHub.get_instance(f"test_together_{window}"),
+                      log_interval=2, max_iters=6, max_epochs=1, by_epoch=False,
+                      epoch_length=6, interactive=False,
+                      log_processor=LogProcessorPolicy(window_size=window))
     out.logger.setLevel(logging.INFO)
     out.open(0)
     for i in range(1, 7):
@@ -140,7 +187,7 @@ def test_lines_due_together_come_out_in_order_with_their_own_values(tmp_path, ca
     out.flush(0)
     out.close()
     lines = [r.getMessage() for r in caplog.records if "Iter(train)" in r.getMessage()]
-    assert [line.split("loss: ")[1] for line in lines] == ["1.5000", "3.5000", "5.5000"]
+    assert [line.split("loss: ")[1] for line in lines] == means
     assert [line.split("]")[0] for line in lines] == [
         "Iter(train) [2/6", "Iter(train) [4/6", "Iter(train) [6/6"]
 
@@ -230,3 +277,15 @@ def test_the_bars_redraws_stay_under_their_share_of_the_cpu_time(tmp_path):
     assert later <= 1.5 * _BAR_CPU_SHARE, (bar.redraws, later)
     out._bar = None
     out.close()
+
+
+@pytest.mark.parametrize("lrs", [[0.1, 0.1, 0.1], [0.1, 0.2, 1e-05], [0.1, 0.1, 5]])
+def test_a_stretch_sharing_its_lr_is_written_as_any_other(lrs):
+    """The fast spelling (the epoch, and an lr shared by the stretch, formatted once)
+    writes the text the general one writes, record for record."""
+    columns = [[1.5, 2.25, 0.1 + 0.2], [3.0, 4.0, 5.0]]
+    fast = _column_records(("loss", 'top%"1'), 7, 2, columns, lrs)
+    general = [_record_line(7 + i, 2, zip(("loss", 'top%"1'), row, strict=True), lr)
+               for i, (row, lr) in enumerate(zip(zip(*columns, strict=True), lrs, strict=True))]
+    assert fast == general
+    assert [json.loads(line)["lr"] for line in fast] == lrs

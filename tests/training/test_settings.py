@@ -8,7 +8,7 @@ from mmengine.config import Config
 from training_helpers import EXAMPLES
 
 from flexgraph.cli.main import main
-from flexgraph.training.config import RunSettings, read_settings
+from flexgraph.training.config import LogProcessorPolicy, RunSettings, read_settings
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.graph import standard_graph
 
@@ -52,3 +52,30 @@ def test_a_contradictory_section_fails_the_run_before_any_step_or_record(tmp_pat
     err = capsys.readouterr().err
     assert "train_cfg.type='FancyLoop' is not supported" in err
     assert not (tmp_path / "never").exists(), "no step ran and no record was opened"
+
+
+def test_log_processor_is_read_with_mmengines_defaults_and_its_options():
+    assert read_settings({}).logger.processor == LogProcessorPolicy()  # by_epoch: the loop's
+    custom = [dict(data_src="loss", method_name="max", window_size="epoch", log_name="top")]
+    processor = read_settings({"log_processor": dict(type="LogProcessor", window_size=4,
+                                                     custom_cfg=custom)}).logger.processor
+    assert (processor.window_size, processor.by_epoch) == (4, True)  # MMEngine's default
+    assert processor.custom_cfg == tuple(custom)
+
+
+@pytest.mark.parametrize("log_processor, match", [
+    (dict(type="MyLogProcessor"), "type='MyLogProcessor' is not supported"),
+    (dict(window_sise=5), r"no option \['window_sise'\]"),
+    (dict(window_size="global"), "window_size must be an int >= 1"),
+    (dict(custom_cfg=[dict(data_src="loss")]), r"custom_cfg\[0\] must be a dict with"),
+    (dict(custom_cfg=[dict(data_src="loss", method_name="median")]), "'median' is not one of"),
+    (dict(custom_cfg=[dict(data_src="loss", method_name="current", window_size=3)]),
+     "'current' takes no window_size"),
+    (dict(by_epoch=False, custom_cfg=[dict(data_src="loss", method_name="mean",
+                                           window_size="epoch")]), "needs log_processor.by_epoch"),
+    (dict(custom_cfg=[dict(data_src="loss", method_name="max"),
+                      dict(data_src="loss", method_name="min")]), r"names \['loss'\] twice"),
+])
+def test_a_log_processor_mmengine_would_refuse_is_refused_by_name(log_processor, match):
+    with pytest.raises(ConfigError, match=match):
+        read_settings({"log_processor": log_processor})

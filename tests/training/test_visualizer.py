@@ -3,8 +3,8 @@
 Hooks such as MMPreTrain's, MMDetection's and MMSegmentation's visualization
 hooks call ``Visualizer.get_current_instance()`` in their constructors and draw
 with it during validation; the backends get flexgraph's scalars under
-MMEngine's LoggerHook's tags and steps, except ``LocalVisBackend``, whose
-scalars.json ``metrics.jsonl`` stands for.
+MMEngine's LoggerHook's tags and steps, ``LocalVisBackend`` included (its
+scalars.json), with the values MMEngine's LogProcessor logs.
 """
 
 from __future__ import annotations
@@ -102,9 +102,10 @@ def test_a_hook_finds_the_visualizer_when_built_and_draws_into_the_run_folder(tm
     assert sorted(p.name for p in images.iterdir()) == [
         "batch0_1.png", "batch0_2.png", "batch1_1.png", "batch1_2.png"]
     assert cv2.imread(str(images / "batch1_2.png"))[0, 0].tolist() == [80, 80, 80]
-    # LocalVisBackend gets no scalars (metrics.jsonl has them), nor the config
-    # (the run folder's config.py is it)
-    assert sorted(p.name for p in (run_dir / "vis_data").iterdir()) == ["vis_image"]
+    # LocalVisBackend gets the scalars (scalars.json, and {timestamp}.json as MMEngine's
+    # LoggerHook asks), not the config (the run folder's config.py is it)
+    assert sorted(p.name for p in (run_dir / "vis_data").iterdir()) == [
+        f"{run_dir.name}.json", "scalars.json", "vis_image"]
     records = (tmp_path / "work" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["epoch"] for r in records if "mode" in json.loads(r)] == [1, 2]
 
@@ -179,15 +180,28 @@ def test_tensorboard_gets_each_scalar_once_under_mmengines_tags_and_steps(make_c
     assert events["iter"] == [(s, float(s)) for s in line_steps]
     assert events["epoch"] == [(s, float((s - 1) // 10 + 1)) for s in line_steps]
     records = _train_records(tmp_path / "work")
+    # MMEngine's LogProcessor: a loss is the mean over its window, the last 10 iterations
     train_loss = [(s, v) for s, v in events["loss"] if s in line_steps]
-    assert train_loss == [(s, pytest.approx(np.mean([r["loss"] for r in records[s - 5:s]]),
-                               rel=1e-6)) for s in line_steps]
-    # the validation's mean loss, at the epoch (MMEngine's tag: 'loss' too)
+    assert train_loss == [(s, pytest.approx(
+        np.mean([r["loss"] for r in records[max(0, s - 10):s]]), rel=1e-6))
+        for s in line_steps]
+    # the validation's loss, at the epoch (MMEngine's tag: 'loss' too): a loss, so the
+    # mean over the last 10 validations' values, as MMEngine's LogProcessor has it
     val_loss = [(s, v) for s, v in events["loss"] if s not in line_steps]
     assert [s for s, _ in val_loss] == [1, 2, 3]
-    assert val_loss[-1][1] == pytest.approx(result["val/loss"], rel=1e-6)
-    assert sorted(p.name for p in vis_data.iterdir()) == [
-        next(vis_data.glob("events.out.tfevents.*")).name]  # no scalars.json, no config.py
+    val_records = [r["loss"] for r in map(json.loads, (tmp_path / "work" / "metrics.jsonl")
+                                          .read_text().splitlines()) if r.get("mode") == "val"]
+    assert val_records[-1] == pytest.approx(result["val/loss"], rel=1e-6)
+    assert [v for _, v in val_loss] == pytest.approx(
+        [np.mean(val_records[:k]) for k in (1, 2, 3)], rel=1e-6)
+    # the LocalVisBackend's scalar files hold the same values; no config.py
+    assert sorted(p.name for p in vis_data.iterdir()) == sorted([
+        next(vis_data.glob("events.out.tfevents.*")).name, "scalars.json",
+        next(vis_data.glob("2*.json")).name])
+    scalars = [json.loads(line) for line in (vis_data / "scalars.json").read_text()
+               .splitlines()]
+    assert [(r["step"], r["loss"]) for r in scalars if "iter" in r] == [
+        (s, pytest.approx(v, rel=1e-6)) for s, v in train_loss]
 
 
 def test_an_iteration_loop_hands_validation_over_at_the_iteration(make_cfg, tmp_path):

@@ -377,33 +377,160 @@ def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
     return attrs.evolve(policy, rules=resolved)
 
 
+#: MMEngine's ``LogProcessor.mean_pattern``: the keys logged as a mean over the window.
+MEAN_PATTERN = r".*(loss|time|data_time|grad_norm).*"
+_STATISTICS = frozenset({"mean", "max", "min", "current"})  # MMEngine's HistoryBuffer's
+
+
+@attrs.frozen
+class LogProcessorPolicy:
+    """What a logged value is: MMEngine's ``log_processor`` (``LogProcessor``'s options).
+
+    A key matching ``mean_pattern`` (the losses, ``grad_norm``) is logged as
+    its mean over the last ``window_size`` iterations, any other key (``lr``)
+    as its latest value; ``custom_cfg`` adds or replaces keys with other
+    statistics, as MMEngine's ``LogProcessor`` has them.
+
+    Parameters
+    ----------
+    window_size : int
+        Iterations a mean is taken over (MMEngine's default: 10).
+    by_epoch : bool or None
+        Log lines and scalars by epoch (``Epoch(train) [e][i/N]``, an
+        ``epoch`` scalar) or by iteration; ``None``: as the train loop runs.
+    custom_cfg : tuple of dict
+        ``dict(data_src=..., method_name='mean'|'max'|'min'|'current',
+        window_size=int|'epoch'|'global', log_name=...)`` entries.
+    num_digits : int
+        Digits shown in a log line.
+    log_with_hierarchy : bool
+        Scalars keep their ``train/`` and ``val/`` prefixes.
+    mean_pattern : str
+        A regular expression: the keys logged as window means.
+    """
+
+    window_size: int = 10
+    by_epoch: bool | None = None
+    custom_cfg: tuple[Mapping[str, Any], ...] = ()
+    num_digits: int = 4
+    log_with_hierarchy: bool = False
+    mean_pattern: str = MEAN_PATTERN
+
+
+def log_processor_policy(cfg: Any) -> LogProcessorPolicy:
+    """``log_processor``, checked as MMEngine's ``LogProcessor`` checks it.
+
+    Without one, MMEngine's defaults apply, except ``by_epoch``, which then
+    follows the train loop (MMEngine's default, ``True``, would number an
+    iteration loop's lines as epoch 1).
+
+    Raises
+    ------
+    ConfigError
+        A ``type`` other than ``LogProcessor``, an option ``LogProcessor``
+        does not have, a ``window_size`` that is not an int >= 1, or a
+        ``custom_cfg`` entry MMEngine would refuse (no ``data_src`` or
+        ``method_name``, an unknown ``method_name``, a window of ``'epoch'``
+        with ``by_epoch=False``, one ``log_name`` twice).
+    """
+    given = section(cfg, "log_processor")
+    if given is None:
+        return LogProcessorPolicy()
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"log_processor must be a dict of LogProcessor's options, got "
+                          f"{type(given).__name__}")
+    options = dict(given)
+    kind = options.pop("type", "LogProcessor")
+    if kind not in ("LogProcessor", "mmengine.LogProcessor") and not (
+            isinstance(kind, type) and kind.__name__ == "LogProcessor"):
+        raise ConfigError(f"log_processor: type={kind!r} is not supported; flexgraph applies "
+                          f"MMEngine's LogProcessor options (window_size, by_epoch, "
+                          f"custom_cfg, num_digits, log_with_hierarchy, mean_pattern)")
+    fields = attrs.fields_dict(LogProcessorPolicy)
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise ConfigError(f"log_processor: LogProcessor has no option {unknown}; its options "
+                          f"are {', '.join(fields)}")
+    window = options.get("window_size", 10)
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise ConfigError(f"log_processor.window_size must be an int >= 1, got {window!r}")
+    by_epoch = bool(options.get("by_epoch", True))
+    custom = tuple(_custom_log(entry, i, by_epoch)
+                   for i, entry in enumerate(options.get("custom_cfg") or ()))
+    names = [entry.get("log_name", entry["data_src"]) for entry in custom]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(f"log_processor.custom_cfg names {twice} twice (a log_name, or a "
+                          f"data_src without one); give each entry its own log_name")
+    return LogProcessorPolicy(
+        window_size=window, by_epoch=by_epoch, custom_cfg=custom,
+        num_digits=int(options.get("num_digits", 4)),
+        log_with_hierarchy=bool(options.get("log_with_hierarchy", False)),
+        mean_pattern=str(options.get("mean_pattern", MEAN_PATTERN)))
+
+
+def _custom_log(entry: Any, i: int, by_epoch: bool) -> dict[str, Any]:
+    """One ``log_processor.custom_cfg`` entry, checked."""
+    what = f"log_processor.custom_cfg[{i}]"
+    if not isinstance(entry, Mapping) or not {"data_src", "method_name"} <= set(entry):
+        raise ConfigError(f"{what} must be a dict with a data_src (the logged key) and a "
+                          f"method_name, got {entry!r}")
+    entry = dict(entry)
+    method = entry["method_name"]
+    if method not in _STATISTICS:
+        raise ConfigError(f"{what}: method_name {method!r} is not one of "
+                          f"{', '.join(sorted(_STATISTICS))}")
+    window = entry.get("window_size")
+    if method == "current" and window is not None:
+        raise ConfigError(f"{what}: method_name 'current' takes no window_size")
+    if not (window is None or window in ("epoch", "global")
+            or (isinstance(window, int) and window >= 1)):
+        raise ConfigError(f"{what}: window_size must be an int >= 1, 'epoch' or 'global', "
+                          f"got {window!r}")
+    if window == "epoch" and not by_epoch:
+        raise ConfigError(f"{what}: window_size='epoch' needs log_processor.by_epoch=True")
+    return entry
+
+
 @attrs.frozen
 class LoggerPolicy:
-    """When a log line is written: MMEngine's ``LoggerHook`` ``interval`` and ``ignore_last``.
+    """When a log line is written and what it says.
 
+    ``interval`` and ``ignore_last`` are MMEngine's ``LoggerHook``'s:
     ``interval`` counts the batches of the current epoch (an iteration-based
     loop is one epoch); an epoch whose length is not a multiple of it gets a
     line at its end only when ``ignore_last`` is false or the epoch is no
-    longer than ``interval``.
+    longer than ``interval``. ``metric_by_epoch`` (``log_metric_by_epoch``):
+    validation scalars go to the backends at the epoch of an epoch-based loop
+    (else at the iteration; an iteration-based loop always logs them at the
+    iteration, where MMEngine's would log them all at epoch 0). ``processor``
+    is the config's ``log_processor``.
     """
 
     interval: int = 10
     ignore_last: bool = True
+    metric_by_epoch: bool = True
+    processor: LogProcessorPolicy = LogProcessorPolicy()
 
 
 def logger_policy(cfg: Any) -> LoggerPolicy:
-    """``default_hooks.logger`` (MMEngine's defaults: ``interval=10``, ``ignore_last=True``)."""
+    """``default_hooks.logger`` (MMEngine's defaults: ``interval=10``, ``ignore_last=True``,
+    ``log_metric_by_epoch=True``) and ``log_processor`` (:func:`log_processor_policy`)."""
+    processor = log_processor_policy(cfg)
     logger = section(section(cfg, "default_hooks", {}), "logger", {})
     if not isinstance(logger, Mapping):
-        return LoggerPolicy()
+        return LoggerPolicy(processor=processor)
     interval = logger.get("interval", 10)
     if not isinstance(interval, int) or interval < 1:
         raise ConfigError(f"default_hooks.logger.interval must be an int >= 1, got {interval!r}")
-    ignore_last = logger.get("ignore_last", True)
-    if not isinstance(ignore_last, bool):
-        raise ConfigError(f"default_hooks.logger.ignore_last must be True or False, "
-                          f"got {ignore_last!r}")
-    return LoggerPolicy(interval=interval, ignore_last=ignore_last)
+    flags = {}
+    for name in ("ignore_last", "log_metric_by_epoch"):
+        flags[name] = logger.get(name, True)
+        if not isinstance(flags[name], bool):
+            raise ConfigError(f"default_hooks.logger.{name} must be True or False, "
+                              f"got {flags[name]!r}")
+    return LoggerPolicy(interval=interval, ignore_last=flags["ignore_last"],
+                        metric_by_epoch=flags["log_metric_by_epoch"], processor=processor)
 
 
 def work_dir_of(cfg: Any) -> str:

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import (
+
+from tests.cli.cli_helpers import (
     ROOT,
     assert_same_training_state,
     final_state,

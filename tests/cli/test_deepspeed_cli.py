@@ -12,7 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import (
+
+from flexgraph.training.checkpoint_tools import describe_checkpoint
+from flexgraph.training.formats import DEEPSPEED_DIRECTORY
+from tests.cli.cli_helpers import (
     KILLER,
     QUICKSTART,
     ROOT,
@@ -24,9 +27,6 @@ from cli_helpers import (
     train_losses,
     write_config,
 )
-
-from flexgraph.training.checkpoint_tools import describe_checkpoint
-from flexgraph.training.formats import DEEPSPEED_DIRECTORY
 
 pytest.importorskip("deepspeed")
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import (
+
+from tests.cli.cli_helpers import (
     KILLER,
     ROOT,
     TWO_EPOCHS,

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 
-from cli_helpers import ROOT, write_config
+from tests.cli.cli_helpers import ROOT, write_config
 
 HYBRID = """
 train_cfg = dict(by_epoch=False, max_iters=4, val_interval=1000)

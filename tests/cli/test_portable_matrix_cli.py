@@ -15,8 +15,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from cli_helpers import same_start
-from portable_helpers import (
+
+from tests.cli.cli_helpers import same_start
+from tests.cli.portable_helpers import (
     STRATEGIES,
     as_one_file,
     assert_same_weights,

@@ -12,7 +12,8 @@ import json
 import re
 
 import pytest
-from cli_helpers import QUICKSTART, launch_two, train_losses
+
+from tests.cli.cli_helpers import QUICKSTART, launch_two, train_losses
 
 SOURCE = QUICKSTART.read_text()
 

@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import (
+
+from tests.cli.cli_helpers import (
     QUICKSTART,
     assert_same_training_state,
     final_state,

@@ -11,10 +11,9 @@ import os
 import socket
 from pathlib import Path
 
-from cli_helpers import QUICKSTART, flexgraph_run
-
 from flexgraph.cli.main import main
 from flexgraph.training.output import LOCK_FILE, take_work_dir
+from tests.cli.cli_helpers import QUICKSTART, flexgraph_run
 
 
 def _refusal(work: Path) -> str:

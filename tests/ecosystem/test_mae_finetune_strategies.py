@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from mae_finetune import (
+
+from tests.ecosystem.mae_finetune import (
     ROOT,
     STRATEGIES,
     config_path,

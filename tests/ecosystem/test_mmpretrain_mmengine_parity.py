@@ -22,7 +22,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from mae_finetune import ROOT, config_path, overrides, write_images, write_pretrained
+
+from tests.ecosystem.mae_finetune import (
+    ROOT,
+    config_path,
+    overrides,
+    write_images,
+    write_pretrained,
+)
 
 pytest.importorskip("mmpretrain", reason="make test-ecosystem installs mmpretrain")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from broken_specs import CASES, Case
-from test_spec_broken import write_case
+
+from tests.spec.broken_specs import CASES, Case, write_case
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("flexgraph.cli.main") is None,

@@ -37,10 +37,10 @@ from mmengine.model import BaseDataPreprocessor, BaseModel
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapperDict
 from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 from torch import nn
-from training_helpers import run_steps
 
 from flexgraph.training.components import DATALOADER_KEYS
 from flexgraph.training.errors import UnusedConfigWarning
+from tests.training.training_helpers import run_steps
 
 # -- MMEngine's runner-test components (tiny) -----------------------------------------
 

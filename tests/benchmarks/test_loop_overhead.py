@@ -126,6 +126,7 @@ def test_the_summary_puts_each_ratio_next_to_the_hand_loop_against_itself(capsys
                     r"1\.000 \(min 0\.990, max 1\.010\)\s+ok$", row), row
 
 
+@pytest.mark.slow
 def test_every_shape_runs_end_to_end_in_the_smallest_configuration(tmp_path):
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "loop_overhead.py"), "--rounds", "1", "--iters", "2",

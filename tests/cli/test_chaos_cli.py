@@ -32,6 +32,8 @@ from tests.cli.cli_helpers import (
     write_config,
 )
 
+pytestmark = pytest.mark.slow
+
 sys.path.insert(0, str(ROOT))
 
 EXIT_STOPPED = 75

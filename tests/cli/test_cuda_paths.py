@@ -14,7 +14,7 @@ import torch
 from tests.cli.cli_helpers import flexgraph_run, write_config
 
 GPUS = torch.cuda.device_count()
-pytestmark = pytest.mark.skipif(GPUS == 0, reason="needs a CUDA device")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(GPUS == 0, reason="needs a CUDA device")]
 
 SHORT = """
 train_cfg = dict(max_epochs=1, val_interval=1)

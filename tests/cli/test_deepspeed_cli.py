@@ -28,6 +28,8 @@ from tests.cli.cli_helpers import (
     write_config,
 )
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("deepspeed")
 
 STAGES = (0, 1, 2, 3)

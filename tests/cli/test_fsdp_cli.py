@@ -29,6 +29,8 @@ from tests.cli.cli_helpers import (
     write_config,
 )
 
+pytestmark = pytest.mark.slow
+
 DDP = """
 strategy = dict(type='DDPStrategy',
                 model_wrapper=dict(find_unused_parameters=True, broadcast_buffers=False))

@@ -20,6 +20,8 @@ import pytest
 
 from tests.cli.cli_helpers import QUICKSTART, assert_same_training_state, final_state, flexgraph_run
 
+pytestmark = pytest.mark.slow
+
 ITERS = 23  # one epoch of digits, 32 a batch, on each of two ranks
 CHECKPOINT_EVERY, LOG_EVERY = 4, 5
 

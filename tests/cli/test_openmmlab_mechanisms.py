@@ -25,6 +25,8 @@ import torch
 
 from tests.cli.cli_helpers import flexgraph_run
 
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins"
 STRATEGIES = {

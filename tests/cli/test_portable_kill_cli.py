@@ -24,6 +24,8 @@ import torch
 from tests.cli.cli_helpers import same_start
 from tests.cli.portable_helpers import as_one_file, config, last_checkpoint, run
 
+pytestmark = pytest.mark.slow
+
 SEED = 17
 SAVE_EVERY = 5
 ITERS = 45  # one epoch on one process (batch 32)

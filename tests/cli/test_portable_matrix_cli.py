@@ -27,7 +27,7 @@ from tests.cli.portable_helpers import (
 )
 
 pytest.importorskip("deepspeed")
-pytestmark = pytest.mark.matrix
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 NAMES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3")
 assert set(NAMES) <= set(STRATEGIES)

@@ -30,6 +30,8 @@ from tests.cli.portable_helpers import (
     run,
 )
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("deepspeed")
 
 CHAIN = ("zero3", "ddp", "fsdp", "zero1")

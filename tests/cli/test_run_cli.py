@@ -23,6 +23,8 @@ from tests.cli.cli_helpers import (
     write_config,
 )
 
+pytestmark = pytest.mark.slow
+
 
 def _launch(nproc: int) -> list[str]:
     return ["--nproc-per-node", str(nproc)] if nproc > 1 else []

@@ -36,6 +36,8 @@ from tests.cli.cli_helpers import (
 )
 from tests.cli.slurm_cluster import Cluster, SlurmUnavailable, start_cluster
 
+pytestmark = pytest.mark.slow
+
 SBATCH = ROOT / "examples" / "slurm" / "train.sbatch"
 PAUSE_AT = 6  # iterations; the ranks agree on a stop every 5, so a stop lands on 10
 

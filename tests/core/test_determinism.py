@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from flexgraph import Configure, Fuse, Graph, Insert, Move, Remove, Replace, Strategy, make_plan
 from tests.core.engine_helpers import mk, training_like
 
@@ -60,6 +62,7 @@ def test_the_same_plan_every_time_in_one_process() -> None:
     assert all(plan_as_json() == first for _ in range(5))
 
 
+@pytest.mark.slow
 def test_the_same_plan_in_twenty_fresh_processes_with_varied_hash_seeds() -> None:
     code = "import tests.core.test_determinism as t; print(t.plan_as_json())"
     procs = [

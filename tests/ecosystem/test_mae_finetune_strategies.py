@@ -27,6 +27,8 @@ from tests.ecosystem.mae_finetune import (
     write_pretrained,
 )
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("mmpretrain", reason="make test-ecosystem installs mmpretrain")
 
 

@@ -31,6 +31,8 @@ from tests.ecosystem.mae_finetune import (
     write_pretrained,
 )
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("mmpretrain", reason="make test-ecosystem installs mmpretrain")
 
 HERE = Path(__file__).resolve().parent

@@ -18,10 +18,10 @@ import pytest
 
 from tests.spec.broken_specs import CASES, Case, write_case
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     importlib.util.find_spec("flexgraph.cli.main") is None,
     reason="the CLI (flexgraph/cli/main.py) is not written yet",
-)
+)]
 
 CLI_CASES = [case for case in CASES if not case.api_only]
 

@@ -42,6 +42,8 @@ from flexgraph.training.components import DATALOADER_KEYS
 from flexgraph.training.errors import UnusedConfigWarning
 from tests.training.training_helpers import run_steps
 
+pytestmark = pytest.mark.slow
+
 # -- MMEngine's runner-test components (tiny) -----------------------------------------
 
 

@@ -127,6 +127,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_kill_9_during_saves_never_damages_the_last_good_checkpoint(tmp_path):
     work = tmp_path / "work"
     script = tmp_path / "writer.py"

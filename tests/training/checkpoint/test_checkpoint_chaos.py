@@ -26,7 +26,7 @@ from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.formats import dcp_load, read_checkpoint_file
 
 SEED = 20240611
-pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
 
 
 _SAVER_STATE = 4_000_000  # 16 MB of float32: a save takes long enough to be cut short

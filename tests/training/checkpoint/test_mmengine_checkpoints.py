@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parents[1]  # tests/training: mmengine_parts.py
 EPOCHS, STOP_AFTER, EPOCH_LENGTH = 5, 2, 6  # 24 samples, batch 4
 
 CONFIG = textwrap.dedent(f"""
-    custom_imports = dict(imports=['mmengine_parts'], allow_failed_imports=False)
+    custom_imports = dict(imports=['tests.training.mmengine_parts'], allow_failed_imports=False)
     model = dict(type='MigrationNet')
     train_dataloader = dict(batch_size=4, num_workers=0, dataset=dict(type='PairsDataset'),
                             sampler=dict(type='DefaultSampler', shuffle=True))
@@ -55,8 +55,7 @@ CONFIG = textwrap.dedent(f"""
 def _env(**extra: str) -> dict[str, str]:
     # One thread everywhere: the same kernels in every process, so equal inputs
     # give bit-equal outputs.
-    path = os.pathsep.join([str(HERE), str(REPO)])
-    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **extra}
+    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **extra}
 
 
 def _run(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
@@ -83,6 +82,7 @@ def _lrs(work_dir: Path) -> list[tuple[int, int, float]]:
     return [(r["iter"], r["epoch"], r["lr"]) for r in records]
 
 
+@pytest.mark.slow
 def test_migration_flexgraph_continues_an_mmengine_run_as_mmengine_does(mmengine_run):
     """MMEngine stopped after epoch 2 of 5; flexgraph and MMEngine each finish it.
 
@@ -116,6 +116,7 @@ def test_migration_flexgraph_continues_an_mmengine_run_as_mmengine_does(mmengine
             assert torch.equal(mine["optimizer"]["state"][index][key], value), (index, key)
 
 
+@pytest.mark.slow
 def test_an_mmengine_checkpoint_needs_exactly_the_allowed_globals(mmengine_run):
     path = mmengine_run["checkpoint"]
     needed = torch.serialization.get_unsafe_globals_in_checkpoint(path)
@@ -156,6 +157,7 @@ class _BufferMethod:
         return (getattr, (HistoryBuffer, self.name))
 
 
+@pytest.mark.slow
 def test_inspect_describes_an_mmengine_checkpoint(mmengine_run):
     path = mmengine_run["checkpoint"]
     summary = describe_checkpoint(path)
@@ -168,6 +170,7 @@ def test_inspect_describes_an_mmengine_checkpoint(mmengine_run):
     assert "mmengine_version" in summary.versions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("intruder", ["payload", "getattr"])
 def test_a_file_mixing_mmengine_types_with_a_forbidden_one_is_refused(mmengine_run, tmp_path,
                                                                       intruder):
@@ -195,6 +198,7 @@ def _cfg(mmengine_run, tmp_path, **overrides) -> Config:
     return cfg
 
 
+@pytest.mark.slow
 def test_load_from_an_mmengine_checkpoint(mmengine_run, tmp_path):
     path = mmengine_run["checkpoint"]
     model = run_steps(_cfg(mmengine_run, tmp_path, load_from=str(path)),
@@ -204,6 +208,7 @@ def test_load_from_an_mmengine_checkpoint(mmengine_run, tmp_path):
         assert torch.equal(model.state_dict()[key], value), key
 
 
+@pytest.mark.slow
 def test_resume_maps_mmengine_meta_schedulers_and_message_hub(mmengine_run, tmp_path):
     path = mmengine_run["checkpoint"]
     ctx = run_steps(_cfg(mmengine_run, tmp_path, resume=str(path)), last="resume")

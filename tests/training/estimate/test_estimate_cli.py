@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 PARTS = {"parameters", "gradients", "optimizer", "activations", "buffers"}
 
 

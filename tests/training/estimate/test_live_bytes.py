@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 # One real gloo rank (a process group of one, in its own process: DTensor needs a mesh).
 FSDP_STEP = textwrap.dedent("""
     import sys, torch, torch.distributed as dist
@@ -31,6 +33,7 @@ FSDP_STEP = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_fsdp2_dtensors_count_their_local_shards_not_their_global_size(tmp_path) -> None:
     """FSDP2's parameters and AdamW's states are DTensors, whose own storage has the
     global size and holds nothing: after a step the live bytes are the shards of the

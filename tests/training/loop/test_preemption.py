@@ -154,6 +154,7 @@ class _Dispositions(torch.utils.data.Dataset):
                              for s in (signal.SIGTERM, signal.SIGUSR1)])
 
 
+@pytest.mark.slow
 def test_dataloader_workers_ignore_the_stop_signals_their_rank_handles():
     """A scheduler or launcher signals the workers too; they must not die under their rank."""
     from mmengine.registry import DATASETS

@@ -127,6 +127,7 @@ def test_runner_visualizer_is_the_configs_with_its_name_save_dir_and_backends(ma
     assert again is not visualizer and again.instance_name.startswith(f"{name}_")
 
 
+@pytest.mark.slow
 def test_without_a_visualizer_the_default_is_built_when_first_asked_for(tmp_path):
     """In a fresh process, as ``flexgraph run`` is: building one costs a start 0.5 s."""
     probe = textwrap.dedent(f"""

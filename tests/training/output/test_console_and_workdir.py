@@ -25,12 +25,11 @@ from flexgraph.training.config import read_settings
 from flexgraph.training.output import open_run_record
 from tests.training.training_helpers import REPO
 
-HERE = Path(__file__).resolve().parents[1]  # tests/training: mmengine_parts.py
 PARAMETERS = {"body.weight": "[16, 8]", "body.bias": "[16]", "head.weight": "[3, 16]",
               "head.bias": "[3]"}
 
 CONFIG = textwrap.dedent("""
-    custom_imports = dict(imports=['mmengine_parts'], allow_failed_imports=False)
+    custom_imports = dict(imports=['tests.training.mmengine_parts'], allow_failed_imports=False)
     model = dict(type='MigrationNet',
                  init_cfg=dict(type='Normal', layer='Linear', std=0.05, bias=0.0))
     train_dataloader = dict(batch_size=4, num_workers=0, dataset=dict(type='PairsDataset'),
@@ -55,7 +54,7 @@ def run(tmp_path_factory) -> dict:
     """``python -X importtime -m flexgraph run cfg.py``: its console, work_dir and imports."""
     root = tmp_path_factory.mktemp("run")
     (root / "cfg.py").write_text(CONFIG)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO)]),
+    env = {**os.environ, "PYTHONPATH": str(REPO),
            "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "flexgraph", "run", "cfg.py",
@@ -69,6 +68,7 @@ def run(tmp_path_factory) -> dict:
             "imports": imports}
 
 
+@pytest.mark.slow
 def test_a_single_device_run_imports_neither_deepspeed_nor_mmengine_runner(run):
     """``import mmengine.runner`` imports every strategy, DeepSpeed too where installed;
     TensorBoard's writer only comes with a ``TensorboardVisBackend``, as in MMEngine."""
@@ -87,6 +87,7 @@ def _run_dir(work: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_mmengine_chatter_goes_to_the_log_file_not_the_console(run):
     run_dir = _run_dir(run["work"])
     log = (run_dir / f"{run_dir.name}.log").read_text()
@@ -103,6 +104,7 @@ def test_mmengine_chatter_goes_to_the_log_file_not_the_console(run):
     assert "step timings" in console and "Saved checkpoint" in console
 
 
+@pytest.mark.slow
 def test_work_dir_holds_log_config_plan_metrics_and_checkpoints(run, capsys):
     work, run_dir = run["work"], _run_dir(run["work"])
     assert sorted(p.name for p in work.iterdir()) == sorted(
@@ -123,6 +125,7 @@ def _plan_json(config: Path, capsys) -> str:
     return capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_written_config_runs_again_with_the_same_plan(run, tmp_path, capsys):
     run_dir = _run_dir(run["work"])
     config = run_dir / "config.py"

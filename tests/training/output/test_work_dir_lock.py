@@ -54,6 +54,7 @@ def _end(pid: int, pipe: int) -> None:
     os.waitpid(pid, 0)
 
 
+@pytest.mark.slow
 def test_a_second_run_is_refused_naming_the_owner_and_writes_nothing(tmp_path):
     work = tmp_path / "work"
     pid, pipe = _owner_in_child(work)
@@ -83,6 +84,7 @@ def test_the_lock_names_its_owner_and_is_gone_after_a_normal_end(tmp_path):
         take_work_dir(tmp_path, "run-2").release()
 
 
+@pytest.mark.slow
 def test_a_dead_owners_lock_is_taken_over_with_a_warning(tmp_path):
     pid, pipe = _owner_in_child(tmp_path)
     _end(pid, pipe)  # it died holding the lock: the file stays, the OS lock went with it
@@ -102,6 +104,7 @@ def seen_from_other_hosts(monkeypatch):
     monkeypatch.setattr(lock_module, "is_host_local", lambda path: False)
 
 
+@pytest.mark.slow
 def test_processes_of_the_same_run_recognise_its_lock_and_rank0_keeps_its_heartbeat(
         tmp_path, seen_from_other_hosts):
     pid, pipe = _owner_in_child(tmp_path, run="launch-7")
@@ -221,6 +224,7 @@ def test_without_os_locks_a_stale_heartbeat_is_taken_over(tmp_path, no_os_locks)
     lock.release()
 
 
+@pytest.mark.slow
 def test_without_os_locks_a_dead_process_on_this_host_holds_nothing(tmp_path, no_os_locks):
     pid = os.fork()
     if pid == 0:
@@ -231,6 +235,7 @@ def test_without_os_locks_a_dead_process_on_this_host_holds_nothing(tmp_path, no
         take_work_dir(tmp_path, "mine", settle=0).release()
 
 
+@pytest.mark.slow
 def test_a_killed_owner_frees_the_work_dir_at_once(tmp_path):
     """SIGKILL, as the OOM killer or a scheduler's kill sends it: the OS drops the lock."""
     pid, pipe = _owner_in_child(tmp_path)

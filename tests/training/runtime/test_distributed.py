@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
 from flexgraph.training.formats import read_checkpoint_file
 from tests.training.training_helpers import ddp_worker
+
+pytestmark = pytest.mark.slow
 
 
 def _free_port() -> int:

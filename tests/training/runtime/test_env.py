@@ -10,6 +10,8 @@ import pytest
 
 from flexgraph.training.runtime import return_freed_memory
 
+pytestmark = pytest.mark.slow
+
 SCRIPT = """
 import ctypes, sys
 import torch

@@ -360,12 +360,14 @@ def open_deepspeed_directory(path: Path) -> CheckpointSource:
 
     Parameters
     ----------
-    path:
-        A directory holding ``*model_states.pt``.
+    path : Path
+        The tag directory ``save_checkpoint`` wrote (``iter_40.ds/``).
 
     Returns
     -------
     CheckpointSource
+        The fp32 weights' layout, each fetched when asked for; DeepSpeed's
+        optimizer partitions are not converted.
 
     Raises
     ------

@@ -73,7 +73,7 @@ def describe_deepspeed_directory(path: Path) -> CheckpointSummary:
 
     Parameters
     ----------
-    path:
+    path
         A directory holding ``*model_states.pt``.
 
     Returns

@@ -90,12 +90,12 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
 
     Parameters
     ----------
-    device:
+    device
         ``None`` builds on the CPU (``wrap_model`` moves the model to
         ``env.device`` later, after weights are loaded); ``'meta'`` builds the
         parameters without storage (buffers stay real), for strategies that
         shard before any weight exists; any other device builds there.
-    init_context:
+    init_context
         ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` returning
         a context manager to build the model in (DeepSpeed's ``zero.Init``
         partitions parameters as they are created).

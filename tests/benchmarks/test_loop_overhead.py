@@ -148,6 +148,7 @@ def test_both_goals_are_printed_with_whether_each_is_met(capsys):
         capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_every_shape_runs_end_to_end_in_the_smallest_configuration(tmp_path):
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "loop_overhead.py"), "--rounds", "1", "--iters", "2",

@@ -8,9 +8,8 @@ process: the CLI's whole error path, without another interpreter's imports.
 
 from __future__ import annotations
 
-from cli_helpers import QUICKSTART, ROOT
-
 from flexgraph.cli.main import main
+from tests.cli.cli_helpers import QUICKSTART, ROOT
 
 CONFIG = f"""
 _base_ = {str(QUICKSTART)!r}

@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import (
+
+from tests.cli.cli_helpers import (
     QUICKSTART,
     assert_same_training_state,
     final_state,
@@ -21,6 +22,8 @@ from cli_helpers import (
     hook_trace,
     write_config,
 )
+
+pytestmark = pytest.mark.slow
 
 
 def _launch(nproc: int) -> list[str]:

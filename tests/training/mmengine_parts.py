@@ -1,7 +1,7 @@
 """Pieces that flexgraph and MMEngine's own ``Runner`` both run, for the MMEngine tests.
 
-Imported through ``custom_imports=['mmengine_parts']`` (this folder on PYTHONPATH)
-by ``flexgraph run`` and by MMEngine alike, so both build the same registered
+Imported through ``custom_imports=['tests.training.mmengine_parts']`` (the repository
+on PYTHONPATH) by ``flexgraph run`` and by MMEngine alike, so both build the same registered
 components. Run as a script, it is MMEngine's side of a test: a run of CFG
 that stops after epoch N (in ROOT/half), and MMEngine's own resume of its
 checkpoint, trained to the end (in ROOT/mm)::

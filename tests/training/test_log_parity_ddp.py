@@ -19,7 +19,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from training_helpers import REPO, assert_same_logged_values, scalars_json
+import pytest
+
+from tests.training.training_helpers import REPO, assert_same_logged_values, scalars_json
 
 HERE = Path(__file__).resolve().parent
 
@@ -75,6 +77,7 @@ def _log_lines(work_dir: Path) -> list[str]:
             if "Epoch(train)" in line or "Epoch(val)" in line]
 
 
+@pytest.mark.slow
 def test_two_ranks_log_what_the_runner_under_ddp_logs(tmp_path):
     config = tmp_path / "cfg.py"
     config.write_text(CONFIG)

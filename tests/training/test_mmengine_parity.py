@@ -38,10 +38,12 @@ from mmengine.model import BaseDataPreprocessor, BaseModel
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapperDict
 from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 from torch import nn
-from training_helpers import assert_same_logged_values, run_steps, scalars_json
 
 from flexgraph.training.components import DATALOADER_KEYS
 from flexgraph.training.errors import UnusedConfigWarning
+from tests.training.training_helpers import assert_same_logged_values, run_steps, scalars_json
+
+pytestmark = pytest.mark.slow
 
 # -- MMEngine's runner-test components (tiny) -----------------------------------------
 

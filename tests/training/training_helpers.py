@@ -37,6 +37,21 @@ EXAMPLES = REPO / "examples"
 torch.set_num_threads(1)
 
 
+def assert_same(a, b, path="state"):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert set(a) == set(b), path
+        for key in a:
+            assert_same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
 def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple[str, ...] = (),
               env: Any = None, strategy: str | None = None, run_context: Any = None,
               **params: dict[str, Any]) -> dict[str, Any]:

@@ -100,7 +100,17 @@ _TYPO_CUTOFF = 0.85  # difflib ratio: 'param_schedular' ~ 0.93, 'train_pipeline'
 def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
     """One message per config key flexgraph does not act on, naming the key and why.
 
-    ``world_size`` is the run's: some keys matter only with several processes.
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+    world_size : int, default 1
+        The run's: some keys matter only with several processes.
+
+    Yields
+    ------
+    str
+        One message per key.
     """
     for key in cfg:
         value = cfg.get(key)
@@ -161,7 +171,17 @@ def _hook_options(cfg: Any) -> Iterator[str]:
 
 
 def warn_unused_keys(cfg: Any, *, rank: int = 0, world_size: int = 1) -> None:
-    """Warn (:class:`UnusedConfigWarning`) about each unused key, on rank 0 only."""
+    """Warn (:class:`UnusedConfigWarning`) about each unused key, on rank 0 only.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+    rank : int, default 0
+        This process's rank: only rank 0 warns.
+    world_size : int, default 1
+        The run's world size (see :func:`unused_keys`).
+    """
     if cfg is None or not hasattr(cfg, "get") or rank != 0:
         return
     for message in unused_keys(cfg, world_size=world_size):

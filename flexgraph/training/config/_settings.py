@@ -139,6 +139,16 @@ class TrainLength:
 def train_length(cfg: Any) -> TrainLength:
     """Parse ``cfg.train_cfg`` (flexgraph's ``by_epoch`` or MMEngine's loop ``type``).
 
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        ``train_cfg`` comes from here.
+
+    Returns
+    -------
+    TrainLength
+        By epoch or by iteration, the length and the validation interval.
+
     Raises
     ------
     ConfigError
@@ -333,6 +343,17 @@ def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
     Options flexgraph does not act on are reported by
     :func:`flexgraph.training.config.warn_unused_keys`, not here.
 
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Its ``default_hooks.checkpoint`` is read (``None`` there: no
+        checkpoints).
+
+    Returns
+    -------
+    CheckpointPolicy
+        How often to save, how many to keep, what to keep the best of.
+
     Raises
     ------
     ConfigError
@@ -496,15 +517,21 @@ def _custom_log(entry: Any, i: int, by_epoch: bool) -> dict[str, Any]:
 class LoggerPolicy:
     """When a log line is written and what it says.
 
-    ``interval`` and ``ignore_last`` are MMEngine's ``LoggerHook``'s:
-    ``interval`` counts the batches of the current epoch (an iteration-based
-    loop is one epoch); an epoch whose length is not a multiple of it gets a
-    line at its end only when ``ignore_last`` is false or the epoch is no
-    longer than ``interval``. ``metric_by_epoch`` (``log_metric_by_epoch``):
-    validation scalars go to the backends at the epoch of an epoch-based loop
-    (else at the iteration; an iteration-based loop always logs them at the
-    iteration, where MMEngine's would log them all at epoch 0). ``processor``
-    is the config's ``log_processor``.
+    Parameters
+    ----------
+    interval : int, default 10
+        Batches between log lines; it counts the batches of the current epoch (an
+        iteration-based loop is one epoch).
+    ignore_last : bool, default True
+        An epoch whose length is not a multiple of ``interval`` gets a line at its
+        end only when this is false or the epoch is no longer than ``interval``.
+    metric_by_epoch : bool, default True
+        ``log_metric_by_epoch``: validation scalars go to the backends at the epoch
+        of an epoch-based loop (else at the iteration; an iteration-based loop
+        always logs them at the iteration, where MMEngine's would log them all at
+        epoch 0).
+    processor : LogProcessorPolicy
+        The config's ``log_processor``.
     """
 
     interval: int = 10
@@ -515,7 +542,25 @@ class LoggerPolicy:
 
 def logger_policy(cfg: Any) -> LoggerPolicy:
     """``default_hooks.logger`` (MMEngine's defaults: ``interval=10``, ``ignore_last=True``,
-    ``log_metric_by_epoch=True``) and ``log_processor`` (:func:`log_processor_policy`)."""
+    ``log_metric_by_epoch=True``) and ``log_processor`` (:func:`log_processor_policy`).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        ``default_hooks.logger`` and ``log_processor`` are read from it.
+
+    Returns
+    -------
+    LoggerPolicy
+        The logger's interval, ``ignore_last``, ``log_metric_by_epoch`` and the
+        log processor's options.
+
+    Raises
+    ------
+    ConfigError
+        ``interval`` is not an int >= 1, ``ignore_last`` not a bool, or
+        ``log_processor`` is refused (:func:`log_processor_policy`).
+    """
     processor = log_processor_policy(cfg)
     logger = section(section(cfg, "default_hooks", {}), "logger", {})
     if not isinstance(logger, Mapping):
@@ -534,7 +579,18 @@ def logger_policy(cfg: Any) -> LoggerPolicy:
 
 
 def work_dir_of(cfg: Any) -> str:
-    """``cfg.work_dir``; else ``work_dirs/<config file stem>`` as MMEngine's tools do."""
+    """``cfg.work_dir``; else ``work_dirs/<config file stem>`` as MMEngine's tools do.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Gives ``work_dir``, or the file name its default is made of.
+
+    Returns
+    -------
+    str
+        The work_dir.
+    """
     work_dir = section(cfg, "work_dir")
     if work_dir:
         return str(work_dir)
@@ -549,6 +605,11 @@ def restart_count() -> int:
     ``flexgraph run --max-restarts K`` (or ``torchrun --max-restarts``) restarts
     every rank after one dies; a restarted rank resumes on its own (see
     :func:`flexgraph.training.resume.resume_training`).
+
+    Returns
+    -------
+    int
+        ``TORCHELASTIC_RESTART_COUNT`` (0 when unset or not a number).
     """
     try:
         return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -562,6 +623,21 @@ def resume_source(cfg: Any) -> str | None:
     ``resume=True`` follows MMEngine: resume from ``load_from`` when it is set,
     otherwise from the latest checkpoint in ``work_dir``. ``resume='auto'``
     always searches ``work_dir`` (``load_from`` then only seeds a fresh start).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Its ``resume`` and, for ``resume=True``, ``load_from``.
+
+    Returns
+    -------
+    str or None
+        ``None``, ``'auto'``, or a path.
+
+    Raises
+    ------
+    ConfigError
+        ``resume`` is none of those.
     """
     resume = section(cfg, "resume", False)
     if resume is False or resume is None:
@@ -582,8 +658,15 @@ class StopPolicy:
     single process stops right after that iteration; several ranks compare notes
     every ``check_interval`` iterations (one all-reduce of one number), so they
     stop at the same iteration, at most ``check_interval`` iterations after the
-    signal. ``signals=()`` (``preemption=None``) leaves every signal's default
-    action alone.
+    signal.
+
+    Parameters
+    ----------
+    signals : tuple of str, default ('SIGTERM', 'SIGINT')
+        The signal names handled; ``()`` (``preemption=None``) leaves every
+        signal's default action alone.
+    check_interval : int, default 10
+        Iterations between the ranks' agreements on a stop.
     """
 
     signals: tuple[str, ...] = ("SIGTERM", "SIGINT")
@@ -618,6 +701,22 @@ def stop_policy(cfg: Any) -> StopPolicy:
     ``preemption=dict(signal='SIGUSR1', check_interval=10)``: ``signal`` (a name,
     a number or a list of them) is handled besides SIGTERM and SIGINT;
     ``preemption=None`` handles no signal at all.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Where ``preemption`` is looked up.
+
+    Returns
+    -------
+    StopPolicy
+        The signals handled and the ranks' check interval.
+
+    Raises
+    ------
+    ConfigError
+        An unknown option, an unknown signal, or a ``check_interval`` that is not
+        an integer >= 1.
     """
     if cfg is not None and "preemption" in cfg and cfg["preemption"] is None:
         return StopPolicy(signals=())
@@ -637,7 +736,18 @@ def stop_policy(cfg: Any) -> StopPolicy:
 
 
 def experiment_name_of(cfg: Any) -> str:
-    """``cfg.experiment_name``, else the config file's stem (``""`` without either)."""
+    """``cfg.experiment_name``, else the config file's stem (``""`` without either).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Read for ``experiment_name``, then for the file it came from.
+
+    Returns
+    -------
+    str
+        The experiment's name.
+    """
     name = section(cfg, "experiment_name")
     filename = getattr(cfg, "filename", None)
     if not name and filename:
@@ -720,6 +830,16 @@ def read_settings(cfg: Any) -> RunSettings:
     (:func:`~flexgraph.training.config.check_sections`), so that a malformed
     hook, optimizer, scheduler or dataloader fails before the model is built.
 
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The whole config, after ``--cfg-options`` and the command line's flags.
+
+    Returns
+    -------
+    RunSettings
+        The frozen settings the steps take as their ``settings`` input.
+
     Raises
     ------
     ConfigError
@@ -756,6 +876,11 @@ def check_paths(settings: RunSettings) -> None:
     :func:`read_settings`, which reads a config without looking at the file
     system; ``flexgraph run`` calls both (see
     :func:`~flexgraph.training.graph.standard_inputs`).
+
+    Parameters
+    ----------
+    settings : RunSettings
+        The run's settings (:func:`read_settings`).
 
     Raises
     ------

@@ -332,34 +332,34 @@ class TrainOutput:
 
     Parameters
     ----------
-    work_dir:
+    work_dir
         ``metrics.jsonl`` goes here (rank 0 only).
-    visualizer:
+    visualizer
         The run's MMEngine Visualizer (``runner.visualizer``): its backends get
         the scalars (see the module docstring), and :meth:`close` closes it, as
         MMEngine's LoggerHook does after the run. ``None`` when none was
         built: then the scalars go to ``vis_dir``.
-    vis_dir, timestamp:
+    vis_dir, timestamp
         Where MMEngine's default visualizer would write its scalar files
         (``runner.log_dir``'s ``vis_data``; ``None``: nowhere), and the run's
         timestamp, which names its ``{timestamp}.json``.
-    log_processor:
+    log_processor
         The config's ``log_processor``: what a line says for each key.
-    metric_by_epoch:
+    metric_by_epoch
         The LoggerHook's ``log_metric_by_epoch``: validation scalars at the
         epoch of an epoch-based loop, else at the iteration.
-    is_main:
+    is_main
         Rank 0; other ranks keep the buffer short and write nothing.
-    logger, message_hub:
+    logger, message_hub
         The run's MMEngine logger and message hub (at each log line the hub
         receives the values the line shows of the keys flexgraph logs).
-    log_interval, max_iters, max_epochs, by_epoch, epoch_length:
+    log_interval, max_iters, max_epochs, by_epoch, epoch_length
         For log cadence, ETA and the ``Epoch(train) [e/E][i/N]`` prefix.
-    interactive:
+    interactive
         Force the progress bar on or off; default: stdout is a terminal.
-    device:
+    device
         Where the logged values live (see the module docstring).
-    progress:
+    progress
         The progress record this rank keeps for its launcher (the run context's
         ``launch.progress``): each log line writes the iterations done into it.
         ``None``: no launcher asked for one.
@@ -433,8 +433,16 @@ class TrainOutput:
         A resumed run first cuts ``metrics.jsonl`` back to ``start_iter``: the
         records an interrupted run wrote after its checkpoint describe steps
         that were rolled back and are about to be trained (and logged) again.
-        ``repeats_evals``: the run repeats the validation at ``start_iter`` too
-        (the checkpoint was saved before its epoch's end), so its record goes.
+
+        Parameters
+        ----------
+        start_iter : int
+            The iterations already done.
+        resumed : bool, default False
+            The run resumed from a checkpoint.
+        repeats_evals : bool, default False
+            The run repeats the validation at ``start_iter`` too (the checkpoint was
+            saved before its epoch's end), so its record goes.
         """
         self._start_iter = start_iter
         self._next_iter = start_iter + 1

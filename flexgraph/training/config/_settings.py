@@ -445,6 +445,16 @@ def log_processor_policy(cfg: Any) -> LogProcessorPolicy:
     follows the train loop (MMEngine's default, ``True``, would number an
     iteration loop's lines as epoch 1).
 
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        ``log_processor`` is read from it.
+
+    Returns
+    -------
+    LogProcessorPolicy
+        ``LogProcessor``'s options, MMEngine's defaults where the config gives none.
+
     Raises
     ------
     ConfigError

@@ -21,7 +21,6 @@ import re
 import pytest
 import torch
 
-from tests.cli.cli_helpers import same_start
 from tests.cli.portable_helpers import as_one_file, config, last_checkpoint, run
 
 pytestmark = pytest.mark.slow
@@ -63,8 +62,8 @@ def assert_same(resumed: dict, reference: dict) -> None:
         assert torch.equal(resumed["state_dict"][key], value), key
 
 
-def test_a_background_save_killed_anywhere_leaves_a_resumable_work_dir(tmp_path):
-    start = same_start(tmp_path)
+def test_a_background_save_killed_anywhere_leaves_a_resumable_work_dir(tmp_path, start_weights):
+    start = start_weights
     run(config(tmp_path / "reference", "single", start, epochs=1, interval=SAVE_EVERY,
                by_epoch=False, portable=True), "single", "reference", tmp_path)
     reference = as_one_file(last_checkpoint(tmp_path / "reference"))
@@ -75,8 +74,8 @@ def test_a_background_save_killed_anywhere_leaves_a_resumable_work_dir(tmp_path)
 
 @pytest.mark.matrix
 @pytest.mark.parametrize("async_save", [False, True], ids=["sync", "async"])
-def test_ddp_killed_at_ten_seeded_points_always_resumes(tmp_path, async_save):
-    start = same_start(tmp_path)
+def test_ddp_killed_at_ten_seeded_points_always_resumes(tmp_path, start_weights, async_save):
+    start = start_weights
     run(config(tmp_path / "reference", "ddp", start, epochs=2, interval=SAVE_EVERY,
                by_epoch=False, portable=True), "ddp", "reference", tmp_path)
     reference = as_one_file(last_checkpoint(tmp_path / "reference"))

@@ -127,7 +127,7 @@ def test_two_processes_to_one_mid_epoch_sees_every_remaining_sample_once(two_to_
     after = recorded_ids(work, world=1)
     assert [it for it, _ in after] == list(range(30, 2 * EPOCH))
     assert all(len(ids) == 64 for _, ids in after[:-1])
-    from digits import DigitsDataset  # on the path since same_start
+    from digits import DigitsDataset  # examples/ is on the path (conftest.py)
 
     seen = [i for _, ids in before + after for i in ids]
     assert sorted(seen) == list(range(len(DigitsDataset(split="train")))), \

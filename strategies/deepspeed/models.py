@@ -165,8 +165,8 @@ def _whole(value: Any) -> int | None:
     return None
 
 
-def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[[str], Any]
-                          ) -> None:
+def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[[str], Any],
+                          tested: Callable[[Any], bool] | None = None) -> None:
     """Set ``zero_allow_untested_optimizer`` for an optimizer ZeRO has not tested.
 
     Parameters
@@ -177,6 +177,9 @@ def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[
         The optimizer handed to ``deepspeed.initialize``.
     log : callable
         Where the line saying so goes (rank 0's logger).
+    tested : callable, optional
+        Whether ZeRO has tested an optimizer; DeepSpeed's own list by default
+        (``is_zero_supported_optimizer``, which needs the process group).
 
     Raises
     ------
@@ -184,10 +187,12 @@ def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[
         The config sets ``zero_allow_untested_optimizer`` to false: the one line
         naming the key, instead of DeepSpeed's assertion.
     """
-    from deepspeed.runtime.zero.utils import is_zero_supported_optimizer
-
     stage = (config.get("zero_optimization") or {}).get("stage", 0)
-    if optimizer is None or not stage or is_zero_supported_optimizer(optimizer):
+    if optimizer is None or not stage:
+        return
+    if tested is None:
+        from deepspeed.runtime.zero.utils import is_zero_supported_optimizer as tested
+    if tested(optimizer):
         return
     name = type(optimizer).__name__
     if config.get(UNTESTED) is None:

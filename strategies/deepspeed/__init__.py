@@ -6,8 +6,10 @@ The order, and why (each line is a rewrite below)::
                          process group exists (fp16 on a CPU without it stops here)
     build_model          under deepspeed.zero.Init for stage 3: each parameter is
                          partitioned as it is created, no rank holds the model
-    init_weights         (stage 3) with the parameters gathered, rank 0's values
-                         broadcast
+    init_weights         (stage 3) on rank 0's whole copy of the model, gathered
+                         one parameter at a time, then into every rank's
+                         partitions one parameter at a time: no other rank
+                         holds the whole model (.partitions)
     deepspeed_initialize wrap_model + build_optim_wrapper (+ the schedulers when
                          the DeepSpeed config has its own) fused: DeepSpeed builds
                          the engine and the ZeRO optimizer in one call
@@ -31,7 +33,8 @@ This face holds the factory, the list of rewrites. Behind it: :mod:`.options`
 the rewrites bring in), :mod:`.engine` (the engine in MMEngine's shapes, the
 config completed at run time), :mod:`.checkpoint` (DeepSpeed's own checkpoints,
 read safely), :mod:`.state` (portable checkpoints: the state by parameter name),
-:mod:`.params` (ZeRO-3's parameters a forward cannot get, named), :mod:`.inspect`
+:mod:`.params` (ZeRO-3's parameters a forward cannot get, named), :mod:`.partitions`
+(ZeRO-3's setup: whole values into the partitions one parameter at a time), :mod:`.inspect`
 (``flexgraph ckpt inspect`` of DeepSpeed's directories) and :mod:`.memory` (what
 a rank holds, for ``flexgraph plan --estimate``).
 """
@@ -54,6 +57,7 @@ __all__ = ["RUN_IMPORTS", "deepspeed", "deepspeed_config"]
 STEPS = "flexgraph.strategies.deepspeed.steps"
 CHECKPOINTS = "flexgraph.strategies.deepspeed.checkpoint"
 STATE = "flexgraph.strategies.deepspeed.state"
+PARTITIONS = "flexgraph.strategies.deepspeed.partitions"
 RUN_IMPORTS = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")
 """What the ranks import: DeepSpeed, and the optimizer module its ``initialize`` imports to
 check the optimizer (compiling its kernels imports torch's inductor, 1.4 s a rank)."""
@@ -117,8 +121,9 @@ def deepspeed(
             Configure("build_model", {"init_context": f"{STEPS}:zero_init",
                                       "init_options": {"config": ds}}),
             Replace("init_weights", Step(
-                "init_weights", f"{STEPS}:init_gathered_weights", requires="env",
-                updates="model", doc="model.init_weights() on the gathered parameters")),
+                "init_weights", f"{PARTITIONS}:init_on_rank0", requires="env",
+                updates="model", doc="model.init_weights() on rank 0's whole copy, then "
+                                     "into the partitions")),
         ]
     rewrites += [
         Fuse(tuple(fused), initialize),

@@ -25,9 +25,9 @@ from torch import nn
 
 from flexgraph.training.checkpoint._file import FileCheckpointIO
 from flexgraph.training.checkpoint._io import refuse_unloadable
-from flexgraph.training.checkpoint._weights import weights_in
+from flexgraph.training.checkpoint._weights import apply_weights, weights_in
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import DCP_DIRECTORY
+from flexgraph.training.formats import DCP_DIRECTORY, read_any_checkpoint
 
 __all__ = ["load_pretrained"]
 
@@ -50,7 +50,8 @@ def _under_prefix(path: Path, prefix: str) -> Any:
     return keep
 
 
-def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None) -> None:
+def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None, *,
+                    in_this_process: bool = False) -> None:
     """Load ``checkpoint`` (under ``prefix``) into ``module``, as MMEngine's Pretrained does.
 
     Parameters
@@ -61,6 +62,10 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None) -> N
         A local path: a torch.save file or a DCP checkpoint directory.
     prefix:
         Load only the weights under ``prefix.``, renamed without it (``None``: all).
+    in_this_process:
+        This rank initialises alone while the others wait (ZeRO-3's rank 0): a
+        DCP checkpoint is then read in this process, not by a collective load
+        the other ranks would never join.
 
     Raises
     ------
@@ -77,7 +82,12 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None) -> N
                               f"directory, whose keys cannot be renamed on load: drop "
                               f"prefix={prefix!r}, or give a torch.save file")
     on_read = _under_prefix(path, prefix) if prefix is not None else (lambda checkpoint: None)
-    loaded = FileCheckpointIO().load_weights(path, module, on_read=on_read)
+    if in_this_process and DCP_DIRECTORY.recognise(path):
+        whole = read_any_checkpoint(path)
+        on_read(whole)
+        loaded = apply_weights(module, whole, str(path), strict=False)
+    else:
+        loaded = FileCheckpointIO().load_weights(path, module, on_read=on_read)
     if loaded:
         print_log(f"{_WHAT} {checkpoint}: {loaded.describe()}", logger="current",
                   level=logging.WARNING)

@@ -2,13 +2,20 @@
 
 :class:`Env` (device, rank, world size, seed) is built once by the strategy's
 ``setup_env`` step; :func:`setup_process_group` joins torch.distributed. The RNG
-helpers capture and restore this process's random streams; the meta-device
+helpers capture and restore this process's random streams, and record the
+draws one rank makes so that another can make them again; the meta-device
 helpers build and materialize models whose weights do not exist yet; the
 process-group helpers answer rank, world size and "is a group up" for code
 that has no Env, and let rank 0 act for every rank.
 """
 
 from flexgraph.training.runtime._distributed import leave_process_group, setup_process_group
+from flexgraph.training.runtime._draws import (
+    Draw,
+    host_generators_moved,
+    recording_draws,
+    replay_draws,
+)
 from flexgraph.training.runtime._env import (
     DEFAULT_MMAP_THRESHOLD,
     Env,
@@ -38,6 +45,7 @@ from flexgraph.training.runtime._rng import capture_rng, gather_rng_states, rest
 
 __all__ = [
     "DEFAULT_MMAP_THRESHOLD",
+    "Draw",
     "Env",
     "barrier",
     "broadcast_from_rank0",
@@ -45,6 +53,7 @@ __all__ = [
     "first_error_of_all_ranks",
     "gather_rng_states",
     "group_is_up",
+    "host_generators_moved",
     "launch_rank",
     "launch_world_size",
     "leave_process_group",
@@ -54,6 +63,8 @@ __all__ = [
     "parameters_on_meta",
     "rank0_does",
     "rank_seed",
+    "recording_draws",
+    "replay_draws",
     "restore_rng",
     "return_freed_memory",
     "seed_everything",

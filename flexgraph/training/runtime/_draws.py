@@ -1,0 +1,135 @@
+"""The random draws a piece of code makes, recorded on one rank and made again on another.
+
+When one rank initialises the model for all (ZeRO-3's setup: rank 0 holds the
+whole model, the others only their partitions), the other ranks skip the
+initialisers, and with them the random numbers those draw. Under
+``randomness.diff_rank_seed`` every rank has a generator of its own, which a
+DDP run advances through the same initialisers on every rank, so each rank
+ends setup at the state its own seed reaches after them: the dropout masks of
+training depend on it. Copying rank 0's state would make every rank draw the
+same masks.
+
+A generator's advance depends on what was drawn (the operation, how many
+elements of which dtype, on which device), never on the values in the tensor it
+writes. So rank 0 records each random operation the initialisers call
+(:func:`recording_draws`, a dispatch mode: every ATen operation tagged
+``nondeterministic_seeded`` that uses the default generator), as shapes, and
+the other ranks make the same draws into scratch tensors of those shapes, one
+at a time (:func:`replay_draws`): their generators end where a DDP rank's
+would, and none holds more than the largest tensor drawn.
+
+Python's ``random`` and numpy's generators are not seen here (MMEngine's
+initialisers draw from torch alone); :func:`host_generators_moved` tells
+whether code drew from them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+__all__ = ["Draw", "TensorShape", "host_generators_moved", "recording_draws", "replay_draws"]
+
+
+@attrs.frozen
+class TensorShape:
+    """A tensor as a draw sees it: shape, strides, dtype and device type (no values)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device_type: str
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> TensorShape:
+        return cls(tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype,
+                   tensor.device.type)
+
+    def scratch(self) -> torch.Tensor:
+        """An uninitialised tensor of this shape, strides and dtype, on this rank's device."""
+        device = self.device_type
+        if device == "cuda":
+            device = f"cuda:{torch.cuda.current_device()}"
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=device)
+
+
+@attrs.frozen
+class Draw:
+    """One random operation: the ATen overload's name and its arguments, tensors as shapes."""
+
+    op: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def make(self) -> None:
+        """Draw again into scratch tensors: the default generator advances as it did."""
+        scratch = {}
+
+        def real(value: Any) -> Any:
+            if isinstance(value, TensorShape):
+                scratch[id(value)] = value.scratch()
+                return scratch[id(value)]
+            return value
+
+        args, kwargs = tree_map(real, (self.args, self.kwargs))
+        _overload(self.op)(*args, **kwargs)
+
+
+def _overload(name: str) -> Any:
+    """``'aten::uniform_.default'`` -> ``torch.ops.aten.uniform_.default``."""
+    namespace, _, rest = name.partition("::")
+    packet, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+
+
+def _uses_default_generator(kwargs: dict[str, Any]) -> bool:
+    generator = kwargs.get("generator")
+    return generator is None or generator is torch.default_generator
+
+
+class _DrawRecorder(TorchDispatchMode):
+    """Notes every seeded random operation on the default generators, then runs it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.draws: list[Draw] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if torch.Tag.nondeterministic_seeded in func.tags and _uses_default_generator(kwargs):
+            shapes = tree_map(lambda v: TensorShape.of(v) if isinstance(v, torch.Tensor) else v,
+                              (tuple(args), dict(kwargs)))
+            self.draws.append(Draw(func.name() + "." + func._overloadname, *shapes))
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def recording_draws() -> Iterator[list[Draw]]:
+    """Record the random draws made inside: yields the list, filled as they happen."""
+    recorder = _DrawRecorder()
+    with recorder:
+        yield recorder.draws
+
+
+def replay_draws(draws: list[Draw]) -> None:
+    """Make ``draws`` again, in order, into scratch tensors (one alive at a time)."""
+    for draw in draws:
+        draw.make()
+
+
+def host_generators_moved(before: dict[str, Any]) -> bool:
+    """Whether Python's or numpy's global generator drew since ``before``
+    (a :func:`~flexgraph.training.runtime.capture_rng` state)."""
+    np_now = np.random.get_state()
+    np_before = before["numpy"]
+    return (random.getstate() != before["python"]
+            or int(np_now[2]) != np_before["pos"]
+            or not np.array_equal(np_now[1].astype(np.int64), np_before["keys"].numpy()))

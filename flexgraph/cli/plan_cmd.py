@@ -291,8 +291,9 @@ def _plan_auto(args: argparse.Namespace) -> int:
         if spec.cfg is None:
             raise UsageError("--strategy auto chooses among training strategies; it needs a "
                              "training config")
-        strategy, report, _ = estimate_cmd.choose_auto(spec, args.world_size or 1,
-                                                       args.device_memory)
+        strategy, report, _ = estimate_cmd.choose_auto(
+            spec, args.world_size or 1, args.device_memory, host_memory=args.host_memory,
+            per_node=args.nproc_per_node)
     plan = spec.plan(strategy)
     if args.format == "json":
         import json

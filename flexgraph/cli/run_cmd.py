@@ -234,7 +234,8 @@ def _choose_auto(args: argparse.Namespace, spec: Any, context: RunContext
 
     handed_down = context.launch.handed_down
     strategy, report, candidate = estimate_cmd.choose_auto(
-        spec, context.world_size, args.device_memory, chosen=handed_down.auto_choice)
+        spec, context.world_size, args.device_memory, chosen=handed_down.auto_choice,
+        host_memory=args.host_memory, per_node=args.nproc_per_node)
     estimate = RunEstimate.from_report(report, candidate.label) if report else None
     auto = AutoChoice(label=candidate.label, strategy={"type": candidate.name, **candidate.options},
                       reason=report.get("auto", {}).get("reason") or handed_down.auto_reason)
@@ -366,7 +367,8 @@ def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None
         raise UsageError(f"--estimate is of a training step; drop it with --entry {args.entry}")
     from flexgraph.cli import estimate_cmd
 
-    return estimate_cmd.run_estimate(spec, strategy, context.world_size, args.device_memory)
+    return estimate_cmd.run_estimate(spec, strategy, context.world_size, args.device_memory,
+                                     host_memory=args.host_memory, per_node=args.nproc_per_node)
 
 
 def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
@@ -510,7 +512,7 @@ def _record_memory(record: Any, console: Any, estimate: Any, peaks: Any, rank: i
     """The work_dir's ``memory.json`` and one console line: measured peaks beside the estimate."""
     from flexgraph.training.output import MEMORY_FILE, memory_summary, summary_line
 
-    summary = memory_summary(estimate, peaks.steps, rank)
+    summary = memory_summary(estimate, peaks.steps, rank, peaks.setup_by_rank)
     record.write_json(MEMORY_FILE, summary)
     line = summary_line(summary)
     console.print(line, markup=False, highlight=False)

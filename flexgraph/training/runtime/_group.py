@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -25,6 +25,7 @@ __all__ = [
     "barrier",
     "broadcast_from_rank0",
     "first_error_of_all_ranks",
+    "gathered_from_every_rank",
     "group_is_up",
     "launch_rank",
     "launch_world_size",
@@ -75,6 +76,15 @@ def broadcast_from_rank0(obj: T) -> T:
     box = [obj]
     torch.distributed.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def gathered_from_every_rank(obj: T) -> list[T]:
+    """Every rank's ``obj``, in rank order (``[obj]`` without a group); a collective."""
+    if world_size() == 1:
+        return [obj]
+    gathered: list[Any] = [None] * world_size()
+    torch.distributed.all_gather_object(gathered, obj)
+    return gathered
 
 
 def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | None:

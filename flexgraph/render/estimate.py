@@ -25,7 +25,9 @@ The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
                      "modelled": [str], "notes": [str], "reference_bytes": int|null,
                      "setup": {"rank0_bytes": int, "other_bytes": int, "node_bytes": int,
                                "fits": bool, "notes": [str]}}],
-     "auto": {"choice": str, "reason": str}   (only with --strategy auto)}
+     "auto": {"choice": str, "reason": str}   (only with --strategy auto),
+     "plan": {"pruned": {step: reason}, "notes": {step: str}}
+                                              (only when the run's files change the plan)}
 
 ``parts`` are the peak's; when the optimizer step is the peak, ``activations``
 is 0 there and ``optimizer`` holds the step's temporaries
@@ -49,6 +51,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from flexgraph.render._changes import derivation_lines
 from flexgraph.render._table_style import TABLE_STYLE
 
 __all__ = ["estimate_json", "estimate_view"]
@@ -136,8 +139,9 @@ def _setup(estimate: Mapping[str, Any]) -> Table:
 
 
 def estimate_view(estimate: Mapping[str, Any]) -> Group:
-    """The parameter census, one row per candidate (peak, parts, phase, verdict), then each
-    candidate's setup on the host (rank 0, the other ranks, a node; its verdict)."""
+    """The parameter census, one row per candidate (peak, parts, phase, verdict), each
+    candidate's setup on the host (rank 0, the other ranks, a node; its verdict), then what
+    the run's files change in its plan (a pruned ``init_weights``)."""
     parts: list[Any] = [_parameters(estimate), Text(""), _candidates(estimate)]
     if any(row.get("setup") for row in estimate["candidates"]):
         parts += [Text(""), _setup(estimate)]
@@ -146,6 +150,7 @@ def estimate_view(estimate: Mapping[str, Any]) -> Group:
     if estimate.get("auto"):
         auto = estimate["auto"]
         parts.append(Text(f"strategy auto chose {auto['choice']}: {auto['reason']}"))
+    parts += [Text(line) for line in derivation_lines(estimate.get("plan") or {})]
     return Group(*parts)
 
 

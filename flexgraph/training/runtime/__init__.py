@@ -13,6 +13,7 @@ from flexgraph.training.runtime._distributed import leave_process_group, setup_p
 from flexgraph.training.runtime._draws import (
     Draw,
     host_generators_moved,
+    parameters_without_values,
     recording_draws,
     replay_draws,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "make_env",
     "materialize_module",
     "meta_parameters",
+    "parameters_without_values",
     "parameters_on_meta",
     "rank0_does",
     "rank_seed",

@@ -18,6 +18,16 @@ the other ranks make the same draws into scratch tensors of those shapes, one
 at a time (:func:`replay_draws`): their generators end where a DDP rank's
 would, and none holds more than the largest tensor drawn.
 
+When no rank initialises (every weight comes from a file, so ``init_weights``
+is pruned), a one-device run still draws the initialisers' random numbers
+before it loads: :func:`parameters_without_values` gives a model parameters
+that have shapes and no values (torch's fake tensors; a ``meta`` tensor would
+not do, as torch's initialisers skip those), on which each random operation
+also draws into a scratch tensor on the CPU, where a one-device run
+initialises, so the generator ends where that run's does, holding one tensor
+at a time. Reads of their values (MMEngine's initialisers compare each
+parameter's mean before and after) give zeros.
+
 Python's ``random`` and numpy's generators are not seen here (MMEngine's
 initialisers draw from torch alone); :func:`host_generators_moved` tells
 whether code drew from them.
@@ -27,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -36,7 +46,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-__all__ = ["Draw", "TensorShape", "host_generators_moved", "recording_draws", "replay_draws"]
+__all__ = ["Draw", "TensorShape", "host_generators_moved", "parameters_without_values",
+           "recording_draws", "replay_draws"]
 
 
 @attrs.frozen
@@ -54,8 +65,9 @@ class TensorShape:
                    tensor.device.type)
 
     def scratch(self) -> torch.Tensor:
-        """An uninitialised tensor of this shape, strides and dtype, on this rank's device."""
-        device = self.device_type
+        """An uninitialised tensor of this shape, strides and dtype, on this rank's device
+        (the CPU for a meta tensor: where a one-device run initialises)."""
+        device = {"meta": "cpu"}.get(self.device_type, self.device_type)
         if device == "cuda":
             device = f"cuda:{torch.cuda.current_device()}"
         return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=device)
@@ -95,6 +107,16 @@ def _uses_default_generator(kwargs: dict[str, Any]) -> bool:
     return generator is None or generator is torch.default_generator
 
 
+def _is_draw(func: Any, kwargs: dict[str, Any]) -> bool:
+    return torch.Tag.nondeterministic_seeded in func.tags and _uses_default_generator(kwargs)
+
+
+def _draw_of(func: Any, args: Any, kwargs: dict[str, Any]) -> Draw:
+    shapes = tree_map(lambda v: TensorShape.of(v) if isinstance(v, torch.Tensor) else v,
+                      (tuple(args), dict(kwargs)))
+    return Draw(func.name() + "." + func._overloadname, *shapes)
+
+
 class _DrawRecorder(TorchDispatchMode):
     """Notes every seeded random operation on the default generators, then runs it."""
 
@@ -104,10 +126,8 @@ class _DrawRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if torch.Tag.nondeterministic_seeded in func.tags and _uses_default_generator(kwargs):
-            shapes = tree_map(lambda v: TensorShape.of(v) if isinstance(v, torch.Tensor) else v,
-                              (tuple(args), dict(kwargs)))
-            self.draws.append(Draw(func.name() + "." + func._overloadname, *shapes))
+        if _is_draw(func, kwargs):
+            self.draws.append(_draw_of(func, args, kwargs))
         return func(*args, **kwargs)
 
 
@@ -117,6 +137,63 @@ def recording_draws() -> Iterator[list[Draw]]:
     recorder = _DrawRecorder()
     with recorder:
         yield recorder.draws
+
+
+class _DrawsForFakes(TorchDispatchMode):
+    """Above torch's fake-tensor mode: a random operation also draws for real, into a
+    scratch tensor; a value read gives 0."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        kwargs = kwargs or {}
+        if _is_draw(func, kwargs):
+            draw = _draw_of(func, args, kwargs)
+            with unset_fake_temporarily():
+                draw.make()
+        if func in (torch.ops.aten._local_scalar_dense.default,
+                    torch.ops.aten.is_nonzero.default):
+            return 0  # .item() / bool() of a value that does not exist
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def parameters_without_values(model: torch.nn.Module,
+                              shape_of: Callable[[torch.nn.Parameter], Any] | None = None
+                              ) -> Iterator[None]:
+    """Code inside runs on ``model`` with parameters that have shapes and no values, and
+    draws the random numbers it would draw on real ones.
+
+    Each parameter stands in as a fake tensor of its shape (torch's
+    ``FakeTensorMode``: the CPU as its device, no storage), and every random
+    operation also draws into a scratch tensor of its shape on the CPU, one at
+    a time. The original parameters are put back after (a shared one stays
+    shared); buffers stay what they are. ``shape_of(param)``: a parameter's
+    whole shape, where its own is not (ZeRO-3's partitioned placeholders).
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    shape_of = shape_of or (lambda param: param.shape)
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    stand_ins: dict[int, torch.nn.Parameter] = {}
+    swapped = []
+    with fake:
+        for module in model.modules():
+            for name, param in list(module._parameters.items()):
+                if param is None:
+                    continue
+                if id(param) not in stand_ins:
+                    stand_ins[id(param)] = torch.nn.Parameter(
+                        torch.empty(tuple(shape_of(param)), dtype=param.dtype),
+                        requires_grad=param.requires_grad)
+                swapped.append((module, name, param))
+                module._parameters[name] = stand_ins[id(param)]
+    try:
+        with fake, _DrawsForFakes():
+            yield
+    finally:
+        for module, name, param in swapped:
+            module._parameters[name] = param
 
 
 def replay_draws(draws: list[Draw]) -> None:

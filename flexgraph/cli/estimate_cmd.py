@@ -68,6 +68,16 @@ def _with_verdicts(report: dict[str, Any], given: str | None, world_size: int,
     return report
 
 
+def _weights_loaded(cfg: Any) -> bool:
+    """Whether the files the run loads set every weight, so that a strategy that may
+    prune ``init_weights`` does (what its setup holds depends on it)."""
+    from flexgraph.training.checkpoint import derive_from_weights
+    from flexgraph.training.config import read_settings
+
+    load_from = read_settings(cfg).weights_to_load()
+    return bool(derive_from_weights(cfg, load_from, ("init_weights",)).rewrites)
+
+
 def _per_node(given: int | None, world_size: int) -> int:
     """Ranks per node: as given, else every rank on one node."""
     return max(1, min(given or world_size, world_size))
@@ -104,7 +114,8 @@ def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespa
 
         candidates = [_config_candidate(spec, strategy or get_strategy("single"), amp)]
     result = estimate(spec.cfg, candidates, world_size=world,
-                      device=target_device(args.device_memory))
+                      device=target_device(args.device_memory),
+                      weights_loaded=_weights_loaded(spec.cfg))
     per_node = _per_node(args.nproc_per_node, world)
     return _with_verdicts(result.as_dict(), args.device_memory, world, AUTO_MARGIN,
                           (args.host_memory, per_node))
@@ -150,7 +161,8 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None,
     candidates = parse_candidates(",".join(auto_candidates(world_size)),
                                   spec.cfg.get("strategy"), amp)
     result = estimate(spec.cfg, candidates, world_size=world_size,
-                      device=target_device(device_memory))
+                      device=target_device(device_memory),
+                      weights_loaded=_weights_loaded(spec.cfg))
     capacity, _ = memory_of(device_memory, world_size)
     node, _ = node_memory_of(host_memory)
     per_node = _per_node(per_node, world_size)

@@ -110,8 +110,8 @@ def _candidates(estimate: Mapping[str, Any]) -> Table:
 def _setup(estimate: Mapping[str, Any]) -> Table:
     host = estimate.get("host_memory") or {}
     per_node = host.get("processes_per_node", estimate["world_size"])
-    table = Table(title=f"setup's host memory (GB), before the optimizer exists, "
-                        f"{per_node} rank(s) per node", **TABLE_STYLE)
+    table = Table(title=f"setup's host memory (GB), {per_node} rank(s) per node",
+                  **TABLE_STYLE)
     for name in ("candidate", "rank 0", "each other rank", "node"):
         table.add_column(name, justify="left" if name == "candidate" else "right")
     if host:
@@ -130,10 +130,12 @@ def _setup(estimate: Mapping[str, Any]) -> Table:
         table.add_row(*cells)
         notes += [f"{row['candidate']}: {note}" for note in setup["notes"]]
     if host:
-        notes.insert(0, f"host: {host['source']}; node = rank 0 + {per_node - 1} other "
-                        f"rank(s); fits = node <= {1 - host['margin']:.0%} of it")
+        notes.insert(0, f"setup: until the optimizer is built; host: {host['source']}; node = "
+                        f"rank 0 + {per_node - 1} other rank(s); fits = node <= "
+                        f"{1 - host['margin']:.0%} of it")
     if estimate.get("weights_loaded"):
-        notes.insert(0, "load_from covers every state_dict entry: init_weights is pruned")
+        notes.insert(0, "the files loaded set every state_dict entry: init_weights is "
+                        "pruned where the strategy may (its notes say so)")
     table.caption = "\n".join(notes)
     return table
 

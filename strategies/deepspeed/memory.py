@@ -211,15 +211,17 @@ def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_
     n = max(world_size, 1)
     on_host = target_device == "cpu"
     partitions = census.total * low // n if on_host else 0
-    # one module whole as zero.Init makes it; then a parameter gathered, with the
-    # collective's own buffer of it (counted live on 4 CPU ranks)
-    in_flight = low * max(census.largest_layer, 2 * census.largest_param) if on_host else 0
-    others = partitions + in_flight
+    built = low * census.largest_layer if on_host else 0  # one module whole as zero.Init makes it
     where = "its partitions" if on_host else "nothing of the model (its partitions are the GPU's)"
-    notes = [f"each rank: {where}, plus one module whole as zero.Init makes it, then one "
-             f"parameter gathered at a time (twice: the collective's buffer)"]
+    notes = [f"each rank: {where}, plus one module whole as zero.Init makes it"]
     if weights_loaded:
-        notes.append("init_weights pruned: rank 0 holds what the others do")
-        return SetupMemory(rank0=others, others=others, notes=tuple(notes))
-    notes.append("rank 0: the whole model on the host too, while init_weights runs on it")
+        notes.append("init_weights pruned: each rank reads its own elements of the file, and "
+                     "rank 0 holds what the others do")
+        return SetupMemory(rank0=partitions + built, others=partitions + built,
+                           notes=tuple(notes))
+    # a parameter gathered, with the collective's own buffer of it (counted live on 4 CPU ranks)
+    gathered = 2 * low * census.largest_param if on_host else 0
+    others = partitions + max(built, gathered)
+    notes += ["then one parameter gathered at a time (twice: the collective's buffer)",
+              "rank 0: the whole model on the host too, while init_weights runs on it"]
     return SetupMemory(rank0=census.total * low + others, others=others, notes=tuple(notes))

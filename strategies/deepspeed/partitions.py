@@ -87,9 +87,9 @@ def init_on_rank0(env: Any, model: nn.Module) -> nn.Module:
 
 
 def _gathered(params: list[nn.Parameter], modifier_rank: int | None = None) -> Any:
-    from flexgraph.strategies.deepspeed.steps import _import_deepspeed
+    import deepspeed  # imported by the strategy's setup_env, told its accelerator there
 
-    return _import_deepspeed().zero.GatheredParameters(params, modifier_rank=modifier_rank)
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank)
 
 
 def _whole_on_rank0(params: list[nn.Parameter]) -> list[torch.Tensor]:

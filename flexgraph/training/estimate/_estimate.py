@@ -174,9 +174,10 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
     (``'cuda'`` or ``'cpu'``; ``None``: this machine's, as :func:`target_device`
     says): where the run would train, which decides the optimizer kernels
     torch picks by default (:func:`step_temporaries`) and whether setup's
-    partitions or shards are host memory. ``weights_loaded``: every entry of
-    the model's ``state_dict`` comes from ``load_from`` (``init_weights`` is
-    pruned), which changes what setup holds.
+    partitions or shards are host memory. ``weights_loaded``: the files the
+    run loads set every entry of the model's ``state_dict``, so a strategy
+    that may prune ``init_weights`` (``Strategy.prunable``) does, which changes
+    what its setup holds.
 
     Raises
     ------
@@ -197,8 +198,8 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
             **options))
         models.append(_traced_model(module, cfg, options))
         setups.append(_setup_of(module, census, options, world_size=world_size,
-                                target_device=device,
-                                weights_loaded=weights_loaded))
+                                target_device=device, weights_loaded=weights_loaded
+                                and "init_weights" in candidate.strategy.prunable))
     traces: dict[tuple[str, str], StepTrace] = {}
     untraceable = None
     batch = first_batch(cfg)

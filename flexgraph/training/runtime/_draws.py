@@ -46,8 +46,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-__all__ = ["Draw", "TensorShape", "host_generators_moved", "parameters_without_values",
-           "recording_draws", "replay_draws"]
+__all__ = ["VALUE_READS", "Draw", "TensorShape", "fake_parameter", "host_generators_moved",
+           "parameters_without_values", "recording_draws", "replay_draws", "stood_in"]
 
 
 @attrs.frozen
@@ -141,7 +141,14 @@ def recording_draws() -> Iterator[list[Draw]]:
 
 class _DrawsForFakes(TorchDispatchMode):
     """Above torch's fake-tensor mode: a random operation also draws for real, into a
-    scratch tensor; a value read gives 0."""
+    scratch tensor; a value read gives 0. ``states``: where to note the CPU generator's
+    state before each draw (``None``: nowhere); ``draws``: where to note the draws."""
+
+    def __init__(self, states: list[torch.Tensor] | None = None,
+                 draws: list[Draw] | None = None) -> None:
+        super().__init__()
+        self.states = states
+        self.draws = draws
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -149,18 +156,58 @@ class _DrawsForFakes(TorchDispatchMode):
         kwargs = kwargs or {}
         if _is_draw(func, kwargs):
             draw = _draw_of(func, args, kwargs)
+            if self.states is not None:
+                self.states.append(torch.get_rng_state())
+            if self.draws is not None:
+                self.draws.append(draw)
             with unset_fake_temporarily():
                 draw.make()
-        if func in (torch.ops.aten._local_scalar_dense.default,
-                    torch.ops.aten.is_nonzero.default):
+        if func in VALUE_READS:
             return 0  # .item() / bool() of a value that does not exist
         return func(*args, **kwargs)
 
 
+VALUE_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default)
+"""The operations that hand a tensor's value to Python (``.item()``, ``bool()``)."""
+
+
+@contextlib.contextmanager
+def stood_in(model: torch.nn.Module, stand_in: Callable[[torch.nn.Parameter], torch.nn.Parameter]
+             ) -> Iterator[dict[int, torch.nn.Parameter]]:
+    """Every parameter of ``model`` replaced by ``stand_in(param)`` for the duration (one
+    stand-in per parameter: a shared one stays shared), the originals put back after.
+
+    Yields the stand-ins by the ``id`` of the parameter each stands in for.
+    """
+    stand_ins: dict[int, torch.nn.Parameter] = {}
+    swapped = []
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is None:
+                continue
+            if id(param) not in stand_ins:
+                stand_ins[id(param)] = stand_in(param)
+            swapped.append((module, name, param))
+            module._parameters[name] = stand_ins[id(param)]
+    try:
+        yield stand_ins
+    finally:
+        for module, name, param in swapped:
+            module._parameters[name] = param
+
+
+def fake_parameter(param: torch.nn.Parameter, shape: Any) -> torch.nn.Parameter:
+    """A parameter of ``shape`` and ``param``'s dtype without values (call it inside a
+    ``FakeTensorMode``)."""
+    return torch.nn.Parameter(torch.empty(tuple(shape), dtype=param.dtype),
+                              requires_grad=param.requires_grad)
+
+
 @contextlib.contextmanager
 def parameters_without_values(model: torch.nn.Module,
-                              shape_of: Callable[[torch.nn.Parameter], Any] | None = None
-                              ) -> Iterator[None]:
+                              shape_of: Callable[[torch.nn.Parameter], Any] | None = None,
+                              *, states: list[torch.Tensor] | None = None,
+                              draws: list[Draw] | None = None) -> Iterator[None]:
     """Code inside runs on ``model`` with parameters that have shapes and no values, and
     draws the random numbers it would draw on real ones.
 
@@ -170,30 +217,19 @@ def parameters_without_values(model: torch.nn.Module,
     a time. The original parameters are put back after (a shared one stays
     shared); buffers stay what they are. ``shape_of(param)``: a parameter's
     whole shape, where its own is not (ZeRO-3's partitioned placeholders).
+    ``states`` / ``draws``: lists to which the CPU generator's state before each
+    draw, and the draw, are appended (:mod:`._replay` makes the run again from them).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     shape_of = shape_of or (lambda param: param.shape)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    stand_ins: dict[int, torch.nn.Parameter] = {}
-    swapped = []
-    with fake:
-        for module in model.modules():
-            for name, param in list(module._parameters.items()):
-                if param is None:
-                    continue
-                if id(param) not in stand_ins:
-                    stand_ins[id(param)] = torch.nn.Parameter(
-                        torch.empty(tuple(shape_of(param)), dtype=param.dtype),
-                        requires_grad=param.requires_grad)
-                swapped.append((module, name, param))
-                module._parameters[name] = stand_ins[id(param)]
-    try:
-        with fake, _DrawsForFakes():
+    with contextlib.ExitStack() as stack:
+        with fake:  # the stand-ins made fake
+            stack.enter_context(stood_in(
+                model, lambda param: fake_parameter(param, shape_of(param))))
+        with fake, _DrawsForFakes(states, draws):
             yield
-    finally:
-        for module, name, param in swapped:
-            module._parameters[name] = param
 
 
 def replay_draws(draws: list[Draw]) -> None:

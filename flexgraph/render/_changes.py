@@ -88,7 +88,9 @@ class Gone:
         return f"{self.action} by {rewrite_label(self.rewrite)}: {self.rewrite.description}"
 
 
-_ACTION_OF_KIND = {"remove": "removed", "replace": "replaced", "fuse": "fused"}
+_ACTION_OF_KIND = {"remove": "removed", "prune": "removed", "replace": "replaced",
+                   "fuse": "fused"}
+"""A pruned step (a derived rewrite) is shown as removed, its reason in the rewrite's text."""
 
 
 def _consumed(applied: AppliedRewrite) -> list[tuple[str, str, str | None]]:
@@ -143,3 +145,25 @@ def ordered_edges(plan: Plan) -> list[Edge]:
     """The plan's derived edges sorted by the positions of source, then target."""
     position = {name: i for i, name in enumerate(plan.order)}
     return sorted(plan.edges, key=lambda e: (position[e.source], position[e.target]))
+
+
+def pruned_steps(plan: Plan) -> dict[str, str]:
+    """Steps a derived rewrite pruned, by name, each with its reason (``Prune``).
+
+    What ``flexgraph plan --estimate`` and the run's log print as
+    ``pruned: init_weights (every state_dict entry comes from load_from 'x.pth')``:
+    the reason is the text in parentheses at the end of the rewrite's description.
+    """
+    found = {}
+    for applied in plan.rewrites:
+        if applied.kind != "prune":
+            continue
+        for name in applied.consumed:
+            reason = applied.description.removeprefix(f"prune {name} ")
+            found[name] = reason
+    return found
+
+
+def pruned_lines(plan: Plan) -> list[str]:
+    """``pruned: NAME (reason)``, one line per step a derived rewrite pruned."""
+    return [f"pruned: {name} {reason}" for name, reason in pruned_steps(plan).items()]

@@ -25,7 +25,7 @@ updates; a test checks that every declared step matches its function here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import nn
@@ -165,14 +165,20 @@ def build_checkpointer(settings: RunSettings, run_context: RunContext, env: Env,
 
 
 def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,
-                    checkpointer: Checkpointer) -> nn.Module:
+                    checkpointer: Checkpointer, *,
+                    pretrained: Sequence[Mapping[str, Any]] = ()) -> nn.Module:
     """Load ``load_from`` weights through the checkpointer's IO.
 
     The strategy configures the IO (``Configure('build_checkpointer', io=...)``),
     which knows how weights go into the model it manages; this step stays the
     same for every strategy.
+
+    ``pretrained``: the ``init_cfg`` ``Pretrained`` files to load first, each
+    into its module (``path``, ``module``, ``prefix``). A run binds them when
+    its files cover the model and ``init_weights`` is pruned (a derived
+    rewrite, :func:`~flexgraph.training.checkpoint.derive_from_weights`).
     """
-    return load_weights(settings, hooks, model, checkpointer)
+    return load_weights(settings, hooks, model, checkpointer, pretrained=pretrained)
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:

@@ -16,6 +16,7 @@ from flexgraph.training.runtime._env import (
     rank_seed,
     return_freed_memory,
     seed_everything,
+    use_default_scope,
 )
 from flexgraph.training.runtime._group import (
     barrier,
@@ -60,5 +61,6 @@ __all__ = [
     "setup_process_group",
     "this_rank",
     "uninitialised_parameters",
+    "use_default_scope",
     "world_size",
 ]

@@ -150,20 +150,32 @@ def ordered_edges(plan: Plan) -> list[Edge]:
 def pruned_steps(plan: Plan) -> dict[str, str]:
     """Steps a derived rewrite pruned, by name, each with its reason (``Prune``).
 
-    What ``flexgraph plan --estimate`` and the run's log print as
-    ``pruned: init_weights (every state_dict entry comes from load_from 'x.pth')``:
-    the reason is the text in parentheses at the end of the rewrite's description.
+    The reason is the text in parentheses that ends the rewrite's description
+    (``prune init_weights (every state_dict entry comes from load_from 'x.pth')``).
     """
     found = {}
     for applied in plan.rewrites:
         if applied.kind != "prune":
             continue
         for name in applied.consumed:
-            reason = applied.description.removeprefix(f"prune {name} ")
-            found[name] = reason
+            found[name] = applied.description.removeprefix(f"prune {name} (").removesuffix(")")
     return found
 
 
-def pruned_lines(plan: Plan) -> list[str]:
-    """``pruned: NAME (reason)``, one line per step a derived rewrite pruned."""
-    return [f"pruned: {name} {reason}" for name, reason in pruned_steps(plan).items()]
+def derivation_lines(derived: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """What a run's files changed in its plan, as the log and ``--estimate`` print it.
+
+    Parameters
+    ----------
+    derived : mapping
+        ``{"pruned": {step: reason}, "notes": {step: line}}`` (either part may
+        be absent), as :func:`flexgraph.cli.plan_cmd.derived_plan` returns it.
+
+    Returns
+    -------
+    list of str
+        ``pruned: init_weights (every state_dict entry comes from load_from 'x.pth')``
+        per pruned step, then ``step: note`` per note.
+    """
+    return ([f"pruned: {step} ({reason})" for step, reason in derived.get("pruned", {}).items()]
+            + [f"{step}: {note}" for step, note in derived.get("notes", {}).items()])

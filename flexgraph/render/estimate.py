@@ -20,7 +20,9 @@ The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
                      "traced_activations_bytes": int|null,
                      "step_temporaries_bytes": int,
                      "modelled": [str], "notes": [str], "reference_bytes": int|null}],
-     "auto": {"choice": str, "reason": str}   (only with --strategy auto)}
+     "auto": {"choice": str, "reason": str}   (only with --strategy auto),
+     "plan": {"pruned": {step: reason}, "notes": {step: str}}
+                                              (only when the run's files change the plan)}
 
 ``parts`` are the peak's; when the optimizer step is the peak, ``activations``
 is 0 there and ``optimizer`` holds the step's temporaries
@@ -40,6 +42,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from flexgraph.render._changes import derivation_lines
 from flexgraph.render._table_style import TABLE_STYLE
 
 __all__ = ["estimate_json", "estimate_view"]
@@ -96,13 +99,15 @@ def _candidates(estimate: Mapping[str, Any]) -> Table:
 
 
 def estimate_view(estimate: Mapping[str, Any]) -> Group:
-    """The parameter census, then one row per candidate: peak, parts, phase, verdict."""
+    """The parameter census, then one row per candidate: peak, parts, phase, verdict;
+    then what the run's files change in its plan (a pruned ``init_weights``)."""
     parts: list[Any] = [_parameters(estimate), Text(""), _candidates(estimate)]
     if estimate.get("untraceable"):
         parts.insert(0, Text(f"note: {estimate['untraceable']}"))
     if estimate.get("auto"):
         auto = estimate["auto"]
         parts.append(Text(f"strategy auto chose {auto['choice']}: {auto['reason']}"))
+    parts += [Text(line) for line in derivation_lines(estimate.get("plan") or {})]
     return Group(*parts)
 
 

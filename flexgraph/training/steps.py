@@ -55,7 +55,7 @@ from flexgraph.training.loop import (
 from flexgraph.training.loop import build_hooks as _build_hooks
 from flexgraph.training.output import RunContext, TrainOutput
 from flexgraph.training.resume import load_weights, resume_training
-from flexgraph.training.runtime import Env, make_env, meta_parameters
+from flexgraph.training.runtime import Env, make_env, meta_parameters, rank0_does
 
 __all__ = [
     "build_checkpointer",
@@ -84,7 +84,8 @@ def setup_env(cfg: Any, *, device: str | None = None) -> Env:
 
 def build_model(cfg: Any, env: Env, *, device: str | None = None,
                 init_context: str | None = None,
-                init_options: Mapping[str, Any] | None = None) -> nn.Module:
+                init_options: Mapping[str, Any] | None = None,
+                source_rank: int | None = None) -> nn.Module:
     """Build ``cfg.model`` through MMEngine's ``MODELS`` registry.
 
     Parameters
@@ -98,19 +99,39 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
         ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` returning
         a context manager to build the model in (DeepSpeed's ``zero.Init``
         partitions parameters as they are created).
+    source_rank:
+        The rank that builds the model whole, on the CPU, as a one-device run
+        builds it (its constructors draw the same random numbers), for the
+        others: they build with ``device`` (``'meta'``), and the strategy hands
+        them their part of the source's weights later. ``None``: every rank
+        builds with ``device``.
     """
+    if source_rank is not None and env.rank == source_rank:
+        device, init_context = None, None
     return components.build_model_from_cfg(cfg, env, device=device, init_context=init_context,
                                            init_options=init_options)
 
 
-def init_weights(env: Env, model: nn.Module) -> nn.Module:
+def init_weights(env: Env, model: nn.Module, *, source_rank: int | None = None) -> nn.Module:
     """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one.
 
     An initialiser that fails fails the run (see :func:`initialise`), where
     MMEngine would only log it. A ``Pretrained`` ``init_cfg`` loads its
     checkpoint as ``load_from`` loads a whole model's weights (see
     :func:`~flexgraph.training.checkpoint.load_pretrained`).
+
+    ``source_rank``: only that rank initialises, the one that built the model
+    whole (``build_model``'s ``source_rank``); the others hold parameters on
+    the meta device, which the strategy fills from it afterwards. A failure
+    there is raised on every rank.
     """
+    if source_rank is not None:
+        rank0_does(lambda: _initialise(model), share_result=False, rank=source_rank)
+        return model
+    return _initialise(model)
+
+
+def _initialise(model: nn.Module) -> nn.Module:
     unmade = meta_parameters(model)
     if unmade:
         raise ConfigError(

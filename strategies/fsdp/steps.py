@@ -2,6 +2,9 @@
 
 * :func:`shard`: ``fully_shard`` on every wrap-policy unit, innermost first,
   then the root (``fully_shard``), on a hybrid mesh for HYBRID_SHARD.
+* :func:`shard_from_source`: the same, for a model that one rank built and
+  initialised whole and the others built on the meta device: that rank
+  scatters each rank its shards, one unit at a time.
 * :func:`materialize`: storage for this rank's shards of a model built on the
   meta device (``skip_init_weights=True``).
 * :func:`checkpoint_blocks`: MMEngine's ``activation_checkpointing``.
@@ -13,6 +16,7 @@ Each imports torch when it runs, never when the plan is made.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,6 +75,115 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
         fully_shard(unit, **options)
     fully_shard(model, **options)
     return model
+
+
+def shard_from_source(env: Any, model: Any, *, source_rank: int = 0,
+                      **options: Any) -> Any:
+    """:func:`shard`, the weights coming from the one rank that built the model whole.
+
+    ``source_rank`` built and initialised the whole model (``build_model`` and
+    ``init_weights`` configured with it); every other rank built it on the
+    meta device and holds no weight. Every rank shards (``options`` are
+    :func:`shard`'s): the source's shards are cut from its whole tensors, the
+    others' get storage (:func:`materialize`). Then the source sends each
+    rank its shards one wrap unit at a time, a ``scatter`` of each rank's rows
+    (:func:`_scatter_units`), so that no other rank ever holds more than its
+    shards and one unit's share, and the source lets go of each unit's whole
+    tensors once sent. Buffers (replicated, small) are broadcast, and every
+    rank takes the source's random-number states (unless
+    ``randomness.diff_rank_seed`` asked each rank to draw its own), as if it
+    had built and initialised the model itself.
+    """
+    from flexgraph.training.runtime import materialize_module, take_rng_states_of
+
+    source = env.rank == source_rank
+    whole = {name: p.detach() for name, p in model.named_parameters()} if source else {}
+    shard(env, model, **options)
+    if not source:
+        materialize_module(model, env.device)
+    _scatter_units(model, whole, source_rank, env.device)
+    _broadcast_buffers(model, source_rank)
+    if not env.diff_rank_seed:
+        take_rng_states_of(source_rank)
+    return model
+
+
+def _units(model: Any) -> list[list[str]]:
+    """Parameter names by the FSDP module (wrap unit, or the root) that manages them,
+    innermost unit first."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [name for name, m in model.named_modules() if isinstance(m, FSDPModule)]
+    owned: dict[str, list[str]] = {unit: [] for unit in reversed(units)}
+    for name, _ in model.named_parameters():
+        owner = max((u for u in units if u == "" or name.startswith(u + ".")), key=len,
+                    default="")
+        owned.setdefault(owner, []).append(name)
+    return [names for names in owned.values() if names]
+
+
+def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: Any) -> None:
+    """Each rank's rows of every parameter, from ``whole`` on ``source_rank``, unit by unit.
+
+    One ``scatter`` per unit (and dtype): the source packs each rank's rows of
+    the unit's parameters into one flat buffer (padded to the longest rank's),
+    every rank unpacks its own into its local shards. ``whole`` is emptied
+    unit by unit as it goes.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from flexgraph.training.runtime import local_rows, local_tensor
+
+    params = dict(model.named_parameters())
+    rows: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(rows, {name: local_rows(p) for name, p in params.items()})
+    source = dist.get_rank() == source_rank
+    for names in _units(model):
+        for dtype in dict.fromkeys(params[n].dtype for n in names):
+            group = [n for n in names if params[n].dtype == dtype]
+            sizes = [sum((r[n][1] - r[n][0]) * _row_numel(params[n]) for n in group)
+                     for r in rows]
+            received = torch.empty(max(sizes), dtype=dtype, device=device)
+            packed = None
+            if source:
+                packed = [_packed([whole[n] for n in group], [r[n] for n in group],
+                                  max(sizes)).to(device) for r in rows]
+            dist.scatter(received, packed, src=source_rank)
+            del packed
+            offset = 0
+            with torch.no_grad():
+                for n in group:
+                    local = local_tensor(params[n])
+                    count = local.numel()
+                    local.copy_(received[offset:offset + count].view_as(local))
+                    offset += count
+        for n in names:
+            whole.pop(n, None)
+
+
+def _row_numel(tensor: Any) -> int:
+    """Elements in one row of ``tensor`` (dimension 0); a 0-d tensor is one row of one."""
+    return math.prod(tensor.shape[1:])
+
+
+def _packed(tensors: list[Any], rows: list[tuple[int, int]], length: int) -> Any:
+    """The given rows of each tensor, flattened one after the other, padded to ``length``."""
+    import torch
+
+    flat = torch.cat([t.reshape(1) if t.dim() == 0 else t[start:stop].reshape(-1)
+                      for t, (start, stop) in zip(tensors, rows, strict=True)])
+    return torch.nn.functional.pad(flat, (0, length - flat.numel()))
+
+
+def _broadcast_buffers(model: Any, source_rank: int) -> None:
+    """The source's buffers on every rank (replicated under FSDP; an init may set them)."""
+    import torch
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=source_rank)
 
 
 def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:

@@ -41,7 +41,6 @@ from flexgraph.training.checkpoint._coverage import (
     WeightsDerivation,
     WeightSource,
     derive_from_weights,
-    names_pretrained,
     pretrained_sources,
     weights_coverage,
 )
@@ -108,7 +107,6 @@ __all__ = [
     "human_bytes",
     "load_pretrained",
     "matching_weights",
-    "names_pretrained",
     "optimizer_keyed_by",
     "portable_tensors",
     "positions_to_names",

@@ -42,12 +42,12 @@ import torch
 from torch import nn
 
 from flexgraph.core.rewrite import Configure, Prune, Rewrite
-from flexgraph.training.config import section
+from flexgraph.training.config import is_pretrained, names_pretrained
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import weights_index
 
 __all__ = ["Coverage", "WeightSource", "WeightsDerivation", "derive_from_weights",
-           "names_pretrained", "pretrained_sources", "weights_coverage"]
+           "pretrained_sources", "weights_coverage"]
 
 LOAD_FROM = "load_from"
 PRETRAINED = "init_cfg Pretrained"
@@ -165,13 +165,6 @@ class Coverage:
                 f"{len(self.entries)} state_dict entries to init_weights{shapes}: {names}")
 
 
-def _is_pretrained(entry: Any) -> bool:
-    if not isinstance(entry, Mapping):
-        return False
-    kind = entry.get("type")
-    return kind == "Pretrained" or getattr(kind, "__name__", None) == "PretrainedInit"
-
-
 def pretrained_sources(model: nn.Module) -> list[WeightSource]:
     """The ``Pretrained`` initialisers ``model.init_weights()`` would run, in the order it would.
 
@@ -188,30 +181,13 @@ def pretrained_sources(model: nn.Module) -> list[WeightSource]:
                 visit(child, f"{name}.{child_name}" if name else child_name)
         init_cfg = getattr(module, "init_cfg", None)
         for entry in init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]:
-            if _is_pretrained(entry):
+            if is_pretrained(entry):
                 found.append(WeightSource(path=str(entry.get("checkpoint")), origin=PRETRAINED,
                                           module=name, prefix=entry.get("prefix")))
 
     if callable(getattr(model, "init_weights", None)):
         visit(model, "")
     return found
-
-
-def names_pretrained(cfg: Any) -> bool:
-    """Whether ``cfg.model`` names a ``Pretrained`` initialiser anywhere (no build, no torch).
-
-    A class's own default ``init_cfg`` is not seen: only what the config writes.
-    """
-    def walk(value: Any) -> bool:
-        if _is_pretrained(value):
-            return True
-        if isinstance(value, Mapping):
-            return any(walk(v) for v in value.values())
-        if isinstance(value, (list, tuple)):
-            return any(walk(v) for v in value)
-        return False
-
-    return walk(section(cfg, "model"))
 
 
 def _unreadable(source: WeightSource) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +104,22 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False) -> None:
+def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False,
+             alone: bool = False) -> None:
+    """``dcp.load`` of ``state`` from ``path``, read safely; a failure is one line naming it.
+
+    ``alone``: this process reads without the others (DCP's ``no_dist``), for
+    whole tensors (a rank that initialises the model for all, say); the
+    default is a collective of every rank, each reading its own shards.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
     try:
-        dcp.load(state, storage_reader=SafeDCPStorage(path),
-                 planner=_SafePlanner(allow_partial_load=partial))
+        with warnings.catch_warnings():  # asked for: no news that it runs without the group
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, storage_reader=SafeDCPStorage(path),
+                     planner=_SafePlanner(allow_partial_load=partial), no_dist=alone)
     except (CheckpointException, Exception) as exc:  # DCP wraps each rank's failure
         cause = _root_cause(exc)
         if isinstance(cause, CheckpointError):  # ours, already naming the file

@@ -30,12 +30,19 @@ from flexgraph.training.runtime._group import (
     world_size,
 )
 from flexgraph.training.runtime._materialize import (
+    local_rows,
+    local_tensor,
     materialize_module,
     meta_parameters,
     parameters_on_meta,
     uninitialised_parameters,
 )
-from flexgraph.training.runtime._rng import capture_rng, gather_rng_states, restore_rng
+from flexgraph.training.runtime._rng import (
+    capture_rng,
+    gather_rng_states,
+    restore_rng,
+    take_rng_states_of,
+)
 
 __all__ = [
     "DEFAULT_MMAP_THRESHOLD",
@@ -49,6 +56,8 @@ __all__ = [
     "launch_rank",
     "launch_world_size",
     "leave_process_group",
+    "local_rows",
+    "local_tensor",
     "make_env",
     "materialize_module",
     "meta_parameters",
@@ -59,6 +68,7 @@ __all__ = [
     "return_freed_memory",
     "seed_everything",
     "setup_process_group",
+    "take_rng_states_of",
     "this_rank",
     "uninitialised_parameters",
     "use_default_scope",

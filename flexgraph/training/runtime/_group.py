@@ -68,17 +68,19 @@ def barrier() -> None:
         torch.distributed.barrier()
 
 
-def broadcast_from_rank0(obj: T) -> T:
-    """Rank 0's ``obj`` on every rank (picklable objects; ``obj`` itself without a group)."""
+def broadcast_from_rank0(obj: T, *, rank: int = 0) -> T:
+    """Rank 0's ``obj`` (or ``rank``'s) on every rank (picklable objects; ``obj`` itself
+    without a group)."""
     if world_size() == 1:
         return obj
     box = [obj]
-    torch.distributed.broadcast_object_list(box, src=0)
+    torch.distributed.broadcast_object_list(box, src=rank)
     return box[0]
 
 
-def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | None:
-    """Run ``action`` on rank 0; every rank gets its result, or its exception.
+def rank0_does(action: Callable[[], T], *, share_result: bool = True,
+               rank: int = 0) -> T | None:
+    """Run ``action`` on rank 0 (or ``rank``); every rank gets its result, or its exception.
 
     Parameters
     ----------
@@ -87,6 +89,8 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | Non
     share_result:
         Broadcast the result to every rank (it must pickle). ``False`` keeps a
         large result (a file's tensors) on rank 0: the others get ``None``.
+    rank:
+        The rank that acts, when another than 0 does work for all.
 
     Returns
     -------
@@ -99,7 +103,7 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | Non
     """
     result: T | None = None
     error: BaseException | None = None
-    if this_rank() == 0:
+    if this_rank() == rank:
         try:
             result = action()
         except Exception as exc:  # every rank must learn it, or the others wait forever
@@ -108,10 +112,10 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | Non
         if error is not None:
             raise error
         return result
-    error, shared = broadcast_from_rank0((error, result if share_result else None))
+    error, shared = broadcast_from_rank0((error, result if share_result else None), rank=rank)
     if error is not None:
         raise error
-    return result if this_rank() == 0 else shared
+    return result if this_rank() == rank else shared
 
 
 def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E | None:

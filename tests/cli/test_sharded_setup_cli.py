@@ -263,3 +263,29 @@ def test_pretrained_with_a_prefix_and_load_from_together_prune_init_weights(runs
             f"'{root / 'whole.pth'}' of backbone (prefix 'backbone') and load_from "
             f"'{root / 'head.pth'}')") in runs["pretrained"].stdout
     _assert_same(_weights(root, "single"), _weights(root, "pretrained"))
+
+
+def test_plain_plan_says_init_weights_is_pruned_at_run_time_without_importing_torch(tmp_path):
+    """Whether the file covers the model needs the model's names: only a run (or
+    ``--estimate``) can tell; ``flexgraph plan`` says so, and imports no torch."""
+    config = tmp_path / "cfg.py"
+    config.write_text("model = dict(type='AnyModel', backbone=dict(init_cfg=dict("
+                      "type='Pretrained', checkpoint='b.pth')))\nload_from = 'w.pth'\n")
+    check = (
+        "import sys\n"
+        "from flexgraph.cli.main import main\n"
+        f"main(['plan', {str(config)!r}, '--strategy', 'fsdp', '--format', 'json'])\n"
+        "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+        "assert not loaded, loaded\n")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    notes = json.loads(done.stdout)["notes"]
+    assert notes["init_weights"] == (
+        "pruned at run time when load_from 'w.pth' and the init_cfg Pretrained files cover "
+        "every state_dict entry (flexgraph plan --estimate says whether)")
+    ddp = subprocess.run([sys.executable, "-m", "flexgraph", "plan", str(config), "--strategy",
+                          "ddp", "--format", "json"], capture_output=True, text=True,
+                         timeout=120)
+    assert "init_weights" not in json.loads(ddp.stdout).get("notes", {}), \
+        "DDP keeps init_weights: nothing to say"

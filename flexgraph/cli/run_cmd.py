@@ -503,8 +503,8 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
     summary = (f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}"
                f"{launched}: " + " -> ".join(plan.order))
     console.print(summary)
-    for line in derived:
-        console.print(line, markup=False, highlight=False)
+    for line in derived:  # one line each, never folded: they name files and entries
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     peaks = None
     if launch.estimate is not None:
         from flexgraph.training.output import MeasuredPeaks

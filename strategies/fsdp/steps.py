@@ -6,7 +6,8 @@
   initialised whole and the others built on the meta device: that rank
   scatters each rank its shards, one unit at a time.
 * :func:`materialize`: storage for this rank's shards of a model built on the
-  meta device (``skip_init_weights=True``).
+  meta device (no ``init_weights`` planned: files cover the model, or
+  ``skip_init_weights=True``).
 * :func:`checkpoint_blocks`: MMEngine's ``activation_checkpointing``.
 * :func:`check_initialised`: parameters neither init nor ``load_from`` set,
   refused on every rank together.
@@ -219,9 +220,10 @@ def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
 def materialize(env: Any, model: Any) -> Any:
     """Storage on ``env.device`` for this rank's shards; see ``materialize_module``.
 
-    Only on the ``skip_init_weights`` path: the weights come from ``load_from``,
-    so nothing is initialised here, and a parameter the file lacks is found
-    (it holds NaN) and refused by the loader.
+    Only where no ``init_weights`` is planned (pruned because the run's files
+    cover the model, or ``skip_init_weights``): the weights come from the
+    files, so nothing is initialised here, and a parameter they lack is found
+    (it holds NaN) and refused by :func:`check_initialised`.
     """
     from flexgraph.training.runtime import materialize_module
 
@@ -240,9 +242,9 @@ def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
 def check_initialised(env: Any, model: Any) -> Any:
     """Refuse, by name and on every rank together, parameters nothing initialised.
 
-    Only on the ``skip_init_weights`` path: ``materialize`` fills new storage
-    with NaN, so a parameter that neither a ``reset_parameters()`` nor
-    ``load_from`` set is found here, before it trains on garbage.
+    Only where no ``init_weights`` is planned: ``materialize`` fills new
+    storage with NaN, so a parameter that neither a ``reset_parameters()`` nor
+    the loaded files set is found here, before it trains on garbage.
     """
     import torch
 
@@ -255,7 +257,8 @@ def check_initialised(env: Any, model: Any) -> Any:
     if names:
         raise ConfigError(
             f"{len(names)} parameters were never initialised after materialize (e.g. "
-            f"{names[0]!r}): their module has no reset_parameters(), init_weights is "
-            f"skipped (skip_init_weights=True), and load_from did not hold them; give the "
-            f"module a reset_parameters() or load them from a checkpoint")
+            f"{names[0]!r}): their module has no reset_parameters(), init_weights is not "
+            f"planned (skip_init_weights=True, or pruned because the files cover the model) "
+            f"and the loaded files did not set them (a hook dropped them?); give the module "
+            f"a reset_parameters() or load them from a checkpoint")
     return model

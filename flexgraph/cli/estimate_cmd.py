@@ -124,13 +124,30 @@ def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespa
 def choose_auto(spec: Any, world_size: int, device_memory: str | None,
                 chosen: str | None = None, *, host_memory: str | None = None,
                 per_node: int | None = None) -> tuple[Strategy, dict[str, Any], Any]:
-    """``--strategy auto``: (the strategy chosen, the estimate report, the candidate).
+    """``--strategy auto``: the strategy chosen, the estimate report, the candidate.
 
-    ``chosen``: the candidate a launcher chose for this rank
-    (:data:`~flexgraph.training.output.AUTO_CHOICE_VAR`), taken without
-    estimating again (the report is then empty). ``host_memory`` (``--host-memory``)
-    and ``per_node`` (ranks per node): a candidate whose setup does not fit the
-    node's host memory is refused.
+    Parameters
+    ----------
+    spec : Spec
+        The loaded config.
+    world_size : int
+        The ranks the run will have.
+    device_memory : str or None
+        ``--device-memory`` as written; ``None``: this machine's.
+    chosen : str, optional
+        The candidate a launcher chose for this rank
+        (:data:`~flexgraph.training.output.AUTO_CHOICE_VAR`), taken without
+        estimating again (the report is then empty).
+    host_memory : str, optional
+        ``--host-memory`` as written: a candidate whose setup does not fit a
+        node's host memory is refused.
+    per_node : int, optional
+        The ranks on one node (default: ``world_size``).
+
+    Returns
+    -------
+    tuple
+        ``(strategy, report, candidate)``.
 
     Raises
     ------

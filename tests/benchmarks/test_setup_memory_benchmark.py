@@ -14,10 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 NUMBERS = r"\s+\d+\.\d\d\s+\d+\.\d\d\s+\d\.\d\d/\d\.\d\d\s+\d+\.\d\s+\d\.\d\d\s+\d\.\d+$"
 
 
+@pytest.mark.slow
 def test_the_rows_run_end_to_end_at_a_small_size(tmp_path):
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "setup_memory.py"), "--size", "1M", "--blocks", "2",

@@ -32,7 +32,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import ROOT, flexgraph_run
+
+from tests.cli.cli_helpers import ROOT, flexgraph_run
+
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 PARTS = textwrap.dedent(
     '''

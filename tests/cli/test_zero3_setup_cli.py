@@ -31,9 +31,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import flexgraph_run
+
+from tests.cli.cli_helpers import flexgraph_run
 
 pytest.importorskip("deepspeed")
+
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 PARTS = textwrap.dedent(
     '''

@@ -4,7 +4,6 @@ strategy's rewrites, which fit the graph with or without it (IfPresent / IfAbsen
 from __future__ import annotations
 
 import pytest
-from engine_helpers import mk, training_like
 
 from flexgraph import (
     IfAbsent,
@@ -18,6 +17,7 @@ from flexgraph import (
     make_plan,
 )
 from flexgraph.render import derivation_lines, plan_diff, plan_json, pruned_steps
+from tests.core.engine_helpers import mk, training_like
 
 WHY = "every state_dict entry comes from load_from 'x.pth'"
 

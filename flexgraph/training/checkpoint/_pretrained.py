@@ -60,14 +60,14 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None, *,
 
     Parameters
     ----------
-    module:
+    module
         The module whose ``init_cfg`` names the checkpoint: whole tensors, or
         a sharded model's submodule when ``loader`` loads into shards.
-    checkpoint:
+    checkpoint
         A local path: a torch.save file, a safetensors file or a DCP checkpoint directory.
-    prefix:
+    prefix
         Load only the weights under ``prefix.``, renamed without it (``None``: all).
-    loader:
+    loader
         What loads the weights: anything with ``load_weights(path, model, *, on_read)``
         (a :class:`~flexgraph.training.checkpoint.WeightLoader`, or the run's
         :class:`~flexgraph.training.checkpoint.Checkpointer`, which picks its IO

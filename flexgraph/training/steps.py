@@ -56,7 +56,16 @@ from flexgraph.training.loop import (
 from flexgraph.training.loop import build_hooks as _build_hooks
 from flexgraph.training.output import RunContext, TrainOutput
 from flexgraph.training.resume import load_weights, resume_training
-from flexgraph.training.runtime import Env, make_env, meta_parameters, rank0_does
+from flexgraph.training.runtime import (
+    Env,
+    SourceDraws,
+    broadcast_from_rank0,
+    drawn_by,
+    follow_source_draws,
+    make_env,
+    meta_parameters,
+    rank0_does,
+)
 
 __all__ = [
     "build_checkpointer",
@@ -100,17 +109,35 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
         ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` returning
         a context manager to build the model in (DeepSpeed's ``zero.Init``
         partitions parameters as they are created).
-    source_rank:
+    source_rank
         The rank that builds the model whole, on the CPU, as a one-device run
         builds it (its constructors draw the same random numbers), for the
         others: they build with ``device`` (``'meta'``), and the strategy hands
-        them their part of the source's weights later. ``None``: every rank
-        builds with ``device``.
+        them their part of the source's weights later. Their generators then
+        stand where they would had they built it whole (:func:`_follow_source`).
+        ``None``: every rank builds with ``device``.
     """
-    if source_rank is not None and env.rank == source_rank:
-        device, init_context = None, None
-    return components.build_model_from_cfg(cfg, env, device=device, init_context=init_context,
-                                           init_options=init_options)
+    if source_rank is None or env.rank != source_rank:
+        model = components.build_model_from_cfg(cfg, env, device=device,
+                                                init_context=init_context,
+                                                init_options=init_options)
+        if source_rank is not None:
+            _follow_source(env, source_rank, None)
+        return model
+    model, drawn = drawn_by(lambda: components.build_model_from_cfg(
+        cfg, env, device=None, init_context=None, init_options=init_options))
+    _follow_source(env, source_rank, drawn)
+    return model
+
+
+def _follow_source(env: Env, source_rank: int, drawn: SourceDraws | None) -> None:
+    """Every rank's generators where a DDP rank's would be after what ``source_rank`` did
+    for all (``drawn``, given there; a collective): its states, or under
+    ``randomness.diff_rank_seed`` this rank's own, advanced by the same draws."""
+    drawn = broadcast_from_rank0(drawn, rank=source_rank)
+    if env.rank != source_rank:
+        follow_source_draws(drawn, diff_rank_seed=env.diff_rank_seed,
+                            warn=env.rank == (1 if source_rank == 0 else 0))
 
 
 def init_weights(env: Env, model: nn.Module, *, source_rank: int | None = None) -> nn.Module:
@@ -124,10 +151,17 @@ def init_weights(env: Env, model: nn.Module, *, source_rank: int | None = None) 
     ``source_rank``: only that rank initialises, the one that built the model
     whole (``build_model``'s ``source_rank``); the others hold parameters on
     the meta device, which the strategy fills from it afterwards. A failure
-    there is raised on every rank.
+    there is raised on every rank. The others' random generators then stand
+    where a DDP rank's would after ``init_weights``: the source's states, or
+    under ``randomness.diff_rank_seed`` their own, advanced by the draws the
+    source made (:func:`~flexgraph.training.runtime.follow_source_draws`), so
+    that training's dropout draws what it draws under DDP.
     """
     if source_rank is not None:
-        rank0_does(lambda: _initialise(model), share_result=False, rank=source_rank)
+        # what the source drew (shapes, a few bytes each) goes to every rank, not the model
+        drawn = rank0_does(lambda: drawn_by(lambda: _initialise(model))[1],
+                           share_result=False, rank=source_rank)
+        _follow_source(env, source_rank, drawn)
         return model
     return _initialise(model)
 

@@ -16,7 +16,7 @@ matching module below it), so :func:`init_on_rank0` runs it on rank 0 alone:
    broadcast from rank 0;
 4. every rank ends with the random-number state a DDP rank would have: rank
    0's states, or under ``randomness.diff_rank_seed`` its own generator advanced
-   by the draws rank 0 made (:func:`~flexgraph.training.runtime.replay_draws`).
+   by the draws rank 0 made (:func:`~flexgraph.training.runtime.follow_source_draws`).
 
 So rank 0 holds the whole model once, on the host, while it initialises; every
 other rank holds its partitions plus one gathered parameter. A model without
@@ -46,10 +46,8 @@ __all__ = ["follow_init_draws", "init_on_rank0", "load_into_partitions"]
 class _Initialised:
     """What rank 0's initialisation tells the other ranks (small; pickled to them)."""
 
-    draws: list[Any]
-    rng: dict[str, Any]
+    drawn: Any  # flexgraph.training.runtime.SourceDraws
     initialised_modules: tuple[str, ...]
-    host_draws: bool
 
 
 def init_on_rank0(env: Any, model: nn.Module) -> nn.Module:
@@ -110,15 +108,13 @@ def _initialise_whole(model: nn.Module, params: list[nn.Parameter],
     from flexgraph.training.checkpoint import load_pretrained
     from flexgraph.training.components import initialise
     from flexgraph.training.errors import ConfigError
-    from flexgraph.training.runtime import capture_rng, host_generators_moved, recording_draws
+    from flexgraph.training.runtime import drawn_by
 
     placeholders = [param.data for param in params]
-    before = capture_rng()
     try:
         for param, value in zip(params, whole, strict=True):
             param.data = value
-        with recording_draws() as draws:
-            initialise(model, load_pretrained=load_pretrained)
+        _, drawn = drawn_by(lambda: initialise(model, load_pretrained=load_pretrained))
         whole[:] = [param.data for param in params]
     finally:
         for param, placeholder in zip(params, placeholders, strict=True):
@@ -132,10 +128,9 @@ def _initialise_whole(model: nn.Module, params: list[nn.Parameter],
             f"parameters are partitioned as the model is built, so init_weights must write "
             f"into them (nn.init.*_(module.weight), weight.data.copy_(...)) rather than assign "
             f"new ones")
-    return _Initialised(draws=draws, rng=capture_rng(),
+    return _Initialised(drawn=drawn,
                         initialised_modules=tuple(name for name, m in model.named_modules()
-                                                  if getattr(m, "_is_init", False)),
-                        host_draws=host_generators_moved(before))
+                                                  if getattr(m, "_is_init", False)))
 
 
 def _into_partitions(params: list[nn.Parameter], whole: list[torch.Tensor]) -> None:
@@ -160,20 +155,10 @@ def _broadcast_buffers(model: nn.Module) -> None:
 
 def _follow_rank0_rng(env: Any, done: _Initialised) -> None:
     """Every rank's generators where a DDP rank's would be after ``init_weights``."""
-    from flexgraph.training.runtime import replay_draws, restore_rng
+    from flexgraph.training.runtime import follow_source_draws
 
-    if env.rank == 0:
-        return
-    if not env.diff_rank_seed:
-        restore_rng(done.rng)
-        return
-    replay_draws(done.draws)
-    if done.host_draws and env.rank == 1:
-        import warnings
-
-        warnings.warn("init_weights drew from Python's or numpy's random generator on rank 0; "
-                      "under randomness.diff_rank_seed the other ranks' generators of those "
-                      "were not advanced as a DDP run's would be", stacklevel=2)
+    if env.rank != 0:
+        follow_source_draws(done.drawn, diff_rank_seed=env.diff_rank_seed, warn=env.rank == 1)
 
 
 def follow_init_draws(env: Any, model: nn.Module) -> nn.Module:

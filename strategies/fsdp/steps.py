@@ -90,12 +90,11 @@ def shard_from_source(env: Any, model: Any, *, source_rank: int = 0,
     rank its shards one wrap unit at a time, a ``scatter`` of each rank's rows
     (:func:`_scatter_units`), so that no other rank ever holds more than its
     shards and one unit's share, and the source lets go of each unit's whole
-    tensors once sent. Buffers (replicated, small) are broadcast, and every
-    rank takes the source's random-number states (unless
-    ``randomness.diff_rank_seed`` asked each rank to draw its own), as if it
-    had built and initialised the model itself.
+    tensors once sent. Buffers (replicated, small) are broadcast. The random
+    generators already stand where a DDP rank's would (``init_weights`` with
+    ``source_rank`` saw to it, ``diff_rank_seed`` or not).
     """
-    from flexgraph.training.runtime import materialize_module, take_rng_states_of
+    from flexgraph.training.runtime import materialize_module
 
     source = env.rank == source_rank
     whole = {name: p.detach() for name, p in model.named_parameters()} if source else {}
@@ -104,8 +103,6 @@ def shard_from_source(env: Any, model: Any, *, source_rank: int = 0,
         materialize_module(model, env.device)
     _scatter_units(model, whole, source_rank, env.device)
     _broadcast_buffers(model, source_rank)
-    if not env.diff_rank_seed:
-        take_rng_states_of(source_rank)
     return model
 
 

@@ -61,14 +61,14 @@ class WeightSource:
 
     Parameters
     ----------
-    path:
+    path
         The checkpoint (any format ``load_from`` reads).
-    origin:
+    origin
         ``'load_from'`` or ``'init_cfg Pretrained'``.
-    module:
+    module
         The submodule whose ``init_cfg`` names the file (``''``: the model);
         its entries are the model's under ``module.``.
-    prefix:
+    prefix
         ``Pretrained``'s ``prefix``: the file's weights under ``prefix.``,
         renamed without it (``None``: all of them).
     """
@@ -111,16 +111,16 @@ class Coverage:
 
     Parameters
     ----------
-    entries:
+    entries
         The model's ``state_dict`` entries, in order.
-    set_by:
+    set_by
         Entry -> the source whose value it ends with (the last that holds it
         under the model's shape).
-    sources:
+    sources
         Every file the run loads weights from, in load order.
-    unreadable:
+    unreadable
         One line per source whose index could not be read without its tensors.
-    reshaped:
+    reshaped
         Entries some file holds under another shape (left to ``init_weights``).
     """
 
@@ -172,6 +172,16 @@ def pretrained_sources(model: nn.Module) -> list[WeightSource]:
     then its children's ``init_weights`` (children without one are not
     entered), then its own ``Pretrained``; so an inner ``Pretrained`` loads
     first and an outer one overwrites what both hold.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model as built (on any device: only its ``init_cfg`` are read).
+
+    Returns
+    -------
+    list of WeightSource
+        One per ``Pretrained``, in load order.
     """
     found: list[WeightSource] = []
 
@@ -205,15 +215,16 @@ def weights_coverage(model: nn.Module, sources: Sequence[WeightSource]) -> Cover
 
     Parameters
     ----------
-    model:
+    model
         The model, on any device (the meta device: names and shapes are all
         that is read).
-    sources:
+    sources
         The files, in the order they load.
 
     Returns
     -------
     Coverage
+        Each entry's source, and what the files left to ``init_weights``.
     """
     shapes = {k: tuple(v.shape) for k, v in model.state_dict(keep_vars=True).items()}
     set_by: dict[str, WeightSource] = {}
@@ -260,14 +271,14 @@ class WeightsDerivation:
 
     Parameters
     ----------
-    rewrites:
+    rewrites
         The derived rewrites (``make_plan(..., derived=...)``): ``init_weights``
         pruned with its reason, and ``load_checkpoint`` configured to load the
         ``Pretrained`` files ``init_weights`` would have loaded. Empty: the plan
         stays as the strategy made it.
-    notes:
+    notes
         Step -> one line for the plan's notes (why ``init_weights`` stays).
-    coverage:
+    coverage
         What was found, or ``None`` when nothing was looked at.
     """
 
@@ -287,16 +298,17 @@ def derive_from_weights(cfg: Any, load_from: str | None, prunable: Sequence[str]
 
     Parameters
     ----------
-    cfg:
+    cfg
         The run's config.
-    load_from:
+    load_from
         What ``load_checkpoint`` loads (``RunSettings.weights_to_load()``), or ``None``.
-    prunable:
+    prunable
         The strategy's :attr:`~flexgraph.core.strategy.Strategy.prunable`.
 
     Returns
     -------
     WeightsDerivation
+        The derived rewrites and the notes; empty when nothing is pruned.
     """
     if "init_weights" not in prunable or not (load_from or names_pretrained(cfg)):
         return WeightsDerivation()

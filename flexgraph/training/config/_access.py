@@ -50,7 +50,18 @@ def type_name(cfg: Any) -> str:
 
 
 def is_pretrained(init_cfg: Any) -> bool:
-    """Whether one ``init_cfg`` entry is MMEngine's ``Pretrained`` (by name or its class)."""
+    """Whether one ``init_cfg`` entry is MMEngine's ``Pretrained`` (by name or its class).
+
+    Parameters
+    ----------
+    init_cfg : Any
+        One entry of a module's ``init_cfg``.
+
+    Returns
+    -------
+    bool
+        It is a ``Pretrained`` initialiser.
+    """
     return isinstance(init_cfg, Mapping) and type_name(init_cfg) in ("Pretrained",
                                                                        "PretrainedInit")
 
@@ -59,6 +70,16 @@ def names_pretrained(cfg: Any) -> bool:
     """Whether ``cfg.model`` names a ``Pretrained`` initialiser anywhere (nothing built).
 
     A class's own default ``init_cfg`` is not seen: only what the config writes.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+
+    Returns
+    -------
+    bool
+        Some ``init_cfg`` under ``cfg.model`` is a ``Pretrained``.
     """
     def walk(value: Any) -> bool:
         if is_pretrained(value):

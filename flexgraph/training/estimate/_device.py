@@ -92,7 +92,23 @@ def device_memory(given: str | None, world_size: int) -> tuple[int, str]:
 
 
 def host_memory(given: str | None) -> tuple[int, str]:
-    """(bytes of one node's host memory, where the figure comes from)."""
+    """(bytes of one node's host memory, where the figure comes from).
+
+    Parameters
+    ----------
+    given : str or None
+        ``--host-memory`` as written (``'512GB'``); ``None``: this machine's RAM.
+
+    Returns
+    -------
+    tuple of (int, str)
+        The bytes, and where the figure comes from.
+
+    Raises
+    ------
+    DeviceMemoryError
+        ``given`` is not a size.
+    """
     if given:
         return parse_size(given, "--host-memory"), f"--host-memory {given}"
     return _ram(), "this machine's RAM"

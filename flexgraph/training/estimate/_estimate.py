@@ -66,6 +66,9 @@ class CandidateEstimate:
         Bytes the optimizer's step allocates besides its states.
     step_note : str, optional
         What the step's temporaries assume, one line.
+    setup : SetupMemory, optional
+        What each rank holds on the host while the model is set up
+        (``None``: the strategy has no setup model).
     """
 
     label: str
@@ -146,6 +149,9 @@ class Estimate:
         Why the step could not be traced, when it could not.
     seconds : float, default 0.0
         How long the estimate took.
+    weights_loaded : bool, default False
+        The run's files set every ``state_dict`` entry (``init_weights`` is
+        pruned where a strategy may prune it).
     """
 
     census: Census
@@ -241,6 +247,8 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
         The ranks the run would have.
     device : str, optional
         ``'cuda'`` or ``'cpu'``; ``None``: this machine's (:func:`target_device`).
+    weights_loaded : bool, default False
+        The run's files set every ``state_dict`` entry (see above).
 
     Returns
     -------

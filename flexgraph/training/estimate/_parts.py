@@ -123,6 +123,15 @@ class SetupMemory:
     libraries: a few hundred MB), the model's buffers, and the pages of a
     checkpoint file a rank maps to read it (the page cache's: shared by the
     ranks that read the file, and given back under pressure).
+
+    Parameters
+    ----------
+    rank0 : int
+        Rank 0's bytes.
+    others : int
+        Every other rank's bytes.
+    notes : tuple of str, default ()
+        What the figures assume, one line each.
     """
 
     rank0: int
@@ -136,7 +145,22 @@ class SetupMemory:
 
 def whole_model_setup(census: Census, *, extra: int = 0,
                       notes: tuple[str, ...] = ()) -> SetupMemory:
-    """Every rank builds and initialises the whole model (as built, fp32), plus ``extra``."""
+    """Every rank builds and initialises the whole model (as built, fp32), plus ``extra``.
+
+    Parameters
+    ----------
+    census : Census
+        The model's parameter counts.
+    extra : int, default 0
+        Bytes every rank holds besides the model.
+    notes : tuple of str, default ()
+        Lines to add to the setup's notes.
+
+    Returns
+    -------
+    SetupMemory
+        The same bytes on rank 0 and the others.
+    """
     whole = census.param_bytes + extra
     return SetupMemory(rank0=whole, others=whole,
                        notes=("every rank builds and initialises the whole model", *notes))

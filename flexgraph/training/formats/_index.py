@@ -41,7 +41,7 @@ from flexgraph.training.formats._recognise import (
     TORCH_SAVE_FILE,
     format_of,
 )
-from flexgraph.training.formats._safetensors import TORCH_DTYPES, safetensors_header
+from flexgraph.training.formats._safetensors import safetensors_entries
 from flexgraph.training.formats._source import _flexgraph_layout
 from flexgraph.training.formats._torch_file import file_problem
 
@@ -56,11 +56,11 @@ class WeightsIndex:
 
     Parameters
     ----------
-    path:
+    path
         The checkpoint.
-    format_name:
+    format_name
         Its format's name, for messages.
-    weights:
+    weights
         Each weight's name (as ``load_from`` reads it) -> (shape, dtype).
     """
 
@@ -92,13 +92,7 @@ def _torch_file_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]] | No
 
 def _safetensors_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]]:
     out = {}
-    for name, entry in safetensors_header(path).items():
-        if name == "__metadata__" or not isinstance(entry, Mapping):
-            continue
-        dtype = TORCH_DTYPES.get(entry.get("dtype"))
-        if dtype is None:
-            raise CheckpointError(f"safetensors file {str(path)!r}: tensor {name!r} has dtype "
-                                  f"{entry.get('dtype')!r}, which flexgraph does not read")
+    for name, entry, dtype in safetensors_entries(path):
         out[name.removeprefix("module.")] = (tuple(entry["shape"]), dtype)
     return out
 
@@ -122,7 +116,7 @@ def weights_index(path: str | Path) -> WeightsIndex | None:
 
     Parameters
     ----------
-    path:
+    path
         A checkpoint file or directory.
 
     Returns

@@ -27,7 +27,6 @@ from __future__ import annotations
 import mmap
 import warnings
 import zipfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ import torch
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats._mmengine_types import allow_mmengine_types
 from flexgraph.training.formats._recognise import SAFETENSORS_FILE, TORCH_SAVE_FILE
-from flexgraph.training.formats._safetensors import TORCH_DTYPES, safetensors_header
+from flexgraph.training.formats._safetensors import safetensors_entries
 from flexgraph.training.formats._source import tensor_paths
 from flexgraph.training.formats._torch_file import file_problem, read_checkpoint_file
 
@@ -69,10 +68,15 @@ class MappedCheckpoint:
 
     Parameters
     ----------
-    path:
+    path
         The file.
-    checkpoint:
+    checkpoint
         What it holds, its tensors mapped from the file.
+    places : dict, optional
+        Where each of the file's own tensors lies in it (by ``id``), for
+        :meth:`read_rows`.
+    own : dict, optional
+        The file's own tensors by ``id`` (a hook's replacement is not one).
     """
 
     path: Path
@@ -151,20 +155,13 @@ def _map_torch_file(path: Path) -> MappedCheckpoint:
 
 
 def _map_safetensors_file(path: Path) -> MappedCheckpoint:
-    header = safetensors_header(path)
     with open(path, "rb") as f:
         start = 8 + int.from_bytes(f.read(8), "little")
         # a private (copy-on-write) map: tensors over it are writable, the file never is
         region = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     weights: dict[str, torch.Tensor] = {}
     result = MappedCheckpoint(path, {"state_dict": weights})
-    for name, entry in header.items():
-        if name == "__metadata__" or not isinstance(entry, Mapping):
-            continue
-        dtype = TORCH_DTYPES.get(entry.get("dtype"))
-        if dtype is None:
-            raise CheckpointError(f"safetensors file {str(path)!r}: tensor {name!r} has dtype "
-                                  f"{entry.get('dtype')!r}, which flexgraph does not read")
+    for name, entry, dtype in safetensors_entries(path):
         begin, end = (int(x) for x in entry["data_offsets"])
         shape = tuple(int(n) for n in entry["shape"])
         count = (end - begin) // torch.empty((), dtype=dtype).element_size()
@@ -183,7 +180,7 @@ def map_checkpoint(path: str | Path) -> MappedCheckpoint | None:
 
     Parameters
     ----------
-    path:
+    path
         A ``torch.save`` zip or a safetensors file.
 
     Returns

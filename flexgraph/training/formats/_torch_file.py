@@ -229,7 +229,7 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False, verify: bool =
         Map the tensors' bytes instead of reading them (zip files; torch's
         legacy format is read whole): for looking at shapes and dtypes in
         memory bounded by the metadata, as ``flexgraph ckpt inspect`` does.
-    verify:
+    verify
         Check every member's CRC-32 first (reads the whole file). ``False``
         checks the zip directory alone, for a reader of a few rows
         (:func:`flexgraph.training.formats.map_checkpoint`).

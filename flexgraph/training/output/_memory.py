@@ -66,6 +66,8 @@ class RunEstimate:
         Where the estimate reaches that peak.
     world_size : int
         The ranks the estimate is for.
+    setup_rank0_bytes, setup_other_bytes : int, optional
+        The estimate of setup's host memory on rank 0 and on each other rank.
     """
 
     candidate: str

@@ -12,6 +12,9 @@ that has no Env, and let rank 0 act for every rank.
 from flexgraph.training.runtime._distributed import leave_process_group, setup_process_group
 from flexgraph.training.runtime._draws import (
     Draw,
+    SourceDraws,
+    drawn_by,
+    follow_source_draws,
     host_generators_moved,
     parameters_without_values,
     recording_draws,
@@ -50,17 +53,19 @@ from flexgraph.training.runtime._rng import (
     capture_rng,
     gather_rng_states,
     restore_rng,
-    take_rng_states_of,
 )
 
 __all__ = [
     "DEFAULT_MMAP_THRESHOLD",
     "Draw",
     "Env",
+    "SourceDraws",
     "barrier",
     "broadcast_from_rank0",
     "capture_rng",
+    "drawn_by",
     "first_error_of_all_ranks",
+    "follow_source_draws",
     "gather_rng_states",
     "gathered_from_every_rank",
     "group_is_up",
@@ -83,7 +88,6 @@ __all__ = [
     "return_freed_memory",
     "seed_everything",
     "setup_process_group",
-    "take_rng_states_of",
     "this_rank",
     "uninitialised_parameters",
     "use_default_scope",

@@ -31,6 +31,12 @@ parameter's mean before and after) give zeros.
 Python's ``random`` and numpy's generators are not seen here (MMEngine's
 initialisers draw from torch alone); :func:`host_generators_moved` tells
 whether code drew from them.
+
+:func:`drawn_by` (on the rank that initialises) and :func:`follow_source_draws`
+(on the others) put these together for any strategy whose setup has one rank
+initialise for all (FSDP's, ZeRO-3's): without ``diff_rank_seed`` every rank
+takes the source's states, with it each replays the source's draws from its
+own.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import numpy as np
@@ -46,8 +52,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-__all__ = ["VALUE_READS", "Draw", "TensorShape", "fake_parameter", "host_generators_moved",
-           "parameters_without_values", "recording_draws", "replay_draws", "stood_in"]
+__all__ = ["VALUE_READS", "Draw", "SourceDraws", "TensorShape", "drawn_by", "fake_parameter",
+           "follow_source_draws", "host_generators_moved", "parameters_without_values",
+           "recording_draws", "replay_draws", "stood_in"]
+
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -75,7 +84,17 @@ class TensorShape:
 
 @attrs.frozen
 class Draw:
-    """One random operation: the ATen overload's name and its arguments, tensors as shapes."""
+    """One random operation: the ATen overload's name and its arguments, tensors as shapes.
+
+    Parameters
+    ----------
+    op : str
+        The ATen overload's qualified name.
+    args : tuple
+        Its positional arguments, tensors as :class:`TensorShape`.
+    kwargs : dict
+        Its keyword arguments, tensors as :class:`TensorShape`.
+    """
 
     op: str
     args: tuple[Any, ...]
@@ -133,7 +152,13 @@ class _DrawRecorder(TorchDispatchMode):
 
 @contextlib.contextmanager
 def recording_draws() -> Iterator[list[Draw]]:
-    """Record the random draws made inside: yields the list, filled as they happen."""
+    """Record the random draws made inside: yields the list, filled as they happen.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        A context manager whose value is the list of :class:`Draw`, in order.
+    """
     recorder = _DrawRecorder()
     with recorder:
         yield recorder.draws
@@ -217,8 +242,18 @@ def parameters_without_values(model: torch.nn.Module,
     a time. The original parameters are put back after (a shared one stays
     shared); buffers stay what they are. ``shape_of(param)``: a parameter's
     whole shape, where its own is not (ZeRO-3's partitioned placeholders).
-    ``states`` / ``draws``: lists to which the CPU generator's state before each
-    draw, and the draw, are appended (:mod:`._replay` makes the run again from them).
+    ``states`` and ``draws`` record the run, for making it again part by part.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model whose parameters stand in without values.
+    shape_of : callable, optional
+        A parameter's whole shape, where its own is not.
+    states : list of torch.Tensor, optional
+        Where the CPU generator's state before each draw is appended.
+    draws : list of Draw, optional
+        Where each draw is appended.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -233,16 +268,110 @@ def parameters_without_values(model: torch.nn.Module,
 
 
 def replay_draws(draws: list[Draw]) -> None:
-    """Make ``draws`` again, in order, into scratch tensors (one alive at a time)."""
+    """Make ``draws`` again, in order, into scratch tensors (one alive at a time).
+
+    Parameters
+    ----------
+    draws : list of Draw
+        What :func:`recording_draws` recorded.
+    """
     for draw in draws:
         draw.make()
 
 
 def host_generators_moved(before: dict[str, Any]) -> bool:
-    """Whether Python's or numpy's global generator drew since ``before``
-    (a :func:`~flexgraph.training.runtime.capture_rng` state)."""
+    """Whether Python's or numpy's global generator drew since ``before``.
+
+    Parameters
+    ----------
+    before : dict
+        A :func:`~flexgraph.training.runtime.capture_rng` state.
+
+    Returns
+    -------
+    bool
+        Either generator's state differs from ``before``'s.
+    """
     np_now = np.random.get_state()
     np_before = before["numpy"]
     return (random.getstate() != before["python"]
             or int(np_now[2]) != np_before["pos"]
             or not np.array_equal(np_now[1].astype(np.int64), np_before["keys"].numpy()))
+
+
+@attrs.frozen
+class SourceDraws:
+    """What the rank that initialised for all tells the others of its random numbers
+    (small: shapes and generator states; it pickles).
+
+    Attributes
+    ----------
+    draws : list of Draw
+        Each seeded random operation it made on the default generators, in order.
+    rng : dict
+        Its generator states after them (:func:`~flexgraph.training.runtime.capture_rng`).
+    host_draws : bool
+        Whether Python's or numpy's generator drew too (not replayed).
+    """
+
+    draws: list[Draw]
+    rng: dict[str, Any]
+    host_draws: bool
+
+
+def drawn_by(action: Callable[[], T]) -> tuple[T, SourceDraws]:
+    """Run ``action``, recording the random numbers it draws.
+
+    Parameters
+    ----------
+    action : callable
+        What the initialising rank does (``init_weights`` on its whole model).
+
+    Returns
+    -------
+    tuple of (object, SourceDraws)
+        ``action``'s result, and what the other ranks need to follow it
+        (:func:`follow_source_draws`).
+    """
+    from flexgraph.training.runtime._rng import capture_rng
+
+    before = capture_rng()
+    with recording_draws() as draws:
+        result = action()
+    return result, SourceDraws(draws=list(draws), rng=capture_rng(),
+                               host_draws=host_generators_moved(before))
+
+
+def follow_source_draws(done: SourceDraws, *, diff_rank_seed: bool, warn: bool = True) -> None:
+    """This rank's generators where a DDP rank's would be after the source's setup.
+
+    A rank that skipped the initialisers the source ran draws nothing; a DDP
+    rank would have drawn what they draw. Without ``diff_rank_seed`` every
+    rank has the source's generator, so it takes the source's states; with it
+    each rank has its own, advanced by the same draws made again here
+    (:func:`replay_draws`), so that the dropout masks of training stay each
+    rank's own.
+
+    Parameters
+    ----------
+    done : SourceDraws
+        What the source recorded (:func:`drawn_by`).
+    diff_rank_seed : bool
+        ``randomness.diff_rank_seed`` of the run.
+    warn : bool, default True
+        Warn when the source drew from Python's or numpy's generator under
+        ``diff_rank_seed`` (those are not replayed); one rank says it for all.
+    """
+    from flexgraph.training.runtime._rng import restore_rng
+
+    if not diff_rank_seed:
+        restore_rng(done.rng)
+        return
+    replay_draws(done.draws)
+    if done.host_draws and warn:
+        import warnings
+
+        warnings.warn("init_weights drew from Python's or numpy's random generator on the rank "
+                      "that initialised the model; under randomness.diff_rank_seed the other "
+                      "ranks' generators of those were not advanced as a DDP run's would be",
+                      stacklevel=2)

@@ -212,6 +212,11 @@ def use_default_scope(cfg: Any) -> None:
     registries, as OpenMMLab configs expect. Called by :func:`make_env`, and by
     whatever builds the model before the plan runs (the model's names, on the
     meta device).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
     """
     scope = section(cfg, "default_scope")
     if scope:

@@ -124,7 +124,18 @@ def broadcast_from_rank0(obj: T, *, rank: int = 0) -> T:
 
 
 def gathered_from_every_rank(obj: T) -> list[T]:
-    """Every rank's ``obj``, in rank order (``[obj]`` without a group); a collective."""
+    """Every rank's ``obj``, in rank order; a collective.
+
+    Parameters
+    ----------
+    obj : Any
+        This rank's picklable object.
+
+    Returns
+    -------
+    list
+        One per rank; ``[obj]`` without a group.
+    """
     if world_size() == 1:
         return [obj]
     gathered: list[Any] = [None] * world_size()

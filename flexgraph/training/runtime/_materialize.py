@@ -144,7 +144,18 @@ def uninitialised_parameters(model: nn.Module) -> list[str]:
 
 
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of ``tensor``: a DTensor's local shard, else the tensor itself."""
+    """This rank's part of ``tensor``: a DTensor's local shard, else the tensor itself.
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        A DTensor or a plain tensor.
+
+    Returns
+    -------
+    torch.Tensor
+        The local shard, or ``tensor``.
+    """
     from torch.distributed.tensor import DTensor
 
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
@@ -164,6 +175,16 @@ def local_rows(tensor: torch.Tensor) -> tuple[int, int]:
         The tensor is sharded along another dimension than 0 (a placement
         FSDP2 takes only through ``shard_placement_fn``, which flexgraph does
         not set).
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        A parameter or buffer, a DTensor or a plain one.
+
+    Returns
+    -------
+    tuple of (int, int)
+        The first row this rank holds and the one after its last.
     """
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from flexgraph.training.runtime._group import broadcast_from_rank0, this_rank, world_size
+from flexgraph.training.runtime._group import world_size
 
-__all__ = ["capture_rng", "gather_rng_states", "restore_rng", "take_rng_states_of"]
+__all__ = ["capture_rng", "gather_rng_states", "restore_rng"]
 
 
 def capture_rng() -> dict[str, Any]:
@@ -82,20 +82,3 @@ def gather_rng_states(mine: dict[str, Any] | None = None) -> list[dict[str, Any]
     states: list[Any] = [None] * world_size()
     torch.distributed.all_gather_object(states, mine)
     return states
-
-
-def take_rng_states_of(rank: int = 0) -> None:
-    """Every rank takes ``rank``'s python, numpy, torch (and CUDA) RNG states.
-
-    For setup that one rank did for all: a model built and initialised whole
-    on rank 0 alone advanced rank 0's generators as a one-device run's, and
-    the other ranks, which built on the meta device and drew nothing, continue
-    from there, so that dropout draws what it draws in a run where every rank
-    built the model. A collective: every rank calls it. CUDA states go only to
-    ranks with as many devices.
-    """
-    if world_size() == 1:
-        return
-    state = broadcast_from_rank0(capture_rng() if this_rank() == rank else None, rank=rank)
-    if this_rank() != rank:
-        restore_rng(state)

@@ -110,7 +110,11 @@ class _Replay(TorchDispatchMode):
         self.index = 0
 
     def _at(self, state: torch.Tensor, where: str) -> None:
-        if not torch.equal(torch.get_rng_state(), state):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # real states, compared outside the fake mode
+            moved = not torch.equal(torch.get_rng_state(), state)
+        if moved:
             raise ReplayError(f"init_weights of {self.part} drew otherwise than when it was "
                               f"recorded without values ({where}): its draws depend on values")
 

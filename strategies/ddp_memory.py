@@ -13,7 +13,12 @@ from typing import Any
 from flexgraph.strategies.common import refuse_stages
 from flexgraph.strategies.names import DDP
 
-from flexgraph.training.estimate import StrategyMemory, replicated_states
+from flexgraph.training.estimate import (
+    SetupMemory,
+    StrategyMemory,
+    replicated_states,
+    whole_model_setup,
+)
 
 
 def candidate_options(options: Mapping[str, Any], stage: str | None,
@@ -23,12 +28,24 @@ def candidate_options(options: Mapping[str, Any], stage: str | None,
     return dict(options)
 
 
+def _buckets(census: Any, model_wrapper: Mapping[str, Any] | None) -> tuple[int, str]:
+    if bool((model_wrapper or {}).get("gradient_as_bucket_view", False)):
+        return 0, "gradient buckets: views of the gradients (gradient_as_bucket_view)"
+    return census.trainable * 4, "gradient buckets: a copy of every fp32 gradient (modelled)"
+
+
 def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_states: int,
                     model_wrapper: Mapping[str, Any] | None = None) -> StrategyMemory:
     """Replicated model states; buckets as large as the gradients unless they are views."""
-    as_view = bool((model_wrapper or {}).get("gradient_as_bucket_view", False))
-    buckets = 0 if as_view else census.trainable * 4
-    note = ("gradient buckets: views of the gradients (gradient_as_bucket_view)" if as_view
-            else "gradient buckets: a copy of every fp32 gradient (modelled)")
+    buckets, note = _buckets(census, model_wrapper)
     return replicated_states(census, label=DDP.name, amp=amp, optimizer_states=optimizer_states,
                              buffers=buckets, notes=(note,))
+
+
+def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   model_wrapper: Mapping[str, Any] | None = None) -> SetupMemory:
+    """Every rank the whole model; on the CPU, wrapping it adds the gradient buckets."""
+    if target_device != "cpu":
+        return whole_model_setup(census)
+    buckets, note = _buckets(census, model_wrapper)
+    return whole_model_setup(census, extra=buckets, notes=(note + ", allocated as it wraps",))

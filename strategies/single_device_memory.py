@@ -8,7 +8,12 @@ from typing import Any
 from flexgraph.strategies.common import refuse_stages
 from flexgraph.strategies.names import SINGLE
 
-from flexgraph.training.estimate import StrategyMemory, replicated_states
+from flexgraph.training.estimate import (
+    SetupMemory,
+    StrategyMemory,
+    replicated_states,
+    whole_model_setup,
+)
 
 
 def candidate_options(options: Mapping[str, Any], stage: str | None,
@@ -23,3 +28,9 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
     """Everything on one device; no buffers of its own."""
     return replicated_states(census, label=SINGLE.name, amp=amp,
                              optimizer_states=optimizer_states)
+
+
+def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   **_: Any) -> SetupMemory:
+    """The whole model, built and initialised on the host."""
+    return whole_model_setup(census)

@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> Non
                            "deepspeed:zero1:fp16,deepspeed:zero3,fsdp:bf16")
         group.add_argument("--world-size", type=int, default=None, metavar="N",
                            help="ranks to estimate for (default: 1)")
+        group.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                           help="ranks per node, which share its host memory during setup "
+                           "(default: all of --world-size on one node)")
     else:
         group.add_argument("--estimate", action="store_true",
                            help="estimate the plan's per-rank peak before it runs and record "
@@ -37,19 +40,47 @@ def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> Non
     group.add_argument("--device-memory", metavar="SIZE",
                        help="memory of one GPU, e.g. 80GB: the estimate is then for CUDA "
                        "(default: the local GPU's, else RAM / ranks and the CPU's kernels)")
+    group.add_argument("--host-memory", metavar="SIZE",
+                       help="host memory (RAM) of one node, e.g. 512GB, which its ranks share "
+                       "while the model is set up (default: this machine's RAM)")
 
 
 def _with_verdicts(report: dict[str, Any], given: str | None, world_size: int,
-                   margin: float) -> dict[str, Any]:
-    from flexgraph.training.estimate import device_memory
+                   margin: float, host: tuple[str | None, int]) -> dict[str, Any]:
+    """Each candidate's verdicts: its peak against a device, its setup against a node's host
+    memory (``host``: ``--host-memory``, and the ranks per node)."""
+    from flexgraph.training.estimate import device_memory, host_memory
 
     capacity, source = device_memory(given, world_size)
     report["device_memory"] = {"bytes": capacity, "source": source, "margin": margin}
     usable = capacity * (1 - margin)
+    node, node_source = host_memory(host[0])
+    per_node = host[1]
+    report["host_memory"] = {"bytes": node, "source": node_source, "margin": margin,
+                             "processes_per_node": per_node}
     for row in report["candidates"]:
         traced = row["parts"]["activations"] is not None
         row["fits"] = (row["peak_bytes"] <= usable) if traced else None
+        setup = row["setup"]
+        if setup is not None:
+            setup["node_bytes"] = setup["rank0_bytes"] + (per_node - 1) * setup["other_bytes"]
+            setup["fits"] = setup["node_bytes"] <= node * (1 - margin)
     return report
+
+
+def _weights_loaded(cfg: Any) -> bool:
+    """Whether the files the run loads set every weight, so that a strategy that may
+    prune ``init_weights`` does (what its setup holds depends on it)."""
+    from flexgraph.training.checkpoint import derive_from_weights
+    from flexgraph.training.config import read_settings
+
+    load_from = read_settings(cfg).weights_to_load()
+    return bool(derive_from_weights(cfg, load_from, ("init_weights",)).rewrites)
+
+
+def _per_node(given: int | None, world_size: int) -> int:
+    """Ranks per node: as given, else every rank on one node."""
+    return max(1, min(given or world_size, world_size))
 
 
 def _config_candidate(spec: Any, strategy: Strategy, amp: str | None) -> Any:
@@ -83,12 +114,16 @@ def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespa
 
         candidates = [_config_candidate(spec, strategy or get_strategy("single"), amp)]
     result = estimate(spec.cfg, candidates, world_size=world,
-                      device=target_device(args.device_memory))
-    return _with_verdicts(result.as_dict(), args.device_memory, world, AUTO_MARGIN)
+                      device=target_device(args.device_memory),
+                      weights_loaded=_weights_loaded(spec.cfg))
+    per_node = _per_node(args.nproc_per_node, world)
+    return _with_verdicts(result.as_dict(), args.device_memory, world, AUTO_MARGIN,
+                          (args.host_memory, per_node))
 
 
 def choose_auto(spec: Any, world_size: int, device_memory: str | None,
-                chosen: str | None = None) -> tuple[Strategy, dict[str, Any], Any]:
+                chosen: str | None = None, *, host_memory: str | None = None,
+                per_node: int | None = None) -> tuple[Strategy, dict[str, Any], Any]:
     """``--strategy auto``: the strategy chosen, the estimate report, the candidate.
 
     Parameters
@@ -103,6 +138,11 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None,
         The candidate a launcher chose for this rank
         (:data:`~flexgraph.training.output.AUTO_CHOICE_VAR`), taken without
         estimating again (the report is then empty).
+    host_memory : str, optional
+        ``--host-memory`` as written: a candidate whose setup does not fit a
+        node's host memory is refused.
+    per_node : int, optional
+        The ranks on one node (default: ``world_size``).
 
     Returns
     -------
@@ -127,6 +167,9 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None,
     from flexgraph.training.estimate import (
         device_memory as memory_of,
     )
+    from flexgraph.training.estimate import (
+        host_memory as node_memory_of,
+    )
 
     amp = amp_precision(spec.cfg)
     if chosen:
@@ -135,20 +178,28 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None,
     candidates = parse_candidates(",".join(auto_candidates(world_size)),
                                   spec.cfg.get("strategy"), amp)
     result = estimate(spec.cfg, candidates, world_size=world_size,
-                      device=target_device(device_memory))
+                      device=target_device(device_memory),
+                      weights_loaded=_weights_loaded(spec.cfg))
     capacity, _ = memory_of(device_memory, world_size)
-    choice = choose_strategy(result, capacity, AUTO_MARGIN)
-    report = _with_verdicts(result.as_dict(), device_memory, world_size, AUTO_MARGIN)
+    node, _ = node_memory_of(host_memory)
+    per_node = _per_node(per_node, world_size)
+    choice = choose_strategy(result, capacity, AUTO_MARGIN, host_memory=node,
+                             processes_per_node=per_node)
+    report = _with_verdicts(result.as_dict(), device_memory, world_size, AUTO_MARGIN,
+                            (host_memory, per_node))
     report["auto"] = {"choice": choice.label, "reason": choice.reason}
     candidate = next(c for c in candidates if c.label == choice.label)
     return candidate.strategy, report, candidate
 
 
 def run_estimate(spec: Any, strategy: Strategy | None, world_size: int,
-                 device_memory: str | None) -> Any:
-    """``run --estimate``: the plan's per-rank peak, as a ``RunEstimate`` to measure against."""
+                 device_memory: str | None, *, host_memory: str | None = None,
+                 per_node: int | None = None) -> Any:
+    """``run --estimate``: the plan's per-rank peak and its setup's, as a ``RunEstimate`` to
+    measure against."""
     from flexgraph.training.output import RunEstimate
 
-    args = argparse.Namespace(compare=None, world_size=world_size, device_memory=device_memory)
+    args = argparse.Namespace(compare=None, world_size=world_size, device_memory=device_memory,
+                              host_memory=host_memory, nproc_per_node=per_node)
     report = estimate_report(spec, strategy, args)
     return RunEstimate.from_report(report, report["candidates"][0]["candidate"])

@@ -153,6 +153,73 @@ def checkpoint_notes(cfg: Any, plan: Plan) -> dict[str, str]:
     return notes
 
 
+def pruning_notes(cfg: Any, strategy: Any, plan: Plan) -> dict[str, str]:
+    """``init_weights``: what a run decides about it, where only a run can (no torch here).
+
+    For a strategy that prunes ``init_weights`` when the files the run loads
+    cover the model (``Strategy.prunable``), and a config that loads any:
+    whether they do needs the model's names, which ``flexgraph plan
+    --estimate`` and ``flexgraph run`` find (building it on the meta device).
+    """
+    if cfg is None or strategy is None or "init_weights" not in strategy.prunable \
+            or "init_weights" not in plan.order:
+        return {}
+    from flexgraph.training.config import names_pretrained, resume_source, section
+
+    load_from = section(cfg, "load_from")
+    files = [f"load_from {str(load_from)!r}"] if load_from and load_from != resume_source(
+        cfg) else []
+    if names_pretrained(cfg):
+        files.append("the init_cfg Pretrained files")
+    if not files:
+        return {}
+    cover = "covers" if len(files) == 1 and files[0].startswith("load_from") else "cover"
+    return {"init_weights": f"pruned at run time when {' and '.join(files)} {cover} every "
+                            f"state_dict entry (flexgraph plan --estimate says whether)"}
+
+
+def derived_plan(spec: Spec, strategy: Any, plan: Plan, load_from: str | None,
+                 targets: tuple[str, ...] = ()) -> tuple[Plan, dict[str, Any]]:
+    """``plan`` with the rewrites a run derives from its files, and what to say about them.
+
+    What ``flexgraph run`` does before it runs, and ``plan --estimate`` shows
+    (see :func:`flexgraph.training.checkpoint.derive_from_weights`): imports
+    torch, builds the model on the meta device, reads each file's index.
+
+    Parameters
+    ----------
+    spec, strategy, plan:
+        The spec, its strategy (a :class:`~flexgraph.Strategy`) and the plan made of them.
+    load_from:
+        What ``load_checkpoint`` loads (``RunSettings.weights_to_load()``).
+    targets:
+        The plan's targets (an entry point's), kept in the derived plan.
+
+    Returns
+    -------
+    tuple of (Plan, dict)
+        The plan (``plan`` itself when nothing is derived), and
+        ``{"pruned": {step: reason}, "notes": {step: line}}`` with the empty
+        parts left out.
+    """
+    if spec.cfg is None or strategy is None or not strategy.prunable:
+        return plan, {}
+    from flexgraph.render import pruned_steps
+    from flexgraph.training.checkpoint import derive_from_weights
+
+    derivation = derive_from_weights(spec.cfg, load_from, strategy.prunable)
+    if derivation.rewrites:
+        plan = spec.plan(strategy, targets=targets, derived=derivation.rewrites)
+    said = {"pruned": pruned_steps(plan), "notes": dict(derivation.notes)}
+    return plan, {k: v for k, v in said.items() if v}
+
+
+def _load_from(spec: Spec) -> str | None:
+    from flexgraph.training.config import read_settings
+
+    return read_settings(spec.cfg).weights_to_load() if spec.cfg is not None else None
+
+
 def _reader_note(key: str, path: Path) -> str:
     from flexgraph.training.formats import format_of
 
@@ -245,7 +312,10 @@ def plan_command(args: argparse.Namespace) -> int:
     spec, plan = load_spec_and_plan(args.config, args.strategy, args.cfg_options)
     for unchecked in check_references(plan):
         print(f"note: {unchecked}", file=sys.stderr)
-    render(plan, args, checkpoint_notes(spec.cfg, plan))
+    strategy = None if args.strategy == NO_STRATEGY else spec.resolve_strategy(
+        args.strategy or default_strategy(spec))
+    notes = {**checkpoint_notes(spec.cfg, plan), **pruning_notes(spec.cfg, strategy, plan)}
+    render(plan, args, notes)
     return 0
 
 
@@ -275,12 +345,17 @@ def _plan_estimate(args: argparse.Namespace) -> int:
     """``--estimate`` (the plan's strategy) or ``--compare`` (the candidates named)."""
     with imports_kept_from_collector() as imports_done:
         spec = _load_for_estimate(args, imports_done)
-        strategy = None
+        strategy, derived = None, {}
         if not args.compare:
             strategy = spec.resolve_strategy(args.strategy or default_strategy(
                 spec, args.world_size or 1))
-            spec.plan(strategy)  # the plan estimated is one that plans
-        _print_estimate(estimate_cmd.estimate_report(spec, strategy, args), args)
+            # the plan estimated is one that plans, with what the run derives from its files
+            _, derived = derived_plan(spec, strategy, spec.plan(strategy),
+                                      _load_from(spec))
+        report = estimate_cmd.estimate_report(spec, strategy, args)
+        if derived:
+            report["plan"] = derived
+        _print_estimate(report, args)
     return 0
 
 
@@ -291,9 +366,12 @@ def _plan_auto(args: argparse.Namespace) -> int:
         if spec.cfg is None:
             raise UsageError("--strategy auto chooses among training strategies; it needs a "
                              "training config")
-        strategy, report, _ = estimate_cmd.choose_auto(spec, args.world_size or 1,
-                                                       args.device_memory)
-    plan = spec.plan(strategy)
+        strategy, report, _ = estimate_cmd.choose_auto(
+            spec, args.world_size or 1, args.device_memory, host_memory=args.host_memory,
+            per_node=args.nproc_per_node)
+    plan, derived = derived_plan(spec, strategy, spec.plan(strategy), _load_from(spec))
+    if derived:
+        report["plan"] = derived
     if args.format == "json":
         import json
 

@@ -234,7 +234,8 @@ def _choose_auto(args: argparse.Namespace, spec: Any, context: RunContext
 
     handed_down = context.launch.handed_down
     strategy, report, candidate = estimate_cmd.choose_auto(
-        spec, context.world_size, args.device_memory, chosen=handed_down.auto_choice)
+        spec, context.world_size, args.device_memory, chosen=handed_down.auto_choice,
+        host_memory=args.host_memory, per_node=args.nproc_per_node)
     estimate = RunEstimate.from_report(report, candidate.label) if report else None
     auto = AutoChoice(label=candidate.label, strategy={"type": candidate.name, **candidate.options},
                       reason=report.get("auto", {}).get("reason") or handed_down.auto_reason)
@@ -378,13 +379,15 @@ def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None
         raise UsageError(f"--estimate is of a training step; drop it with --entry {args.entry}")
     from flexgraph.cli import estimate_cmd
 
-    return estimate_cmd.run_estimate(spec, strategy, context.world_size, args.device_memory)
+    return estimate_cmd.run_estimate(spec, strategy, context.world_size, args.device_memory,
+                                     host_memory=args.host_memory, per_node=args.nproc_per_node)
 
 
 def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
              strategy: Strategy | None, plan: Plan, plan_text: str, context: RunContext) -> int:
     """Launch the ranks, or run the plan in this process (with the work_dir's record)."""
     from flexgraph.cli.work_dir_owner import own_work_dir, run_id
+    from flexgraph.render.json_view import plan_json
     from flexgraph.training.errors import TrainingStopped
     from flexgraph.training.graph import standard_inputs
 
@@ -399,10 +402,15 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         return _launch_ranks(args, strategy, plan, plan_text, launch, record_settings,
                              stop_signals)
     _check_launched_plan(plan_text, context)
+    plan, notes = _derive(args, spec, strategy, plan, settings)
+    if notes.plan_changed:
+        plan_text = plan_json(plan)
+        context = attrs.evolve(context, plan=json.loads(plan_text))
     this_run = run_id(handed_down=launch.handed_down.run_id)
     try:
         with own_work_dir(record_settings, owner=context.rank == 0, this_run=this_run):
-            status = _execute_here(args, hooks, spec, plan, plan_text, inputs, context)
+            status = _execute_here(args, hooks, spec, plan, plan_text, inputs, context,
+                                   notes.lines)
     except TrainingStopped as stop:
         if "TORCHELASTIC_RUN_ID" not in os.environ:  # its launcher asks, not a rank of it
             _requeue(args, stop.signal_name, stop_signals)
@@ -416,6 +424,36 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         leave_process_group()
         end_launched_rank(status)
     return status
+
+
+@attrs.frozen
+class _Derived:
+    """What the run's inputs changed in its plan: whether they did, and the lines saying so."""
+
+    plan_changed: bool = False
+    lines: tuple[str, ...] = ()
+
+
+def _derive(args: argparse.Namespace, spec: Any, strategy: Strategy | None, plan: Plan,
+            settings: Any) -> tuple[Plan, _Derived]:
+    """The plan with the rewrites derived from the run's inputs (``init_weights`` pruned when
+    the files it loads cover the model), and the lines the log gets about them.
+
+    Made here, in each process that runs the plan, never in a launcher: the launcher's
+    plan digest is of the strategy's plan, which every rank checks before deriving; the
+    ranks derive the same rewrites from the same config and files.
+    """
+    if settings is None:
+        return plan, _Derived()
+    from flexgraph.cli.plan_cmd import derived_plan
+    from flexgraph.render import derivation_lines
+
+    targets = () if args.entry == "train" else (args.entry,)
+    derived, said = derived_plan(spec, strategy, plan, settings.weights_to_load(), targets)
+    if derived is not plan:
+        resolve_functions(derived)
+    return derived, _Derived(plan_changed=derived is not plan,
+                             lines=tuple(derivation_lines(said)))
 
 
 def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Plan,
@@ -458,8 +496,13 @@ def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[
 
 
 def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
-                  plan_text: str, inputs: dict[str, Any], context: RunContext) -> int:
-    """Run the plan in this process, with the work_dir's record (a training config's)."""
+                  plan_text: str, inputs: dict[str, Any], context: RunContext,
+                  derived: Sequence[str] = ()) -> int:
+    """Run the plan in this process, with the work_dir's record (a training config's).
+
+    ``derived``: lines saying what the run's inputs changed in the plan (a pruned
+    ``init_weights`` and its reason), printed and logged under the summary.
+    """
     from flexgraph.cli.console import stdout_console
     from flexgraph.core.executor import Executor
     from flexgraph.training.errors import TrainingStopped
@@ -472,6 +515,8 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
     summary = (f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}"
                f"{launched}: " + " -> ".join(plan.order))
     console.print(summary)
+    for line in derived:  # one line each, never folded: they name files and entries
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     peaks = None
     if launch.estimate is not None:
         from flexgraph.training.output import MeasuredPeaks
@@ -493,6 +538,8 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
                                  strategy=auto.strategy if auto else args.strategy)
         context = attrs.evolve(context, record=record)
         record.note(summary)
+        for line in derived:
+            record.note(line)
         if auto:
             record.note(f"strategy auto chose {auto.label}"
                         + (f": {auto.reason}" if auto.reason else ""))
@@ -522,7 +569,7 @@ def _record_memory(record: Any, console: Any, estimate: Any, peaks: Any, rank: i
     """The work_dir's ``memory.json`` and one console line: measured peaks beside the estimate."""
     from flexgraph.training.output import MEMORY_FILE, memory_summary, summary_line
 
-    summary = memory_summary(estimate, peaks.steps, rank)
+    summary = memory_summary(estimate, peaks.steps, rank, peaks.setup_by_rank)
     record.write_json(MEMORY_FILE, summary)
     line = summary_line(summary)
     console.print(line, markup=False, highlight=False)

@@ -41,7 +41,8 @@ class Precedes:
 
     When ``then`` is not in the plan (an entry point that builds no optimizer)
     there is nothing to protect; when ``first`` is missing but ``then`` is
-    there, the plan is refused.
+    there, the plan is refused, unless ``first_optional`` says that a plan
+    without ``first`` is one the strategy expects (a pruned ``init_weights``).
 
     Parameters
     ----------
@@ -50,6 +51,9 @@ class Precedes:
         to ``then``; coming earlier in the order by a tie-break is not enough.
     why : str
         What goes wrong otherwise, put in the error message.
+    first_optional : bool, optional
+        Whether a plan without ``first`` passes (the order is checked only
+        when both are planned).
 
     Examples
     --------
@@ -72,6 +76,7 @@ class Precedes:
     first: str
     then: str
     why: str
+    first_optional: bool = False
 
     def describe(self) -> str:
         """The check in words: ``"a runs before b"``."""
@@ -94,6 +99,8 @@ class Precedes:
         if self.then not in graph:
             return None
         if self.first not in graph:
+            if self.first_optional:
+                return None
             return (f"{self.then} needs {self.first} before it, and the plan has no "
                     f"{self.first}", f"keep {self.first} in the plan")
         if not nx.has_path(dag, self.first, self.then):

@@ -15,7 +15,7 @@ without the strategy knowing which entry runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 import attrs
@@ -24,6 +24,7 @@ import networkx as nx
 from flexgraph.core.checks import verify_checks
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.graph import Edge, Graph
+from flexgraph.core.rewrite import Rewrite
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
 from flexgraph.core.validate import check, validate
@@ -43,9 +44,11 @@ class Origin:
         strategy, else what a rewrite did (``"inserted"``, ``"moved"``,
         ``"replaced"``, ``"fused"``, ``"configured"``).
     strategy : str, optional
-        The strategy whose rewrite it was.
+        The strategy whose rewrite it was (``"derived"`` for a rewrite derived
+        from the run's inputs, see :func:`make_plan`).
     index : int, optional
-        The rewrite's position in the strategy, from 0.
+        The rewrite's position in the strategy (or among the derived
+        rewrites), from 0.
     rewrite : str, optional
         The rewrite's one-line description.
     """
@@ -217,8 +220,49 @@ def _consumed(before: Graph, after: Graph, touched: Mapping[str, str]) -> dict[s
     return {n: into for n in before.names if n not in after}
 
 
+DERIVED = "derived"
+"""What a plan names its derived rewrites by, where a strategy's rewrites have its name."""
+
+
+def _apply_all(rewrites: tuple[Rewrite, ...], owner: str, where: str, current: Graph,
+               applied: list[AppliedRewrite], history: dict[str, list[Origin]]) -> Graph:
+    """Apply ``rewrites`` in order (validating after each), recording them as ``owner``'s.
+
+    ``where`` starts an error's message: ``strategy 'fsdp', rewrite`` or
+    ``derived rewrite``, followed by the rewrite's number.
+    """
+    shape = _shape(current)
+    for index, rewrite in enumerate(rewrites):
+        before = current
+        try:
+            current, touched = rewrite.apply(current)
+            previous, shape = shape, _shape(current)
+            if shape != previous:
+                check(current)
+        except FlexgraphError as exc:
+            at = f"{where} #{index + 1}"
+            if not str(exc).startswith(rewrite.describe()):
+                at += f" ({rewrite.describe()})"
+            raise type(exc)(f"{at}: {exc}") from exc
+        applied.append(
+            AppliedRewrite(
+                index=index,
+                strategy=owner,
+                description=rewrite.describe(),
+                kind=rewrite.kind,
+                touched=MappingProxyType(dict(touched)),
+                consumed=MappingProxyType(_consumed(before, current, touched)),
+            )
+        )
+        for name, action in touched.items():
+            origin = Origin(action, owner, index, rewrite.describe())
+            history.setdefault(name, []).append(origin)
+    return current
+
+
 def make_plan(
-    graph: Graph, strategy: Strategy | None = None, *, targets: tuple[str, ...] = ()
+    graph: Graph, strategy: Strategy | None = None, *, targets: tuple[str, ...] = (),
+    derived: Sequence[Rewrite] = (),
 ) -> Plan:
     """Validate ``graph``, apply ``strategy`` rewrite by rewrite, and order it.
 
@@ -233,6 +277,12 @@ def make_plan(
         Cut the rewritten graph to these steps and everything they depend on
         (and the base order shown beside it likewise): an entry point keeps
         what the strategy made it depend on.
+    derived : sequence of Rewrite, optional
+        Rewrites derived from the run's inputs rather than from the strategy
+        (a :class:`~flexgraph.core.rewrite.Prune` with its reason), applied to
+        the base graph before the strategy's rewrites, so that the strategy
+        rewrites the graph the run needs. The plan lists them as
+        ``derived #1``, ``derived #2``, ... ahead of the strategy's.
 
     Returns
     -------
@@ -244,11 +294,12 @@ def make_plan(
         The rewritten graph breaks one of the strategy's checks.
     FlexgraphError
         The subclass that fits (cycle, missing input, unknown step, ...). When
-        a rewrite caused it, the message starts with the strategy and rewrite.
+        a rewrite caused it, the message starts with the strategy (or
+        ``derived``) and the rewrite.
 
     Examples
     --------
-    >>> from flexgraph import Graph, Insert, Step, Strategy
+    >>> from flexgraph import Graph, Insert, Prune, Step, Strategy
     >>> graph = Graph.of([Step("load", "m:load", provides="data"),
     ...                   Step("train", "m:train", requires="data")])
     >>> clean = Strategy("clean", [Insert(Step("clean", "m:clean", updates="data"),
@@ -260,37 +311,21 @@ def make_plan(
     inserted by clean #1: insert clean after load
     >>> make_plan(graph, clean, targets=("clean",)).order
     ('load', 'clean')
+    >>> graph = Graph.of([Step("load", "m:load", provides="data"),
+    ...                   Step("check", "m:check", updates="data"),
+    ...                   Step("train", "m:train", requires="data")])
+    >>> plan = make_plan(graph, derived=[Prune("check", "the data was checked upstream")])
+    >>> plan.order, [f"{r.strategy} #{r.index + 1}: {r.description}" for r in plan.rewrites]
+    (('load', 'train'), ['derived #1: prune check (the data was checked upstream)'])
     """
     base_dag = validate(graph)
     base_order, _ = _order(graph, base_dag)
     applied: list[AppliedRewrite] = []
     history: dict[str, list[Origin]] = {}
-    current, shape = graph, _shape(graph)
-    for index, rewrite in enumerate(strategy.rewrites if strategy else ()):
-        before = current
-        try:
-            current, touched = rewrite.apply(current)
-            previous, shape = shape, _shape(current)
-            if shape != previous:
-                check(current)
-        except FlexgraphError as exc:
-            where = f"strategy {strategy.name!r}, rewrite #{index + 1}"
-            if not str(exc).startswith(rewrite.describe()):
-                where += f" ({rewrite.describe()})"
-            raise type(exc)(f"{where}: {exc}") from exc
-        applied.append(
-            AppliedRewrite(
-                index=index,
-                strategy=strategy.name,
-                description=rewrite.describe(),
-                kind=rewrite.kind,
-                touched=MappingProxyType(dict(touched)),
-                consumed=MappingProxyType(_consumed(before, current, touched)),
-            )
-        )
-        for name, action in touched.items():
-            origin = Origin(action, strategy.name, index, rewrite.describe())
-            history.setdefault(name, []).append(origin)
+    current = _apply_all(tuple(derived), DERIVED, "derived rewrite", graph, applied, history)
+    if strategy is not None:
+        current = _apply_all(strategy.rewrites, strategy.name,
+                             f"strategy {strategy.name!r}, rewrite", current, applied, history)
     dag = base_dag if current is graph else current.digraph()
     if strategy is not None and strategy.checks:
         verify_checks(strategy.name, strategy.checks, current, dag)

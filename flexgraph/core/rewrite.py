@@ -130,7 +130,7 @@ class Rewrite:
         touched : mapping of str to str
             Step name -> what the rewrite did to it (``"inserted"``,
             ``"moved"``, ``"replaced"``, ``"fused"``, ``"configured"``,
-            ``"removed"``); plans record it as the step's origin.
+            ``"removed"``, ``"pruned"``); plans record it as the step's origin.
 
         Raises
         ------
@@ -153,7 +153,7 @@ class Rewrite:
 
     @property
     def kind(self) -> str:
-        """``insert``, ``remove``, ``replace``, ``move``, ``fuse`` or ``configure``."""
+        """``insert``, ``remove``, ``prune``, ``replace``, ``move``, ``fuse`` or ``configure``."""
         return type(self).__name__.lower()
 
     def __str__(self) -> str:
@@ -242,6 +242,46 @@ class Remove(Rewrite):
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:
         graph.step(self.name, self.describe())
         return graph.remove(self.name), {self.name: "removed"}
+
+
+@attrs.frozen
+class Prune(Rewrite):
+    """Drop a step the run does not need, and say why: a rewrite derived from the inputs.
+
+    A strategy's rewrites are fixed once the config is read. Some facts come
+    later, from what the config names: whether the weights ``load_from`` loads
+    leave anything for ``init_weights`` to do needs the model's parameter
+    names and the checkpoint's index. A run that finds such a fact prunes the
+    step before the strategy's rewrites
+    (:func:`~flexgraph.make_plan`'s ``derived``); the plan lists the prune,
+    with its reason, as a rewrite of its own (``derived #1``).
+
+    Parameters
+    ----------
+    name : str
+        The step to drop.
+    reason : str
+        Why the run does not need it, in a few words (shown in parentheses).
+
+    Examples
+    --------
+    >>> print(Prune("init_weights", "every state_dict entry comes from load_from 'x.pth'"))
+    prune init_weights (every state_dict entry comes from load_from 'x.pth')
+    """
+
+    name: str
+    reason: str
+
+    @property
+    def touches(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def describe(self) -> str:
+        return f"prune {self.name} ({self.reason})"
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        graph.step(self.name, self.describe())
+        return graph.remove(self.name), {self.name: "pruned"}
 
 
 @attrs.frozen
@@ -551,6 +591,34 @@ class IfPresent(Rewrite):
         if self.step in graph:
             return self.rewrite.apply(graph)
         return graph, {}
+
+
+@attrs.frozen
+class IfAbsent(IfPresent):
+    """``rewrite``, applied only when the optional step ``step`` is *not* in the graph.
+
+    The other half of :class:`IfPresent`, for a strategy whose order depends on
+    whether a step survived: FSDP gives a meta-built model storage
+    (``materialize``) only when no ``init_weights`` will fill it, which is the
+    case when a derived :class:`Prune` found that the loaded weights cover
+    the model.
+
+    Parameters
+    ----------
+    step : str
+        The optional step.
+    rewrite : Rewrite
+        Applied when ``step`` is not in the graph; otherwise the graph is left
+        as it is and no step is touched.
+    """
+
+    def describe(self) -> str:
+        return f"{self.rewrite.describe()}, when {self.step} is not planned"
+
+    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
+        if self.step in graph:
+            return graph, {}
+        return self.rewrite.apply(graph)
 
 
 REWRITE_KINDS: Mapping[str, type[Rewrite]] = {

@@ -75,6 +75,14 @@ class Strategy:
     memory_options : mapping
         Keyword arguments the factory binds for ``estimate_memory`` (its
         stage, precision, bucket sizes).
+    prunable : tuple of str
+        Steps a run may prune before this strategy's rewrites, when it finds
+        from its inputs that they have nothing to do (a derived
+        :class:`~flexgraph.core.rewrite.Prune`, see :func:`~flexgraph.make_plan`):
+        the strategy's rewrites then fit the graph without them (with
+        :class:`~flexgraph.core.rewrite.IfPresent` / ``IfAbsent``). FSDP's
+        ``("init_weights",)``: a model whose every weight comes from a file is
+        never built whole. Empty: the strategy keeps every step.
 
     Raises
     ------
@@ -97,6 +105,7 @@ class Strategy:
     run_imports: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     memory_model: str | None = None
     memory_options: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    prunable: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def then(self, *rewrites: Rewrite) -> Strategy:
         """Return this strategy with ``rewrites`` appended (its checks still apply).

@@ -12,9 +12,12 @@ diffable in review and checkable in CI.
 - :func:`plan_dot`, :func:`plan_mermaid`: pictures (Graphviz, GitHub Markdown).
 - :func:`explain_step`: why one step sits where it does (``--explain``).
 - :func:`timings_table`: per-step time and memory after a run.
+- :func:`pruned_steps` / :func:`derivation_lines`: the steps a derived rewrite
+  pruned, each with its reason, and the lines that say so.
 - :func:`estimate_view` / :func:`estimate_json`: a memory estimate (``--estimate``).
 """
 
+from flexgraph.render._changes import derivation_lines, pruned_steps
 from flexgraph.render.diff import plan_diff
 from flexgraph.render.dot import plan_dot
 from flexgraph.render.estimate import estimate_json, estimate_view
@@ -26,6 +29,7 @@ from flexgraph.render.timings import timings_table
 
 __all__ = [
     "SCHEMA",
+    "derivation_lines",
     "estimate_json",
     "estimate_view",
     "explain_step",
@@ -35,5 +39,6 @@ __all__ = [
     "plan_mermaid",
     "plan_table",
     "plan_to_dict",
+    "pruned_steps",
     "timings_table",
 ]

@@ -88,7 +88,9 @@ class Gone:
         return f"{self.action} by {rewrite_label(self.rewrite)}: {self.rewrite.description}"
 
 
-_ACTION_OF_KIND = {"remove": "removed", "replace": "replaced", "fuse": "fused"}
+_ACTION_OF_KIND = {"remove": "removed", "prune": "removed", "replace": "replaced",
+                   "fuse": "fused"}
+"""A pruned step (a derived rewrite) is shown as removed, its reason in the rewrite's text."""
 
 
 def _consumed(applied: AppliedRewrite) -> list[tuple[str, str, str | None]]:
@@ -143,3 +145,37 @@ def ordered_edges(plan: Plan) -> list[Edge]:
     """The plan's derived edges sorted by the positions of source, then target."""
     position = {name: i for i, name in enumerate(plan.order)}
     return sorted(plan.edges, key=lambda e: (position[e.source], position[e.target]))
+
+
+def pruned_steps(plan: Plan) -> dict[str, str]:
+    """Steps a derived rewrite pruned, by name, each with its reason (``Prune``).
+
+    The reason is the text in parentheses that ends the rewrite's description
+    (``prune init_weights (every state_dict entry comes from load_from 'x.pth')``).
+    """
+    found = {}
+    for applied in plan.rewrites:
+        if applied.kind != "prune":
+            continue
+        for name in applied.consumed:
+            found[name] = applied.description.removeprefix(f"prune {name} (").removesuffix(")")
+    return found
+
+
+def derivation_lines(derived: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """What a run's files changed in its plan, as the log and ``--estimate`` print it.
+
+    Parameters
+    ----------
+    derived : mapping
+        ``{"pruned": {step: reason}, "notes": {step: line}}`` (either part may
+        be absent), as :func:`flexgraph.cli.plan_cmd.derived_plan` returns it.
+
+    Returns
+    -------
+    list of str
+        ``pruned: init_weights (every state_dict entry comes from load_from 'x.pth')``
+        per pruned step, then ``step: note`` per note.
+    """
+    return ([f"pruned: {step} ({reason})" for step, reason in derived.get("pruned", {}).items()]
+            + [f"{step}: {note}" for step, note in derived.get("notes", {}).items()])

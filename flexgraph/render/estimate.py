@@ -10,6 +10,9 @@ The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
     {"schema": "flexgraph.estimate/1", "world_size": int, "batch_size": int|null,
      "optimizer": str, "seconds": float, "untraceable": str|null,
      "device_memory": {"bytes": int, "source": str, "margin": float},
+     "host_memory": {"bytes": int, "source": str, "margin": float,
+                     "processes_per_node": int},
+     "weights_loaded": bool,
      "parameters": {"total", "trainable", "frozen", "bytes", "largest_layer",
                     "largest_parameter": int,
                     "by_module": [{"module": str, "total": int, "trainable": int}]},
@@ -19,15 +22,23 @@ The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
                                "buffers": int|null},
                      "traced_activations_bytes": int|null,
                      "step_temporaries_bytes": int,
-                     "modelled": [str], "notes": [str], "reference_bytes": int|null}],
-     "auto": {"choice": str, "reason": str}   (only with --strategy auto)}
+                     "modelled": [str], "notes": [str], "reference_bytes": int|null,
+                     "setup": {"rank0_bytes": int, "other_bytes": int, "node_bytes": int,
+                               "fits": bool, "notes": [str]}}],
+     "auto": {"choice": str, "reason": str}   (only with --strategy auto),
+     "plan": {"pruned": {step: reason}, "notes": {step: str}}
+                                              (only when the run's files change the plan)}
 
 ``parts`` are the peak's; when the optimizer step is the peak, ``activations``
 is 0 there and ``optimizer`` holds the step's temporaries
 (``step_temporaries_bytes``), while ``traced_activations_bytes`` keeps the
 traced step's activations at its own peak. ``activations`` and
 ``traced_activations_bytes`` are null (and ``fits`` null) when the step could
-not be traced.
+not be traced. ``setup`` is the host memory (RAM) rank 0 and each other rank
+hold while the model is set up, before the optimizer exists; ``node_bytes``
+is rank 0's plus ``processes_per_node - 1`` others', which ``fits`` compares
+with the node's host memory less the margin. ``weights_loaded``: every
+``state_dict`` entry comes from ``load_from``, so setup does not initialise.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from flexgraph.render._changes import derivation_lines
 from flexgraph.render._table_style import TABLE_STYLE
 
 __all__ = ["estimate_json", "estimate_view"]
@@ -95,14 +107,52 @@ def _candidates(estimate: Mapping[str, Any]) -> Table:
     return table
 
 
+def _setup(estimate: Mapping[str, Any]) -> Table:
+    host = estimate.get("host_memory") or {}
+    per_node = host.get("processes_per_node", estimate["world_size"])
+    table = Table(title=f"setup's host memory (GB), {per_node} rank(s) per node",
+                  **TABLE_STYLE)
+    for name in ("candidate", "rank 0", "each other rank", "node"):
+        table.add_column(name, justify="left" if name == "candidate" else "right")
+    if host:
+        table.add_column(f"fits {host['bytes'] / 1e9:.1f} GB")
+    notes = []
+    for row in estimate["candidates"]:
+        setup = row.get("setup")
+        if setup is None:
+            continue
+        node = setup.get("node_bytes", setup["rank0_bytes"]
+                         + (per_node - 1) * setup["other_bytes"])
+        cells = [row["candidate"], _gb(setup["rank0_bytes"]), _gb(setup["other_bytes"]),
+                 _gb(node)]
+        if host:
+            cells.append("yes" if setup.get("fits") else "NO")
+        table.add_row(*cells)
+        notes += [f"{row['candidate']}: {note}" for note in setup["notes"]]
+    if host:
+        notes.insert(0, f"setup: until the optimizer is built; host: {host['source']}; node = "
+                        f"rank 0 + {per_node - 1} other rank(s); fits = node <= "
+                        f"{1 - host['margin']:.0%} of it")
+    if estimate.get("weights_loaded"):
+        notes.insert(0, "the files loaded set every state_dict entry: init_weights is "
+                        "pruned where the strategy may (its notes say so)")
+    table.caption = "\n".join(notes)
+    return table
+
+
 def estimate_view(estimate: Mapping[str, Any]) -> Group:
-    """The parameter census, then one row per candidate: peak, parts, phase, verdict."""
+    """The parameter census, one row per candidate (peak, parts, phase, verdict), each
+    candidate's setup on the host (rank 0, the other ranks, a node; its verdict), then what
+    the run's files change in its plan (a pruned ``init_weights``)."""
     parts: list[Any] = [_parameters(estimate), Text(""), _candidates(estimate)]
+    if any(row.get("setup") for row in estimate["candidates"]):
+        parts += [Text(""), _setup(estimate)]
     if estimate.get("untraceable"):
         parts.insert(0, Text(f"note: {estimate['untraceable']}"))
     if estimate.get("auto"):
         auto = estimate["auto"]
         parts.append(Text(f"strategy auto chose {auto['choice']}: {auto['reason']}"))
+    parts += [Text(line) for line in derivation_lines(estimate.get("plan") or {})]
     return Group(*parts)
 
 

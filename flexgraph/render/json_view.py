@@ -29,8 +29,10 @@ Schema ``flexgraph.plan/1``::
       "rewrites": [                     # in the order they were applied
         {
           "index": 0,                   # 0-based position in the strategy
-          "strategy": "ddp",
-          "kind": "replace",            # insert|remove|replace|move|fuse|configure
+          "strategy": "ddp",            # "derived": a rewrite derived from the run's
+                                        # inputs (a prune, with its reason), applied
+                                        # before the strategy's
+          "kind": "replace",            # insert|remove|prune|replace|move|fuse|configure
           "description": "replace wrap_model with (...)",
           "touched": {"wrap_model": "replaced"},  # step -> action
           "consumed": {}                # steps taken out -> the step in their place

@@ -7,7 +7,7 @@ which kind of file a pipeline came from: they read ``spec.graph`` and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -17,6 +17,7 @@ import attrs
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.graph import Graph
 from flexgraph.core.plan import Plan, make_plan
+from flexgraph.core.rewrite import Rewrite
 from flexgraph.core.strategy import Strategy, get_strategy, same_strategy
 from flexgraph.spec.errors import restate
 
@@ -84,12 +85,14 @@ class Spec:
             raise restate(exc, f"{self.source}: field 'strategy'") from exc
 
     def plan(
-        self, strategy: StrategyChoice | Strategy = None, targets: tuple[str, ...] = ()
+        self, strategy: StrategyChoice | Strategy = None, targets: tuple[str, ...] = (),
+        derived: Sequence[Rewrite] = (),
     ) -> Plan:
         """Plan the graph under ``strategy`` (see :meth:`resolve_strategy`).
 
         ``targets`` cut the rewritten graph to what those steps need (an entry
-        point such as ``val``; see :func:`~flexgraph.make_plan`).
+        point such as ``val``); ``derived`` are rewrites derived from the run's
+        inputs, applied before the strategy's (see :func:`~flexgraph.make_plan`).
 
         Raises
         ------
@@ -105,6 +108,6 @@ class Spec:
         """
         chosen = self.resolve_strategy(strategy)
         try:
-            return make_plan(self.graph, chosen, targets=targets)
+            return make_plan(self.graph, chosen, targets=targets, derived=derived)
         except FlexgraphError as exc:
             raise restate(exc, str(self.source)) from exc

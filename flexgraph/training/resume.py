@@ -37,7 +37,7 @@ changing the per-process batch (see :func:`_hold_global_batch`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -49,13 +49,16 @@ from flexgraph.render.plan_change import plan_change_view
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
+    WeightSource,
     from_mmengine,
+    load_pretrained,
     restore_schedulers,
 )
 from flexgraph.training.components import (
     epoch_length_of,
     per_rank_batch,
     set_per_rank_batch,
+    unwrap_model,
 )
 from flexgraph.training.config import RunSettings
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
@@ -73,7 +76,8 @@ __all__ = ["load_weights", "resume_training"]
 
 
 def load_weights(settings: RunSettings, hooks: Hooks, model: Any,
-                 checkpointer: Checkpointer) -> Any:
+                 checkpointer: Checkpointer,
+                 pretrained: Sequence[Mapping[str, Any]] = ()) -> Any:
     """Load ``load_from`` into ``model`` (unless ``resume`` will load that file).
 
     The one load sequence: the runner view gets the model, the run starts for
@@ -81,12 +85,23 @@ def load_weights(settings: RunSettings, hooks: Hooks, model: Any,
     sees what it read, and the weights go in; keys left out are a warning, as
     in MMEngine.
 
+    ``pretrained``: the ``init_cfg`` ``Pretrained`` files of a run whose
+    ``init_weights`` was pruned because its files cover the model
+    (:class:`~flexgraph.training.checkpoint.WeightSource` params), loaded
+    first, each into its module, through the same IO, without hooks (as
+    MMEngine's ``Pretrained`` calls none).
+
     Raises
     ------
     CheckpointError
         The path is in no format the run's IO loads, is damaged, or matches no
         weight of the model.
     """
+    for params in pretrained:
+        source = WeightSource.from_params(params)
+        target = unwrap_model(model)
+        load_pretrained(target.get_submodule(source.module) if source.module else target,
+                        source.path, source.prefix, loader=checkpointer)
     path = settings.weights_to_load()
     if path is None:
         return model

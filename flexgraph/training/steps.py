@@ -25,7 +25,7 @@ updates; a test checks that every declared step matches its function here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,16 @@ from flexgraph.training.loop import (
 from flexgraph.training.loop import build_hooks as _build_hooks
 from flexgraph.training.output import RunContext, TrainOutput
 from flexgraph.training.resume import load_weights, resume_training
-from flexgraph.training.runtime import Env, make_env, meta_parameters
+from flexgraph.training.runtime import (
+    Env,
+    SourceDraws,
+    broadcast_from_rank0,
+    drawn_by,
+    follow_source_draws,
+    make_env,
+    meta_parameters,
+    rank0_does,
+)
 
 __all__ = [
     "build_checkpointer",
@@ -85,7 +94,8 @@ def setup_env(cfg: Any, *, device: str | None = None) -> Env:
 
 def build_model(cfg: Any, env: Env, *, device: str | None = None,
                 init_context: str | None = None,
-                init_options: Mapping[str, Any] | None = None) -> nn.Module:
+                init_options: Mapping[str, Any] | None = None,
+                source_rank: int | None = None) -> nn.Module:
     """Build ``cfg.model`` through MMEngine's ``MODELS`` registry.
 
     Parameters
@@ -99,19 +109,64 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
         ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` returning
         a context manager to build the model in (DeepSpeed's ``zero.Init``
         partitions parameters as they are created).
+    source_rank
+        The rank that builds the model whole, on the CPU, as a one-device run
+        builds it (its constructors draw the same random numbers), for the
+        others: they build with ``device`` (``'meta'``), and the strategy hands
+        them their part of the source's weights later. Their generators then
+        stand where they would had they built it whole (:func:`_follow_source`).
+        ``None``: every rank builds with ``device``.
     """
-    return components.build_model_from_cfg(cfg, env, device=device, init_context=init_context,
-                                           init_options=init_options)
+    if source_rank is None or env.rank != source_rank:
+        model = components.build_model_from_cfg(cfg, env, device=device,
+                                                init_context=init_context,
+                                                init_options=init_options)
+        if source_rank is not None:
+            _follow_source(env, source_rank, None)
+        return model
+    model, drawn = drawn_by(lambda: components.build_model_from_cfg(
+        cfg, env, device=None, init_context=None, init_options=init_options))
+    _follow_source(env, source_rank, drawn)
+    return model
 
 
-def init_weights(env: Env, model: nn.Module) -> nn.Module:
+def _follow_source(env: Env, source_rank: int, drawn: SourceDraws | None) -> None:
+    """Every rank's generators where a DDP rank's would be after what ``source_rank`` did
+    for all (``drawn``, given there; a collective): its states, or under
+    ``randomness.diff_rank_seed`` this rank's own, advanced by the same draws."""
+    drawn = broadcast_from_rank0(drawn, rank=source_rank)
+    if env.rank != source_rank:
+        follow_source_draws(drawn, diff_rank_seed=env.diff_rank_seed,
+                            warn=env.rank == (1 if source_rank == 0 else 0))
+
+
+def init_weights(env: Env, model: nn.Module, *, source_rank: int | None = None) -> nn.Module:
     """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one.
 
     An initialiser that fails fails the run (see :func:`initialise`), where
     MMEngine would only log it. A ``Pretrained`` ``init_cfg`` loads its
     checkpoint as ``load_from`` loads a whole model's weights (see
     :func:`~flexgraph.training.checkpoint.load_pretrained`).
+
+    ``source_rank``: only that rank initialises, the one that built the model
+    whole (``build_model``'s ``source_rank``); the others hold parameters on
+    the meta device, which the strategy fills from it afterwards. A failure
+    there is raised on every rank. The others' random generators then stand
+    where a DDP rank's would after ``init_weights``: the source's states, or
+    under ``randomness.diff_rank_seed`` their own, advanced by the draws the
+    source made (:func:`~flexgraph.training.runtime.follow_source_draws`), so
+    that training's dropout draws what it draws under DDP.
     """
+    if source_rank is not None:
+        # what the source drew (shapes, a few bytes each) goes to every rank, not the model
+        drawn = rank0_does(lambda: drawn_by(lambda: _initialise(model))[1],
+                           share_result=False, rank=source_rank)
+        _follow_source(env, source_rank, drawn)
+        return model
+    return _initialise(model)
+
+
+def _initialise(model: nn.Module) -> nn.Module:
     unmade = meta_parameters(model)
     if unmade:
         raise ConfigError(
@@ -166,14 +221,20 @@ def build_checkpointer(settings: RunSettings, run_context: RunContext, env: Env,
 
 
 def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,
-                    checkpointer: Checkpointer) -> nn.Module:
+                    checkpointer: Checkpointer, *,
+                    pretrained: Sequence[Mapping[str, Any]] = ()) -> nn.Module:
     """Load ``load_from`` weights through the checkpointer's IO.
 
     The strategy configures the IO (``Configure('build_checkpointer', io=...)``),
     which knows how weights go into the model it manages; this step stays the
     same for every strategy.
+
+    ``pretrained``: the ``init_cfg`` ``Pretrained`` files to load first, each
+    into its module (``path``, ``module``, ``prefix``). A run binds them when
+    its files cover the model and ``init_weights`` is pruned (a derived
+    rewrite, :func:`~flexgraph.training.checkpoint.derive_from_weights`).
     """
-    return load_weights(settings, hooks, model, checkpointer)
+    return load_weights(settings, hooks, model, checkpointer, pretrained=pretrained)
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:

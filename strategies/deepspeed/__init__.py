@@ -6,14 +6,21 @@ The order, and why (each line is a rewrite below)::
                          process group exists (fp16 on a CPU without it stops here)
     build_model          under deepspeed.zero.Init for stage 3: each parameter is
                          partitioned as it is created, no rank holds the model
-    init_weights         (stage 3) with the parameters gathered, rank 0's values
-                         broadcast
+    init_weights         (stage 3) on rank 0's whole copy of the model, gathered
+                         one parameter at a time, then into every rank's
+                         partitions one parameter at a time: no other rank
+                         holds the whole model (.partitions)
+                         (pruned when the loaded files set every weight: then
+                         follow_init_draws makes its random draws into scratch
+                         tensors, so the streams stay a one-device run's)
+    load_checkpoint      (stage 3) before the engine, into the partitions: each
+                         rank reads only its own elements of each parameter
     deepspeed_initialize wrap_model + build_optim_wrapper (+ the schedulers when
                          the DeepSpeed config has its own) fused: DeepSpeed builds
                          the engine and the ZeRO optimizer in one call
-    load_checkpoint      after it, through DeepSpeed's checkpoint IO: the engine
-                         owns the parameters (and their fp32 master copies), so
-                         weights go in through it
+    load_checkpoint      (stages 0-2) after it, through DeepSpeed's checkpoint IO:
+                         the engine owns the parameters (and their fp32 master
+                         copies), so weights go in through it
     build_train_step     the engine's backward and step
     build_checkpointer   portable checkpoints: fp32 master weights and Adam moments
                          by parameter name through DeepSpeed's safe_get_full_*
@@ -31,7 +38,8 @@ This face holds the factory, the list of rewrites. Behind it: :mod:`.options`
 the rewrites bring in), :mod:`.engine` (the engine in MMEngine's shapes, the
 config completed at run time), :mod:`.checkpoint` (DeepSpeed's own checkpoints,
 read safely), :mod:`.state` (portable checkpoints: the state by parameter name),
-:mod:`.params` (ZeRO-3's parameters a forward cannot get, named), :mod:`.inspect`
+:mod:`.params` (ZeRO-3's parameters a forward cannot get, named), :mod:`.partitions`
+(ZeRO-3's setup: whole values into the partitions one parameter at a time), :mod:`.inspect`
 (``flexgraph ckpt inspect`` of DeepSpeed's directories) and :mod:`.memory` (what
 a rank holds, for ``flexgraph plan --estimate``).
 """
@@ -45,7 +53,7 @@ from flexgraph.strategies.deepspeed.options import deepspeed_config, precision
 from flexgraph.strategies.names import DEEPSPEED
 
 from flexgraph.core.checks import Precedes
-from flexgraph.core.rewrite import Configure, Fuse, Move, Replace
+from flexgraph.core.rewrite import Configure, Fuse, IfAbsent, IfPresent, Insert, Move, Replace
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
 
@@ -54,6 +62,7 @@ __all__ = ["RUN_IMPORTS", "deepspeed", "deepspeed_config"]
 STEPS = "flexgraph.strategies.deepspeed.steps"
 CHECKPOINTS = "flexgraph.strategies.deepspeed.checkpoint"
 STATE = "flexgraph.strategies.deepspeed.state"
+PARTITIONS = "flexgraph.strategies.deepspeed.partitions"
 RUN_IMPORTS = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")
 """What the ranks import: DeepSpeed, and the optimizer module its ``initialize`` imports to
 check the optimizer (compiling its kernels imports torch's inductor, 1.4 s a rank)."""
@@ -157,13 +166,19 @@ def deepspeed(
         rewrites += [
             Configure("build_model", {"init_context": f"{STEPS}:zero_init",
                                       "init_options": {"config": ds}}),
-            Replace("init_weights", Step(
-                "init_weights", f"{STEPS}:init_gathered_weights", requires="env",
-                updates="model", doc="model.init_weights() on the gathered parameters")),
+            IfPresent("init_weights", Replace("init_weights", Step(
+                "init_weights", f"{PARTITIONS}:init_on_rank0", requires="env",
+                updates="model", doc="model.init_weights() on rank 0's whole copy, then "
+                                     "into the partitions"))),
+            IfAbsent("init_weights", Insert(Step(
+                "follow_init_draws", f"{PARTITIONS}:follow_init_draws", requires="env",
+                updates="model", doc="init_weights' random draws, into scratch tensors "
+                                     "(the files set every weight)"), after="build_model")),
         ]
+    rewrites += [Fuse(tuple(fused), initialize)]
+    if stage < 3:
+        rewrites.append(Move("load_checkpoint", after="deepspeed_initialize"))
     rewrites += [
-        Fuse(tuple(fused), initialize),
-        Move("load_checkpoint", after="deepspeed_initialize"),
         Replace("build_train_step", Step(
             "build_train_step", f"{STEPS}:build_train_step", requires=("model", "optim_wrapper"),
             provides="train_step", doc="the engine's backward and step")),
@@ -174,10 +189,16 @@ def deepspeed(
     ]
     checks = (
         Precedes("deepspeed_initialize", "load_checkpoint",
-                 "the engine owns the parameters (partitioned under ZeRO-3) and the "
-                 "optimizer's master copies of them; weights loaded before it are "
-                 "overwritten or never reach the optimizer"),
+                 "the engine owns the parameters and the optimizer's master copies of "
+                 "them; weights loaded before it are overwritten or never reach the "
+                 "optimizer") if stage < 3 else
+        Precedes("load_checkpoint", "deepspeed_initialize",
+                 "under ZeRO-3 the weights go into the partitions zero.Init made, each "
+                 "rank reading its own elements, and the engine takes its fp32 master "
+                 "partitions from them; loaded after it, every rank would gather "
+                 "parameters the optimizer then has to copy again"),
     )
     return Strategy(DEEPSPEED.name, rewrites, doc=f"DeepSpeed ZeRO stage {stage}",
                     world_size="many", checks=checks, run_imports=RUN_IMPORTS,
-                    memory_model=DEEPSPEED.memory_model, memory_options={"config": ds})
+                    memory_model=DEEPSPEED.memory_model, memory_options={"config": ds},
+                    prunable=("init_weights",) if stage == 3 else ())

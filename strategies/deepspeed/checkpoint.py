@@ -8,8 +8,9 @@
   load with ``weights_only=True`` and an allow-list of the classes DeepSpeed
   itself writes.
 * :meth:`DeepSpeedCheckpointIO.load_weights`: ``load_from`` (a full file, or a
-  DeepSpeed checkpoint directory) into a running engine; under ZeRO-3 without
-  any rank but rank 0 holding the whole model.
+  DeepSpeed checkpoint directory) into a running engine; under ZeRO-3 into the
+  partitions, before the engine exists, each rank reading only its own
+  elements (:mod:`flexgraph.strategies.deepspeed.partitions`).
 * :func:`open_deepspeed_directory`: ``load_from`` of a DeepSpeed directory
   under any strategy (and ``flexgraph ckpt convert``), the
   ``flexgraph.checkpoint_openers`` entry point named ``deepspeed``. Here, on
@@ -40,13 +41,13 @@ from typing import Any
 
 import torch
 from flexgraph.strategies.deepspeed.engine import EngineModel
+from flexgraph.strategies.deepspeed.partitions import load_into_partitions
 
 from flexgraph.training.checkpoint import (
     CheckpointIO,
     OnRead,
     WeightsLoaded,
     apply_weights,
-    matching_weights,
     tensor_bytes,
 )
 from flexgraph.training.errors import CheckpointError
@@ -59,7 +60,7 @@ from flexgraph.training.formats import (
     read_any_checkpoint,
     weights_layout,
 )
-from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank, world_size
+from flexgraph.training.runtime import world_size
 
 __all__ = [
     "DeepSpeedCheckpointIO",
@@ -182,7 +183,11 @@ class DeepSpeedCheckpointIO(CheckpointIO):
         """Nothing left to do: the engine loaded its state in :meth:`read`."""
 
     def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
-        """``load_from`` into the running engine; see :func:`_load_weights_into_engine`."""
+        """``load_from`` into the running engine (:func:`_load_weights_into_engine`), or,
+        under ZeRO-3 before the engine exists, into the partitions ``zero.Init`` made
+        (:func:`~flexgraph.strategies.deepspeed.partitions.load_into_partitions`)."""
+        if not isinstance(model, EngineModel):
+            return load_into_partitions(model, path, on_read)
         return _load_weights_into_engine(model, path, on_read)
 
     def is_complete(self, path: Path) -> bool:
@@ -196,42 +201,23 @@ def _refresh_master_weights(engine: Any) -> None:
         refresh()
 
 
-def _load_partitioned(module: torch.nn.Module, weights: dict[str, torch.Tensor],
-                      missing: set[str]) -> None:
-    """Rank 0's ``weights`` into ZeRO-3 partitions, one module's parameters gathered at a time."""
-    import deepspeed
-
-    for prefix, sub in module.named_modules():
-        own = list(sub.named_parameters(recurse=False))
-        if own:
-            with deepspeed.zero.GatheredParameters([p for _, p in own], modifier_rank=0), \
-                    torch.no_grad():
-                for name, param in own:
-                    key = f"{prefix}.{name}" if prefix else name
-                    if this_rank() == 0 and key in weights:
-                        param.copy_(weights[key])
-        for name, buffer in sub.named_buffers(recurse=False):
-            key = f"{prefix}.{name}" if prefix else name
-            if key not in missing:
-                with torch.no_grad():
-                    if this_rank() == 0:
-                        buffer.copy_(weights[key])
-                    torch.distributed.broadcast(buffer, src=0)
-
-
 def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
                               ) -> WeightsLoaded:
     """``load_from`` into a running engine; returns the keys left out.
 
-    A DeepSpeed tag without ZeRO-3 loads through the engine (weights only).
-    Otherwise the checkpoint's full weights are read: under ZeRO-3 by rank 0
-    alone, each module's parameters gathered only while their values go in, so
-    no other rank ever holds the whole model; without it every rank loads its
-    full copy. Either way the optimizer's master copies follow the loaded weights.
+    A DeepSpeed tag without ZeRO-3 loads through the engine (weights only);
+    any other checkpoint is read whole by every rank. Under ZeRO-3 (a plan
+    that loads after the engine: the DeepSpeed strategy's loads before it) the
+    weights go into the partitions as before the engine. Either way the
+    optimizer's master copies follow the loaded weights.
     """
     engine = model.engine
     partitioned = engine.zero_optimization_partition_weights()
-    if DEEPSPEED_DIRECTORY.recognise(path) and not partitioned:
+    if partitioned:
+        loaded = load_into_partitions(model.module, path, on_read)
+        _refresh_master_weights(engine)
+        return loaded
+    if DEEPSPEED_DIRECTORY.recognise(path):
         _, client_state = engine.load_checkpoint(
             str(path.parent), tag=path.name, load_module_strict=False,
             load_optimizer_states=False, load_lr_scheduler_states=False,
@@ -239,25 +225,11 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
         on_read({"meta": dict((client_state or {}).get("meta") or {}), "state_dict": {}})
         _refresh_master_weights(engine)
         return WeightsLoaded()
-    if not partitioned:
-        checkpoint = read_any_checkpoint(path)  # a DeepSpeed tag through zero_to_fp32
-        on_read(checkpoint)
-        loaded = apply_weights(model.module, checkpoint, str(path), strict=False)
-        _refresh_master_weights(engine)
-        return loaded
-    module = model.module
-    shapes = {n: tuple(getattr(p, "ds_shape", p.shape)) for n, p in
-              [*module.named_parameters(), *module.named_buffers()]}
-    checkpoint = rank0_does(lambda: read_any_checkpoint(path), share_result=False)
-    on_read(checkpoint if checkpoint is not None else {"meta": {}, "state_dict": {}})
-    found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes,
-                                                type(module).__name__), share_result=False)
-    weights, left_out = found if found is not None else ({}, None)
-    left_out = broadcast_from_rank0(left_out)
-    not_loaded = {*left_out.missing, *(m.split(":", 1)[0] for m in left_out.mismatched)}
-    _load_partitioned(module, weights, not_loaded)  # the same set on every rank
+    checkpoint = read_any_checkpoint(path)  # a DeepSpeed tag through zero_to_fp32
+    on_read(checkpoint)
+    loaded = apply_weights(model.module, checkpoint, str(path), strict=False)
     _refresh_master_weights(engine)
-    return left_out
+    return loaded
 
 
 def model_states_file(path: Path) -> Path:

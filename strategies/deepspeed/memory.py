@@ -29,6 +29,18 @@ optimizer offloaded, its states and the fp32 gradients live in CPU memory.
 The buffers (the reduce buckets, double with ``overlap_comm``, the all-gather
 and stage 3's prefetch bucket, in fp16 / bf16) are modelled from the config:
 ``'auto'`` sizes are flexgraph's (``numel / 16``, within 1e6..5e7 elements).
+
+Setup (:func:`estimate_setup`, host memory before the engine exists): stages 0
+to 2 build the whole model on every rank, in fp32, and the engine takes it
+from there. Stage 3 builds under ``zero.Init``: each rank holds its partitions
+(``low x P/N``, in the config's precision) plus one module whole while it is
+made, then one parameter gathered at a time (twice its size: the gathered
+value and the collective's buffer); rank 0 alone also holds the
+whole model on the host while ``init_weights`` runs on it
+(:mod:`flexgraph.strategies.deepspeed.partitions`). When ``load_from`` covers
+the model, ``init_weights`` is pruned and rank 0 holds what the others do.
+On a GPU the partitions and the gathered parameters are the GPU's: the host
+holds rank 0's whole copy alone.
 """
 
 from __future__ import annotations
@@ -36,7 +48,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flexgraph.training.estimate import CandidateError, StrategyMemory, bytes_per
+from flexgraph.training.estimate import (
+    CandidateError,
+    SetupMemory,
+    StrategyMemory,
+    bytes_per,
+    whole_model_setup,
+)
 
 _STAGES = {"zero0": (0, False), "zero1": (1, False), "zero2": (2, False), "zero3": (3, False),
            "zero1-offload": (1, True), "zero2-offload": (2, True), "zero3-offload": (3, True)}
@@ -181,3 +199,29 @@ def _stepped(census: Any, config: Mapping[str, Any], zero: Mapping[str, Any], st
     if stage == 3:
         largest = min(partition, _elements(zero.get("sub_group_size"), census.total))
     return largest, partition
+
+
+def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   config: Mapping[str, Any]) -> SetupMemory:
+    """Stages 0-2: the whole model on every rank; stage 3: partitions, rank 0 whole to init."""
+    stage = int(dict(config.get("zero_optimization") or {}).get("stage", 0))
+    if stage < 3:
+        return whole_model_setup(census, notes=("the engine takes the model from there",))
+    low = bytes_per(_precision(config))
+    n = max(world_size, 1)
+    on_host = target_device == "cpu"
+    partitions = census.total * low // n if on_host else 0
+    built = low * census.largest_layer if on_host else 0  # one module whole as zero.Init makes it
+    where = "its partitions" if on_host else "nothing of the model (its partitions are the GPU's)"
+    notes = [f"each rank: {where}, plus one module whole as zero.Init makes it"]
+    if weights_loaded:
+        notes.append("init_weights pruned: each rank reads its own elements of the file, and "
+                     "rank 0 holds what the others do")
+        return SetupMemory(rank0=partitions + built, others=partitions + built,
+                           notes=tuple(notes))
+    # a parameter gathered, with the collective's own buffer of it (counted live on 4 CPU ranks)
+    gathered = 2 * low * census.largest_param if on_host else 0
+    others = partitions + max(built, gathered)
+    notes += ["then one parameter gathered at a time (twice: the collective's buffer)",
+              "rank 0: the whole model on the host too, while init_weights runs on it"]
+    return SetupMemory(rank0=census.total * low + others, others=others, notes=tuple(notes))

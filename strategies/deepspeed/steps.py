@@ -2,9 +2,9 @@
 
 * :func:`setup_env`: the precision checked against the accelerator, then the
   process group joined (DeepSpeed's too).
-* :func:`zero_init` (stage 3, ``build_model``'s init context) and
-  :func:`init_gathered_weights`: the model partitioned as it is built, then
-  initialised with its parameters gathered.
+* :func:`zero_init` (stage 3, ``build_model``'s init context): the model
+  partitioned as it is built (its ``init_weights`` step is
+  :func:`flexgraph.strategies.deepspeed.partitions.init_on_rank0`).
 * :func:`initialize`: ``deepspeed.initialize``, the engine and its ZeRO
   optimizer in MMEngine's shapes (:mod:`flexgraph.strategies.deepspeed.engine`).
 * :func:`build_train_step`: the engine's backward and step.
@@ -117,23 +117,6 @@ def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:
     stack.enter_context(scalar_safe_init(deepspeed)(config_dict_or_path=resolved))
     stack.enter_context(data_constructors_kept())
     return stack
-
-
-def init_gathered_weights(env: Any, model: Any) -> Any:
-    """``model.init_weights()`` with the partitioned parameters gathered.
-
-    Every rank holds the whole model for the duration of the call (rank 0's
-    values are kept and re-partitioned); a model initialised by its
-    constructors alone (no ``init_weights``) never gathers.
-    """
-    from flexgraph.training.checkpoint import load_pretrained
-    from flexgraph.training.components import initialise
-
-    if callable(getattr(model, "init_weights", None)):
-        deepspeed = _import_deepspeed()
-        with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
-            initialise(model, load_pretrained=load_pretrained)
-    return model
 
 
 def _optimizer(cfg: Any, model: Any) -> Any:

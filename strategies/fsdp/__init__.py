@@ -2,30 +2,45 @@
 
 The order, and why (each line is a rewrite below)::
 
-    build_model              on the CPU, as a single-device run builds it: the
-                             constructors draw the same random numbers
+    build_model              rank 0 builds the model whole, on the CPU, as a
+                             single-device run builds it (the constructors
+                             draw the same random numbers); every other rank
+                             builds it on the meta device (no storage)
     activation_checkpointing (when asked) wraps blocks before they are sharded
-    init_weights             the model's own init (MMEngine's init_cfg:
-                             Pretrained, TruncNormal, ...) on whole tensors, so
-                             the weights are bit-identical to a single-device
-                             run's; MMEngine's initialisers cannot write into shards
+    init_weights             on rank 0 alone: the model's own init (MMEngine's
+                             init_cfg: Pretrained, TruncNormal, ...) on whole
+                             tensors, so the weights are bit-identical to a
+                             single-device run's; MMEngine's initialisers
+                             cannot write into shards
     compile                  (when planned) before sharding, as FSDP2 expects
-    fully_shard              every rank takes rank 0's weights (as DDP does when
-                             it wraps), then each wrap-policy unit is sharded,
-                             innermost first, then the root: every parameter
-                             becomes this rank's DTensor shard, on its device
-    load_checkpoint          through the sharded checkpoint IO: rank 0 reads a
-                             full file and each rank receives its shard; a DCP
-                             checkpoint is read shard by shard
+    fully_shard              each wrap-policy unit, innermost first, then the
+                             root; rank 0 then scatters each rank its shards,
+                             one unit at a time, and every rank takes rank 0's
+                             random-number states, as a one-device run goes on
+    load_checkpoint          through the sharded checkpoint IO: each rank reads
+                             its own rows of a full file (mapped) or its own
+                             shards of a DCP checkpoint
     build_optim_wrapper      on the sharded parameters (built before sharding it
                              would hold the full tensors fully_shard replaced)
 
-Building and initialising whole costs each rank the full model in host memory
-for the duration of setup, as DDP and MMEngine's FSDPStrategy do; the
-accelerator holds shards only. With ``skip_init_weights=True`` (the weights come
-from ``load_from``) no rank ever holds the whole model: it is built on the meta
-device, sharded, and only each rank's shards get storage (``materialize``)
-before they are loaded.
+What setup costs each rank: rank 0 holds the whole model through
+``init_weights`` and until each unit is sent (plus its own shards); every other
+rank holds its shards and one unit's share of the scatter, never the model.
+
+When the files the run loads (``load_from``, ``init_cfg`` ``Pretrained``)
+cover every entry of the model's ``state_dict``, the run prunes
+``init_weights`` before these rewrites (a derived rewrite with its reason,
+see :mod:`flexgraph.training.checkpoint`), and no rank builds the model whole::
+
+    build_model              on the meta device, every rank
+    fully_shard              each unit, then the root: shards on meta
+    materialize              storage for this rank's shards (NaN until loaded)
+    load_checkpoint          each rank reads only its own rows of each file
+    check_initialised        refuses a parameter the files did not set
+
+``skip_init_weights=True`` asks for the second order whatever the files hold
+(the weights come from ``load_from``; ``check_initialised`` refuses what they
+lack).
 
 Checkpoints are portable directories (torch.distributed.checkpoint, every rank
 writes its own shards, keyed by parameter name, with a manifest), which every
@@ -52,13 +67,15 @@ from flexgraph.strategies.fsdp.options import checkpoint_io, shard_options
 from flexgraph.strategies.names import FSDP
 
 from flexgraph.core.checks import Precedes
-from flexgraph.core.rewrite import Configure, IfPresent, Insert, Move, Remove
+from flexgraph.core.rewrite import Configure, IfAbsent, IfPresent, Insert, Move, Remove
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
 
 __all__ = ["fsdp"]
 
 STEPS = "flexgraph.strategies.fsdp.steps"
+SOURCE_RANK = 0
+"""The rank that builds and initialises the model whole when init_weights runs."""
 
 
 def fsdp(
@@ -81,7 +98,8 @@ def fsdp(
         Wrap policy, sharding strategy, mixed precision, CPU offload.
     skip_init_weights : bool, default False
         Build the model on the meta device and take the weights from
-        ``load_from`` (nothing initialises them).
+        ``load_from`` (nothing initialises them): no rank builds the model
+        whole, as when the run finds that its files cover the model.
     state_dict_cfg : str or Mapping, default 'local'
         ``'local'``: sharded checkpoints; ``'full'``: one file.
     activation_checkpointing : Mapping, optional
@@ -115,7 +133,14 @@ def fsdp(
     shard = shard_options(model_wrapper)
     rewrites = [join_process_group(device, dist_cfg)]
     if skip_init_weights:
-        rewrites.append(Configure("build_model", {"device": "meta"}))
+        rewrites.append(IfPresent("init_weights", Remove("init_weights")))
+    # Both orders are written out; which applies depends on whether init_weights is
+    # still planned (a derived rewrite prunes it when the files cover the model).
+    rewrites += [
+        Configure("build_model", {"device": "meta"}),
+        IfPresent("init_weights", Configure("build_model", {"source_rank": SOURCE_RANK})),
+        IfPresent("init_weights", Configure("init_weights", {"source_rank": SOURCE_RANK})),
+    ]
     first = "build_model"
     if activation_checkpointing is not None:
         rewrites.append(Insert(Step(
@@ -124,50 +149,46 @@ def fsdp(
                     "auto_wrap_policy": shard["auto_wrap_policy"]},
             doc="recompute the chosen blocks' activations in backward"), after=first))
         first = "activation_checkpointing"
-    sharded_after = first if skip_init_weights else "init_weights"
     rewrites += [
-        Insert(Step("fully_shard", f"{STEPS}:shard", requires="env", updates="model",
-                    params={**shard, "broadcast_from_rank0": not skip_init_weights},
-                    doc="rank 0's weights to every rank, then fully_shard each wrap unit "
-                        "and the root"),
-               after=sharded_after),
+        IfPresent("init_weights", Insert(Step(
+            "fully_shard", f"{STEPS}:shard_from_source", requires="env", updates="model",
+            params={**shard, "source_rank": SOURCE_RANK},
+            doc="fully_shard each wrap unit and the root; rank 0 scatters each rank its "
+                "shards, unit by unit"), after="init_weights")),
+        IfAbsent("init_weights", Insert(Step(
+            "fully_shard", f"{STEPS}:shard", requires="env", updates="model", params=shard,
+            doc="fully_shard each wrap unit and the root (shards on the meta device)"),
+            after=first)),
         IfPresent("compile", Move("compile", before="fully_shard")),
-    ]
-    if skip_init_weights:
-        rewrites += [
-            Insert(Step("materialize", f"{STEPS}:materialize", requires="env", updates="model",
-                        doc="storage for this rank's shards, buffers"),
-                   after="fully_shard"),
-            Remove("init_weights"),
-        ]
-    loaded_after = "materialize" if skip_init_weights else "fully_shard"
-    rewrites += [
-        Move("load_checkpoint", after=loaded_after),
+        IfAbsent("init_weights", Insert(Step(
+            "materialize", f"{STEPS}:materialize", requires="env", updates="model",
+            doc="storage for this rank's shards, buffers"), after="fully_shard")),
         Configure("build_checkpointer", {"io": checkpoint_io(state_dict_cfg),
                                          "checkpoint_format": checkpoint_format}),
+        IfAbsent("init_weights", Insert(Step(
+            "check_initialised", f"{STEPS}:check_initialised", requires="env",
+            updates="model", doc="refuse parameters neither init nor load_from set"),
+            after="load_checkpoint")),
     ]
-    if skip_init_weights:
-        rewrites.append(Insert(Step(
-            "check_initialised", f"{STEPS}:check_initialised", requires="env", updates="model",
-            doc="refuse parameters neither init nor load_from set"), after="load_checkpoint"))
     checks = [
         Precedes("fully_shard", "build_optim_wrapper",
                  "an optimizer built before sharding holds the full parameters that "
                  "fully_shard replaces with shards, and would update tensors the model "
                  "no longer uses"),
-        Precedes(loaded_after, "load_checkpoint",
+        Precedes("fully_shard", "load_checkpoint",
                  "the sharded checkpoint IO loads into this rank's shards, which exist "
-                 "only once the model is sharded" + (" and materialized" if skip_init_weights
-                                                    else "")),
+                 "only once the model is sharded"),
+        Precedes("materialize", "load_checkpoint",
+                 "the sharded checkpoint IO loads into this rank's shards, which have no "
+                 "storage before materialize", first_optional=True),
+        Precedes("init_weights", "fully_shard",
+                 "MMEngine's initialisers (init_cfg: Pretrained, TruncNormal, ...) copy whole "
+                 "tensors, which fails on shards; and a sharded init draws other random "
+                 "numbers than a single-device run", first_optional=True),
     ]
-    if not skip_init_weights:
-        checks.append(Precedes(
-            "init_weights", "fully_shard",
-            "MMEngine's initialisers (init_cfg: Pretrained, TruncNormal, ...) copy whole "
-            "tensors, which fails on shards; and a sharded init draws other random "
-            "numbers than a single-device run"))
     memory = {k: v for k, v in shard.items() if k != "hybrid_mesh" or isinstance(v, tuple)}
     return Strategy(FSDP.name, rewrites, doc="fully sharded data parallel (FSDP2)",
                     world_size="many", checks=tuple(checks), memory_model=FSDP.memory_model,
                     memory_options={**memory,
-                                    "activation_checkpointing": activation_checkpointing})
+                                    "activation_checkpointing": activation_checkpointing},
+                    prunable=("init_weights",))

@@ -12,6 +12,13 @@ without a policy the root is the only unit and the whole model is gathered. With
 ``reshard_after_forward=False`` (SHARD_GRAD_OP) every unit stays gathered
 from its forward to its backward. With ``activation_checkpointing`` the traced
 step checkpoints the same blocks as the run (:func:`traced_model`).
+
+Setup (:func:`estimate_setup`, host memory before the optimizer exists): rank
+0 builds and initialises the whole model (fp32) and sends each rank its shards
+one unit at a time; the other ranks build on the meta device and hold their
+shards plus one unit. When ``load_from`` covers the model, ``init_weights``
+is pruned and rank 0 holds what the others do. On a GPU the shards are the
+GPU's (unless ``cpu_offload``).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import Any
 from flexgraph.strategies.common import refuse_stages
 from flexgraph.strategies.names import FSDP
 
-from flexgraph.training.estimate import StrategyMemory, bytes_per
+from flexgraph.training.estimate import SetupMemory, StrategyMemory, bytes_per
 
 _LOW = {"float16": "fp16", "bfloat16": "bf16", "float32": None}
 
@@ -101,3 +108,23 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
                           gradients=census.trainable * 4 // n, optimizer=optim,
                           buffers=buffers, compute=compute, notes=tuple(notes),
                           stepped=stepped)
+
+
+def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   auto_wrap_policy: Any = None, cpu_offload: bool = False,
+                   hybrid_mesh: Any = None, **_: Any) -> SetupMemory:
+    """Shards plus one unit on every rank; rank 0 the whole model too, to initialise it."""
+    n = int(hybrid_mesh[1]) if isinstance(hybrid_mesh, (tuple, list)) else max(world_size, 1)
+    on_host = target_device == "cpu" or bool(cpu_offload)
+    largest, root = _unit_sizes(census.model, auto_wrap_policy)
+    shards = census.total * 4 // n if on_host else 0
+    unit = max(largest, root) * 4 if on_host else 0
+    others = shards + unit
+    where = "its shards" if on_host else "nothing of the model (its shards are the GPU's)"
+    notes = [f"each rank: {where}, plus one unit ({max(largest, root):,} parameters) as it "
+             f"arrives"]
+    if weights_loaded:
+        notes.append("init_weights pruned: rank 0 holds what the others do")
+        return SetupMemory(rank0=others, others=others, notes=tuple(notes))
+    notes.append("rank 0: the whole model too, built and initialised as on one device")
+    return SetupMemory(rank0=census.param_bytes + others, others=others, notes=tuple(notes))

@@ -2,8 +2,12 @@
 
 * :func:`shard`: ``fully_shard`` on every wrap-policy unit, innermost first,
   then the root (``fully_shard``), on a hybrid mesh for HYBRID_SHARD.
+* :func:`shard_from_source`: the same, for a model that one rank built and
+  initialised whole and the others built on the meta device: that rank
+  scatters each rank its shards, one unit at a time.
 * :func:`materialize`: storage for this rank's shards of a model built on the
-  meta device (``skip_init_weights=True``).
+  meta device (no ``init_weights`` planned: files cover the model, or
+  ``skip_init_weights=True``).
 * :func:`checkpoint_blocks`: MMEngine's ``activation_checkpointing``.
 * :func:`check_initialised`: parameters neither init nor ``load_from`` set,
   refused on every rank together.
@@ -13,6 +17,7 @@ Each imports torch when it runs, never when the plan is made.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,6 +86,112 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     return model
 
 
+def shard_from_source(env: Any, model: Any, *, source_rank: int = 0,
+                      **options: Any) -> Any:
+    """:func:`shard`, the weights coming from the one rank that built the model whole.
+
+    ``source_rank`` built and initialised the whole model (``build_model`` and
+    ``init_weights`` configured with it); every other rank built it on the
+    meta device and holds no weight. Every rank shards (``options`` are
+    :func:`shard`'s): the source's shards are cut from its whole tensors, the
+    others' get storage (:func:`materialize`). Then the source sends each
+    rank its shards one wrap unit at a time, a ``scatter`` of each rank's rows
+    (:func:`_scatter_units`), so that no other rank ever holds more than its
+    shards and one unit's share, and the source lets go of each unit's whole
+    tensors once sent. Buffers (replicated, small) are broadcast. The random
+    generators already stand where a DDP rank's would (``init_weights`` with
+    ``source_rank`` saw to it, ``diff_rank_seed`` or not).
+    """
+    from flexgraph.training.runtime import materialize_module
+
+    source = env.rank == source_rank
+    whole = {name: p.detach() for name, p in model.named_parameters()} if source else {}
+    shard(env, model, **options)
+    if not source:
+        materialize_module(model, env.device)
+    _scatter_units(model, whole, source_rank, env.device)
+    _broadcast_buffers(model, source_rank)
+    return model
+
+
+def _units(model: Any) -> list[list[str]]:
+    """Parameter names by the FSDP module (wrap unit, or the root) that manages them,
+    innermost unit first."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [name for name, m in model.named_modules() if isinstance(m, FSDPModule)]
+    owned: dict[str, list[str]] = {unit: [] for unit in reversed(units)}
+    for name, _ in model.named_parameters():
+        owner = max((u for u in units if u == "" or name.startswith(u + ".")), key=len,
+                    default="")
+        owned.setdefault(owner, []).append(name)
+    return [names for names in owned.values() if names]
+
+
+def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: Any) -> None:
+    """Each rank's rows of every parameter, from ``whole`` on ``source_rank``, unit by unit.
+
+    One ``scatter`` per unit (and dtype): the source packs each rank's rows of
+    the unit's parameters into one flat buffer (padded to the longest rank's),
+    every rank unpacks its own into its local shards. ``whole`` is emptied
+    unit by unit as it goes.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from flexgraph.training.runtime import local_rows, local_tensor
+
+    params = dict(model.named_parameters())
+    rows: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(rows, {name: local_rows(p) for name, p in params.items()})
+    source = dist.get_rank() == source_rank
+    for names in _units(model):
+        for dtype in dict.fromkeys(params[n].dtype for n in names):
+            group = [n for n in names if params[n].dtype == dtype]
+            sizes = [sum((r[n][1] - r[n][0]) * _row_numel(params[n]) for n in group)
+                     for r in rows]
+            received = torch.empty(max(sizes), dtype=dtype, device=device)
+            packed = None
+            if source:
+                packed = [_packed([whole[n] for n in group], [r[n] for n in group],
+                                  max(sizes)).to(device) for r in rows]
+            dist.scatter(received, packed, src=source_rank)
+            del packed
+            offset = 0
+            with torch.no_grad():
+                for n in group:
+                    local = local_tensor(params[n])
+                    count = local.numel()
+                    local.copy_(received[offset:offset + count].view_as(local))
+                    offset += count
+        for n in names:
+            whole.pop(n, None)
+
+
+def _row_numel(tensor: Any) -> int:
+    """Elements in one row of ``tensor`` (dimension 0); a 0-d tensor is one row of one."""
+    return math.prod(tensor.shape[1:])
+
+
+def _packed(tensors: list[Any], rows: list[tuple[int, int]], length: int) -> Any:
+    """The given rows of each tensor, flattened one after the other, padded to ``length``."""
+    import torch
+
+    flat = torch.cat([t.reshape(1) if t.dim() == 0 else t[start:stop].reshape(-1)
+                      for t, (start, stop) in zip(tensors, rows, strict=True)])
+    return torch.nn.functional.pad(flat, (0, length - flat.numel()))
+
+
+def _broadcast_buffers(model: Any, source_rank: int) -> None:
+    """The source's buffers on every rank (replicated under FSDP; an init may set them)."""
+    import torch
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=source_rank)
+
+
 def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
     """The 2-D mesh of hybrid sharding: parameters sharded within a row, rows replicated.
 
@@ -114,9 +225,10 @@ def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
 def materialize(env: Any, model: Any) -> Any:
     """Storage on ``env.device`` for this rank's shards; see ``materialize_module``.
 
-    Only on the ``skip_init_weights`` path: the weights come from ``load_from``,
-    so nothing is initialised here, and a parameter the file lacks is found
-    (it holds NaN) and refused by the loader.
+    Only where no ``init_weights`` is planned (pruned because the run's files
+    cover the model, or ``skip_init_weights``): the weights come from the
+    files, so nothing is initialised here, and a parameter they lack is found
+    (it holds NaN) and refused by :func:`check_initialised`.
     """
     from flexgraph.training.runtime import materialize_module
 
@@ -135,9 +247,9 @@ def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
 def check_initialised(env: Any, model: Any) -> Any:
     """Refuse, by name and on every rank together, parameters nothing initialised.
 
-    Only on the ``skip_init_weights`` path: ``materialize`` fills new storage
-    with NaN, so a parameter that neither a ``reset_parameters()`` nor
-    ``load_from`` set is found here, before it trains on garbage.
+    Only where no ``init_weights`` is planned: ``materialize`` fills new
+    storage with NaN, so a parameter that neither a ``reset_parameters()`` nor
+    the loaded files set is found here, before it trains on garbage.
     """
     import torch
 
@@ -150,7 +262,8 @@ def check_initialised(env: Any, model: Any) -> Any:
     if names:
         raise ConfigError(
             f"{len(names)} parameters were never initialised after materialize (e.g. "
-            f"{names[0]!r}): their module has no reset_parameters(), init_weights is "
-            f"skipped (skip_init_weights=True), and load_from did not hold them; give the "
-            f"module a reset_parameters() or load them from a checkpoint")
+            f"{names[0]!r}): their module has no reset_parameters(), init_weights is not "
+            f"planned (skip_init_weights=True, or pruned because the files cover the model) "
+            f"and the loaded files did not set them (a hook dropped them?); give the module "
+            f"a reset_parameters() or load them from a checkpoint")
     return model

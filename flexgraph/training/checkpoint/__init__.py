@@ -10,7 +10,10 @@ restores (:class:`PortableCheckpointIO`). What each strategy's live objects
 give and take is a :class:`StateAccess`. Every IO also *loads* ``load_from``
 weights into the model it manages (:func:`load_pretrained` does the same for
 MMEngine's ``Pretrained`` initialiser). :class:`LoopState` says where a
-restored run continues.
+restored run continues. Whether the files a run loads cover its model, so that
+``init_weights`` has nothing to do, is :func:`weights_coverage` (from each
+file's index), and the plan's derived rewrites it leads to
+:func:`derive_from_weights`.
 
 An IO is three small parts, each an abstract class: a :class:`CheckpointWriter`
 (saves), a :class:`CheckpointRestorer` (``resume``) and a :class:`WeightLoader`
@@ -32,6 +35,14 @@ from flexgraph.training.checkpoint._checkpointer import (
     Checkpointer,
     flat_schedulers,
     restore_schedulers,
+)
+from flexgraph.training.checkpoint._coverage import (
+    Coverage,
+    WeightsDerivation,
+    WeightSource,
+    derive_from_weights,
+    pretrained_sources,
+    weights_coverage,
 )
 from flexgraph.training.checkpoint._dcp import (
     SHARDED_KEYS,
@@ -74,6 +85,7 @@ __all__ = [
     "CheckpointRestorer",
     "CheckpointWriter",
     "Checkpointer",
+    "Coverage",
     "DistributedCheckpointIO",
     "FileCheckpointIO",
     "FileStateRestorer",
@@ -84,8 +96,11 @@ __all__ = [
     "StateAccess",
     "TorchStateAccess",
     "WeightLoader",
+    "WeightSource",
+    "WeightsDerivation",
     "WeightsLoaded",
     "apply_weights",
+    "derive_from_weights",
     "flat_schedulers",
     "from_mmengine",
     "from_plain",
@@ -95,10 +110,12 @@ __all__ = [
     "optimizer_keyed_by",
     "portable_tensors",
     "positions_to_names",
+    "pretrained_sources",
     "read_manifest",
     "read_portable_tensor",
     "restore_schedulers",
     "tensor_bytes",
     "to_plain",
+    "weights_coverage",
     "write_portable",
 ]

@@ -11,12 +11,13 @@ shards; anything torch's ``state_dict`` API understands):
   writes beside the shards.
 * :class:`FullStateFileIO` (``iter_40.pth``): the full state gathered to rank 0
   and written as one ordinary file, the "full state dict" export that other
-  tools (and MMEngine) read. Loading it back, rank 0 reads the file and each
+  tools (and MMEngine) read. Resuming from it, rank 0 reads the file and each
   rank receives only its shard (``broadcast_from_rank0``), so no rank holds the
   whole model twice.
 
 Both load ``load_from`` weights the same way (:func:`load_weights_into_shards`):
-a DCP checkpoint shard by shard, a full file from rank 0. Reading is safe as
+a DCP checkpoint shard by shard, a full file (``torch.save``, safetensors) by
+each rank reading its own rows of it. Reading is safe as
 everywhere in flexgraph (:mod:`flexgraph.training.formats`). DCP's
 shard files carry no checksum, so changed bytes inside a shard of the right
 length go unnoticed.
@@ -43,6 +44,7 @@ from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
 from flexgraph.training.checkpoint._weights import (
     WeightsLoaded,
     load_dcp_weights,
+    load_rows,
     matching_weights,
 )
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
@@ -51,10 +53,16 @@ from flexgraph.training.formats import (
     EXTRA_NAME,
     dcp_load,
     dcp_problem,
+    map_checkpoint,
     read_any_checkpoint,
     read_checkpoint_file,
 )
-from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
+from flexgraph.training.runtime import (
+    broadcast_from_rank0,
+    first_error_of_all_ranks,
+    rank0_does,
+    this_rank,
+)
 
 __all__ = ["SHARDED_KEYS", "DistributedCheckpointIO", "FullStateFileIO",
            "load_weights_into_shards"]
@@ -65,15 +73,41 @@ SHARDED_KEYS = ("state_dict", "optimizer")
 
 def load_weights_into_shards(path: Path, model: torch.nn.Module, *, on_read: OnRead
                              ) -> WeightsLoaded:
-    """``load_from`` into a sharded model: no rank holds the whole model twice.
+    """``load_from`` into a sharded model: each rank reads only what it holds.
 
-    A DCP checkpoint: each rank reads its own shards. A full file: rank 0 reads
-    it (the hooks see it there), and every rank receives its shard of each
-    tensor (``set_model_state_dict(..., broadcast_from_rank0=True)``).
+    A DCP checkpoint: each rank reads its own shards (the hooks see
+    :data:`NOTHING_READ`). A ``torch.save`` or safetensors file: every rank
+    opens it mapped (:func:`~flexgraph.training.formats.map_checkpoint`),
+    the hooks see that checkpoint (its tensors read when touched), and each
+    rank reads the rows of each weight it holds (:func:`load_rows`); the
+    ranks agree on a failure. Any other format (a DeepSpeed directory, torch's
+    legacy format): rank 0 reads it whole and every rank receives its shard
+    of each tensor.
     """
     if DCP_DIRECTORY.recognise(path):
         on_read(dict(NOTHING_READ))
         return load_dcp_weights(model, path)
+    error: CheckpointError | None = None
+    loaded = None
+    try:
+        mapped = map_checkpoint(path)
+        if mapped is not None:
+            on_read(mapped.checkpoint)
+            loaded = load_rows(model, mapped)
+    except CheckpointError as exc:
+        error = exc
+    error = first_error_of_all_ranks(error, kind=CheckpointError)
+    if error is not None:
+        raise error
+    if loaded is not None:
+        return loaded
+    return _load_whole_from_rank0(path, model, on_read=on_read)
+
+
+def _load_whole_from_rank0(path: Path, model: torch.nn.Module, *, on_read: OnRead
+                           ) -> WeightsLoaded:
+    """Rank 0 reads the file whole (the hooks see it there), every rank receives its
+    shard of each tensor (``set_model_state_dict(..., broadcast_from_rank0=True)``)."""
     shapes = {k: tuple(v.shape) for k, v in get_model_state_dict(model).items()}  # global
     checkpoint = rank0_does(lambda: read_any_checkpoint(path), share_result=False)
     checkpoint = checkpoint if checkpoint is not None else dict(NOTHING_READ)

@@ -6,8 +6,12 @@ flexgraph run the same initialiser loads through the IO that loads whole
 models' ``load_from`` weights: the safe unpickling, formats told by content (a DCP
 checkpoint works too), one-line errors naming the file, and MMEngine's
 non-strict rules (missing, unexpected and reshaped keys are warnings). Every
-strategy initialises on whole tensors (FSDP before it shards, ZeRO-3 with the
-parameters gathered), so a whole-model load is right under all of them.
+strategy initialises on whole tensors (FSDP on the rank that builds the model
+whole, ZeRO-3 with the parameters gathered), so a whole-model load is right
+under all of them. Where the run found that its files cover the model and
+pruned ``init_weights`` (:mod:`._coverage`), ``load_checkpoint`` loads the
+same files, each into its module, through the run's own loader (into shards,
+each rank reading its slices).
 
 ``prefix`` keeps MMEngine's meaning: the weights under ``prefix.`` (a
 detector's ``backbone.``), renamed without it. URLs (``https://``,
@@ -50,17 +54,25 @@ def _under_prefix(path: Path, prefix: str) -> Any:
     return keep
 
 
-def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None) -> None:
+def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None, *,
+                    loader: Any = None) -> None:
     """Load ``checkpoint`` (under ``prefix``) into ``module``, as MMEngine's Pretrained does.
 
     Parameters
     ----------
     module
-        The module whose ``init_cfg`` names the checkpoint, holding whole tensors.
+        The module whose ``init_cfg`` names the checkpoint: whole tensors, or
+        a sharded model's submodule when ``loader`` loads into shards.
     checkpoint
-        A local path: a torch.save file or a DCP checkpoint directory.
+        A local path: a torch.save file, a safetensors file or a DCP checkpoint directory.
     prefix
         Load only the weights under ``prefix.``, renamed without it (``None``: all).
+    loader
+        What loads the weights: anything with ``load_weights(path, model, *, on_read)``
+        (a :class:`~flexgraph.training.checkpoint.WeightLoader`, or the run's
+        :class:`~flexgraph.training.checkpoint.Checkpointer`, which picks its IO
+        by the file's format). Default: one whole-model file loader, as
+        ``init_weights`` runs on whole tensors.
 
     Raises
     ------
@@ -71,13 +83,15 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None) -> N
     from mmengine.logging import print_log
 
     path = Path(checkpoint)
-    refuse_unloadable(FileCheckpointIO(), path, what=_WHAT)
+    if loader is None:
+        loader = FileCheckpointIO()
+        refuse_unloadable(loader, path, what=_WHAT)
     if prefix is not None and DCP_DIRECTORY.recognise(path):
         raise CheckpointError(f"{_WHAT} {str(path)!r} is a torch.distributed.checkpoint "
                               f"directory, whose keys cannot be renamed on load: drop "
                               f"prefix={prefix!r}, or give a torch.save file")
     on_read = _under_prefix(path, prefix) if prefix is not None else (lambda checkpoint: None)
-    loaded = FileCheckpointIO().load_weights(path, module, on_read=on_read)
+    loaded = loader.load_weights(path, module, on_read=on_read)
     if loaded:
         print_log(f"{_WHAT} {checkpoint}: {loaded.describe()}", logger="current",
                   level=logging.WARNING)

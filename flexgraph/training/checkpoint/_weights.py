@@ -7,7 +7,8 @@ wrapper (DDP's ``module.`` prefix is stripped on the way in), under
 :func:`load_dcp_weights` loads a DCP checkpoint's model weights into any model
 torch's ``state_dict`` API understands, whole or sharded: DCP reshards on load,
 so a whole model (single device, DDP) reads every shard, and an FSDP2 model
-reads only its own.
+reads only its own. :func:`load_rows` does the same for a ``torch.save`` or
+safetensors file: each rank reads only the rows of each weight it holds.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from torch.distributed.checkpoint.state_dict import (
 
 from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import SafeDCPStorage, dcp_load, dcp_problem
-from flexgraph.training.runtime import meta_parameters
+from flexgraph.training.formats import MappedCheckpoint, SafeDCPStorage, dcp_load, dcp_problem
+from flexgraph.training.runtime import local_rows, local_tensor, meta_parameters
 
-__all__ = ["WeightsLoaded", "apply_weights", "load_dcp_weights", "matching_weights",
-           "model_weights", "weights_in"]
+__all__ = ["WeightsLoaded", "apply_weights", "load_dcp_weights", "load_rows",
+           "matching_weights", "model_weights", "weights_in"]
 
 
 _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
@@ -216,6 +217,55 @@ def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int,
                                   mismatched=mismatched)
 
 
+def load_rows(model: torch.nn.Module, mapped: MappedCheckpoint) -> WeightsLoaded:
+    """Load the weights of ``mapped`` into ``model``, each rank reading only its own rows.
+
+    For a sharded model (FSDP2's DTensor parameters): every entry of the
+    model's ``state_dict`` gets the rows of dimension 0 this rank holds
+    (:func:`~flexgraph.training.runtime.local_rows`), read from the file
+    (:meth:`~flexgraph.training.formats.MappedCheckpoint.read_rows`); plain
+    tensors (buffers) are read whole. As ``load_from`` loads: non-strictly
+    (missing and unexpected keys are returned), a ``module.`` prefix
+    stripped, a tensor of another shape left as it was, and a file none of
+    whose keys match refused. The model's ``load_state_dict`` hooks do not
+    run: the rows go straight into the shards.
+
+    Raises
+    ------
+    CheckpointError
+        None of the file's weights is one of the model's.
+    """
+    path = str(mapped.path)
+    weights = {k.removeprefix("module."): v
+               for k, v in weights_in(mapped.checkpoint, path).items()}
+    target = unwrap_model(model)
+    state = target.state_dict(keep_vars=True)
+    if not set(weights) & set(state):
+        raise CheckpointError(
+            f"none of the {len(weights)} weights in {path!r} match a parameter of "
+            f"{type(target).__name__} (e.g. {next(iter(weights), '?')!r}); is it the right file?")
+    mismatched = []
+    for key, tensor in state.items():
+        source = weights.get(key)
+        if source is None:
+            continue
+        if tuple(source.shape) != tuple(tensor.shape):
+            mismatched.append(f"{key}: copying a param with shape {tuple(source.shape)} from "
+                              f"checkpoint, the shape in current model is {tuple(tensor.shape)}.")
+            continue
+        start, stop = local_rows(tensor)
+        mapped.read_rows(source, start, stop, local_tensor(tensor).detach())
+    return WeightsLoaded(missing=tuple(k for k in state if k not in weights),
+                         unexpected=tuple(sorted(set(weights) - set(state))),
+                         mismatched=tuple(mismatched))
+
+
+def _holds_shards(state: Mapping[str, Any]) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(v, DTensor) for v in state.values())
+
+
 def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
     """Load the model weights of the DCP checkpoint ``path`` into ``model``.
 
@@ -238,7 +288,9 @@ def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
             f"none of the weights in {str(path)!r} match a parameter of "
             f"{type(model).__name__}; is it the right checkpoint?")
     state = {"state_dict": wanted} if under else wanted
-    dcp_load(state, path, partial=True)
+    # Whole tensors are read by each rank alone: no rank waits for another (the one that
+    # initialises the model for all loads its Pretrained files by itself).
+    dcp_load(state, path, partial=True, alone=not _holds_shards(wanted))
     set_model_state_dict(model, state["state_dict"] if under else state,
                          options=StateDictOptions(strict=False))
     return WeightsLoaded(missing=tuple(sorted(set(current) - set(wanted))),

@@ -12,7 +12,12 @@ of the work_dir's ``config.py``, and :func:`build_from_cfg` /
 the config's default scope.
 """
 
-from flexgraph.training.config._access import section, type_name
+from flexgraph.training.config._access import (
+    is_pretrained,
+    names_pretrained,
+    section,
+    type_name,
+)
 from flexgraph.training.config._build import build_from_cfg, registered_names, resolve_type
 from flexgraph.training.config._checks import check_sections
 from flexgraph.training.config._keys import ACTED_ON, NOT_ACTED_ON, unused_keys, warn_unused_keys
@@ -55,8 +60,10 @@ __all__ = [
     "checkpoint_policy",
     "config_text",
     "experiment_name_of",
+    "is_pretrained",
     "log_processor_policy",
     "logger_policy",
+    "names_pretrained",
     "read_settings",
     "registered_names",
     "resolve_type",

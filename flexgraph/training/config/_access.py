@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["section", "type_name"]
+__all__ = ["is_pretrained", "names_pretrained", "section", "type_name"]
 
 
 def section(cfg: Any, key: str, default: Any = None) -> Any:
@@ -47,3 +47,47 @@ def type_name(cfg: Any) -> str:
     type_ = cfg.get("type") if isinstance(cfg, Mapping) else None
     name = type_ if isinstance(type_, str) else getattr(type_, "__name__", "") or ""
     return name.rpartition(".")[2]
+
+
+def is_pretrained(init_cfg: Any) -> bool:
+    """Whether one ``init_cfg`` entry is MMEngine's ``Pretrained`` (by name or its class).
+
+    Parameters
+    ----------
+    init_cfg : Any
+        One entry of a module's ``init_cfg``.
+
+    Returns
+    -------
+    bool
+        It is a ``Pretrained`` initialiser.
+    """
+    return isinstance(init_cfg, Mapping) and type_name(init_cfg) in ("Pretrained",
+                                                                       "PretrainedInit")
+
+
+def names_pretrained(cfg: Any) -> bool:
+    """Whether ``cfg.model`` names a ``Pretrained`` initialiser anywhere (nothing built).
+
+    A class's own default ``init_cfg`` is not seen: only what the config writes.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+
+    Returns
+    -------
+    bool
+        Some ``init_cfg`` under ``cfg.model`` is a ``Pretrained``.
+    """
+    def walk(value: Any) -> bool:
+        if is_pretrained(value):
+            return True
+        if isinstance(value, Mapping):
+            return any(walk(v) for v in value.values())
+        if isinstance(value, (list, tuple)):
+            return any(walk(v) for v in value)
+        return False
+
+    return walk(section(cfg, "model"))

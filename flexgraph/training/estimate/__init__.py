@@ -4,7 +4,9 @@ Nothing is allocated: the model is built on the meta device, one training
 step is traced there (:mod:`._trace`), and each strategy's memory model
 (a module of its own in ``flexgraph.strategies``, named by
 ``Strategy.memory_model``; see :mod:`._parts`) says what it keeps per rank.
-``flexgraph plan --estimate / --compare / --strategy auto`` show it.
+Each also says what setup holds on the host before the optimizer exists
+(rank 0's and the other ranks'). ``flexgraph plan --estimate / --compare /
+--strategy auto`` show it.
 """
 
 from flexgraph.training.estimate._auto import (
@@ -14,6 +16,7 @@ from flexgraph.training.estimate._auto import (
     NothingFitsError,
     auto_candidates,
     choose_strategy,
+    setup_refusal,
 )
 from flexgraph.training.estimate._candidates import (
     PRECISIONS,
@@ -26,6 +29,7 @@ from flexgraph.training.estimate._config import amp_precision, optimizer_states
 from flexgraph.training.estimate._device import (
     DeviceMemoryError,
     device_memory,
+    host_memory,
     parse_size,
     target_device,
 )
@@ -39,9 +43,11 @@ from flexgraph.training.estimate._estimate import (
 )
 from flexgraph.training.estimate._parts import (
     CandidateError,
+    SetupMemory,
     StrategyMemory,
     bytes_per,
     replicated_states,
+    whole_model_setup,
 )
 from flexgraph.training.estimate._trace import StepTrace, UntraceableModelError, trace_step
 
@@ -59,6 +65,7 @@ __all__ = [
     "DeviceMemoryError",
     "Estimate",
     "NothingFitsError",
+    "SetupMemory",
     "StepTrace",
     "StrategyMemory",
     "UntraceableModelError",
@@ -69,12 +76,15 @@ __all__ = [
     "choose_strategy",
     "device_memory",
     "estimate",
+    "host_memory",
     "optimizer_states",
     "parse_candidate",
     "parse_candidates",
     "parse_size",
     "replicated_states",
+    "setup_refusal",
     "take_census",
     "target_device",
     "trace_step",
+    "whole_model_setup",
 ]

@@ -5,7 +5,10 @@ process needs none (``single``); with several, DDP all-reduces gradients
 only, ZeRO-1/2 add a parameter all-gather of optimizer partitions, FSDP and
 ZeRO-3 gather parameters in every forward and backward, and offload moves
 optimizer states over PCIe. The first whose per-rank peak fits the device
-with the margin wins; the plan shows the whole table and the reason.
+with the margin, and whose setup fits the node's host memory with the margin
+(rank 0 and the node's other ranks together: DDP's whole model on every rank
+may not, where ZeRO-3's partitions do), wins; the plan shows the whole table
+and the reason, naming the candidates refused for their setup.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from flexgraph.training.errors import ConfigError
 from ._estimate import CandidateEstimate, Estimate
 
 __all__ = ["AUTO_MARGIN", "AUTO_ORDER", "AutoChoice", "NothingFitsError", "auto_candidates",
-           "choose_strategy"]
+           "choose_strategy", "setup_refusal"]
 
 AUTO_ORDER = ("ddp", "deepspeed:zero1", "deepspeed:zero2", "fsdp", "deepspeed:zero3",
               "deepspeed:zero3-offload")
@@ -86,9 +89,45 @@ def _hint(best: CandidateEstimate, capacity: int) -> str:
     return "; ".join(ideas) or "a larger device"
 
 
-def choose_strategy(result: Estimate, capacity: int,
-                    margin: float = AUTO_MARGIN) -> AutoChoice:
+def setup_refusal(row: CandidateEstimate, host_memory: int, processes_per_node: int,
+                  margin: float = AUTO_MARGIN) -> str | None:
+    """Why ``row``'s setup does not fit a node's ``host_memory`` (``None``: it fits).
+
+    Parameters
+    ----------
+    row : CandidateEstimate
+        One candidate's estimate.
+    host_memory : int
+        Bytes of host memory one node has.
+    processes_per_node : int
+        The ranks on that node (rank 0 and the others).
+    margin : float, default AUTO_MARGIN
+        The share of ``host_memory`` left free.
+
+    Returns
+    -------
+    str or None
+        One line naming the candidate and the bytes, or ``None``.
+    """
+    if row.setup is None:
+        return None
+    needed = row.setup.node(processes_per_node)
+    if needed <= int(host_memory * (1 - margin)):
+        return None
+    others = (f" + {processes_per_node - 1} x {_size(row.setup.others)}"
+              if processes_per_node > 1 else "")
+    return (f"{row.label}: its setup needs {_size(needed)} of host memory on a node (rank 0 "
+            f"{_size(row.setup.rank0)}{others}), more than {_size(host_memory)} with a "
+            f"{margin:.0%} margin")
+
+
+def choose_strategy(result: Estimate, capacity: int, margin: float = AUTO_MARGIN, *,
+                    host_memory: int | None = None, processes_per_node: int = 1
+                    ) -> AutoChoice:
     """The first candidate of ``result`` (in its order) that fits ``capacity`` with ``margin``.
+
+    With ``host_memory`` (one node's), a candidate whose setup does not fit it
+    (:func:`setup_refusal`) is refused, and the reason names it.
 
     Parameters
     ----------
@@ -98,6 +137,10 @@ def choose_strategy(result: Estimate, capacity: int,
         Bytes a rank has (:func:`device_memory`).
     margin : float, default AUTO_MARGIN
         The share of ``capacity`` left free.
+    host_memory : int, optional
+        Bytes of host memory one node has, which its ranks share during setup.
+    processes_per_node : int, default 1
+        The ranks on one node.
 
     Returns
     -------
@@ -107,15 +150,28 @@ def choose_strategy(result: Estimate, capacity: int,
     Raises
     ------
     NothingFitsError
-        None fits: the smallest estimate and what would make it fit.
+        None fits: the smallest estimate and what would make it fit, or every
+        one that fits the device was refused for its setup.
     """
     usable = int(capacity * (1 - margin))
+    refused = []
     for row in result.candidates:
-        if row.trace is not None and row.peak <= usable:
-            return AutoChoice(row.label, (
-                f"the first in order of communication cost whose estimate, "
-                f"{_size(row.peak)} per rank, fits {_size(capacity)} with a "
-                f"{margin:.0%} margin"))
+        if row.trace is None or row.peak > usable:
+            continue
+        refusal = (None if host_memory is None
+                   else setup_refusal(row, host_memory, processes_per_node, margin))
+        if refusal is not None:
+            refused.append(refusal)
+            continue
+        passed = f"; refused for their setup: {'; '.join(refused)}" if refused else ""
+        return AutoChoice(row.label, (
+            f"the first in order of communication cost whose estimate, "
+            f"{_size(row.peak)} per rank, fits {_size(capacity)} with a "
+            f"{margin:.0%} margin{passed}"))
+    if refused:
+        raise NothingFitsError(f"every strategy that fits the device was refused for its "
+                               f"setup: {'; '.join(refused)}; give the node more memory "
+                               f"(--host-memory), or fewer processes per node")
     best = min(result.candidates, key=lambda r: r.peak)
     if result.untraceable:
         raise NothingFitsError(f"--strategy auto needs activations, and the step cannot be "

@@ -3,6 +3,11 @@
 The local device is the first GPU's total memory where CUDA is present, else
 the machine's RAM (a CPU run's ranks share it: each gets its share). A size
 given is a GPU's: the estimate is then for CUDA (:func:`target_device`).
+
+Setup's host memory is a node's: ``--host-memory 512GB``, else this machine's
+RAM (``os.sysconf``: the physical pages times their size, what ``free`` shows
+as total). The ranks of a node share it, so setup fits when rank 0 and the
+node's other ranks together fit in it (:func:`host_memory`).
 """
 
 from __future__ import annotations
@@ -12,17 +17,18 @@ import re
 
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["DeviceMemoryError", "device_memory", "parse_size", "target_device"]
+__all__ = ["DeviceMemoryError", "device_memory", "host_memory", "parse_size", "target_device"]
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 class DeviceMemoryError(ConfigError):
-    """``--device-memory`` is not a size (``80GB``, ``40GiB``, ``81920MiB``)."""
+    """``--device-memory`` or ``--host-memory`` is not a size (``80GB``, ``40GiB``,
+    ``81920MiB``)."""
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, flag: str = "--device-memory") -> int:
     """``'80GB'`` -> 80e9 bytes; ``GiB`` and friends are powers of two.
 
     Parameters
@@ -30,6 +36,8 @@ def parse_size(text: str) -> int:
     text : str
         A size: a number and a unit (``B``, ``KB``, ``MB``, ``GB``, ``TB`` and
         ``KiB`` ... ``TiB``).
+    flag : str, default "--device-memory"
+        The option ``text`` was given to, named by the error.
 
     Returns
     -------
@@ -44,9 +52,13 @@ def parse_size(text: str) -> int:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _UNITS:
-        raise DeviceMemoryError(f"--device-memory {text!r} is not a size; write e.g. 80GB, "
+        raise DeviceMemoryError(f"{flag} {text!r} is not a size; write e.g. 80GB, "
                                 f"40GiB or 81920MiB")
     return int(float(match.group(1)) * _UNITS[unit])
+
+
+def _ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def device_memory(given: str | None, world_size: int) -> tuple[int, str]:
@@ -76,8 +88,30 @@ def device_memory(given: str | None, world_size: int) -> tuple[int, str]:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         return props.total_memory, f"{props.name} total memory"
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return ram // max(world_size, 1), f"RAM / {world_size} ranks (no GPU)"
+    return _ram() // max(world_size, 1), f"RAM / {world_size} ranks (no GPU)"
+
+
+def host_memory(given: str | None) -> tuple[int, str]:
+    """(bytes of one node's host memory, where the figure comes from).
+
+    Parameters
+    ----------
+    given : str or None
+        ``--host-memory`` as written (``'512GB'``); ``None``: this machine's RAM.
+
+    Returns
+    -------
+    tuple of (int, str)
+        The bytes, and where the figure comes from.
+
+    Raises
+    ------
+    DeviceMemoryError
+        ``given`` is not a size.
+    """
+    if given:
+        return parse_size(given, "--host-memory"), f"--host-memory {given}"
+    return _ram(), "this machine's RAM"
 
 
 def target_device(given: str | None) -> str:

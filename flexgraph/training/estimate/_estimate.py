@@ -17,6 +17,11 @@ gradients and buffers through the optimizer step than at the end of backward
 (torch's Adam and AdamW, :func:`step_temporaries`) are modelled from the
 tensors the strategy has the optimizer step on, and counted with the optimizer
 when the step is the peak.
+
+Beside it, each candidate's setup (:class:`~._parts.SetupMemory`): the host
+memory rank 0 and the other ranks hold while the model is built, initialised
+and loaded, before the optimizer exists, from the strategy's
+``estimate_setup``.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from ._candidates import Candidate, memory_module
 from ._census import Census, take_census
 from ._config import first_batch, optimizer_states, step_temporaries
 from ._device import target_device
-from ._parts import StrategyMemory
+from ._parts import SetupMemory, StrategyMemory, whole_model_setup
 from ._trace import StepTrace, UntraceableModelError, trace_step
 
 __all__ = ["SCHEMA", "CandidateEstimate", "Estimate", "build_meta_model", "estimate"]
@@ -61,6 +66,9 @@ class CandidateEstimate:
         Bytes the optimizer's step allocates besides its states.
     step_note : str, optional
         What the step's temporaries assume, one line.
+    setup : SetupMemory, optional
+        What each rank holds on the host while the model is set up
+        (``None``: the strategy has no setup model).
     """
 
     label: str
@@ -70,6 +78,7 @@ class CandidateEstimate:
     world_size: int
     step_temporaries: int = 0
     step_note: str | None = None
+    setup: SetupMemory | None = None
 
     @property
     def parts(self) -> dict[str, int | None]:
@@ -140,6 +149,9 @@ class Estimate:
         Why the step could not be traced, when it could not.
     seconds : float, default 0.0
         How long the estimate took.
+    weights_loaded : bool, default False
+        The run's files set every ``state_dict`` entry (``init_weights`` is
+        pruned where a strategy may prune it).
     """
 
     census: Census
@@ -149,6 +161,7 @@ class Estimate:
     optimizer: str
     untraceable: str | None = None
     seconds: float = 0.0
+    weights_loaded: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The ``flexgraph.estimate/1`` JSON object (bytes as integers)."""
@@ -159,6 +172,7 @@ class Estimate:
             "optimizer": self.optimizer,
             "parameters": self.census.as_dict(),
             "untraceable": self.untraceable,
+            "weights_loaded": self.weights_loaded,
             "candidates": [{
                 "candidate": c.label,
                 "strategy": c.strategy,
@@ -171,6 +185,9 @@ class Estimate:
                 "modelled": list(c.memory.modelled),
                 "notes": [*c.memory.notes, *([c.step_note] if c.step_note else [])],
                 "reference_bytes": c.memory.reference,
+                "setup": None if c.setup is None else {
+                    "rank0_bytes": c.setup.rank0, "other_bytes": c.setup.others,
+                    "notes": list(c.setup.notes)},
             } for c in self.candidates],
             "seconds": round(self.seconds, 3),
         }
@@ -207,14 +224,18 @@ def _batch_size(cfg: Any) -> int | None:
 
 
 def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
-             device: str | None = None) -> Estimate:
+             device: str | None = None, weights_loaded: bool = False) -> Estimate:
     """Estimate each candidate's per-rank peak for ``cfg`` on ``world_size`` ranks.
 
     The model is built once (meta device), the first batch loaded once, and
     the step traced once per compute mode the candidates need. ``device``
     (``'cuda'`` or ``'cpu'``; ``None``: this machine's, as :func:`target_device`
     says): where the run would train, which decides the optimizer kernels
-    torch picks by default (:func:`step_temporaries`).
+    torch picks by default (:func:`step_temporaries`) and whether setup's
+    partitions or shards are host memory. ``weights_loaded``: the files the
+    run loads set every entry of the model's ``state_dict``, so a strategy
+    that may prune ``init_weights`` (``Strategy.prunable``) does, which changes
+    what its setup holds.
 
     Parameters
     ----------
@@ -226,6 +247,8 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
         The ranks the run would have.
     device : str, optional
         ``'cuda'`` or ``'cpu'``; ``None``: this machine's (:func:`target_device`).
+    weights_loaded : bool, default False
+        The run's files set every ``state_dict`` entry (see above).
 
     Returns
     -------
@@ -242,7 +265,7 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
     model = build_meta_model(cfg)
     census = take_census(model)
     states, optimizer_name = optimizer_states(cfg)
-    memories, models = [], []
+    memories, models, setups = [], [], []
     for candidate in candidates:
         module = memory_module(candidate.strategy)
         options = dict(candidate.strategy.memory_options)
@@ -250,6 +273,9 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
             census, world_size=world_size, amp=candidate.amp, optimizer_states=states,
             **options))
         models.append(_traced_model(module, cfg, options))
+        setups.append(_setup_of(module, census, options, world_size=world_size,
+                                target_device=device, weights_loaded=weights_loaded
+                                and "init_weights" in candidate.strategy.prunable))
     traces: dict[tuple[str, str], StepTrace] = {}
     untraceable = None
     batch = first_batch(cfg)
@@ -264,11 +290,24 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
             untraceable = str(exc)
     rows = tuple(CandidateEstimate(label=c.label, strategy=c.strategy.name, memory=m,
                                    trace=traces.get((m.compute, key)), world_size=world_size,
-                                   **_step_of(cfg, m, device))
-                 for c, m, (key, _) in zip(candidates, memories, models, strict=True))
+                                   setup=setup, **_step_of(cfg, m, device))
+                 for c, m, (key, _), setup in zip(candidates, memories, models, setups,
+                                                  strict=True))
     return Estimate(census=census, candidates=rows, world_size=world_size,
                     batch_size=_batch_size(cfg), optimizer=optimizer_name,
-                    untraceable=untraceable, seconds=time.perf_counter() - start)
+                    untraceable=untraceable, seconds=time.perf_counter() - start,
+                    weights_loaded=weights_loaded)
+
+
+def _setup_of(module: Any, census: Census, options: dict[str, Any], **facts: Any
+              ) -> SetupMemory:
+    """The strategy's setup memory; a memory model without ``estimate_setup`` is taken to
+    build the whole model on every rank."""
+    setup = getattr(module, "estimate_setup", None)
+    if setup is None:
+        return whole_model_setup(census, notes=(f"{module.__name__} does not say what its "
+                                                f"setup holds",))
+    return setup(census, **facts, **options)
 
 
 def _step_of(cfg: Any, memory: StrategyMemory, device: str) -> dict[str, Any]:

@@ -17,7 +17,15 @@ with two functions:
     names this strategy), raising :class:`CandidateError` for a stage or
     precision the strategy does not have.
 
-and, where the strategy changes the model's step before it trains, a third:
+``estimate_setup(census, *, world_size, target_device, weights_loaded, **memory_options)``
+    returns :class:`SetupMemory`: the host bytes rank 0 and each other rank
+    hold while the model is set up (built, initialised, loaded), before the
+    optimizer exists. ``target_device`` is where the run trains (``'cpu'`` or
+    ``'cuda'``); ``weights_loaded``: every entry of the model's ``state_dict``
+    comes from ``load_from``, so ``init_weights`` is pruned. A strategy without
+    it is taken to hold the whole model on every rank.
+
+and, where the strategy changes the model's step before it trains, a fourth:
 
 ``traced_model(model, **memory_options)``
     does that to ``model`` (built on the meta device for this candidate
@@ -34,7 +42,8 @@ from flexgraph.training.errors import ConfigError
 
 from ._census import Census
 
-__all__ = ["CandidateError", "StrategyMemory", "replicated_states"]
+__all__ = ["CandidateError", "SetupMemory", "StrategyMemory", "replicated_states",
+           "whole_model_setup"]
 
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -98,6 +107,63 @@ class StrategyMemory:
     @property
     def model_states(self) -> int:
         return self.parameters + self.gradients + self.optimizer
+
+
+@attrs.frozen
+class SetupMemory:
+    """Host bytes a rank holds while the model is set up, before the optimizer exists.
+
+    Setup is every step before the one that builds the optimizer (or the
+    engine that does): the model built, initialised, loaded and wrapped. On a
+    GPU run what it holds there is host memory (RAM), which the ranks of a
+    node share; the training estimate is the GPU's. ``rank0``: rank 0's bytes;
+    ``others``: every other rank's, which differ where rank 0 initialises for
+    all. Counted: the model's parameters as the rank holds them, and the
+    largest tensor in flight. Not counted: the process itself (interpreter,
+    libraries: a few hundred MB), the model's buffers, and the pages of a
+    checkpoint file a rank maps to read it (the page cache's: shared by the
+    ranks that read the file, and given back under pressure).
+
+    Parameters
+    ----------
+    rank0 : int
+        Rank 0's bytes.
+    others : int
+        Every other rank's bytes.
+    notes : tuple of str, default ()
+        What the figures assume, one line each.
+    """
+
+    rank0: int
+    others: int
+    notes: tuple[str, ...] = ()
+
+    def node(self, processes: int) -> int:
+        """What a node holding rank 0 and ``processes - 1`` other ranks holds."""
+        return self.rank0 + max(processes - 1, 0) * self.others
+
+
+def whole_model_setup(census: Census, *, extra: int = 0,
+                      notes: tuple[str, ...] = ()) -> SetupMemory:
+    """Every rank builds and initialises the whole model (as built, fp32), plus ``extra``.
+
+    Parameters
+    ----------
+    census : Census
+        The model's parameter counts.
+    extra : int, default 0
+        Bytes every rank holds besides the model.
+    notes : tuple of str, default ()
+        Lines to add to the setup's notes.
+
+    Returns
+    -------
+    SetupMemory
+        The same bytes on rank 0 and the others.
+    """
+    whole = census.param_bytes + extra
+    return SetupMemory(rank0=whole, others=whole,
+                       notes=("every rank builds and initialises the whole model", *notes))
 
 
 def bytes_per(precision: str | None) -> int:

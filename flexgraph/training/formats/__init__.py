@@ -17,7 +17,9 @@ Everything here reads; nothing saves a run or builds a model.
   :func:`dcp_problem`). A damaged file is one line naming it and what is wrong.
 - *Headers and indexes*: what a checkpoint holds without reading its tensors
   (a safetensors header, :func:`safetensors_header`; DCP's ``.metadata``,
-  through :class:`SafeDCPStorage`).
+  through :class:`SafeDCPStorage`; the weights of any of them, named as
+  ``load_from`` reads them, :func:`weights_index`), and a file opened so that
+  each rank reads only its own rows of each weight (:func:`map_checkpoint`).
 - *Opening* any format as a :class:`CheckpointSource`, one tensor at a time
   (:func:`open_checkpoint`), and reading one whole for ``load_from``
   (:func:`read_any_checkpoint`), through the *opener* of its format:
@@ -62,13 +64,16 @@ __all__ = [
     "CheckpointFormat",
     "CheckpointSource",
     "KeyPath",
+    "MappedCheckpoint",
     "SafeDCPStorage",
+    "WeightsIndex",
     "dcp_load",
     "dcp_problem",
     "directory_problem",
     "file_problem",
     "format_of",
     "known_formats",
+    "map_checkpoint",
     "mmengine_globals",
     "open_checkpoint",
     "read_any_checkpoint",
@@ -79,6 +84,7 @@ __all__ = [
     "tensor_paths",
     "unrecognised",
     "unrecognised_by",
+    "weights_index",
     "weights_layout",
 ]
 
@@ -90,6 +96,8 @@ _LAZY = {
     "_source": ("CheckpointSource", "KeyPath", "replace_tensors", "single_process_dcp",
                 "tensor_paths", "weights_layout"),
     "_open": ("open_checkpoint", "read_any_checkpoint", "unrecognised_by"),
+    "_index": ("WeightsIndex", "weights_index"),
+    "_mapped": ("MappedCheckpoint", "map_checkpoint"),
 }
 """The modules behind the face that import torch, and the names each gives it."""
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}

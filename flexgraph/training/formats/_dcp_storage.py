@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +104,14 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False) -> None:
+def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False,
+             alone: bool = False) -> None:
     """``torch.distributed.checkpoint.load`` of ``state`` from ``path``, read safely.
 
-    Every rank loads its part (a collective when a process group is up). Metadata
-    and non-tensor values go through the safe unpickler (:class:`SafeDCPStorage`);
-    a failure on any rank is one error naming the directory.
+    Every rank loads its part (a collective when a process group is up), unless
+    ``alone``. Metadata and non-tensor values go through the safe unpickler
+    (:class:`SafeDCPStorage`); a failure on any rank is one error naming the
+    directory.
 
     Parameters
     ----------
@@ -118,6 +121,9 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False) -> Non
         The DCP directory.
     partial : bool, default False
         Allow ``state`` to ask for only some of the checkpoint's keys.
+    alone : bool, default False
+        This process reads without the others (DCP's ``no_dist``), for whole
+        tensors (a rank that initialises the model for all, say).
 
     Raises
     ------
@@ -129,8 +135,10 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False) -> Non
     from torch.distributed.checkpoint.api import CheckpointException
 
     try:
-        dcp.load(state, storage_reader=SafeDCPStorage(path),
-                 planner=_SafePlanner(allow_partial_load=partial))
+        with warnings.catch_warnings():  # asked for: no news that it runs without the group
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, storage_reader=SafeDCPStorage(path),
+                     planner=_SafePlanner(allow_partial_load=partial), no_dist=alone)
     except (CheckpointException, Exception) as exc:  # DCP wraps each rank's failure
         cause = _root_cause(exc)
         if isinstance(cause, CheckpointError):  # ours, already naming the file

@@ -12,7 +12,7 @@ that order. :func:`safetensors_header` reads the header alone;
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,19 @@ def safetensors_header(path: Path) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise CheckpointError(f"safetensors file {str(path)!r}: its header is not a JSON object")
     return header
+
+
+def safetensors_entries(path: Path) -> Iterator[tuple[str, Mapping[str, Any], torch.dtype]]:
+    """Each tensor's ``(name, header entry, torch dtype)`` in the file's header, in order;
+    a dtype flexgraph does not read is refused, naming the tensor."""
+    for name, entry in safetensors_header(path).items():
+        if name == "__metadata__" or not isinstance(entry, Mapping):
+            continue
+        dtype = TORCH_DTYPES.get(entry.get("dtype"))
+        if dtype is None:
+            raise CheckpointError(f"safetensors file {str(path)!r}: tensor {name!r} has dtype "
+                                  f"{entry.get('dtype')!r}, which flexgraph does not read")
+        yield name, entry, dtype
 
 
 def open_safetensors_file(path: Path) -> CheckpointSource:

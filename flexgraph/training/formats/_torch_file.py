@@ -218,7 +218,7 @@ def _refusal(exc: pickle.UnpicklingError, path: Path) -> str | None:
     return None
 
 
-def read_checkpoint_file(path: str | Path, *, mmap: bool = False) -> Any:
+def read_checkpoint_file(path: str | Path, *, mmap: bool = False, verify: bool = True) -> Any:
     """``torch.load(path, weights_only=True)`` onto the CPU, after checking the file.
 
     Parameters
@@ -229,6 +229,10 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False) -> Any:
         Map the tensors' bytes instead of reading them (zip files; torch's
         legacy format is read whole): for looking at shapes and dtypes in
         memory bounded by the metadata, as ``flexgraph ckpt inspect`` does.
+    verify
+        Check every member's CRC-32 first (reads the whole file). ``False``
+        checks the zip directory alone, for a reader of a few rows
+        (:func:`flexgraph.training.formats.map_checkpoint`).
 
     Returns
     -------
@@ -250,7 +254,7 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False) -> Any:
     path = Path(path)
     if not path.exists():
         raise CheckpointNotFoundError(f"{_named(path)} does not exist")
-    problem = file_problem(path)
+    problem = file_problem(path, verify=verify)
     if problem is not None:
         raise CheckpointError(problem)
     try:

@@ -12,20 +12,32 @@ estimate is the per-rank peak of one training step (``flexgraph plan
   libraries and the data loader, so it is shown beside the estimate, labelled,
   without a ratio.
 
+Setup is measured on every rank: as the step that builds the optimizer (or
+the engine that does) ends, the ranks share their steps' peaks so far, and
+rank 0 records, per rank, how far the peak RSS rose above where it stood
+after the first step (``setup_env``: the process and its libraries loaded,
+no model yet), beside the setup estimate (rank 0's and the other ranks').
+
 The launcher estimates once and hands the figure to its ranks
 (:data:`~flexgraph.training.output.RUN_ESTIMATE_VAR`). The JSON object
 (``flexgraph.run-memory/1``)::
 
     {"schema": "flexgraph.run-memory/1",
      "estimate": {"candidate": "ddp", "peak_bytes": 123, "phase": "backward",
-                  "world_size": 2, "step": "train"},
+                  "world_size": 2, "setup_rank0_bytes": 50, "setup_other_bytes": 50,
+                  "step": "train"},
      "measured": {"source": "peak RSS of rank 0", "peak_bytes": 456,
                   "comparable": false, "ratio": null},
-     "steps": [{"step": "build_model", "peak_rss_bytes": 400, "cuda_peak_bytes": null,
-                "estimate_bytes": null}, ...]}
+     "steps": [{"step": "build_model", "peak_rss_bytes": 400, "rss_bytes": 390,
+                "cuda_peak_bytes": null, "estimate_bytes": null}, ...],
+     "setup": {"estimate": {"rank0_bytes": 50, "other_bytes": 50},
+               "ranks": [{"rank": 0, "rise_bytes": 52,
+                          "steps": [{"step": "setup_env", "peak_rss_bytes": 300,
+                                     "rss_bytes": 290}, ...]}, ...]}}
 
 ``estimate_bytes`` is set on the step that trains (the plan's last), the
 one the estimate describes; ``ratio`` is measured / estimate where comparable.
+``setup`` is there when the plan builds an optimizer (a training run).
 """
 
 from __future__ import annotations
@@ -54,18 +66,24 @@ class RunEstimate:
         Where the estimate reaches that peak.
     world_size : int
         The ranks the estimate is for.
+    setup_rank0_bytes, setup_other_bytes : int, optional
+        The estimate of setup's host memory on rank 0 and on each other rank.
     """
 
     candidate: str
     peak_bytes: int
     phase: str
     world_size: int
+    setup_rank0_bytes: int | None = None
+    setup_other_bytes: int | None = None
 
     @classmethod
     def from_report(cls, report: dict[str, Any], label: str) -> RunEstimate:
         """The row ``label`` of a ``flexgraph.estimate/1`` report."""
         row = next(r for r in report["candidates"] if r["candidate"] == label)
-        return cls(label, int(row["peak_bytes"]), str(row["phase"]), int(report["world_size"]))
+        setup = row.get("setup") or {}
+        return cls(label, int(row["peak_bytes"]), str(row["phase"]), int(report["world_size"]),
+                   setup.get("rank0_bytes"), setup.get("other_bytes"))
 
     def to_json(self) -> str:
         """This estimate as the launcher hands it to its ranks
@@ -86,22 +104,54 @@ def _cuda_peak_bytes() -> int | None:
     return int(torch.cuda.max_memory_allocated())
 
 
+SETUP_ENDS_WITH = "optim_wrapper"
+"""Setup ends with the step that provides this (``build_optim_wrapper``, or DeepSpeed's
+``deepspeed_initialize``): what follows is the training estimate's."""
+
+
+def _bytes(mib: float | None) -> int | None:
+    return None if mib is None else int(mib * _MIB)
+
+
 class MeasuredPeaks:
-    """Executor hook: each step's peak (RSS, and CUDA's allocated peak) as it ends."""
+    """Executor hook: each step's peak (RSS, and CUDA's allocated peak) as it ends.
+
+    ``setup_by_rank``: every rank's setup steps (peak and current RSS), in rank
+    order, shared as the step that builds the optimizer ends (a collective:
+    every rank runs the same plan, so every rank shares); ``None`` before.
+    """
 
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
+        self.setup_by_rank: list[list[dict[str, Any]]] | None = None
 
     def after_step(self, step: Any, context: Any, record: Any) -> None:
-        rss = record.peak_rss_mib
-        self.steps.append({"step": step.name,
-                           "peak_rss_bytes": None if rss is None else int(rss * _MIB),
-                           "cuda_peak_bytes": _cuda_peak_bytes(),
-                           "estimate_bytes": None})
+        self.steps.append({"step": step.name, "peak_rss_bytes": _bytes(record.peak_rss_mib),
+                           "rss_bytes": _bytes(record.rss_mib),
+                           "cuda_peak_bytes": _cuda_peak_bytes(), "estimate_bytes": None})
+        if SETUP_ENDS_WITH in step.outputs and self.setup_by_rank is None:
+            from flexgraph.training.runtime import gathered_from_every_rank
+
+            mine = [{k: s[k] for k in ("step", "peak_rss_bytes", "rss_bytes")}
+                    for s in self.steps[:-1]]
+            self.setup_by_rank = gathered_from_every_rank(mine)
 
 
-def memory_summary(estimate: RunEstimate, steps: list[dict[str, Any]],
-                   rank: int = 0) -> dict[str, Any]:
+def _setup(estimate: RunEstimate, by_rank: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each rank's setup: its steps, and how far its peak RSS rose above the first step's RSS."""
+    ranks = []
+    for rank, steps in enumerate(by_rank):
+        peaks = [s["peak_rss_bytes"] for s in steps[1:] if s["peak_rss_bytes"] is not None]
+        start = steps[0]["rss_bytes"] if steps else None
+        rise = max(peaks) - start if peaks and start is not None else None
+        ranks.append({"rank": rank, "rise_bytes": rise, "steps": steps})
+    return {"estimate": {"rank0_bytes": estimate.setup_rank0_bytes,
+                         "other_bytes": estimate.setup_other_bytes},
+            "ranks": ranks}
+
+
+def memory_summary(estimate: RunEstimate, steps: list[dict[str, Any]], rank: int = 0,
+                   setup_by_rank: list[list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The ``flexgraph.run-memory/1`` object for a finished run's ``steps``.
 
     Parameters
@@ -112,12 +162,15 @@ def memory_summary(estimate: RunEstimate, steps: list[dict[str, Any]],
         The measured peaks of the run's steps, in order.
     rank : int, default 0
         The rank that measured them.
+    setup_by_rank : list of list of dict, optional
+        Every rank's setup steps (:attr:`MeasuredPeaks.setup_by_rank`): the
+        summary then has each rank's setup against its estimate.
 
     Returns
     -------
     dict
         The summary ``memory.json`` holds: estimate, measured peak and its source,
-        the ratio where the two compare, the steps.
+        the ratio where the two compare, the steps (and setup, where given).
     """
     steps = [dict(s) for s in steps]
     cuda = [s["cuda_peak_bytes"] for s in steps if s["cuda_peak_bytes"] is not None]
@@ -130,13 +183,16 @@ def memory_summary(estimate: RunEstimate, steps: list[dict[str, Any]],
     if steps:
         steps[-1]["estimate_bytes"] = estimate.peak_bytes
     comparable = bool(cuda) and estimate.peak_bytes > 0
-    return {
+    summary = {
         "schema": SCHEMA,
         "estimate": {**asdict(estimate), "step": trains},
         "measured": {"source": source, "peak_bytes": peak, "comparable": comparable,
                      "ratio": round(peak / estimate.peak_bytes, 3) if comparable else None},
         "steps": steps,
     }
+    if setup_by_rank is not None:
+        summary["setup"] = _setup(estimate, setup_by_rank)
+    return summary
 
 
 def _size(value: int | None) -> str:
@@ -146,7 +202,8 @@ def _size(value: int | None) -> str:
 
 
 def summary_line(summary: dict[str, Any]) -> str:
-    """One line for the console: estimate, measured (with its source), ratio where it means one.
+    """One line for the console: estimate, measured (with its source), ratio where it means
+    one; then setup's estimate and its measured rise per rank, where the run has them.
 
     Parameters
     ----------
@@ -161,6 +218,15 @@ def summary_line(summary: dict[str, Any]) -> str:
     est, measured = summary["estimate"], summary["measured"]
     line = (f"memory: estimated {_size(est['peak_bytes'])} per rank ({est['candidate']}, "
             f"{est['phase']}), measured {_size(measured['peak_bytes'])} ({measured['source']}")
-    if measured["ratio"] is not None:
-        return line + f"; ratio {measured['ratio']:.2f})"
-    return line + ": the whole process, no ratio)"
+    line += (f"; ratio {measured['ratio']:.2f})" if measured["ratio"] is not None
+             else ": the whole process, no ratio)")
+    setup = summary.get("setup")
+    if setup and setup["ranks"]:
+        first, *rest = setup["ranks"]
+        others = max((r["rise_bytes"] or 0 for r in rest), default=None)
+        estimated = setup["estimate"]
+        line += (f"; setup: estimated {_size(estimated['rank0_bytes'])} on rank 0, "
+                 f"{_size(estimated['other_bytes'])} on the others, measured (peak RSS above "
+                 f"setup_env's) {_size(first['rise_bytes'])} on rank 0"
+                 + (f", at most {_size(others)} on the others" if rest else ""))
+    return line

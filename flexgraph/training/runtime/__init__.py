@@ -2,13 +2,24 @@
 
 :class:`Env` (device, rank, world size, seed) is built once by the strategy's
 ``setup_env`` step; :func:`setup_process_group` joins torch.distributed. The RNG
-helpers capture and restore this process's random streams; the meta-device
+helpers capture and restore this process's random streams, and record the
+draws one rank makes so that another can make them again; the meta-device
 helpers build and materialize models whose weights do not exist yet; the
 process-group helpers answer rank, world size and "is a group up" for code
 that has no Env, and let rank 0 act for every rank.
 """
 
 from flexgraph.training.runtime._distributed import leave_process_group, setup_process_group
+from flexgraph.training.runtime._draws import (
+    Draw,
+    SourceDraws,
+    drawn_by,
+    follow_source_draws,
+    host_generators_moved,
+    parameters_without_values,
+    recording_draws,
+    replay_draws,
+)
 from flexgraph.training.runtime._env import (
     DEFAULT_MMAP_THRESHOLD,
     Env,
@@ -16,11 +27,13 @@ from flexgraph.training.runtime._env import (
     rank_seed,
     return_freed_memory,
     seed_everything,
+    use_default_scope,
 )
 from flexgraph.training.runtime._group import (
     barrier,
     broadcast_from_rank0,
     first_error_of_all_ranks,
+    gathered_from_every_rank,
     group_is_up,
     launch_rank,
     launch_world_size,
@@ -29,36 +42,54 @@ from flexgraph.training.runtime._group import (
     world_size,
 )
 from flexgraph.training.runtime._materialize import (
+    local_rows,
+    local_tensor,
     materialize_module,
     meta_parameters,
     parameters_on_meta,
     uninitialised_parameters,
 )
-from flexgraph.training.runtime._rng import capture_rng, gather_rng_states, restore_rng
+from flexgraph.training.runtime._rng import (
+    capture_rng,
+    gather_rng_states,
+    restore_rng,
+)
 
 __all__ = [
     "DEFAULT_MMAP_THRESHOLD",
+    "Draw",
     "Env",
+    "SourceDraws",
     "barrier",
     "broadcast_from_rank0",
     "capture_rng",
+    "drawn_by",
     "first_error_of_all_ranks",
+    "follow_source_draws",
     "gather_rng_states",
+    "gathered_from_every_rank",
     "group_is_up",
+    "host_generators_moved",
     "launch_rank",
     "launch_world_size",
     "leave_process_group",
+    "local_rows",
+    "local_tensor",
     "make_env",
     "materialize_module",
     "meta_parameters",
+    "parameters_without_values",
     "parameters_on_meta",
     "rank0_does",
     "rank_seed",
+    "recording_draws",
+    "replay_draws",
     "restore_rng",
     "return_freed_memory",
     "seed_everything",
     "setup_process_group",
     "this_rank",
     "uninitialised_parameters",
+    "use_default_scope",
     "world_size",
 ]

@@ -32,7 +32,7 @@ from flexgraph.training.errors import ConfigError
 from flexgraph.training.runtime._group import broadcast_from_rank0
 
 __all__ = ["Env", "default_mmap_threshold", "make_env", "rank_seed", "return_freed_memory",
-           "seed_everything"]
+           "seed_everything", "use_default_scope"]
 
 
 @attrs.frozen
@@ -205,6 +205,29 @@ def _resolve_device(device: str | None, local_rank: int) -> str:
     return str(device)
 
 
+def use_default_scope(cfg: Any) -> None:
+    """``cfg.default_scope`` as MMEngine's default registry scope (nothing without one).
+
+    Short names (``type='ImageClassifier'``) then resolve in that scope's
+    registries, as OpenMMLab configs expect. Called by :func:`make_env`, and by
+    whatever builds the model before the plan runs (the model's names, on the
+    meta device).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+    """
+    scope = section(cfg, "default_scope")
+    if scope:
+        from mmengine.registry import DefaultScope
+
+        if DefaultScope.get_current_instance() is None or (
+            DefaultScope.get_current_instance().scope_name != scope
+        ):
+            DefaultScope.get_instance(f"flexgraph-{scope}-{id(cfg)}", scope_name=scope)
+
+
 def make_env(
     cfg: Any,
     device: str | None = None,
@@ -251,14 +274,7 @@ def make_env(
     if resolved == "cpu":
         return_freed_memory(env_cfg.get("malloc_mmap_threshold",
                                         default_mmap_threshold(world_size)))
-    scope = section(cfg, "default_scope")
-    if scope:
-        from mmengine.registry import DefaultScope
-
-        if DefaultScope.get_current_instance() is None or (
-            DefaultScope.get_current_instance().scope_name != scope
-        ):
-            DefaultScope.get_instance(f"flexgraph-{scope}-{id(cfg)}", scope_name=scope)
+    use_default_scope(cfg)
     randomness = section(cfg, "randomness", {})
     seed = seed_everything(randomness, rank)
     return Env(device=resolved, rank=rank, world_size=world_size, local_rank=local_rank,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -25,6 +25,7 @@ __all__ = [
     "barrier",
     "broadcast_from_rank0",
     "first_error_of_all_ranks",
+    "gathered_from_every_rank",
     "group_is_up",
     "launch_rank",
     "launch_world_size",
@@ -98,30 +99,53 @@ def barrier() -> None:
         torch.distributed.barrier()
 
 
-def broadcast_from_rank0(obj: T) -> T:
-    """Rank 0's ``obj`` on every rank.
+def broadcast_from_rank0(obj: T, *, rank: int = 0) -> T:
+    """Rank 0's ``obj`` (or ``rank``'s) on every rank.
 
     A collective: with a process group, every rank must call it.
 
     Parameters
     ----------
     obj : Any
-        A picklable object (only rank 0's is used).
+        A picklable object (only the source rank's is used).
+    rank : int, default 0
+        The source rank, when another than 0 holds what every rank needs.
 
     Returns
     -------
     Any
-        Rank 0's ``obj``; ``obj`` itself without a group.
+        The source rank's ``obj``; ``obj`` itself without a group.
     """
     if world_size() == 1:
         return obj
     box = [obj]
-    torch.distributed.broadcast_object_list(box, src=0)
+    torch.distributed.broadcast_object_list(box, src=rank)
     return box[0]
 
 
-def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | None:
-    """Run ``action`` on rank 0; every rank gets its result, or its exception.
+def gathered_from_every_rank(obj: T) -> list[T]:
+    """Every rank's ``obj``, in rank order; a collective.
+
+    Parameters
+    ----------
+    obj : Any
+        This rank's picklable object.
+
+    Returns
+    -------
+    list
+        One per rank; ``[obj]`` without a group.
+    """
+    if world_size() == 1:
+        return [obj]
+    gathered: list[Any] = [None] * world_size()
+    torch.distributed.all_gather_object(gathered, obj)
+    return gathered
+
+
+def rank0_does(action: Callable[[], T], *, share_result: bool = True,
+               rank: int = 0) -> T | None:
+    """Run ``action`` on rank 0 (or ``rank``); every rank gets its result, or its exception.
 
     Parameters
     ----------
@@ -130,6 +154,8 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | Non
     share_result
         Broadcast the result to every rank (it must pickle). ``False`` keeps a
         large result (a file's tensors) on rank 0: the others get ``None``.
+    rank
+        The rank that acts, when another than 0 does work for all.
 
     Returns
     -------
@@ -142,7 +168,7 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | Non
     """
     result: T | None = None
     error: BaseException | None = None
-    if this_rank() == 0:
+    if this_rank() == rank:
         try:
             result = action()
         except Exception as exc:  # every rank must learn it, or the others wait forever
@@ -151,10 +177,10 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | Non
         if error is not None:
             raise error
         return result
-    error, shared = broadcast_from_rank0((error, result if share_result else None))
+    error, shared = broadcast_from_rank0((error, result if share_result else None), rank=rank)
     if error is not None:
         raise error
-    return result if this_rank() == 0 else shared
+    return result if this_rank() == rank else shared
 
 
 def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E | None:

@@ -34,6 +34,8 @@ import torch
 from torch import nn
 
 __all__ = [
+    "local_rows",
+    "local_tensor",
     "materialize_module",
     "meta_parameters",
     "parameters_on_meta",
@@ -139,3 +141,61 @@ def uninitialised_parameters(model: nn.Module) -> list[str]:
             if local.is_floating_point() and local.numel() and torch.isnan(local).any():
                 bad.append(name)
     return bad
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of ``tensor``: a DTensor's local shard, else the tensor itself.
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        A DTensor or a plain tensor.
+
+    Returns
+    -------
+    torch.Tensor
+        The local shard, or ``tensor``.
+    """
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def local_rows(tensor: torch.Tensor) -> tuple[int, int]:
+    """The rows ``(start, stop)`` of dimension 0 that this rank holds of ``tensor``.
+
+    FSDP2 shards a parameter by rows, ``torch.chunk``'s way (the last ranks'
+    chunks may be shorter, or empty), over the mesh's shard dimension
+    (replicated over the other, for hybrid sharding); a plain tensor (a
+    buffer, an unsharded parameter) is held whole. A 0-d tensor is one row.
+
+    Raises
+    ------
+    ValueError
+        The tensor is sharded along another dimension than 0 (a placement
+        FSDP2 takes only through ``shard_placement_fn``, which flexgraph does
+        not set).
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        A parameter or buffer, a DTensor or a plain one.
+
+    Returns
+    -------
+    tuple of (int, int)
+        The first row this rank holds and the one after its last.
+    """
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    if tensor.dim() == 0:
+        return 0, 1
+    if not isinstance(tensor, DTensor):
+        return 0, tensor.shape[0]
+    shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh,
+                                                          tensor.placements)
+    if any(offset[1:]) or tuple(shape[1:]) != tuple(tensor.shape[1:]):
+        raise ValueError(f"a tensor of shape {tuple(tensor.shape)} sharded as "
+                         f"{tensor.placements} is not split by rows alone")
+    return offset[0], offset[0] + shape[0]

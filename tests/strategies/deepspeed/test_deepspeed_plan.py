@@ -23,20 +23,43 @@ def plan(strategy=None, entry="train", **options):
     return make_plan(standard_graph(entry=entry), strategy, targets=targets)
 
 
-def test_zero3_builds_under_zero_init_fuses_initialize_and_loads_after_it():
+def test_zero3_builds_under_zero_init_loads_into_the_partitions_then_fuses_initialize():
     p = plan(zero_optimization=dict(stage=3))
     order = p.order
-    assert order.index("deepspeed_initialize") < order.index("load_checkpoint") \
-        < order.index("resume")
+    assert order.index("init_weights") < order.index("load_checkpoint") \
+        < order.index("deepspeed_initialize") < order.index("resume")
     for fused in ("wrap_model", "build_optim_wrapper"):
         assert fused not in order
     steps = {s.name: s for s in p.steps}
     assert steps["build_model"].params["init_context"] == \
         "flexgraph.strategies.deepspeed.steps:zero_init"
-    assert p.origin("deepspeed_initialize").short == "fused by deepspeed #4"
-    assert str(p.origin("load_checkpoint")).startswith("moved by deepspeed #5")
+    assert steps["init_weights"].fn_name == \
+        "flexgraph.strategies.deepspeed.partitions:init_on_rank0"
+    assert p.origin("deepspeed_initialize").short == "fused by deepspeed #5"
+    assert p.origin("load_checkpoint").short == "base"
     assert steps["build_train_step"].fn_name == \
         "flexgraph.strategies.deepspeed.steps:build_train_step"
+    assert "follow_init_draws" not in order  # only where init_weights is pruned
+
+
+def test_zero3_without_init_weights_follows_its_draws_instead():
+    from flexgraph import Prune
+
+    strategy = get_strategy("DeepSpeedStrategy", zero_optimization=dict(stage=3))
+    assert strategy.prunable == ("init_weights",)
+    p = make_plan(standard_graph(), strategy,
+                  derived=(Prune("init_weights", "every state_dict entry comes from a file"),))
+    order = p.order
+    assert "init_weights" not in order
+    assert order.index("build_model") < order.index("follow_init_draws") \
+        < order.index("load_checkpoint") < order.index("deepspeed_initialize")
+    assert get_strategy("DeepSpeedStrategy", zero_optimization=dict(stage=2)).prunable == ()
+
+
+def test_zero1_loads_through_the_engine_after_it():
+    p = plan(zero_optimization=dict(stage=1))
+    assert p.order.index("deepspeed_initialize") < p.order.index("load_checkpoint")
+    assert str(p.origin("load_checkpoint")).startswith("moved by deepspeed #3")
 
 
 def test_stages_below_3_build_the_model_normally():
@@ -88,6 +111,14 @@ def test_loading_before_initialize_is_refused_with_the_reason():
         plan(bad)
 
 
+def test_zero3_loading_after_initialize_is_refused_with_the_reason():
+    bad = get_strategy("deepspeed", zero_optimization=dict(stage=3)).then(
+        Move("load_checkpoint", after="deepspeed_initialize"))
+    with pytest.raises(PlanCheckError, match="deepspeed_initialize must run after "
+                                             "load_checkpoint: under ZeRO-3 the weights"):
+        plan(bad)
+
+
 def test_the_val_entry_keeps_the_engine():
     p = plan(entry="val", zero_optimization=dict(stage=3))
     assert "deepspeed_initialize" in p.order and "resume" not in p.order
@@ -97,7 +128,9 @@ def test_the_val_entry_keeps_the_engine():
 def test_every_seed_config_plans_on_any_machine(config, capsys):
     assert main(["plan", str(config), "--format", "json"]) == 0, capsys.readouterr().err
     order = [s["name"] for s in json.loads(capsys.readouterr().out)["steps"]]
-    if "deepspeed" in config.stem:
+    if "deepspeed_zero3" in config.stem:  # into the partitions, before the engine
+        assert order.index("load_checkpoint") < order.index("deepspeed_initialize")
+    elif "deepspeed" in config.stem:
         assert order.index("deepspeed_initialize") < order.index("load_checkpoint")
 
 

@@ -8,6 +8,8 @@ from flexgraph import (
     Configure,
     Move,
     PlanCheckError,
+    Prune,
+    Remove,
     StrategyOptionError,
     get_strategy,
     make_plan,
@@ -24,28 +26,31 @@ def plan(strategy=None, cfg=None, entry="train", **options):
     return make_plan(standard_graph(cfg, entry=entry), strategy, targets=targets)
 
 
-def test_fsdp_initialises_whole_then_shards_then_loads_into_the_shards():
+def test_fsdp_initialises_whole_on_rank0_then_shards_then_loads_into_the_shards():
     order = plan().order
     assert order[:7] == ("setup_env", "build_model", "init_weights", "fully_shard",
                          "build_hooks", "build_checkpointer", "load_checkpoint")
-    assert "materialize" not in order, "the model was built with storage"
+    assert "materialize" not in order, "rank 0's weights reach the others by the scatter"
     assert order.index("load_checkpoint") < order.index("build_optim_wrapper")
     steps = {s.name: s for s in plan().steps}
-    assert steps["build_model"].params == {}, "built on the CPU, as a single device builds it"
-    assert steps["fully_shard"].params["broadcast_from_rank0"] is True
+    assert steps["build_model"].params == {"device": "meta", "source_rank": 0}, \
+        "rank 0 builds on the CPU, as a single device builds it; the others on meta"
+    assert steps["init_weights"].params == {"source_rank": 0}
+    assert steps["fully_shard"].fn_name == "flexgraph.strategies.fsdp.steps:shard_from_source"
+    assert steps["fully_shard"].params["source_rank"] == 0
     assert steps["load_checkpoint"].fn_name == "flexgraph.training.steps:load_checkpoint", \
         "the standard step: it loads through the checkpointer's IO, which the strategy sets"
     assert "checkpointer" in steps["load_checkpoint"].requires
     assert steps["build_checkpointer"].params["io"].endswith(":DistributedCheckpointIO")
 
 
-def test_the_plan_says_which_rewrite_placed_fully_shard_and_load_checkpoint():
+def test_the_plan_says_which_rewrite_placed_fully_shard_and_configured_init():
     p = plan()
-    assert str(p.origin("fully_shard")) == "inserted by fsdp #2: insert fully_shard after " \
-                                           "init_weights"
-    assert str(p.origin("load_checkpoint")) == "moved by fsdp #4: move load_checkpoint after " \
-                                               "fully_shard"
-    assert p.origin("init_weights").action == "base"
+    assert str(p.origin("fully_shard")) == "inserted by fsdp #5: insert fully_shard after " \
+                                           "init_weights, when init_weights is planned"
+    assert str(p.origin("init_weights")) == "configured by fsdp #4: configure init_weights: " \
+                                            "source_rank=0, when init_weights is planned"
+    assert p.origin("load_checkpoint").action == "base"
 
 
 def test_checkpointing_then_init_then_compile_then_shard():
@@ -53,12 +58,20 @@ def test_checkpointing_then_init_then_compile_then_shard():
     order = p.order
     assert order.index("activation_checkpointing") < order.index("init_weights") \
         < order.index("compile") < order.index("fully_shard")
-    assert p.origin("compile").short == "moved by fsdp #4"
+    assert p.origin("compile").short == "moved by fsdp #8"
     assert "compile" not in plan().order, "compile is only moved when the config asks for it"
 
 
-def test_skip_init_weights_never_builds_the_whole_model():
-    p = plan(skip_init_weights=True)
+@pytest.mark.parametrize("how", ["skip_init_weights", "pruned"])
+def test_without_init_weights_no_rank_builds_the_whole_model(how):
+    """skip_init_weights=True, or a run whose files cover the model (a derived prune)."""
+    if how == "pruned":
+        p = make_plan(standard_graph(), get_strategy("fsdp"),
+                      derived=[Prune("init_weights", "every state_dict entry comes from x")])
+        assert [r.description for r in p.rewrites[:1]] == [
+            "prune init_weights (every state_dict entry comes from x)"]
+    else:
+        p = plan(skip_init_weights=True)
     order = p.order
     assert "init_weights" not in order
     assert order[:5] == ("setup_env", "build_model", "fully_shard", "materialize",
@@ -66,7 +79,12 @@ def test_skip_init_weights_never_builds_the_whole_model():
     assert order.index("materialize") < order.index("load_checkpoint")
     steps = {s.name: s for s in p.steps}
     assert steps["build_model"].params == {"device": "meta"}
-    assert steps["fully_shard"].params["broadcast_from_rank0"] is False
+    assert steps["fully_shard"].fn_name == "flexgraph.strategies.fsdp.steps:shard"
+    assert "source_rank" not in steps["fully_shard"].params
+
+
+def test_fsdp_lets_a_run_prune_init_weights():
+    assert get_strategy("fsdp").prunable == ("init_weights",)
 
 
 def test_mmengine_options_map_onto_fully_shard():
@@ -77,7 +95,7 @@ def test_mmengine_options_map_onto_fully_shard():
     params = {s.name: s for s in p.steps}["fully_shard"].params
     assert params == {"auto_wrap_policy": SIZE_POLICY, "reshard_after_forward": False,
                       "mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"},
-                      "cpu_offload": False, "broadcast_from_rank0": True}
+                      "cpu_offload": False, "source_rank": 0}
     full = {s.name: s for s in plan(state_dict_cfg="full").steps}
     assert full["build_checkpointer"].params["io"].endswith(":FullStateFileIO")
 
@@ -153,3 +171,11 @@ def test_the_val_entry_is_cut_after_the_rewrites_and_keeps_the_sharded_loader():
 def test_user_rewrites_after_fsdp_keep_its_checks():
     ok = get_strategy("fsdp").then(Configure("build_model", {"init_options": {}}))
     assert plan(ok).order[3] == "fully_shard"
+
+
+def test_init_weights_removed_after_fsdp_is_not_refused():
+    """Precedes(init_weights, fully_shard) guards the order when both are planned; without
+    init_weights, rank 0's model as its constructors made it is what the others get."""
+    p = plan(get_strategy("fsdp").then(Remove("init_weights")))
+    assert "init_weights" not in p.order
+    assert {s.name: s for s in p.steps}["fully_shard"].params["source_rank"] == 0

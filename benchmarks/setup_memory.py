@@ -1,0 +1,353 @@
+"""What setup costs each rank: peak memory before the first iteration, and the time to it.
+
+One MMEngine ``BaseModel`` of about 450 M parameters (``--size``; the memory
+benchmark's residual MLP, ``--blocks`` blocks) whose weights come from
+MMEngine's ``init_cfg`` (``TruncNormal`` on every ``Linear``, ``Constant`` on
+every ``LayerNorm``), 4 CPU processes over gloo (``--nproc``), fp32, torch's
+AdamW built, then the first iteration's forward. Every row runs in fresh
+processes:
+
+* flexgraph rows, ``flexgraph run CFG --nproc-per-node 4 --start-method exec``
+  as a user runs it (CFG an MMEngine-style config, ``_setup_workload`` its
+  ``custom_imports``; ``exec``: every rank a fresh interpreter, as
+  ``torch.distributed.run`` starts the hand-written scripts, which can end
+  itself after its first forward):
+  ``DDP``; ``FSDP`` (one unit per block: a size-based wrap policy of one
+  block's parameters); ``FSDP, load_from`` (the same, with ``load_from`` a
+  ``torch.save`` file of the model as a one-device run initialises it, so
+  its weights are the other rows'); ``ZeRO-3`` and ``ZeRO-3, load_from``
+  (``DeepSpeedStrategy`` with ``zero_optimization=dict(stage=3)``).
+* hand-written rows, the same model and batch in plain torch under
+  ``python -m torch.distributed.run``: FSDP2 set up as MMEngine's
+  FSDPStrategy does (every rank builds and initialises the whole model,
+  ``_setup_hand_mmengine.py``) and as Accelerate's
+  ``cpu_ram_efficient_loading`` does (rank 0 alone whole, then a broadcast
+  per parameter, ``_setup_hand_accelerate.py``).
+
+Each rank records (``_setup_workload.SetupRecord``) its peak resident memory
+from process start to the start of the first iteration (in flexgraph's
+rows also each setup step's own peak), then the first iteration's loss:
+the forward of the loop's first batch, without backward and optimizer step
+(four whole-model DDP ranks of the largest size would need about 8 GiB each
+for those, and setup is what is measured), and the wall clock when it is
+known; then the rank ends. A row's time to the first iteration runs from
+its launch to the last rank's first loss.
+
+The rows run ``--rounds`` times (default 3), in an order that reverses from
+one round to the next, so no row always runs first or after the same
+neighbour (the shared timing harness's rounds, ``benchmarks/_harness.py``
+once it is on main); memory and time are each row's medians over the
+rounds. Printed: each row's peak on rank 0 and on the other ranks (their
+largest), both as a ratio to DDP's rank peak (its largest rank), its time to
+the first iteration and the ratio to DDP's, its first loss; the per-step
+peaks of the ZeRO-3 rows on every rank; then the goals, met or not:
+
+* FSDP, ranks other than 0: peak before the first iteration at most 0.40x
+  DDP's rank peak;
+* FSDP with ``load_from``: every rank at most 0.40x;
+* time to the first iteration of the FSDP rows at most 1.1x DDP's (medians);
+* the first iteration's fp32 loss equal to DDP's, in every row.
+
+Every rank runs one intra-op thread (``OMP_NUM_THREADS=1``). The largest
+configuration needs about 1.7 GiB per whole copy of the model: DDP's four
+ranks hold about 10 GiB together. Run it on a machine that is not busy
+otherwise (``uptime``); ``--size 20M`` is a quick run. Run::
+
+    python benchmarks/setup_memory.py [--size 450M] [--blocks 24] [--nproc 4]
+        [--rounds 3] [--rows ddp,fsdp,fsdp-load,zero3,zero3-load,mmengine,accelerate]
+        [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+from _memory_workload import block_parameter_count
+from _setup_workload import BATCH, CLASSES, LR, RECORD_NAME, SEED, width_for
+
+HERE = Path(__file__).resolve().parent
+MEMORY_GOAL = 0.40
+TIME_GOAL = 1.1
+GiB = 1024.0  # MiB per GiB
+
+
+@attrs.frozen
+class Row:
+    """One way to set up: a flexgraph strategy (and maybe ``load_from``), or a script."""
+
+    key: str
+    label: str
+    strategy: dict[str, Any] | None = None
+    loads: bool = False
+    script: str | None = None
+
+
+def all_rows(width: int) -> dict[str, Row]:
+    policy = dict(type="torch.distributed.fsdp.wrap.size_based_auto_wrap_policy",
+                  min_num_params=block_parameter_count(width))
+    fsdp = dict(type="FSDPStrategy", model_wrapper=dict(auto_wrap_policy=policy))
+    zero3 = dict(type="DeepSpeedStrategy", zero_optimization=dict(stage=3))
+    rows = [
+        Row("ddp", "flexgraph DDP", dict(type="DDPStrategy")),
+        Row("fsdp", "flexgraph FSDP", fsdp),
+        Row("fsdp-load", "flexgraph FSDP, load_from", fsdp, loads=True),
+        Row("zero3", "flexgraph ZeRO-3", zero3),
+        Row("zero3-load", "flexgraph ZeRO-3, load_from", zero3, loads=True),
+        Row("mmengine", "hand FSDP2, every rank whole (MMEngine)",
+            script="_setup_hand_mmengine.py"),
+        Row("accelerate", "hand FSDP2, rank 0 whole + broadcasts (Accelerate)",
+            script="_setup_hand_accelerate.py"),
+    ]
+    return {row.key: row for row in rows}
+
+
+@attrs.frozen
+class Outcome:
+    """One run of a row: every rank's record and the time to the first iteration, or why not."""
+
+    records: tuple[dict[str, Any], ...] = ()
+    seconds: float | None = None
+    note: str = ""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    return env
+
+
+def parse_size(text: str) -> float:
+    """``450M`` -> 450e6 parameters (``K``, ``M``, ``G`` or a plain number)."""
+    scale = {"K": 1e3, "M": 1e6, "G": 1e9}.get(text[-1:].upper())
+    return float(text[:-1]) * scale if scale else float(text)
+
+
+def config_text(row: Row, args: argparse.Namespace, work_dir: Path, weights: Path) -> str:
+    cfg = dict(
+        custom_imports=dict(imports=["_setup_workload"], allow_failed_imports=False),
+        model=dict(type="SetupBenchModel", blocks=args.blocks, width=args.width),
+        train_dataloader=dict(batch_size=BATCH, num_workers=0,
+                              dataset=dict(type="SetupRows", n=BATCH * args.nproc,
+                                           width=args.width, classes=CLASSES, seed=SEED),
+                              sampler=dict(type="DefaultSampler", shuffle=False)),
+        optim_wrapper=dict(optimizer=dict(type="AdamW", lr=LR)),
+        train_cfg=dict(by_epoch=False, max_iters=1),
+        default_hooks=dict(timer=dict(type="IterTimerHook"),
+                           logger=dict(type="LoggerHook", interval=1),
+                           param_scheduler=dict(type="ParamSchedulerHook"),
+                           checkpoint=None,
+                           sampler_seed=dict(type="DistSamplerSeedHook")),
+        custom_hooks=[dict(type="SetupRecorder")],
+        randomness=dict(seed=SEED),
+        strategy=row.strategy,
+        work_dir=str(work_dir),
+    )
+    if row.loads:
+        cfg["load_from"] = str(weights)
+    return "".join(f"{key} = {value!r}\n" for key, value in cfg.items())
+
+
+def write_weights(args: argparse.Namespace, path: Path) -> None:
+    """The model as a one-device run builds and initialises it (seeded alike), saved."""
+    code = ("import sys, torch; from _setup_workload import SetupBenchModel, "
+            "seed_like_flexgraph; seed_like_flexgraph(); "
+            f"m = SetupBenchModel({args.blocks}, {args.width}); m.init_weights(); "
+            f"torch.save({{'state_dict': m.state_dict()}}, sys.argv[1])")
+    subprocess.run([sys.executable, "-c", code, str(path)], env=_env(), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_row(row: Row, args: argparse.Namespace, root: Path, weights: Path,
+            round_: int) -> Outcome:
+    work_dir = root / f"{row.key}-{round_}"
+    work_dir.mkdir(parents=True)
+    if row.script is None:
+        config = work_dir / "cfg.py"
+        config.write_text(config_text(row, args, work_dir, weights))
+        argv = [sys.executable, "-m", "flexgraph", "run", str(config), "--work-dir",
+                str(work_dir), "--nproc-per-node", str(args.nproc), "--start-method", "exec"]
+    else:
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(args.nproc), str(HERE / row.script),
+                "--blocks", str(args.blocks), "--width", str(args.width),
+                "--work-dir", str(work_dir)]
+    print(f"  round {round_ + 1}: {row.label} ...", end="", file=sys.stderr, flush=True)
+    log = work_dir / "run.log"
+    start = time.time()
+    with open(log, "w") as out:
+        try:
+            code = subprocess.run(argv, cwd=work_dir, env=_env(), stdout=out,
+                                  stderr=subprocess.STDOUT, timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    print(f" {time.time() - start:.0f} s", file=sys.stderr, flush=True)
+    paths = [work_dir / RECORD_NAME.format(rank=rank) for rank in range(args.nproc)]
+    if code == 0 and all(p.exists() for p in paths):
+        records = tuple(json.loads(p.read_text()) for p in paths)
+        return Outcome(records, max(r["first_iter_end"] for r in records) - start)
+    lines = log.read_text(errors="replace").strip().splitlines()
+    print("\n".join(f"    | {line}" for line in lines[-12:]), file=sys.stderr)
+    last = next((x.strip() for x in reversed(lines) if x.strip().strip("=-")), "")
+    why = "timed out" if code is None else f"exit status {code}"
+    return Outcome(note=f"failed ({why}): {last[:100]}")
+
+
+def round_order(names: list[str], round_: int) -> list[str]:
+    """The rows in the order of round ``round_``: reversed every other round."""
+    return list(names) if round_ % 2 == 0 else list(reversed(names))
+
+
+@attrs.frozen
+class Summary:
+    """A row's medians over its rounds (``None`` where a run failed)."""
+
+    row: Row
+    rank0_mib: float | None
+    others_mib: float | None
+    seconds: float | None
+    losses: tuple[float, ...]
+    step_peaks: tuple[dict[str, float], ...]
+    note: str = ""
+
+
+def summarise(row: Row, outcomes: list[Outcome]) -> Summary:
+    done = [o for o in outcomes if o.records]
+    if not done:
+        return Summary(row, None, None, None, (), (), outcomes[0].note if outcomes else "")
+    rank0 = statistics.median(o.records[0]["setup_peak_mib"] for o in done)
+    others = statistics.median(max(r["setup_peak_mib"] for r in o.records[1:]) for o in done)
+    seconds = statistics.median(o.seconds for o in done)
+    losses = tuple(r["first_loss"] for r in done[0].records)
+    steps = tuple(r.get("step_peaks_mib", {}) for r in done[0].records)
+    note = "" if len(done) == len(outcomes) else f"{len(outcomes) - len(done)} runs failed"
+    return Summary(row, rank0, others, seconds, losses, steps, note)
+
+
+def _gib(mib: float | None) -> str:
+    return "-" if mib is None else f"{mib / GiB:.2f}"
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return "-" if value is None or not base else f"{value / base:.2f}"
+
+
+def report(summaries: list[Summary], args: argparse.Namespace) -> list[str]:
+    by_key = {s.row.key: s for s in summaries}
+    ddp = by_key.get("ddp")
+    ddp_peak = max(ddp.rank0_mib, ddp.others_mib) if ddp and ddp.rank0_mib else None
+    ddp_time = ddp.seconds if ddp else None
+    lines = [
+        f"{args.params / 1e6:.0f} M parameters ({args.blocks} blocks of width {args.width}), "
+        f"{args.nproc} CPU processes (gloo), fp32; medians of {args.rounds} rounds",
+        f"peaks: resident memory from process start to the first iteration, GiB; "
+        f"x DDP: to DDP's rank peak ({_gib(ddp_peak)} GiB)",
+        "",
+        f"{'row':<52} {'rank 0':>7} {'others':>7} {'x DDP':>11} {'1st iter s':>10} "
+        f"{'x DDP':>6}  first loss (rank 0)",
+    ]
+    for s in summaries:
+        if s.rank0_mib is None:
+            lines.append(f"{s.row.label:<52} {s.note}")
+            continue
+        ratios = f"{_ratio(s.rank0_mib, ddp_peak)}/{_ratio(s.others_mib, ddp_peak)}"
+        lines.append(f"{s.row.label:<52} {_gib(s.rank0_mib):>7} {_gib(s.others_mib):>7} "
+                     f"{ratios:>11} {s.seconds:>10.1f} {_ratio(s.seconds, ddp_time):>6}  "
+                     f"{s.losses[0]!r}" + (f"  ({s.note})" if s.note else ""))
+    for s in summaries:
+        if s.row.key.startswith("zero3") and s.step_peaks:
+            lines += ["", f"{s.row.label}: each setup step's peak, GiB (rank 0, 1, ...)"]
+            names = [n for n in s.step_peaks[0] if n not in ("train",)]
+            for name in names:
+                peaks = " ".join(f"{_gib(p.get(name)):>6}" for p in s.step_peaks)
+                lines.append(f"  {name:<24} {peaks}")
+    lines += ["", *goals(by_key, ddp_peak, ddp_time)]
+    return lines
+
+
+def goals(by_key: dict[str, Summary], ddp_peak: float | None,
+          ddp_time: float | None) -> list[str]:
+    def verdict(ok: bool | None) -> str:
+        return "not measured" if ok is None else ("met" if ok else "not met")
+
+    fsdp, loaded = by_key.get("fsdp"), by_key.get("fsdp-load")
+    limit = None if ddp_peak is None else MEMORY_GOAL * ddp_peak
+    others = None if limit is None or not fsdp or fsdp.others_mib is None else \
+        fsdp.others_mib <= limit
+    every = None if limit is None or not loaded or loaded.rank0_mib is None else \
+        max(loaded.rank0_mib, loaded.others_mib) <= limit
+    timed = [s for s in (fsdp, loaded) if s and s.seconds is not None]
+    fast = None if not timed or not ddp_time else all(s.seconds <= TIME_GOAL * ddp_time
+                                                      for s in timed)
+    ddp = by_key.get("ddp")
+    measured = [s for s in by_key.values() if s.losses]
+    same = None if not ddp or not ddp.losses else all(
+        s.losses == ddp.losses for s in measured)
+    differing = [s.row.label for s in measured if ddp and ddp.losses and s.losses != ddp.losses]
+    return [
+        f"goal: FSDP ranks other than 0 <= {MEMORY_GOAL:.2f}x DDP's rank peak: "
+        f"{verdict(others)}",
+        f"goal: FSDP with load_from, every rank <= {MEMORY_GOAL:.2f}x DDP's rank peak: "
+        f"{verdict(every)}",
+        f"goal: FSDP rows' time to the first iteration <= {TIME_GOAL}x DDP's: {verdict(fast)}",
+        "goal: first iteration's fp32 loss equal to DDP's on every rank, in every row: "
+        f"{verdict(same)}" + (f" (differs: {', '.join(differing)})" if differing else ""),
+    ]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="450M", help="parameters, e.g. 450M (default) or 20M")
+    parser.add_argument("--blocks", type=int, default=24)
+    parser.add_argument("--nproc", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", default=None, help="comma-separated row keys (default: all)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    parser.add_argument("--keep", action="store_true", help="keep the work dirs (printed)")
+    args = parser.parse_args(argv)
+    args.width = width_for(parse_size(args.size), args.blocks)
+    from _memory_workload import parameter_count
+
+    args.params = parameter_count(args.blocks, args.width, CLASSES)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rows = all_rows(args.width)
+    keys = args.rows.split(",") if args.rows else list(rows)
+    unknown = [k for k in keys if k not in rows]
+    if unknown:
+        print(f"unknown rows {unknown}; the rows are {', '.join(rows)}", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="setupbench-"))
+    weights = root / "weights.pth"
+    try:
+        if any(rows[k].loads for k in keys):
+            write_weights(args, weights)
+        outcomes: dict[str, list[Outcome]] = {k: [] for k in keys}
+        for round_ in range(args.rounds):
+            for key in round_order(keys, round_):
+                outcomes[key].append(run_row(rows[key], args, root, weights, round_))
+        summaries = [summarise(rows[k], outcomes[k]) for k in keys]
+        print("\n".join(report(summaries, args)))
+    finally:
+        if args.keep:
+            print(f"work dirs kept in {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

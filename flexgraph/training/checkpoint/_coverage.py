@@ -1,0 +1,333 @@
+"""Whether the weights a run loads cover its model: ``init_weights``, pruned or kept.
+
+A run that loads every entry of its model's ``state_dict`` from files has
+nothing for ``init_weights`` to do: whatever it drew is overwritten. For a
+strategy that saves memory by not initialising (FSDP: no rank builds the model
+whole), the plan then loses that step, as a *derived* rewrite with its reason::
+
+    pruned: init_weights (every state_dict entry comes from load_from 'x.pth')
+
+The files that count (:class:`WeightSource`): ``load_from`` (unless
+``resume`` loads that same file), and every MMEngine ``init_cfg=dict(type=
+'Pretrained', checkpoint=..., prefix=...)`` that ``init_weights`` would run,
+on the model or on a submodule, for the entries under it. They load in the
+order ``init_weights`` then ``load_checkpoint`` would load them (inner
+``Pretrained`` first, as MMEngine's ``BaseModule.init_weights`` runs a
+module's children before its own ``Pretrained``; ``load_from`` last), so an
+entry ends with the value of the last file that holds it under the model's
+shape. Nothing is read but each file's index
+(:func:`flexgraph.training.formats.weights_index`) and the model's names and
+shapes, built on the meta device.
+
+A file whose index cannot be read without its tensors (a DeepSpeed directory,
+a URL MMEngine downloads) keeps ``init_weights``; so does an entry no file
+holds, or holds under another shape. The plan then says which
+(:meth:`Coverage.missing`).
+
+A pruned ``init_weights`` draws no random numbers: the run's random streams
+after setup are those seeding left, not those of a run that initialised.
+Strategies that hold the model whole on every rank (single device, DDP) list
+nothing in :attr:`~flexgraph.core.strategy.Strategy.prunable`, so their runs
+stay what they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+
+from flexgraph.core.rewrite import Configure, Prune, Rewrite
+from flexgraph.training.config import is_pretrained, names_pretrained
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import weights_index
+
+__all__ = ["Coverage", "WeightSource", "WeightsDerivation", "derive_from_weights",
+           "pretrained_sources", "weights_coverage"]
+
+LOAD_FROM = "load_from"
+PRETRAINED = "init_cfg Pretrained"
+_SHOWN = 5
+"""How many uncovered entries a note names before it counts the rest."""
+
+
+@attrs.frozen
+class WeightSource:
+    """One file whose weights the run loads, and which entries of the model they go to.
+
+    Parameters
+    ----------
+    path
+        The checkpoint (any format ``load_from`` reads).
+    origin
+        ``'load_from'`` or ``'init_cfg Pretrained'``.
+    module
+        The submodule whose ``init_cfg`` names the file (``''``: the model);
+        its entries are the model's under ``module.``.
+    prefix
+        ``Pretrained``'s ``prefix``: the file's weights under ``prefix.``,
+        renamed without it (``None``: all of them).
+    """
+
+    path: str
+    origin: str = LOAD_FROM
+    module: str = ""
+    prefix: str | None = None
+
+    def file_key(self, model_key: str) -> str | None:
+        """The name ``model_key`` has in the file, or ``None`` when this file does not set it."""
+        if self.module:
+            if not model_key.startswith(self.module + "."):
+                return None
+            model_key = model_key[len(self.module) + 1:]
+        if self.prefix:
+            return self.prefix.removesuffix(".") + "." + model_key
+        return model_key
+
+    def describe(self) -> str:
+        """``load_from 'x.pth'``, ``init_cfg Pretrained 'y.pth' of backbone (prefix 'b.')``."""
+        where = f" of {self.module}" if self.module else ""
+        prefix = f" (prefix {self.prefix!r})" if self.prefix else ""
+        return f"{self.origin} {self.path!r}{where}{prefix}"
+
+    def as_params(self) -> dict[str, Any]:
+        """The source as plain data: the ``load_checkpoint`` step's ``pretrained`` entries."""
+        return {"path": self.path, "module": self.module, "prefix": self.prefix}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> WeightSource:
+        """A ``Pretrained`` source from :meth:`as_params`'s data."""
+        return cls(path=str(params["path"]), origin=PRETRAINED,
+                   module=str(params.get("module") or ""), prefix=params.get("prefix"))
+
+
+@attrs.frozen
+class Coverage:
+    """Which entries of a model's ``state_dict`` the loaded files set, and which file last.
+
+    Parameters
+    ----------
+    entries
+        The model's ``state_dict`` entries, in order.
+    set_by
+        Entry -> the source whose value it ends with (the last that holds it
+        under the model's shape).
+    sources
+        Every file the run loads weights from, in load order.
+    unreadable
+        One line per source whose index could not be read without its tensors.
+    reshaped
+        Entries some file holds under another shape (left to ``init_weights``).
+    """
+
+    entries: tuple[str, ...]
+    set_by: Mapping[str, WeightSource]
+    sources: tuple[WeightSource, ...]
+    unreadable: tuple[str, ...] = ()
+    reshaped: tuple[str, ...] = ()
+
+    @property
+    def uncovered(self) -> tuple[str, ...]:
+        """Entries no file sets."""
+        return tuple(e for e in self.entries if e not in self.set_by)
+
+    @property
+    def covered(self) -> bool:
+        """Whether every entry comes from a file (and every file's index could be read)."""
+        return not self.unreadable and not self.uncovered
+
+    @property
+    def needed(self) -> tuple[WeightSource, ...]:
+        """The sources that set at least one entry's final value, in load order."""
+        used = set(self.set_by.values())
+        return tuple(s for s in self.sources if s in used)
+
+    def reason(self) -> str:
+        """``every state_dict entry comes from load_from 'x.pth'`` (and the other files)."""
+        return "every state_dict entry comes from " + " and ".join(
+            s.describe() for s in self.needed)
+
+    def missing(self) -> str:
+        """What keeps ``init_weights``: the files no index was read of, or the entries left."""
+        if self.unreadable:
+            return "; ".join(self.unreadable)
+        left = self.uncovered
+        names = ", ".join(left[:_SHOWN]) + (f" and {len(left) - _SHOWN} more"
+                                            if len(left) > _SHOWN else "")
+        files = ", ".join(s.describe() for s in self.sources)
+        shapes = (f" ({len(self.reshaped)} held under another shape)" if self.reshaped
+                  else "")
+        return (f"{files} leave{'s' if len(self.sources) == 1 else ''} {len(left)} of "
+                f"{len(self.entries)} state_dict entries to init_weights{shapes}: {names}")
+
+
+def pretrained_sources(model: nn.Module) -> list[WeightSource]:
+    """The ``Pretrained`` initialisers ``model.init_weights()`` would run, in the order it would.
+
+    MMEngine's ``BaseModule.init_weights`` runs a module's other initialisers,
+    then its children's ``init_weights`` (children without one are not
+    entered), then its own ``Pretrained``; so an inner ``Pretrained`` loads
+    first and an outer one overwrites what both hold.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model as built (on any device: only its ``init_cfg`` are read).
+
+    Returns
+    -------
+    list of WeightSource
+        One per ``Pretrained``, in load order.
+    """
+    found: list[WeightSource] = []
+
+    def visit(module: nn.Module, name: str) -> None:
+        for child_name, child in module.named_children():
+            if callable(getattr(child, "init_weights", None)):
+                visit(child, f"{name}.{child_name}" if name else child_name)
+        init_cfg = getattr(module, "init_cfg", None)
+        for entry in init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]:
+            if is_pretrained(entry):
+                found.append(WeightSource(path=str(entry.get("checkpoint")), origin=PRETRAINED,
+                                          module=name, prefix=entry.get("prefix")))
+
+    if callable(getattr(model, "init_weights", None)):
+        visit(model, "")
+    return found
+
+
+def _unreadable(source: WeightSource) -> str | None:
+    """Why ``source``'s index cannot be read, or ``None``."""
+    if "://" in source.path:
+        return (f"{source.describe()} is a URL, which MMEngine downloads when init_weights "
+                f"runs")
+    if not Path(source.path).exists():
+        return f"{source.describe()} does not exist (the load will say so)"
+    return None
+
+
+def weights_coverage(model: nn.Module, sources: Sequence[WeightSource]) -> Coverage:
+    """Which entries of ``model``'s ``state_dict`` ``sources`` set (their indexes alone).
+
+    Parameters
+    ----------
+    model
+        The model, on any device (the meta device: names and shapes are all
+        that is read).
+    sources
+        The files, in the order they load.
+
+    Returns
+    -------
+    Coverage
+        Each entry's source, and what the files left to ``init_weights``.
+    """
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict(keep_vars=True).items()}
+    set_by: dict[str, WeightSource] = {}
+    reshaped: set[str] = set()
+    unreadable = []
+    for source in sources:
+        problem = _unreadable(source)
+        index = None
+        if problem is None:
+            try:
+                index = weights_index(source.path)
+            except CheckpointError as exc:
+                problem = f"{source.describe()}: {exc}"
+        if index is None:
+            unreadable.append(problem or f"{source.describe()} is in a format whose weights "
+                                         f"cannot be listed without reading them")
+            continue
+        for key, shape in shapes.items():
+            held = index.weights.get(source.file_key(key) or "")
+            if held is None:
+                continue
+            if held[0] == shape:
+                set_by[key] = source
+                reshaped.discard(key)
+            elif key not in set_by:
+                reshaped.add(key)
+    return Coverage(entries=tuple(shapes), set_by=set_by, sources=tuple(sources),
+                    unreadable=tuple(unreadable), reshaped=tuple(sorted(reshaped)))
+
+
+def _meta_model(cfg: Any) -> nn.Module:
+    """``cfg.model`` built on the meta device, in the config's default registry scope."""
+    from flexgraph.training.components import build_model_from_cfg
+    from flexgraph.training.runtime import use_default_scope
+
+    use_default_scope(cfg)
+    with torch.device("meta"):
+        return build_model_from_cfg(cfg, env=None)
+
+
+@attrs.frozen
+class WeightsDerivation:
+    """What the run's weight files change in its plan.
+
+    Parameters
+    ----------
+    rewrites
+        The derived rewrites (``make_plan(..., derived=...)``): ``init_weights``
+        pruned with its reason, and ``load_checkpoint`` configured to load the
+        ``Pretrained`` files ``init_weights`` would have loaded. Empty: the plan
+        stays as the strategy made it.
+    notes
+        Step -> one line for the plan's notes (why ``init_weights`` stays).
+    coverage
+        What was found, or ``None`` when nothing was looked at.
+    """
+
+    rewrites: tuple[Rewrite, ...] = ()
+    notes: Mapping[str, str] = attrs.field(factory=dict)
+    coverage: Coverage | None = None
+
+
+def derive_from_weights(cfg: Any, load_from: str | None, prunable: Sequence[str]
+                        ) -> WeightsDerivation:
+    """Prune ``init_weights`` when the files the run loads cover the model.
+
+    Made where torch is imported anyway (``flexgraph run``, ``flexgraph plan
+    --estimate``): the model is built on the meta device for its names, each
+    file's index read (no tensor). Nothing is looked at for a strategy that
+    prunes nothing, nor when the config loads no file.
+
+    Parameters
+    ----------
+    cfg
+        The run's config.
+    load_from
+        What ``load_checkpoint`` loads (``RunSettings.weights_to_load()``), or ``None``.
+    prunable
+        The strategy's :attr:`~flexgraph.core.strategy.Strategy.prunable`.
+
+    Returns
+    -------
+    WeightsDerivation
+        The derived rewrites and the notes; empty when nothing is pruned.
+    """
+    if "init_weights" not in prunable or not (load_from or names_pretrained(cfg)):
+        return WeightsDerivation()
+    try:
+        model = _meta_model(cfg)
+    except Exception as exc:  # the build step reports it properly, with the config's culprit
+        why = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+        return WeightsDerivation(notes={"init_weights": (
+            f"kept: the model could not be built on the meta device to list its weights "
+            f"({type(exc).__name__}: {why})")})
+    sources = pretrained_sources(model) + ([WeightSource(load_from)] if load_from else [])
+    if not sources:
+        return WeightsDerivation()
+    coverage = weights_coverage(model, sources)
+    if not coverage.covered:
+        return WeightsDerivation(notes={"init_weights": f"kept: {coverage.missing()}"},
+                                 coverage=coverage)
+    rewrites: list[Rewrite] = [Prune("init_weights", coverage.reason())]
+    pretrained = [s.as_params() for s in coverage.needed if s.origin == PRETRAINED]
+    if pretrained:
+        rewrites.append(Configure("load_checkpoint", {"pretrained": pretrained}))
+    return WeightsDerivation(rewrites=tuple(rewrites), coverage=coverage)

@@ -1,0 +1,148 @@
+"""A checkpoint's weights from its own index: names, shapes and dtypes, no tensor read.
+
+Whether the weights a run loads leave anything for ``init_weights`` to do is
+decided before the run builds its model (see
+:func:`flexgraph.training.checkpoint.weights_coverage`), from what each
+file says it holds:
+
+* a ``torch.save`` file: its zip records, through ``torch.load`` onto the
+  ``meta`` device (torch reads ``data.pkl`` and each record's offset, never a
+  record's bytes), with the same safe unpickling as every read;
+* a safetensors file: its JSON header;
+* a ``torch.distributed.checkpoint`` directory: its ``.metadata``
+  (flexgraph's weights under ``state_dict.``, or another tool's bare keys);
+* a portable checkpoint: its ``.metadata`` (the weights under ``model.``).
+
+The weights are named as ``load_from`` loads them: a flexgraph or MMEngine
+checkpoint's ``state_dict`` (or ``model``), or a raw state dict, with the
+``module.`` prefix of a DDP-wrapped save stripped. A DeepSpeed directory, or a
+``torch.save`` file in torch's legacy (pre-1.6) format, has no index that
+could be read without its tensors: :func:`weights_index` says so rather than
+reading them.
+"""
+
+from __future__ import annotations
+
+import warnings
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+import torch
+
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats._dcp_storage import SafeDCPStorage
+from flexgraph.training.formats._mmengine_types import allow_mmengine_types
+from flexgraph.training.formats._recognise import (
+    DCP_DIRECTORY,
+    PORTABLE_DIRECTORY,
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
+    format_of,
+)
+from flexgraph.training.formats._safetensors import safetensors_entries
+from flexgraph.training.formats._source import _flexgraph_layout
+from flexgraph.training.formats._torch_file import file_problem
+
+__all__ = ["WeightsIndex", "weights_index"]
+
+Shape = tuple[int, ...]
+
+
+@attrs.frozen
+class WeightsIndex:
+    """The weights a checkpoint holds, as its index lists them.
+
+    Parameters
+    ----------
+    path
+        The checkpoint.
+    format_name
+        Its format's name, for messages.
+    weights
+        Each weight's name (as ``load_from`` reads it) -> (shape, dtype).
+    """
+
+    path: Path
+    format_name: str
+    weights: Mapping[str, tuple[Shape, torch.dtype]]
+
+
+def _torch_file_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]] | None:
+    """The weights of a ``torch.save`` zip, every tensor on ``meta`` (no record read)."""
+    if not zipfile.is_zipfile(path):
+        return None  # torch's legacy format: its storages are read with its pickle
+    problem = file_problem(path, verify=False)
+    if problem is not None:
+        raise CheckpointError(problem)
+    try:
+        with warnings.catch_warnings(), allow_mmengine_types():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            checkpoint = torch.load(path, map_location="meta", weights_only=True)
+    except Exception as exc:  # the unpickler refuses, or the pickle is broken
+        raise CheckpointError(f"checkpoint {str(path)!r}: its index (data.pkl) cannot be "
+                              f"read: {type(exc).__name__}: {str(exc).strip()[:160]}") from exc
+    weights = _flexgraph_layout(checkpoint, path).get("state_dict")
+    if not isinstance(weights, Mapping):
+        return {}
+    return {k: (tuple(v.shape), v.dtype) for k, v in weights.items()
+            if isinstance(v, torch.Tensor)}
+
+
+def _safetensors_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]]:
+    out = {}
+    for name, entry, dtype in safetensors_entries(path):
+        out[name.removeprefix("module.")] = (tuple(entry["shape"]), dtype)
+    return out
+
+
+def _dcp_weights(path: Path, under: str | None) -> dict[str, tuple[Shape, torch.dtype]]:
+    """A DCP ``.metadata``'s tensors under ``under`` (``None``: ``state_dict.`` when any
+    key has it, else every key, as :func:`load_dcp_weights` reads them)."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    items = SafeDCPStorage(path).read_metadata().state_dict_metadata
+    if under is None:
+        under = "state_dict." if any(k.startswith("state_dict.") for k in items) else ""
+    return {key.removeprefix(under).removeprefix("module."):
+            (tuple(meta.size), meta.properties.dtype)
+            for key, meta in items.items()
+            if key.startswith(under) and isinstance(meta, TensorStorageMetadata)}
+
+
+def weights_index(path: str | Path) -> WeightsIndex | None:
+    """The weights ``path`` holds, read from its index alone.
+
+    Parameters
+    ----------
+    path
+        A checkpoint file or directory.
+
+    Returns
+    -------
+    WeightsIndex or None
+        ``None`` for a format whose index cannot be read without its tensors
+        (a DeepSpeed directory, torch's legacy format) or no known format.
+
+    Raises
+    ------
+    CheckpointError
+        The index itself cannot be read (a damaged file), in one line naming it.
+    """
+    path = Path(path)
+    found = format_of(path)
+    if found is TORCH_SAVE_FILE:
+        weights = _torch_file_weights(path)
+    elif found is SAFETENSORS_FILE:
+        weights = _safetensors_weights(path)
+    elif found is DCP_DIRECTORY:
+        weights = _dcp_weights(path, None)
+    elif found is PORTABLE_DIRECTORY:
+        weights = _dcp_weights(path, "model.")
+    else:
+        return None
+    if weights is None:
+        return None
+    return WeightsIndex(path, found.name, weights)
+

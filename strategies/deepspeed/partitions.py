@@ -1,0 +1,314 @@
+"""Whole values into ZeRO-3's partitions during setup, one parameter at a time.
+
+ZeRO-3 builds the model under ``deepspeed.zero.Init``: each rank holds its
+partition of every parameter, none the whole model. MMEngine's ``init_weights``
+needs whole tensors (an initialiser writes a whole weight, and a parent's
+``init_cfg``, ``TruncNormal`` with ``layer='Linear'`` say, reaches every
+matching module below it), so :func:`init_on_rank0` runs it on rank 0 alone:
+
+1. rank 0 collects a whole copy of the model on the host, one parameter at a
+   time (each gathered, copied, released): the values the constructors made,
+   which ``zero.Init`` took from rank 0;
+2. rank 0 runs ``init_weights`` on that copy, as one device would, drawing
+   the same random numbers in the same order;
+3. each parameter goes back into every rank's partition, one at a time, from
+   rank 0 (``GatheredParameters(modifier_rank=0)``), and the buffers are
+   broadcast from rank 0;
+4. every rank ends with the random-number state a DDP rank would have: rank
+   0's states, or under ``randomness.diff_rank_seed`` its own generator advanced
+   by the draws rank 0 made (:func:`~flexgraph.training.runtime.follow_source_draws`).
+
+So rank 0 holds the whole model once, on the host, while it initialises; every
+other rank holds its partitions plus one gathered parameter. A model without
+``init_weights`` gathers nothing.
+
+When the files the run loads set every weight, ``init_weights`` is pruned
+(a derived rewrite) and no rank holds the whole model: :func:`follow_init_draws`
+advances each rank's generators as ``init_weights`` would have, drawing into
+scratch tensors, and ``load_checkpoint`` (before the engine exists) puts the
+file's weights into the partitions (:func:`load_into_partitions`): each rank
+reads only its own elements of each parameter from the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from torch import nn
+
+__all__ = ["follow_init_draws", "init_on_rank0", "load_into_partitions"]
+
+
+@attrs.frozen
+class _Initialised:
+    """What rank 0's initialisation tells the other ranks (small; pickled to them)."""
+
+    drawn: Any  # flexgraph.training.runtime.SourceDraws
+    initialised_modules: tuple[str, ...]
+
+
+def init_on_rank0(env: Any, model: nn.Module) -> nn.Module:
+    """``model.init_weights()`` on rank 0's whole copy, then into every rank's partitions.
+
+    See the module docstring for the steps. Errors of the initialisers (and a
+    ``Pretrained`` checkpoint that does not load) are raised on every rank.
+
+    Raises
+    ------
+    ConfigError
+        ``init_weights`` added or replaced a parameter (it cannot be partitioned
+        the way the others were).
+    InitWeightsError, CheckpointError
+        From the initialisers, as a one-device run raises them.
+    """
+    from flexgraph.training.runtime import rank0_does, return_freed_memory
+
+    if not callable(getattr(model, "init_weights", None)):
+        return model
+    params = list(model.parameters())
+    whole = _whole_on_rank0(params)
+    try:
+        done = rank0_does(lambda: _initialise_whole(model, params, whole))
+        _into_partitions(params, whole)
+    finally:
+        whole.clear()
+        return_freed_memory(None)
+    _broadcast_buffers(model)
+    for name, module in model.named_modules():
+        if name in done.initialised_modules:
+            module._is_init = True
+    _follow_rank0_rng(env, done)
+    return model
+
+
+def _gathered(params: list[nn.Parameter], modifier_rank: int | None = None) -> Any:
+    import deepspeed  # imported by the strategy's setup_env, told its accelerator there
+
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank)
+
+
+def _whole_on_rank0(params: list[nn.Parameter]) -> list[torch.Tensor]:
+    """Rank 0: a host copy of each parameter, gathered one at a time (others: empty)."""
+    from flexgraph.training.runtime import this_rank
+
+    copies = []
+    for param in params:
+        with _gathered([param]), torch.no_grad():
+            if this_rank() == 0:
+                copies.append(param.data.to("cpu", copy=True))
+    return copies
+
+
+def _initialise_whole(model: nn.Module, params: list[nn.Parameter],
+                      whole: list[torch.Tensor]) -> _Initialised:
+    """Rank 0: ``init_weights`` with each parameter's data its whole copy; ``whole`` updated."""
+    from flexgraph.training.checkpoint import load_pretrained
+    from flexgraph.training.components import initialise
+    from flexgraph.training.errors import ConfigError
+    from flexgraph.training.runtime import drawn_by
+
+    placeholders = [param.data for param in params]
+    try:
+        for param, value in zip(params, whole, strict=True):
+            param.data = value
+        _, drawn = drawn_by(lambda: initialise(model, load_pretrained=load_pretrained))
+        whole[:] = [param.data for param in params]
+    finally:
+        for param, placeholder in zip(params, placeholders, strict=True):
+            param.data = placeholder
+    known = {id(p) for p in params}
+    added = [name for name, p in model.named_parameters() if id(p) not in known]
+    if added:
+        raise ConfigError(
+            f"init_weights added or replaced parameter {added[0]!r}"
+            f"{f' and {len(added) - 1} more' if len(added) > 1 else ''}; under ZeRO-3 the "
+            f"parameters are partitioned as the model is built, so init_weights must write "
+            f"into them (nn.init.*_(module.weight), weight.data.copy_(...)) rather than assign "
+            f"new ones")
+    return _Initialised(drawn=drawn,
+                        initialised_modules=tuple(name for name, m in model.named_modules()
+                                                  if getattr(m, "_is_init", False)))
+
+
+def _into_partitions(params: list[nn.Parameter], whole: list[torch.Tensor]) -> None:
+    """Rank 0's ``whole`` values into every rank's partitions, one parameter at a time."""
+    from flexgraph.training.runtime import this_rank
+
+    for index, param in enumerate(params):
+        with _gathered([param], modifier_rank=0), torch.no_grad():
+            if this_rank() == 0:
+                param.data.copy_(whole[index])
+                whole[index] = whole[index].new_empty(0)  # freed as it goes
+
+
+def _broadcast_buffers(model: nn.Module) -> None:
+    """Rank 0's buffers on every rank (ZeRO-3 keeps them whole; init_weights may set them)."""
+    for buffer in model.buffers():
+        carried = buffer.data if buffer.dtype != torch.bool else buffer.data.to(torch.uint8)
+        torch.distributed.broadcast(carried, src=0)
+        if carried is not buffer.data:
+            buffer.data.copy_(carried)
+
+
+def _follow_rank0_rng(env: Any, done: _Initialised) -> None:
+    """Every rank's generators where a DDP rank's would be after ``init_weights``."""
+    from flexgraph.training.runtime import follow_source_draws
+
+    if env.rank != 0:
+        follow_source_draws(done.drawn, diff_rank_seed=env.diff_rank_seed, warn=env.rank == 1)
+
+
+def follow_init_draws(env: Any, model: nn.Module) -> nn.Module:
+    """``init_weights`` pruned: every rank's generators advance as it would advance them.
+
+    The loaded files set every weight, so nothing is initialised; but a
+    one-device run initialises before it loads, drawing random numbers that
+    training's dropout then follows. Each rank runs ``init_weights`` on
+    parameters without values (:func:`~flexgraph.training.runtime.parameters_without_values`),
+    each random draw made into a scratch tensor of its shape, one at a time,
+    its ``Pretrained`` files not read (``load_checkpoint`` loads them). No
+    parameter is touched. Where ``init_weights`` cannot run without values (it
+    reads one to decide what to do), the run goes on with a warning: the
+    weights are the files', the random streams this rank's seed's.
+    """
+    import warnings
+
+    from flexgraph.training.components import initialise
+    from flexgraph.training.runtime import parameters_without_values
+
+    if not callable(getattr(model, "init_weights", None)):
+        return model
+    try:
+        with parameters_without_values(model, shape_of=lambda p: getattr(p, "ds_shape",
+                                                                         p.shape)):
+            initialise(model, load_pretrained=lambda module, path, prefix: None)
+    except Exception as exc:  # an initialiser that needs values: the weights are unaffected
+        if env.rank == 0:
+            warnings.warn(f"init_weights is pruned (the loaded files set every weight), and "
+                          f"it could not run without values to draw its random numbers "
+                          f"({type(exc).__name__}: {str(exc)[:160]}); the random streams "
+                          f"after setup differ from a one-device run's", stacklevel=2)
+    return model
+
+
+def load_into_partitions(module: nn.Module, path: Path, on_read: Any) -> Any:
+    """``path``'s weights into the ZeRO-3 partitions of ``module``, one parameter at a time.
+
+    A ``torch.save`` or safetensors file: every rank opens it mapped
+    (:func:`~flexgraph.training.formats.map_checkpoint`; ``after_load_checkpoint``,
+    i.e. ``on_read``, sees that checkpoint, its tensors read when touched) and
+    reads from the file only the elements of its own partition of each
+    parameter; no rank holds a whole parameter, no collective runs. Any other
+    format (DCP, a DeepSpeed directory, torch's legacy format): rank 0 reads one
+    tensor at a time (the hooks see its layout there, meta tensors standing for
+    the weights) and every rank takes its partition of it from rank 0. Buffers,
+    held whole on every rank, are read whole.
+
+    Returns
+    -------
+    WeightsLoaded
+        The keys left out, the same on every rank.
+    """
+    loaded = _agreed(lambda: _each_rank_reads_its_own(module, path, on_read))
+    return loaded if loaded is not None else _load_through_rank0(module, path, on_read)
+
+
+def _agreed(action: Any) -> Any:
+    """``action()`` on every rank; a rank's ``CheckpointError`` raised on all of them."""
+    from flexgraph.training.errors import CheckpointError
+    from flexgraph.training.runtime import first_error_of_all_ranks
+
+    result, error = None, None
+    try:
+        result = action()
+    except CheckpointError as exc:
+        error = exc
+    error = first_error_of_all_ranks(error, kind=CheckpointError)
+    if error is not None:
+        raise error
+    return result
+
+
+def _each_rank_reads_its_own(module: nn.Module, path: Path, on_read: Any) -> Any:
+    """The mapped read of :func:`load_into_partitions` (``None``: not a mappable file)."""
+    from flexgraph.training.formats import map_checkpoint
+
+    mapped = map_checkpoint(path)
+    if mapped is None:
+        return None
+    on_read(mapped.checkpoint)
+    weights, left_out = _matching(module, mapped.checkpoint, path)
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            if name in weights:
+                _read_own_partition(param, weights[name], mapped)
+        for name, buffer in module.named_buffers():
+            if name in weights:
+                mapped.read_rows(weights[name], 0, buffer.shape[0] if buffer.dim() else 1,
+                                 buffer)
+    return left_out
+
+
+def _matching(module: nn.Module, checkpoint: Any, path: Path) -> tuple[dict[str, Any], Any]:
+    from flexgraph.training.checkpoint import matching_weights
+
+    shapes = {n: tuple(getattr(p, "ds_shape", p.shape)) for n, p in
+              [*module.named_parameters(), *module.named_buffers()]}
+    return matching_weights(checkpoint, str(path), shapes, type(module).__name__)
+
+
+def _read_own_partition(param: nn.Parameter, tensor: torch.Tensor, mapped: Any) -> None:
+    """This rank's elements of ``tensor`` (a value of ``mapped``'s checkpoint) into
+    ``param``'s partition: a flat run of the parameter's elements, as DeepSpeed
+    partitions it (the last rank's padded). The rows that hold them are read from the
+    file, then cut to the run (at most two rows more than the partition)."""
+    partition = param.ds_tensor
+    size = getattr(partition, "ds_numel", partition.numel())
+    start = size * torch.distributed.get_rank(group=param.ds_process_group)
+    stop = min(start + size, param.ds_numel)
+    if start >= stop:
+        return
+    if tensor.dim() <= 1:
+        mapped.read_rows(tensor, start, stop, partition.data[:stop - start].view(-1)
+                         if tensor.dim() else partition.data[:1].view(()))
+        return
+    row = tensor[0].numel()
+    first, last = start // row, -(-stop // row)
+    rows = torch.empty((last - first, *tensor.shape[1:]), dtype=partition.dtype)
+    mapped.read_rows(tensor, first, last, rows)
+    partition.data[:stop - start].copy_(rows.view(-1)[start - first * row:stop - first * row])
+
+
+def _load_through_rank0(module: nn.Module, path: Path, on_read: Any) -> Any:
+    """Rank 0 reads one tensor at a time; every rank takes its partition from it."""
+    from flexgraph.training.formats import open_checkpoint, tensor_paths
+    from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
+
+    source = rank0_does(lambda: open_checkpoint(path), share_result=False)
+    checkpoint = source.layout if source is not None else {"meta": {}, "state_dict": {}}
+    on_read(checkpoint)
+    found = rank0_does(lambda: _matching(module, checkpoint, path), share_result=False)
+    weights, left_out = found if found is not None else ({}, None)
+    names = broadcast_from_rank0(sorted(weights))
+    left_out = broadcast_from_rank0(left_out)
+    paths = {} if source is None else {id(t): where for where, t in tensor_paths(source.layout)}
+
+    def value(name: str) -> torch.Tensor:
+        tensor = weights[name]
+        return source.fetch(paths[id(tensor)]) if id(tensor) in paths else tensor
+
+    for name, param in module.named_parameters():
+        if name in names:
+            with _gathered([param], modifier_rank=0), torch.no_grad():
+                if this_rank() == 0:
+                    param.data.copy_(value(name))
+    for name, buffer in module.named_buffers():
+        if name in names:
+            with torch.no_grad():
+                if this_rank() == 0:
+                    buffer.copy_(value(name))
+                torch.distributed.broadcast(buffer, src=0)
+    return left_out

@@ -1,0 +1,40 @@
+"""benchmarks/setup_memory.py runs end to end at a small size (no figures are checked).
+
+DDP, FSDP, FSDP with ``load_from`` and the hand-written MMEngine-style FSDP2
+script, one round each, 4 CPU processes: every row must give numbers (not a
+failure note), the first losses must agree (the same weights in every row),
+and the goals are printed with a verdict each.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+NUMBERS = r"\s+\d+\.\d\d\s+\d+\.\d\d\s+\d\.\d\d/\d\.\d\d\s+\d+\.\d\s+\d\.\d\d\s+\d\.\d+$"
+
+
+@pytest.mark.slow
+def test_the_rows_run_end_to_end_at_a_small_size(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "setup_memory.py"), "--size", "1M", "--blocks", "2",
+         "--rounds", "1", "--rows", "ddp,fsdp,fsdp-load,mmengine", "--timeout", "240"],
+        env=dict(os.environ, TMPDIR=str(tmp_path)), capture_output=True, text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for label in ("flexgraph DDP", "flexgraph FSDP", "flexgraph FSDP, load_from",
+                  r"hand FSDP2, every rank whole \(MMEngine\)"):
+        assert re.search(rf"^{label}" + NUMBERS, out, re.M), out
+    assert re.search(r"^flexgraph DDP\s+\S+\s+\S+\s+1\.00/1\.00", out, re.M), out
+    assert "first iteration's fp32 loss equal to DDP's on every rank, in every row: met" in out
+    goals = [line for line in out.splitlines() if line.startswith("goal: ")]
+    assert len(goals) == 4 and all(line.endswith(("met", "not met")) for line in goals), out
+    assert list(tmp_path.glob("setupbench-*")) == []  # work dirs removed without --keep

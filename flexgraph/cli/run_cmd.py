@@ -417,16 +417,19 @@ def _execute_watched(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, 
                      plan_text: str, inputs: dict[str, Any], context: RunContext,
                      settings: Any, this_run: str, lock: Any) -> int:
     """:func:`_execute_here` under the progress watchdog (:mod:`flexgraph.cli.watchdog`),
-    when the run has a work_dir and ``env_cfg.stall_timeout`` is not 0."""
+    when the run has a work_dir and ``env_cfg.stall_timeout`` is not 0; the watch folder
+    of a run that ended well is removed by the work_dir's owner."""
     from flexgraph.cli.watchdog import start_watchdog
     from flexgraph.training.errors import TrainingStopped
 
     watchdog = None
-    if settings is not None and settings.watch.enabled:
+    if settings is not None:
         watchdog = start_watchdog(settings, context, this_run,
                                   release=lock.release if lock is not None else None)
     if watchdog is None:
-        return _execute_here(args, hooks, spec, plan, plan_text, inputs, context)
+        status = _execute_here(args, hooks, spec, plan, plan_text, inputs, context)
+        _remove_watch_folder(settings, this_run, lock)
+        return status
     try:
         status = _execute_here(args, [*hooks, watchdog], spec, plan, plan_text, inputs,
                                context)
@@ -437,11 +440,15 @@ def _execute_watched(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, 
         raise
     finally:
         watchdog.stop()
-    if lock is not None and lock.owned:
+    _remove_watch_folder(settings, this_run, lock)
+    return status
+
+
+def _remove_watch_folder(settings: Any, this_run: str, lock: Any) -> None:
+    if settings is not None and lock is not None and lock.owned:
         from flexgraph.cli.watch_folder import remove_run
 
         remove_run(settings.work_dir, this_run)
-    return status
 
 
 def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Plan,

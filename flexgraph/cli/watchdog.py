@@ -340,6 +340,7 @@ class Watchdog:
         self._iteration: int | None = None  # the iteration under way, counted from 1
         self._where: str | None = None
         self._waiting = False
+        self._collectives = False  # the flight recorder keeps this process's collectives
         self._slowest = 0.0
         self._answered = False
         self._peers: dict[int, Mapping[str, Any]] = {}
@@ -478,6 +479,7 @@ class Watchdog:
         self._where = innermost_user_frame(frames, self._libraries)
         self._waiting = bool(frames) and any(part in frames[0].f_code.co_filename
                                              for part in _COLLECTIVES)
+        self._collectives = self._records_collectives()
 
     def _write_beat(self, now: float, step: str | None = None) -> None:
         """Rewrite this process's heartbeat (``step``: the step the main thread starts)."""
@@ -487,6 +489,7 @@ class Watchdog:
                 "since": self._since, "phase": self._phase, "step": step or self._step,
                 "iteration": self._iteration, "where": self._where, "waiting": self._waiting,
                 "limit": self.policy.limit(self._phase, self._slowest), "done": self._done,
+                "collectives": self._collectives,
                 "run_dir": str(self._run_dir) if self._run_dir else None}
         data = json.dumps(beat).encode()
         self._beat_size = max(self._beat_size, len(data))
@@ -505,27 +508,43 @@ class Watchdog:
         self._dump_collectives()
         self._write_beat(time.time())
 
-    def _dump_collectives(self) -> None:
-        """The flight recorder's last collectives of this rank, when torch keeps them
-        (``TORCH_NCCL_TRACE_BUFFER_SIZE`` / ``TORCH_FR_BUFFER_SIZE``)."""
+    def _records_collectives(self) -> bool:
+        """Whether torch's flight recorder keeps this process's last collectives
+        (``TORCH_NCCL_TRACE_BUFFER_SIZE`` / ``TORCH_FR_BUFFER_SIZE``, a process group up)."""
         size = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get(
             "TORCH_NCCL_TRACE_BUFFER_SIZE")
         if not size or size == "0" or "torch.distributed" not in sys.modules:
+            return False
+        import torch.distributed as dist
+
+        return dist.is_available() and dist.is_initialized()
+
+    def _dump_collectives(self) -> None:
+        """The flight recorder's record of this rank's last collectives, beside its stacks
+        (``collectives_rank<R>.pkl``, a pickle torch's ``fr_trace`` tool reads)."""
+        if not self._records_collectives():
             return
         import torch
 
-        c10d = getattr(torch._C, "_distributed_c10d", None)
-        dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
-        if dump is None or not torch.distributed.is_initialized():
-            return
-        with contextlib.suppress(Exception):
-            (self.folder.stacks / f"collectives_rank{self.rank}.pkl").write_bytes(dump())
+        c10d = torch._C._distributed_c10d
+        nccl = torch.distributed.get_backend() == "nccl"
+        for name in ("_dump_nccl_trace", "_dump_fr_trace") if nccl else ("_dump_fr_trace",):
+            dump = getattr(c10d, name, None)
+            if dump is not None:
+                with contextlib.suppress(Exception):
+                    path = self.folder.stacks / f"collectives_rank{self.rank}.pkl"
+                    path.write_bytes(dump())
+                    return
 
     def _answered_ranks(self, beats: Mapping[int, Mapping[str, Any]]) -> set[int]:
+        """The ranks done, or whose stacks (and collectives, where recorded) are written."""
         answered = {r for r, beat in beats.items() if beat.get("done")}
         for rank in range(self.world_size):
             with contextlib.suppress(OSError):
-                if b"most recent call first" in self.folder.stacks_path(rank).read_bytes():
+                stacks = self.folder.stacks_path(rank).read_bytes()
+                collectives = self.folder.stacks / f"collectives_rank{rank}.pkl"
+                if b"most recent call first" in stacks and (
+                        not beats.get(rank, {}).get("collectives") or collectives.exists()):
                     answered.add(rank)
         return answered
 
@@ -695,18 +714,21 @@ class Watchdog:
 
 
 def start_watchdog(settings: Any, context: Any, run_id: str, *,
-                   release: Callable[[], None] | None = None) -> Watchdog:
-    """Start the watchdog of this process of run ``run_id``.
+                   release: Callable[[], None] | None = None) -> Watchdog | None:
+    """Start the watchdog of this process of run ``run_id`` (``None``: it is off,
+    ``env_cfg.stall_timeout=0``).
 
     ``settings`` are the run's (its work_dir, ``settings.watch``, the restart
     count), ``context`` its :class:`~flexgraph.training.output.RunContext` (rank,
-    world size, whether flexgraph's launcher reports for it). NCCL's flight
-    recorder, if it dumps on a timeout, dumps into the watch folder's
-    ``stacks/`` (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, unless set).
+    world size, whether flexgraph's launcher reports for it). Watchdog or not,
+    NCCL's flight recorder, when a collective times out, dumps into the watch
+    folder's ``stacks/`` (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, unless set).
     """
     folder = WatchFolder.of_run(settings.work_dir, run_id, settings.restart).make()
     os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
                           str(folder.stacks.absolute() / "nccl_trace_rank_"))
+    if not settings.watch.enabled:
+        return None
     quiet = context.launch.handed_down.launcher_pid is not None
     return Watchdog(settings.watch, folder, rank=context.rank, world_size=context.world_size,
                     quiet=quiet, release=release).start()

@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import final_state
 from watch_helpers import (
     BLOCKING_LINE,
+    ITERS,
     Run,
     assert_resumes,
     flexgraph_argv,
@@ -135,3 +137,17 @@ def test_ranks_that_all_exit_0_before_their_run_ends_are_a_failure_not_a_hang(tm
     assert error.startswith("error: rank ") and (
         " exited with status 0 before its run finished in step 'train'" in error), error
     _resume(tmp_path, work, resumed_from=4)
+
+
+def test_under_max_restarts_a_stall_is_a_failure_and_the_group_resumes(tmp_path):
+    run, work, _ = _start(tmp_path, "sleep", "--max-restarts", "1", *_bounds(10, 5))
+    run.wait()
+    assert not run.left, f"left behind: {run.left}"
+    assert run.returncode == 0, run.stderr[-3000:]
+    warnings = [x for x in run.stderr.splitlines() if x.startswith("warning: ")]
+    assert len(warnings) == 1, run.stderr[-3000:]
+    assert warnings[0].startswith("warning: rank 1 made no progress for "), warnings
+    assert warnings[0].endswith("; restarting the group (restart 1 of 1), which resumes from "
+                                "the last complete checkpoint"), warnings
+    assert "iter_4.pth: epoch 0, iter 4 (restart 1 of the group)" in run.stdout
+    assert final_state(work)["meta"]["iter"] == ITERS

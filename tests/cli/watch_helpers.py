@@ -38,7 +38,7 @@ HOOKS = textwrap.dedent(
 
     @HOOKS.register_module(force=True)
     class Stall(Hook):
-        """``how`` on rank ``rank`` once ``at_iter`` iterations are done (unless NO_STALL):
+        """``how`` on rank ``rank`` once ``at_iter`` iterations are done (when armed):
         sleep (a blocked hook), stop (SIGSTOP), kill (SIGKILL), exit0 (every rank
         calls os._exit(0)), or fail_save (the next save raises on that rank)."""
 
@@ -49,8 +49,13 @@ HOOKS = textwrap.dedent(
             with open(os.path.join(runner.work_dir, "stalled"), "w") as f:
                 f.write(repr(time.time()))
 
+        def _armed(self):
+            """Not in a resumed run (NO_STALL), nor in a restarted group."""
+            restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
+            return not (os.environ.get("NO_STALL") or restarted)
+
         def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
-            if runner.iter + 1 != self.at_iter or os.environ.get("NO_STALL"):
+            if runner.iter + 1 != self.at_iter or not self._armed():
                 return
             if self.how == "exit0":
                 self._mark(runner)
@@ -65,9 +70,22 @@ HOOKS = textwrap.dedent(
             elif self.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
 
+        def before_train(self, runner):
+            """What the process group was given, for the CUDA test."""
+            import json
+
+            import torch.distributed as dist
+
+            names = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                     "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+            seen = {name: os.environ.get(name) for name in names}
+            seen["backend"] = dist.get_backend() if dist.is_initialized() else None
+            with open(os.path.join(runner.work_dir, f"group-rank{runner.rank}.json"), "w") as f:
+                json.dump(seen, f)
+
         def before_save_checkpoint(self, runner, checkpoint):
             if (self.how == "fail_save" and runner.rank == self.rank
-                    and runner.iter + 1 >= self.at_iter and not os.environ.get("NO_STALL")):
+                    and runner.iter + 1 >= self.at_iter and self._armed()):
                 self._mark(runner)
                 raise PermissionError(f"[Errno 13] Permission denied: 'iter_{runner.iter + 1}'")
     '''
@@ -77,8 +95,8 @@ BLOCKING_LINE = next(n for n, line in enumerate(HOOKS.splitlines(), 1)
 """The line of ``watch_hooks.py`` a rank blocked in a hook sleeps on."""
 
 
-def write_config(folder: Path, how: str, *, extra: str = "") -> Path:
-    """One epoch of the quickstart, checkpoints every 4 iterations, ``Stall(how)`` on rank 1
+def write_config(folder: Path, how: str, *, rank: int = 1, extra: str = "") -> Path:
+    """One epoch of the quickstart, checkpoints every 4 iterations, ``Stall(how)`` on ``rank``
     after iteration 5."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "watch_hooks.py").write_text(HOOKS)
@@ -92,7 +110,7 @@ def write_config(folder: Path, how: str, *, extra: str = "") -> Path:
             checkpoint=dict(type='CheckpointHook', interval=4, by_epoch=False,
                             max_keep_ckpts=2),
             logger=dict(type='LoggerHook', interval=5))
-        custom_hooks = [dict(type='Stall', at_iter=5, rank=1, how={how!r})]
+        custom_hooks = [dict(type='Stall', at_iter=5, rank={rank}, how={how!r})]
         """) + extra)
     return config
 
@@ -182,12 +200,15 @@ def stalled_at(work: Path, timeout: float = 240) -> float:
     return float(marker.read_text() or time.time())
 
 
-def stall_line(errors: list[str]) -> re.Match[str]:
-    """The watchdog's one line about rank 1 blocked in the hook."""
+STALL_LINE = (r"rank {rank} made no progress for (\d+) s at iteration 5, in "
+              r"watch_hooks\.py:(\d+) after_train_iter \(stacks of every rank: (\S+)/\)")
+"""The watchdog's line about a rank blocked in the hook (groups: seconds, line, stacks)."""
+
+
+def stall_line(errors: list[str], rank: int = 1) -> re.Match[str]:
+    """The watchdog's one line about rank ``rank`` blocked in the hook."""
     assert len(errors) == 1, errors
-    match = re.fullmatch(r"error: rank 1 made no progress for (\d+) s at iteration 5, in "
-                         r"watch_hooks\.py:(\d+) after_train_iter \(stacks of every rank: "
-                         r"(\S+)/\)", errors[0])
+    match = re.fullmatch("error: " + STALL_LINE.format(rank=rank), errors[0])
     assert match, errors[0]
     return match
 

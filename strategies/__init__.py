@@ -27,12 +27,12 @@ CLI imports this package. The modules:
     ``deepspeed.options`` (the options as one DeepSpeed config),
     ``deepspeed.steps`` (its step functions), ``deepspeed.engine`` (the config
     completed at run time, the engine in MMEngine's shapes),
-    ``deepspeed.checkpoint`` (DeepSpeed's own checkpoints, read safely),
-    ``deepspeed.state`` (portable checkpoints: the state by parameter name),
-    ``deepspeed.params`` (ZeRO-3's parameters a forward cannot get, named),
-    ``deepspeed.inspect`` (``flexgraph ckpt inspect`` of DeepSpeed's
-    directories and the opener of ``load_from``: entry points of
-    ``flexgraph.checkpoint_inspectors`` and ``flexgraph.checkpoint_openers``) and
+    ``deepspeed.checkpoint`` (DeepSpeed's own checkpoints, read safely, and
+    the opener of ``load_from``: the ``flexgraph.checkpoint_openers`` entry
+    point), ``deepspeed.state`` (portable checkpoints: the state by parameter
+    name), ``deepspeed.params`` (ZeRO-3's parameters a forward cannot get,
+    named), ``deepspeed.inspect`` (``flexgraph ckpt inspect`` of DeepSpeed's
+    directories: the ``flexgraph.checkpoint_inspectors`` entry point) and
     ``deepspeed.memory``.
 
 A memory model (``flexgraph plan --estimate``) is a module with

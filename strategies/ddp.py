@@ -34,13 +34,30 @@ def ddp(
 ) -> Strategy:
     """DistributedDataParallel over a torch.distributed process group.
 
-    Parameters follow mmengine's ``DDPStrategy``: ``model_wrapper`` (a dict with
-    ``type`` and wrapper options, default mmengine's MMDistributedDataParallel
-    for mmengine models and torch's DistributedDataParallel otherwise),
-    ``sync_bn`` (``'torch'`` converts BatchNorm to SyncBatchNorm) and
-    ``dist_cfg`` (``backend``, ``timeout`` in seconds). ``checkpoint_format``:
-    ``'native'`` (default: MMEngine's one ``.pth`` file, which MMEngine itself
-    reads and every flexgraph strategy resumes) or ``'portable'``.
+    The parameters follow MMEngine's ``DDPStrategy``.
+
+    Parameters
+    ----------
+    model_wrapper : Mapping, optional
+        A dict with ``type`` and wrapper options; default MMEngine's
+        ``MMDistributedDataParallel`` for MMEngine models and torch's
+        ``DistributedDataParallel`` otherwise.
+    sync_bn : str, optional
+        ``'torch'`` converts BatchNorm to SyncBatchNorm (CUDA only).
+    dist_cfg : Mapping, optional
+        The process group: ``backend`` (NCCL on CUDA, gloo on the CPU by default)
+        and ``timeout`` in seconds.
+    device : str, optional
+        The device to train on (default: this rank's GPU when CUDA is available,
+        else the CPU).
+    checkpoint_format : {'native', 'portable'}, default 'native'
+        ``'native'``: MMEngine's one ``.pth`` file, which MMEngine itself reads and
+        every flexgraph strategy resumes; ``'portable'``: by parameter name.
+
+    Returns
+    -------
+    Strategy
+        ``ddp``: ``setup_env`` joins the process group, ``wrap_model`` wraps.
     """
     return Strategy(
         DDP.name,
@@ -69,7 +86,29 @@ def ddp(
 def wrap_ddp(
     model: Any, env: Any, *, model_wrapper: Mapping[str, Any], sync_bn: str | None = None
 ) -> Any:
-    """Wrap ``model`` for data-parallel training on ``env.device``."""
+    """Wrap ``model`` for data-parallel training on ``env.device``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, built and initialised.
+    env : Env
+        This rank's environment (its device).
+    model_wrapper : Mapping
+        The wrapper's config: ``type`` and its options (see :func:`ddp`).
+    sync_bn : str, optional
+        ``'torch'`` converts BatchNorm to SyncBatchNorm first.
+
+    Returns
+    -------
+    torch.nn.Module
+        The wrapped model, on ``env.device``.
+
+    Raises
+    ------
+    ConfigError
+        ``sync_bn`` on a CPU run.
+    """
     import torch
     from mmengine.model import BaseModel
     from mmengine.registry import MODEL_WRAPPERS

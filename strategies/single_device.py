@@ -16,7 +16,18 @@ from flexgraph.core.strategy import Strategy
 def single_device(device: str | None = None, checkpoint_format: str = "native") -> Strategy:
     """Train in this process, on ``device`` (default: CUDA when available, else CPU).
 
-    ``checkpoint_format``: ``'native'`` (default: MMEngine's ``.pth``) or ``'portable'``.
+    Parameters
+    ----------
+    device : str, optional
+        The device to train on.
+    checkpoint_format : {'native', 'portable'}, default 'native'
+        ``'native'``: MMEngine's ``.pth``; ``'portable'``: by parameter name,
+        resumable under every strategy.
+
+    Returns
+    -------
+    Strategy
+        ``single``: the base graph, configured.
     """
     rewrites = [Configure("setup_env", {"device": device})] if device else []
     rewrites += format_rewrites(checkpoint_format)

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import astroid
+import pytest
 from pylint.checkers.symilar import Symilar
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +38,7 @@ def _stage(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_layer_contracts_hold(tmp_path):
     _stage(tmp_path)
     lint = Path(sys.executable).with_name("lint-imports")
@@ -51,6 +53,7 @@ def test_layer_contracts_hold(tmp_path):
     assert "Contracts: 5 kept, 0 broken." in result.stdout
 
 
+@pytest.mark.slow
 def test_no_import_circle_anywhere(tmp_path):
     probe = textwrap.dedent("""
         import grimp, networkx as nx

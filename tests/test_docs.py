@@ -100,6 +100,7 @@ def test_the_docs_show_plans():
     assert len(EXAMPLES) >= 3, EXAMPLES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("where", "command", "expected"), EXAMPLES,
                          ids=[where for where, _, _ in EXAMPLES])
 def test_a_documented_plan_is_what_flexgraph_prints(where, command, expected):

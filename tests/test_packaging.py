@@ -19,7 +19,10 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
 from flexgraph.strategies.names import entry_points
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 

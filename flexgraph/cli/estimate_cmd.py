@@ -89,11 +89,25 @@ def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespa
 
 def choose_auto(spec: Any, world_size: int, device_memory: str | None,
                 chosen: str | None = None) -> tuple[Strategy, dict[str, Any], Any]:
-    """``--strategy auto``: (the strategy chosen, the estimate report, the candidate).
+    """``--strategy auto``: the strategy chosen, the estimate report, the candidate.
 
-    ``chosen``: the candidate a launcher chose for this rank
-    (:data:`~flexgraph.training.output.AUTO_CHOICE_VAR`), taken without
-    estimating again (the report is then empty).
+    Parameters
+    ----------
+    spec : Spec
+        The loaded config.
+    world_size : int
+        The ranks the run will have.
+    device_memory : str or None
+        ``--device-memory`` as written; ``None``: this machine's.
+    chosen : str, optional
+        The candidate a launcher chose for this rank
+        (:data:`~flexgraph.training.output.AUTO_CHOICE_VAR`), taken without
+        estimating again (the report is then empty).
+
+    Returns
+    -------
+    tuple
+        ``(strategy, report, candidate)``.
 
     Raises
     ------

@@ -86,9 +86,12 @@ def is_launcher() -> bool:
 class RankReport:
     """Executor hook of a launched rank: where it is, and what to say if it fails.
 
-    ``progress``: the record it keeps for its launcher (the step it runs), if
-    the launcher asked for one; the training output writes the iterations
-    into the same record.
+    Parameters
+    ----------
+    progress : Progress, optional
+        The record it keeps for its launcher (the step it runs), if the launcher
+        asked for one; the training output writes the iterations into the same
+        record.
     """
 
     def __init__(self, progress: Progress | None = None) -> None:
@@ -441,11 +444,30 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
     options this torch's ``LaunchConfig`` shares with its ``WorkerSpec`` and
     agent are passed through by name, so newer knobs keep working.
 
-    ``forked``: the ranks' entrypoint and arguments, to run them as forks of the
-    rank server (:mod:`flexgraph.cli.forked_ranks`), which imports ``preload``
-    first, instead of ``python -m flexgraph``. ``grace``: seconds between the
-    SIGTERM and the SIGKILL of every stop of the ranks; ``watch``: the watch
-    folder of an attempt (by restart count), where the ranks report a stall.
+    Parameters
+    ----------
+    torch_args : argparse.Namespace
+        torchrun's arguments, as its parser makes them.
+    progress_dir : str
+        The folder where each rank keeps its progress record.
+    quiet : bool
+        Keep torch elastic's info lines off the console.
+    forked : tuple of (callable, sequence of str) or None
+        The ranks' entrypoint and arguments, to run them as forks of the rank
+        server (:mod:`flexgraph.cli.forked_ranks`), which imports ``preload``
+        first, instead of ``python -m flexgraph``.
+    preload : sequence of str
+        Modules the rank server imports once for every rank.
+    grace : float
+        Seconds between the SIGTERM and the SIGKILL of every stop of the ranks.
+    watch : callable or None
+        The watch folder of an attempt (by restart count), where the ranks
+        report a stall.
+
+    Returns
+    -------
+    _ReportingAgent
+        The agent, after its run: what each rank's exit was.
     """
     import inspect
 

@@ -328,8 +328,20 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
          launch: LaunchFacts | None = None) -> int:
     """Plan, then launch the ranks or run the plan here.
 
-    ``launch``: what is known of the launch before the config is read (what a
-    launcher handed down, the progress record); ``None``: nothing (no launcher).
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed command line (read only).
+    hooks : sequence, default ()
+        Executor hooks (a launched rank's report).
+    launch : LaunchFacts, optional
+        What is known of the launch before the config is read (what a launcher
+        handed down, the progress record); ``None``: nothing (no launcher).
+
+    Returns
+    -------
+    int
+        The exit status.
     """
     from flexgraph.render.json_view import plan_json
 

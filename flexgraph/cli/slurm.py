@@ -114,9 +114,25 @@ def _rendezvous(env: Mapping[str, str]) -> tuple[str, int]:
 def choose_launcher(requested: str | None, env: Mapping[str, str]) -> str:
     """``'slurm'``, or ``'none'`` (torch elastic's variables, if any, or one process).
 
-    ``requested``: ``--launcher`` or the config's ``launcher``; ``None`` or
-    ``'auto'`` detects an ``srun`` step of several tasks (the one-task-per-node
-    form is detected by :func:`slurm_node`).
+    Parameters
+    ----------
+    requested : str or None
+        ``--launcher`` or the config's ``launcher``; ``None`` or ``'auto'``
+        detects an ``srun`` step of several tasks (the one-task-per-node form is
+        detected by :func:`slurm_node`).
+    env : Mapping of str to str
+        The process's environment.
+
+    Returns
+    -------
+    str
+        The launcher.
+
+    Raises
+    ------
+    SlurmLaunchError
+        ``requested`` is not a launcher flexgraph has, or is ``'slurm'`` outside
+        an ``srun`` step.
     """
     if requested not in (None, *LAUNCHERS):
         raise SlurmLaunchError(f"launcher={requested!r} is not one of "

@@ -26,9 +26,19 @@ from typing import Any
 def run_id(rendezvous: str | None = None, *, handed_down: str | None = None) -> str:
     """The id that every process of this launch computes alike.
 
-    ``rendezvous``: the address where the launchers of several nodes meet, which
-    they all share when nothing else does (launchers started by hand);
-    ``handed_down``: the id the launcher handed this rank (its ``LaunchEnv.run_id``).
+    Parameters
+    ----------
+    rendezvous : str, optional
+        The address where the launchers of several nodes meet, which they all
+        share when nothing else does (launchers started by hand).
+    handed_down : str, optional
+        The id the launcher handed this rank (its ``LaunchEnv.run_id``).
+
+    Returns
+    -------
+    str
+        The id: the handed-down one, SLURM's job id, the rendezvous, or this
+        launcher's own.
     """
     if handed_down:
         return handed_down

@@ -26,6 +26,7 @@ updates; a test checks that every declared step matches its function here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -89,12 +90,12 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
 
     Parameters
     ----------
-    device:
+    device
         ``None`` builds on the CPU (``wrap_model`` moves the model to
         ``env.device`` later, after weights are loaded); ``'meta'`` builds the
         parameters without storage (buffers stay real), for strategies that
         shard before any weight exists; any other device builds there.
-    init_context:
+    init_context
         ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` returning
         a context manager to build the model in (DeepSpeed's ``zero.Init``
         partitions parameters as they are created).
@@ -257,6 +258,9 @@ def _output(settings: RunSettings, run_context: RunContext, env: Env, hooks: Hoo
     return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
                        message_hub=runner.message_hub, log_interval=settings.logger.interval,
                        device=env.device, visualizer=runner.built_visualizer(),
+                       vis_dir=str(Path(runner.log_dir) / "vis_data"),
+                       timestamp=runner.timestamp, log_processor=settings.logger.processor,
+                       metric_by_epoch=settings.logger.metric_by_epoch,
                        progress=run_context.launch.progress, **schedule)
 
 

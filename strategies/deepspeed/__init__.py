@@ -80,11 +80,52 @@ def deepspeed(
 ) -> Strategy:
     """DeepSpeed ZeRO (stage 0-3) over a torch.distributed process group.
 
-    Parameters are mmengine's ``DeepSpeedStrategy`` ones, plus ``train_batch_size``
-    (checked against the dataloader), ``dist_cfg`` and ``device`` as for DDP, and
-    ``checkpoint_format``: ``'portable'`` (default: fp32 master weights and
-    optimizer moments by parameter name, resumable under every strategy) or
-    ``'native'`` (DeepSpeed's own ``save_checkpoint`` directories).
+    The parameters are MMEngine's ``DeepSpeedStrategy`` ones; a DeepSpeed key
+    given here overrides ``config``'s (see :func:`deepspeed_config`).
+
+    Parameters
+    ----------
+    config : str or Mapping, optional
+        A full DeepSpeed config, or the path of its JSON file.
+    zero_optimization : Mapping, optional
+        DeepSpeed's ``zero_optimization`` (``stage`` 0-3; MMEngine's
+        ``cpu_offload`` becomes ``offload_optimizer``).
+    gradient_clipping : float, optional
+        The global L2 norm to clip to (default: the optimizer wrapper's
+        ``clip_grad``).
+    fp16, bf16, amp : Mapping, optional
+        DeepSpeed's precision sections (at most one enabled).
+    inputs_to_half : list of int or str, optional
+        The inputs (positions or names) cast to the half precision before the
+        forward, as MMEngine's ``DeepSpeedStrategy`` does.
+    activation_checkpointing, aio : Mapping, optional
+        DeepSpeed's sections of those names.
+    train_micro_batch_size_per_gpu, train_batch_size, gradient_accumulation_steps : int, optional
+        Batch sizes and accumulation; by default from the dataloader and the
+        optimizer wrapper (``train_batch_size`` is checked against them).
+    steps_per_print : int, optional
+        DeepSpeed's own progress lines (off by default).
+    exclude_frozen_parameters : bool, optional
+        Leave frozen parameters out of DeepSpeed's own checkpoints.
+    dist_cfg, device : optional
+        As for :func:`~flexgraph.strategies.ddp.ddp`: the process group's
+        ``backend`` and ``timeout``, the device to train on.
+    checkpoint_format : {'portable', 'native'}, default 'portable'
+        ``'portable'``: fp32 master weights and optimizer moments by parameter
+        name, resumable under every strategy; ``'native'``: DeepSpeed's own
+        ``save_checkpoint`` directories.
+
+    Returns
+    -------
+    Strategy
+        ``deepspeed``: the rewrites whose order the module docstring explains.
+
+    Raises
+    ------
+    StrategyOptionError
+        The config file is missing or not JSON, the ZeRO stage is not one
+        DeepSpeed has, two precisions are enabled, or an option contradicts
+        another.
     """
     ds = deepspeed_config(
         config, zero_optimization=zero_optimization, gradient_clipping=gradient_clipping,

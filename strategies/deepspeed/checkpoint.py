@@ -10,10 +10,31 @@
 * :meth:`DeepSpeedCheckpointIO.load_weights`: ``load_from`` (a full file, or a
   DeepSpeed checkpoint directory) into a running engine; under ZeRO-3 without
   any rank but rank 0 holding the whole model.
+* :func:`open_deepspeed_directory`: ``load_from`` of a DeepSpeed directory
+  under any strategy (and ``flexgraph ckpt convert``), the
+  ``flexgraph.checkpoint_openers`` entry point named ``deepspeed``. Here, on
+  the run-time side, so that such a ``load_from`` imports none of the offline
+  tools (:mod:`flexgraph.strategies.deepspeed.inspect` describes directories).
+
+Reading the weights goes through DeepSpeed's own ``zero_to_fp32``
+(``get_fp32_state_dict_from_zero_checkpoint``, ``lazy_mode=True``), which
+rebuilds the fp32 master weights from the optimizer files; every file is
+first read the safe way (:func:`read_deepspeed_file`), since the converter
+itself unpickles anything. Memory: the optimizer files are memory-mapped;
+under ZeRO-3 each parameter is gathered from its partitions when it is
+fetched (one tensor at a time), while under ZeRO-1/2 DeepSpeed concatenates
+each parameter group's partitions first (about the fp32 weights' size once,
+as DeepSpeed's own script needs). Without ZeRO (stage 0) the weights are the
+model-states file's ``module``. DeepSpeed's optimizer state is not converted:
+its universal-checkpoint conversion writes DeepSpeed's own format, which only
+DeepSpeed reads.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +55,21 @@ from flexgraph.training.formats import (
     DEEPSPEED_DIRECTORY,
     SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
+    CheckpointSource,
     read_any_checkpoint,
+    weights_layout,
 )
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank, world_size
 
-__all__ = ["DeepSpeedCheckpointIO", "safe_checkpoint_engine", "safe_globals"]
+__all__ = [
+    "DeepSpeedCheckpointIO",
+    "model_states_file",
+    "open_deepspeed_directory",
+    "read_deepspeed_file",
+    "safe_checkpoint_engine",
+    "safe_globals",
+    "zero_stage",
+]
 
 
 def safe_globals() -> list[Any]:
@@ -227,3 +258,139 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
     _load_partitioned(module, weights, not_loaded)  # the same set on every rank
     _refresh_master_weights(engine)
     return left_out
+
+
+def model_states_file(path: Path) -> Path:
+    """``mp_rank_00_model_states.pt``, or under ZeRO-3 rank 0's own.
+
+    Parameters
+    ----------
+    path : Path
+        A DeepSpeed tag directory (it holds ``*model_states.pt``).
+
+    Returns
+    -------
+    Path
+        The model-states file that holds the whole module's state.
+    """
+    return min(path.glob("*model_states.pt"),
+               key=lambda p: (p.name != "mp_rank_00_model_states.pt", p.name))
+
+
+def _deepspeed_classes() -> list[Any]:
+    """:func:`safe_globals`, importing DeepSpeed with its log lines sent to stderr.
+
+    DeepSpeed's logger writes to the ``sys.stdout`` of its import, which is
+    where ``--format json`` prints the summary.
+    """
+    with contextlib.redirect_stdout(sys.stderr):
+        return safe_globals()
+
+
+def read_deepspeed_file(file: Path) -> dict[str, Any]:
+    """One file of a DeepSpeed checkpoint, read safely.
+
+    ``weights_only=True`` with the allow-list of DeepSpeed's own classes
+    (:func:`safe_globals`), memory-mapped: a file holding anything else is
+    refused rather than unpickled.
+
+    Parameters
+    ----------
+    file : Path
+        A ``*model_states.pt`` or ``*optim_states.pt`` file.
+
+    Returns
+    -------
+    dict
+        What the file holds.
+
+    Raises
+    ------
+    CheckpointError
+        The file cannot be read that way, or holds something other than a dict.
+    """
+    try:
+        with torch.serialization.safe_globals(_deepspeed_classes()):
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise CheckpointError(f"DeepSpeed checkpoint file {str(file)!r} cannot be read: "
+                              f"{first}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"DeepSpeed checkpoint file {str(file)!r} holds a "
+                              f"{type(state).__name__}, not DeepSpeed's model states")
+    return state
+
+
+def zero_stage(state: Mapping[str, Any]) -> int:
+    """The ZeRO stage a model-states file was written under (0 without ZeRO).
+
+    Parameters
+    ----------
+    state : Mapping
+        A model-states file's content (:func:`read_deepspeed_file`).
+
+    Returns
+    -------
+    int
+        ``zero_optimization.stage`` of the DeepSpeed config it holds.
+    """
+    config = state.get("ds_config") if isinstance(state.get("ds_config"), Mapping) else {}
+    return int((config.get("zero_optimization") or {}).get("stage", 0) or 0)
+
+
+def _fp32_weights(path: Path) -> dict[str, Any]:
+    """``zero_to_fp32``'s weights (lazy: partitions gathered on ``.contiguous()``), read safely."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    for file in sorted(path.glob("*.pt")):
+        read_deepspeed_file(file)  # refuses what a DeepSpeed checkpoint never holds
+    with contextlib.redirect_stdout(sys.stderr):  # its progress lines, not on stdout
+        try:
+            return dict(get_fp32_state_dict_from_zero_checkpoint(
+                str(path.parent), tag=path.name, lazy_mode=True))
+        except (ValueError, FileNotFoundError, KeyError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise CheckpointError(f"DeepSpeed checkpoint {str(path)!r} cannot be converted to "
+                                  f"weights by DeepSpeed's zero_to_fp32: {first}") from None
+
+
+def open_deepspeed_directory(path: Path) -> CheckpointSource:
+    """A DeepSpeed tag's weights as ``{'state_dict': ...}`` (see the module docstring).
+
+    Parameters
+    ----------
+    path : Path
+        The tag directory ``save_checkpoint`` wrote (``iter_40.ds/``).
+
+    Returns
+    -------
+    CheckpointSource
+        The fp32 weights' layout, each fetched when asked for; DeepSpeed's
+        optimizer partitions are not converted.
+
+    Raises
+    ------
+    CheckpointError
+        A file cannot be read or holds what DeepSpeed never writes, or
+        DeepSpeed's converter refuses the directory (a rank's files missing).
+    """
+    state = read_deepspeed_file(model_states_file(path))
+    if zero_stage(state) == 0:
+        module = state.get("module")
+        if not isinstance(module, Mapping) or not module:
+            raise CheckpointError(f"DeepSpeed checkpoint {str(path)!r} has no module weights")
+        weights: dict[str, Any] = dict(module)
+    else:
+        weights = _fp32_weights(path)
+    layout = weights_layout({k: torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
+                             for k, v in weights.items()})
+    stored = {k.removeprefix("module."): k for k in weights}
+
+    def fetch(key: tuple[Any, ...]) -> torch.Tensor:
+        value = weights[stored[key[-1]]]
+        return value if isinstance(value, torch.Tensor) else value.contiguous()
+
+    return CheckpointSource(path, DEEPSPEED_DIRECTORY.name, layout, fetch,
+                            note="optimizer: DeepSpeed's own partitions are not converted "
+                                 "(weights only, as DeepSpeed's zero_to_fp32 gives them)")

@@ -72,16 +72,40 @@ def fsdp(
 ) -> Strategy:
     """Fully sharded data parallel over a torch.distributed process group.
 
-    Parameters follow mmengine's ``FSDPStrategy``: ``model_wrapper`` (wrap
-    policy, sharding strategy, mixed precision, CPU offload), ``skip_init_weights``
-    (the weights come from ``load_from``), ``state_dict_cfg`` (``'local'``:
-    sharded checkpoints; ``'full'``: one file), ``activation_checkpointing``
-    (``dict(check_fn=...)``; without one, the wrap policy's units are
-    checkpointed), plus ``dist_cfg`` and ``device`` as for DDP.
-    ``checkpoint_format``: ``'portable'`` (the default, unless ``state_dict_cfg``
-    asks for something else: sharded, by parameter name, resumable under every
-    strategy) or ``'native'`` (what ``state_dict_cfg`` says: ``.dcp`` shards or
-    one full file).
+    The parameters follow MMEngine's ``FSDPStrategy``; each is translated to
+    FSDP2 or refused by name.
+
+    Parameters
+    ----------
+    model_wrapper : Mapping, optional
+        Wrap policy, sharding strategy, mixed precision, CPU offload.
+    skip_init_weights : bool, default False
+        Build the model on the meta device and take the weights from
+        ``load_from`` (nothing initialises them).
+    state_dict_cfg : str or Mapping, default 'local'
+        ``'local'``: sharded checkpoints; ``'full'``: one file.
+    activation_checkpointing : Mapping, optional
+        ``dict(check_fn=...)``; without one, the wrap policy's units are
+        checkpointed.
+    dist_cfg, device : optional
+        As for :func:`~flexgraph.strategies.ddp.ddp`: the process group's
+        ``backend`` and ``timeout``, the device to train on.
+    checkpoint_format : {'portable', 'native'}, optional
+        ``'portable'`` (the default, unless ``state_dict_cfg`` asks for something
+        else: sharded, by parameter name, resumable under every strategy) or
+        ``'native'`` (what ``state_dict_cfg`` says: ``.dcp`` shards or one full
+        file).
+
+    Returns
+    -------
+    Strategy
+        ``fsdp``: the rewrites whose order the module docstring explains.
+
+    Raises
+    ------
+    StrategyOptionError
+        An option with no FSDP2 meaning, or a value FSDP2 cannot honour; the
+        message names the key and the fix.
     """
     if checkpoint_format is None:
         checkpoint_format = "portable" if state_dict_cfg == "local" else "native"

@@ -1,7 +1,7 @@
 """``flexgraph ckpt inspect``: a table or JSON on stdout, exit 2 in one line for a non-checkpoint.
 
 Run through ``main(argv)`` in this process; what is read is specified in
-tests/training/test_checkpoint_inspect.py, this is how it is shown.
+tests/training/checkpoint_tools/test_checkpoint_inspect.py, this is how it is shown.
 """
 
 from __future__ import annotations

@@ -12,7 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import (
+
+from flexgraph.training.checkpoint_tools import describe_checkpoint
+from flexgraph.training.formats import DEEPSPEED_DIRECTORY
+from tests.cli.cli_helpers import (
     KILLER,
     QUICKSTART,
     ROOT,
@@ -25,8 +28,7 @@ from cli_helpers import (
     write_config,
 )
 
-from flexgraph.training.checkpoint_tools import describe_checkpoint
-from flexgraph.training.formats import DEEPSPEED_DIRECTORY
+pytestmark = pytest.mark.slow
 
 pytest.importorskip("deepspeed")
 

@@ -12,7 +12,8 @@ import json
 import re
 
 import pytest
-from cli_helpers import QUICKSTART, launch_two, train_losses
+
+from tests.cli.cli_helpers import QUICKSTART, launch_two, train_losses
 
 SOURCE = QUICKSTART.read_text()
 
@@ -38,6 +39,7 @@ def test_the_quickstart_offers_ddp_fsdp_and_deepspeed():
     assert set(STRATEGIES) == {"DDPStrategy", "FSDPStrategy", "DeepSpeedStrategy"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["FSDPStrategy", "DeepSpeedStrategy"])
 def test_the_quickstart_trains_with_its_strategy_line_uncommented(tmp_path, name):
     if name == "DeepSpeedStrategy":

@@ -8,6 +8,8 @@ and resumes from the first run's checkpoint. Describing and converting
 checkpoints (``flexgraph.training.checkpoint_tools``) and the DeepSpeed
 strategy's modules, its checkpoint opener and inspector among them, stay
 unimported: a ``torch.save`` or safetensors path loads no checkpoint plugin.
+A third run loads a DeepSpeed checkpoint directory: that imports the DeepSpeed
+strategy's opener (its run-time checkpoint module), still no offline tool.
 """
 
 from __future__ import annotations
@@ -17,13 +19,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import torch
 from safetensors.torch import save_file
 
 from flexgraph.training.formats import read_checkpoint_file
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.py"
 OFFLINE = ("flexgraph.training.checkpoint_tools", "flexgraph.strategies.deepspeed")
+TOOLS = ("flexgraph.training.checkpoint_tools", "flexgraph.strategies.deepspeed.inspect")
 
 _RUN = """
 import json, sys
@@ -63,3 +70,17 @@ def test_training_loading_and_resuming_import_no_offline_checkpoint_tool(tmp_pat
     assert sorted(p.name for p in (tmp_path / "second").glob("epoch_*")) == ["epoch_2.pth"]
     for imported in (first, second):
         assert not sorted(m for m in imported if m.startswith(OFFLINE))
+
+
+def test_loading_a_deepspeed_directory_imports_its_opener_and_no_offline_tool(tmp_path):
+    _run(tmp_path / "first")
+    weights = read_checkpoint_file(tmp_path / "first" / "epoch_1.pth")["state_dict"]
+    tag = tmp_path / "iter_1.ds"  # a tag directory as DeepSpeed writes it without ZeRO
+    tag.mkdir()
+    torch.save({"module": dict(weights)}, tag / "mp_rank_00_model_states.pt")
+
+    log, second = _run(tmp_path / "second", f"load_from={tag}")
+
+    assert "(read as a DeepSpeed checkpoint directory" in log
+    assert "flexgraph.strategies.deepspeed.checkpoint" in second  # the opener, at run time
+    assert not sorted(m for m in second if m.startswith(TOOLS))

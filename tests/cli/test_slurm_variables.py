@@ -123,9 +123,8 @@ def test_each_rank_takes_the_accelerator_slurm_bound_to_it():
 
 def test_the_command_line_opts_out_or_is_refused_outside_srun(monkeypatch, capsys):
     """``flexgraph run`` in this process (``--dry-run``: it plans, runs nothing)."""
-    from cli_helpers import QUICKSTART
-
     from flexgraph.cli.main import main
+    from tests.cli.cli_helpers import QUICKSTART
 
     monkeypatch.syspath_prepend(str(QUICKSTART.parent))
     for key, value in TASK.items():  # as srun -n4 would start this task

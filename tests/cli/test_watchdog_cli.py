@@ -17,8 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import final_state
-from watch_helpers import (
+
+from flexgraph.cli.watchdog import EXIT_STALLED
+from flexgraph.training.output import LOCK_FILE
+from tests.cli.cli_helpers import final_state
+from tests.cli.watch_helpers import (
     BLOCKING_LINE,
     ITERS,
     Run,
@@ -28,9 +31,6 @@ from watch_helpers import (
     stalled_at,
     write_config,
 )
-
-from flexgraph.cli.watchdog import EXIT_STALLED
-from flexgraph.training.output import LOCK_FILE
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,9 @@ import re
 
 import pytest
 import torch
-from cli_helpers import final_state
-from watch_helpers import STALL_LINE, Run, flexgraph_argv, stalled_at, write_config
+
+from tests.cli.cli_helpers import final_state
+from tests.cli.watch_helpers import STALL_LINE, Run, flexgraph_argv, stalled_at, write_config
 
 GPUS = torch.cuda.device_count()
 pytestmark = [pytest.mark.skipif(GPUS == 0, reason="needs a CUDA device"), pytest.mark.slow]

@@ -128,6 +128,7 @@ def test_the_owner_clears_the_folders_of_other_runs_and_its_own_when_it_ended_we
     assert not (tmp_path / ".watchdog").exists()
 
 
+@pytest.mark.slow
 def test_a_single_process_blocked_in_a_hook_is_stopped_with_its_stack(tmp_path):
     """One process, no launcher: its watchdog says the line itself and ends it (exit 3).
 

@@ -15,8 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmUnavailable, start_cluster
-from watch_helpers import (
+
+from flexgraph.cli.watchdog import EXIT_STALLED
+from flexgraph.training.output import LOCK_FILE
+from tests.cli.slurm_cluster import SlurmUnavailable, start_cluster
+from tests.cli.watch_helpers import (
     BLOCKING_LINE,
     Run,
     assert_resumes,
@@ -24,9 +27,6 @@ from watch_helpers import (
     stalled_at,
     write_config,
 )
-
-from flexgraph.cli.watchdog import EXIT_STALLED
-from flexgraph.training.output import LOCK_FILE
 
 pytestmark = pytest.mark.slow
 

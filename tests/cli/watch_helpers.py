@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from cli_helpers import QUICKSTART, ROOT, final_state
+from tests.cli.cli_helpers import QUICKSTART, ROOT, final_state
 
 ITERS = 23  # one epoch of digits, 32 a batch, on each of two ranks
 TOKEN_VAR = "FLEXGRAPH_TEST_RUN_TOKEN"

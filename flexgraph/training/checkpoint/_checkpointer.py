@@ -147,7 +147,18 @@ def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int, seed: int | N
 
 
 def flat_schedulers(param_schedulers: Any) -> list[Any]:
-    """Every scheduler of a list, or of MMEngine's per-optimizer dict of lists."""
+    """Every scheduler of a list, or of MMEngine's per-optimizer dict of lists.
+
+    Parameters
+    ----------
+    param_schedulers : list or Mapping or None
+        The run's schedulers: a list, or MMEngine's dict of lists per optimizer.
+
+    Returns
+    -------
+    list
+        The schedulers, in order.
+    """
     if isinstance(param_schedulers, Mapping):
         return [s for group in param_schedulers.values() for s in group]
     return list(param_schedulers or [])
@@ -162,7 +173,21 @@ def _scheduler_states(param_schedulers: Any) -> Any:
 
 
 def restore_schedulers(param_schedulers: Any, states: Any) -> None:
-    """Load plain scheduler states saved by :meth:`Checkpointer.snapshot`."""
+    """Load plain scheduler states saved by :meth:`Checkpointer.snapshot`.
+
+    Parameters
+    ----------
+    param_schedulers : list or Mapping
+        The run's schedulers (a list, or a dict of lists per optimizer).
+    states : list or Mapping
+        Their saved plain states, in the same shape.
+
+    Raises
+    ------
+    CheckpointError
+        The checkpoint holds schedulers for other optimizers, or another number
+        of them (another config).
+    """
     if isinstance(param_schedulers, Mapping) or isinstance(states, Mapping):
         mine = dict(param_schedulers) if isinstance(param_schedulers, Mapping) else {}
         saved = dict(states) if isinstance(states, Mapping) else {}
@@ -433,12 +458,12 @@ class Checkpointer:
 
         Parameters
         ----------
-        path:
+        path
             A checkpoint in one of the ``weight_formats`` of the IO or of a
             restorer (:meth:`weight_loader_for`), recognised by its content.
-        model:
+        model
             The model as the run holds it at this step (whole, sharded, an engine).
-        on_read:
+        on_read
             Called with the checkpoint as read, before the weights go in.
 
         Returns

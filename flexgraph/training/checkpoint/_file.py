@@ -133,6 +133,16 @@ def optimizer_keyed_by(state: Any) -> str | None:
     numbers its parameters; torch's full optimizer state dict of a sharded
     model (FSDP, ``state_dict_cfg='full'``) names them. ``None``: no optimizer
     state, or one of another shape (several optimizers).
+
+    Parameters
+    ----------
+    state : Any
+        A saved optimizer state.
+
+    Returns
+    -------
+    str or None
+        ``'name'``, ``'position'``, or ``None``.
     """
     groups = state.get("param_groups") if isinstance(state, dict) else None
     params = [p for g in groups or () if isinstance(g, dict) for p in g.get("params", ())]

@@ -34,7 +34,7 @@ class FileStateRestorer(CheckpointRestorer):
 
     Parameters
     ----------
-    access:
+    access
         How this strategy's model and optimizer take name-keyed state.
     """
 

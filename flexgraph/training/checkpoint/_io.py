@@ -101,9 +101,9 @@ class CheckpointWriter(abc.ABC):
 
         Parameters
         ----------
-        model:
+        model
             The model as the run holds it (whole, wrapped, sharded, an engine).
-        optim_wrapper:
+        optim_wrapper
             MMEngine's optimizer wrapper, or ``None`` (a checkpoint of the weights alone).
 
         Returns
@@ -120,12 +120,12 @@ class CheckpointWriter(abc.ABC):
 
         Parameters
         ----------
-        checkpoint:
+        checkpoint
             The checkpoint dict: ``meta``, the :meth:`states` entries, the
             schedulers, every rank's RNG state, what hooks added.
-        path:
+        path
             A file or a directory to create (it does not exist yet).
-        model, optim_wrapper:
+        model, optim_wrapper
             The live objects, for a format whose engine writes its own state.
 
         Returns
@@ -152,7 +152,7 @@ class CheckpointWriter(abc.ABC):
 
         Parameters
         ----------
-        checkpoint, model, optim_wrapper:
+        checkpoint, model, optim_wrapper
             As :meth:`write` got them.
 
         Returns
@@ -167,7 +167,7 @@ class CheckpointWriter(abc.ABC):
 
         Parameters
         ----------
-        path:
+        path
             A checkpoint of this format, or a partly written one.
         """
         if path.is_dir() and not path.is_symlink():
@@ -193,7 +193,7 @@ class CheckpointRestorer(abc.ABC):
 
         Parameters
         ----------
-        path:
+        path
             Where to look; a path that does not exist holds no format.
 
         Returns
@@ -207,7 +207,7 @@ class CheckpointRestorer(abc.ABC):
 
         Parameters
         ----------
-        path:
+        path
             A would-be checkpoint, a file or a directory.
 
         Returns
@@ -226,7 +226,7 @@ class CheckpointRestorer(abc.ABC):
 
         Parameters
         ----------
-        path:
+        path
             A checkpoint of this format.
 
         Returns
@@ -242,7 +242,7 @@ class CheckpointRestorer(abc.ABC):
 
         Parameters
         ----------
-        path:
+        path
             A candidate checkpoint (``--resume``'s, or one found in the work_dir).
 
         Returns
@@ -265,9 +265,9 @@ class CheckpointRestorer(abc.ABC):
 
         Parameters
         ----------
-        path:
+        path
             A whole checkpoint of this format (:meth:`problem` is ``None``).
-        model, optim_wrapper:
+        model, optim_wrapper
             The live objects, for a format that reads into them (shards, an engine).
 
         Returns
@@ -288,13 +288,13 @@ class CheckpointRestorer(abc.ABC):
 
         Parameters
         ----------
-        checkpoint:
+        checkpoint
             What :meth:`read` returned, as the hooks left it.
-        path:
+        path
             Where it was read from, for messages.
-        model, optim_wrapper:
+        model, optim_wrapper
             The live objects; ``optim_wrapper=None`` restores the weights alone.
-        strict:
+        strict
             Whether every key must match, as ``load_state_dict``'s ``strict``.
 
         Raises
@@ -319,12 +319,12 @@ class WeightLoader(abc.ABC):
 
         Parameters
         ----------
-        path:
+        path
             A checkpoint in one of :attr:`weight_formats`.
-        model:
+        model
             The model as the run holds it at ``load_checkpoint`` (whole,
             sharded, an engine).
-        on_read:
+        on_read
             Called with the checkpoint as read, before the weights go in
             (:data:`NOTHING_READ` where a format loads straight into the model).
 

@@ -66,6 +66,16 @@ def make_manifest(meta: dict[str, Any], model_state: dict[str, Any],
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the portable checkpoint ``path``.
 
+    Parameters
+    ----------
+    path : Path
+        The portable checkpoint's directory.
+
+    Returns
+    -------
+    dict
+        The manifest: format, step, world size, the tensors' names, the plan.
+
     Raises
     ------
     CheckpointError

@@ -55,6 +55,23 @@ def from_mmengine(checkpoint: Any, *, by_epoch: bool, train_dataloader: Any,
     Every other key (``state_dict``, ``optimizer``, extras such as
     ``ema_state_dict``) is kept as it is.
 
+    Parameters
+    ----------
+    checkpoint : Any
+        A checkpoint as read.
+    by_epoch : bool
+        Whether the run's loop is epoch-based.
+    train_dataloader : DataLoader or None
+        The run's; its length converts MMEngine's iteration count.
+    message_hub : MessageHub, optional
+        The run's message hub, which MMEngine's saved one is loaded into.
+
+    Returns
+    -------
+    Any
+        The checkpoint in flexgraph's layout (a new dict), or ``checkpoint`` itself
+        when it is not MMEngine's.
+
     Raises
     ------
     CheckpointError

@@ -149,12 +149,33 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
                    strategy: str | None = None) -> Path:
     """Write a portable checkpoint at ``path`` from a full state keyed by parameter name.
 
-    For converters: one process, no process group needed. ``optimizer_state``
-    is torch's name-keyed layout (``{'state': {name: {...}}, 'param_groups':
-    [{..., 'params': [names]}]}``); ``meta`` the loop position (default: step
-    0); ``extra`` anything else a run restores (``param_schedulers``, ...).
-    ``strategy`` is recorded in the manifest (no plan is). ``path`` must not
-    exist yet.
+    For converters: one process, no process group needed.
+
+    Parameters
+    ----------
+    path : str or Path
+        Where to write; it must not exist yet.
+    model_state : dict of str to torch.Tensor
+        The model's weights by name.
+    optimizer_state : dict, optional
+        torch's name-keyed layout (``{'state': {name: {...}}, 'param_groups':
+        [{..., 'params': [names]}]}``).
+    meta : dict, optional
+        The loop position (default: step 0).
+    extra : dict, optional
+        Anything else a run restores (``param_schedulers``, ...).
+    strategy : str, optional
+        Recorded in the manifest (no plan is).
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    CheckpointError
+        ``path`` exists.
     """
     path = Path(path)
     if path.exists():
@@ -172,8 +193,23 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
 
 
 def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Every tensor a portable (or any DCP) checkpoint holds: ``'model.<name>'`` ->
-    (global shape, dtype), read from ``.metadata`` alone."""
+    """Every tensor a portable (or any DCP) checkpoint holds, read from ``.metadata`` alone.
+
+    Parameters
+    ----------
+    path : str or Path
+        The checkpoint's directory.
+
+    Returns
+    -------
+    dict
+        ``'model.<name>'`` (or ``'optimizer...'``) -> (global shape, dtype).
+
+    Raises
+    ------
+    CheckpointError
+        The metadata cannot be read safely.
+    """
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     metadata = SafeDCPStorage(Path(path)).read_metadata()
@@ -191,6 +227,23 @@ def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:
     """One whole tensor of a portable checkpoint (``'model.fc.weight'``), on the CPU.
 
     Reads only the shards holding it: memory is bounded by the tensor itself.
+
+    Parameters
+    ----------
+    path : str or Path
+        The checkpoint's directory.
+    key : str
+        The tensor's key, as :func:`portable_tensors` lists it.
+
+    Returns
+    -------
+    torch.Tensor
+        The whole tensor.
+
+    Raises
+    ------
+    CheckpointError
+        The checkpoint holds no such tensor.
     """
     held = portable_tensors(path)
     if key not in held:
@@ -230,16 +283,16 @@ class PortableCheckpointIO(CheckpointIO):
 
     Parameters
     ----------
-    access:
+    access
         How this strategy's model and optimizer give and take name-keyed state
         (default: torch's ``state_dict`` API).
-    weights:
+    weights
         The IO that loads ``load_from`` files of other formats into this
         strategy's model (default: one file, every rank).
-    plan:
+    plan
         The plan's JSON dict that each manifest records (the run context's
         ``plan``); ``None``: the manifests record no plan.
-    async_save:
+    async_save
         Write in the background (DCP's ``async_save``): :meth:`write` returns a
         :class:`BackgroundWrite` once the state is staged to CPU memory, and
         the :class:`~flexgraph.training.checkpoint.Checkpointer` puts the

@@ -55,11 +55,11 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None) -> N
 
     Parameters
     ----------
-    module:
+    module
         The module whose ``init_cfg`` names the checkpoint, holding whole tensors.
-    checkpoint:
+    checkpoint
         A local path: a torch.save file or a DCP checkpoint directory.
-    prefix:
+    prefix
         Load only the weights under ``prefix.``, renamed without it (``None``: all).
 
     Raises

@@ -39,10 +39,21 @@ _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
 
 @attrs.frozen
 class WeightsLoaded:
-    """What a non-strict load left out: the model's keys the checkpoint lacks, the
-    checkpoint's keys the model has no place for, and the tensors whose shapes
-    differ (``'head.weight: copying a param with shape ...'``), which keep their
-    previous values, as in MMEngine."""
+    """What a non-strict load left out, as MMEngine warns of it.
+
+    Tensors whose shapes differ keep their previous values, as in MMEngine. The
+    value is false when nothing was left out.
+
+    Parameters
+    ----------
+    missing : tuple of str, default ()
+        The model's keys the checkpoint lacks.
+    unexpected : tuple of str, default ()
+        The checkpoint's keys the model has no place for.
+    mismatched : tuple of str, default ()
+        The tensors of another shape, one line each (``'head.weight: copying a
+        param with shape ...'``).
+    """
 
     missing: tuple[str, ...] = ()
     unexpected: tuple[str, ...] = ()
@@ -93,6 +104,30 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
     refuses a file none of whose keys match, which is a wrong file, not a
     fine-tuning start. The model's ``load_state_dict`` pre-hooks see every
     tensor (mmpretrain's ViT resizes its position embedding there).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (wrapped or not) to load into.
+    checkpoint : Any
+        What was read: a checkpoint dict or a bare ``state_dict``.
+    path : str
+        Where it was read from, for messages.
+    strict : bool
+        Refuse any missing or unexpected key (``resume``) rather than report them
+        (``load_from``).
+
+    Returns
+    -------
+    WeightsLoaded
+        What was left out (nothing under ``strict``).
+
+    Raises
+    ------
+    CheckpointError
+        The model still has parameters on the meta device, none of the file's keys
+        match, or ``load_state_dict`` refuses the weights for another reason than
+        shapes.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     target = unwrap_model(model)
@@ -144,6 +179,27 @@ def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int,
     model's full shapes by key. A ``module.`` prefix is stripped; a tensor of
     another shape is left out (as in MMEngine); a file none of whose keys match
     is refused (``owner`` is the model's class name, for the message).
+
+    Parameters
+    ----------
+    checkpoint : Any
+        What was read: a checkpoint dict or a bare ``state_dict``.
+    path : str
+        Where it was read from, for messages.
+    shapes : Mapping of str to tuple of int
+        The model's full shapes by key.
+    owner : str
+        The model's class name, for the message.
+
+    Returns
+    -------
+    tuple of (dict, WeightsLoaded)
+        The fitting weights by key, and what was left out.
+
+    Raises
+    ------
+    CheckpointError
+        None of the file's keys match.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     named = {k: weights[k] for k in shapes if k in weights}

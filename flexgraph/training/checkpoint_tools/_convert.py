@@ -73,17 +73,17 @@ class Conversion:
 
     Parameters
     ----------
-    source, destination:
+    source, destination
         The paths.
-    source_format:
+    source_format
         The source's format, as recognised.
-    target:
+    target
         One of :data:`TARGETS`.
-    tensors:
+    tensors
         How many tensors were written.
-    largest_tensor_bytes:
+    largest_tensor_bytes
         The largest of them: what the conversion held at once, beside the openers' buffers.
-    left_out:
+    left_out
         What the target format could not hold, in one line each.
     """
 
@@ -120,12 +120,12 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
 
     Parameters
     ----------
-    source:
+    source
         Any checkpoint ``flexgraph ckpt inspect`` reads (torch.save file, DCP
         directory, safetensors file, DeepSpeed directory).
-    destination:
+    destination
         A path that does not exist yet.
-    to:
+    to
         ``'torch'``, ``'safetensors'`` or ``'dcp'`` (see the module docstring).
 
     Returns
@@ -273,13 +273,13 @@ def write_safetensors(path: Path, weights: Mapping[str, torch.Tensor],
 
     Parameters
     ----------
-    path:
+    path
         Where to write (the caller renames it into place).
-    weights:
+    weights
         Name -> a tensor of the right shape and dtype (a meta tensor will do).
-    fetch:
+    fetch
         Name -> the tensor's values on the CPU.
-    metadata:
+    metadata
         The header's ``__metadata__`` (strings only); ``{'format': 'pt'}`` by default.
     """
     header: dict[str, Any] = {"__metadata__": dict(metadata or {"format": "pt"})}

@@ -86,29 +86,29 @@ class CheckpointSummary:
 
     Parameters
     ----------
-    path:
+    path
         The checkpoint (a file or a directory).
-    format:
+    format
         The :class:`CheckpointFormat`'s name.
-    writer:
+    writer
         What wrote it, as far as the content tells (``'flexgraph, FSDP (sharded)'``,
         ``'MMEngine'``, ``'a plain state_dict'``).
-    complete:
+    complete
         Whether it holds a whole checkpoint of its format.
-    problem:
+    problem
         Why not, in one line (``None`` when complete).
-    world_size, epoch, iteration:
+    world_size, epoch, iteration
         From the checkpoint's loop state (``None`` where it has none).
-    parameters:
+    parameters
         Elements of the model's tensors (parameters and buffers).
-    dtypes:
+    dtypes
         Elements of the model's tensors per dtype.
-    contents:
+    contents
         The parts of a training state inside (model, optimizer, schedulers,
         loop state, RNG states, ...).
-    extras:
+    extras
         Other top-level entries: what hooks added (``before_save_checkpoint``).
-    versions:
+    versions
         ``flexgraph_version`` / ``torch_version`` / ``mmengine_version`` /
         ``ds_version`` as recorded.
     """
@@ -141,9 +141,9 @@ class CheckpointInspector:
 
     Parameters
     ----------
-    format:
+    format
         The format it describes (recognised by content).
-    describe:
+    describe
         ``path -> CheckpointSummary``; raises :class:`CheckpointError` naming
         the path when it cannot read it.
     """
@@ -177,9 +177,9 @@ def state_parts(checkpoint: Mapping[str, Any], *, engine_keys: Iterable[str] = (
 
     Parameters
     ----------
-    checkpoint:
+    checkpoint
         A checkpoint's top-level dict (keys only are looked at).
-    engine_keys:
+    engine_keys
         Keys that belong to the format itself, neither parts nor hook extras
         (DeepSpeed's ``module``, ``ds_config``, ...).
 
@@ -313,7 +313,7 @@ def describe_checkpoint(path: str | Path) -> CheckpointSummary:
 
     Parameters
     ----------
-    path:
+    path
         A ``torch.save`` file (flexgraph's, MMEngine's, a plain ``state_dict``),
         a DCP directory, or a format a strategy reads (a DeepSpeed tag directory).
 

@@ -104,6 +104,27 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 
 def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False) -> None:
+    """``torch.distributed.checkpoint.load`` of ``state`` from ``path``, read safely.
+
+    Every rank loads its part (a collective when a process group is up). Metadata
+    and non-tensor values go through the safe unpickler (:class:`SafeDCPStorage`);
+    a failure on any rank is one error naming the directory.
+
+    Parameters
+    ----------
+    state : dict
+        The state to load into, in place: its tensors (or shards) say what to read.
+    path : Path
+        The DCP directory.
+    partial : bool, default False
+        Allow ``state`` to ask for only some of the checkpoint's keys.
+
+    Raises
+    ------
+    CheckpointError
+        The directory cannot be read, holds what the safe unpickler refuses, or
+        lacks a key ``state`` asks for.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
@@ -141,8 +162,19 @@ def dcp_problem(path: Path, *, need_extra: bool = True) -> str | None:
     """What keeps ``path`` from being a whole sharded checkpoint, or ``None``.
 
     Reads ``.metadata`` (small) and the shards' sizes, never the shards.
-    ``need_extra=False`` accepts a DCP checkpoint without flexgraph's
-    ``extra.pth`` (one written by another tool, fine for ``load_from``).
+
+    Parameters
+    ----------
+    path : Path
+        The would-be DCP directory.
+    need_extra : bool, default True
+        Require flexgraph's ``extra.pth``; ``False`` accepts a DCP checkpoint
+        written by another tool (fine for ``load_from``).
+
+    Returns
+    -------
+    str or None
+        One line naming the directory and what is wrong, or ``None``.
     """
     shown = str(path)
     if not path.exists():

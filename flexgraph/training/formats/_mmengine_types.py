@@ -66,7 +66,14 @@ def _history_buffer_statistic(obj: Any, name: str) -> Any:
 
 
 def mmengine_globals() -> list[Any]:
-    """The allow-list, in the form ``torch.serialization.safe_globals`` takes."""
+    """The allow-list, in the form ``torch.serialization.safe_globals`` takes.
+
+    Returns
+    -------
+    list
+        Classes and ``(function, name)`` pairs MMEngine's checkpoints hold (its
+        ``HistoryBuffer``, numpy's arrays and scalars).
+    """
     from mmengine.logging import HistoryBuffer
 
     reconstruct = np.empty(0).__reduce__()[0]  # numpy's own, wherever numpy keeps it

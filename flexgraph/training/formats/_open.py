@@ -77,7 +77,20 @@ def openers() -> tuple[tuple[CheckpointFormat, Opener], ...]:
 
 
 def unrecognised_by(path: Path, formats: Iterable[CheckpointFormat]) -> str:
-    """One line: ``path`` is in none of ``formats``, and what is wrong with it if that shows."""
+    """One line: ``path`` is in none of ``formats``, and what is wrong with it if that shows.
+
+    Parameters
+    ----------
+    path : Path
+        The path.
+    formats : iterable of CheckpointFormat
+        The formats that were tried.
+
+    Returns
+    -------
+    str
+        One line.
+    """
     found = file_problem(path, verify=False) if path.is_file() else None
     line = unrecognised(path, formats, what="checkpoint")
     return line + (f" ({found})" if found else "")
@@ -88,7 +101,7 @@ def open_checkpoint(path: str | Path) -> CheckpointSource:
 
     Parameters
     ----------
-    path:
+    path
         A checkpoint of any format that opens (see :func:`openers`).
 
     Returns
@@ -125,7 +138,7 @@ def read_any_checkpoint(path: str | Path) -> Any:
 
     Parameters
     ----------
-    path:
+    path
         A checkpoint file or directory of any format that opens.
 
     Returns

@@ -50,13 +50,13 @@ class CheckpointFormat:
 
     Parameters
     ----------
-    key:
+    key
         A short identifier (``'deepspeed'``): the name of the entry point
         through which a strategy adds the format's opener (in the
         ``flexgraph.checkpoint_openers`` group).
-    name:
+    name
         How messages name it ("a torch.save file").
-    recognise:
+    recognise
         Whether a path holds this format, judged by its content.
 
     Examples
@@ -139,19 +139,53 @@ PORTABLE_DIRECTORY = CheckpointFormat(
 
 
 def known_formats() -> tuple[CheckpointFormat, ...]:
-    """Every format declared so far (flexgraph's, and those of imported strategies)."""
+    """Every format declared so far (flexgraph's, and those of imported strategies).
+
+    Returns
+    -------
+    tuple of CheckpointFormat
+        In the order they were declared.
+    """
     return tuple(_KNOWN)
 
 
 def format_of(path: Path, formats: Iterable[CheckpointFormat] | None = None
               ) -> CheckpointFormat | None:
-    """The first of ``formats`` (default: every known one) that ``path`` holds."""
+    """The first of ``formats`` (default: every known one) that ``path`` holds.
+
+    Parameters
+    ----------
+    path : Path
+        A file or directory.
+    formats : iterable of CheckpointFormat, optional
+        The formats to try, in order; every known one when ``None``.
+
+    Returns
+    -------
+    CheckpointFormat or None
+        The format ``path`` holds, or ``None`` when none recognises it.
+    """
     return next((f for f in (known_formats() if formats is None else formats)
                  if f.recognise(path)), None)
 
 
 def unrecognised(path: Path, tried: Iterable[CheckpointFormat], *, what: str) -> str:
-    """One line naming ``path``, the formats tried, and what it is when another format knows it."""
+    """One line naming ``path``, the formats tried, and what it is when another format knows it.
+
+    Parameters
+    ----------
+    path : Path
+        The path no format recognised.
+    tried : iterable of CheckpointFormat
+        The formats that were tried.
+    what : str
+        What was expected (``'checkpoint'``, ``'resume checkpoint'``).
+
+    Returns
+    -------
+    str
+        One line.
+    """
     tried = tuple(tried)
     names = " or ".join(f.name for f in tried)
     other = format_of(path, [f for f in known_formats() if f not in tried])

@@ -35,7 +35,23 @@ TORCH_DTYPES = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
 
 
 def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (every tensor's dtype, shape, byte range)."""
+    """The JSON header of a safetensors file (every tensor's dtype, shape, byte range).
+
+    Parameters
+    ----------
+    path : Path
+        A safetensors file.
+
+    Returns
+    -------
+    dict
+        Its header: each tensor's dtype, shape and byte range (and ``__metadata__``).
+
+    Raises
+    ------
+    CheckpointError
+        The header cannot be read or is not a JSON object.
+    """
     try:
         with open(path, "rb") as f:
             length = int.from_bytes(f.read(8), "little")

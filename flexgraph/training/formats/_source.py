@@ -68,7 +68,20 @@ def _mapping_like(original: Mapping[Any, Any], items: Iterator[tuple[Any, Any]])
 
 
 def tensor_paths(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, torch.Tensor]]:
-    """Every tensor inside ``value`` with its path, in order."""
+    """Every tensor inside ``value`` with its path, in order.
+
+    Parameters
+    ----------
+    value : Any
+        A nest of mappings, lists and tuples.
+    path : KeyPath, default ()
+        The key path of ``value`` itself.
+
+    Yields
+    ------
+    tuple of (KeyPath, torch.Tensor)
+        Each tensor with the keys leading to it.
+    """
     if isinstance(value, torch.Tensor):
         yield path, value
     elif isinstance(value, Mapping):
@@ -88,7 +101,22 @@ def element_at(value: Any, path: KeyPath) -> Any:
 
 def replace_tensors(value: Any, make: Callable[[KeyPath, torch.Tensor], Any],
                     path: KeyPath = ()) -> Any:
-    """A copy of ``value`` with ``make(path, tensor)`` in place of every tensor."""
+    """A copy of ``value`` with ``make(path, tensor)`` in place of every tensor.
+
+    Parameters
+    ----------
+    value : Any
+        A nest of mappings, lists and tuples.
+    make : callable
+        ``make(path, tensor)`` gives what replaces each tensor.
+    path : KeyPath, default ()
+        The key path of ``value`` itself.
+
+    Returns
+    -------
+    Any
+        The copy, of the same shape (mapping types kept).
+    """
     if isinstance(value, torch.Tensor):
         return make(path, value)
     if isinstance(value, Mapping):
@@ -105,16 +133,16 @@ class CheckpointSource:
 
     Parameters
     ----------
-    path:
+    path
         The checkpoint (a file or a directory).
-    format_name:
+    format_name
         Its :class:`~flexgraph.training.formats.CheckpointFormat`'s name, for messages.
-    layout:
+    layout
         The checkpoint dict in flexgraph's layout, every tensor a meta tensor.
-    fetch:
+    fetch
         ``KeyPath -> torch.Tensor``: the tensor at a path of ``layout``, whole,
         on the CPU.
-    note:
+    note
         What a conversion leaves out and why (``None``: nothing), said to the user.
     """
 
@@ -138,7 +166,18 @@ class CheckpointSource:
 
 
 def weights_layout(weights: Mapping[str, Any]) -> dict[str, Any]:
-    """``{'state_dict': weights}`` with ``module.`` prefixes stripped, as ``load_from`` does."""
+    """``{'state_dict': weights}`` with ``module.`` prefixes stripped, as ``load_from`` does.
+
+    Parameters
+    ----------
+    weights : Mapping
+        Tensors by key, as a ``state_dict``.
+
+    Returns
+    -------
+    dict
+        ``{'state_dict': {key: tensor}}``.
+    """
     return {"state_dict": {str(k).removeprefix("module."): v for k, v in weights.items()}}
 
 
@@ -239,8 +278,11 @@ def open_dcp_directory(path: Path) -> CheckpointSource:
 
 @contextlib.contextmanager
 def single_process_dcp() -> Iterator[None]:
-    """DCP in this process alone, as asked (``no_dist=True``): without its warning that
-    torch.distributed is not initialised, which here is no news."""
+    """DCP in this process alone, as asked (``no_dist=True``).
+
+    Without its warning that torch.distributed is not initialised, which here is
+    no news.
+    """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         yield

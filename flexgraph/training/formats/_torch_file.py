@@ -57,7 +57,18 @@ def _named(path: Path) -> str:
 
 
 def directory_problem(path: Path) -> str:
-    """Why the directory ``path`` is not a checkpoint file."""
+    """Why the directory ``path`` is not a checkpoint file.
+
+    Parameters
+    ----------
+    path : Path
+        A directory given where a checkpoint file was expected.
+
+    Returns
+    -------
+    str
+        One line saying what the directory is and what to do.
+    """
     if (path / ".metadata").is_file():
         return (f"{_named(path)} is a sharded checkpoint directory (torch.distributed."
                 f"checkpoint), which only FSDP's sharded IO restores (every IO loads its "
@@ -124,7 +135,18 @@ def file_problem(path: Path, *, verify: bool = True) -> str | None:
 
     ``None`` only says nothing was found: a file in torch's legacy (non-zip)
     format, or in no known format, is left for ``torch.load`` to judge.
-    ``verify=False`` skips reading every member for its CRC-32.
+
+    Parameters
+    ----------
+    path : Path
+        The file.
+    verify : bool, default True
+        Read every zip member for its CRC-32; ``False`` checks the structure only.
+
+    Returns
+    -------
+    str or None
+        One line naming the file and what is wrong, or ``None``.
     """
     if not path.exists():
         return f"{_named(path)} does not exist"
@@ -201,9 +223,9 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False) -> Any:
 
     Parameters
     ----------
-    path:
+    path
         A ``torch.save`` file (a flexgraph or MMEngine checkpoint, a raw state dict).
-    mmap:
+    mmap
         Map the tensors' bytes instead of reading them (zip files; torch's
         legacy format is read whole): for looking at shapes and dtypes in
         memory bounded by the metadata, as ``flexgraph ckpt inspect`` does.

@@ -550,14 +550,14 @@ def build_visualizer(cfg: Any, *, name: str, save_dir: str, run_number: int = 0)
 
     Parameters
     ----------
-    cfg:
+    cfg
         The run's config; its ``visualizer`` is read.
-    name:
+    name
         The default name (the run's experiment name). A name an earlier run in
         this process took, given or default, gets ``_<run_number>`` appended:
         MMEngine's ``get_instance`` would hand back that run's visualizer, with
         its ``save_dir``.
-    save_dir:
+    save_dir
         The default ``save_dir`` (``runner.log_dir``): backends write in its
         ``vis_data`` folder.
 

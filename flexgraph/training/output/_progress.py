@@ -31,7 +31,13 @@ __all__ = ["Progress", "open_progress", "read_progress"]
 
 class Progress:
     """The record of one rank: ``{"step": ..., "iter": ..., "every": ...}`` (and ``"done"``
-    once its run finished), rewritten in place."""
+    once its run finished), rewritten in place.
+
+    Parameters
+    ----------
+    path : Path
+        The rank's file in the launcher's progress folder (created, or emptied).
+    """
 
     def __init__(self, path: Path) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -78,7 +84,20 @@ def open_progress(folder: str | os.PathLike[str] | None, rank: int) -> Progress 
 
 
 def read_progress(folder: str | os.PathLike[str], rank: int) -> dict[str, Any]:
-    """The last record of ``rank`` in ``folder`` (empty if it wrote none)."""
+    """The last record of ``rank`` in ``folder`` (empty if it wrote none).
+
+    Parameters
+    ----------
+    folder : str or PathLike
+        The launcher's progress folder.
+    rank : int
+        The rank whose record to read.
+
+    Returns
+    -------
+    dict
+        ``{"step": ..., "iter": ..., "every": ...}``, or ``{}``.
+    """
     try:
         return json.loads((Path(folder) / f"rank{rank}").read_text() or "{}")
     except (OSError, ValueError):

@@ -82,6 +82,22 @@ def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
 
     Rank 0 prints from ``log_level`` up, other ranks errors only. Lines logged
     with ``extra=FILE_ONLY`` never reach the console.
+
+    Parameters
+    ----------
+    timestamp : str
+        The run's name (the logger's instance name).
+    log_level : str or int, default 'INFO'
+        Rank 0's console level.
+    rank : int, default 0
+        This process's rank; other ranks than 0 print errors only.
+    quiet_mmengine : bool, default False
+        Keep MMEngine's own info lines off the console.
+
+    Returns
+    -------
+    MMLogger
+        The logger.
     """
     logger = MMLogger.get_instance(f"flexgraph_{timestamp}_{next(_NUMBERS)}",
                                    logger_name="flexgraph", log_level=log_level)
@@ -95,13 +111,25 @@ def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
 class RunRecord:
     """One run's log file, config and plan in ``work_dir/<timestamp>/`` (see the module doc).
 
+    Parameters
+    ----------
+    logger : MMLogger
+        The run's logger (:func:`console_logger`).
+    timestamp : str
+        The run's name.
+    run_dir : Path
+        The run's folder.
+    file_handler : logging.Handler or None
+        The log file's handler (rank 0), which :meth:`close` removes; ``None`` on
+        the other ranks, which write nothing.
+
     Attributes
     ----------
-    logger:
+    logger
         The run's MMLogger: console as described above, plus the log file on rank 0.
-    timestamp:
+    timestamp
         The run's name (``YYYYmmdd_HHMMSS``, suffixed ``_1``, ``_2``... if taken).
-    run_dir:
+    run_dir
         ``work_dir/<timestamp>`` (created on rank 0 only).
     """
 
@@ -181,18 +209,23 @@ def open_run_record(cfg: Any, settings: RunSettings, plan_json: str, *, rank: in
 
     Parameters
     ----------
-    cfg:
+    cfg
         The run's mmengine ``Config`` (after ``--cfg-options`` and the CLI's flags).
-    settings:
+    settings
         Its settings: the record goes in ``settings.work_dir``, the log at
         ``settings.log_level``.
-    plan_json:
+    plan_json
         The plan about to run, as ``flexgraph plan --format json`` prints it.
-    rank:
+    rank
         This process's global rank; only rank 0 writes.
-    strategy:
+    strategy
         The strategy named on the command line, if any: written into ``config.py``
         so that the config plans the same way again.
+
+    Returns
+    -------
+    RunRecord
+        The record: its logger, timestamp and folder.
     """
     log_level = settings.log_level
     timestamp = time.strftime("%Y%m%d_%H%M%S", time.localtime())

@@ -103,6 +103,25 @@ def setup_process_group(
     (``TORCH_NCCL_TRACE_BUFFER_SIZE``, ``TORCH_NCCL_DUMP_ON_TIMEOUT``; where to:
     ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, which ``flexgraph run`` points into the
     run's watch folder).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config (its ``randomness`` and ``env_cfg`` make the ``Env``;
+        its ``env_cfg.stall_timeout`` the group's timeout when none is given).
+    device : str, optional
+        The device to train on; CUDA when available (this rank's GPU), else the
+        CPU.
+    backend : str, optional
+        The process group's backend: NCCL on CUDA, gloo on the CPU by default.
+    timeout : float, optional
+        Seconds a collective may wait (mmengine's ``dist_cfg`` key); by default
+        longer than every limit of the watchdog, 1800 without one.
+
+    Returns
+    -------
+    Env
+        This rank's environment: device, rank, world size, seeds.
     """
     import torch
     import torch.distributed as dist

@@ -106,8 +106,21 @@ def _seconds(cfg: Any, key: str, default: Any) -> Any:
 def watch_policy(cfg: Any, environ: Any = None) -> WatchPolicy:
     """Read ``env_cfg.stall_timeout`` and ``env_cfg.shutdown_timeout``.
 
-    ``shutdown_timeout`` defaults to ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (in
-    ``environ``, the process's environment by default), as torchrun's does.
+    ``shutdown_timeout`` defaults to ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, as
+    torchrun's does.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config; its ``env_cfg`` section holds the two keys.
+    environ : Mapping, optional
+        Where ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` is looked up; the process's
+        environment by default.
+
+    Returns
+    -------
+    WatchPolicy
+        The bound and the grace period the run is watched with.
 
     Raises
     ------
@@ -128,6 +141,16 @@ def collective_timeout(policy: WatchPolicy) -> float:
     """The process group's timeout when ``dist_cfg`` gives none: longer than every limit
     the watchdog applies, so that a stuck rank is named by the watchdog, not found by a
     collective that timed out; torch's default of 1800 s without a watchdog.
+
+    Parameters
+    ----------
+    policy : WatchPolicy
+        The run's watchdog policy (:func:`watch_policy`).
+
+    Returns
+    -------
+    float
+        Seconds a collective may wait.
 
     Examples
     --------

@@ -521,20 +521,26 @@ class Watchdog:
 
     def _dump_collectives(self) -> None:
         """The flight recorder's record of this rank's last collectives, beside its stacks
-        (``collectives_rank<R>.pkl``, a pickle torch's ``fr_trace`` tool reads)."""
+        (``collectives_rank<R>.pkl``, a pickle torch's ``fr_trace`` tool reads), or why
+        there is none (``collectives_rank<R>.error``)."""
         if not self._records_collectives():
             return
         import torch
 
         c10d = torch._C._distributed_c10d
         nccl = torch.distributed.get_backend() == "nccl"
+        path = self.folder.stacks / f"collectives_rank{self.rank}.pkl"
+        why = "this torch has no flight recorder dump"
         for name in ("_dump_nccl_trace", "_dump_fr_trace") if nccl else ("_dump_fr_trace",):
             dump = getattr(c10d, name, None)
             if dump is not None:
-                with contextlib.suppress(Exception):
-                    path = self.folder.stacks / f"collectives_rank{self.rank}.pkl"
+                try:
                     path.write_bytes(dump())
                     return
+                except Exception as exc:  # noqa: BLE001 (the stacks matter more)
+                    why = f"{name}: {type(exc).__name__}: {exc}"
+        with contextlib.suppress(OSError):  # the reporter waits for one or the other
+            path.with_suffix(".error").write_text(why + "\n")
 
     def _answered_ranks(self, beats: Mapping[int, Mapping[str, Any]]) -> set[int]:
         """The ranks done, or whose stacks (and collectives, where recorded) are written."""
@@ -544,7 +550,8 @@ class Watchdog:
                 stacks = self.folder.stacks_path(rank).read_bytes()
                 collectives = self.folder.stacks / f"collectives_rank{rank}.pkl"
                 if b"most recent call first" in stacks and (
-                        not beats.get(rank, {}).get("collectives") or collectives.exists()):
+                        not beats.get(rank, {}).get("collectives") or collectives.exists()
+                        or collectives.with_suffix(".error").exists()):
                     answered.add(rank)
         return answered
 

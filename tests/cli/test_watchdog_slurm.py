@@ -18,7 +18,6 @@ import pytest
 
 from flexgraph.cli.watchdog import EXIT_STALLED
 from flexgraph.training.output import LOCK_FILE
-from tests.cli.slurm_cluster import SlurmUnavailable, start_cluster
 from tests.cli.watch_helpers import (
     BLOCKING_LINE,
     Run,
@@ -29,16 +28,6 @@ from tests.cli.watch_helpers import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    try:
-        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
-    except SlurmUnavailable as why:
-        pytest.skip(str(why))
-    yield cluster
-    cluster.stop()
 
 
 def _srun(slurm, config: Path, work: Path, *args: str, cwd: Path, **env: str) -> Run:

@@ -65,6 +65,7 @@ def test_a_rank_blocked_in_a_hook_stops_every_task_within_the_bound(slurm, tmp_p
     run, work, stalled = _start(slurm, tmp_path, "sleep", *_bounds(20, 10))
     run.wait()
     assert not run.left, f"left behind: {run.left}"
+    print(f"every process gone {run.gone_at - stalled:.1f} s after the stall")
     assert run.gone_at - stalled <= 20 + 10 + 10, run.gone_at - stalled
     assert run.returncode == EXIT_STALLED, run.stderr[-3000:]
     line = stall_line(run.errors())  # said once, by the rank that reported
@@ -82,6 +83,7 @@ def test_a_stopped_task_is_continued_and_ends_with_the_others(slurm, tmp_path):
     run, work, stalled = _start(slurm, tmp_path, "stop", *_bounds(8, 5))
     run.wait()
     assert not run.left, f"left behind: {run.left}"
+    print(f"every process gone {run.gone_at - stalled:.1f} s after the stall")
     assert run.gone_at - stalled <= 8 + 5 + 15, run.gone_at - stalled
     assert run.returncode == EXIT_STALLED, run.stderr[-3000:]
     errors = run.errors()
@@ -95,6 +97,7 @@ def test_a_killed_task_is_named_by_the_others(slurm, tmp_path):
     run, work, stalled = _start(slurm, tmp_path, "kill", *_bounds(60, 5))
     run.wait()
     assert not run.left, f"left behind: {run.left}"
+    print(f"every process gone {run.gone_at - stalled:.1f} s after the stall")
     assert run.gone_at - stalled <= 15, run.gone_at - stalled
     [error] = run.errors()
     assert error.startswith("error: rank 1 ended without reporting an error "), error
@@ -111,6 +114,7 @@ def test_sigterm_to_sruns_process_group_leaves_no_task_behind(slurm, tmp_path):
     run.signal_group(signal.SIGTERM)
     run.wait()
     assert not run.left, f"left behind: {run.left}"
+    print(f"every process gone {run.gone_at - sent:.1f} s after the signal")
     assert run.gone_at - sent <= 5 + 10, run.gone_at - sent
     assert run.returncode != 0
     _resume(slurm, tmp_path, work, resumed_from=4)
@@ -120,6 +124,7 @@ def test_a_save_failing_on_one_rank_is_the_failure_the_others_report(slurm, tmp_
     run, work, stalled = _start(slurm, tmp_path, "fail_save", *_bounds(60, 5))
     run.wait()
     assert not run.left, f"left behind: {run.left}"
+    print(f"every process gone {run.gone_at - stalled:.1f} s after the stall")
     assert run.gone_at - stalled <= 15, run.gone_at - stalled
     assert run.returncode == 1, run.stderr[-3000:]
     denied = "PermissionError: [Errno 13] Permission denied: 'iter_8'"

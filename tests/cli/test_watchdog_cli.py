@@ -4,7 +4,8 @@ Real runs of two ranks under flexgraph's launcher, each started in a session of 
 own as a terminal or a scheduler starts it, and each found again afterwards by a token
 in its processes' environment (:mod:`watch_helpers`): a rank blocked in a hook, a rank
 stopped with SIGSTOP, a rank killed with SIGKILL, the launcher's process group sent
-SIGTERM while a rank is blocked, every rank leaving with ``os._exit(0)``. Each test
+SIGTERM while a rank is blocked, every rank leaving with ``os._exit(0)``, a save
+failing on one rank, a stall under ``--max-restarts``. Each test
 measures the time from the stall to the last process gone, reads what was printed,
 checks that no process of the run is left, and resumes the run with ``--resume auto``
 to its end.
@@ -156,3 +157,20 @@ def test_under_max_restarts_a_stall_is_a_failure_and_the_group_resumes(tmp_path)
                                 "the last complete checkpoint"), warnings
     assert "iter_4.pth: epoch 0, iter 4 (restart 1 of the group)" in run.stdout
     assert final_state(work)["meta"]["iter"] == ITERS
+
+
+def test_a_save_failing_on_one_rank_is_the_failure_reported_and_the_others_end_at_once(
+        tmp_path):
+    """Rank 1's save raises (not a full device); rank 0, which would wait at the save's
+    barrier, ends at once, and the launcher names rank 1's error, not a transport one."""
+    run, work, stalled = _start(tmp_path, "fail_save", *_bounds(60, 5))
+    run.wait()
+    assert not run.left, f"left behind: {run.left}"
+    print(f"every process gone {run.gone_at - stalled:.1f} s after the failure")
+    assert run.gone_at - stalled <= 15, run.gone_at - stalled
+    assert run.returncode == 1, run.stderr[-3000:]
+    [error] = run.errors()
+    assert error.startswith("error: rank 1 failed in step 'train' after "), error
+    assert error.endswith("PermissionError: [Errno 13] Permission denied: 'iter_8'"), error
+    assert "GLHF" not in run.stderr and "Connection" not in run.stderr
+    _resume(tmp_path, work, resumed_from=4)

@@ -24,6 +24,9 @@ for the same model, optimizer and scheduler:
   split in two: the same hand loop in a process that ran one flexgraph run
   first against a fresh one (the process's share), and flexgraph against that
   hand loop (the loop's share, in processes with the same history).
+* ``watchdog`` (only with ``--only``): ``flexgraph-plain`` with its progress
+  watchdog (on by default) against the same run with it off
+  (``env_cfg.stall_timeout=0``), in the ``hand`` column; the same goal.
 
 A scheduled shape's hand loops step MMEngine's ``LinearLR`` after every
 iteration, as ``ParamSchedulerHook`` does in flexgraph's run. flexgraph runs as
@@ -145,6 +148,9 @@ COMPARISONS = {
     "loop": ("hand-plain-after-flexgraph", "flexgraph-plain", False),
     "after-flexgraph-api": ("hand-api", "hand-api-after-flexgraph", False),
     "loop-api": ("hand-api-after-flexgraph", "flexgraph-api", False),
+    # Opt-in: flexgraph with its progress watchdog (on by default) against the same run
+    # with it off (``env_cfg.stall_timeout=0``): what watching costs per iteration.
+    "watchdog": ("flexgraph-plain-unwatched", "flexgraph-plain", False),
 }
 # glibc's heap, the same in every child (``--glibc-heap fixed``): blocks up to 32 MiB come
 # from the heap, which keeps up to 256 MiB free at its top instead of giving it back.
@@ -284,7 +290,8 @@ def hand_api(shape: Shape, epochs: int, work_dir: str) -> None:
                 scheduler.step()
 
 
-def flexgraph_run(shape: Shape, epochs: int, work_dir: str, api: bool) -> None:
+def flexgraph_run(shape: Shape, epochs: int, work_dir: str, api: bool,
+                  watched: bool = True) -> None:
     """``flexgraph run cfg.py``: the CLI's own entry point, in this process.
 
     Everything a user's run does (load the config file, plan, print the plan
@@ -297,7 +304,8 @@ def flexgraph_run(shape: Shape, epochs: int, work_dir: str, api: bool) -> None:
     from flexgraph.cli.main import main as flexgraph_main
 
     path = _config_file(shape, epochs, api)
-    if flexgraph_main(["run", str(path), "--work-dir", work_dir]) != 0:
+    unwatched = [] if watched else ["--cfg-options", "env_cfg.stall_timeout=0"]
+    if flexgraph_main(["run", str(path), "--work-dir", work_dir, *unwatched]) != 0:
         raise RuntimeError(f"flexgraph run {path} failed")
 
 
@@ -342,6 +350,8 @@ VARIANTS = {
     "hand-api-again": hand_api,
     "flexgraph-plain": lambda s, e, d: flexgraph_run(s, e, d, api=False),
     "flexgraph-api": lambda s, e, d: flexgraph_run(s, e, d, api=True),
+    "flexgraph-plain-unwatched": lambda s, e, d: flexgraph_run(s, e, d, api=False,
+                                                               watched=False),
     "mmengine-api": mmengine_run,
     "hand-plain-after-flexgraph": hand_plain,  # _warmed_up runs flexgraph first
     "hand-api-after-flexgraph": hand_api,
@@ -648,7 +658,7 @@ class _Side:
 
     @property
     def has_goal(self) -> bool:
-        return self.name in ("plain", "api", "terminal")
+        return self.name in ("plain", "api", "terminal", "watchdog")
 
 
 def _chosen_shapes(args: argparse.Namespace) -> list[Shape]:

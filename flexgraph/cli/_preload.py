@@ -8,10 +8,11 @@ server find them imported.
 import atexit
 import os
 
-from flexgraph.cli.forked_ranks import import_quietly
+from flexgraph.cli.forked_ranks import ignore_group_signals, import_quietly
 from flexgraph.training.output import PRELOAD_VAR
 
 import_quietly(filter(None, os.environ.get(PRELOAD_VAR, "").split(",")))
+ignore_group_signals()  # the server outlives a signal sent to its launcher's group
 
 # The server exits when its launcher does, with nothing to write or remove; tearing down
 # the modules above would take another second, while it still holds the launcher's

@@ -25,7 +25,8 @@ initialised, and importing mmengine already asks CUDA for its devices.
 ``flexgraph run --start-method exec|forkserver`` chooses explicitly.
 
 A forked rank behaves as a started one: it leads its own session (the agent
-signals it alone, a terminal's Ctrl-C reaches the launcher only), its
+signals it alone, a terminal's Ctrl-C reaches the launcher only, and the server,
+which would otherwise die of it and leave its ranks behind, ignores it), its
 ``multiprocessing`` start method is the platform's default (its dataloader
 workers fork from it) and its temporary folder its own, its output is
 line-buffered, and its exit status is its run's.
@@ -154,14 +155,34 @@ def _fork_server() -> None:
     server._forkserver_pid = pid
 
 
+GROUP_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+"""Signals a terminal, ``timeout`` or a scheduler sends to the launcher's whole process
+group, which the rank server shares; the launcher forwards them to the ranks."""
+
+
+def ignore_group_signals() -> None:
+    """In the rank server: outlive a signal sent to the launcher's process group.
+
+    The server must live as long as the launcher: torch's agent learns that a
+    forked rank ended through the server (its pipe), and a dead server makes
+    every rank look ended, so the agent would stop none of them and they would
+    be left behind. It exits when the launcher does (its "alive" pipe closes).
+    """
+    for name in GROUP_SIGNALS:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
 def _serve(listener_fd: int, alive_r: int) -> NoReturn:
     """The forked server: multiprocessing's loop, with the launcher's signal handlers reset
-    as a fresh interpreter has them, ending without the launcher's exit handlers."""
+    as a fresh interpreter has them (but for :func:`ignore_group_signals`), ending
+    without the launcher's exit handlers."""
     for number in signal.valid_signals():
         with contextlib.suppress(OSError, ValueError):
             if callable(signal.getsignal(number)):
                 fresh = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
                 signal.signal(number, fresh)
+    ignore_group_signals()
     status = 0
     try:
         multiprocessing.forkserver.main(listener_fd, alive_r, [])
@@ -181,6 +202,13 @@ def become_forked_rank() -> None:
     (:func:`flexgraph.cli.main.run_forked_rank`).
     """
     os.setsid()
+    # The server ignores the signals sent to its launcher's process group; a rank handles
+    # them as a fresh interpreter does (its run installs its own stop handlers).
+    for name in GROUP_SIGNALS:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            number = getattr(signal, name)
+            signal.signal(number, signal.default_int_handler if number == signal.SIGINT
+                          else signal.SIG_DFL)
     # The server set multiprocessing's start method to its own; a fresh interpreter has
     # the platform's default (dataloader workers fork on Linux, not through a server).
     multiprocessing.set_start_method(None, force=True)

@@ -49,12 +49,19 @@ from dataclasses import fields
 from typing import Any
 
 import attrs
-from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerSpec
+from torch.distributed.elastic.agent.server.api import (
+    RunResult,
+    WorkerGroup,
+    WorkerSpec,
+    WorkerState,
+)
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, ProcessFailure
 
 from flexgraph.cli import stopping
 from flexgraph.cli.errors import DEBUG_HINT, describe_error
+from flexgraph.cli.watch_folder import WatchFolder
+from flexgraph.cli.watchdog import EXIT_AFTER_ANOTHER, EXIT_STALLED, failure_line
 from flexgraph.core.executor import StepFailedError
 from flexgraph.training.output import (
     LAUNCHER_PID_VAR,
@@ -197,35 +204,35 @@ def describe_failure(rank: int, failure: ProcessFailure, progress_dir: str | Non
     """Read what ``rank`` left (error file, progress record) into one :class:`Failure`."""
     info = _flexgraph_report(failure)
     if info:
-        if info["status"] == BAD_INPUT:
-            return Failure(rank, BAD_INPUT, info["message"], False, info["time"])
-        where = f" in step {info['step']!r}" if info.get("step") else ""
-        if info.get("iteration") is not None:
-            where += f" after {info['iteration']} iterations"
-        return Failure(rank, CRASH, f"rank {rank} failed{where}: {info['error']}", False,
-                       info["time"])
+        return Failure(rank, info["status"], failure_line(rank, info), False, info["time"])
     progress = read_progress(progress_dir, rank) if progress_dir else {}
     if failure.exitcode < 0:
         what = f"was killed by {_signal_name(failure.exitcode)}"
+    elif failure.exitcode == 0:
+        what = "exited with status 0 before its run finished"
     else:
         what = f"exited with status {failure.exitcode}"
+    # Killed, or gone early without a word: what the others reacted to.
     return Failure(rank, CRASH, f"rank {rank} {what}{_progress_text(progress)}",
-                   failure.exitcode < 0, float(failure.timestamp))
+                   failure.exitcode <= 0, float(failure.timestamp))
 
 
 def root_cause(failures: Mapping[int, ProcessFailure], progress_dir: str | None) -> Failure:
     """The failure to report among those of one attempt.
 
     When one rank fails the agent stops the others with SIGTERM (recorded as
-    failures too), and the ranks still waiting in a collective fail on the
-    closed connection. So: bad input first; then, leaving out the agent's own
-    SIGTERMs, a rank killed by a signal; then the earliest error.
+    failures too), the ranks still waiting in a collective fail on the closed
+    connection, and the others' watchdogs end them
+    (:data:`~flexgraph.cli.watchdog.EXIT_AFTER_ANOTHER`). So: bad input first;
+    then, leaving out the agent's own SIGTERMs and the ranks that followed
+    another, a rank killed by a signal; then the earliest error.
     """
     described = [describe_failure(r, f, progress_dir) for r, f in sorted(failures.items())]
     bad = [f for f in described if f.status == BAD_INPUT]
     if bad:
         return min(bad, key=lambda f: f.time)
-    stopped = {r for r, f in failures.items() if f.exitcode == -signal.SIGTERM}
+    stopped = {r for r, f in failures.items()
+               if f.exitcode in (-signal.SIGTERM, EXIT_AFTER_ANOTHER)}
     causes = [f for f in described if f.rank not in stopped] or described
     return min(causes, key=lambda f: (not f.killed, f.time))
 
@@ -238,22 +245,36 @@ class _ReportingAgent(LocalElasticAgent):
     codes. Bad input stops the restarts: the next attempt would fail the same way.
     """
 
-    def __init__(self, *args: Any, progress_dir: str, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, progress_dir: str,
+                 watch: Callable[[int], WatchFolder] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.progress_dir = progress_dir
+        self.watch = watch
         self.failure: Failure | None = None
         self.restarts = 0
         self.stopped = False
 
+    def _stop_workers(self, worker_group: WorkerGroup) -> None:
+        """Stop the ranks (a failure, a restart) within the grace period, as a stop signal
+        does: torch's own stops wait 30 s whatever the agent's ``shutdown_timeout``."""
+        self._shutdown(timeout=getattr(self, "_shutdown_timeout", 30))
+
+    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        pids = super()._start_workers(worker_group)
+        _bound_close(self._pcontext, getattr(self, "_shutdown_timeout", 30))
+        return pids
+
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         result = super()._monitor_workers(worker_group)
+        result = self._vanished(result, worker_group)
         if not result.is_failed():
             return result
         self._add_ranks_that_left_errors(result, worker_group)
         if stopping.ranks_stopped(result.failures):  # saved on a signal: not to restart
             self.stopped, self._remaining_restarts = True, 0
             return result
-        self.failure = root_cause(result.failures, self.progress_dir)
+        self.failure = (self._stall(worker_group.spec)
+                        or root_cause(result.failures, self.progress_dir))
         if self.failure.status == BAD_INPUT:
             self._remaining_restarts = 0
         elif self._remaining_restarts > 0:
@@ -263,6 +284,39 @@ class _ReportingAgent(LocalElasticAgent):
                   f"from the last complete checkpoint", file=sys.stderr, flush=True)
         return result
 
+
+    def _stall(self, spec: WorkerSpec) -> Failure | None:
+        """The watchdog's report of this attempt, if the ranks stopped on a stall
+        (:mod:`flexgraph.cli.watchdog`)."""
+        if self.watch is None:
+            return None
+        report = self.watch(spec.max_restarts - self._remaining_restarts).read_report()
+        if report is None:
+            return None
+        return Failure(min(report.get("stuck") or [0]), EXIT_STALLED, report["line"], False,
+                       float(report.get("time", time.time())))
+
+    def _vanished(self, result: RunResult, worker_group: WorkerGroup) -> RunResult:
+        """A group whose ranks all ended, some before their run finished, has failed.
+
+        Ranks that exit 0 without their run's last word (``os._exit(0)`` in a hook):
+        forked ranks then return no result and torch would wait for it forever;
+        started ones would count as done.
+        """
+        if result.state == WorkerState.HEALTHY:
+            exits = _exit_statuses(self._pcontext)
+            if not exits or any(status is None for status in exits.values()):
+                return result
+        elif result.state != WorkerState.SUCCEEDED:
+            return result
+        exits = _exit_statuses(self._pcontext)
+        early = {}
+        for worker in worker_group.workers:
+            if not read_progress(self.progress_dir, worker.global_rank).get("done"):
+                early[worker.global_rank] = ProcessFailure(
+                    local_rank=worker.local_rank, pid=worker.id or -1,
+                    exitcode=exits.get(worker.local_rank) or 0, error_file="")
+        return RunResult(state=WorkerState.FAILED, failures=early) if early else result
 
     def _add_ranks_that_left_errors(self, result: RunResult, worker_group: WorkerGroup) -> None:
         """Count every rank that ended badly as failed, not only those the agent saw first.
@@ -280,7 +334,8 @@ class _ReportingAgent(LocalElasticAgent):
                 continue
             path = files.get(worker.local_rank) or ""
             status = exits.get(worker.local_rank)
-            if status in (0, None) and not os.path.isfile(path):
+            finished = read_progress(self.progress_dir, worker.global_rank).get("done")
+            if (status is None or (status == 0 and finished)) and not os.path.isfile(path):
                 continue
             try:
                 failure = ProcessFailure(local_rank=worker.local_rank, pid=worker.id or -1,
@@ -294,6 +349,21 @@ class _ReportingAgent(LocalElasticAgent):
             result.failures[worker.global_rank] = failure
 
 
+def _bound_close(pcontext: Any, grace: float) -> None:
+    """Have every stop of ``pcontext`` (an elastic process context) wait ``grace`` seconds
+    between SIGTERM and SIGKILL.
+
+    torch's contexts stop the other ranks when one fails from inside their own
+    poll, with their default of 30 s; the agent's own stops pass its timeout.
+    """
+    close = type(pcontext).close
+
+    def bounded(death_sig: Any = None, timeout: float | None = None) -> None:
+        close(pcontext, death_sig, grace if timeout is None else timeout)
+
+    pcontext.close = bounded
+
+
 def _exit_statuses(pcontext: Any) -> dict[int, int | None]:
     """``{local rank: exit status}`` of an elastic process context's ranks (None: running).
 
@@ -304,7 +374,7 @@ def _exit_statuses(pcontext: Any) -> dict[int, int | None]:
     if processes is not None:
         return {rank: process.exitcode for rank, process in enumerate(processes)}
     handlers = getattr(pcontext, "subprocess_handlers", None) or {}
-    return {rank: handler.proc.returncode for rank, handler in handlers.items()}
+    return {rank: handler.proc.poll() for rank, handler in handlers.items()}
 
 
 def _torchrun_argv(args: argparse.Namespace, facts: LaunchFacts,
@@ -356,7 +426,8 @@ def _quiet_torch_logs() -> dict[logging.Logger, int]:
     """
     levels = {}
     for name, logger in list(logging.root.manager.loggerDict.items()):
-        if name.startswith("torch.distributed") and isinstance(logger, logging.Logger):
+        if name.startswith(("torch.distributed", "torch.multiprocessing")) and isinstance(
+                logger, logging.Logger):
             levels[logger] = logger.level
             logger.setLevel(logging.CRITICAL)
     return levels
@@ -364,7 +435,8 @@ def _quiet_torch_logs() -> dict[logging.Logger, int]:
 
 def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
                forked: tuple[Callable[..., None], Sequence[str]] | None,
-               preload: Sequence[str]) -> _ReportingAgent:
+               preload: Sequence[str], grace: float,
+               watch: Callable[[int], WatchFolder] | None) -> _ReportingAgent:
     """torchrun's ``run`` (``torch.distributed.run.run`` and ``launch_agent``), with our agent.
 
     torchrun builds ``LocalElasticAgent`` itself, so the few lines that wire the
@@ -386,6 +458,11 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
         first, instead of ``python -m flexgraph``.
     preload : sequence of str
         Modules the rank server imports once for every rank.
+    grace : float
+        Seconds between the SIGTERM and the SIGKILL of every stop of the ranks.
+    watch : callable or None
+        The watch folder of an attempt (by restart count), where the ranks
+        report a stall.
 
     Returns
     -------
@@ -410,6 +487,7 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
         config.start_method, entrypoint, entry_args = "forkserver", forked[0], list(forked[1])
     if not config.run_id:
         config.run_id = str(uuid.uuid4().int)
+    config.shutdown_timeout = grace
     rdzv = RendezvousParameters(
         backend=config.rdzv_backend, endpoint=config.rdzv_endpoint, run_id=config.run_id,
         min_nodes=config.min_nodes, max_nodes=config.max_nodes, local_addr=config.local_addr,
@@ -430,7 +508,7 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
                                                         "shutdown_timeout")
                if name in accepted and hasattr(config, name)}
     agent = _ReportingAgent(spec=spec, logs_specs=config.logs_specs, progress_dir=progress_dir,
-                            **options)
+                            watch=watch, **options)
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     if quiet:
@@ -451,7 +529,8 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
 
 def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
            stop_signals: Sequence[str] = (), preload: Sequence[str] = (),
-           on_stop: Callable[[str], None] | None = None) -> int:
+           on_stop: Callable[[str], None] | None = None, settings: Any = None,
+           run_id: str | None = None) -> int:
     """Start the ranks through torch's elastic agent; return the run's exit status.
 
     ``facts`` are this launch's (node rank, rendezvous, what to resume);
@@ -463,16 +542,26 @@ def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
     import, for the rank server when they are forked
     (:mod:`flexgraph.cli.forked_ranks`, ``--start-method``); ``on_stop`` is told the
     signal's name when this launcher received a stop signal and the ranks saved (a
-    SLURM job then asks to be requeued).
+    SLURM job then asks to be requeued). ``settings`` (a training config's) give
+    the grace period of every stop of the ranks (``env_cfg.shutdown_timeout``) and,
+    with the ``run_id``, the watch folder where the ranks' watchdogs report a stall
+    (:mod:`flexgraph.cli.watchdog`), which the launcher then reports and exits
+    :data:`~flexgraph.cli.watchdog.EXIT_STALLED`.
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser
 
     from flexgraph.cli.forked_ranks import choose_start_method
+    from flexgraph.training.config import watch_policy
 
     parser = get_args_parser()
     torch_args = parser.parse_args(_torchrun_argv(args, facts, parser, stop_signals))
     quiet = not args.debug and "LOGLEVEL" not in os.environ
+    grace = (settings.watch if settings is not None else watch_policy(None)).shutdown_timeout
+    watch = None
+    if settings is not None and run_id is not None:
+        def watch(attempt: int) -> WatchFolder:
+            return WatchFolder.of_run(settings.work_dir, run_id, attempt)
     with tempfile.TemporaryDirectory(prefix="flexgraph-ranks-") as progress_dir:
         handed_down = attrs.evolve(handed_down, progress_dir=progress_dir,
                                    launcher_pid=str(os.getpid()))
@@ -486,7 +575,7 @@ def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
             forked = None
             if choose_start_method(args.start_method) == "forkserver":
                 forked = (args.rank_entrypoint, _rank_argv(args, facts))
-            agent = _run_agent(torch_args, progress_dir, quiet, forked, preload)
+            agent = _run_agent(torch_args, progress_dir, quiet, forked, preload, grace, watch)
         except SignalException as exc:  # the agent forwarded it and waited for the ranks
             note = stopping.stop_note(progress_dir)
             if note:  # the ranks saved
@@ -494,8 +583,10 @@ def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
                 if on_stop is not None:
                     on_stop(exc.sigval.name)
                 return stopping.EXIT_STOPPED
-            print(f"error: stopped by {exc.sigval.name} before the ranks saved a checkpoint",
-                  file=sys.stderr)
+            print(f"error: stopped by {exc.sigval.name} before the ranks saved a checkpoint "
+                  f"(ranks still running {grace:g} s later were killed: "
+                  f"env_cfg.shutdown_timeout); --resume auto continues from the last "
+                  f"complete one", file=sys.stderr)
             return 128 + int(exc.sigval)
         note = stopping.stop_note(progress_dir)
     if agent.stopped:
@@ -510,4 +601,7 @@ def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
     print(f"error: {line}", file=sys.stderr)
     if failure.status == CRASH and not args.debug:
         print(DEBUG_HINT, file=sys.stderr)
+    if failure.status == EXIT_STALLED:
+        print("flexgraph: --resume auto continues from the last complete checkpoint",
+              file=sys.stderr)
     return failure.status

@@ -312,6 +312,10 @@ class _StartupReport:
 def run_command(args: argparse.Namespace) -> int:
     """Run the config; return the exit status."""
     handed_down = LaunchEnv.read(os.environ)  # what a launcher handed this rank, if any
+    if handed_down.launcher_pid is not None:  # a rank of flexgraph's launcher
+        from flexgraph.cli.watchdog import die_with_parent
+
+        die_with_parent()
     launch = LaunchFacts(handed_down=handed_down, progress=open_progress(
         handed_down.progress_dir, int(os.environ.get("RANK", 0))))
     if _is_launched():  # a rank: its errors go to its launcher (flexgraph.cli.launch)
@@ -408,9 +412,9 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         context = attrs.evolve(context, plan=json.loads(plan_text))
     this_run = run_id(handed_down=launch.handed_down.run_id)
     try:
-        with own_work_dir(record_settings, owner=context.rank == 0, this_run=this_run):
-            status = _execute_here(args, hooks, spec, plan, plan_text, inputs, context,
-                                   notes.lines)
+        with own_work_dir(record_settings, owner=context.rank == 0, this_run=this_run) as lock:
+            status = _execute_watched(args, hooks, spec, plan, plan_text, inputs, context,
+                                      record_settings, this_run, lock, notes.lines)
     except TrainingStopped as stop:
         if "TORCHELASTIC_RUN_ID" not in os.environ:  # its launcher asks, not a rank of it
             _requeue(args, stop.signal_name, stop_signals)
@@ -421,6 +425,8 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         from flexgraph.cli.stopping import end_launched_rank
         from flexgraph.training.runtime import leave_process_group
 
+        if launch.progress is not None:
+            launch.progress.finished()  # its launcher tells a finished rank from a vanished one
         leave_process_group()
         end_launched_rank(status)
     return status
@@ -456,6 +462,45 @@ def _derive(args: argparse.Namespace, spec: Any, strategy: Strategy | None, plan
                              lines=tuple(derivation_lines(said)))
 
 
+def _execute_watched(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
+                     plan_text: str, inputs: dict[str, Any], context: RunContext,
+                     settings: Any, this_run: str, lock: Any, derived: Sequence[str] = ()
+                     ) -> int:
+    """:func:`_execute_here` under the progress watchdog (:mod:`flexgraph.cli.watchdog`),
+    when the run has a work_dir and ``env_cfg.stall_timeout`` is not 0; the watch folder
+    of a run that ended well is removed by the work_dir's owner."""
+    from flexgraph.cli.watchdog import start_watchdog
+    from flexgraph.training.errors import TrainingStopped
+
+    watchdog = None
+    if settings is not None:
+        watchdog = start_watchdog(settings, context, this_run,
+                                  release=lock.release if lock is not None else None)
+    if watchdog is None:
+        status = _execute_here(args, hooks, spec, plan, plan_text, inputs, context, derived)
+        _remove_watch_folder(settings, this_run, lock)
+        return status
+    try:
+        status = _execute_here(args, [*hooks, watchdog], spec, plan, plan_text, inputs,
+                               context, derived)
+    except TrainingStopped:
+        raise
+    except Exception as exc:
+        watchdog.failed(exc)  # ends the process here when another rank failed first
+        raise
+    finally:
+        watchdog.stop()
+    _remove_watch_folder(settings, this_run, lock)
+    return status
+
+
+def _remove_watch_folder(settings: Any, this_run: str, lock: Any) -> None:
+    if settings is not None and lock is not None and lock.owned:
+        from flexgraph.cli.watch_folder import remove_run
+
+        remove_run(settings.work_dir, this_run)
+
+
 def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Plan,
                   plan_text: str, launch: LaunchFacts, record_settings: Any,
                   stop_signals: Sequence[str]) -> int:
@@ -480,16 +525,27 @@ def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Pla
             auto_reason=auto.reason if auto else None,
             run_estimate=estimate.to_json() if estimate is not None else None)
         status = launch_ranks(args, launch, handed_down, stop_signals,
-                              preload=_rank_imports(plan, strategy), on_stop=stopped_by.append)
+                              preload=_rank_imports(plan, strategy), on_stop=stopped_by.append,
+                              settings=record_settings, run_id=this_run)
+        if status == 0 and record_settings is not None and launch.node_rank == 0:
+            from flexgraph.cli.watch_folder import remove_run
+
+            remove_run(record_settings.work_dir, this_run)
     for signal_name in stopped_by:  # the work_dir released first: SLURM ends the job now
         _requeue(args, signal_name, stop_signals)
     return status
 
 
 def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[str]) -> None:
-    """After a stop on the preemption signal, in a SLURM job: have SLURM requeue it."""
-    from flexgraph.cli.slurm import requeue_after_stop
+    """After a stop on the preemption signal, in a SLURM job: have SLURM requeue it.
 
+    SLURM cancels the job's step as it requeues it (SIGTERM): this process, which
+    saved and is about to exit 75, ignores it from here on.
+    """
+    from flexgraph.cli.slurm import requeue_after_stop
+    from flexgraph.cli.stopping import ignore_stop_signals
+
+    ignore_stop_signals(signal_name)
     if args.launcher != "none":
         preempt = tuple(s for s in stop_signals if s not in ("SIGTERM", "SIGINT"))
         requeue_after_stop(signal_name, preempt, os.environ)

@@ -58,9 +58,7 @@ def report_stop(stop: TrainingStopped) -> int:
     status 75 into a death by signal. (Called by ``main``, whose process is
     about to exit.)
     """
-    for name in dict.fromkeys([*_IGNORED_ON_EXIT, stop.signal_name]):
-        with contextlib.suppress(ValueError, OSError):  # not the main thread
-            signal.signal(signal.Signals[name], signal.SIG_IGN)
+    ignore_stop_signals(stop.signal_name)
     folder = os.environ.get(PROGRESS_DIR_VAR)
     if folder:
         _leave_note(Path(folder), str(stop), stop.rank)
@@ -69,6 +67,16 @@ def report_stop(stop: TrainingStopped) -> int:
     if "TORCHELASTIC_RUN_ID" in os.environ:
         end_launched_rank(EXIT_STOPPED)
     return EXIT_STOPPED
+
+
+def ignore_stop_signals(signal_name: str) -> None:
+    """Ignore the stop signals (and ``signal_name``, the one that stopped the run) from now
+    to the process's exit: its checkpoint is saved, and a forwarded or repeated signal, or
+    the SIGTERM with which SLURM cancels a job it requeues, must not turn its exit status
+    into a death by signal. (Main thread only; elsewhere a no-op.)"""
+    for name in dict.fromkeys([*_IGNORED_ON_EXIT, signal_name]):
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            signal.signal(signal.Signals[name], signal.SIG_IGN)
 
 
 def end_launched_rank(status: int) -> None:

@@ -53,7 +53,7 @@ def run_id(rendezvous: str | None = None, *, handed_down: str | None = None) -> 
 
 @contextlib.contextmanager
 def own_work_dir(settings: Any, *, owner: bool, this_run: str,
-                 launcher: bool = False) -> Iterator[None]:
+                 launcher: bool = False) -> Iterator[Any]:
     """Hold the run's work_dir for the ``with`` block (``owner``), or check it is free.
 
     ``this_run`` is the run id (:func:`run id <run_id>`) the lock holds, and
@@ -61,20 +61,26 @@ def own_work_dir(settings: Any, *, owner: bool, this_run: str,
     pipeline with no work_dir). A ``launcher``
     keeps no heartbeat thread: it forks its rank server, which must be done
     single-threaded (:mod:`flexgraph.cli.forked_ranks`); its rank 0 keeps the
-    heartbeat of the lock it holds.
+    heartbeat of the lock it holds. The block gets the lock
+    (:class:`~flexgraph.training.output.WorkDirLock`; ``None`` when this process
+    only checked), whose owner also removes what runs that did not end left in
+    the work_dir's watch folders (:mod:`flexgraph.cli.watch_folder`).
     """
+    from flexgraph.cli.watch_folder import remove_other_runs
     from flexgraph.training.output import check_work_dir_owner, take_work_dir
 
     if settings is None:
-        yield
+        yield None
         return
     if not owner:
         check_work_dir_owner(settings.work_dir, this_run)
-        yield
+        yield None
         return
     lock = take_work_dir(settings.work_dir, this_run,
                          **({"heartbeat_every": None} if launcher else {}))
     try:
-        yield
+        if lock.owned:  # a launcher's ranks start later: it clears its own run's too
+            remove_other_runs(settings.work_dir, None if launcher else this_run)
+        yield lock
     finally:
         lock.release()

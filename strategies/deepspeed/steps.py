@@ -45,7 +45,7 @@ def _import_deepspeed() -> Any:
 
 def setup_env(cfg: Any, *, precision: str = "fp32", tensor_parallel: bool = False,
               device: str | None = None, backend: str | None = None,
-              timeout: float = 1800) -> Any:
+              timeout: float | None = None) -> Any:
     """Check the precision against the accelerator, then join the process group."""
     from flexgraph.training.errors import ConfigError
     from flexgraph.training.runtime import setup_process_group

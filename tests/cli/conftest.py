@@ -25,6 +25,7 @@ for _path in (_REPO, _REPO / "examples"):
         sys.path.insert(0, str(_path))
 
 from tests.cli.cli_helpers import same_start  # noqa: E402 (needs the paths above)
+from tests.cli.slurm_cluster import SlurmUnavailable, start_cluster  # noqa: E402
 
 
 @pytest.fixture
@@ -35,3 +36,15 @@ def start_weights(tmp_path: Path) -> str:
     and another) start from these weights (:func:`tests.cli.cli_helpers.same_start`).
     """
     return same_start(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A private SLURM cluster on this host (:mod:`tests.cli.slurm_cluster`), one per
+    test process; the tests that ask for it skip, saying why, where it cannot start."""
+    try:
+        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    except SlurmUnavailable as why:
+        pytest.skip(str(why))
+    yield cluster
+    cluster.stop()

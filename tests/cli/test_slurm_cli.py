@@ -34,7 +34,7 @@ from tests.cli.cli_helpers import (
     train_losses,
     write_config,
 )
-from tests.cli.slurm_cluster import Cluster, SlurmUnavailable, start_cluster
+from tests.cli.slurm_cluster import Cluster
 
 pytestmark = pytest.mark.slow
 
@@ -70,16 +70,6 @@ preemption = dict(check_interval=5)
 custom_imports = dict(imports=['digits', 'killer', 'pause'], allow_failed_imports=False)
 custom_hooks = [dict(type='Record'), dict(type='PauseOnce')]
 """
-
-
-@pytest.fixture(scope="session")
-def slurm(tmp_path_factory):
-    try:
-        cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
-    except SlurmUnavailable as why:
-        pytest.skip(str(why))
-    yield cluster
-    cluster.stop()
 
 
 @pytest.fixture(scope="module")

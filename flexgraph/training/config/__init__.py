@@ -2,7 +2,8 @@
 
 :func:`read_settings`, which reads the config's sections (schedule,
 checkpoint, logger and stop policies, the work_dir, what to load and resume)
-into one frozen :class:`RunSettings` before any step runs, the readers of
+into one frozen :class:`RunSettings` before any step runs (the watchdog's
+bounds among them, :func:`watch_policy`), the readers of
 each section it uses, the table of keys flexgraph acts on and the warning
 for the others, :func:`check_sections`, which refuses a malformed component
 section (hooks, optimizer, schedulers, dataloaders) before anything is built,
@@ -41,11 +42,18 @@ from flexgraph.training.config._settings import (
     train_length,
     work_dir_of,
 )
+from flexgraph.training.config._watch import (
+    LONG_PHASE_ALLOWANCE,
+    WatchPolicy,
+    collective_timeout,
+    watch_policy,
+)
 from flexgraph.training.config._writer import WIDTH, config_text, write_config
 
 __all__ = [
     "ACTED_ON",
     "CheckpointPolicy",
+    "LONG_PHASE_ALLOWANCE",
     "LogProcessorPolicy",
     "LoggerPolicy",
     "NOT_ACTED_ON",
@@ -53,10 +61,12 @@ __all__ = [
     "StopPolicy",
     "TrainLength",
     "TrainSchedule",
+    "WatchPolicy",
     "WIDTH",
     "build_from_cfg",
     "check_paths",
     "check_sections",
+    "collective_timeout",
     "checkpoint_policy",
     "config_text",
     "experiment_name_of",
@@ -75,6 +85,7 @@ __all__ = [
     "type_name",
     "unused_keys",
     "warn_unused_keys",
+    "watch_policy",
     "work_dir_of",
     "write_config",
 ]

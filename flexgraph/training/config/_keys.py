@@ -64,7 +64,7 @@ _SECTION_OPTIONS: dict[str, dict[str, frozenset[str] | str]] = {
         "why": "not supported",
     },
     "env_cfg": {
-        "acted": frozenset({"cudnn_benchmark"}),
+        "acted": frozenset({"cudnn_benchmark", "stall_timeout", "shutdown_timeout"}),
         "why": "the launcher and the strategy set up processes (strategy=dict(dist_cfg=...))",
     },
     "val_cfg": {"acted": frozenset({"type"}), "why": "flexgraph's validation pass has no options"},

@@ -22,6 +22,7 @@ import attrs
 
 from flexgraph.training.config._access import section
 from flexgraph.training.config._checks import check_sections
+from flexgraph.training.config._watch import WatchPolicy, watch_policy
 from flexgraph.training.errors import CheckpointNotFoundError, ConfigError
 
 _LOOP_TYPES = {"EpochBasedTrainLoop": True, "IterBasedTrainLoop": False}
@@ -796,6 +797,8 @@ class RunSettings:
     checkpoint : CheckpointPolicy
     logger : LoggerPolicy
     stop : StopPolicy
+    watch : WatchPolicy
+        ``env_cfg.stall_timeout`` and ``env_cfg.shutdown_timeout`` (the watchdog's).
 
     Examples
     --------
@@ -814,6 +817,7 @@ class RunSettings:
     checkpoint: CheckpointPolicy
     logger: LoggerPolicy
     stop: StopPolicy
+    watch: WatchPolicy = WatchPolicy()
 
     def train_schedule(self, epoch_length: int | None) -> TrainSchedule:
         """The training schedule over ``epoch_length`` batches per pass.
@@ -855,7 +859,7 @@ def read_settings(cfg: Any) -> RunSettings:
     ConfigError
         Any section's reader refuses it (see :func:`train_length`,
         :func:`checkpoint_policy`, :func:`logger_policy`, :func:`stop_policy`,
-        :func:`resume_source`), or a component section is malformed.
+        :func:`watch_policy`, :func:`resume_source`), or a component section is malformed.
     """
     check_sections(cfg)
     load_from = section(cfg, "load_from")
@@ -870,6 +874,7 @@ def read_settings(cfg: Any) -> RunSettings:
         checkpoint=checkpoint_policy(cfg),
         logger=logger_policy(cfg),
         stop=stop_policy(cfg),
+        watch=watch_policy(cfg),
     )
 
 

@@ -30,7 +30,8 @@ __all__ = ["Progress", "open_progress", "read_progress"]
 
 
 class Progress:
-    """The record of one rank: ``{"step": ..., "iter": ..., "every": ...}``, rewritten in place.
+    """The record of one rank: ``{"step": ..., "iter": ..., "every": ...}`` (and ``"done"``
+    once its run finished), rewritten in place.
 
     Parameters
     ----------
@@ -51,6 +52,12 @@ class Progress:
     def iteration(self, iters_done: int, every: int) -> None:
         """``iters_done`` iterations are done; the next record comes at most ``every`` later."""
         self._record.update(iter=iters_done, every=every)
+        self._write()
+
+    def finished(self) -> None:
+        """The rank's run is done: a rank that exits 0 without this record vanished early
+        (``os._exit(0)`` in a hook), which its launcher reports as a failure."""
+        self._record["done"] = True
         self._write()
 
     def _write(self) -> None:

@@ -48,25 +48,75 @@ def visible_device_index(local_rank: int, visible: int) -> int:
                       f"node, or bind one device to each task")
 
 
+FLIGHT_RECORDER_ENTRIES = "2000"
+"""Collectives NCCL's flight recorder keeps per process group, by default (torchtitan's order
+of magnitude): the last ones each rank issued, dumped when a collective times out."""
+_NCCL_DEFAULTS = {
+    # A collective that timed out ends the process without tearing the communicator down
+    # (torch's "SkipCleanUp"; a cleanup can hang on a broken NCCL communicator).
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": FLIGHT_RECORDER_ENTRIES,
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+}
+
+
+def _watched_timeout(cfg: Any, timeout: float | None) -> float:
+    """The process group's timeout: ``dist_cfg.timeout`` as given, else one derived from the
+    watchdog's limits (``env_cfg.stall_timeout``), which then always reports first.
+
+    A given timeout shorter than the watchdog's longest limit is kept, and a warning says
+    what follows: a stall longer than it ends in a collective's timeout error, which names
+    no stuck rank.
+    """
+    from flexgraph.training.config import collective_timeout, watch_policy
+
+    policy = watch_policy(cfg)
+    if timeout is None:
+        return collective_timeout(policy)
+    longest = collective_timeout(policy)
+    if policy.enabled and timeout < longest:
+        import warnings
+
+        warnings.warn(
+            f"dist_cfg.timeout={timeout:g} s is shorter than the watchdog's limits "
+            f"(env_cfg.stall_timeout; up to {longest:g} s for setup steps, first iterations, "
+            f"evaluations and saves): a rank waiting that long in a collective fails with "
+            f"torch's timeout error, which names no stuck rank; leave dist_cfg.timeout "
+            f"unset to have it derived", stacklevel=3)
+    return float(timeout)
+
+
 def setup_process_group(
-    cfg: Any, *, device: str | None = None, backend: str | None = None, timeout: float = 1800
+    cfg: Any, *, device: str | None = None, backend: str | None = None,
+    timeout: float | None = None
 ) -> Env:
     """Join (or create) the process group from torchrun's environment variables.
 
     ``backend`` defaults to NCCL on CUDA and gloo on the CPU; ``timeout`` is in
-    seconds (mmengine's ``dist_cfg`` keys).
+    seconds (mmengine's ``dist_cfg`` keys). Without a ``timeout`` the group's is
+    derived from the watchdog's limits (``env_cfg.stall_timeout``, see
+    :func:`~flexgraph.training.config.collective_timeout`): the watchdog, which
+    names the rank that made no progress, reports before a collective times out.
+    On NCCL, unless the environment says otherwise, a collective that times out
+    ends the process (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``) and NCCL's flight
+    recorder keeps the last collectives and dumps them then
+    (``TORCH_NCCL_TRACE_BUFFER_SIZE``, ``TORCH_NCCL_DUMP_ON_TIMEOUT``; where to:
+    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, which ``flexgraph run`` points into the
+    run's watch folder).
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config (its ``randomness`` and ``env_cfg`` make the ``Env``).
+        The run's config (its ``randomness`` and ``env_cfg`` make the ``Env``;
+        its ``env_cfg.stall_timeout`` the group's timeout when none is given).
     device : str, optional
         The device to train on; CUDA when available (this rank's GPU), else the
         CPU.
     backend : str, optional
         The process group's backend: NCCL on CUDA, gloo on the CPU by default.
-    timeout : float, default 1800
-        Seconds a collective may wait (mmengine's ``dist_cfg`` key).
+    timeout : float, optional
+        Seconds a collective may wait (mmengine's ``dist_cfg`` key); by default
+        longer than every limit of the watchdog, 1800 without one.
 
     Returns
     -------
@@ -87,11 +137,15 @@ def setup_process_group(
         device = f"cuda:{index}"
         torch.cuda.set_device(index)
     if not dist.is_initialized():
+        backend = backend or ("nccl" if device.startswith("cuda") else "gloo")
+        if "nccl" in backend:  # read by ProcessGroupNCCL as it is made
+            for name, value in _NCCL_DEFAULTS.items():
+                os.environ.setdefault(name, value)
         dist.init_process_group(
-            backend or ("nccl" if device.startswith("cuda") else "gloo"),
+            backend,
             rank=rank,
             world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout),
+            timeout=datetime.timedelta(seconds=_watched_timeout(cfg, timeout)),
         )
     return make_env(cfg, device=device, rank=rank, world_size=world_size, local_rank=local_rank)
 

@@ -1,0 +1,165 @@
+"""``env_cfg.stall_timeout`` and ``env_cfg.shutdown_timeout``: how long a run may make no
+progress, and how long its ranks get to stop.
+
+The watchdog that acts on them is the command line's (``flexgraph run``,
+:mod:`flexgraph.cli.watchdog`): every process of a run watches its own
+progress, and one that made none within its limit has the run stopped, with
+every rank's stack in the run's folder. This module only reads the two keys,
+so that their defaults and their checks live where every other key's do, and
+derives from them the timeout the process group is given
+(:func:`collective_timeout`), so that the watchdog, which names the rank at
+fault, reports before a collective times out, which names none.
+
+The limits (see :meth:`WatchPolicy.limit`):
+
+- **an iteration** of the training loop: ``stall_timeout`` seconds; by
+  default the larger of :data:`AUTO_FLOOR` and :data:`AUTO_FACTOR` times the
+  slowest iteration the run has seen so far;
+- **the longer phases**, each the larger of that bound and
+  :data:`LONG_PHASE_ALLOWANCE`: a setup step (rank 0 may build or load a
+  model alone while the others wait for it), the first iteration of a
+  training step (a compile, the first batch of a slow dataset), an evaluation
+  pass and a checkpoint save.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import attrs
+
+from flexgraph.training.config._access import section
+from flexgraph.training.errors import ConfigError
+
+__all__ = ["AUTO_FACTOR", "AUTO_FLOOR", "LONG_PHASE_ALLOWANCE", "PHASES", "WatchPolicy",
+           "collective_timeout", "watch_policy"]
+
+AUTO_FLOOR = 300.0
+"""Seconds: the smallest bound an iteration gets by default."""
+AUTO_FACTOR = 10
+"""By default an iteration may take this many times the slowest one seen so far."""
+LONG_PHASE_ALLOWANCE = 1800.0
+"""Seconds a setup step, a first iteration, an evaluation or a save may make no progress
+(torch's default process-group timeout on gloo: how long the other ranks waited before)."""
+COLLECTIVE_MARGIN = 120.0
+"""Seconds a collective's timeout exceeds the longest limit: the watchdog reports first."""
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+"""Seconds between the SIGTERM and the SIGKILL of a stopping run's ranks: torch's default
+(``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``)."""
+PHASES = ("iteration", "first iteration", "setup", "evaluation", "save")
+"""What a process can be doing when it is watched; every phase but an iteration is long."""
+
+
+@attrs.frozen
+class WatchPolicy:
+    """How long a run may make no progress, and how long its ranks get to stop.
+
+    Parameters
+    ----------
+    stall_timeout : float or None
+        Seconds an iteration may take; ``None``: the default, from what the run
+        has seen (:meth:`iteration_bound`); ``0``: no watchdog.
+    shutdown_timeout : float
+        Seconds a stopping run's ranks get between SIGTERM (they save at the
+        next iteration boundary if they reach it) and SIGKILL.
+
+    Examples
+    --------
+    >>> policy = WatchPolicy(stall_timeout=20)
+    >>> policy.limit("iteration", slowest=0.5), policy.limit("save", slowest=0.5)
+    (20.0, 1800.0)
+    >>> WatchPolicy().limit("iteration", slowest=45.0)
+    450.0
+    """
+
+    stall_timeout: float | None = None
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run is watched at all (``stall_timeout=0`` turns it off)."""
+        return self.stall_timeout != 0
+
+    def iteration_bound(self, slowest: float = 0.0) -> float:
+        """Seconds an iteration may make no progress, ``slowest`` being the slowest seen."""
+        if self.stall_timeout is not None:
+            return float(self.stall_timeout)
+        return max(AUTO_FLOOR, AUTO_FACTOR * slowest)
+
+    def limit(self, phase: str, slowest: float = 0.0) -> float:
+        """Seconds a process in ``phase`` (one of :data:`PHASES`) may make no progress."""
+        bound = self.iteration_bound(slowest)
+        return bound if phase == "iteration" else max(bound, LONG_PHASE_ALLOWANCE)
+
+
+def _seconds(cfg: Any, key: str, default: Any) -> Any:
+    value = section(section(cfg, "env_cfg", {}), key, default)
+    if value is None or value is default:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"env_cfg.{key} must be a number of seconds >= 0, got {value!r}"
+                          + (" (0 turns the watchdog off)" if key == "stall_timeout" else ""))
+    return float(value)
+
+
+def watch_policy(cfg: Any, environ: Any = None) -> WatchPolicy:
+    """Read ``env_cfg.stall_timeout`` and ``env_cfg.shutdown_timeout``.
+
+    ``shutdown_timeout`` defaults to ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, as
+    torchrun's does.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config; its ``env_cfg`` section holds the two keys.
+    environ : Mapping, optional
+        Where ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` is looked up; the process's
+        environment by default.
+
+    Returns
+    -------
+    WatchPolicy
+        The bound and the grace period the run is watched with.
+
+    Raises
+    ------
+    ConfigError
+        Either key is not a number of seconds >= 0.
+    """
+    environ = os.environ if environ is None else environ
+    torch_default = environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+    try:
+        shutdown_default = float(torch_default) if torch_default else DEFAULT_SHUTDOWN_TIMEOUT
+    except ValueError:
+        shutdown_default = DEFAULT_SHUTDOWN_TIMEOUT
+    return WatchPolicy(stall_timeout=_seconds(cfg, "stall_timeout", None),
+                       shutdown_timeout=_seconds(cfg, "shutdown_timeout", shutdown_default))
+
+
+def collective_timeout(policy: WatchPolicy) -> float:
+    """The process group's timeout when ``dist_cfg`` gives none: longer than every limit
+    the watchdog applies, so that a stuck rank is named by the watchdog, not found by a
+    collective that timed out; torch's default of 1800 s without a watchdog.
+
+    Parameters
+    ----------
+    policy : WatchPolicy
+        The run's watchdog policy (:func:`watch_policy`).
+
+    Returns
+    -------
+    float
+        Seconds a collective may wait.
+
+    Examples
+    --------
+    >>> collective_timeout(WatchPolicy(stall_timeout=20))
+    1920.0
+    >>> collective_timeout(WatchPolicy(stall_timeout=0))
+    1800.0
+    """
+    if not policy.enabled:
+        return LONG_PHASE_ALLOWANCE
+    longest = max(policy.limit(phase) for phase in PHASES)
+    return longest + COLLECTIVE_MARGIN

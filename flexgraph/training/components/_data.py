@@ -124,10 +124,18 @@ class SkippableSampler(torch.utils.data.Sampler):
         return getattr(self.sampler, name)
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the wrapped sampler's epoch (its order is a function of seed and epoch)."""
+        """Set the epoch of every sampler it wraps (their order is a function of seed and epoch).
+
+        A batch sampler holds the sampler that shuffles as ``.sampler``, and
+        many (torch's ``BatchSampler``, MMDetection's ``AspectRatioBatchSampler``)
+        have no ``set_epoch`` to pass the epoch on: without reaching the inner
+        sampler too, every epoch would repeat the first one's order. MMEngine's
+        ``DistSamplerSeedHook`` reaches it there as well.
+        """
         self.epoch = epoch
-        if hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(epoch)
+        for sampler in _wrapped_samplers(self.sampler):
+            if callable(getattr(sampler, "set_epoch", None)):
+                sampler.set_epoch(epoch)
 
     def reseed(self, seed: int) -> None:
         """Take over ``seed`` as the base seed (a resumed run's original one).
@@ -142,6 +150,19 @@ class SkippableSampler(torch.utils.data.Sampler):
     def skip_next(self, n: int) -> None:
         """Make the next ``iter()`` start ``n`` items in (indices, or batches)."""
         self._skip = int(n)
+
+
+def _wrapped_samplers(sampler: Any) -> list[Any]:
+    """``sampler``, the sampler it holds as ``.sampler``, that one's, and so on.
+
+    How a batch sampler (or a wrapper of a sampler) holds the sampler that
+    orders the indices; a chain that loops back on itself ends where it does.
+    """
+    chain: list[Any] = []
+    while sampler is not None and not any(sampler is seen for seen in chain):
+        chain.append(sampler)
+        sampler = getattr(sampler, "sampler", None)
+    return chain
 
 
 def end_dataloader_workers() -> None:

@@ -58,6 +58,7 @@ import functools
 import itertools
 import multiprocessing
 import signal
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -172,10 +173,18 @@ def end_dataloader_workers() -> None:
     ignore SIGTERM, so it would wait forever. Registered after
     multiprocessing's own exit handler, so it runs first; a rank forked by
     multiprocessing (which runs no exit handlers) calls it itself.
+
+    Loaders with workers install torch's SIGCHLD handler, which raises when a
+    worker of a live iterator (persistent workers keep theirs) dies by a
+    signal: the kills here would raise it wherever the process then is
+    (multiprocessing's exit, joining its children), and fail a finished run.
+    The process is ending, so SIGCHLD gets its default back first.
     """
-    for child in multiprocessing.active_children():
-        if child.daemon:
-            child.kill()
+    children = [child for child in multiprocessing.active_children() if child.daemon]
+    if children and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in children:
+        child.kill()
 
 
 atexit.register(end_dataloader_workers)

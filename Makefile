@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine:
 #   make quickstart   venv + install + train the quickstart on CPU
-#   make test         venv + install + lint + the test suite
+#   make test         venv + install + lint + the docs + the test suite
 # and one more runs OpenMMLab's own code:
 #   make test-ecosystem   a second venv with the real mmpretrain and mmdet, and
 #                         tests/ecosystem (its first run builds mmcv's operators, below)
@@ -40,7 +40,7 @@ MMDET_IMPORTS := pycocotools terminaltables shapely scipy matplotlib six tqdm
 # atomically: two test workers importing it at once from a fresh venv read a
 # half-written file (EOFError at collection). One import right after the install writes it.
 
-.PHONY: install quickstart test lint bench test-ecosystem test-ecosystem-long test-matrix
+.PHONY: install quickstart test lint docs bench test-ecosystem test-ecosystem-long test-matrix
 
 $(BIN)/flexgraph: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,7 +58,15 @@ quickstart: install
 lint: install
 	$(BIN)/ruff check .
 
-test: lint
+# The documentation (docs/): HTML with warnings as errors, then the pages' doctests.
+# A fresh environment (-E) each time, so every page's warnings surface again. The
+# plan pictures are drawn by Graphviz's dot (Debian's graphviz; .ci/run installs it);
+# without it they show as dot text, except under CI, where that is an error.
+docs: install
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+	$(BIN)/sphinx-build -E -W --keep-going -q -b doctest docs docs/_build/doctest
+
+test: lint docs
 	$(BIN)/pytest -n 2
 
 # The longer tier: every strategy resuming every strategy's checkpoint (6 x 6, ~6 min)

@@ -1,7 +1,10 @@
 """How fast does flexgraph's checkpoint IO save and load, against plain torch.save / torch.load?
 
-Each measurement side by side with its baseline in the same run (the order
-rotating from one repeat to the next, the median kept):
+Every measurement runs in rounds (``_harness.py``): in each round every way,
+the baseline included, saves a fresh file and loads it back, in an order
+that reverses from one round to the next, after a first round at full size
+that is not counted; each ratio is taken against the baseline of the same
+round, and the median over rounds is shown:
 
 (a) One process, a model whose state is ``--size-gb`` in ``--tensors`` float32
     parameters: flexgraph's single-file IO (``FileCheckpointIO``: ``torch.save``
@@ -11,8 +14,9 @@ rotating from one repeat to the next, the median kept):
     (``DistributedCheckpointIO``, single-process; it reads into the model's
     own tensors) against ``torch.save`` + fsync, and ``torch.load`` +
     ``load_state_dict``, of the same tensors. The bare ``torch.save`` (no
-    fsync: the data may still be in the page cache only) is shown too. Goal:
-    at least 0.9x the baseline's speed.
+    fsync: the data may still be in the page cache only) is shown too: it is
+    the same save, timed up to its fsync. Goal: at least 0.9x the baseline's
+    speed.
 (b) Two ranks (gloo, ``torch.distributed.run --standalone``), the same state
     sharded by FSDP2: DCP's sharded save (every rank writes its shards) against
     gathering the full state to rank 0 and ``torch.save`` there (+ fsync).
@@ -45,11 +49,23 @@ time: above 1 is faster)::
 A shared disk's speed varies by tens of percent from one save to the next;
 ``--dir /dev/shm`` (a tmpfs: no disk, fsync does nothing) isolates what the
 code costs.
+
+Why the bare save is timed inside the fsync'd one: timed as two saves of
+their own, one run here read 2.42 s for the bare save and 0.91 s with the
+fsync, which made flexgraph's save read 0.45x of the baseline. A buffered
+write's time depends on the page cache it meets (free pages, or pages to
+reclaim from other files first; dirty pages of earlier writes still being
+written back and throttling new ones), which changes from one save to the
+next on a busy machine and is the same for neither of two saves measured
+apart. One save, timed at its fsync and at its end, is one write: the bare
+row can no longer read slower than the fsync'd one, and each round's ratios
+are taken within the round.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -66,6 +82,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _harness import Rounds, interleave, timed  # noqa: E402 (benchmarks/ is sys.path[0])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -98,11 +116,15 @@ class State(torch.nn.Module):
             for _ in range(tensors))
 
 
-def fsynced_save(obj: object, path: Path) -> None:
+def fsynced_save(obj: object, path: Path) -> float:
+    """``torch.save`` + fsync; the seconds until the data were written, before the fsync."""
+    start = time.perf_counter()
     with open(path, "wb") as f:
         torch.save(obj, f)
         f.flush()
+        written = time.perf_counter() - start
         os.fsync(f.fileno())
+    return written
 
 
 def _drop(path: Path) -> None:
@@ -112,72 +134,76 @@ def _drop(path: Path) -> None:
         path.unlink()
 
 
-def timed(work: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    work()
-    return time.perf_counter() - start
+def seconds(work: Callable[[], object]) -> float:
+    return timed(work).wall
 
 
-def ways_to_checkpoint(model: State) -> dict[str, tuple[Callable[[Path], object],
-                                                        Callable[[Path], object]]]:
-    """Each way's (save to a path, load from it) of ``model``'s state."""
+BASELINE = "torch.save + fsync / torch.load"
+BARE = "torch.save (no fsync) / torch.load"
+
+
+def ways_to_checkpoint(model: State, where: Path) -> dict[str, Callable[[], dict[str, float]]]:
+    """Each way's one measurement of ``model``'s state: save to a fresh file, load it back.
+
+    Each returns its ``save`` and ``load`` seconds; the baseline also the
+    seconds of its save up to the fsync (``write``: the bare save).
+    """
     from flexgraph.training.checkpoint import DistributedCheckpointIO, FileCheckpointIO
 
     weights = model.state_dict()
     meta = {"meta": {"iter": 1, "epoch": 0}}
     file_io, dcp_io = FileCheckpointIO(), DistributedCheckpointIO()
+    files = itertools.count()
 
-    def plain_save(path: Path) -> None:
-        with open(path, "wb") as f:
-            torch.save({"state_dict": weights, **meta}, f)
+    def torch_save(path: Path) -> dict[str, float]:
+        start = time.perf_counter()
+        written = fsynced_save({"state_dict": weights, **meta}, path)
+        return {"write": written, "save": time.perf_counter() - start}
 
-    def plain_load(path: Path) -> None:
+    def torch_load(path: Path) -> None:
         model.load_state_dict(torch.load(path, weights_only=True)["state_dict"])
 
-    def restore(io: FileCheckpointIO | DistributedCheckpointIO, path: Path) -> None:
-        io.apply(io.read(path, model=model), path, model=model, optim_wrapper=None)
+    def io_save(io: FileCheckpointIO | DistributedCheckpointIO) -> Callable[[Path], dict]:
+        return lambda path: {"save": seconds(
+            lambda: io.write({**meta, **io.states(model, None)}, path, model=model))}
+
+    def io_load(io: FileCheckpointIO | DistributedCheckpointIO) -> Callable[[Path], None]:
+        return lambda path: io.apply(io.read(path, model=model), path, model=model,
+                                     optim_wrapper=None)
+
+    def measure(save: Callable[[Path], dict[str, float]],
+                load: Callable[[Path], None]) -> Callable[[], dict[str, float]]:
+        def once() -> dict[str, float]:
+            path = where / f"one-{next(files)}"  # a fresh file in every round
+            os.sync()  # no way pays for the writeback of another's dirty pages
+            figures = save(path)
+            os.sync()
+            figures["load"] = seconds(lambda: load(path))
+            _drop(path)
+            return figures
+        return once
 
     return {
-        "torch.save (no fsync) / torch.load": (plain_save, plain_load),
-        "torch.save + fsync / torch.load": (
-            lambda p: fsynced_save({"state_dict": weights, **meta}, p), plain_load),
-        "flexgraph FileCheckpointIO": (
-            lambda p: file_io.write({**meta, **file_io.states(model, None)}, p, model=model),
-            lambda p: restore(file_io, p)),
-        "flexgraph DistributedCheckpointIO": (
-            lambda p: dcp_io.write({**meta, **dcp_io.states(model, None)}, p, model=model),
-            lambda p: restore(dcp_io, p)),
+        BASELINE: measure(torch_save, torch_load),
+        "flexgraph FileCheckpointIO": measure(io_save(file_io), io_load(file_io)),
+        "flexgraph DistributedCheckpointIO": measure(io_save(dcp_io), io_load(dcp_io)),
     }
 
 
-def one_process(args: argparse.Namespace, where: Path) -> list[tuple[str, float, float]]:
-    """(name, save seconds, load seconds) of each way, medians of ``--repeats`` rounds."""
+def one_process(args: argparse.Namespace, where: Path) -> Rounds:
+    """(a): every way's ``save`` and ``load`` seconds in each of ``--repeats`` rounds,
+    after a round that warms up; the bare save is the baseline's, up to its fsync."""
     torch.set_num_threads(1)
-    warm_up = ways_to_checkpoint(State(1e-5, 1))  # first calls pay for imports, not IO
-    for name, (save, load) in warm_up.items():
-        path = where / f"warm-{abs(hash(name))}"
-        save(path)
-        load(path)
-        _drop(path)
-    ways = ways_to_checkpoint(State(args.size_gb, args.tensors))
-    times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in ways}
-    for round_ in range(args.repeats):
-        names = list(ways)
-        order = names[round_ % len(names):] + names[:round_ % len(names)]  # rotated
-        for name in order:
-            save, load = ways[name]
-            path = where / f"one-{abs(hash(name))}"
-            os.sync()  # no way pays for the writeback of another's dirty pages
-            times[name][0].append(timed(lambda: save(path)))  # noqa: B023
-            os.sync()
-            times[name][1].append(timed(lambda: load(path)))  # noqa: B023
-            _drop(path)
-    return [(name, statistics.median(s), statistics.median(lo))
-            for name, (s, lo) in times.items()]
+    rounds = interleave(ways_to_checkpoint(State(args.size_gb, args.tensors), where),
+                        args.repeats)
+    rounds.values = {BARE: [{"save": r["write"], "load": r["load"]}
+                            for r in rounds.values[BASELINE]], **rounds.values}
+    return rounds
 
 
-def two_ranks(args: argparse.Namespace, where: Path) -> tuple[float, float] | str:
-    """(DCP sharded save, gather to rank 0 + torch.save) seconds on 2 ranks, or why not."""
+def two_ranks(args: argparse.Namespace, where: Path) -> tuple[float, float, float] | str:
+    """(b): medians of the DCP sharded save and of the gather to rank 0 + torch.save
+    seconds on 2 ranks, and of their ratio per round (gathered / sharded); or why not."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                "--standalone", __file__, "--rank-worker", "--size-gb", str(args.size_gb),
                "--tensors", str(args.tensors), "--repeats", str(args.repeats),
@@ -187,8 +213,8 @@ def two_ranks(args: argparse.Namespace, where: Path) -> tuple[float, float] | st
     lines = [x for x in done.stdout.splitlines() if x.startswith("TIMES ")]
     if done.returncode != 0 or not lines:
         return f"failed (exit {done.returncode}): {done.stderr.strip()[-300:]}"
-    sharded, gathered = (float(x) for x in lines[-1].split()[1:3])
-    return sharded, gathered
+    sharded, gathered, ratio = (float(x) for x in lines[-1].split()[1:4])
+    return sharded, gathered, ratio
 
 
 def _train_step(params: list[torch.Tensor]) -> None:
@@ -197,14 +223,11 @@ def _train_step(params: list[torch.Tensor]) -> None:
         torch._foreach_mul_(params, 0.999)
 
 
-def _steady_iteration(params: list[torch.Tensor], count: int) -> float:
-    """Median seconds of ``count`` training iterations with no save going on."""
-    return statistics.median(timed(lambda: _train_step(params)) for _ in range(count))
-
-
 def async_save(args: argparse.Namespace, where: Path) -> dict[str, Any]:
-    """(c): seconds training is blocked by each way of saving, and the iterations the
-    background write slowed (``slowed``: their count, median seconds, steady median)."""
+    """(c): seconds training is blocked by each way of saving (``Rounds``: ``async``,
+    ``sync``, ``torch``, and ``steady``, the median of 5 iterations with no save
+    going on), the first async save's, and the iterations the background write
+    slowed (``during``: their seconds, over the counted rounds)."""
     from flexgraph.training.checkpoint import Checkpointer, PortableCheckpointIO
 
     torch.set_num_threads(1)
@@ -214,13 +237,30 @@ def async_save(args: argparse.Namespace, where: Path) -> dict[str, Any]:
         "async": Checkpointer(where / "async", io=PortableCheckpointIO(async_save=True)),
         "sync": Checkpointer(where / "sync", io=PortableCheckpointIO()),
     }
+    steps = itertools.count()
 
-    def save(way: str, step: int) -> None:
-        checkpointer = checkpointers[way]
+    def save(way: str) -> None:
+        step, checkpointer = next(steps), checkpointers[way]
         checkpoint = checkpointer.snapshot(model=model, optim_wrapper=None,
                                            param_schedulers=None, epoch=0, iteration=step,
                                            batch_idx=step, seed=0)
         checkpointer.save(checkpoint, f"iter_{step}", model=model)
+
+    def in_background() -> dict[str, Any]:
+        blocked = seconds(lambda: save("async"))
+        pending = checkpointers["async"]._pending
+        background = pending.write.future if pending is not None else None
+        during = []
+        while background is not None and not background.done():
+            during.append(seconds(lambda: _train_step(params)))
+        checkpointers["async"].finish_pending()
+        return {"blocked": blocked, "during": during}
+
+    def torch_save() -> dict[str, float]:
+        path = where / f"plain-{next(steps)}.pth"
+        blocked = seconds(lambda: fsynced_save({"state_dict": model.state_dict()}, path))
+        _drop(path)
+        return {"blocked": blocked}
 
     warm = Checkpointer(where / "warm", io=PortableCheckpointIO(async_save=True))
     small = State(1e-5, 1)  # first calls pay for imports and thread start-up, not IO
@@ -228,41 +268,24 @@ def async_save(args: argparse.Namespace, where: Path) -> dict[str, Any]:
                             iteration=0, batch_idx=0, seed=0), "iter_0", model=small)
     warm.finish_pending()
     os.sync()
-    first = timed(lambda: save("async", 0))  # allocates the staging buffers
+    first = seconds(lambda: save("async"))  # allocates the staging buffers
     checkpointers["async"].finish_pending()
-    blocked: dict[str, list[float]] = {"async": [], "sync": [], "torch": []}
-    during: list[float] = []
-    steady: list[float] = []
-    for round_ in range(args.repeats):
-        steady.append(_steady_iteration(params, 5))
-        for way in ("sync", "torch"):
-            os.sync()
-            if way == "torch":
-                blocked[way].append(timed(lambda: fsynced_save(  # noqa: B023
-                    {"state_dict": model.state_dict()}, where / "plain.pth")))
-                _drop(where / "plain.pth")
-            else:
-                blocked[way].append(timed(lambda: save("sync", round_ + 1)))  # noqa: B023
-        os.sync()
-        blocked["async"].append(timed(lambda: save("async", round_ + 1)))  # noqa: B023
-        pending = checkpointers["async"]._pending
-        background = pending.write.future if pending is not None else None
-        while background is not None and not background.done():
-            during.append(timed(lambda: _train_step(params)))
-        checkpointers["async"].finish_pending()
-    for way in ("async", "sync"):
-        _drop(where / way)
-    _drop(where / "warm")
-    return {**{k: statistics.median(v) for k, v in blocked.items()},
-            "async_first": first,
-            "slowed": (len(during) / args.repeats,
-                       statistics.median(during) if during else 0.0,
-                       statistics.median(steady))}
+    rounds = interleave({
+        "steady": lambda: statistics.median(seconds(lambda: _train_step(params))
+                                            for _ in range(5)),
+        "sync": lambda: {"blocked": seconds(lambda: save("sync"))},
+        "torch": torch_save,
+        "async": in_background,
+    }, args.repeats, between=os.sync)
+    for name in ("async", "sync", "warm"):
+        _drop(where / name)
+    return {"rounds": rounds, "first": first,
+            "during": [t for r in rounds.series("async", "during") for t in r]}
 
 
 _CONVERT = """
 import re, sys, threading, time
-from flexgraph.training.checkpoint import convert_checkpoint
+from flexgraph.training.checkpoint_tools import convert_checkpoint
 
 def status(field):
     text = open('/proc/self/status').read()
@@ -310,7 +333,7 @@ def convert_memory(args: argparse.Namespace, where: Path) -> list[tuple[str, int
 
 
 def rank_worker(args: argparse.Namespace) -> None:
-    """One of the two ranks of (b); rank 0 prints ``TIMES <sharded> <gathered>``."""
+    """One of the two ranks of (b); rank 0 prints ``TIMES <sharded> <gathered> <ratio>``."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import fully_shard
@@ -337,70 +360,80 @@ def rank_worker(args: argparse.Namespace) -> None:
         if rank == 0:
             fsynced_save({"state_dict": state, "meta": {"iter": 1}}, where / "gathered.pth")
 
-    times: dict[str, list[float]] = {"sharded": [], "gathered": []}
-    ways = {"sharded": sharded, "gathered": gathered}
-    for round_ in range(args.repeats):
-        for name in (list(ways) if round_ % 2 == 0 else list(reversed(ways))):
+    def timed_on_both(work: Callable[[], None]) -> Callable[[], float]:
+        def once() -> float:
             if rank == 0:
                 os.sync()
             dist.barrier()
             start = time.perf_counter()
-            ways[name]()
+            work()
             dist.barrier()
-            times[name].append(time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
             if rank == 0:
                 _drop(where / "sharded.dcp")
                 _drop(where / "gathered.pth")
             dist.barrier()
+            return elapsed
+        return once
+
+    # Both ranks run the same rounds in the same order (interleave's is fixed).
+    rounds = interleave({"sharded": timed_on_both(sharded),
+                         "gathered": timed_on_both(gathered)}, args.repeats)
     if rank == 0:
-        print(f"TIMES {statistics.median(times['sharded'])} "
-              f"{statistics.median(times['gathered'])}", flush=True)
+        print(f"TIMES {rounds.of('sharded').median} {rounds.of('gathered').median} "
+              f"{rounds.ratio('gathered', 'sharded').median}", flush=True)
     # As a launched rank of flexgraph run ends: leave together, skip the
     # interpreter's teardown (where gloo's threads can abort a finished rank).
     leave_process_group()
     end_launched_rank(0)
 
 
-def report(args: argparse.Namespace, one: list[tuple[str, float, float]] | None,
-           two: tuple[float, float] | str | None, nbytes: int,
+def report(args: argparse.Namespace, one: Rounds | None,
+           two: tuple[float, float, float] | str | None, nbytes: int,
            memory: list[tuple[str, int, int]] | None = None,
            background: dict[str, Any] | None = None) -> list[str]:
-    """The table: seconds, GB/s and speed ratios against the fsync'ed torch baseline."""
+    """The table: seconds, GB/s and speed ratios against the fsync'ed torch baseline
+    (medians over rounds; each ratio taken within its round)."""
     gb = nbytes / 1e9
     lines = [f"checkpoint IO, {gb:.2f} GB in {args.tensors} float32 tensors, "
              f"median of {args.repeats}"]
     if one is not None:
-        base = next(r for r in one if r[0] == "torch.save + fsync / torch.load")
-        bare = next(r for r in one if r[0].startswith("torch.save (no fsync)"))
         lines.append("(a) one process           save s   load s  save GB/s  load GB/s  "
                      "save x  load x  save x(no fsync)")
-        for name, save, load in one:
+        for name in one.values:
+            save, load = one.of(name, "save").median, one.of(name, "load").median
+            speed = [one.ratio(base, name, key).median
+                     for base, key in ((BASELINE, "save"), (BASELINE, "load"), (BARE, "save"))]
             lines.append(f"  {name:<36} {save:7.2f}  {load:7.2f}  {gb / save:9.2f}  "
-                         f"{gb / load:9.2f}  {base[1] / save:6.2f}  {base[2] / load:6.2f}  "
-                         f"{bare[1] / save:6.2f}")
+                         f"{gb / load:9.2f}  {speed[0]:6.2f}  {speed[1]:6.2f}  {speed[2]:6.2f}")
     if two is not None:
         lines.append("(b) two ranks, FSDP2-sharded state      save s")
         if isinstance(two, str):
             lines.append(f"  {two}")
         else:
-            sharded, gathered = two
+            sharded, gathered, ratio = two
             lines.append(f"  DCP sharded save (every rank)        {sharded:7.2f}")
             lines.append(f"  gather to rank 0 + torch.save        {gathered:7.2f}")
-            lines.append(f"  sharded save speed x gathered: {gathered / sharded:.2f}")
+            lines.append(f"  sharded save speed x gathered: {ratio:.2f}")
     if background is not None:
-        b = background
+        rounds = background["rounds"]
+        blocked = {way: rounds.of(way, "blocked").median for way in ("async", "sync", "torch")}
         lines.append("(c) one process, training blocked by a save      blocked s")
-        for label, key in (("portable, async_save=True, first save", "async_first"),
-                           ("portable, async_save=True (buffers reused)", "async"),
-                           ("portable, synchronous (DCP fsyncs)", "sync"),
-                           ("torch.save + fsync", "torch")):
-            lines.append(f"  {label:<44} {b[key]:7.2f}")
-        lines.append(f"  async blocked x synchronous: {b['async'] / b['sync']:.2f}"
-                     f"  x torch.save + fsync: {b['async'] / b['torch']:.2f}")
-        count, during, steady = background["slowed"]
-        lines.append(f"  iterations during the background write: {count:.1f} per save, "
-                     f"median {during:.3f} s vs steady {steady:.3f} s "
-                     f"({during / steady if steady else 0.0:.2f}x)")
+        for label, value in (("portable, async_save=True, first save", background["first"]),
+                             ("portable, async_save=True (buffers reused)", blocked["async"]),
+                             ("portable, synchronous (DCP fsyncs)", blocked["sync"]),
+                             ("torch.save + fsync", blocked["torch"])):
+            lines.append(f"  {label:<44} {value:7.2f}")
+        lines.append(f"  async blocked x synchronous: "
+                     f"{rounds.ratio('async', 'sync', 'blocked').median:.2f}"
+                     f"  x torch.save + fsync: "
+                     f"{rounds.ratio('async', 'torch', 'blocked').median:.2f}")
+        during, steady = background["during"], rounds.of("steady").median
+        slowed = statistics.median(during) if during else 0.0
+        lines.append(f"  iterations during the background write: "
+                     f"{len(during) / args.repeats:.1f} per save, "
+                     f"median {slowed:.3f} s vs steady {steady:.3f} s "
+                     f"({slowed / steady if steady else 0.0:.2f}x)")
     if memory is not None:
         largest = nbytes / args.tensors
         lines.append(f"(d) ckpt convert, fresh process    anon MiB  peak RSS MiB  "

@@ -3,7 +3,8 @@
 Planning runs on every ``flexgraph plan`` and before every ``flexgraph run``, so
 it should never be what a user waits for: the goal is that planning a graph of
 1,000 steps under a strategy of 20 rewrites costs less than importing flexgraph
-(measured here in fresh interpreters, median of several).
+(measured in fresh interpreters, in the same interleaved rounds as the plans:
+``_harness.py``; medians).
 
 The generated graphs are made of groups of five steps, shaped like a training
 graph: one producer, two in-place updaters (a chain), two consumers. The
@@ -19,7 +20,7 @@ device, one step traced there) is timed against a bare ``python -c "import
 torch"``, both in fresh processes (medians, after one untimed round that
 leaves every module's bytecode cached, as an installed package has it), for
 ViT-huge/14 (632 M parameters, batch 128) and a 7B Llama-style decoder (4096
-tokens), and for ``--compare`` of the README's four candidates on ViT-huge
+tokens), and for ``--compare`` of the four candidates in docs/guide/memory.rst on ViT-huge
 (three traces: fp32, AMP fp16, DeepSpeed's fp16); the goal is within 3x, with
 a peak RSS under 1 GiB (``--estimate-repeats 0`` skips it).
 
@@ -30,14 +31,16 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import os
 import pstats
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _harness import Clocks, interleave, timed
 
 from flexgraph import (
     Configure,
@@ -61,7 +64,7 @@ ESTIMATED = {
     "ViT-huge/14, batch 128": [str(VIT_HUGE), "--estimate"],
     "Llama 7B, 4096 tokens": [str(ROOT / "examples" / "estimate" / "llama_7b_8xb1_fsdp.py"),
                               "--estimate"],
-    # the comparison of MMEngine's PR #1183 (README): four candidates, three traces
+    # the comparison of MMEngine's PR #1183 (docs/guide/memory.rst): four candidates, three traces
     "ViT-huge/14, --compare 4": [str(VIT_HUGE), "--compare",
                                  "ddp,ddp:fp16,deepspeed:zero1:fp16,deepspeed:zero3:fp16"],
 }
@@ -110,29 +113,11 @@ def generated_strategy(n: int) -> Strategy:
     return Strategy("bench", rewrites)
 
 
-def median_seconds(func: object, repeats: int) -> tuple[float, float]:
-    """Median wall time and median CPU time of ``func()`` (CPU time shrugs off a busy box)."""
-    wall, cpu = [], []
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        func()  # type: ignore[operator]
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return statistics.median(wall), statistics.median(cpu)
-
-
-def import_seconds(repeats: int) -> float:
-    """Median cost of ``import flexgraph`` in a fresh interpreter."""
-    code = (
-        "import time; t = time.perf_counter(); import flexgraph; "
-        "print(time.perf_counter() - t)"
-    )
-    runs = [
-        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             check=True).stdout)
-        for _ in range(repeats)
-    ]
-    return statistics.median(runs)
+def import_seconds() -> float:
+    """The cost of ``import flexgraph`` in a fresh interpreter."""
+    code = "import time; t = time.perf_counter(); import flexgraph; print(time.perf_counter() - t)"
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True).stdout)
 
 
 def _timed_process(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
@@ -165,22 +150,17 @@ def estimate_ratios(repeats: int) -> None:
     commands.update({label: [sys.executable, "-m", "flexgraph", "plan", *plan_args,
                              "--world-size", "8", "--device-memory", "80GB"]
                      for label, plan_args in ESTIMATED.items()})
-    for argv in commands.values():
-        _timed_process(argv, env)
-    bare: list[float] = []
-    runs: dict[str, list[tuple[float, int]]] = {label: [] for label in ESTIMATED}
-    for _ in range(repeats):
-        bare.append(_timed_process(commands["import torch"], env)[0])
-        for label in ESTIMATED:
-            runs[label].append(_timed_process(commands[label], env))
-    torch_s = statistics.median(bare)
+    rounds = interleave({label: functools.partial(_timed_process, argv, env)
+                         for label, argv in commands.items()}, repeats)
+    torch_s = rounds.of("import torch", 0).median
     print(f"\nimport torch: {torch_s:.2f} s (median of {repeats} fresh processes, "
           f"interleaved with the estimates)")
     print(f"{'plan of':<24} {'seconds':>8} {'/ import torch':>15} {'peak RSS (MiB)':>15}")
-    for label, timed in runs.items():
-        seconds = statistics.median(r[0] for r in timed)
-        rss = max(r[1] for r in timed)
-        print(f"{label:<24} {seconds:>8.2f} {seconds / torch_s:>15.2f} {rss / 2**20:>15.0f}")
+    for label in ESTIMATED:
+        seconds = rounds.of(label, 0).median
+        ratio = rounds.ratio(label, "import torch", 0).median
+        rss = rounds.of(label, 1).max
+        print(f"{label:<24} {seconds:>8.2f} {ratio:>15.2f} {rss / 2**20:>15.0f}")
 
 
 def reference_check_seconds(n: int, repeats: int) -> float:
@@ -196,11 +176,12 @@ def reference_check_seconds(n: int, repeats: int) -> float:
                      for i in range(n)]
             plan = make_plan(Graph.of(steps))
 
-            def check() -> None:
+            def check() -> Clocks:
                 source_names._module_names.cache_clear()  # cold: every source parsed again
-                assert references.check_references(plan) == []
+                return timed(lambda: references.check_references(plan))
 
-            return median_seconds(check, repeats)[0]
+            assert references.check_references(plan) == []
+            return interleave({"check": check}, repeats).of("check", "wall").median
         finally:
             sys.path.remove(folder)
 
@@ -213,18 +194,23 @@ def main() -> int:
                         help="fresh processes per --estimate timing (0: skip)")
     args = parser.parse_args()
 
-    imported = import_seconds(args.repeats)
-    print(f"import flexgraph: {imported * 1e3:8.1f} ms (median of {args.repeats} fresh processes)")
-    print(f"{'steps':>6} {'rewrites':>8} {'plan (ms)':>10} {'cpu (ms)':>9} {'plan / import':>14}")
-    slowest = 0.0
-    for n in SIZES:
-        graph, strategy = generated_graph(n), generated_strategy(n)
+    graphs = {n: (generated_graph(n), generated_strategy(n)) for n in SIZES}
+    for n, (graph, strategy) in graphs.items():
         plan = make_plan(graph, strategy)
         assert len(plan.rewrites) == 20 and len(plan.order) == n + 6 - 1
-        seconds, cpu = median_seconds(lambda g=graph, st=strategy: make_plan(g, st), args.repeats)
-        slowest = seconds
+    # Planning and the import it is held against, measured in the same rounds.
+    rounds = interleave({"import": import_seconds,
+                         **{n: functools.partial(timed, functools.partial(make_plan, g, st))
+                            for n, (g, st) in graphs.items()}}, args.repeats)
+    imported = rounds.of("import").median
+    print(f"import flexgraph: {imported * 1e3:8.1f} ms (median of {args.repeats} fresh processes, "
+          f"interleaved with the plans)")
+    print(f"{'steps':>6} {'rewrites':>8} {'plan (ms)':>10} {'cpu (ms)':>9} {'plan / import':>14}")
+    for n, (_, strategy) in graphs.items():
+        seconds, cpu = rounds.of(n, "wall").median, rounds.of(n, "cpu").median
         print(f"{n:>6} {len(strategy.rewrites):>8} {seconds * 1e3:>10.1f} {cpu * 1e3:>9.1f} "
-              f"{seconds / imported:>14.2f}")
+              f"{rounds.ratio(n, 'import', 'wall').median:>14.2f}")
+    slowest = rounds.of(SIZES[-1], "wall").median
     verdict = "under" if slowest < imported else "OVER"
     print(f"planning {SIZES[-1]} steps is {verdict} the cost of importing flexgraph")
     checked = reference_check_seconds(SIZES[-1], args.repeats)

@@ -31,8 +31,9 @@ own: the bare interpreter, ``import torch``, ``import flexgraph``, ``import
 mmengine.config``, ``import mmengine.model`` (which imports ``mmengine.optim``)
 and ``import mmengine.runner``.
 
-Runs alternate between the commands (order reversed every other round, after
-one warm-up round that is not counted), with the working directory and every
+Runs alternate between the commands in rounds (``_harness.py``: the order
+reversed every other round, after one warm-up round that is not counted;
+ratios taken within each round), with the working directory and every
 work_dir in a temporary folder; medians of ``--runs`` each. Run::
 
     python benchmarks/startup.py [--runs N]
@@ -46,7 +47,6 @@ import importlib.metadata
 import importlib.util
 import itertools
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,6 +55,7 @@ from pathlib import Path
 
 import _tiny
 import _tiny_mm
+from _harness import Clocks, interleave
 from mmengine.registry import DATASETS, HOOKS, MODELS
 
 HERE = Path(__file__).resolve().parent
@@ -108,7 +109,7 @@ def _import_only(module: str | None) -> list[str]:
 
 
 def _time_to_stamp(argv: list[str], cwd: str, env: dict[str, str],
-                   deepspeed_seen: set[str]) -> tuple[float, float]:
+                   deepspeed_seen: set[str]) -> Clocks:
     """Wall seconds from right before ``Popen`` to the stamp, and the child's CPU seconds."""
     start = time.time()
     child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -125,7 +126,7 @@ def _time_to_stamp(argv: list[str], cwd: str, env: dict[str, str],
     deepspeed_seen.update(line.split()[1] for line in out.splitlines()
                           if line.startswith(DEEPSPEED_LINE))
     wall, cpu = stamps[0]
-    return float(wall) - start, float(cpu)
+    return Clocks(float(wall) - start, float(cpu))
 
 
 def _write_config(folder: Path, name: str, model: str) -> Path:
@@ -180,18 +181,9 @@ def main() -> None:
             PAIRS[1][1]: lambda: [sys.executable, str(HERE / "_tiny.py")],
             **{_shown(module): functools.partial(_import_only, module) for module in IMPORTS},
         }
-        seconds: dict[str, list[float]] = {name: [] for name in commands}
-        cpu: dict[str, list[float]] = {name: [] for name in commands}
-        for round_ in range(-1, args.runs):  # round -1 warms the file cache, not counted
-            order = list(commands) if round_ % 2 == 0 else list(reversed(commands))
-            for name in order:
-                elapsed, used = _time_to_stamp(commands[name](), tmp, env, deepspeed_seen)
-                if round_ >= 0:
-                    seconds[name].append(elapsed)
-                    cpu[name].append(used)
+        rounds = interleave({name: (lambda name=name: _time_to_stamp(
+            commands[name](), tmp, env, deepspeed_seen)) for name in commands}, args.runs)
 
-    median = {name: statistics.median(times) for name, times in seconds.items()}
-    median_cpu = {name: statistics.median(times) for name, times in cpu.items()}
     imported = {"True": "yes", "False": "no"}
     print(f"process start -> end of the first training iteration, median of {args.runs} "
           f"runs (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
@@ -199,15 +191,16 @@ def main() -> None:
           f"{' / '.join(imported[seen] for seen in sorted(deepspeed_seen)) or '?'}")
     for ours, hand in PAIRS:
         for name in (ours, hand):
-            print(f"  {name:<28} {median[name]:6.3f} s  CPU {median_cpu[name]:6.3f} s  "
-                  f"(runs: {' '.join(f'{t:.3f}' for t in seconds[name])})")
-        extra = median[ours] - median[hand]
+            print(f"  {name:<28} {rounds.of(name, 'wall').median:6.3f} s  "
+                  f"CPU {rounds.of(name, 'cpu').median:6.3f} s  "
+                  f"(runs: {' '.join(f'{t:.3f}' for t in rounds.series(name, 'wall'))})")
+        extra = rounds.of(ours, "wall").median - rounds.of(hand, "wall").median
         goal = "  (goal <= 1.15)" if ours == PAIRS[0][0] else ""
-        print(f"ratio {ours} / {hand}: {median[ours] / median[hand]:.2f} ({extra:+.3f} s), "
-              f"CPU {median_cpu[ours] / median_cpu[hand]:.2f}{goal}")
+        print(f"ratio {ours} / {hand}: {rounds.ratio(ours, hand, 'wall').median:.2f} "
+              f"({extra:+.3f} s), CPU {rounds.ratio(ours, hand, 'cpu').median:.2f}{goal}")
     print("where it goes: the same measurement, each child stamping right after its import")
     for name in map(_shown, IMPORTS):
-        print(f"  {name:<34} {median[name]:6.3f} s")
+        print(f"  {name:<34} {rounds.of(name, 'wall').median:6.3f} s")
 
 
 if __name__ == "__main__":

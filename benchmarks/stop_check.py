@@ -5,7 +5,8 @@ iteration: ``if it >= next_event or stop.pending`` instead of
 ``if it >= next_event`` (``stop.pending`` is an attribute a single process's
 signal handler sets; several ranks agree at scheduled events instead, which
 cost nothing in between). This script times both forms of that loop
-condition, alternating, in the same process, and sets the difference against
+condition in the same process, in interleaved rounds (``_harness.py``), and
+sets the difference against
 one iteration of the tiny workload that ``loop_overhead.py`` trains (an MLP
 step of about a millisecond on one CPU thread, measured here too)::
 
@@ -25,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _tiny  # noqa: E402 (this folder is sys.path[0] when run as a script)
+from _harness import interleave  # noqa: E402
 
 from flexgraph.training.loop import StopRequest
 
@@ -73,12 +75,11 @@ def main() -> None:
     args = parser.parse_args()
     stop = StopRequest()
     never = args.iters + 1
-    plain, checked = [], []
-    for _ in range(args.repeats):
-        plain.append(without_check(args.iters, never))
-        checked.append(with_check(args.iters, never, stop))
-    base = statistics.median(plain) / args.iters
-    per_iter = statistics.median(checked) / args.iters - base
+    rounds = interleave({"plain": lambda: without_check(args.iters, never),
+                         "checked": lambda: with_check(args.iters, never, stop)},
+                        args.repeats)
+    base = rounds.of("plain").median / args.iters
+    per_iter = rounds.of("checked").median / args.iters - base
     step = tiny_step_seconds()
     print(f"loop condition, median of {args.repeats} x {args.iters:,} iterations:")
     print(f"  it >= next_event                  {base * 1e9:6.1f} ns")

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flexgraph.strategies.single_device import format_rewrites
+from flexgraph.strategies.common import format_rewrites, join_process_group
+from flexgraph.strategies.names import DDP
 
 from flexgraph.core.rewrite import Replace
 from flexgraph.core.step import Step
@@ -33,29 +34,35 @@ def ddp(
 ) -> Strategy:
     """DistributedDataParallel over a torch.distributed process group.
 
-    Parameters follow mmengine's ``DDPStrategy``: ``model_wrapper`` (a dict with
-    ``type`` and wrapper options, default mmengine's MMDistributedDataParallel
-    for mmengine models and torch's DistributedDataParallel otherwise),
-    ``sync_bn`` (``'torch'`` converts BatchNorm to SyncBatchNorm) and
-    ``dist_cfg`` (``backend``, ``timeout`` in seconds). ``checkpoint_format``:
-    ``'native'`` (default: MMEngine's one ``.pth`` file, which MMEngine itself
-    reads and every flexgraph strategy resumes) or ``'portable'``.
+    The parameters follow MMEngine's ``DDPStrategy``.
+
+    Parameters
+    ----------
+    model_wrapper : Mapping, optional
+        A dict with ``type`` and wrapper options; default MMEngine's
+        ``MMDistributedDataParallel`` for MMEngine models and torch's
+        ``DistributedDataParallel`` otherwise.
+    sync_bn : str, optional
+        ``'torch'`` converts BatchNorm to SyncBatchNorm (CUDA only).
+    dist_cfg : Mapping, optional
+        The process group: ``backend`` (NCCL on CUDA, gloo on the CPU by default)
+        and ``timeout`` in seconds.
+    device : str, optional
+        The device to train on (default: this rank's GPU when CUDA is available,
+        else the CPU).
+    checkpoint_format : {'native', 'portable'}, default 'native'
+        ``'native'``: MMEngine's one ``.pth`` file, which MMEngine itself reads and
+        every flexgraph strategy resumes; ``'portable'``: by parameter name.
+
+    Returns
+    -------
+    Strategy
+        ``ddp``: ``setup_env`` joins the process group, ``wrap_model`` wraps.
     """
-    dist_cfg = dict(dist_cfg or {})
     return Strategy(
-        "ddp",
+        DDP.name,
         [
-            Replace(
-                "setup_env",
-                Step(
-                    "setup_env",
-                    "flexgraph.training.runtime:setup_process_group",
-                    requires="cfg",
-                    provides="env",
-                    params={"device": device, **dist_cfg},
-                    doc="join the process group, pick this rank's device",
-                ),
-            ),
+            join_process_group(device, dist_cfg),
             Replace(
                 "wrap_model",
                 Step(
@@ -71,7 +78,7 @@ def ddp(
         ],
         doc="DistributedDataParallel, one process per device",
         world_size="many",
-        memory_model="flexgraph.strategies.ddp_memory",
+        memory_model=DDP.memory_model,
         memory_options={"model_wrapper": dict(model_wrapper or {})},
     )
 
@@ -79,7 +86,29 @@ def ddp(
 def wrap_ddp(
     model: Any, env: Any, *, model_wrapper: Mapping[str, Any], sync_bn: str | None = None
 ) -> Any:
-    """Wrap ``model`` for data-parallel training on ``env.device``."""
+    """Wrap ``model`` for data-parallel training on ``env.device``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, built and initialised.
+    env : Env
+        This rank's environment (its device).
+    model_wrapper : Mapping
+        The wrapper's config: ``type`` and its options (see :func:`ddp`).
+    sync_bn : str, optional
+        ``'torch'`` converts BatchNorm to SyncBatchNorm first.
+
+    Returns
+    -------
+    torch.nn.Module
+        The wrapped model, on ``env.device``.
+
+    Raises
+    ------
+    ConfigError
+        ``sync_bn`` on a CPU run.
+    """
     import torch
     from mmengine.model import BaseModel
     from mmengine.registry import MODEL_WRAPPERS

@@ -10,14 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flexgraph.training.estimate import CandidateError, StrategyMemory, replicated_states
+from flexgraph.strategies.common import refuse_stages
+from flexgraph.strategies.names import DDP
+
+from flexgraph.training.estimate import StrategyMemory, replicated_states
 
 
 def candidate_options(options: Mapping[str, Any], stage: str | None,
                       precision: str | None) -> dict[str, Any]:
     """``ddp[:PRECISION]``: precision is the config's AMP (nothing to set here)."""
-    if stage is not None:
-        raise CandidateError(f"candidate ddp:{stage}: ddp has no stages; write ddp[:fp16|:bf16]")
+    refuse_stages(DDP.name, stage)
     return dict(options)
 
 
@@ -28,5 +30,5 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
     buckets = 0 if as_view else census.trainable * 4
     note = ("gradient buckets: views of the gradients (gradient_as_bucket_view)" if as_view
             else "gradient buckets: a copy of every fp32 gradient (modelled)")
-    return replicated_states(census, label="ddp", amp=amp, optimizer_states=optimizer_states,
+    return replicated_states(census, label=DDP.name, amp=amp, optimizer_states=optimizer_states,
                              buffers=buckets, notes=(note,))

@@ -11,11 +11,18 @@ outside the checkout.
 
 from __future__ import annotations
 
+import configparser
 import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
+
+import pytest
+from flexgraph.strategies.names import entry_points
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,6 +40,13 @@ def _built_wheel(tmp_path: Path) -> Path:
 
 def test_the_installed_wheel_plans_and_trains_the_quickstart(tmp_path):
     wheel = _built_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as files:
+        declared = configparser.ConfigParser(delimiters=("=",))
+        declared.optionxform = str  # entry point names are case-sensitive (FSDPStrategy)
+        (listed,) = [n for n in files.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        declared.read_string(files.read(listed).decode())
+    assert dict(declared["flexgraph.strategies"]) == entry_points(), \
+        "the wheel's strategy entry points are not strategies/names.py's table"
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"

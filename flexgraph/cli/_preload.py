@@ -1,14 +1,15 @@
 """Imported by a rank server started afresh (:mod:`flexgraph.cli.forked_ranks`): the ranks' modules.
 
 Importing this module imports every module named in
-:data:`~flexgraph.cli.forked_ranks.PRELOAD_VAR`, so that the ranks forked from the
+:data:`~flexgraph.training.output.PRELOAD_VAR`, so that the ranks forked from the
 server find them imported.
 """
 
 import atexit
 import os
 
-from flexgraph.cli.forked_ranks import PRELOAD_VAR, import_quietly
+from flexgraph.cli.forked_ranks import import_quietly
+from flexgraph.training.output import PRELOAD_VAR
 
 import_quietly(filter(None, os.environ.get(PRELOAD_VAR, "").split(",")))
 

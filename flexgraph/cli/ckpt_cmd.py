@@ -1,7 +1,7 @@
 """``flexgraph ckpt inspect PATH`` and ``ckpt convert SRC DST``: checkpoints, offline, on the CPU.
 
 The reading is the training layer's
-(:func:`flexgraph.training.checkpoint.describe_checkpoint`: every format
+(:func:`flexgraph.training.checkpoint_tools.describe_checkpoint`: every format
 flexgraph writes, MMEngine's files and plain ``state_dict`` files, plus the
 formats strategies add, DeepSpeed's directories among them); this module only
 prints it: a two-column table (rich), or ``--format json`` (the summary's
@@ -9,7 +9,7 @@ fields, one JSON object). No model is built and no tensor is loaded whole.
 
 ``convert`` rewrites a checkpoint of any format ``inspect`` reads as a
 ``torch.save`` file, a safetensors file or a DCP directory
-(:func:`flexgraph.training.checkpoint.convert_checkpoint`: one tensor at a
+(:func:`flexgraph.training.checkpoint_tools.convert_checkpoint`: one tensor at a
 time, no model built) and prints what it wrote and what the target format
 could not hold.
 
@@ -29,7 +29,7 @@ from rich.table import Table
 from flexgraph.cli.console import print_renderable
 
 FORMATS = ("text", "json")
-TARGETS = ("torch", "safetensors", "dcp")  # flexgraph.training.checkpoint.TARGETS, unimported
+TARGETS = ("torch", "safetensors", "dcp")  # flexgraph.training.checkpoint_tools.TARGETS, unimported
 
 EPILOG = """\
 examples:
@@ -123,7 +123,7 @@ def summary_table(summary: Any) -> Table:
 
 def inspect_command(args: argparse.Namespace) -> int:
     """Run ``flexgraph ckpt inspect``; return the exit status (errors propagate to main)."""
-    from flexgraph.training.checkpoint import describe_checkpoint
+    from flexgraph.training.checkpoint_tools import describe_checkpoint
 
     summary = describe_checkpoint(args.path)
     if args.format == "json":
@@ -136,7 +136,8 @@ def inspect_command(args: argparse.Namespace) -> int:
 
 def convert_command(args: argparse.Namespace) -> int:
     """Run ``flexgraph ckpt convert``; return the exit status (errors propagate to main)."""
-    from flexgraph.training.checkpoint import convert_checkpoint, human_bytes
+    from flexgraph.training.checkpoint import human_bytes
+    from flexgraph.training.checkpoint_tools import convert_checkpoint
 
     done = convert_checkpoint(args.source, args.destination, to=args.to)
     sys.stdout.write(f"converted {done.source} ({done.source_format}) to {done.destination} "

@@ -9,16 +9,11 @@ own module beside it (``Strategy.memory_model``).
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from flexgraph.core.strategy import Strategy
 
 AUTO = "auto"
-AUTO_CHOICE_VAR = "FLEXGRAPH_AUTO_CHOICE"
-"""The launcher's ``--strategy auto`` choice, handed to its ranks (they do not estimate again)."""
-AUTO_REASON_VAR = "FLEXGRAPH_AUTO_REASON"
-"""Why the launcher chose it (for the work_dir's log, which rank 0 writes)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> None:
@@ -92,12 +87,27 @@ def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespa
     return _with_verdicts(result.as_dict(), args.device_memory, world, AUTO_MARGIN)
 
 
-def choose_auto(spec: Any, world_size: int, device_memory: str | None
-                ) -> tuple[Strategy, dict[str, Any], Any]:
-    """``--strategy auto``: (the strategy chosen, the estimate report, the candidate).
+def choose_auto(spec: Any, world_size: int, device_memory: str | None,
+                chosen: str | None = None) -> tuple[Strategy, dict[str, Any], Any]:
+    """``--strategy auto``: the strategy chosen, the estimate report, the candidate.
 
-    A rank started by a launcher takes its launcher's choice
-    (:data:`AUTO_CHOICE_VAR`) instead of estimating again.
+    Parameters
+    ----------
+    spec : Spec
+        The loaded config.
+    world_size : int
+        The ranks the run will have.
+    device_memory : str or None
+        ``--device-memory`` as written; ``None``: this machine's.
+    chosen : str, optional
+        The candidate a launcher chose for this rank
+        (:data:`~flexgraph.training.output.AUTO_CHOICE_VAR`), taken without
+        estimating again (the report is then empty).
+
+    Returns
+    -------
+    tuple
+        ``(strategy, report, candidate)``.
 
     Raises
     ------
@@ -119,9 +129,8 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None
     )
 
     amp = amp_precision(spec.cfg)
-    chosen_label = os.environ.get(AUTO_CHOICE_VAR)
-    if chosen_label:
-        candidate = parse_candidate(chosen_label, spec.cfg.get("strategy"), amp)
+    if chosen:
+        candidate = parse_candidate(chosen, spec.cfg.get("strategy"), amp)
         return candidate.strategy, {}, candidate
     candidates = parse_candidates(",".join(auto_candidates(world_size)),
                                   spec.cfg.get("strategy"), amp)

@@ -16,7 +16,8 @@ would import them again (3 s of CPU a launch). It is forked only from a
 single-threaded launcher (a fork copies no lock that another thread holds) and
 on a Python whose forkserver this module knows (:func:`_fork_server`);
 otherwise multiprocessing starts the server as a fresh interpreter, which
-imports the modules itself (:data:`PRELOAD_VAR`, :mod:`flexgraph.cli._preload`).
+imports the modules itself (:data:`~flexgraph.training.output.PRELOAD_VAR`,
+:mod:`flexgraph.cli._preload`).
 
 With CUDA (or any accelerator) every rank is a fresh interpreter, as torchrun
 starts a script: CUDA does not work in a process forked after it was
@@ -46,8 +47,7 @@ from collections.abc import Iterable, Sequence
 from multiprocessing import connection, resource_tracker
 from typing import NoReturn
 
-PRELOAD_VAR = "FLEXGRAPH_PRELOAD"
-"""The modules the rank server imports (comma-separated), set by the launcher."""
+from flexgraph.training.output import PRELOAD_VAR
 
 EVERY_RANK_IMPORTS = ("flexgraph.cli.main", "flexgraph.cli.run_cmd", "flexgraph.cli.launch",
                       "flexgraph.training.steps", "mmengine.visualization",
@@ -207,5 +207,6 @@ def end_forked_rank(status: int) -> None:
 
 
 def is_forked_rank() -> bool:
-    """This process is a rank that :func:`run_rank` runs (a multiprocessing child)."""
+    """This process is a rank forked from the rank server, which
+    :func:`flexgraph.cli.main.run_forked_rank` runs (a multiprocessing child)."""
     return multiprocessing.parent_process() is not None

@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
@@ -55,31 +56,41 @@ from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, Proce
 from flexgraph.cli import stopping
 from flexgraph.cli.errors import DEBUG_HINT, describe_error
 from flexgraph.core.executor import StepFailedError
-from flexgraph.training.output import PROGRESS_DIR_VAR, progress_of_this_rank, read_progress
-
-LAUNCHED_BY_VAR = "FLEXGRAPH_LAUNCHER"
-"""Set by this launcher for its ranks, to its process id: they leave reporting their errors
-to it (and a rank that must signal its launcher, as a scheduler would, finds it there: a
-forked rank's parent is the rank server)."""
+from flexgraph.training.output import (
+    LAUNCHER_PID_VAR,
+    LaunchEnv,
+    LaunchFacts,
+    Progress,
+    read_progress,
+)
 
 BAD_INPUT, CRASH = 2, 1
 
 
 def is_launcher() -> bool:
-    """This process launched ranks (:func:`launch` ran in it)."""
-    return os.environ.get(LAUNCHED_BY_VAR) == str(os.getpid())
+    """This process launched ranks (:func:`launch` ran in it: it set
+    :data:`~flexgraph.training.output.LAUNCHER_PID_VAR` to its own id)."""
+    return os.environ.get(LAUNCHER_PID_VAR) == str(os.getpid())
 
 
 # -- the rank's side ---------------------------------------------------------------------
 
 
 class RankReport:
-    """Executor hook of a launched rank: where it is, and what to say if it fails."""
+    """Executor hook of a launched rank: where it is, and what to say if it fails.
 
-    def __init__(self) -> None:
+    Parameters
+    ----------
+    progress : Progress, optional
+        The record it keeps for its launcher (the step it runs), if the launcher
+        asked for one; the training output writes the iterations into the same
+        record.
+    """
+
+    def __init__(self, progress: Progress | None = None) -> None:
         self.step: str | None = None
         self.iteration: int | None = None
-        self._progress = progress_of_this_rank()
+        self._progress = progress
 
     def before_step(self, step: Any, context: Mapping[str, Any]) -> None:
         self.step = step.name
@@ -124,25 +135,25 @@ class _RankErrorHandler(ErrorHandler):
         os.replace(partial, path)
 
 
-def run_as_rank(run: Callable[[argparse.Namespace, Sequence[Any]], int],
-                args: argparse.Namespace) -> int:
-    """Run ``run(args, hooks)`` as one rank of a launched group.
+def run_as_rank(run: Callable[[Sequence[Any]], int], launch: LaunchFacts, *,
+                debug: bool) -> int:
+    """Run ``run(hooks)`` as one rank of a launched group (``launch``: how it was started).
 
     A failure is written to the rank's torch elastic error file. Under this
     launcher the rank then exits with the failure's status and prints nothing
-    (``--debug``: its traceback), since the launcher reports it once for all
-    ranks; under plain ``torchrun`` it propagates and is printed as usual.
+    (``debug``, ``--debug``: its traceback), since the launcher reports it once
+    for all ranks; under plain ``torchrun`` it propagates and is printed as usual.
     """
-    report = RankReport()
+    report = RankReport(launch.progress)
     handler = _RankErrorHandler(report)
     handler.initialize()  # torch's: a fatal signal (segfault) prints its traceback
     try:
-        return run(args, [report])
+        return run([report])
     except Exception as exc:
         handler.record_exception(exc)
-        if LAUNCHED_BY_VAR not in os.environ:
+        if launch.handed_down.launcher_pid is None:
             raise
-        if getattr(args, "debug", False):
+        if debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
         return describe_error(exc)[0]
 
@@ -296,35 +307,44 @@ def _exit_statuses(pcontext: Any) -> dict[int, int | None]:
     return {rank: handler.proc.returncode for rank, handler in handlers.items()}
 
 
-def _torchrun_argv(args: argparse.Namespace, parser: argparse.ArgumentParser,
-                   stop_signals: Sequence[str] = ()) -> list[str]:
-    """torchrun's flags for this launch, then ``-m flexgraph run`` with the user's own args."""
+def _torchrun_argv(args: argparse.Namespace, facts: LaunchFacts,
+                   parser: argparse.ArgumentParser, stop_signals: Sequence[str] = ()
+                   ) -> list[str]:
+    """torchrun's flags for this launch, then ``-m flexgraph run`` with the user's own args.
+
+    The node rank and rendezvous are the launch's (``facts``: the flags', or
+    SLURM's for a launcher per node).
+    """
     launch = ["--nproc-per-node", str(args.nproc_per_node), "--nnodes", str(args.nnodes),
               "--max-restarts", str(args.max_restarts)]
     if any("--signals-to-handle" in a.option_strings for a in parser._actions):  # torch>=2.8
         launch += ["--signals-to-handle", stopping.launcher_signals(stop_signals)]
-    if args.master_addr or args.master_port or args.nnodes != "1":
-        launch += ["--node-rank", str(args.node_rank)]
-        launch += ["--master-addr", args.master_addr or "127.0.0.1"]
-        launch += ["--master-port", str(args.master_port or 29500)]
-    else:
-        launch += ["--standalone"]
-    return launch + ["-m", "flexgraph", *_rank_argv(args)]
+    if facts.master_addr or facts.master_port or args.nnodes != "1":
+        launch += ["--node-rank", str(facts.node_rank)]
+        launch += ["--master-addr", facts.master_addr or "127.0.0.1"]
+        launch += ["--master-port", str(facts.master_port or 29500)]
+    else:  # what torchrun's --standalone stands for (its run() sets these three)
+        launch += ["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+                   "--rdzv-id", str(uuid.uuid4())]
+    return launch + ["-m", "flexgraph", *_rank_argv(args, facts)]
 
 
-def _rank_argv(args: argparse.Namespace) -> list[str]:
+def _rank_argv(args: argparse.Namespace, facts: LaunchFacts) -> list[str]:
     """A rank's ``flexgraph`` arguments: the user's own, nothing re-derived.
 
     Each rank resolves the strategy (with the config's options) exactly as this
-    process did.
+    process did. ``--resume`` is the launch's (a requeued SLURM job's ``auto``).
     """
     child = ["run", args.config, "--entry", args.entry]
-    for flag in ("work_dir", "resume", "load_from", "strategy", "preempt_signal", "launcher"):
-        if getattr(args, flag):
-            child += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    given = {"work_dir": args.work_dir, "resume": facts.resume, "load_from": args.load_from,
+             "strategy": args.strategy, "preempt_signal": args.preempt_signal,
+             "launcher": args.launcher}
+    for flag, value in given.items():
+        if value:
+            child += [f"--{flag.replace('_', '-')}", value]
     if args.cfg_options:
         child += ["--cfg-options", *args.cfg_options]
-    debug = ["--debug"] if getattr(args, "debug", False) else []
+    debug = ["--debug"] if args.debug else []
     return [*debug, *child]
 
 
@@ -352,12 +372,27 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
     options this torch's ``LaunchConfig`` shares with its ``WorkerSpec`` and
     agent are passed through by name, so newer knobs keep working.
 
-    ``forked``: the ranks' entrypoint and arguments, to run them as forks of the
-    rank server (:mod:`flexgraph.cli.forked_ranks`), which imports ``preload``
-    first, instead of ``python -m flexgraph``.
+    Parameters
+    ----------
+    torch_args : argparse.Namespace
+        torchrun's arguments, as its parser makes them.
+    progress_dir : str
+        The folder where each rank keeps its progress record.
+    quiet : bool
+        Keep torch elastic's info lines off the console.
+    forked : tuple of (callable, sequence of str) or None
+        The ranks' entrypoint and arguments, to run them as forks of the rank
+        server (:mod:`flexgraph.cli.forked_ranks`), which imports ``preload``
+        first, instead of ``python -m flexgraph``.
+    preload : sequence of str
+        Modules the rank server imports once for every rank.
+
+    Returns
+    -------
+    _ReportingAgent
+        The agent, after its run: what each rank's exit was.
     """
     import inspect
-    import uuid
 
     import torch.distributed.elastic.rendezvous.registry as rdzv_registry
     from torch.distributed.elastic.rendezvous import RendezvousParameters
@@ -365,9 +400,6 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
     from torch.distributed.run import config_from_args
 
     levels = _quiet_torch_logs() if quiet else {}  # config_from_args warns about OMP_NUM_THREADS
-    if torch_args.standalone:  # as torch.distributed.run.run does
-        torch_args.rdzv_backend, torch_args.rdzv_endpoint = "c10d", "localhost:0"
-        torch_args.rdzv_id = str(uuid.uuid4())
     config, entrypoint, entry_args = config_from_args(torch_args)
     if forked is not None:  # after config_from_args, which sets OMP_NUM_THREADS
         from flexgraph.cli.forked_ranks import start_rank_server
@@ -417,12 +449,15 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
             spec.rdzv_handler.shutdown()
 
 
-def launch(args: argparse.Namespace, env: Mapping[str, str],
+def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
            stop_signals: Sequence[str] = (), preload: Sequence[str] = (),
            on_stop: Callable[[str], None] | None = None) -> int:
     """Start the ranks through torch's elastic agent; return the run's exit status.
 
-    ``env`` is set for the ranks (the launcher's plan digest); ``stop_signals``
+    ``facts`` are this launch's (node rank, rendezvous, what to resume);
+    ``handed_down`` is what the ranks get in their environment (the plan's
+    digest, the run id, the strategy ``auto`` chose, the estimate), to which
+    this launcher adds its process id and its progress folder; ``stop_signals``
     are the run's own stop signals, forwarded to the ranks besides
     :data:`~flexgraph.cli.stopping.FORWARDED`; ``preload`` the modules the ranks
     import, for the rank server when they are forked
@@ -436,11 +471,12 @@ def launch(args: argparse.Namespace, env: Mapping[str, str],
     from flexgraph.cli.forked_ranks import choose_start_method
 
     parser = get_args_parser()
-    torch_args = parser.parse_args(_torchrun_argv(args, parser, stop_signals))
-    quiet = not getattr(args, "debug", False) and "LOGLEVEL" not in os.environ
+    torch_args = parser.parse_args(_torchrun_argv(args, facts, parser, stop_signals))
+    quiet = not args.debug and "LOGLEVEL" not in os.environ
     with tempfile.TemporaryDirectory(prefix="flexgraph-ranks-") as progress_dir:
-        os.environ.update(env)
-        os.environ.update({PROGRESS_DIR_VAR: progress_dir, LAUNCHED_BY_VAR: str(os.getpid())})
+        handed_down = attrs.evolve(handed_down, progress_dir=progress_dir,
+                                   launcher_pid=str(os.getpid()))
+        os.environ.update(handed_down.variables())  # the agent starts the ranks with them
         if args.max_restarts > 0:
             # The agent's shared TCPStore outlives a restart with the failed attempt's
             # keys in it, and restarted ranks then connect to addresses of dead ones
@@ -449,7 +485,7 @@ def launch(args: argparse.Namespace, env: Mapping[str, str],
         try:
             forked = None
             if choose_start_method(args.start_method) == "forkserver":
-                forked = (args.rank_entrypoint, _rank_argv(args))
+                forked = (args.rank_entrypoint, _rank_argv(args, facts))
             agent = _run_agent(torch_args, progress_dir, quiet, forked, preload)
         except SignalException as exc:  # the agent forwarded it and waited for the ranks
             note = stopping.stop_note(progress_dir)
@@ -472,6 +508,6 @@ def launch(args: argparse.Namespace, env: Mapping[str, str],
     if agent.restarts:
         line += f"; gave up after {agent.restarts} restart{'s' if agent.restarts > 1 else ''}"
     print(f"error: {line}", file=sys.stderr)
-    if failure.status == CRASH and not getattr(args, "debug", False):
+    if failure.status == CRASH and not args.debug:
         print(DEBUG_HINT, file=sys.stderr)
     return failure.status

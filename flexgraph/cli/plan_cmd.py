@@ -21,8 +21,9 @@ the source alone cannot settle is listed on stderr as a ``note:``.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     estimate_cmd.add_arguments(parser)
 
 
-def _standard_graph(cfg: Any) -> Graph:
+def _standard_graph(cfg: Any, entry: str) -> Graph:
     """The standard training graph, imported only for a cfg.py without ``steps``.
 
     Lazily, because the training package may import torch: a YAML spec or a
@@ -98,15 +99,36 @@ def _standard_graph(cfg: Any) -> Graph:
     """
     from flexgraph.training.graph import standard_graph
 
-    return standard_graph(cfg)
+    return standard_graph(cfg, entry=entry)
 
 
-def load_spec(config: str, cfg_options: list[str]) -> Any:
-    """The spec of ``config`` (a training config falls back on the standard graph)."""
-    from flexgraph.spec import load_spec as load
+def load_config(config: str, cfg_options: Mapping[str, Any] | None = None, *,
+                entry: str = "train") -> Spec:
+    """The spec of ``config``, as ``flexgraph plan`` and ``flexgraph run`` both load it.
 
-    options = parse_cfg_options(cfg_options)
-    return load(Path(config), cfg_options=options or None, default_graph=_standard_graph)
+    Parameters
+    ----------
+    config : str
+        Path of the YAML spec, pipeline script or cfg.py.
+    cfg_options : mapping, optional
+        Config keys to override, parsed (:func:`~flexgraph.cli.options.parse_cfg_options`,
+        plus what ``run``'s own flags set).
+    entry : {"train", "val", "test"}, optional
+        The standard graph's last step, for a training config without ``steps``.
+
+    Returns
+    -------
+    Spec
+
+    Raises
+    ------
+    FlexgraphError
+        The spec layer's error for a config it cannot load.
+    """
+    from flexgraph.spec import load_spec
+
+    return load_spec(Path(config), cfg_options=dict(cfg_options or {}) or None,
+                     default_graph=functools.partial(_standard_graph, entry=entry))
 
 
 def checkpoint_notes(cfg: Any, plan: Plan) -> dict[str, str]:
@@ -169,7 +191,7 @@ def load_plan(config: str, strategy: str | None, cfg_options: list[str]) -> Plan
 def load_spec_and_plan(config: str, strategy: str | None, cfg_options: list[str]
                        ) -> tuple[Spec, Plan]:
     """:func:`load_plan`, with the spec it planned."""
-    spec = load_spec(config, cfg_options)
+    spec = load_config(config, parse_cfg_options(cfg_options))
     return spec, _plan_of(spec, strategy)
 
 
@@ -243,7 +265,7 @@ def _load_for_estimate(args: argparse.Namespace, imports_done: Callable[[], None
     them (:mod:`flexgraph.cli.collector`) saved about a second of a
     ``--compare`` of four candidates.
     """
-    spec = load_spec(args.config, args.cfg_options)
+    spec = load_config(args.config, parse_cfg_options(args.cfg_options))
     import_module("flexgraph.training.estimate")
     imports_done()
     return spec

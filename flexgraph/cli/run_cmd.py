@@ -33,24 +33,34 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
+
+import attrs
 
 from flexgraph.cli.choice import default_strategy
 from flexgraph.cli.collector import imports_kept_from_collector
 from flexgraph.cli.forked_ranks import START_METHODS
+from flexgraph.cli.plan_cmd import load_config
 from flexgraph.cli.slurm import LAUNCHERS, resume_after_requeue
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.plan import Plan
 from flexgraph.core.references import check_references, resolve_functions, resolve_unchecked
 from flexgraph.core.strategy import Strategy
+from flexgraph.training.output import (
+    AutoChoice,
+    LaunchEnv,
+    LaunchFacts,
+    RunContext,
+    RunEstimate,
+    open_progress,
+)
 
 LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
                 "max_restarts")
-PLAN_DIGEST_VAR = "FLEXGRAPH_PLAN_DIGEST"
 
 
 class PlanMismatchError(FlexgraphError, RuntimeError):
@@ -134,17 +144,18 @@ def _nodes(text: str) -> str:
     return text
 
 
-def _cfg_options(args: argparse.Namespace) -> dict[str, Any]:
+def _cfg_options(args: argparse.Namespace, resume: str | None) -> dict[str, Any]:
+    """``--cfg-options`` and the flags that set config keys; ``resume`` is the launch's."""
     from flexgraph.cli.options import parse_cfg_options
 
     options = parse_cfg_options(args.cfg_options)
     if args.work_dir:
         options["work_dir"] = args.work_dir
-    if args.resume:
-        options["resume"] = args.resume
+    if resume:
+        options["resume"] = resume
     if args.load_from:
         options["load_from"] = args.load_from
-    if getattr(args, "preempt_signal", None):
+    if args.preempt_signal:
         options["preemption.signal"] = args.preempt_signal
     return options
 
@@ -177,21 +188,26 @@ def _world_size(args: argparse.Namespace) -> int:
     return args.nproc_per_node * nodes
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
-    """Load the spec and choose its strategy (checked against the world size)."""
-    from flexgraph.spec import load_spec
-    from flexgraph.training.graph import standard_graph
+def _load(args: argparse.Namespace, launch: LaunchFacts) -> tuple[Any, Strategy | None,
+                                                                    RunContext]:
+    """Load the spec, take this process's place in the launch, and choose the strategy
+    (checked against the world size).
 
-    path = Path(args.config)
+    Returns the spec, the strategy and the run's context as far as it is known
+    before planning: the rank, the world size and the launch's facts.
+    """
+    resume = args.resume
     if args.launcher != "none":
-        resume_after_requeue(args, os.environ)
-    options = _cfg_options(args)
-    spec = load_spec(path, cfg_options=options or None,
-                     default_graph=lambda cfg: standard_graph(cfg, entry=args.entry))
-    args.launched_by = _choose_launch(args, spec)
-    world = _world_size(args)
+        resume = resume_after_requeue(resume, os.environ)
+    spec = load_config(args.config, _cfg_options(args, resume), entry=args.entry)
+    launch = _choose_launch(args, spec, attrs.evolve(launch, resume=resume))
+    context = RunContext(rank=int(os.environ.get("RANK", 0)), world_size=_world_size(args),
+                         launch=launch)
+    world = context.world_size
     if args.strategy == "auto" and spec.cfg is not None:
-        return spec, _choose_auto(args, spec, world)
+        strategy, auto, estimate = _choose_auto(args, spec, context)
+        return spec, strategy, attrs.evolve(
+            context, launch=attrs.evolve(launch, auto=auto, estimate=estimate))
     strategy = spec.resolve_strategy(args.strategy or default_strategy(spec, world))
     if strategy is not None and strategy.world_size == "one" and world > 1:
         from flexgraph.core.strategy import StrategyOptionError
@@ -200,48 +216,58 @@ def _load(args: argparse.Namespace) -> tuple[Any, Strategy | None]:
             f"strategy {strategy.name!r} runs one process but the world size is {world}; "
             "use --strategy ddp"
         )
-    return spec, strategy
+    return spec, strategy, context
 
 
-def _choose_auto(args: argparse.Namespace, spec: Any, world: int) -> Strategy:
+def _choose_auto(args: argparse.Namespace, spec: Any, context: RunContext
+                 ) -> tuple[Strategy, AutoChoice, Any]:
     """``--strategy auto``: estimate, choose, and say so (the launcher's ranks take its choice).
 
-    The choice is kept on ``args``: the work_dir's config records it as the
-    strategy it ran (so the config plans the same way again), its log the reason.
+    Returns the strategy, the choice (the work_dir's config records its
+    strategy, so the config plans the same way again, and its log the reason)
+    and the estimate it was chosen by (``None`` on a rank, which took its
+    launcher's choice without estimating).
     """
     from flexgraph.cli import estimate_cmd
     from flexgraph.cli.console import stdout_console
     from flexgraph.render import estimate_view
 
-    strategy, report, candidate = estimate_cmd.choose_auto(spec, world, args.device_memory)
-    args.auto_choice = candidate.label
-    if report:  # the launcher's ranks get its estimate from their environment
-        from flexgraph.training.output import RunEstimate
-
-        args.run_estimate = RunEstimate.from_report(report, candidate.label)
-    args.auto_strategy = {"type": candidate.name, **candidate.options}
-    args.auto_reason = (report.get("auto", {}).get("reason")
-                        or os.environ.get(estimate_cmd.AUTO_REASON_VAR))
-    if report and not _is_launched():
+    handed_down = context.launch.handed_down
+    strategy, report, candidate = estimate_cmd.choose_auto(
+        spec, context.world_size, args.device_memory, chosen=handed_down.auto_choice)
+    estimate = RunEstimate.from_report(report, candidate.label) if report else None
+    auto = AutoChoice(label=candidate.label, strategy={"type": candidate.name, **candidate.options},
+                      reason=report.get("auto", {}).get("reason") or handed_down.auto_reason)
+    if report and not context.launch.launched:
         stdout_console().print(estimate_view(report))
-    return strategy
+    return strategy, auto, estimate
 
 
-def _choose_launch(args: argparse.Namespace, spec: Any) -> str | None:
+def _choose_launch(args: argparse.Namespace, spec: Any, launch: LaunchFacts) -> LaunchFacts:
     """Take this process's place from SLURM where it launched it (see
-    :mod:`flexgraph.cli.slurm`); say what launched it (``None``: nothing)."""
-    from flexgraph.cli.slurm import become_slurm_rank, choose_launcher, fill_node_launch
+    :mod:`flexgraph.cli.slurm`); say what launched it and where this process stands."""
+    from flexgraph.cli.slurm import become_slurm_rank, choose_launcher, slurm_node
 
+    launched_by, node = None, None
     requested = args.launcher
     if requested is None and spec.cfg is not None:  # MMEngine's key; its 'none' is its default
         requested = {"none": None}.get(spec.cfg.get("launcher"), spec.cfg.get("launcher"))
     if requested == "none":
-        return None
-    if _is_launcher(args):
-        return fill_node_launch(args, os.environ) or "torch elastic"
-    if choose_launcher(requested, os.environ) == "slurm":
-        return become_slurm_rank(os.environ)
-    return "torch elastic" if _is_launched() else None
+        pass
+    elif _is_launcher(args):
+        node = slurm_node(args.nnodes, os.environ, master_addr=args.master_addr,
+                          master_port=args.master_port)
+        launched_by = node.describe(args.nproc_per_node) if node else "torch elastic"
+    elif choose_launcher(requested, os.environ) == "slurm":
+        launched_by = become_slurm_rank(os.environ)  # torchrun's variables, for torch too
+    elif _is_launched():
+        launched_by = "torch elastic"
+    place = ({"node_rank": node.node_rank, "master_addr": node.master_addr,
+              "master_port": node.master_port} if node else
+             {"node_rank": args.node_rank, "master_addr": args.master_addr,
+              "master_port": args.master_port})
+    return attrs.evolve(launch, launched_by=launched_by, launches_ranks=_is_launcher(args),
+                        launched=_is_launched(), **place)
 
 
 def plan_digest(plan_text: str) -> str:
@@ -253,12 +279,12 @@ def plan_digest(plan_text: str) -> str:
     return hashlib.sha256(re.sub(r" at 0x[0-9a-fA-F]+", "", plan_text).encode()).hexdigest()[:16]
 
 
-def _check_launched_plan(plan_text: str) -> None:
-    expected = os.environ.get(PLAN_DIGEST_VAR)
+def _check_launched_plan(plan_text: str, context: RunContext) -> None:
+    """Refuse to run a plan other than the one the launcher handed down the digest of."""
+    expected = context.launch.handed_down.plan_digest
     if expected and plan_digest(plan_text) != expected:
-        rank = os.environ.get("RANK", "?")
         raise PlanMismatchError(
-            f"rank {rank} planned differently from its launcher (plan digest "
+            f"rank {context.rank} planned differently from its launcher (plan digest "
             f"{plan_digest(plan_text)}, launcher's {expected}); the config or the files it "
             f"imports differ between the launcher and this process"
         )
@@ -284,106 +310,141 @@ class _StartupReport:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the config; return the exit status."""
+    handed_down = LaunchEnv.read(os.environ)  # what a launcher handed this rank, if any
+    launch = LaunchFacts(handed_down=handed_down, progress=open_progress(
+        handed_down.progress_dir, int(os.environ.get("RANK", 0))))
     if _is_launched():  # a rank: its errors go to its launcher (flexgraph.cli.launch)
         from flexgraph.cli.launch import run_as_rank
 
-        return run_as_rank(_run, args)
-    return _run(args)
+        return run_as_rank(lambda hooks: _run(args, hooks, launch), launch, debug=args.debug)
+    return _run(args, launch=launch)
 
 
-def _run(args: argparse.Namespace, hooks: Sequence[Any] = ()) -> int:
+def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
+         launch: LaunchFacts | None = None) -> int:
+    """Plan, then launch the ranks or run the plan here.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed command line (read only).
+    hooks : sequence, default ()
+        Executor hooks (a launched rank's report).
+    launch : LaunchFacts, optional
+        What is known of the launch before the config is read (what a launcher
+        handed down, the progress record); ``None``: nothing (no launcher).
+
+    Returns
+    -------
+    int
+        The exit status.
+    """
+    from flexgraph.render.json_view import plan_json
+
     # What loading and planning import stays out of the collector's scans (see collector.py).
     with imports_kept_from_collector() as imports_done:
-        spec, strategy = _load(args)
+        spec, strategy, context = _load(args, launch or LaunchFacts())
         plan = spec.plan(strategy, targets=() if args.entry == "train" else (args.entry,))
         unchecked = check_references(plan)  # fail fast: a typo is found before any import,
-        if _is_launcher(args) and not args.dry_run:
+        if context.launch.launches_ranks and not args.dry_run:
             resolve_unchecked(unchecked)  # then what only an import settles, before any rank
         else:
             resolve_functions(plan)  # or every function, before any step runs
         imports_done()
-        args.run_estimate = _run_estimate(args, spec, strategy)
-        return _execute(args, hooks, spec, strategy, plan)
+        plan_text = plan_json(plan)  # once: the launch's digest, each rank's check, the record
+        estimate = _run_estimate(args, spec, strategy, context)
+        context = attrs.evolve(context, plan=json.loads(plan_text),
+                               launch=attrs.evolve(context.launch, estimate=estimate))
+        return _execute(args, hooks, spec, strategy, plan, plan_text, context)
 
 
-def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None) -> Any:
+def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None,
+                  context: RunContext) -> RunEstimate | None:
     """The estimate this run's memory is measured against, or ``None`` (no cost then).
 
     ``--strategy auto`` has one already; ``--estimate`` makes one; a launched
     rank takes its launcher's.
     """
-    from flexgraph.training.output import RUN_ESTIMATE_VAR, RunEstimate
-
     if args.dry_run or spec.cfg is None:
         return None
-    if RUN_ESTIMATE_VAR in os.environ:
-        return RunEstimate.from_env(dict(os.environ))
-    if getattr(args, "run_estimate", None) is not None or not args.estimate:
-        return getattr(args, "run_estimate", None)
+    handed_down = context.launch.handed_down.run_estimate
+    if handed_down:
+        return RunEstimate.from_json(handed_down)
+    if context.launch.estimate is not None or not args.estimate:
+        return context.launch.estimate
     if args.entry != "train":
         from flexgraph.cli.plan_cmd import UsageError
 
         raise UsageError(f"--estimate is of a training step; drop it with --entry {args.entry}")
     from flexgraph.cli import estimate_cmd
 
-    return estimate_cmd.run_estimate(spec, strategy, _world_size(args), args.device_memory)
+    return estimate_cmd.run_estimate(spec, strategy, context.world_size, args.device_memory)
 
 
 def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
-             strategy: Strategy | None, plan: Plan) -> int:
+             strategy: Strategy | None, plan: Plan, plan_text: str, context: RunContext) -> int:
     """Launch the ranks, or run the plan in this process (with the work_dir's record)."""
-    from flexgraph.cli import estimate_cmd
-    from flexgraph.cli.work_dir_owner import own_work_dir
-    from flexgraph.render.json_view import plan_json
+    from flexgraph.cli.work_dir_owner import own_work_dir, run_id
     from flexgraph.training.errors import TrainingStopped
     from flexgraph.training.graph import standard_inputs
 
     inputs = dict(spec.inputs)
     if spec.cfg is not None:  # its settings, read once: every step and the launcher take them
-        inputs.update(standard_inputs(spec.cfg))
+        inputs.update(standard_inputs(spec.cfg, context))
     settings = inputs.get("settings")
     stop_signals = settings.stop.signals if settings is not None else ()
-    plan_text = plan_json(plan)  # once: the launch's digest, each rank's check, the record
     record_settings = None if args.dry_run or spec.cfg is None else settings
-    if _is_launcher(args) and not args.dry_run:
-        from flexgraph.cli.launch import launch
-
-        if args.node_rank == 0 and args.launched_by != "torch elastic":
-            print(f"flexgraph: launching with {args.launched_by}", flush=True)
-        stopped_by: list[str] = []
-        # the launcher of node 0 owns the work_dir for the ranks' whole life, restarts included
-        rendezvous = f"{args.master_addr}:{args.master_port}" if args.nnodes != "1" else None
-        with own_work_dir(record_settings, owner=args.node_rank == 0,
-                          rendezvous=rendezvous, launcher=True) as run_env:
-            auto = getattr(args, "auto_choice", None)
-            choice = {estimate_cmd.AUTO_CHOICE_VAR: auto,
-                      estimate_cmd.AUTO_REASON_VAR: args.auto_reason or ""} if auto else {}
-            if args.run_estimate is not None:
-                from flexgraph.training.output import RUN_ESTIMATE_VAR
-
-                choice[RUN_ESTIMATE_VAR] = args.run_estimate.to_env()
-            status = launch(args, {PLAN_DIGEST_VAR: plan_digest(plan_text), **choice, **run_env},
-                            stop_signals, preload=_rank_imports(plan, strategy),
-                            on_stop=stopped_by.append)
-        for signal_name in stopped_by:  # the work_dir released first: SLURM ends the job now
-            _requeue(args, signal_name, stop_signals)
-        return status
-    _check_launched_plan(plan_text)
-    launched_rank = _is_launched()  # now: a strategy's setup_env may describe a world of one
-    rank = int(os.environ.get("RANK", 0))
+    launch = context.launch
+    if launch.launches_ranks and not args.dry_run:
+        return _launch_ranks(args, strategy, plan, plan_text, launch, record_settings,
+                             stop_signals)
+    _check_launched_plan(plan_text, context)
+    this_run = run_id(handed_down=launch.handed_down.run_id)
     try:
-        with own_work_dir(record_settings, owner=rank == 0):  # before anything is written
-            status = _execute_here(args, hooks, spec, plan, plan_text, inputs, rank)
+        with own_work_dir(record_settings, owner=context.rank == 0, this_run=this_run):
+            status = _execute_here(args, hooks, spec, plan, plan_text, inputs, context)
     except TrainingStopped as stop:
         if "TORCHELASTIC_RUN_ID" not in os.environ:  # its launcher asks, not a rank of it
             _requeue(args, stop.signal_name, stop_signals)
         raise
-    if launched_rank and not args.dry_run:  # done, the work_dir released: leave at once
+    # launch.launched was taken before the plan ran: a strategy's setup_env may describe a
+    # world of one in the environment
+    if launch.launched and not args.dry_run:  # done, the work_dir released: leave at once
         from flexgraph.cli.stopping import end_launched_rank
         from flexgraph.training.runtime import leave_process_group
 
         leave_process_group()
         end_launched_rank(status)
+    return status
+
+
+def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Plan,
+                  plan_text: str, launch: LaunchFacts, record_settings: Any,
+                  stop_signals: Sequence[str]) -> int:
+    """Start the ranks (:mod:`flexgraph.cli.launch`), handing them this launch's facts."""
+    from flexgraph.cli.launch import launch as launch_ranks
+    from flexgraph.cli.work_dir_owner import own_work_dir, run_id
+
+    if launch.node_rank == 0 and launch.launched_by != "torch elastic":
+        print(f"flexgraph: launching with {launch.launched_by}", flush=True)
+    stopped_by: list[str] = []
+    # the launcher of node 0 owns the work_dir for the ranks' whole life, restarts included
+    rendezvous = (f"{launch.master_addr}:{launch.master_port}" if args.nnodes != "1"
+                  else None)
+    this_run = run_id(rendezvous, handed_down=launch.handed_down.run_id)
+    with own_work_dir(record_settings, owner=launch.node_rank == 0, this_run=this_run,
+                      launcher=True):
+        auto, estimate = launch.auto, launch.estimate
+        handed_down = LaunchEnv(
+            plan_digest=plan_digest(plan_text),
+            run_id=this_run if record_settings is not None else None,
+            auto_choice=auto.label if auto else None,
+            auto_reason=auto.reason if auto else None,
+            run_estimate=estimate.to_json() if estimate is not None else None)
+        status = launch_ranks(args, launch, handed_down, stop_signals,
+                              preload=_rank_imports(plan, strategy), on_stop=stopped_by.append)
+    for signal_name in stopped_by:  # the work_dir released first: SLURM ends the job now
+        _requeue(args, signal_name, stop_signals)
     return status
 
 
@@ -397,21 +458,22 @@ def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[
 
 
 def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
-                  plan_text: str, inputs: dict[str, Any], rank: int) -> int:
-    """Run the plan in this process, as rank ``rank``, with the work_dir's record."""
+                  plan_text: str, inputs: dict[str, Any], context: RunContext) -> int:
+    """Run the plan in this process, with the work_dir's record (a training config's)."""
     from flexgraph.cli.console import stdout_console
     from flexgraph.core.executor import Executor
     from flexgraph.training.errors import TrainingStopped
 
     settings = inputs.get("settings")
     console = stdout_console()
-    console.quiet = rank != 0
-    launched = f", launched by {args.launched_by}" if getattr(args, "launched_by", None) else ""
+    console.quiet = context.rank != 0
+    launch = context.launch
+    launched = f", launched by {launch.launched_by}" if launch.launched_by else ""
     summary = (f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}"
                f"{launched}: " + " -> ".join(plan.order))
     console.print(summary)
     peaks = None
-    if getattr(args, "run_estimate", None) is not None:
+    if launch.estimate is not None:
         from flexgraph.training.output import MeasuredPeaks
 
         peaks = MeasuredPeaks()
@@ -422,21 +484,22 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
     else:  # the work_dir's log, config and plan: only now that the plan is valid
         from flexgraph.training.output import open_run_record
 
-        auto_strategy = getattr(args, "auto_strategy", None)
+        auto = launch.auto
         record_cfg = spec.cfg
-        if auto_strategy and "strategy" in record_cfg:  # replaced whole, not merged into
+        if auto and "strategy" in record_cfg:  # replaced whole, not merged into
             record_cfg = record_cfg.copy()
             del record_cfg["strategy"]
-        record = open_run_record(record_cfg, settings, plan_text, rank=rank,
-                                 strategy=auto_strategy or args.strategy)
+        record = open_run_record(record_cfg, settings, plan_text, rank=context.rank,
+                                 strategy=auto.strategy if auto else args.strategy)
+        context = attrs.evolve(context, record=record)
         record.note(summary)
-        if getattr(args, "auto_choice", None):
-            record.note(f"strategy auto chose {args.auto_choice}"
-                        + (f": {args.auto_reason}" if args.auto_reason else ""))
+        if auto:
+            record.note(f"strategy auto chose {auto.label}"
+                        + (f": {auto.reason}" if auto.reason else ""))
         try:
-            result = executor.run(plan, inputs)
+            result = executor.run(plan, {**inputs, "run_context": context})
             if peaks is not None:
-                _record_memory(record, console, args.run_estimate, peaks, rank)
+                _record_memory(record, console, launch.estimate, peaks, context.rank)
         except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto
             record.note(str(stop))
             raise

@@ -30,11 +30,12 @@ checkpoint on its own (:func:`resume_after_requeue`).
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
 from collections.abc import Mapping, MutableMapping
+
+import attrs
 
 from flexgraph.core.errors import FlexgraphError
 
@@ -113,9 +114,25 @@ def _rendezvous(env: Mapping[str, str]) -> tuple[str, int]:
 def choose_launcher(requested: str | None, env: Mapping[str, str]) -> str:
     """``'slurm'``, or ``'none'`` (torch elastic's variables, if any, or one process).
 
-    ``requested``: ``--launcher`` or the config's ``launcher``; ``None`` or
-    ``'auto'`` detects an ``srun`` step of several tasks (the one-task-per-node
-    form is detected by :func:`fill_node_launch`).
+    Parameters
+    ----------
+    requested : str or None
+        ``--launcher`` or the config's ``launcher``; ``None`` or ``'auto'``
+        detects an ``srun`` step of several tasks (the one-task-per-node form is
+        detected by :func:`slurm_node`).
+    env : Mapping of str to str
+        The process's environment.
+
+    Returns
+    -------
+    str
+        The launcher.
+
+    Raises
+    ------
+    SlurmLaunchError
+        ``requested`` is not a launcher flexgraph has, or is ``'slurm'`` outside
+        an ``srun`` step.
     """
     if requested not in (None, *LAUNCHERS):
         raise SlurmLaunchError(f"launcher={requested!r} is not one of "
@@ -145,34 +162,57 @@ def become_slurm_rank(env: MutableMapping[str, str]) -> str:
     return f"slurm ({ntasks} tasks, rendezvous {addr}:{port})"
 
 
-def fill_node_launch(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
-    """In an ``srun`` step, a launcher of ``--nproc-per-node`` ranks on each of
-    ``--nnodes`` nodes: its node rank and rendezvous from SLURM. Says what it did."""
+@attrs.frozen
+class SlurmNode:
+    """Where SLURM placed one node's launcher: its node rank and the launchers' rendezvous."""
+
+    nodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+
+    def describe(self, nproc_per_node: int) -> str:
+        """What launched the ranks, for the run's first line and its log."""
+        return (f"slurm + torch elastic ({self.nodes} nodes x {nproc_per_node}, node "
+                f"{self.node_rank}, rendezvous {self.master_addr}:{self.master_port})")
+
+
+def slurm_node(nnodes: str, env: Mapping[str, str], *, master_addr: str | None = None,
+               master_port: int | None = None) -> SlurmNode | None:
+    """In an ``srun`` step, a launcher of ranks on each of ``nnodes`` nodes: its place.
+
+    ``None`` outside an ``srun`` step, for a rank, and for one node (the
+    launcher's own standalone rendezvous then). ``master_addr`` and
+    ``master_port`` (``--master-addr``, ``--master-port``) win over SLURM's.
+
+    Raises
+    ------
+    SlurmLaunchError
+        SLURM started another number of tasks than ``nnodes``.
+    """
     if not in_srun_step(env) or "LOCAL_RANK" in env:
         return None
-    nodes, tasks = int(str(args.nnodes).split(":")[-1]), step_tasks(env)
+    nodes, tasks = int(str(nnodes).split(":")[-1]), step_tasks(env)
     if tasks != nodes:
         raise SlurmLaunchError(
-            f"srun started {tasks} tasks but --nnodes is {args.nnodes}: with --nproc-per-node "
+            f"srun started {tasks} tasks but --nnodes is {nnodes}: with --nproc-per-node "
             f"each task launches one node's ranks; run one task per node (srun "
             f"--ntasks-per-node=1) with --nnodes $SLURM_NNODES")
     if nodes == 1:
-        return None  # one node: the launcher's own standalone rendezvous
+        return None
     addr, port = _rendezvous(env)
-    args.node_rank = int(env["SLURM_PROCID"])
-    args.master_addr = args.master_addr or addr
-    args.master_port = args.master_port or port
-    return (f"slurm + torch elastic ({nodes} nodes x {args.nproc_per_node}, node "
-            f"{args.node_rank}, rendezvous {args.master_addr}:{args.master_port})")
+    return SlurmNode(nodes, int(env["SLURM_PROCID"]), master_addr or addr, master_port or port)
 
 
 # -- preemption ----------------------------------------------------------------------------
 
 
-def resume_after_requeue(args: argparse.Namespace, env: Mapping[str, str]) -> None:
-    """A requeued job (``SLURM_RESTART_COUNT`` > 0) resumes from its latest checkpoint."""
-    if int(env.get("SLURM_RESTART_COUNT") or 0) > 0 and not args.resume:
-        args.resume = "auto"
+def resume_after_requeue(resume: str | None, env: Mapping[str, str]) -> str | None:
+    """What to resume from: ``resume`` (``--resume``), else ``'auto'`` in a requeued job
+    (``SLURM_RESTART_COUNT`` > 0), which resumes from its latest checkpoint."""
+    if int(env.get("SLURM_RESTART_COUNT") or 0) > 0 and not resume:
+        return "auto"
+    return resume
 
 
 def requeue_after_stop(signal_name: str, preempt_signals: tuple[str, ...],

@@ -8,10 +8,10 @@ other run owns the work_dir, so that all of a refused run's processes stop,
 not rank 0 alone while the others wait for it.
 
 Every process of one launch shares a run id (:func:`run_id`): the launcher
-hands its own to its ranks (:data:`RUN_ID_VAR`); ranks started by ``srun``
-share the SLURM job and step; ranks started by ``torchrun`` share its run id.
-A rank 0 whose launcher holds the lock finds its own run id in it, goes on, and
-keeps the lock's heartbeat for the launcher.
+hands its own to its ranks (:data:`~flexgraph.training.output.RUN_ID_VAR`);
+ranks started by ``srun`` share the SLURM job and step; ranks started by
+``torchrun`` share its run id. A rank 0 whose launcher holds the lock finds its
+own run id in it, goes on, and keeps the lock's heartbeat for the launcher.
 """
 
 from __future__ import annotations
@@ -22,17 +22,26 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-RUN_ID_VAR = "FLEXGRAPH_RUN_ID"
 
-
-def run_id(rendezvous: str | None = None) -> str:
+def run_id(rendezvous: str | None = None, *, handed_down: str | None = None) -> str:
     """The id that every process of this launch computes alike.
 
-    ``rendezvous``: the address where the launchers of several nodes meet, which
-    they all share when nothing else does (launchers started by hand).
+    Parameters
+    ----------
+    rendezvous : str, optional
+        The address where the launchers of several nodes meet, which they all
+        share when nothing else does (launchers started by hand).
+    handed_down : str, optional
+        The id the launcher handed this rank (its ``LaunchEnv.run_id``).
+
+    Returns
+    -------
+    str
+        The id: the handed-down one, SLURM's job id, the rendezvous, or this
+        launcher's own.
     """
-    if os.environ.get(RUN_ID_VAR):
-        return os.environ[RUN_ID_VAR]
+    if handed_down:
+        return handed_down
     if "SLURM_JOB_ID" in os.environ:
         return f"slurm-{os.environ['SLURM_JOB_ID']}.{os.environ.get('SLURM_STEP_ID', 'batch')}"
     if rendezvous:
@@ -43,29 +52,29 @@ def run_id(rendezvous: str | None = None) -> str:
 
 
 @contextlib.contextmanager
-def own_work_dir(settings: Any, *, owner: bool, rendezvous: str | None = None,
-                 launcher: bool = False) -> Iterator[dict[str, str]]:
+def own_work_dir(settings: Any, *, owner: bool, this_run: str,
+                 launcher: bool = False) -> Iterator[None]:
     """Hold the run's work_dir for the ``with`` block (``owner``), or check it is free.
 
-    Yields the environment to hand to launched ranks (the run id). Nothing
-    happens without settings (a pipeline with no work_dir). A ``launcher``
+    ``this_run`` is the run id (:func:`run id <run_id>`) the lock holds, and
+    that a launcher hands its ranks. Nothing happens without settings (a
+    pipeline with no work_dir). A ``launcher``
     keeps no heartbeat thread: it forks its rank server, which must be done
     single-threaded (:mod:`flexgraph.cli.forked_ranks`); its rank 0 keeps the
     heartbeat of the lock it holds.
     """
     from flexgraph.training.output import check_work_dir_owner, take_work_dir
 
-    this_run = run_id(rendezvous)
     if settings is None:
-        yield {}
+        yield
         return
     if not owner:
         check_work_dir_owner(settings.work_dir, this_run)
-        yield {RUN_ID_VAR: this_run}
+        yield
         return
     lock = take_work_dir(settings.work_dir, this_run,
                          **({"heartbeat_every": None} if launcher else {}))
     try:
-        yield {RUN_ID_VAR: this_run}
+        yield
     finally:
         lock.release()

@@ -155,7 +155,25 @@ Check = Precedes | Runs
 
 def verify_checks(strategy_name: str, checks: tuple[Check, ...], graph: Graph,
                   dag: nx.DiGraph) -> None:
-    """Raise :class:`PlanCheckError` for the first check ``graph`` breaks."""
+    """Raise :class:`PlanCheckError` for the first check ``graph`` breaks.
+
+    Parameters
+    ----------
+    strategy_name : str
+        The strategy whose checks these are, named in the error.
+    checks : tuple of Check
+        The strategy's checks.
+    graph : Graph
+        The rewritten graph.
+    dag : networkx.DiGraph
+        Its ordering edges.
+
+    Raises
+    ------
+    PlanCheckError
+        A check the graph breaks: the problem, why the strategy needs it, and the
+        fix.
+    """
     for check in checks:
         found = check.verify(graph, dag)
         if found is not None:

@@ -68,7 +68,7 @@ class Origin:
         return f"{self.action} by {self.strategy} #{self.index + 1}"
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (see the plan JSON schema in the README)."""
+        """JSON-ready form (see the plan JSON schema in docs/guide/plans.rst)."""
         return attrs.asdict(self)
 
 

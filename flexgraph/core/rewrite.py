@@ -329,8 +329,16 @@ class Move(Rewrite):
 class FusedSteps:
     """The function of a fused step: runs the member steps in order.
 
-    Returns what the step contract asks of a step with these ``outputs``: the
-    value itself for one output, a mapping for several.
+    Called with the fused step's inputs, it returns what the step contract asks
+    of a step with these ``outputs``: the value itself for one output, a mapping
+    for several.
+
+    Parameters
+    ----------
+    members : tuple of Step
+        The steps fused, in the order they run.
+    outputs : tuple of str
+        The fused step's outputs (what it provides, then what it updates).
     """
 
     members: tuple[Step, ...]
@@ -353,6 +361,19 @@ def fused_step(name: str, members: Sequence[Step]) -> Step:
     """A step that runs ``members`` in order, with their combined interface.
 
     Artifacts one member provides and a later one reads stay inside.
+
+    Parameters
+    ----------
+    name : str
+        The fused step's name.
+    members : sequence of Step
+        The steps to run, in order.
+
+    Returns
+    -------
+    Step
+        One step requiring, providing and updating what the members do together,
+        ordered after and before what they are (outside the group).
     """
     member_names = {s.name for s in members}
     provides = tuple(dict.fromkeys(a for s in members for a in s.provides))

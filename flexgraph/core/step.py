@@ -53,7 +53,18 @@ def _frozen_params(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 def fn_ref(fn: Callable[..., Any] | str) -> str:
-    """Return the ``"module:qualname"`` text that names ``fn``."""
+    """Return the ``"module:qualname"`` text that names ``fn``.
+
+    Parameters
+    ----------
+    fn : callable or str
+        A function, or already its reference text.
+
+    Returns
+    -------
+    str
+        ``"module:qualname"`` (a fused step's own ``flexgraph_ref``).
+    """
     if isinstance(fn, str):
         return fn
     if hasattr(fn, "flexgraph_ref"):
@@ -274,7 +285,19 @@ def run_step(
 ) -> dict[str, Any]:
     """Call ``step``'s function (``func``, if already resolved) on ``artifacts``.
 
-    Returns the step's outputs by name.
+    Parameters
+    ----------
+    step : Step
+        The step to run.
+    artifacts : Mapping of str to Any
+        Every artifact so far; the step gets its inputs by name and its params.
+    func : callable, optional
+        ``step.fn`` already resolved (the executor resolves each once).
+
+    Returns
+    -------
+    dict of str to Any
+        The step's outputs by name (empty for a step with none).
 
     Raises
     ------

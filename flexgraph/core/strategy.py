@@ -151,7 +151,15 @@ def _is_entry_point(found: Any) -> bool:
 
 
 def known_strategies() -> dict[str, Any]:
-    """Name -> factory or entry point, for every strategy that can be found."""
+    """Name -> factory or entry point, for every strategy that can be found.
+
+    Returns
+    -------
+    dict
+        The ``flexgraph.strategies`` entry points by name, and the strategies
+        registered with :func:`register_strategy` (which win over an entry point
+        of the same name).
+    """
     found: dict[str, Any] = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     found.update(_registered)
     return found
@@ -227,7 +235,18 @@ def get_strategy(
 
 
 def same_strategy(first: str, second: str) -> bool:
-    """Whether two registered names are aliases of one factory (``fsdp``, ``FSDPStrategy``)."""
+    """Whether two registered names are aliases of one factory (``fsdp``, ``FSDPStrategy``).
+
+    Parameters
+    ----------
+    first, second : str
+        Two strategy names.
+
+    Returns
+    -------
+    bool
+        ``True`` when both name the same factory (or are the same unknown name).
+    """
     known = known_strategies()
     if first not in known or second not in known:
         return first == second
@@ -241,5 +260,16 @@ def same_strategy(first: str, second: str) -> bool:
 
 
 def strategy_names(extra: Iterable[str] = ()) -> list[str]:
-    """Sorted names of every findable strategy, plus ``extra``."""
+    """Sorted names of every findable strategy, plus ``extra``.
+
+    Parameters
+    ----------
+    extra : iterable of str, default ()
+        Names to add (a spec's own strategies).
+
+    Returns
+    -------
+    list of str
+        Sorted, without duplicates.
+    """
     return sorted(set(known_strategies()) | set(extra))

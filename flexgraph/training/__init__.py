@@ -15,8 +15,9 @@ pyproject.toml keeps it):
 
 - :mod:`~flexgraph.training.loop`: the training loop, the hooks and the
   ``runner`` they see, evaluation passes, stopping on a signal;
-- :mod:`~flexgraph.training.checkpoint`: the checkpointer, its IOs and the
-  formats they recognise;
+- :mod:`~flexgraph.training.checkpoint`: checkpoints during a run: the
+  checkpointer, its IOs (writer, restorer and weight loader), the state each
+  strategy gives and takes, weights loaded into a model;
 - :mod:`~flexgraph.training.components`: dataloaders, optimizer wrapper and
   schedulers, the model's training and evaluation steps, ``init_weights``;
 - :mod:`~flexgraph.training.output`: log lines, progress, metrics, the run's
@@ -25,16 +26,26 @@ pyproject.toml keeps it):
   process group, its random streams, models on the meta device;
 - :mod:`~flexgraph.training.config`: the config's sections read into small
   values, components built through MMEngine's registries;
+- :mod:`~flexgraph.training.formats`: checkpoint formats told by content, and
+  reading them without unpickling arbitrary objects (``torch.save`` files,
+  MMEngine's allow-list, DCP's metadata, safetensors headers, the openers);
+  its face imports no torch, so that ``flexgraph plan`` can say which format
+  a ``load_from`` or ``resume`` path holds;
 - :mod:`~flexgraph.training.errors`: the training failures.
 
-Two modules stand beside them, importing no torch, for planning:
-:mod:`~flexgraph.training.graph` (the standard graph) and
-:mod:`~flexgraph.training.formats` (checkpoint formats told by content, so
-that ``flexgraph plan`` can say which reader a path goes to).
+One part sits above the steps themselves, so that a run imports none of it:
+:mod:`~flexgraph.training.checkpoint_tools`, the offline tools behind
+``flexgraph ckpt`` (describing and converting a checkpoint of any format).
+:mod:`~flexgraph.training.graph` (the standard graph) stands beside the parts,
+importing no torch, for planning.
 
 The words for checkpoints: a run *saves* its checkpoints (the training state)
 and *restores* one to continue (``resume``); it *loads* weights from a path
-into a model (``load_from``).
+into a model (``load_from``). What reads one has one name per job: a
+*restorer* restores a run from a format (the checkpoint part), an *opener*
+opens a checkpoint of any format for reading one tensor at a time (the
+formats part), and an *inspector* describes one offline (``flexgraph ckpt
+inspect``).
 
 The names users and strategies need most are re-exported here, lazily:
 importing this package, or planning the standard graph, does not import torch.
@@ -47,7 +58,7 @@ from flexgraph.training.graph import standard_graph, standard_inputs
 
 _LAZY = {
     "Checkpointer": "checkpoint",
-    "read_checkpoint_file": "checkpoint",
+    "read_checkpoint_file": "formats",
     "CheckpointPolicy": "config",
     "RunSettings": "config",
     "TrainSchedule": "config",

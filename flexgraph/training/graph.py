@@ -1,4 +1,4 @@
-"""The standard training graph, with the public step names of DESIGN.md.
+"""The standard training graph, with the public step names of docs/design.rst.
 
 Declared order (ties in a plan follow it):
 
@@ -25,19 +25,24 @@ not import torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flexgraph.core.graph import Graph
 from flexgraph.core.step import Step
 
+if TYPE_CHECKING:
+    from flexgraph.training.output import RunContext
+
 STEPS = "flexgraph.training.steps"
 
-# The config, and the settings read from it once (see standard_inputs).
-INPUTS = ("cfg", "settings")
+# The config, the settings read from it once, and what the run knows beyond its config
+# (the plan, the work_dir's record, the launch: see standard_inputs).
+INPUTS = ("cfg", "settings", "run_context")
 
 LOOP_INPUTS = (
     "cfg",
     "settings",
+    "run_context",
     "env",
     "model",
     "train_step",
@@ -77,8 +82,8 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     -------
     Graph
         Steps whose functions are ``"flexgraph.training.steps:<name>"``
-        references, with ``cfg`` and ``settings`` as inputs
-        (:func:`standard_inputs` makes both).
+        references, with ``cfg``, ``settings`` and ``run_context`` as inputs
+        (:func:`standard_inputs` makes all three).
 
     Raises
     ------
@@ -100,12 +105,12 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         _step("build_model", "build cfg.model", requires=("cfg", "env"), provides="model"),
         _step("init_weights", "model.init_weights() when it has one", requires="env",
               updates="model"),
-        _step("build_hooks", "default and custom hooks", requires=("cfg", "settings"),
-              provides="hooks"),
+        _step("build_hooks", "default and custom hooks",
+              requires=("cfg", "settings", "run_context"), provides="hooks"),
         _step(
             "build_checkpointer",
             "where and how often to save",
-            requires=("settings", "env"),
+            requires=("settings", "run_context", "env"),
             provides="checkpointer",
         ),
         _step(
@@ -151,6 +156,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
             "restore the full training state",
             requires=(
                 "settings",
+                "run_context",
                 "model",
                 "optim_wrapper",
                 "param_schedulers",
@@ -169,7 +175,8 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     evaluate = _step(
         entry,
         f"one {entry} pass",
-        requires=("cfg", "settings", "env", "model", f"{entry}_dataloader", "hooks"),
+        requires=("cfg", "settings", "run_context", "env", "model", f"{entry}_dataloader",
+                  "hooks"),
         provides=f"{entry}_result",
     )
     # Not cut here: a strategy rewrites the whole graph first, then the plan keeps
@@ -177,12 +184,27 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     return Graph.of([*steps, evaluate], inputs=INPUTS)
 
 
-def standard_inputs(cfg: Any) -> dict[str, Any]:
-    """The standard graph's inputs: ``cfg`` and its :class:`RunSettings`, read once.
+def standard_inputs(cfg: Any, run_context: RunContext | None = None) -> dict[str, Any]:
+    """The standard graph's inputs: ``cfg``, its :class:`RunSettings` read once, the run context.
 
     Reading the settings here, before the plan runs, is what makes a
     contradictory config, or a path the run could not use, fail before any
     step has built anything.
+
+    Parameters
+    ----------
+    cfg : mmengine.Config or mapping
+        The run's config.
+    run_context : RunContext, optional
+        What the run knows beyond its config (its plan, its record, the
+        launch: :class:`~flexgraph.training.output.RunContext`). ``flexgraph
+        run`` passes its own; the default is this process alone, with no plan
+        and no record (a portable checkpoint's manifest then records no plan).
+
+    Returns
+    -------
+    dict
+        ``{"cfg": ..., "settings": ..., "run_context": ...}``.
 
     Raises
     ------
@@ -195,7 +217,10 @@ def standard_inputs(cfg: Any) -> dict[str, Any]:
     """
     # mmengine's registries: not for plan
     from flexgraph.training.config import check_paths, read_settings
+    from flexgraph.training.output import RunContext
 
     settings = read_settings(cfg)
     check_paths(settings)
-    return {"cfg": cfg, "settings": settings}
+    if run_context is None:
+        run_context = RunContext.of_this_process()
+    return {"cfg": cfg, "settings": settings, "run_context": run_context}

@@ -24,7 +24,7 @@ and what is wrong with it. ``resume='auto'`` instead skips, with a warning,
 every checkpoint in the work_dir that is incomplete or unreadable, newest
 first, and resumes from the newest good one; the ranks agree on each verdict,
 so they all resume from the same checkpoint. A checkpoint another strategy
-wrote is read by whichever of the checkpointer's readers knows its format
+wrote is read by whichever of the checkpointer's restorers knows its format
 (the portable one, which every strategy reads; one-file ``.pth``
 checkpoints); one that none of them reads is never skipped: it is refused,
 by name, since resuming from anything older would silently lose its progress.
@@ -37,7 +37,7 @@ changing the per-process batch (see :func:`_hold_global_batch`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -49,10 +49,8 @@ from flexgraph.render.plan_change import plan_change_view
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
-    format_of,
     from_mmengine,
     restore_schedulers,
-    running_plan,
 )
 from flexgraph.training.components import (
     epoch_length_of,
@@ -61,6 +59,7 @@ from flexgraph.training.components import (
 )
 from flexgraph.training.config import RunSettings
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
+from flexgraph.training.formats import format_of
 from flexgraph.training.loop import Hooks
 from flexgraph.training.runtime import (
     capture_rng,
@@ -199,15 +198,17 @@ def _hold_global_batch(meta: dict[str, Any], train_dataloader: Any, logger: Any,
                 f"train_dataloader batch {per_rank} -> {saved // ranks} per process")
 
 
-def _log_plan_change(checkpoint: dict[str, Any], meta: dict[str, Any], logger: Any) -> None:
-    """Log what changed between the plan that saved ``checkpoint`` and this run's, if anything.
+def _log_plan_change(checkpoint: dict[str, Any], meta: dict[str, Any], logger: Any,
+                     current: Mapping[str, Any] | None) -> None:
+    """Log what changed between the plan that saved ``checkpoint`` and ``current``, if anything.
 
     The portable format's manifest holds the plan (the plan's own side-by-side
-    view is logged); other checkpoints only tell the world size they were saved at.
+    view is logged); other checkpoints only tell the world size they were saved at,
+    and so does a run that was given no plan of its own (``current`` is ``None``).
     """
     manifest = checkpoint.get("manifest") or {}
     saved_world, ranks = manifest.get("world_size", meta.get("world_size")), world_size()
-    saved_plan, current = manifest.get("plan"), running_plan()
+    saved_plan = manifest.get("plan")
     if saved_plan and current:
         view = plan_change_view(saved_plan, current, saved_world=saved_world,
                                 current_world=ranks)
@@ -224,12 +225,14 @@ def _log_plan_change(checkpoint: dict[str, Any], meta: dict[str, Any], logger: A
 
 def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrapper: Any,
                     param_schedulers: Any, checkpointer: Checkpointer, hooks: Hooks,
-                    train_dataloader: Any) -> LoopState:
+                    train_dataloader: Any, plan: Mapping[str, Any] | None) -> LoopState:
     """Restore the run from the checkpoint ``resume`` asks for.
 
     Returns a fresh :class:`LoopState` when not resuming, or when
     ``resume='auto'`` finds no checkpoint (logged, not an error: the first run
-    of a restartable job has nothing to resume).
+    of a restartable job has nothing to resume). ``plan`` is this run's plan
+    (its JSON dict, the run context's): rank 0 logs what changed since the plan
+    that saved the checkpoint.
 
     Raises
     ------
@@ -267,7 +270,7 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
         path, checkpoint = source, read(Path(source))
     meta = checkpoint["meta"]
     if this_rank() == 0:
-        _log_plan_change(checkpoint, meta, runner.logger)
+        _log_plan_change(checkpoint, meta, runner.logger, plan)
     runner.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers)
     hooks.start_run()
     hooks.call("after_load_checkpoint", checkpoint=checkpoint)

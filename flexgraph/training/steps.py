@@ -6,10 +6,13 @@ returns its output: one value, or a dict when it provides several artifacts.
 They are thin on purpose: the work lives in the modules they call, so a
 strategy that replaces a step can reuse the same pieces.
 
-Two inputs come from outside: ``cfg``, whose component configs steps build,
-and ``settings``, the :class:`~flexgraph.training.config.RunSettings` read from
+Three inputs come from outside: ``cfg``, whose component configs steps build;
+``settings``, the :class:`~flexgraph.training.config.RunSettings` read from
 it once before the plan runs (schedule, checkpoint, logger and stop policies,
-the work_dir, what to load and resume); no step reads those sections itself.
+the work_dir, what to load and resume), so no step reads those sections
+itself; and ``run_context``, the :class:`~flexgraph.training.output.RunContext`
+(the plan being run, the work_dir's record and its logger, the launch's
+facts), which the steps that need any of it take as an argument.
 
 No step asks which strategy is active. Whatever differs between single-device
 and distributed runs comes from ``env`` (built by the strategy's process setup)
@@ -23,6 +26,7 @@ updates; a test checks that every declared step matches its function here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -33,7 +37,7 @@ from flexgraph.training.checkpoint import (
     CHECKPOINT_FORMATS,
     Checkpointer,
     FileCheckpointIO,
-    FileStateReader,
+    FileStateRestorer,
     LoopState,
     PortableCheckpointIO,
     TorchStateAccess,
@@ -50,7 +54,7 @@ from flexgraph.training.loop import (
     share_dataset_meta,
 )
 from flexgraph.training.loop import build_hooks as _build_hooks
-from flexgraph.training.output import TrainOutput
+from flexgraph.training.output import RunContext, TrainOutput
 from flexgraph.training.resume import load_weights, resume_training
 from flexgraph.training.runtime import Env, make_env, meta_parameters
 
@@ -86,12 +90,12 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
 
     Parameters
     ----------
-    device:
+    device
         ``None`` builds on the CPU (``wrap_model`` moves the model to
         ``env.device`` later, after weights are loaded); ``'meta'`` builds the
         parameters without storage (buffers stay real), for strategies that
         shard before any weight exists; any other device builds there.
-    init_context:
+    init_context
         ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` returning
         a context manager to build the model in (DeepSpeed's ``zero.Init``
         partitions parameters as they are created).
@@ -118,12 +122,17 @@ def init_weights(env: Env, model: nn.Module) -> nn.Module:
     return model
 
 
-def build_hooks(cfg: Any, settings: RunSettings) -> Hooks:
-    """``custom_hooks`` (+ non-builtin ``default_hooks``) and the runner view they see."""
-    return _build_hooks(cfg, settings)
+def build_hooks(cfg: Any, settings: RunSettings, run_context: RunContext) -> Hooks:
+    """``custom_hooks`` (+ non-builtin ``default_hooks``) and the runner view they see.
+
+    The runner view logs through the run record's logger when ``run_context``
+    has a record (``flexgraph run``).
+    """
+    return _build_hooks(cfg, settings, run_context)
 
 
-def build_checkpointer(settings: RunSettings, env: Env, *, io: str | None = None,
+def build_checkpointer(settings: RunSettings, run_context: RunContext, env: Env, *,
+                       io: str | None = None,
                        io_options: Mapping[str, Any] | None = None,
                        access: str | None = None, checkpoint_format: str = "native"
                        ) -> Checkpointer:
@@ -135,9 +144,9 @@ def build_checkpointer(settings: RunSettings, env: Env, *, io: str | None = None
     :class:`~flexgraph.training.checkpoint.StateAccess` (default: torch's
     ``state_dict`` API). ``checkpoint_format='portable'`` writes the portable
     layout instead of the own one (in the background with
-    ``default_hooks.checkpoint.async_save=True``). Either way the run restores
-    its own format, the portable one and one-file checkpoints, whichever
-    strategy wrote them.
+    ``default_hooks.checkpoint.async_save=True``); its manifests record
+    ``run_context.plan``. Either way the run restores its own format, the
+    portable one and one-file checkpoints, whichever strategy wrote them.
     """
     if checkpoint_format not in CHECKPOINT_FORMATS:
         raise ConfigError(f"checkpoint_format={checkpoint_format!r}: use one of "
@@ -148,11 +157,12 @@ def build_checkpointer(settings: RunSettings, env: Env, *, io: str | None = None
     if async_save and checkpoint_format != "portable":
         raise ConfigError("default_hooks.checkpoint.async_save needs the portable format: "
                           "set the strategy's checkpoint_format='portable'")
-    portable = PortableCheckpointIO(state_access, weights=own, async_save=async_save)
+    portable = PortableCheckpointIO(state_access, weights=own, async_save=async_save,
+                                    plan=run_context.plan)
     writer = portable if checkpoint_format == "portable" else own
-    readers = [own, portable, FileStateReader(state_access)]
+    restorers = [own, portable, FileStateRestorer(state_access)]
     return Checkpointer(settings.work_dir, settings.checkpoint, rank=env.rank, io=writer,
-                        readers=[r for r in readers if r is not writer])
+                        restorers=[r for r in restorers if r is not writer])
 
 
 def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,
@@ -223,15 +233,21 @@ def build_train_step(env: Env, model: nn.Module, optim_wrapper: Any) -> Any:
     return make_train_step(model, optim_wrapper, env.device)
 
 
-def resume(settings: RunSettings, model: nn.Module, optim_wrapper: Any, param_schedulers: Any,
-           checkpointer: Checkpointer, hooks: Hooks, train_dataloader: Any) -> LoopState:
-    """Restore model, optimizer, schedulers, position and RNG as ``resume`` asks."""
+def resume(settings: RunSettings, run_context: RunContext, model: nn.Module, optim_wrapper: Any,
+           param_schedulers: Any, checkpointer: Checkpointer, hooks: Hooks,
+           train_dataloader: Any) -> LoopState:
+    """Restore model, optimizer, schedulers, position and RNG as ``resume`` asks.
+
+    What changed since the checkpoint's plan is logged against ``run_context.plan``.
+    """
     return resume_training(settings=settings, model=model, optim_wrapper=optim_wrapper,
                            param_schedulers=param_schedulers, checkpointer=checkpointer,
-                           hooks=hooks, train_dataloader=train_dataloader)
+                           hooks=hooks, train_dataloader=train_dataloader,
+                           plan=run_context.plan)
 
 
-def _output(settings: RunSettings, env: Env, hooks: Hooks, **schedule: Any) -> TrainOutput:
+def _output(settings: RunSettings, run_context: RunContext, env: Env, hooks: Hooks,
+            **schedule: Any) -> TrainOutput:
     """The run's output; the visualizer's backends get its scalars (and it closes them).
 
     Called once the runner view holds the run's dataloaders, whose datasets'
@@ -241,12 +257,17 @@ def _output(settings: RunSettings, env: Env, hooks: Hooks, **schedule: Any) -> T
     share_dataset_meta(runner)
     return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
                        message_hub=runner.message_hub, log_interval=settings.logger.interval,
-                       device=env.device, visualizer=runner.built_visualizer(), **schedule)
+                       device=env.device, visualizer=runner.built_visualizer(),
+                       vis_dir=str(Path(runner.log_dir) / "vis_data"),
+                       timestamp=runner.timestamp, log_processor=settings.logger.processor,
+                       metric_by_epoch=settings.logger.metric_by_epoch,
+                       progress=run_context.launch.progress, **schedule)
 
 
-def train(cfg: Any, settings: RunSettings, env: Env, model: nn.Module, train_step: Any,
-          optim_wrapper: Any, param_schedulers: Any, train_dataloader: Any, val_dataloader: Any,
-          checkpointer: Checkpointer, hooks: Hooks, loop_state: LoopState) -> dict[str, Any]:
+def train(cfg: Any, settings: RunSettings, run_context: RunContext, env: Env, model: nn.Module,
+          train_step: Any, optim_wrapper: Any, param_schedulers: Any, train_dataloader: Any,
+          val_dataloader: Any, checkpointer: Checkpointer, hooks: Hooks,
+          loop_state: LoopState) -> dict[str, Any]:
     """Run the training loop; returns the final metrics (loss, lr, ``val/*``)."""
     if train_dataloader is None:
         raise ConfigError("train needs a train_dataloader in the config")
@@ -260,7 +281,7 @@ def train(cfg: Any, settings: RunSettings, env: Env, model: nn.Module, train_ste
                 val_evaluator=evaluator, seed=env.rank_seed, schedule=schedule)
     if hasattr(optim_wrapper, "message_hub"):
         optim_wrapper.message_hub = runner.message_hub  # grad norms land in this run's hub
-    output = _output(settings, env, hooks, max_iters=schedule.max_iters,
+    output = _output(settings, run_context, env, hooks, max_iters=schedule.max_iters,
                      max_epochs=schedule.max_epochs, by_epoch=schedule.by_epoch,
                      epoch_length=schedule.epoch_length)
     logging = settings.logger
@@ -274,14 +295,14 @@ def train(cfg: Any, settings: RunSettings, env: Env, model: nn.Module, train_ste
     return loop.run()
 
 
-def _evaluate(mode: str, cfg: Any, settings: RunSettings, env: Env, model: nn.Module,
-              dataloader: Any, hooks: Hooks) -> dict[str, Any]:
+def _evaluate(mode: str, cfg: Any, settings: RunSettings, run_context: RunContext, env: Env,
+              model: nn.Module, dataloader: Any, hooks: Hooks) -> dict[str, Any]:
     if dataloader is None:
         raise ConfigError(f"{mode} needs a {mode}_dataloader in the config")
     evaluator = build_evaluator(section(cfg, f"{mode}_evaluator"), what=f"{mode}_evaluator")
     hooks.runner.hold(model=model, **{f"{mode}_dataloader": dataloader,
                                       f"{mode}_evaluator": evaluator})
-    output = _output(settings, env, hooks, max_iters=0, max_epochs=0, by_epoch=True,
+    output = _output(settings, run_context, env, hooks, max_iters=0, max_epochs=0, by_epoch=True,
                      epoch_length=0, interactive=False)
     output.open(0)
     try:
@@ -295,16 +316,16 @@ def _evaluate(mode: str, cfg: Any, settings: RunSettings, env: Env, model: nn.Mo
     return dict(metrics)
 
 
-def val(cfg: Any, settings: RunSettings, env: Env, model: nn.Module, val_dataloader: Any,
-        hooks: Hooks) -> dict[str, Any]:
+def val(cfg: Any, settings: RunSettings, run_context: RunContext, env: Env, model: nn.Module,
+        val_dataloader: Any, hooks: Hooks) -> dict[str, Any]:
     """Entry point: one validation pass (``val_evaluator``, else mean loss)."""
-    return _evaluate("val", cfg, settings, env, model, val_dataloader, hooks)
+    return _evaluate("val", cfg, settings, run_context, env, model, val_dataloader, hooks)
 
 
-def test(cfg: Any, settings: RunSettings, env: Env, model: nn.Module, test_dataloader: Any,
-         hooks: Hooks) -> dict[str, Any]:
+def test(cfg: Any, settings: RunSettings, run_context: RunContext, env: Env, model: nn.Module,
+         test_dataloader: Any, hooks: Hooks) -> dict[str, Any]:
     """Entry point: one test pass (``test_evaluator``, else mean loss)."""
-    return _evaluate("test", cfg, settings, env, model, test_dataloader, hooks)
+    return _evaluate("test", cfg, settings, run_context, env, model, test_dataloader, hooks)
 
 
 test.__test__ = False  # a step, not a pytest test, when imported into a test module

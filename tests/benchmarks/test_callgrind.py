@@ -22,9 +22,9 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import _callgrind  # noqa: E402 (benchmarks/ is not a package)
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     shutil.which("valgrind") is None or shutil.which("cc") is None,
-    reason="needs valgrind and a C compiler (Debian: apt-get install valgrind gcc)")
+    reason="needs valgrind and a C compiler (Debian: apt-get install valgrind gcc)")]
 
 _CHILD = textwrap.dedent("""
     import os, sys

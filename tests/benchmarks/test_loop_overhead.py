@@ -126,6 +126,29 @@ def test_the_summary_puts_each_ratio_next_to_the_hand_loop_against_itself(capsys
                     r"1\.000 \(min 0\.990, max 1\.010\)\s+ok$", row), row
 
 
+def test_both_goals_are_printed_with_whether_each_is_met(capsys):
+    shapes = loop_overhead._chosen_shapes(_args(shapes="tiny,short-epochs"))
+    sides = loop_overhead._sides(shapes, _args(only="api"))
+    for side, cpu in zip(sides, (1.04, 1.06), strict=True):
+        side.record({"hand-api": {"cpu": 1.0, "wall": 1.0},
+                     "flexgraph-api": {"cpu": cpu, "wall": cpu}})
+    counted = dict(zip(sides, (1.004, 1.009), strict=True))
+    assert loop_overhead._goals(sides, counted, timed=False) is True
+    assert loop_overhead._goals(sides, counted, timed=True) is False
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:3] == [
+        "  instructions per iteration (--count instructions) <= 1.01: met "
+        "(highest: short-epochs api 1.0090)",
+        "  CPU time, median over rounds <= 1.05: not measured in this run (--count time or "
+        "both)"]
+    assert out[-1] == ("  CPU time, median over rounds <= 1.05: NOT MET "
+                       "(highest: short-epochs api 1.0600)")
+    assert loop_overhead._goals(sides, None, timed=True) is False
+    assert "instructions per iteration (--count instructions) <= 1.01: not measured" in \
+        capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_every_shape_runs_end_to_end_in_the_smallest_configuration(tmp_path):
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "loop_overhead.py"), "--rounds", "1", "--iters", "2",
@@ -140,6 +163,9 @@ def test_every_shape_runs_end_to_end_in_the_smallest_configuration(tmp_path):
         assert re.search(rf"^\s+{name}\s+api\s+{NUMBER}\s+{NUMBER}\s+{NUMBER} \[{NUMBER}\]\s+"
                          rf"{NUMBER} \(min {NUMBER}, max {NUMBER}\)\s+(ok|over)$", out, re.M), out
     assert "LinearLR by iteration" in out
+    assert re.search(r"^  CPU time, median over rounds <= 1.05: (met|NOT MET) \(highest: ", out,
+                     re.M), out
+    assert "instructions per iteration (--count instructions) <= 1.01: not measured" in out
     # every child's work_dir went with its temporary folder (torch may leave its compile cache)
     assert [p for p in tmp_path.iterdir() if not p.name.startswith("torchinductor")] == []
 

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
@@ -22,6 +24,7 @@ import memory  # noqa: E402 (benchmarks/ is not a package)
 NUMBERS = r"\s+\d+\s+\d+\s+1\.00$"  # rank 0 MiB, rank 1 MiB, ratio to its own DDP
 
 
+@pytest.mark.slow
 def test_the_ddp_row_runs_end_to_end_in_the_tiny_configuration(tmp_path):
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "memory.py"), "--strategies", "ddp",
@@ -50,6 +53,7 @@ def test_a_strategy_that_is_not_registered_gives_a_row_saying_so(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing was run
 
 
+@pytest.mark.slow
 def test_estimate_mode_puts_the_estimate_next_to_live_bytes(tmp_path):
     """``--estimate``: the ddp row run with its live tensor bytes counted, and the estimate."""
     done = subprocess.run(

@@ -13,9 +13,9 @@ import textwrap
 from pathlib import Path
 
 import torch
-from cli_helpers import QUICKSTART, flexgraph_run, write_config
 
 from flexgraph.training.checkpoint import portable_tensors, read_manifest, read_portable_tensor
+from tests.cli.cli_helpers import QUICKSTART, flexgraph_run, write_config
 
 STRATEGIES = {
     "single": "",

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from cli_helpers import QUICKSTART, ROOT
 
 from flexgraph.cli.main import main
+from tests.cli.cli_helpers import QUICKSTART, ROOT
 
 
 class Bad(NamedTuple):

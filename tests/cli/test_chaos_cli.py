@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import (
+
+from tests.cli.cli_helpers import (
     ROOT,
     assert_same_training_state,
     final_state,
@@ -30,6 +31,8 @@ from cli_helpers import (
     train_losses,
     write_config,
 )
+
+pytestmark = pytest.mark.slow
 
 sys.path.insert(0, str(ROOT))
 

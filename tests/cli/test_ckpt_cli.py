@@ -1,7 +1,7 @@
 """``flexgraph ckpt inspect``: a table or JSON on stdout, exit 2 in one line for a non-checkpoint.
 
 Run through ``main(argv)`` in this process; what is read is specified in
-tests/training/test_checkpoint_inspect.py, this is how it is shown.
+tests/training/checkpoint_tools/test_checkpoint_inspect.py, this is how it is shown.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import json
 import torch
 
 from flexgraph.cli.main import main
-from flexgraph.training.checkpoint import Checkpointer, CheckpointSummary, describe_checkpoint
+from flexgraph.training.checkpoint import Checkpointer
+from flexgraph.training.checkpoint_tools import CheckpointSummary, describe_checkpoint
 
 
 def _checkpoint(work):
@@ -58,7 +59,7 @@ def test_inspect_of_something_else_exits_2_naming_the_formats_tried(tmp_path, ca
 
 def test_convert_says_what_it_wrote_and_left_out_and_inspect_reads_the_result(tmp_path, capsys):
     from flexgraph.cli.ckpt_cmd import TARGETS as CLI_TARGETS
-    from flexgraph.training.checkpoint import TARGETS
+    from flexgraph.training.checkpoint_tools import TARGETS
 
     assert sorted(CLI_TARGETS) == sorted(TARGETS)
     path = _checkpoint(tmp_path / "work")

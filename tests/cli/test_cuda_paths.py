@@ -10,10 +10,11 @@ import json
 
 import pytest
 import torch
-from cli_helpers import flexgraph_run, write_config
+
+from tests.cli.cli_helpers import flexgraph_run, write_config
 
 GPUS = torch.cuda.device_count()
-pytestmark = pytest.mark.skipif(GPUS == 0, reason="needs a CUDA device")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(GPUS == 0, reason="needs a CUDA device")]
 
 SHORT = """
 train_cfg = dict(max_epochs=1, val_interval=1)

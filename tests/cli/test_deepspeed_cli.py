@@ -12,7 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import (
+
+from flexgraph.training.checkpoint_tools import describe_checkpoint
+from flexgraph.training.formats import DEEPSPEED_DIRECTORY
+from tests.cli.cli_helpers import (
     KILLER,
     QUICKSTART,
     ROOT,
@@ -25,7 +28,7 @@ from cli_helpers import (
     write_config,
 )
 
-from flexgraph.training.checkpoint import DEEPSPEED_DIRECTORY, describe_checkpoint
+pytestmark = pytest.mark.slow
 
 pytest.importorskip("deepspeed")
 
@@ -104,12 +107,9 @@ def test_a_zero_checkpoint_converts_to_deepspeeds_own_fp32_weights(runs, tmp_pat
     import torch
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    from flexgraph.training.checkpoint import (
-        Checkpointer,
-        FileCheckpointIO,
-        convert_checkpoint,
-        read_checkpoint,
-    )
+    from flexgraph.training.checkpoint import Checkpointer, FileCheckpointIO
+    from flexgraph.training.checkpoint_tools import convert_checkpoint
+    from flexgraph.training.formats import read_any_checkpoint
 
     tag = runs["root"] / f"zero{stage}" / "iter_20.ds"
     expected = get_fp32_state_dict_from_zero_checkpoint(str(tag.parent), tag=tag.name)
@@ -124,7 +124,7 @@ def test_a_zero_checkpoint_converts_to_deepspeeds_own_fp32_weights(runs, tmp_pat
         assert done.left_out and done.left_out[0].startswith("optimizer: DeepSpeed's own")
         assert describe_checkpoint(tmp_path / target).parameters == \
             describe_checkpoint(tag).parameters
-        for weights in (read_checkpoint(tmp_path / target)["state_dict"], model.state_dict()):
+        for weights in (read_any_checkpoint(tmp_path / target)["state_dict"], model.state_dict()):
             assert sorted(weights) == sorted(expected)
             for key, value in expected.items():
                 assert torch.equal(weights[key], value), (stage, target, key)
@@ -132,7 +132,7 @@ def test_a_zero_checkpoint_converts_to_deepspeeds_own_fp32_weights(runs, tmp_pat
 
 def test_a_zero3_checkpoint_seeds_ddp_and_its_exports_seed_fsdp_and_zero1(runs, tmp_path):
     """load_from under other strategies, the reader named in the log; the same accuracy."""
-    from flexgraph.training.checkpoint import convert_checkpoint
+    from flexgraph.training.checkpoint_tools import convert_checkpoint
 
     tag = runs["root"] / "zero3" / "iter_20.ds"
     exported, sharded = tmp_path / "exported.weights", tmp_path / "exported.dcp"

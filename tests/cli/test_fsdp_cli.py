@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import (
+
+from tests.cli.cli_helpers import (
     KILLER,
     ROOT,
     TWO_EPOCHS,
@@ -27,6 +28,8 @@ from cli_helpers import (
     train_losses,
     write_config,
 )
+
+pytestmark = pytest.mark.slow
 
 DDP = """
 strategy = dict(type='DDPStrategy',

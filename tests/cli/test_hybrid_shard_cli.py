@@ -17,7 +17,11 @@ import subprocess
 import sys
 import textwrap
 
-from cli_helpers import ROOT, write_config
+import pytest
+
+from tests.cli.cli_helpers import ROOT, write_config
+
+pytestmark = pytest.mark.slow
 
 HYBRID = """
 train_cfg = dict(by_epoch=False, max_iters=4, val_interval=1000)

@@ -17,7 +17,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_run_cli import QUICKSTART, assert_same_training_state, final_state, flexgraph_run
+
+from tests.cli.cli_helpers import QUICKSTART, assert_same_training_state, final_state, flexgraph_run
+
+pytestmark = pytest.mark.slow
 
 ITERS = 23  # one epoch of digits, 32 a batch, on each of two ranks
 CHECKPOINT_EVERY, LOG_EVERY = 4, 5

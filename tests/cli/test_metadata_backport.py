@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("importlib_metadata")
 
 

@@ -22,7 +22,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import flexgraph_run
+
+from tests.cli.cli_helpers import flexgraph_run
+
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins"

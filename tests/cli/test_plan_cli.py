@@ -100,6 +100,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: 
 # formats ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_text_is_the_default(spec):
     result = flexgraph("plan", spec)
     assert result.returncode == 0, result.stderr
@@ -110,6 +111,7 @@ def test_text_is_the_default(spec):
     assert result.stderr == ""
 
 
+@pytest.mark.slow
 def test_text_in_a_pipe_is_plain_whatever_the_environment_says(spec):
     result = flexgraph("plan", spec, FORCE_COLOR="1", COLUMNS="40", TERM="xterm-256color")
     assert "\x1b[" not in result.stdout
@@ -118,6 +120,7 @@ def test_text_in_a_pipe_is_plain_whatever_the_environment_says(spec):
     assert result.stdout == flexgraph("plan", spec).stdout
 
 
+@pytest.mark.slow
 def test_json(spec):
     result = flexgraph("plan", spec, "--format", "json")
     assert result.returncode == 0, result.stderr
@@ -130,6 +133,7 @@ def test_json(spec):
     ]
 
 
+@pytest.mark.slow
 def test_dot(spec):
     result = flexgraph("plan", spec, "--format", "dot")
     assert result.returncode == 0, result.stderr
@@ -137,6 +141,7 @@ def test_dot(spec):
     assert '"build_optim" -> "train"' in result.stdout
 
 
+@pytest.mark.slow
 def test_mermaid(spec):
     result = flexgraph("plan", spec, "-f", "mermaid")
     assert result.returncode == 0, result.stderr
@@ -144,6 +149,7 @@ def test_mermaid(spec):
     assert "classDef fused" in result.stdout
 
 
+@pytest.mark.slow
 def test_diff(spec):
     result = flexgraph("plan", spec, "--diff")
     assert result.returncode == 0, result.stderr
@@ -155,6 +161,7 @@ def test_diff(spec):
     assert "rewrites applied by demo:" in out
 
 
+@pytest.mark.slow
 def test_explain(spec):
     result = flexgraph("plan", spec, "--explain", "load_checkpoint")
     assert result.returncode == 0, result.stderr
@@ -162,6 +169,7 @@ def test_explain(spec):
     assert "moved by demo #2" in result.stdout
 
 
+@pytest.mark.slow
 def test_strategy_flag_overrides_the_spec(spec):
     result = flexgraph("plan", spec, "--strategy", "none", "--format", "json")
     data = json.loads(result.stdout)
@@ -169,16 +177,19 @@ def test_strategy_flag_overrides_the_spec(spec):
     assert [s["name"] for s in data["steps"]] == data["base_order"]
 
 
+@pytest.mark.slow
 def test_cfg_options_reach_the_spec(spec):
     result = flexgraph("plan", spec, "--cfg-options", "cfg.lr=0.5", "--format", "json")
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_output_is_byte_identical_across_runs(spec):
     for args in ([], ["--format", "json"], ["--format", "dot"], ["--diff"]):
         assert flexgraph("plan", spec, *args).stdout == flexgraph("plan", spec, *args).stdout
 
 
+@pytest.mark.slow
 def test_plan_never_imports_torch(spec):
     code = (
         "import sys; from flexgraph.cli.main import main; "
@@ -194,6 +205,7 @@ def test_plan_never_imports_torch(spec):
 # function references: checked without importing ----------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("good", "bad", "fragments"),
     [
@@ -211,6 +223,7 @@ def test_a_wrong_function_reference_is_an_error(spec, good, bad, fragments):
     assert_one_line_error(flexgraph("plan", spec), *fragments)
 
 
+@pytest.mark.slow
 def test_references_that_cannot_be_read_statically_are_listed_as_notes(spec):
     (spec.parent / "star_steps.py").write_text("from demo_steps import *\n")
     spec.write_text(SPEC.replace('"demo_steps:train"', '"star_steps:train"'))
@@ -226,20 +239,24 @@ def test_references_that_cannot_be_read_statically_are_listed_as_notes(spec):
 # bad input: exit 2, one line, no traceback ---------------------------------------
 
 
+@pytest.mark.slow
 def test_missing_file(tmp_path):
     assert_one_line_error(flexgraph("plan", tmp_path / "nope.yaml"), "nope.yaml", "does not exist")
 
 
+@pytest.mark.slow
 def test_broken_yaml(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("steps: [\n")
     assert_one_line_error(flexgraph("plan", bad), "bad.yaml", "YAML")
 
 
+@pytest.mark.slow
 def test_unknown_strategy(spec):
     assert_one_line_error(flexgraph("plan", spec, "-s", "dem"), "unknown strategy 'dem'")
 
 
+@pytest.mark.slow
 def test_unknown_step_to_explain_suggests_close_names(spec):
     result = flexgraph("plan", spec, "--explain", "load_chekpoint")
     assert_one_line_error(
@@ -247,20 +264,24 @@ def test_unknown_step_to_explain_suggests_close_names(spec):
     )
 
 
+@pytest.mark.slow
 def test_a_step_the_strategy_took_out_is_explained(spec):
     result = flexgraph("plan", spec, "--explain", "resume")
     assert result.returncode == 0
     assert "removed by demo #6: remove resume" in result.stdout
 
 
+@pytest.mark.slow
 def test_diff_and_explain_print_text_only(spec):
     assert_one_line_error(flexgraph("plan", spec, "--diff", "-f", "json"), "--diff", "json")
 
 
+@pytest.mark.slow
 def test_bad_cfg_option(spec):
     assert_one_line_error(flexgraph("plan", spec, "--cfg-options", "lr"), "KEY=VALUE")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [[], ["plan"], ["plan", "x.yaml", "--format", "svg"], ["plan", "x.yaml", "--diff",
@@ -273,6 +294,7 @@ def test_usage_errors_exit_2(args):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_debug_shows_the_chained_traceback(spec):
     result = flexgraph("--debug", "plan", spec, "-s", "dem")
     assert result.returncode == 2
@@ -280,12 +302,14 @@ def test_debug_shows_the_chained_traceback(spec):
     assert result.stderr.splitlines()[-1].startswith("error: unknown strategy 'dem'")
 
 
+@pytest.mark.slow
 def test_debug_is_accepted_after_the_command(spec):
     result = flexgraph("plan", spec, "--debug", "--explain", "nope")
     assert result.returncode == 2
     assert "Traceback" in result.stderr
 
 
+@pytest.mark.slow
 def test_help_and_version():
     assert flexgraph("--help").returncode == 0
     version = flexgraph("--version")

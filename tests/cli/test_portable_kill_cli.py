@@ -20,8 +20,11 @@ import re
 
 import pytest
 import torch
-from cli_helpers import same_start
-from portable_helpers import as_one_file, config, last_checkpoint, run
+
+from tests.cli.cli_helpers import same_start
+from tests.cli.portable_helpers import as_one_file, config, last_checkpoint, run
+
+pytestmark = pytest.mark.slow
 
 SEED = 17
 SAVE_EVERY = 5

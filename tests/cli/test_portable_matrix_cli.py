@@ -15,8 +15,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from cli_helpers import same_start
-from portable_helpers import (
+
+from tests.cli.cli_helpers import same_start
+from tests.cli.portable_helpers import (
     STRATEGIES,
     as_one_file,
     assert_same_weights,
@@ -26,7 +27,7 @@ from portable_helpers import (
 )
 
 pytest.importorskip("deepspeed")
-pytestmark = pytest.mark.matrix
+pytestmark = [pytest.mark.slow, pytest.mark.matrix]
 
 NAMES = ("single", "ddp", "fsdp", "zero1", "zero2", "zero3")
 assert set(NAMES) <= set(STRATEGIES)

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cli_helpers import same_start
-from portable_helpers import (
+
+from flexgraph.training.checkpoint import portable_tensors, read_manifest, read_portable_tensor
+from flexgraph.training.checkpoint_tools import describe_checkpoint
+from tests.cli.cli_helpers import same_start
+from tests.cli.portable_helpers import (
     as_one_file,
     assert_same_weights,
     config,
@@ -27,12 +30,7 @@ from portable_helpers import (
     run,
 )
 
-from flexgraph.training.checkpoint import (
-    describe_checkpoint,
-    portable_tensors,
-    read_manifest,
-    read_portable_tensor,
-)
+pytestmark = pytest.mark.slow
 
 pytest.importorskip("deepspeed")
 

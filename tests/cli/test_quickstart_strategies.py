@@ -1,8 +1,9 @@
 """The quickstart under each strategy its comments offer, changing only the ``strategy`` line.
 
-The README promises that a user switches strategy by uncommenting one line of
-``examples/quickstart.py``; each test does exactly that to a copy of the file
-and trains it for one epoch with ``flexgraph run --nproc-per-node 2`` (gloo).
+The docs (docs/guide/getting_started.rst) promise that a user switches strategy
+by uncommenting one line of ``examples/quickstart.py``; each test does exactly
+that to a copy of the file and trains it for one epoch with ``flexgraph run
+--nproc-per-node 2`` (gloo).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import json
 import re
 
 import pytest
-from cli_helpers import QUICKSTART, launch_two, train_losses
+
+from tests.cli.cli_helpers import QUICKSTART, launch_two, train_losses
 
 SOURCE = QUICKSTART.read_text()
 
@@ -37,6 +39,7 @@ def test_the_quickstart_offers_ddp_fsdp_and_deepspeed():
     assert set(STRATEGIES) == {"DDPStrategy", "FSDPStrategy", "DeepSpeedStrategy"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["FSDPStrategy", "DeepSpeedStrategy"])
 def test_the_quickstart_trains_with_its_strategy_line_uncommented(tmp_path, name):
     if name == "DeepSpeedStrategy":

@@ -24,7 +24,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from cli_helpers import (
+
+from flexgraph.training.output import LOCK_FILE
+from tests.cli.cli_helpers import (
     ROOT,
     assert_same_training_state,
     final_state,
@@ -32,9 +34,9 @@ from cli_helpers import (
     train_losses,
     write_config,
 )
-from slurm_cluster import Cluster, SlurmUnavailable, start_cluster
+from tests.cli.slurm_cluster import Cluster, SlurmUnavailable, start_cluster
 
-from flexgraph.training.output import LOCK_FILE
+pytestmark = pytest.mark.slow
 
 SBATCH = ROOT / "examples" / "slurm" / "train.sbatch"
 PAUSE_AT = 6  # iterations; the ranks agree on a stop every 5, so a stop lands on 10

@@ -8,7 +8,7 @@ compressed forms). The launches themselves run under a real SLURM in
 
 from __future__ import annotations
 
-import argparse
+import os
 
 import pytest
 
@@ -16,10 +16,10 @@ from flexgraph.cli.slurm import (
     SlurmLaunchError,
     become_slurm_rank,
     choose_launcher,
-    fill_node_launch,
     first_host,
     job_port,
     resume_after_requeue,
+    slurm_node,
     tasks_per_node,
 )
 from flexgraph.training.runtime._distributed import visible_device_index
@@ -90,31 +90,28 @@ def test_launcher_slurm_outside_srun_and_mpi_are_refused():
         choose_launcher("mpi", {})
 
 
-def _launcher_args(nnodes: str, nproc: int = 8) -> argparse.Namespace:
-    return argparse.Namespace(nnodes=nnodes, nproc_per_node=nproc, node_rank=0,
-                              master_addr=None, master_port=None)
-
-
 def test_one_task_per_node_gets_its_node_rank_and_the_rendezvous():
-    args = _launcher_args("2")
     env = {**TASK, "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2"}
-    assert fill_node_launch(args, env).startswith("slurm + torch elastic (2 nodes x 8, node 1")
-    assert (args.node_rank, args.master_addr, args.master_port) == (1, "gpu07", job_port("4242"))
+    node = slurm_node("2", env)
+    assert node.describe(8).startswith("slurm + torch elastic (2 nodes x 8, node 1")
+    assert (node.node_rank, node.master_addr, node.master_port) == (1, "gpu07", job_port("4242"))
+    given = slurm_node("2", env, master_addr="head", master_port=29400)
+    assert (given.master_addr, given.master_port) == ("head", 29400), "the flags win"
+    assert slurm_node("1", {**env, "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"}) is None, \
+        "one node: the launcher's own rendezvous"
 
 
 def test_several_tasks_per_node_each_launching_ranks_is_refused():
     with pytest.raises(SlurmLaunchError, match=r"srun started 4 tasks but --nnodes is 2.*"
                                                r"--ntasks-per-node=1"):
-        fill_node_launch(_launcher_args("2"), TASK)
+        slurm_node("2", TASK)
 
 
 def test_a_requeued_job_resumes_unless_told_otherwise():
-    args = argparse.Namespace(resume=None)
-    resume_after_requeue(args, {**BATCH, "SLURM_RESTART_COUNT": "1"})
-    assert args.resume == "auto"
-    args = argparse.Namespace(resume="work/iter_5.pth")
-    resume_after_requeue(args, {**BATCH, "SLURM_RESTART_COUNT": "2"})
-    assert args.resume == "work/iter_5.pth"
+    assert resume_after_requeue(None, {**BATCH, "SLURM_RESTART_COUNT": "1"}) == "auto"
+    assert resume_after_requeue(None, {**BATCH, "SLURM_RESTART_COUNT": "0"}) is None
+    given = resume_after_requeue("work/iter_5.pth", {**BATCH, "SLURM_RESTART_COUNT": "2"})
+    assert given == "work/iter_5.pth"
 
 
 def test_each_rank_takes_the_accelerator_slurm_bound_to_it():
@@ -126,9 +123,8 @@ def test_each_rank_takes_the_accelerator_slurm_bound_to_it():
 
 def test_the_command_line_opts_out_or_is_refused_outside_srun(monkeypatch, capsys):
     """``flexgraph run`` in this process (``--dry-run``: it plans, runs nothing)."""
-    from cli_helpers import QUICKSTART
-
     from flexgraph.cli.main import main
+    from tests.cli.cli_helpers import QUICKSTART
 
     monkeypatch.syspath_prepend(str(QUICKSTART.parent))
     for key, value in TASK.items():  # as srun -n4 would start this task
@@ -141,3 +137,66 @@ def test_the_command_line_opts_out_or_is_refused_outside_srun(monkeypatch, capsy
     err = capsys.readouterr().err
     assert err.startswith("error: launcher 'slurm' (--launcher, or the config's launcher) "
                           "needs SLURM's task variables") and err.count("\n") == 1
+
+
+# -- the launch's facts, as `flexgraph run` takes them from SLURM ---------------------------
+
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def _in_environment(monkeypatch, env: dict[str, str]) -> None:
+    """``env`` as this process's SLURM variables, and none of torchrun's.
+
+    Each name is set before it is deleted, so that the test's end restores it
+    (or removes it) even when the code under test writes it (``become_slurm_rank``
+    does): ``delenv`` of an absent name records nothing to undo.
+    """
+    for name in {*_TORCHRUN_VARS, *TASK, *BATCH}:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def _parsed(*flags: str):
+    from flexgraph.cli.main import build_parser
+
+    argv = ["run", "cfg.py", *flags]
+    return build_parser(argv).parse_args(argv)
+
+
+class _Pipeline:
+    cfg = None  # no config keys: the launcher is detected
+
+
+def test_a_task_per_rank_takes_its_place_from_slurm_into_the_launch_facts(monkeypatch):
+    from flexgraph.cli.run_cmd import _choose_launch
+    from flexgraph.training.output import LaunchFacts
+
+    _in_environment(monkeypatch, TASK)
+    args = _parsed()
+    facts = _choose_launch(args, _Pipeline(), LaunchFacts(resume="auto"))
+    assert facts.launched_by == f"slurm (4 tasks, rendezvous gpu07:{job_port('4242')})"
+    assert (facts.launched, facts.launches_ranks, facts.resume) == (True, False, "auto")
+    assert (os.environ["RANK"], os.environ["WORLD_SIZE"]) == ("3", "4"), "torch reads these"
+
+
+def test_a_launcher_per_node_takes_its_node_rank_from_slurm_and_leaves_the_flags_alone(
+        monkeypatch):
+    from flexgraph.cli.launch import _rank_argv
+    from flexgraph.cli.run_cmd import _choose_launch
+    from flexgraph.training.output import LaunchFacts
+
+    _in_environment(monkeypatch, {**TASK, "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2",
+                                  "SLURM_NTASKS": "2"})
+    args = _parsed("--nproc-per-node", "2", "--nnodes", "2")
+    facts = _choose_launch(args, _Pipeline(), LaunchFacts(resume="auto"))
+    assert facts.launches_ranks and not facts.launched
+    assert (facts.node_rank, facts.master_addr, facts.master_port) == \
+        (1, "gpu07", job_port("4242"))
+    assert facts.launched_by.startswith("slurm + torch elastic (2 nodes x 2, node 1")
+    assert (args.node_rank, args.master_addr, args.master_port, args.resume) == \
+        (0, None, None, None), "what SLURM says is the launch's, not written into the flags"
+    argv = _rank_argv(args, facts)
+    assert argv[argv.index("--resume") + 1] == "auto", "the ranks resume as the launch does"

@@ -11,10 +11,11 @@ import os
 import socket
 from pathlib import Path
 
-from cli_helpers import QUICKSTART, flexgraph_run
+import pytest
 
 from flexgraph.cli.main import main
 from flexgraph.training.output import LOCK_FILE, take_work_dir
+from tests.cli.cli_helpers import QUICKSTART, flexgraph_run
 
 
 def _refusal(work: Path) -> str:
@@ -22,6 +23,7 @@ def _refusal(work: Path) -> str:
             f"(host {socket.gethostname()} pid {os.getpid()}")
 
 
+@pytest.mark.slow
 def test_a_launcher_on_an_owned_work_dir_stops_before_starting_ranks(tmp_path):
     work = tmp_path / "work"
     with take_work_dir(work, "the-owner"):

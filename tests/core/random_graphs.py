@@ -9,10 +9,10 @@ a shuffle of it, with the updaters of each artifact then chained by ``after``.
 
 from __future__ import annotations
 
-from engine_helpers import mk
 from hypothesis import strategies as st
 
 from flexgraph import Graph
+from tests.core.engine_helpers import mk
 
 
 @st.composite

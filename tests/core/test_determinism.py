@@ -13,11 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine_helpers import mk, training_like
+import pytest
 
 from flexgraph import Configure, Fuse, Graph, Insert, Move, Remove, Replace, Strategy, make_plan
+from tests.core.engine_helpers import mk, training_like
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def wide_graph() -> Graph:
@@ -61,13 +62,14 @@ def test_the_same_plan_every_time_in_one_process() -> None:
     assert all(plan_as_json() == first for _ in range(5))
 
 
+@pytest.mark.slow
 def test_the_same_plan_in_twenty_fresh_processes_with_varied_hash_seeds() -> None:
-    code = "import test_determinism as t; print(t.plan_as_json())"
+    code = "import tests.core.test_determinism as t; print(t.plan_as_json())"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code],
-            cwd=HERE,
-            env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(HERE)},
+            cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(ROOT)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from engine_helpers import mk, training_like
 
 import flexgraph
 from flexgraph import (
@@ -29,6 +28,7 @@ from flexgraph import (
 )
 from flexgraph.core import strategy as strategy_module
 from flexgraph.core.step import resolve_fn
+from tests.core.engine_helpers import mk, training_like
 
 
 def test_every_public_error_is_a_flexgraph_error_and_a_builtin() -> None:

@@ -8,9 +8,9 @@ of it; explicit after/before edges; steps declared together chain in list order.
 from __future__ import annotations
 
 import pytest
-from engine_helpers import mk, training_like
 
 from flexgraph import AmbiguousOrderError, DuplicateStepError, Graph, make_plan
+from tests.core.engine_helpers import mk, training_like
 
 
 def edge_set(graph: Graph) -> set[tuple[str, str]]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from engine_helpers import mk, training_like
 
 from flexgraph import Configure, Fuse, Insert, Move, Origin, Remove, Strategy, make_plan
 from flexgraph.core.plan import BASE
+from tests.core.engine_helpers import mk, training_like
 
 FSDP_LIKE = Strategy(
     "fsdp_like",

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 
-from engine_helpers import check_plan, mk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from random_graphs import random_graph
 
 from flexgraph import (
     Configure,
@@ -29,6 +27,8 @@ from flexgraph import (
 )
 from flexgraph.core.rewrite import Rewrite
 from flexgraph.core.validate import validate
+from tests.core.engine_helpers import check_plan, mk
+from tests.core.random_graphs import random_graph
 
 EXAMPLES = int(os.environ.get("FLEXGRAPH_EXAMPLES", "300"))  # raise it to hunt harder
 SETTINGS = settings(

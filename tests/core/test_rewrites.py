@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from engine_helpers import mk, training_like
 
 from flexgraph import (
     Configure,
@@ -22,6 +21,7 @@ from flexgraph import (
     make_plan,
     step,
 )
+from tests.core.engine_helpers import mk, training_like
 
 
 def order_after(*rewrites: object) -> tuple[str, ...]:

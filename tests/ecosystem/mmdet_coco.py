@@ -151,16 +151,17 @@ def overrides(model: str, strategy: str | None = "ddp", *, epochs: int = 2,
         f"train_cfg.max_epochs={epochs}",
         # Validation after the last epoch only: MMEngine's validation draws from the
         # global RNGs that training then draws from, flexgraph's leaves them as they
-        # were (README, "Deliberate differences"); validating in between would make
-        # the Runner's next epoch differ from flexgraph's.
+        # were (docs/guide/parity.rst, "Deliberate differences"); validating in
+        # between would make the Runner's next epoch differ from flexgraph's.
         f"train_cfg.val_interval={epochs}",
         "randomness.seed=0",  # unset, each runner draws one: runs would differ
         *([f"param_scheduler.0.end={warmup}"] if warmup is not None else []),
         "env_cfg.dist_cfg.backend=gloo",
         "default_hooks.logger.interval=1",
         # Workers that persist across epochs continue their random flips into the next
-        # epoch, and a resumed run's start theirs again from their seed (README,
-        # "Deliberate differences"); workers started each epoch draw the same in both.
+        # epoch, and a resumed run's start theirs again from their seed
+        # (docs/guide/parity.rst, "Deliberate differences"); workers started each
+        # epoch draw the same in both.
         "train_dataloader.persistent_workers=False",
         *EVALUATED[model],
     ]

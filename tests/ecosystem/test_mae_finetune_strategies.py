@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from mae_finetune import (
+
+from tests.ecosystem.mae_finetune import (
     ROOT,
     STRATEGIES,
     config_path,
@@ -25,6 +26,8 @@ from mae_finetune import (
     write_images,
     write_pretrained,
 )
+
+pytestmark = pytest.mark.slow
 
 pytest.importorskip("mmpretrain", reason="make test-ecosystem installs mmpretrain")
 

@@ -46,7 +46,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from mmdet_coco import (
+
+from tests.ecosystem.mmdet_coco import (
     BBOX_METRICS,
     BF16,
     ITERS_PER_EPOCH,
@@ -59,6 +60,8 @@ from mmdet_coco import (
     write_coco,
     write_wrapper,
 )
+
+pytestmark = pytest.mark.slow
 
 pytest.importorskip("mmdet", reason="make test-ecosystem installs mmdet with mmcv's operators")
 

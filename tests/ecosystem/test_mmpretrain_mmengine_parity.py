@@ -22,7 +22,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from mae_finetune import ROOT, config_path, overrides, write_images, write_pretrained
+
+from tests.ecosystem.mae_finetune import (
+    ROOT,
+    config_path,
+    overrides,
+    write_images,
+    write_pretrained,
+)
+
+pytestmark = pytest.mark.slow
 
 pytest.importorskip("mmpretrain", reason="make test-ecosystem installs mmpretrain")
 

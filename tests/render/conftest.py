@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 
 import pytest
-from demo_plan import base_graph, demo_strategy
 from rich.console import Console
 
 from flexgraph import Graph, make_plan
+from tests.render.demo_plan import base_graph, demo_strategy
 
 
 @pytest.fixture

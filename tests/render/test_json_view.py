@@ -6,11 +6,11 @@ import json
 import math
 
 import pytest
-from demo_plan import base_graph, demo_strategy
 
 from flexgraph import Configure, Graph, Step, Strategy, make_plan
 from flexgraph.render import SCHEMA, plan_json, plan_to_dict
 from flexgraph.render.json_view import json_safe
+from tests.render.demo_plan import base_graph, demo_strategy
 
 TOP_KEYS = ["schema", "strategy", "steps", "rewrites", "stages", "base_order", "edges"]
 STEP_KEYS = [

@@ -8,6 +8,7 @@ the file's name, always required): the step, the field, the did-you-mean.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import NamedTuple
 
 from flexgraph import (
@@ -208,3 +209,9 @@ CASES = [
          {"cfg.py": "steps = [dict(name='a', fn='m:f', after=[1])]\n"},
          "cfg.py", SpecTypeError, ("steps[0] (a)", "'after'")),
 ]
+
+
+def write_case(case: Case, folder: Path) -> Path:
+    for name, body in case.files.items():
+        (folder / name).write_text(body, encoding="utf-8")
+    return folder / case.target

@@ -5,16 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from broken_specs import CASES, Case
 
 from flexgraph import FlexgraphError
 from flexgraph.spec import load_spec
-
-
-def write_case(case: Case, folder: Path) -> Path:
-    for name, body in case.files.items():
-        (folder / name).write_text(body, encoding="utf-8")
-    return folder / case.target
+from tests.spec.broken_specs import CASES, Case, write_case
 
 
 def test_the_table_is_big_and_covers_every_spec_error() -> None:

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from broken_specs import CASES, Case
-from test_spec_broken import write_case
 
-pytestmark = pytest.mark.skipif(
+from tests.spec.broken_specs import CASES, Case, write_case
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     importlib.util.find_spec("flexgraph.cli.main") is None,
     reason="the CLI (flexgraph/cli/main.py) is not written yet",
-)
+)]
 
 CLI_CASES = [case for case in CASES if not case.api_only]
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 CHECK = """
@@ -81,4 +83,30 @@ def test_the_plan_names_the_reader_of_load_from_and_resume_without_torch(tmp_pat
         "spec, plan = load_spec_and_plan("
         f"{str(config)!r}, 'ddp', ['resume=auto', 'load_from={tmp_path / 'absent'}'])\n"
         "assert checkpoint_notes(spec.cfg, plan) == {}"
+    )
+
+
+def test_the_formats_part_tells_every_format_apart_without_torch(tmp_path: Path) -> None:
+    """``flexgraph.training.formats`` recognises each format by content, torch-free; its
+    names that read tensors are listed on its face and load torch only when first used."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "weights.bin", "w") as archive:  # torch.save's layout
+        archive.writestr("weights/data.pkl", b"")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (tmp_path / "model.st").write_bytes(len(header).to_bytes(8, "little") + header + bytes(4))
+    for name, marker in (("sharded", ".metadata"), ("tag", "mp_rank_00_model_states.pt"),
+                         ("portable", ".flexgraph-portable")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / marker).write_bytes(b"")
+    run_clean(
+        "from pathlib import Path\n"
+        "import flexgraph.training.formats as formats\n"
+        f"root = Path({str(tmp_path)!r})\n"
+        "found = {name: formats.format_of(root / name).key for name in\n"
+        "         ('weights.bin', 'model.st', 'sharded', 'tag', 'portable')}\n"
+        "assert found == {'weights.bin': 'torch', 'model.st': 'safetensors', 'sharded': 'dcp',\n"
+        "                 'tag': 'deepspeed', 'portable': 'portable'}, found\n"
+        "assert {'read_checkpoint_file', 'read_any_checkpoint'} <= set(formats.__all__)"
     )

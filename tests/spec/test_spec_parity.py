@@ -113,6 +113,7 @@ def test_the_strategy_changes_the_result(specs: dict[str, Spec]) -> None:
     assert base.startswith("14 words")  # "the" survives when stop words are dropped first
 
 
+@pytest.mark.slow
 def test_the_python_example_runs_as_a_script() -> None:
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "textstats_pipeline.py")],

@@ -17,7 +17,7 @@ for _path in (_REPO, _REPO / "examples"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from training_helpers import toy_cfg  # noqa: E402 (needs the paths above)
+from tests.training.training_helpers import toy_cfg  # noqa: E402 (needs the paths above)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Pieces that flexgraph and MMEngine's own ``Runner`` both run, for the MMEngine tests.
 
-Imported through ``custom_imports=['mmengine_parts']`` (this folder on PYTHONPATH)
-by ``flexgraph run`` and by MMEngine alike, so both build the same registered
+Imported through ``custom_imports=['tests.training.mmengine_parts']`` (the repository
+on PYTHONPATH) by ``flexgraph run`` and by MMEngine alike, so both build the same registered
 components. Run as a script, it is MMEngine's side of a test: a run of CFG
 that stops after epoch N (in ROOT/half), and MMEngine's own resume of its
 checkpoint, trained to the end (in ROOT/mm)::
@@ -18,9 +18,10 @@ import os
 
 import torch
 import torch.nn.functional as F
+from mmengine.evaluator import BaseMetric
 from mmengine.hooks import Hook
 from mmengine.model import BaseModel
-from mmengine.registry import DATASETS, HOOKS, MODELS
+from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS
 from torch import nn
 
 
@@ -59,6 +60,21 @@ class PairsDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict:
         return {"inputs": self.x[i], "labels": self.y[i]}
+
+
+@METRICS.register_module(force=True)
+class PairsAccuracy(BaseMetric):
+    """``accuracy`` of MigrationNet's logits on PairsDataset, and their ``pairs_loss``
+    (a name MMEngine's LogProcessor averages over its window, as it does losses)."""
+
+    def process(self, data_batch, data_samples) -> None:
+        for logits, label in zip(data_samples, data_batch["labels"], strict=True):
+            self.results.append((float(logits.argmax() == label),
+                                 float(F.cross_entropy(logits[None], label[None]))))
+
+    def compute_metrics(self, results) -> dict[str, float]:
+        return {"accuracy": sum(r[0] for r in results) / len(results),
+                "pairs_loss": sum(r[1] for r in results) / len(results)}
 
 
 @HOOKS.register_module(force=True)

@@ -6,7 +6,6 @@ import pytest
 import torch
 from mmengine.model import BaseModel
 from mmengine.registry import MODELS
-from training_helpers import run_steps
 
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.training import steps
@@ -17,6 +16,7 @@ from flexgraph.training.errors import (
     UnknownComponentError,
 )
 from flexgraph.training.graph import LOOP_INPUTS
+from tests.training.training_helpers import run_steps
 
 
 def test_empty_dataset_is_refused_when_dataloaders_are_built(make_cfg):

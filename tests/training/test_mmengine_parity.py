@@ -20,6 +20,7 @@ random stream draws what MMEngine's Runner draws.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import random
 import re
@@ -44,10 +45,12 @@ from mmengine.registry import (
     OPTIM_WRAPPER_CONSTRUCTORS,
 )
 from torch import nn
-from training_helpers import run_steps
 
 from flexgraph.training.components import DATALOADER_KEYS
 from flexgraph.training.errors import UnusedConfigWarning
+from tests.training.training_helpers import assert_same_logged_values, run_steps, scalars_json
+
+pytestmark = pytest.mark.slow
 
 # -- MMEngine's runner-test components (tiny) -----------------------------------------
 
@@ -263,6 +266,7 @@ class TrainLogCapture(Hook):
 
     priority = "HIGHEST"
     LINES: list[tuple[int, ...]] = []
+    TEXT: list[str] = []  # every train and val line, whole
 
     def before_run(self, runner) -> None:
         capture = logging.Handler()
@@ -277,6 +281,8 @@ class TrainLogCapture(Hook):
     @staticmethod
     def _emit(record: logging.LogRecord) -> None:
         text = record.getMessage()
+        if re.search(r"(Epoch|Iter)\((train|val)\)", text):
+            TrainLogCapture.TEXT.append(text)
         epoch = re.search(r"Epoch\(train\)\s*\[(\d+)(?:/\d+)?\]\[\s*(\d+)/", text)
         it = re.search(r"Iter\(train\)\s*\[\s*(\d+)/", text)
         if epoch:
@@ -322,6 +328,10 @@ def _observed(work_dir: Path, model: nn.Module) -> dict[str, Any]:
         "data": list(ParityRecorder.DATA),
         "losses": list(ParityRecorder.LOSSES),
         "log_lines": list(TrainLogCapture.LINES),
+        "log_text": list(TrainLogCapture.TEXT),
+        # MMEngine's in its timestamped folder, flexgraph's in runner.log_dir (the
+        # work_dir outside flexgraph run)
+        "scalars": scalars_json(work_dir),
         "checkpoints": [re.sub(r"-[0-9a-f]{8}\.pth$", "-<sha>.pth", f) for f in files],
         "last_checkpoint": Path(pointer.read_text().strip()).name if pointer.exists() else None,
         "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
@@ -330,6 +340,7 @@ def _observed(work_dir: Path, model: nn.Module) -> dict[str, Any]:
 
 def _reset() -> None:
     ParityRecorder.LOG, ParityRecorder.DATA, TrainLogCapture.LINES = [], [], []
+    TrainLogCapture.TEXT = []
     ParityRecorder.LOSSES = []
 
 
@@ -398,7 +409,7 @@ def compare(tmp_path, monkeypatch):
         mm = run_mmengine(cfg, tmp_path / "mmengine", monkeypatch)
         fg = run_flexgraph(cfg, tmp_path / "flexgraph")
         assert_same_run(mm, fg)
-        return fg
+        return {**fg, "mmengine": mm}
 
     return run
 
@@ -463,6 +474,63 @@ def test_logger_interval(compare, train_cfg, logger):
                            checkpoint=None),
         custom_hooks=[dict(type="TrainLogCapture")]))
     assert run["log_lines"]
+
+
+# -- what is logged: log_processor's statistics, in the lines and in scalars.json ----------
+
+def fg_metrics(work_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (work_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+_LOGGED_RUN = dict(
+    train_dataloader=dict(dataset=dict(type="ParityData", n=15), batch_size=3,
+                          sampler=dict(type="DefaultSampler", shuffle=True)),
+    train_cfg=dict(by_epoch=True, max_epochs=4, val_interval=2), log_level="INFO",
+    default_hooks=dict(logger=dict(type="LoggerHook", interval=2), checkpoint=None),
+    custom_hooks=[dict(type="TrainLogCapture")])
+
+
+@pytest.mark.parametrize("overrides", [
+    {},  # MMEngine's default log_processor: the mean over 10 iterations, across epochs
+    dict(log_processor=dict(window_size=3)),
+    dict(log_processor=dict(by_epoch=False),  # as MMEngine's iteration-based configs
+         train_cfg=dict(by_epoch=False, max_iters=13, val_interval=6),
+         default_hooks=dict(logger=dict(type="LoggerHook", interval=2,
+                                        log_metric_by_epoch=False), checkpoint=None)),
+    dict(log_processor=dict(by_epoch=False, window_size=4),
+         default_hooks=dict(logger=dict(type="LoggerHook", interval=3, ignore_last=False),
+                            checkpoint=None)),
+    dict(log_processor=dict(window_size=5, custom_cfg=[
+        dict(data_src="loss", method_name="max", window_size=3, log_name="loss_max"),
+        dict(data_src="loss", method_name="min", window_size="epoch", log_name="loss_min"),
+        dict(data_src="loss", method_name="mean", window_size="global",
+             log_name="loss_global"),
+        dict(data_src="lr", method_name="mean", window_size=4, log_name="lr_mean"),
+        dict(data_src="acc", method_name="max", log_name="acc_best")])),
+    # the optimizer wrapper's grad_norm, which it writes into the hub every iteration
+    dict(optim_wrapper=dict(type="OptimWrapper", clip_grad=dict(max_norm=0.5),
+                            optimizer=dict(type="SGD", lr=0.1, momentum=0.9))),
+    # a hook that runs every iteration: each line is composed when due
+    dict(custom_hooks=[dict(type="TrainLogCapture"), dict(type="ParityRecorder", name="normal")],
+         log_processor=dict(window_size=4)),
+], ids=["default", "window-3", "iteration-by-iter", "epoch-loop-by-iter", "custom-cfg",
+        "grad-norm", "hooks-every-iteration"])
+def test_logged_values_equal_the_runners(compare, overrides, tmp_path):
+    """Each key's value in the log lines and in scalars.json, for the same run, is the
+    Runner's: MMEngine's LogProcessor statistics, not the iteration's raw value."""
+    # a name of its own: MMEngine's Runner reuses the Visualizer of an earlier run with
+    # the same name (its timestamp, to the second), which writes into that run's folder
+    cfg = _base_cfg(**_LOGGED_RUN, experiment_name=tmp_path.name)
+    cfg.update(copy.deepcopy(overrides))
+    fg = compare(cfg)
+    mm = fg["mmengine"]
+    assert_same_logged_values(mm["scalars"], fg["scalars"], mm["log_text"], fg["log_text"])
+    # metrics.jsonl keeps each iteration's raw loss; the lines show a window's statistics
+    metrics = fg_metrics(tmp_path / "flexgraph")
+    raw = {record["iter"]: record["loss"] for record in metrics if "mode" not in record}
+    lines = [line for line in fg["scalars"] if "iter" in line]
+    assert sorted(raw) == list(range(1, len(raw) + 1))
+    assert any(line["loss"] != raw[line["iter"]] for line in lines)
 
 
 @pytest.mark.parametrize("param_scheduler", [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from mmengine.config import Config
-from training_helpers import EXAMPLES, run_steps
+
+from tests.training.training_helpers import EXAMPLES, run_steps
 
 
 def test_quickstart_reaches_stated_accuracy(tmp_path):

@@ -10,25 +10,10 @@ import pytest
 import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
-from training_helpers import run_steps
 
-from flexgraph.training.checkpoint import read_checkpoint_file
 from flexgraph.training.errors import CheckpointError
-
-
-def assert_same(a, b, path="state"):
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
-    elif isinstance(a, dict):
-        assert set(a) == set(b), path
-        for key in a:
-            assert_same(a[key], b[key], f"{path}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, path
+from flexgraph.training.formats import read_checkpoint_file
+from tests.training.training_helpers import assert_same, run_steps
 
 
 @HOOKS.register_module(force=True)

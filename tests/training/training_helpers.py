@@ -10,7 +10,9 @@ so the whole folder runs in well under a minute on two cores.
 from __future__ import annotations
 
 import copy
+import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from flexgraph import Configure, Executor, StepFailedError, Strategy, get_strate
 from flexgraph.training import loop
 from flexgraph.training.config import read_settings
 from flexgraph.training.graph import ENTRIES, standard_graph, standard_inputs
+from flexgraph.training.output import RunContext
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -34,8 +37,23 @@ EXAMPLES = REPO / "examples"
 torch.set_num_threads(1)
 
 
+def assert_same(a, b, path="state"):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert set(a) == set(b), path
+        for key in a:
+            assert_same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
 def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple[str, ...] = (),
-              env: Any = None, strategy: str | None = None,
+              env: Any = None, strategy: str | None = None, run_context: Any = None,
               **params: dict[str, Any]) -> dict[str, Any]:
     """Plan the standard graph up to ``last`` (a step, or several) and run it.
 
@@ -44,13 +62,14 @@ def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple
     ``last='val'`` / ``'test'`` uses that entry point's graph; ``include`` adds
     optional steps (``'compile'``); a given ``env`` stands in for ``setup_env``
     (an input instead of a step); ``strategy`` names one from the registry;
+    ``run_context`` is the run's context (default: this process alone);
     ``params`` binds step parameters by step name, e.g.
     ``setup_env={'device': 'cpu'}``. A step's own error is re-raised as is.
     """
     targets = (last,) if isinstance(last, str) else tuple(last)
     entry = next((t for t in targets if t in ENTRIES), "train")
     graph = standard_graph({name: True for name in include}, entry=entry)
-    context = standard_inputs(cfg)
+    context = standard_inputs(cfg, run_context)
     if env is not None:
         graph = graph.remove("setup_env").with_inputs("env")
         context["env"] = env
@@ -65,8 +84,9 @@ def run_steps(cfg: Any, *, last: str | tuple[str, ...] = "train", include: tuple
 
 
 def build_hooks(cfg: Any) -> loop.Hooks:
-    """The run's hooks for ``cfg``, its settings read as ``flexgraph run`` reads them."""
-    return loop.build_hooks(cfg, read_settings(cfg))
+    """The run's hooks for ``cfg``, its settings read as ``flexgraph run`` reads them, in a
+    context of this process alone (no record)."""
+    return loop.build_hooks(cfg, read_settings(cfg), RunContext.of_this_process())
 
 
 # -- toy components ---------------------------------------------------------------
@@ -233,3 +253,40 @@ def ddp_worker(rank: int, world_size: int, port: int, work_dir: str, out_dir: st
 
     leave_process_group()
     end_launched_rank(0)
+
+
+# -- what a run logged: log lines and scalars.json, beside MMEngine's Runner ------------------
+
+#: Keys that are measured, not computed (MMEngine's timings, its ETA, a GPU's memory):
+#: never equal between two runs.
+TIMING = ("time", "data_time", "eta", "memory")
+
+
+def logged_values(line: str) -> dict[str, str]:
+    """A log line's ``key: value`` pairs as shown (the same digits on both sides),
+    without the timing ones; the line's format around them may differ."""
+    pairs = dict(re.findall(r"([\w./]+): (\S+)", line.split(" - INFO - ")[-1]))
+    return {key: value for key, value in pairs.items() if key not in TIMING}
+
+
+def scalars_json(folder: Path) -> list[dict[str, Any]]:
+    """``vis_data/scalars.json`` in ``folder`` or in a (timestamped) folder of it, or []."""
+    found = sorted(folder.glob("vis_data/scalars.json")) + sorted(
+        folder.glob("*/vis_data/scalars.json"))
+    return [json.loads(line) for line in found[0].read_text().splitlines()] if found else []
+
+
+def assert_same_logged_values(mm_scalars: list[dict[str, Any]], fg_scalars: list[dict[str, Any]],
+                              mm_lines: list[str], fg_lines: list[str]) -> None:
+    """Every scalars.json record and every log line's values equal MMEngine's, in order
+    (timings aside; lines with nothing else, such as MMEngine's validation iterations'
+    lines, are left out on both sides)."""
+    assert fg_scalars and len(fg_scalars) == len(mm_scalars)
+    for i, (a, b) in enumerate(zip(mm_scalars, fg_scalars, strict=True)):
+        expected = {k: v for k, v in a.items() if k not in TIMING}
+        assert b == expected, f"scalars.json line {i}: MMEngine {a}, flexgraph {b}"
+    mm_lines, fg_lines = ([line for line in lines if logged_values(line)]
+                          for lines in (mm_lines, fg_lines))
+    assert fg_lines and len(fg_lines) == len(mm_lines)
+    for a, b in zip(mm_lines, fg_lines, strict=True):
+        assert logged_values(b) == logged_values(a), f"MMEngine: {a}\nflexgraph: {b}"

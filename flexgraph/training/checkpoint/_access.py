@@ -14,7 +14,7 @@ same:
   ``get/set_model_state_dict`` and ``get/set_optimizer_state_dict``, which strip
   wrapper prefixes, name optimizer state by parameter and, for FSDP2, hand out
   and take this rank's DTensor shards (DCP reshards them on load).
-* DeepSpeed's, in ``flexgraph.strategies.deepspeed_state``: its fp32 master
+* DeepSpeed's, in ``flexgraph.strategies.deepspeed.state``: its fp32 master
   weights and optimizer moments through ``deepspeed.utils``' ``safe_get_full_*``
   / ``safe_set_full_*`` (collectives under ZeRO-3).
 """
@@ -114,13 +114,29 @@ class TorchStateAccess(StateAccess):
 def positions_to_names(saved: dict[str, Any], names: list[list[str]]) -> dict[str, Any]:
     """A torch ``optimizer.state_dict()`` (parameters numbered) keyed by parameter name.
 
-    ``names`` lists the current optimizer's parameter names group by group, in
-    the order the optimizer holds them: the numbering torch's ``state_dict``
-    gives them (0, 1, ... across the groups). The same model and optimizer
-    config number their parameters the same way in every strategy, which is
-    what lets a single-device or DDP ``.pth`` resume under FSDP or DeepSpeed.
-    A checkpoint whose groups hold other counts than ``names`` raises
-    ``ValueError`` (another model or optimizer config).
+    The same model and optimizer config number their parameters the same way in
+    every strategy, which is what lets a single-device or DDP ``.pth`` resume
+    under FSDP or DeepSpeed.
+
+    Parameters
+    ----------
+    saved : dict
+        The saved optimizer state, its parameters numbered.
+    names : list of list of str
+        The current optimizer's parameter names group by group, in the order the
+        optimizer holds them: the numbering torch's ``state_dict`` gives them (0,
+        1, ... across the groups).
+
+    Returns
+    -------
+    dict
+        The same state, keyed (and its groups listed) by name.
+
+    Raises
+    ------
+    ValueError
+        The checkpoint's groups hold other counts than ``names`` (another model
+        or optimizer config).
     """
     groups = saved.get("param_groups") or []
     if [len(g.get("params", [])) for g in groups] != [len(g) for g in names]:

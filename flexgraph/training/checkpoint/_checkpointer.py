@@ -15,7 +15,7 @@ Guarantees, and how they are kept:
 * **Loading never executes code from the file.** Every load is
   ``torch.load(path, weights_only=True, map_location='cpu')``, admitting besides
   tensors only the few types MMEngine's checkpoints hold
-  (:mod:`flexgraph.training.checkpoint._mmengine`); a file that needs more is refused
+  (:mod:`flexgraph.training.formats`); a file that needs more is refused
   with :class:`UnsafeCheckpointError`, with no unsafe retry.
 * **Resume is exact.** A checkpoint holds the model, the optimizer wrapper,
   the parameter schedulers (as plain data, see :mod:`flexgraph.training.checkpoint._state`),
@@ -46,11 +46,12 @@ from typing import IO, Any
 import attrs
 import torch
 
-from flexgraph.training.checkpoint._files import read_checkpoint_file
+from flexgraph.training.checkpoint._file import FileCheckpointIO
 from flexgraph.training.checkpoint._io import (
     CheckpointIO,
-    FileCheckpointIO,
+    CheckpointRestorer,
     OnRead,
+    WeightLoader,
     refuse_unloadable,
 )
 from flexgraph.training.checkpoint._space import device_full_error
@@ -63,7 +64,7 @@ from flexgraph.training.errors import (
     DeviceFullError,
     ForeignCheckpointError,
 )
-from flexgraph.training.formats import CheckpointFormat, format_of
+from flexgraph.training.formats import CheckpointFormat, format_of, read_checkpoint_file
 from flexgraph.training.runtime import (
     barrier,
     first_error_of_all_ranks,
@@ -77,7 +78,6 @@ __all__ = [
     "atomic_write",
     "checkpoint_meta",
     "flat_schedulers",
-    "read_checkpoint_file",
     "restore_schedulers",
 ]
 
@@ -147,7 +147,18 @@ def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int, seed: int | N
 
 
 def flat_schedulers(param_schedulers: Any) -> list[Any]:
-    """Every scheduler of a list, or of MMEngine's per-optimizer dict of lists."""
+    """Every scheduler of a list, or of MMEngine's per-optimizer dict of lists.
+
+    Parameters
+    ----------
+    param_schedulers : list or Mapping or None
+        The run's schedulers: a list, or MMEngine's dict of lists per optimizer.
+
+    Returns
+    -------
+    list
+        The schedulers, in order.
+    """
     if isinstance(param_schedulers, Mapping):
         return [s for group in param_schedulers.values() for s in group]
     return list(param_schedulers or [])
@@ -162,7 +173,21 @@ def _scheduler_states(param_schedulers: Any) -> Any:
 
 
 def restore_schedulers(param_schedulers: Any, states: Any) -> None:
-    """Load plain scheduler states saved by :meth:`Checkpointer.snapshot`."""
+    """Load plain scheduler states saved by :meth:`Checkpointer.snapshot`.
+
+    Parameters
+    ----------
+    param_schedulers : list or Mapping
+        The run's schedulers (a list, or a dict of lists per optimizer).
+    states : list or Mapping
+        Their saved plain states, in the same shape.
+
+    Raises
+    ------
+    CheckpointError
+        The checkpoint holds schedulers for other optimizers, or another number
+        of them (another config).
+    """
     if isinstance(param_schedulers, Mapping) or isinstance(states, Mapping):
         mine = dict(param_schedulers) if isinstance(param_schedulers, Mapping) else {}
         saved = dict(states) if isinstance(states, Mapping) else {}
@@ -216,11 +241,11 @@ class Checkpointer:
     io : CheckpointIO, optional
         The storage format this run writes (default: :class:`FileCheckpointIO`,
         one file).
-    readers : sequence of CheckpointIO, optional
+    restorers : sequence of CheckpointRestorer, optional
         Other formats this run restores from (``--resume``), tried after
         ``io``: the portable layout and one-file checkpoints under a strategy
         that writes another format, and the strategy's own older format when
-        it writes the portable one. A checkpoint none of them reads is
+        it writes the portable one. A checkpoint none of them restores is
         refused by name, never skipped.
 
     Examples
@@ -235,12 +260,12 @@ class Checkpointer:
 
     def __init__(self, work_dir: str | os.PathLike[str], policy: CheckpointPolicy | None = None,
                  *, rank: int = 0, io: CheckpointIO | None = None,
-                 readers: Sequence[CheckpointIO] = ()) -> None:
+                 restorers: Sequence[CheckpointRestorer] = ()) -> None:
         self.work_dir = Path(work_dir)
         self.policy = policy or CheckpointPolicy()
         self.rank = rank
         self.io = io or FileCheckpointIO()
-        self.readers = tuple(r for r in readers if r.format != self.io.format)
+        self.restorers = tuple(r for r in restorers if r.format != self.io.format)
         self.saved: list[str] = []  # names this run (and the runs it resumed) wrote
         self._pending: _PendingSave | None = None  # written, not yet in place
 
@@ -433,12 +458,12 @@ class Checkpointer:
 
         Parameters
         ----------
-        path:
+        path
             A checkpoint in one of the ``weight_formats`` of the IO or of a
-            reader (:meth:`weight_loader_for`), recognised by its content.
-        model:
+            restorer (:meth:`weight_loader_for`), recognised by its content.
+        model
             The model as the run holds it at this step (whole, sharded, an engine).
-        on_read:
+        on_read
             Called with the checkpoint as read, before the weights go in.
 
         Returns
@@ -459,33 +484,33 @@ class Checkpointer:
         refuse_unloadable(loader, path, what="load_from")
         return loader.load_weights(path, model, on_read=on_read)
 
-    def weight_loader_for(self, path: str | os.PathLike[str]) -> CheckpointIO:
+    def weight_loader_for(self, path: str | os.PathLike[str]) -> WeightLoader:
         """The IO that loads ``load_from`` weights from ``path``: the run's own, else the
-        first reader whose ``weight_formats`` list its format (a portable checkpoint under
+        first restorer whose ``weight_formats`` list its format (a portable checkpoint under
         a strategy that writes one file); ``io`` when none does (it refuses by name)."""
         found = format_of(Path(path))
-        return next((r for r in (self.io, *self.readers) if found in r.weight_formats),
-                    self.io)
+        return next((r for r in (self.io, *self.restorers)
+                     if isinstance(r, WeightLoader) and found in r.weight_formats), self.io)
 
-    def reader_for(self, path: str | os.PathLike[str]) -> CheckpointIO:
-        """The IO that restores ``path``: the run's own, else the first reader of its format.
+    def restorer_for(self, path: str | os.PathLike[str]) -> CheckpointRestorer:
+        """The IO that restores ``path``: the run's own, else the first restorer of its format.
 
         ``io`` when none recognises it (its :meth:`CheckpointIO.problem` then
         says what ``path`` is).
         """
         path = Path(path)
-        return next((r for r in (self.io, *self.readers) if r.recognises(path)), self.io)
+        return next((r for r in (self.io, *self.restorers) if r.recognises(path)), self.io)
 
     def unreadable_format(self, path: str | os.PathLike[str]) -> CheckpointFormat | None:
         """The known format of ``path`` when no IO of this run restores it, else ``None``."""
         path = Path(path)
-        if any(r.recognises(path) for r in (self.io, *self.readers)):
+        if any(r.recognises(path) for r in (self.io, *self.restorers)):
             return None
         return self.io.foreign_format(path)
 
     def read(self, path: str | os.PathLike[str], *, model: Any = None,
              optim_wrapper: Any = None) -> dict[str, Any]:
-        """The checkpoint at ``path`` as the IO of its format reads it (:meth:`reader_for`)."""
+        """The checkpoint at ``path`` as the IO of its format reads it (:meth:`restorer_for`)."""
         path = Path(path)
         if not path.exists():
             raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
@@ -495,13 +520,13 @@ class Checkpointer:
                 f"checkpoint {str(path)!r} is {other.name}, which this strategy cannot "
                 f"restore; resume it with the strategy that wrote it (with "
                 f"checkpoint_format='portable' it writes checkpoints every strategy resumes)")
-        return self.reader_for(path).read(path, model=model, optim_wrapper=optim_wrapper)
+        return self.restorer_for(path).read(path, model=model, optim_wrapper=optim_wrapper)
 
     def apply(self, checkpoint: dict[str, Any], path: str | os.PathLike[str], *,
               model: torch.nn.Module, optim_wrapper: Any, strict: bool = True) -> None:
         """Put a read checkpoint's model and optimizer state into place."""
-        self.reader_for(path).apply(checkpoint, Path(path), model=model,
-                                    optim_wrapper=optim_wrapper, strict=strict)
+        self.restorer_for(path).apply(checkpoint, Path(path), model=model,
+                                      optim_wrapper=optim_wrapper, strict=strict)
 
     def candidates(self) -> list[tuple[Path, str | None]]:
         """The checkpoints in ``work_dir``, newest first, each with its problem.
@@ -527,7 +552,7 @@ class Checkpointer:
             seen = {p.resolve() for p in ordered}
             ordered += [p for p in sorted(found, key=lambda p: p.stat().st_mtime_ns,
                                           reverse=True) if p.resolve() not in seen]
-        return [(p, self.reader_for(p).problem(p)) for p in ordered]
+        return [(p, self.restorer_for(p).problem(p)) for p in ordered]
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint in ``work_dir``, or ``None``.

@@ -17,7 +17,7 @@ shards; anything torch's ``state_dict`` API understands):
 
 Both load ``load_from`` weights the same way (:func:`load_weights_into_shards`):
 a DCP checkpoint shard by shard, a full file from rank 0. Reading is safe as
-everywhere in flexgraph (:mod:`flexgraph.training.checkpoint._dcp_read`). DCP's
+everywhere in flexgraph (:mod:`flexgraph.training.formats`). DCP's
 shard files carry no checksum, so changed bytes inside a shard of the right
 length go unnoticed.
 """
@@ -38,29 +38,29 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from flexgraph.training.checkpoint._dcp_read import (
+from flexgraph.training.checkpoint._file import FileCheckpointIO, optimizer_keyed_by
+from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
+from flexgraph.training.checkpoint._weights import (
+    WeightsLoaded,
+    load_dcp_weights,
+    matching_weights,
+)
+from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
     EXTRA_NAME,
     dcp_load,
     dcp_problem,
-    load_dcp_weights,
+    read_any_checkpoint,
+    read_checkpoint_file,
 )
-from flexgraph.training.checkpoint._files import read_checkpoint_file
-from flexgraph.training.checkpoint._io import (
-    NOTHING_READ,
-    CheckpointIO,
-    FileCheckpointIO,
-    OnRead,
-    optimizer_keyed_by,
-)
-from flexgraph.training.checkpoint._open import read_checkpoint
-from flexgraph.training.checkpoint._weights import WeightsLoaded, matching_weights
-from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
-from flexgraph.training.formats import DCP_DIRECTORY
 from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
 
-__all__ = ["DistributedCheckpointIO", "FullStateFileIO", "load_weights_into_shards"]
+__all__ = ["SHARDED_KEYS", "DistributedCheckpointIO", "FullStateFileIO",
+           "load_weights_into_shards"]
 
 SHARDED_KEYS = ("state_dict", "optimizer")
+"""The checkpoint entries DCP writes shard by shard; the rest go into ``extra.pth``."""
 
 
 def load_weights_into_shards(path: Path, model: torch.nn.Module, *, on_read: OnRead
@@ -75,7 +75,7 @@ def load_weights_into_shards(path: Path, model: torch.nn.Module, *, on_read: OnR
         on_read(dict(NOTHING_READ))
         return load_dcp_weights(model, path)
     shapes = {k: tuple(v.shape) for k, v in get_model_state_dict(model).items()}  # global
-    checkpoint = rank0_does(lambda: read_checkpoint(path), share_result=False)
+    checkpoint = rank0_does(lambda: read_any_checkpoint(path), share_result=False)
     checkpoint = checkpoint if checkpoint is not None else dict(NOTHING_READ)
     on_read(checkpoint)
     found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes,

@@ -17,17 +17,26 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph.training.checkpoint._access import StateAccess, positions_to_names, restore_into
-from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._io import CheckpointIO, optimizer_keyed_by
+from flexgraph.training.checkpoint._file import optimizer_keyed_by
+from flexgraph.training.checkpoint._io import CheckpointRestorer
 from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import TORCH_SAVE_FILE
+from flexgraph.training.formats import TORCH_SAVE_FILE, file_problem, read_checkpoint_file
 
-__all__ = ["FileStateReader"]
+__all__ = ["FileStateRestorer"]
 
 
-class FileStateReader(CheckpointIO):
-    """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess` (never writes)."""
+class FileStateRestorer(CheckpointRestorer):
+    """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess`.
+
+    A restorer alone: a strategy that writes another format never writes this
+    one, and loads ``load_from`` weights through its own IO.
+
+    Parameters
+    ----------
+    access
+        How this strategy's model and optimizer take name-keyed state.
+    """
 
     format = TORCH_SAVE_FILE
 

@@ -1,13 +1,21 @@
-"""Checkpoint state IO: one interface, one implementation per storage format.
+"""Checkpoint state IO: three small interfaces, one implementation per storage format.
 
 The loop and the ``resume`` step never write or read model and optimizer state
 themselves. They hand live objects to a :class:`CheckpointIO`, which decides
 what the state *is* (a full ``state_dict``, one shard per rank, an engine's own
 files) and how it reaches the disk and comes back. A strategy that shards the
 model picks another IO (``Configure('build_checkpointer', io=...)``) instead of
-branching in the loop: :class:`FileCheckpointIO` (here: one file, written by
-rank 0), ``DistributedCheckpointIO`` (torch.distributed.checkpoint: every rank
-writes its shards) and DeepSpeed's engine are the implementations.
+branching in the loop: ``FileCheckpointIO`` (one file, written by rank 0),
+``DistributedCheckpointIO`` (torch.distributed.checkpoint: every rank writes
+its shards), ``PortableCheckpointIO`` and DeepSpeed's engine are the
+implementations.
+
+What the run asks of a format comes in three parts, each an abstract class of
+its own, so that no class inherits a method it cannot do:
+:class:`CheckpointWriter` (a save), :class:`CheckpointRestorer` (``resume``)
+and :class:`WeightLoader` (``load_from``). A :class:`CheckpointIO` is all
+three; a class that restores another strategy's format and never writes it
+(``FileStateRestorer``) is a :class:`CheckpointRestorer` alone.
 
 What a checkpoint is, under every IO: a dict with ``meta`` (loop position,
 seed, versions), ``state_dict`` and ``optimizer`` (in the IO's own form, or
@@ -33,25 +41,15 @@ pointer, finding the latest complete checkpoint and pruning old ones.
 
 from __future__ import annotations
 
+import abc
 import contextlib
-import copy
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
-from flexgraph.training.checkpoint._dcp_read import load_dcp_weights
-from flexgraph.training.checkpoint._files import (
-    directory_problem,
-    file_problem,
-    read_checkpoint_file,
-)
-from flexgraph.training.checkpoint._open import read_checkpoint
 from flexgraph.training.checkpoint._space import tensor_bytes
-from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
+from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.formats import (
     DCP_DIRECTORY,
@@ -59,14 +57,21 @@ from flexgraph.training.formats import (
     SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
+    directory_problem,
     format_of,
     known_formats,
     unrecognised,
 )
-from flexgraph.training.runtime import this_rank
 
-__all__ = ["CheckpointIO", "FileCheckpointIO", "OnRead", "load_optimizer_state",
-           "optimizer_keyed_by", "refuse_unloadable"]
+__all__ = [
+    "NOTHING_READ",
+    "CheckpointIO",
+    "CheckpointRestorer",
+    "CheckpointWriter",
+    "OnRead",
+    "WeightLoader",
+    "refuse_unloadable",
+]
 
 OnRead = Callable[[dict[str, Any]], None]
 """Called with a checkpoint as read, before it goes in (``after_load_checkpoint``)."""
@@ -76,50 +81,67 @@ NOTHING_READ: dict[str, Any] = {"meta": {}, "state_dict": {}}
 reads nothing (rank 0 reads for all)."""
 
 
-class CheckpointIO:
-    """How one checkpoint format is written, recognised and read back.
+class CheckpointWriter(abc.ABC):
+    """What a save asks of a format: the training state in its form, written to disk.
 
-    Every method is called on every rank; an implementation decides which ranks
-    touch the disk. ``write``, ``read`` and ``load_weights`` may be collectives.
+    The :class:`~flexgraph.training.checkpoint.Checkpointer` calls every method
+    on every rank; an implementation decides which ranks touch the disk, and
+    :meth:`states` and :meth:`write` may be collectives.
     """
 
-    suffix = ".pth"
+    suffix: ClassVar[str] = ".pth"
     """Appended to a checkpoint's stem (``iter_40``) to name it in the work_dir."""
 
-    format: ClassVar[CheckpointFormat] = TORCH_SAVE_FILE
-    """What :meth:`write` writes and :meth:`read` restores from."""
+    format: ClassVar[CheckpointFormat]
+    """What :meth:`write` writes."""
 
-    weight_formats: ClassVar[tuple[CheckpointFormat, ...]] = (
-        TORCH_SAVE_FILE, DCP_DIRECTORY, SAFETENSORS_FILE, DEEPSPEED_DIRECTORY)
-    """What :meth:`load_weights` reads, in the order they are tried: besides its own
-    formats, what other tools write, read whole by their readers
-    (:func:`~flexgraph.training.checkpoint.read_checkpoint`)."""
+    @abc.abstractmethod
+    def states(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:
+        """The ``state_dict`` and ``optimizer`` entries of a checkpoint, in this format's form.
 
-    def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
-        """``state_dict`` and ``optimizer`` entries of a checkpoint, in this IO's form."""
-        raise NotImplementedError
+        Parameters
+        ----------
+        model
+            The model as the run holds it (whole, wrapped, sharded, an engine).
+        optim_wrapper
+            MMEngine's optimizer wrapper, or ``None`` (a checkpoint of the weights alone).
 
-    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
-              optim_wrapper: Any = None) -> None:
-        """Write ``checkpoint`` at ``path`` (a temporary name; the caller renames it)."""
-        raise NotImplementedError
-
-    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        """The checkpoint at ``path``, with its states in the form :meth:`apply` takes."""
-        raise NotImplementedError
-
-    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
-              optim_wrapper: Any, strict: bool = True) -> None:
-        """Put the checkpoint's model (and optimizer, when given) state into place."""
-        raise NotImplementedError
-
-    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
-        """Load the weights at ``path`` (one of :attr:`weight_formats`) into ``model``.
-
-        Non-strictly, as ``load_from`` does: the keys left out are returned.
-        ``on_read`` gets the checkpoint as read, before the weights go in.
+        Returns
+        -------
+        dict
+            ``state_dict`` and ``optimizer``; an entry that is ``None`` is left out,
+            and one an engine writes itself is absent.
         """
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
+              optim_wrapper: Any = None) -> Any:
+        """Write ``checkpoint`` at ``path``, a temporary name the checkpointer renames into place.
+
+        Parameters
+        ----------
+        checkpoint
+            The checkpoint dict: ``meta``, the :meth:`states` entries, the
+            schedulers, every rank's RNG state, what hooks added.
+        path
+            A file or a directory to create (it does not exist yet).
+        model, optim_wrapper
+            The live objects, for a format whose engine writes its own state.
+
+        Returns
+        -------
+        object or None
+            ``None`` once everything is on disk. Or a background write, whose
+            ``wait()`` returns once it is: the checkpointer puts the checkpoint
+            in place only then.
+
+        Raises
+        ------
+        Exception
+            Whatever the storage raises. The checkpointer removes what was
+            written under ``path`` and turns a full device into a
+            :class:`~flexgraph.training.errors.DeviceFullError`.
+        """
 
     def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
                     optim_wrapper: Any = None) -> int:
@@ -127,32 +149,106 @@ class CheckpointIO:
 
         What a full device's message says is needed: the tensors the checkpoint
         holds. An IO that keeps the states elsewhere (an engine) counts those.
+
+        Parameters
+        ----------
+        checkpoint, model, optim_wrapper
+            As :meth:`write` got them.
+
+        Returns
+        -------
+        int
+            Bytes, roughly.
         """
         return tensor_bytes(checkpoint)
 
+    def remove(self, path: Path) -> None:
+        """Delete the checkpoint at ``path`` (a file or a directory); absent is fine.
+
+        Parameters
+        ----------
+        path
+            A checkpoint of this format, or a partly written one.
+        """
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+class CheckpointRestorer(abc.ABC):
+    """What ``resume`` asks of a format: whether a path holds a whole checkpoint, and
+    the checkpoint read back and put into the live objects.
+
+    Every method is called on every rank; :meth:`read` and :meth:`apply` may be
+    collectives.
+    """
+
+    format: ClassVar[CheckpointFormat]
+    """What :meth:`read` restores from."""
+
     def recognises(self, path: Path) -> bool:
-        """Whether ``path`` holds this IO's own format (by content, never by name)."""
+        """Whether ``path`` holds this format (by content, never by name).
+
+        Parameters
+        ----------
+        path
+            Where to look; a path that does not exist holds no format.
+
+        Returns
+        -------
+        bool
+        """
         return self.format.recognise(path)
 
     def foreign_format(self, path: Path) -> CheckpointFormat | None:
-        """The other known format ``path`` holds: a checkpoint this IO cannot restore.
+        """The other known format ``path`` holds: a checkpoint this restorer cannot restore.
 
-        ``None`` when ``path`` is in this IO's format, or in none that is known
-        (damaged: :meth:`problem` says how).
+        Parameters
+        ----------
+        path
+            A would-be checkpoint, a file or a directory.
+
+        Returns
+        -------
+        CheckpointFormat or None
+            ``None`` when ``path`` is in this format, or in none that is known
+            (damaged: :meth:`problem` says how).
         """
         if self.recognises(path):
             return None
         return format_of(path, [f for f in known_formats() if f != self.format])
 
+    @abc.abstractmethod
     def is_complete(self, path: Path) -> bool:
-        """Whether ``path`` holds a whole checkpoint of this format."""
-        raise NotImplementedError
+        """Whether ``path`` holds a whole checkpoint of this format.
+
+        Parameters
+        ----------
+        path
+            A checkpoint of this format.
+
+        Returns
+        -------
+        bool
+        """
 
     def problem(self, path: Path) -> str | None:
         """What keeps ``path`` from being a whole checkpoint of this format, or ``None``.
 
-        One line that names ``path``; cheap (no full read), since ``--resume auto``
-        asks it of every checkpoint in the work_dir to skip the damaged ones.
+        Cheap (no full read), since ``--resume auto`` asks it of every
+        checkpoint in the work_dir to skip the damaged ones.
+
+        Parameters
+        ----------
+        path
+            A candidate checkpoint (``--resume``'s, or one found in the work_dir).
+
+        Returns
+        -------
+        str or None
+            One line that names ``path``; ``None`` when it can be restored.
         """
         other = self.foreign_format(path)
         if other is not None:
@@ -161,109 +257,150 @@ class CheckpointIO:
         return None if self.is_complete(path) else (
             f"checkpoint {str(path)!r} is incomplete (its save was interrupted?)")
 
-    def remove(self, path: Path) -> None:
-        """Delete the checkpoint at ``path`` (a file or a directory); absent is fine."""
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-
-
-class FileCheckpointIO(CheckpointIO):
-    """One ``torch.save`` file holding everything, written by rank 0.
-
-    For models every rank holds in full (single device, DDP): the state is the
-    unwrapped module's ``state_dict`` (no ``module.`` prefixes) and the optimizer
-    wrapper's own ``state_dict``, MMEngine's layout, so MMEngine tools read it.
-    Reading is :func:`~flexgraph.training.checkpoint.read_checkpoint_file`
-    (``weights_only=True``) on every rank. Weights load from a full file or,
-    every rank reading all of it, from a DCP checkpoint.
-    """
-
-    def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
-        return {"state_dict": model_weights(model),
-                "optimizer": optim_wrapper.state_dict() if optim_wrapper is not None else None}
-
-    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
-              optim_wrapper: Any = None) -> None:
-        if this_rank() != 0:
-            return
-        with open(path, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-
-    maps_weights: ClassVar[bool] = True
-    """Whether :meth:`read` maps the file (``torch.load(mmap=True)``) and leaves the
-    weights in the map for :meth:`apply` to copy into the model: the weights are copied
-    once, not read into fresh memory and then copied again (``torch.load`` +
-    ``load_state_dict``). Everything else (optimizer state, RNG states, hook extras) is
-    copied out of the map at once, so that nothing the run keeps refers to the file."""
-
+    @abc.abstractmethod
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        checkpoint = read_checkpoint_file(path, mmap=self.maps_weights)
-        if not self.maps_weights:
-            return checkpoint
-        if not isinstance(checkpoint, dict):
-            return copied_out(checkpoint)
-        return {k: v if k == "state_dict" else copied_out(v) for k, v in checkpoint.items()}
+        """The checkpoint at ``path``, with its states in the form :meth:`apply` takes.
 
-    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
+        The hooks see it (``after_load_checkpoint``) between the two calls.
+
+        Parameters
+        ----------
+        path
+            A whole checkpoint of this format (:meth:`problem` is ``None``).
+        model, optim_wrapper
+            The live objects, for a format that reads into them (shards, an engine).
+
+        Returns
+        -------
+        dict
+            The checkpoint dict, as :meth:`CheckpointWriter.write` got it.
+
+        Raises
+        ------
+        CheckpointError
+            ``path`` cannot be read, or does not fit ``model`` (one line naming it).
+        """
+
+    @abc.abstractmethod
+    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: Any,
               optim_wrapper: Any, strict: bool = True) -> None:
-        apply_weights(model, checkpoint, str(path), strict=strict)
-        if optim_wrapper is not None and checkpoint.get("optimizer") is not None:
-            load_optimizer_state(optim_wrapper, checkpoint["optimizer"], path)
+        """Put the checkpoint's model (and optimizer, when given) state into place.
 
+        Parameters
+        ----------
+        checkpoint
+            What :meth:`read` returned, as the hooks left it.
+        path
+            Where it was read from, for messages.
+        model, optim_wrapper
+            The live objects; ``optim_wrapper=None`` restores the weights alone.
+        strict
+            Whether every key must match, as ``load_state_dict``'s ``strict``.
+
+        Raises
+        ------
+        CheckpointError
+            The checkpoint's names or shapes do not fit the model or optimizer.
+        """
+
+
+class WeightLoader(abc.ABC):
+    """What ``load_from`` asks of a format: weights from a path, into the model it manages."""
+
+    weight_formats: ClassVar[tuple[CheckpointFormat, ...]]
+    """What :meth:`load_weights` reads, in the order they are tried."""
+
+    @abc.abstractmethod
     def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
-        if DCP_DIRECTORY.recognise(path):
-            on_read(dict(NOTHING_READ))
-            return load_dcp_weights(model, path)
-        checkpoint = read_checkpoint(path)
-        on_read(checkpoint)
-        return apply_weights(model, checkpoint, str(path), strict=False)
+        """Load the weights at ``path`` (one of :attr:`weight_formats`) into ``model``.
 
-    def is_complete(self, path: Path) -> bool:
-        """A torch.save file is a zip archive: a truncated one has no central directory."""
-        return TORCH_SAVE_FILE.recognise(path)
+        Non-strictly, as ``load_from`` does: the keys left out are returned.
+        May be a collective.
 
-    def problem(self, path: Path) -> str | None:
-        found = file_problem(path, verify=False) if path.is_file() else None
-        return found or super().problem(path)  # CRCs are checked when it is read
+        Parameters
+        ----------
+        path
+            A checkpoint in one of :attr:`weight_formats`.
+        model
+            The model as the run holds it at ``load_checkpoint`` (whole,
+            sharded, an engine).
+        on_read
+            Called with the checkpoint as read, before the weights go in
+            (:data:`NOTHING_READ` where a format loads straight into the model).
+
+        Returns
+        -------
+        WeightsLoaded
+            The model's keys the checkpoint lacks, its keys the model has no
+            place for, and the tensors of another shape, left as they were.
+
+        Raises
+        ------
+        CheckpointError
+            ``path`` is damaged, or none of its weights fits ``model``.
+        """
 
 
-def copied_out(value: Any) -> Any:
-    """``value`` with every tensor copied into memory of its own (out of a file's map).
+class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
+    """One checkpoint format a strategy writes: saved, restored, and loaded as weights.
 
-    Containers holding no tensor are returned as they are; the others are
-    copied shallowly (keeping their type: a ``Counter`` of milestones stays one)
-    and their tensors replaced.
+    The extension point a strategy configures
+    (``Configure('build_checkpointer', io='module:Class')``): the three parts
+    the run asks of a format, :class:`CheckpointWriter` (saves),
+    :class:`CheckpointRestorer` (``resume``) and :class:`WeightLoader`
+    (``load_from``), in one object. An implementation gives :meth:`states`,
+    :meth:`write`, :meth:`read`, :meth:`apply`, :meth:`load_weights` and
+    :meth:`is_complete`; the rest have defaults. A class that only restores
+    (another strategy's format) is a :class:`CheckpointRestorer` alone.
+
+    Every method is called on every rank; an implementation decides which
+    ranks touch the disk.
+
+    Examples
+    --------
+    An IO that keeps the weights in bfloat16 on disk (half the bytes), and
+    restores them into the float32 model:
+
+    >>> import tempfile
+    >>> import torch
+    >>> from flexgraph.training.checkpoint import Checkpointer, FileCheckpointIO
+    >>> class HalfWeightsIO(FileCheckpointIO):
+    ...     def states(self, model, optim_wrapper):
+    ...         states = super().states(model, optim_wrapper)
+    ...         states["state_dict"] = {k: v.to(torch.bfloat16)
+    ...                                 for k, v in states["state_dict"].items()}
+    ...         return states
+    >>> checkpointer = Checkpointer(tempfile.mkdtemp(), io=HalfWeightsIO())
+    >>> model = torch.nn.Linear(4, 2)
+    >>> saved = checkpointer.snapshot(model=model, optim_wrapper=None, param_schedulers=None,
+    ...                               epoch=0, iteration=3, batch_idx=3, seed=0)
+    >>> path = checkpointer.save(saved, "iter_3")
+    >>> path.name, checkpointer.latest() == path
+    ('iter_3.pth', True)
+    >>> read = checkpointer.read(path)
+    >>> read["state_dict"]["weight"].dtype
+    torch.bfloat16
+    >>> checkpointer.apply(read, path, model=model, optim_wrapper=None)
+    >>> model.weight.dtype
+    torch.float32
     """
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (dict, list)):
-        keys = value.keys() if isinstance(value, dict) else range(len(value))
-        items = {k: copied_out(value[k]) for k in keys}
-        if all(items[k] is value[k] for k in keys):
-            return value
-        out = copy.copy(value)
-        for k, v in items.items():
-            out[k] = v
-        return out
-    if isinstance(value, tuple):
-        items = [copied_out(v) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-    return value
+
+    format: ClassVar[CheckpointFormat] = TORCH_SAVE_FILE
+    """What :meth:`write` writes and :meth:`read` restores from."""
+
+    weight_formats: ClassVar[tuple[CheckpointFormat, ...]] = (
+        TORCH_SAVE_FILE, DCP_DIRECTORY, SAFETENSORS_FILE, DEEPSPEED_DIRECTORY)
+    """What :meth:`load_weights` reads, in the order they are tried: besides its own
+    formats, what other tools write, read whole by their openers
+    (:func:`~flexgraph.training.formats.read_any_checkpoint`)."""
 
 
-def refuse_unloadable(io: CheckpointIO, path: Path, *, what: str) -> None:
+def refuse_unloadable(io: WeightLoader, path: Path, *, what: str) -> None:
     """Raise unless ``io`` can try to load weights from ``path``.
 
     A path of a known format the IO does not read, a directory of no known
     format and a missing path are refused here, in one line naming the path (and
-    the formats tried). A file of no known format goes on to the IO's reader,
+    the formats tried). A file of no known format goes on to the IO's loader,
     which says what it is (empty, truncated, safetensors, a plain pickle, ...) or
     refuses it as unsafe.
 
@@ -284,29 +421,3 @@ def refuse_unloadable(io: CheckpointIO, path: Path, *, what: str) -> None:
         raise CheckpointError(directory_problem(path))
     if known is None and TORCH_SAVE_FILE not in formats:
         raise CheckpointError(unrecognised(path, formats, what=what))
-
-
-def optimizer_keyed_by(state: Any) -> str | None:
-    """How a saved optimizer state names its parameters: ``'name'``, ``'position'`` or ``None``.
-
-    A whole model's optimizer (MMEngine's wrapper, torch's ``state_dict()``)
-    numbers its parameters; torch's full optimizer state dict of a sharded
-    model (FSDP, ``state_dict_cfg='full'``) names them. ``None``: no optimizer
-    state, or one of another shape (several optimizers).
-    """
-    groups = state.get("param_groups") if isinstance(state, dict) else None
-    params = [p for g in groups or () if isinstance(g, dict) for p in g.get("params", ())]
-    if not params:
-        return None
-    return "name" if all(isinstance(p, str) for p in params) else "position"
-
-
-def load_optimizer_state(optim_wrapper: Any, state: Any, path: Path) -> None:
-    """``optim_wrapper.load_state_dict(state)``; a mismatch names the checkpoint."""
-    try:
-        optim_wrapper.load_state_dict(state)
-    except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(
-            f"cannot load the optimizer state of {str(path)!r}: {detail}; resume with the "
-            f"model and optimizer config it was saved with") from exc

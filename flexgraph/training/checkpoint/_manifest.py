@@ -15,11 +15,13 @@ it without torch:
     dtypes            each model tensor's dtype, by parameter name
     optimizer_keys    the optimizer state each parameter has (exp_avg, exp_avg_sq, step)
     plan              the plan that produced it (``flexgraph plan --format json``), or null
+                      when the run was given none (its context's ``plan``)
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +30,9 @@ import torch
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import MANIFEST_NAME
 
-__all__ = ["MANIFEST_FORMAT", "make_manifest", "read_manifest", "running_plan"]
+__all__ = ["MANIFEST_FORMAT", "make_manifest", "read_manifest"]
 
 MANIFEST_FORMAT = "flexgraph.portable/1"
-
-
-def running_plan() -> dict[str, Any] | None:
-    """The plan this process runs, as the run's record holds it (``plan.json``), or ``None``."""
-    from flexgraph.training.output import active_record
-
-    record = active_record()
-    plan_file = Path(record.run_dir) / "plan.json" if record is not None else None
-    if plan_file is None or not plan_file.is_file():
-        return None
-    try:
-        return json.loads(plan_file.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _dtype_name(value: Any) -> str:
@@ -54,8 +42,11 @@ def _dtype_name(value: Any) -> str:
 
 def make_manifest(meta: dict[str, Any], model_state: dict[str, Any],
                   optimizer_state: dict[str, Any] | None, *, world_size: int,
-                  plan: dict[str, Any] | None) -> dict[str, Any]:
-    """The manifest of a checkpoint holding ``model_state`` and ``optimizer_state``."""
+                  plan: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The manifest of a checkpoint holding ``model_state`` and ``optimizer_state``.
+
+    ``plan`` is the plan's JSON dict as the run was given it (``None``: none was).
+    """
     keys = sorted({k for per_param in (optimizer_state or {}).values()
                    for k in (per_param or {})})
     return {
@@ -68,12 +59,22 @@ def make_manifest(meta: dict[str, Any], model_state: dict[str, Any],
         "time": meta.get("time"),
         "dtypes": {name: _dtype_name(v) for name, v in model_state.items()},
         "optimizer_keys": keys,
-        "plan": plan,
+        "plan": None if plan is None else dict(plan),
     }
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the portable checkpoint ``path``.
+
+    Parameters
+    ----------
+    path : Path
+        The portable checkpoint's directory.
+
+    Returns
+    -------
+    dict
+        The manifest: format, step, world size, the tensors' names, the plan.
 
     Raises
     ------

@@ -31,7 +31,7 @@ reads a single tensor of it (memory bounded by that tensor).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +41,22 @@ from torch.distributed.checkpoint import FileSystemWriter
 from flexgraph.training.checkpoint._access import StateAccess, TorchStateAccess, restore_into
 from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint_meta
 from flexgraph.training.checkpoint._dcp import _full_tensors
-from flexgraph.training.checkpoint._dcp_read import EXTRA_NAME, SafeReader, dcp_load, dcp_problem
-from flexgraph.training.checkpoint._files import file_problem, read_checkpoint_file
-from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, FileCheckpointIO, OnRead
-from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest, running_plan
+from flexgraph.training.checkpoint._file import FileCheckpointIO
+from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
+from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest
 from flexgraph.training.checkpoint._staging import StagedWriter, Staging
 from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import (
+    EXTRA_NAME,
     MANIFEST_NAME,
     PORTABLE_DIRECTORY,
     PORTABLE_MARKER,
+    SafeDCPStorage,
+    dcp_load,
+    dcp_problem,
+    file_problem,
+    read_checkpoint_file,
 )
 from flexgraph.training.runtime import this_rank, world_size
 
@@ -144,12 +149,33 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
                    strategy: str | None = None) -> Path:
     """Write a portable checkpoint at ``path`` from a full state keyed by parameter name.
 
-    For converters: one process, no process group needed. ``optimizer_state``
-    is torch's name-keyed layout (``{'state': {name: {...}}, 'param_groups':
-    [{..., 'params': [names]}]}``); ``meta`` the loop position (default: step
-    0); ``extra`` anything else a run restores (``param_schedulers``, ...).
-    ``strategy`` is recorded in the manifest (no plan is). ``path`` must not
-    exist yet.
+    For converters: one process, no process group needed.
+
+    Parameters
+    ----------
+    path : str or Path
+        Where to write; it must not exist yet.
+    model_state : dict of str to torch.Tensor
+        The model's weights by name.
+    optimizer_state : dict, optional
+        torch's name-keyed layout (``{'state': {name: {...}}, 'param_groups':
+        [{..., 'params': [names]}]}``).
+    meta : dict, optional
+        The loop position (default: step 0).
+    extra : dict, optional
+        Anything else a run restores (``param_schedulers``, ...).
+    strategy : str, optional
+        Recorded in the manifest (no plan is).
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    CheckpointError
+        ``path`` exists.
     """
     path = Path(path)
     if path.exists():
@@ -167,11 +193,26 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
 
 
 def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Every tensor a portable (or any DCP) checkpoint holds: ``'model.<name>'`` ->
-    (global shape, dtype), read from ``.metadata`` alone."""
+    """Every tensor a portable (or any DCP) checkpoint holds, read from ``.metadata`` alone.
+
+    Parameters
+    ----------
+    path : str or Path
+        The checkpoint's directory.
+
+    Returns
+    -------
+    dict
+        ``'model.<name>'`` (or ``'optimizer...'``) -> (global shape, dtype).
+
+    Raises
+    ------
+    CheckpointError
+        The metadata cannot be read safely.
+    """
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    metadata = SafeReader(Path(path)).read_metadata()
+    metadata = SafeDCPStorage(Path(path)).read_metadata()
     return {key: (tuple(info.size), info.properties.dtype)
             for key, info in metadata.state_dict_metadata.items()
             if isinstance(info, TensorStorageMetadata)}
@@ -179,13 +220,30 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
 
 def _saved_keys(path: Path) -> set[str]:
     """Every item's flat key in ``.metadata`` (tensors, and the few non-tensor values)."""
-    return set(SafeReader(path).read_metadata().state_dict_metadata)
+    return set(SafeDCPStorage(path).read_metadata().state_dict_metadata)
 
 
 def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:
     """One whole tensor of a portable checkpoint (``'model.fc.weight'``), on the CPU.
 
     Reads only the shards holding it: memory is bounded by the tensor itself.
+
+    Parameters
+    ----------
+    path : str or Path
+        The checkpoint's directory.
+    key : str
+        The tensor's key, as :func:`portable_tensors` lists it.
+
+    Returns
+    -------
+    torch.Tensor
+        The whole tensor.
+
+    Raises
+    ------
+    CheckpointError
+        The checkpoint holds no such tensor.
     """
     held = portable_tensors(path)
     if key not in held:
@@ -225,13 +283,16 @@ class PortableCheckpointIO(CheckpointIO):
 
     Parameters
     ----------
-    access:
+    access
         How this strategy's model and optimizer give and take name-keyed state
         (default: torch's ``state_dict`` API).
-    weights:
+    weights
         The IO that loads ``load_from`` files of other formats into this
         strategy's model (default: one file, every rank).
-    async_save:
+    plan
+        The plan's JSON dict that each manifest records (the run context's
+        ``plan``); ``None``: the manifests record no plan.
+    async_save
         Write in the background (DCP's ``async_save``): :meth:`write` returns a
         :class:`BackgroundWrite` once the state is staged to CPU memory, and
         the :class:`~flexgraph.training.checkpoint.Checkpointer` puts the
@@ -244,8 +305,10 @@ class PortableCheckpointIO(CheckpointIO):
     format = PORTABLE_DIRECTORY
 
     def __init__(self, access: StateAccess | None = None, *,
-                 weights: CheckpointIO | None = None, async_save: bool = False) -> None:
+                 weights: CheckpointIO | None = None, async_save: bool = False,
+                 plan: Mapping[str, Any] | None = None) -> None:
         self.access = access or TorchStateAccess()
+        self.plan = plan
         self.async_save = bool(async_save)
         self.staging = Staging()
         self.weights = weights or FileCheckpointIO()
@@ -264,9 +327,8 @@ class PortableCheckpointIO(CheckpointIO):
 
         tensors, rest = _split(checkpoint)
         rest = _full_tensors(rest)  # hook extras holding shards: extra.pth is rank 0's alone
-        plan = running_plan() if this_rank() == 0 else None
         manifest = make_manifest(rest.get("meta") or {}, tensors[MODEL],
-                                 tensors.get(OPTIMIZER), world_size=world_size(), plan=plan)
+                                 tensors.get(OPTIMIZER), world_size=world_size(), plan=self.plan)
         if not self.async_save:
             _save(tensors, rest, path, manifest=manifest)
             return None

@@ -3,7 +3,7 @@
 MMEngine's ``PretrainedInit`` reads its checkpoint with MMEngine's own loader
 (``torch.load`` that may unpickle anything, a traceback for a bad file). In a
 flexgraph run the same initialiser loads through the IO that loads whole
-models' ``load_from`` weights: the safe reader, formats told by content (a DCP
+models' ``load_from`` weights: the safe unpickling, formats told by content (a DCP
 checkpoint works too), one-line errors naming the file, and MMEngine's
 non-strict rules (missing, unexpected and reshaped keys are warnings). Every
 strategy initialises on whole tensors (FSDP before it shards, ZeRO-3 with the
@@ -23,7 +23,8 @@ from typing import Any
 
 from torch import nn
 
-from flexgraph.training.checkpoint._io import FileCheckpointIO, refuse_unloadable
+from flexgraph.training.checkpoint._file import FileCheckpointIO
+from flexgraph.training.checkpoint._io import refuse_unloadable
 from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import DCP_DIRECTORY
@@ -54,11 +55,11 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None) -> N
 
     Parameters
     ----------
-    module:
+    module
         The module whose ``init_cfg`` names the checkpoint, holding whole tensors.
-    checkpoint:
+    checkpoint
         A local path: a torch.save file or a DCP checkpoint directory.
-    prefix:
+    prefix
         Load only the weights under ``prefix.``, renamed without it (``None``: all).
 
     Raises

@@ -41,7 +41,7 @@ def tensor_bytes(obj: Any) -> int:
 
     Parameters
     ----------
-    obj:
+    obj
         A checkpoint, or any part of one.
 
     Returns
@@ -59,7 +59,18 @@ def tensor_bytes(obj: Any) -> int:
 
 
 def human_bytes(size: float) -> str:
-    """``1536`` -> ``'1.5 KiB'``: a size as people read it."""
+    """``1536`` -> ``'1.5 KiB'``: a size as people read it.
+
+    Parameters
+    ----------
+    size : float
+        A size in bytes.
+
+    Returns
+    -------
+    str
+        The size in B, KiB, MiB or GiB.
+    """
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
@@ -111,13 +122,13 @@ def device_full_error(exc: BaseException, path: Path, *, needed: int,
 
     Parameters
     ----------
-    exc:
+    exc
         What the write raised (on this rank).
-    path:
+    path
         The checkpoint's final name (what the user will look for).
-    needed:
+    needed
         About what the state takes (:func:`tensor_bytes`).
-    intact:
+    intact
         The newest complete checkpoint, which the failed save left untouched.
 
     Returns

@@ -41,17 +41,17 @@ class LoopState:
 
     Parameters
     ----------
-    epoch:
+    epoch
         MMEngine's epoch counter at the save.
-    iter:
+    iter
         Completed iterations.
-    batch_idx:
+    batch_idx
         Batches of the next pass over the train dataloader already trained on.
-    data_pass:
+    data_pass
         Complete passes over the train dataloader.
-    rng_state:
+    rng_state
         This rank's RNG state at the save (``None``: leave the streams as they are).
-    resumed_from:
+    resumed_from
         The checkpoint restored (``None`` for a fresh run).
 
     Examples
@@ -78,6 +78,16 @@ def to_plain(obj: Any) -> Any:
     Counters, defaultdicts and sets become tagged dicts; numpy values become
     tensors or Python numbers; values with no safe form are dropped from their
     container.
+
+    Parameters
+    ----------
+    obj : Any
+        A state (a scheduler's ``state_dict()``, a hook's extra).
+
+    Returns
+    -------
+    Any
+        The plain value, or ``None`` when ``obj`` itself has no safe form.
     """
     out = _plain(obj)
     return None if out is _DROP else out
@@ -109,7 +119,18 @@ def _plain(obj: Any) -> Any:
 
 
 def from_plain(obj: Any) -> Any:
-    """Inverse of :func:`to_plain` (dropped values stay absent)."""
+    """Inverse of :func:`to_plain` (dropped values stay absent).
+
+    Parameters
+    ----------
+    obj : Any
+        What :func:`to_plain` made.
+
+    Returns
+    -------
+    Any
+        The value rebuilt: counters, sets and ordered dicts again.
+    """
     if isinstance(obj, dict):
         kind = obj.get(_TAG)
         if kind == "Counter":

@@ -3,22 +3,35 @@
 A checkpoint's weights are the state dict of the user's module, never of a
 wrapper (DDP's ``module.`` prefix is stripped on the way in), under
 ``state_dict`` as MMEngine saves them, under ``model``, or a raw state dict.
+
+:func:`load_dcp_weights` loads a DCP checkpoint's model weights into any model
+torch's ``state_dict`` API understands, whole or sharded: DCP reshards on load,
+so a whole model (single device, DDP) reads every shard, and an FSDP2 model
+reads only its own.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
 
 from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import SafeDCPStorage, dcp_load, dcp_problem
 from flexgraph.training.runtime import meta_parameters
 
-__all__ = ["WeightsLoaded", "apply_weights", "matching_weights", "model_weights", "weights_in"]
+__all__ = ["WeightsLoaded", "apply_weights", "load_dcp_weights", "matching_weights",
+           "model_weights", "weights_in"]
 
 
 _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
@@ -26,10 +39,21 @@ _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
 
 @attrs.frozen
 class WeightsLoaded:
-    """What a non-strict load left out: the model's keys the checkpoint lacks, the
-    checkpoint's keys the model has no place for, and the tensors whose shapes
-    differ (``'head.weight: copying a param with shape ...'``), which keep their
-    previous values, as in MMEngine."""
+    """What a non-strict load left out, as MMEngine warns of it.
+
+    Tensors whose shapes differ keep their previous values, as in MMEngine. The
+    value is false when nothing was left out.
+
+    Parameters
+    ----------
+    missing : tuple of str, default ()
+        The model's keys the checkpoint lacks.
+    unexpected : tuple of str, default ()
+        The checkpoint's keys the model has no place for.
+    mismatched : tuple of str, default ()
+        The tensors of another shape, one line each (``'head.weight: copying a
+        param with shape ...'``).
+    """
 
     missing: tuple[str, ...] = ()
     unexpected: tuple[str, ...] = ()
@@ -80,6 +104,30 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
     refuses a file none of whose keys match, which is a wrong file, not a
     fine-tuning start. The model's ``load_state_dict`` pre-hooks see every
     tensor (mmpretrain's ViT resizes its position embedding there).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (wrapped or not) to load into.
+    checkpoint : Any
+        What was read: a checkpoint dict or a bare ``state_dict``.
+    path : str
+        Where it was read from, for messages.
+    strict : bool
+        Refuse any missing or unexpected key (``resume``) rather than report them
+        (``load_from``).
+
+    Returns
+    -------
+    WeightsLoaded
+        What was left out (nothing under ``strict``).
+
+    Raises
+    ------
+    CheckpointError
+        The model still has parameters on the meta device, none of the file's keys
+        match, or ``load_state_dict`` refuses the weights for another reason than
+        shapes.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     target = unwrap_model(model)
@@ -131,6 +179,27 @@ def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int,
     model's full shapes by key. A ``module.`` prefix is stripped; a tensor of
     another shape is left out (as in MMEngine); a file none of whose keys match
     is refused (``owner`` is the model's class name, for the message).
+
+    Parameters
+    ----------
+    checkpoint : Any
+        What was read: a checkpoint dict or a bare ``state_dict``.
+    path : str
+        Where it was read from, for messages.
+    shapes : Mapping of str to tuple of int
+        The model's full shapes by key.
+    owner : str
+        The model's class name, for the message.
+
+    Returns
+    -------
+    tuple of (dict, WeightsLoaded)
+        The fitting weights by key, and what was left out.
+
+    Raises
+    ------
+    CheckpointError
+        None of the file's keys match.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     named = {k: weights[k] for k in shapes if k in weights}
@@ -145,3 +214,32 @@ def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int,
     return fitting, WeightsLoaded(missing=tuple(k for k in shapes if k not in weights),
                                   unexpected=tuple(sorted(set(weights) - set(shapes))),
                                   mismatched=mismatched)
+
+
+def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
+    """Load the model weights of the DCP checkpoint ``path`` into ``model``.
+
+    Partially, as ``load_from`` allows (the checkpoint may lack some of the
+    model's keys, which are returned as missing); every rank reads what it holds.
+    """
+    problem = dcp_problem(path, need_extra=False)
+    if problem is not None:
+        raise CheckpointError(problem)
+    metadata = SafeDCPStorage(path).read_metadata()
+    # flexgraph's weights are under 'state_dict.'; another tool's bare state dict is not
+    keys = metadata.state_dict_metadata
+    under = "state_dict." if any(k.startswith("state_dict.") for k in keys) else ""
+    saved = {key.removeprefix(under) for key in metadata.state_dict_metadata
+             if key.startswith(under)}
+    current = get_model_state_dict(model)
+    wanted = {k: v for k, v in current.items() if k in saved}
+    if not wanted:
+        raise CheckpointError(
+            f"none of the weights in {str(path)!r} match a parameter of "
+            f"{type(model).__name__}; is it the right checkpoint?")
+    state = {"state_dict": wanted} if under else wanted
+    dcp_load(state, path, partial=True)
+    set_model_state_dict(model, state["state_dict"] if under else state,
+                         options=StateDictOptions(strict=False))
+    return WeightsLoaded(missing=tuple(sorted(set(current) - set(wanted))),
+                         unexpected=tuple(sorted(saved - set(current))))

@@ -26,10 +26,27 @@ __all__ = ["CPUAmpOptimWrapper"]
 class CPUAmpOptimWrapper(AmpOptimWrapper):
     """``AmpOptimWrapper`` for the CPU: ``torch.autocast('cpu')`` + a CPU GradScaler.
 
-    Parameters are MMEngine's: ``loss_scale`` (``'dynamic'``, a float, or a
-    GradScaler kwargs dict; used for float16 only), ``dtype`` (default
-    bfloat16 here), ``use_fsdp`` (accepted; torch's GradScaler handles sharded
-    gradients on the CPU), and the ``OptimWrapper`` keyword arguments.
+    Parameters
+    ----------
+    loss_scale : {'dynamic'} or float or dict, default 'dynamic'
+        MMEngine's: ``'dynamic'``, an initial scale, or GradScaler keyword
+        arguments; used for float16 only.
+    dtype : str or torch.dtype, optional
+        The autocast dtype; bfloat16 by default here (MMEngine's float16 needs a
+        CPU with fp16).
+    use_fsdp : bool, default False
+        Accepted for MMEngine's configs; torch's GradScaler handles sharded
+        gradients on the CPU.
+    **kwargs
+        The ``OptimWrapper`` keyword arguments (``optimizer``, ``accumulative_counts``,
+        ``clip_grad``).
+
+    Raises
+    ------
+    ValueError
+        ``dtype`` is a name MMEngine does not accept.
+    TypeError
+        ``loss_scale`` is none of the three kinds.
     """
 
     def __init__(self, loss_scale: Any = "dynamic", dtype: str | torch.dtype | None = None,

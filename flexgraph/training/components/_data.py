@@ -34,7 +34,7 @@ a fork of the RNG streams (:mod:`flexgraph.training.loop._train_loop`), so its d
 not reach training either. Random transforms in the *workers* are the one
 stream a resume does not continue: after a resume inside an epoch (and, with
 ``persistent_workers``, after any resume), each worker starts again from its
-seed (README, "Deliberate differences").
+seed (docs/guide/parity.rst, "Deliberate differences").
 
 Worker processes ignore the run's stop signals
 (:mod:`flexgraph.training.loop._preemption`): a scheduler signals every process of a
@@ -99,8 +99,15 @@ class SkippableSampler(torch.utils.data.Sampler):
     working. When nothing is skipped, ``__iter__`` returns the wrapped sampler's
     own iterator: the common path adds no per-index overhead.
 
-    ``seed`` is the run's base seed (:attr:`Env.seed`) the loader was built
-    with; ``reseeders`` are called with another one by :meth:`reseed`.
+    Parameters
+    ----------
+    sampler : Sampler
+        The sampler (or batch sampler) the dataloader was built with.
+    seed : int, default 0
+        The run's base seed (:attr:`Env.seed`) the loader was built with.
+    reseeders : sequence of callable, default ()
+        Called with another base seed by :meth:`reseed` (the workers' seeding,
+        the wrapped sampler's seed).
     """
 
     def __init__(self, sampler: Any, seed: int = 0,
@@ -199,6 +206,20 @@ class WorkerSeeding:
     (``seed`` is :attr:`Env.rank_seed`), so worker ``i`` of a rank starts every
     epoch from the same state. A module-level class, so that workers started
     by ``spawn`` can unpickle it.
+
+    Parameters
+    ----------
+    env : Env
+        This rank's environment: its rank, ``rank_seed`` and ``diff_rank_seed``.
+    num_workers : int
+        The dataloader's workers (MMEngine's seed formula counts them).
+    init : callable, optional
+        The config's own ``worker_init_fn``; MMEngine's default seeding when
+        ``None``.
+    stop_signals : sequence of str, default ()
+        Signal names the workers ignore: the rank handles them.
+    quiet : bool, default False
+        MMEngine's ``disable_subprocess_warning``.
     """
 
     def __init__(self, env: Env, num_workers: int, *, init: Any = None,
@@ -241,7 +262,18 @@ def _start_pass(loader: DataLoader, epoch: int) -> Iterator[Any]:
 
 
 def per_rank_batch(loader: Any) -> int | None:
-    """Samples per batch on this rank (``None``: the loader batches some other way)."""
+    """Samples per batch on this rank (``None``: the loader batches some other way).
+
+    Parameters
+    ----------
+    loader : DataLoader or Any
+        A dataloader; its ``batch_sampler`` (or ``batch_size``) is read.
+
+    Returns
+    -------
+    int or None
+        The batch size on this rank, or ``None``.
+    """
     batch_sampler = getattr(loader, "batch_sampler", None)
     if isinstance(batch_sampler, torch.utils.data.BatchSampler):
         return int(batch_sampler.batch_size)
@@ -255,6 +287,19 @@ def set_per_rank_batch(loader: DataLoader, size: int) -> bool:
     What a resume at another world size does to hold the global batch equal
     (DataLoader's own ``batch_size`` is read-only once built; its
     ``BatchSampler`` makes the batches).
+
+    Parameters
+    ----------
+    loader : DataLoader
+        A built dataloader.
+    size : int
+        Samples per batch on this rank from the next pass on.
+
+    Returns
+    -------
+    bool
+        ``False`` when the loader has no ``BatchSampler`` to change (nothing is
+        changed then).
     """
     batch_sampler = getattr(loader, "batch_sampler", None)
     if not isinstance(batch_sampler, torch.utils.data.BatchSampler):
@@ -280,6 +325,20 @@ def epoch_batches(loader: DataLoader, epoch: int, skip_batches: int = 0) -> Iter
     Otherwise (an iterable dataset) they are read here and thrown away, so that
     whatever loading them draws from the global RNGs is drawn before the caller
     restores the RNG state that followed them.
+
+    Parameters
+    ----------
+    loader : DataLoader
+        The dataloader.
+    epoch : int
+        The pass to start (its sampler's ``set_epoch``).
+    skip_batches : int, default 0
+        Batches of this pass already trained (a resume mid-epoch).
+
+    Returns
+    -------
+    iterator
+        The pass's remaining batches.
     """
     sampler, per_batch = _skippable(loader)
     if sampler is not None:
@@ -383,21 +442,27 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
 
     Parameters
     ----------
-    cfg:
+    cfg
         ``dict(batch_size=..., num_workers=..., dataset=dict(type=...),
         sampler=dict(type='DefaultSampler', shuffle=True), collate_fn=...)``;
         torch-style ``shuffle=True`` without a sampler is accepted too. Other
         keys go to ``torch.utils.data.DataLoader``. A ready ``DataLoader`` is
         returned unchanged.
-    env:
+    env
         Supplies the seeds (for the sampler and the workers) and the rank.
-    name:
+    name
         The config key, for error messages.
-    model_cfg:
+    model_cfg
         ``cfg.model``, only to choose the default collate function.
-    stop_signals:
+    stop_signals
         Signals the workers ignore (the run's stop signals; see the module
         docstring).
+
+    Returns
+    -------
+    DataLoader
+        The dataloader, its sampler a :class:`SkippableSampler` (so a resume can
+        start mid-epoch) where the config gives one.
 
     Raises
     ------
@@ -449,7 +514,18 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
 
 
 def epoch_length_of(loader: Any) -> int | None:
-    """``len(loader)``, or ``None`` for an iterable dataset without a length."""
+    """``len(loader)``, or ``None`` for an iterable dataset without a length.
+
+    Parameters
+    ----------
+    loader : DataLoader or Any
+        A dataloader.
+
+    Returns
+    -------
+    int or None
+        Batches per pass, or ``None`` when the loader has no length.
+    """
     try:
         return len(loader)
     except TypeError:
@@ -464,6 +540,27 @@ def build_dataloaders(cfg: Any, env: Env, *,
     never builds, is built without drawing from the global RNGs (under
     ``diff_rank_seed`` its sampler would draw a seed from numpy's). Their
     workers ignore ``stop_signals`` (see :func:`build_dataloader`).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+    env : Env
+        This rank's environment (seeds, rank).
+    stop_signals : sequence of str, default ()
+        Signals the workers ignore.
+
+    Returns
+    -------
+    dict
+        ``{'train_dataloader': ..., 'val_dataloader': ..., 'test_dataloader': ...}``.
+
+    Raises
+    ------
+    ConfigError
+        A dataloader section has no dataset, or a type the registries do not know.
+    EmptyDatasetError
+        A dataset is empty, or too small for one batch with ``drop_last``.
     """
     model_cfg = cfg.get("model")
     loaders: dict[str, DataLoader | None] = {}

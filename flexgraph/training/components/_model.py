@@ -28,8 +28,29 @@ def build_model_from_cfg(cfg: Any, env: Any, *, device: str | None = None,
                          init_options: Mapping[str, Any] | None = None) -> nn.Module:
     """``cfg.model`` (with a top-level ``data_preprocessor`` as its default), built.
 
-    Parameters are those of the ``build_model`` step
-    (:func:`flexgraph.training.steps.build_model`).
+    The model's class is resolved (and its package imported) before any init
+    context is entered.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+    env : Env
+        This rank's environment, handed to ``init_context``.
+    device : str, optional
+        Build the parameters on this device (``'meta'``: no memory); the default
+        device when ``None``.
+    init_context : str, optional
+        ``'module:function'`` of a context manager factory the model is built
+        under (DeepSpeed's ``zero.Init``), called as
+        ``factory(cfg=cfg, env=env, **init_options)``.
+    init_options : Mapping, optional
+        Keyword arguments for ``init_context``.
+
+    Returns
+    -------
+    torch.nn.Module
+        The model, not yet initialised (``init_weights`` is a later step).
 
     Raises
     ------

@@ -42,7 +42,18 @@ __all__ = [
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
-    """The user's module inside DDP / MMEngine wrappers / ``torch.compile``."""
+    """The user's module inside DDP / MMEngine wrappers / ``torch.compile``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model, possibly wrapped (several times).
+
+    Returns
+    -------
+    torch.nn.Module
+        The innermost module.
+    """
     from mmengine.model import is_model_wrapper
 
     while True:
@@ -57,7 +68,18 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def uses_step_api(model: nn.Module) -> bool:
-    """Whether the model brings its own ``train_step`` / ``val_step`` (MMEngine style)."""
+    """Whether the model brings its own ``train_step`` / ``val_step`` (MMEngine style).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model, wrapped or not.
+
+    Returns
+    -------
+    bool
+        ``True`` when it has callable ``train_step`` and ``val_step``.
+    """
     return callable(getattr(model, "train_step", None)) and callable(
         getattr(model, "val_step", None)
     )
@@ -80,6 +102,17 @@ def batch_mover(device: str) -> Callable[[Any], Any] | None:
 
     Dataloaders produce CPU tensors, so on the CPU there is nothing to do and the
     loop skips the call altogether.
+
+    Parameters
+    ----------
+    device : str
+        The device the model trains on.
+
+    Returns
+    -------
+    callable or None
+        ``batch -> batch`` with every tensor on ``device``, or ``None`` on the
+        CPU.
     """
     target = torch.device(device)
     if target.type == "cpu":
@@ -88,7 +121,20 @@ def batch_mover(device: str) -> Callable[[Any], Any] | None:
 
 
 def forward(model: nn.Module, batch: Any) -> Any:
-    """Call a plain model on a batch: ``**dict``, ``*tuple/list``, or the batch itself."""
+    """Call a plain model on a batch: ``**dict``, ``*tuple/list``, or the batch itself.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A plain module (not one with MMEngine's ``train_step``).
+    batch : Any
+        One batch from the dataloader, on the model's device.
+
+    Returns
+    -------
+    Any
+        What ``model(...)`` returns.
+    """
     if isinstance(batch, (tuple, list)):  # checked first: a cheap, exact type test
         return model(*batch)
     if isinstance(batch, Mapping):
@@ -105,6 +151,21 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
 
     The logged value is the detached loss for a tensor output, or a dict with the
     total under ``'loss'`` and every tensor key of a dict output.
+
+    Parameters
+    ----------
+    output : Any
+        What the model's forward returned.
+    model : torch.nn.Module
+        The model, named in errors.
+    training : bool, default True
+        Whether the loss must require grad (evaluation passes ``False``).
+
+    Returns
+    -------
+    tuple
+        ``(loss, logged)``: the scalar loss to back-propagate, and what the loop
+        logs (the detached loss, or a dict of the detached values).
 
     Raises
     ------
@@ -181,6 +242,21 @@ def make_train_step(model: nn.Module, optim_wrapper: Any, device: str) -> Callab
     ``loss`` variable, and that keeps autograd's per-parameter gradient
     accumulators alive for the next backward instead of rebuilding them (2% of
     a 0.3 ms step, measured). The loop's output detaches what it keeps.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The (wrapped) model.
+    optim_wrapper : OptimWrapper
+        MMEngine's wrapper: backward, accumulation, clipping and the step.
+    device : str
+        The device batches move to (a plain model's).
+
+    Returns
+    -------
+    callable
+        ``batch -> logged``: MMEngine's log variables, or a plain model's loss (or
+        dict of losses).
     """
     if uses_step_api(model):
         module = unwrap_model(model)
@@ -271,6 +347,22 @@ def make_eval_step(model: nn.Module, device: str, *, mode: str,
     model's ``val_step``/``test_step`` result, or a plain model's forward output
     (wrapped in a one-element list unless it already is a list or tuple). Without
     an evaluator it returns the batch's mean loss as a tensor.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The (wrapped) model.
+    device : str
+        The device batches move to (a plain model's).
+    mode : {'val', 'test'}
+        Which of MMEngine's step methods to call.
+    with_evaluator : bool
+        Whether the config has an evaluator to process predictions.
+
+    Returns
+    -------
+    callable
+        ``batch -> predictions`` (or the batch's mean loss without an evaluator).
     """
     if uses_step_api(model):
         if with_evaluator:

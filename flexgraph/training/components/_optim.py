@@ -32,6 +32,26 @@ def build_optim_wrapper(cfg: Any, model: torch.nn.Module, device: str = "cpu") -
     optimizer keeps references to the parameters it was given. On a CPU
     ``device``, MMEngine's ``AmpOptimWrapper`` (which refuses the CPU) becomes
     :class:`~flexgraph.training.components.CPUAmpOptimWrapper`.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config; its ``optim_wrapper`` is built (an ``OptimWrapper``
+        already built is returned as it is).
+    model : torch.nn.Module
+        The model whose parameters the optimizer steps.
+    device : str, default 'cpu'
+        The device the model is on.
+
+    Returns
+    -------
+    OptimWrapper or OptimWrapperDict
+        MMEngine's wrapper over the optimizer(s).
+
+    Raises
+    ------
+    ConfigError
+        The config has no ``optim_wrapper``, or MMEngine refuses it.
     """
     from mmengine.optim import AmpOptimWrapper, OptimWrapper
     from mmengine.optim import build_optim_wrapper as mm_build
@@ -74,7 +94,18 @@ def _resolved(ow_cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def first_param_group(optim_wrapper: Any) -> dict[str, Any]:
-    """The param group whose ``lr`` the loop logs (the first of the first optimizer)."""
+    """The param group whose ``lr`` the loop logs (the first of the first optimizer).
+
+    Parameters
+    ----------
+    optim_wrapper : OptimWrapper or OptimWrapperDict
+        The run's optimizer wrapper(s).
+
+    Returns
+    -------
+    dict
+        The optimizer's first param group (``lr``, ``momentum``, ...).
+    """
     from mmengine.optim import OptimWrapperDict
 
     if isinstance(optim_wrapper, OptimWrapperDict):
@@ -93,6 +124,28 @@ def build_param_schedulers(cfg: Any, settings: RunSettings, optim_wrapper: Any,
     runs to the end of training (in its own unit: epochs when ``by_epoch``,
     else iterations), and ``convert_to_iter_based=True`` schedulers get the
     epoch length.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config; its ``param_scheduler``.
+    settings : RunSettings
+        The run's settings: the training length the schedulers run to.
+    optim_wrapper : OptimWrapper or OptimWrapperDict
+        The optimizer wrapper(s) to schedule.
+    train_dataloader : DataLoader
+        Gives the epoch length (iteration-based conversion, default ``end``).
+
+    Returns
+    -------
+    list or dict
+        The schedulers: a list, or a dict of lists keyed by optimizer name.
+
+    Raises
+    ------
+    ConfigError
+        No ``train_cfg``, schedulers keyed by optimizers that are not built, or a
+        scheduler MMEngine refuses.
     """
     from mmengine.optim import OptimWrapperDict
 

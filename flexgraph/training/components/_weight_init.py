@@ -113,9 +113,9 @@ def initialise(model: nn.Module, *, load_pretrained: LoadPretrained | None = Non
 
     Parameters
     ----------
-    model:
+    model
         The model, holding whole tensors (not shards, not partitions).
-    load_pretrained:
+    load_pretrained
         What a ``Pretrained`` ``init_cfg`` loads its checkpoint with (the run's
         weight loader, :func:`flexgraph.training.checkpoint.load_pretrained`);
         ``None`` keeps MMEngine's.

@@ -70,7 +70,18 @@ def _register_mmengine(registry: Registry) -> None:
 
 
 def registered_names(registry: Registry) -> list[str]:
-    """Every name ``registry`` can resolve: its own, its ancestors', its children's."""
+    """Every name ``registry`` can resolve: its own, its ancestors', its children's.
+
+    Parameters
+    ----------
+    registry : Registry
+        An MMEngine registry.
+
+    Returns
+    -------
+    list of str
+        The names, sorted; a child scope's as ``scope.name``.
+    """
     _register_mmengine(registry)
     names: set[str] = set()
     node: Registry | None = registry
@@ -88,15 +99,20 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "",
 
     Parameters
     ----------
-    type_:
+    type_
         A registered name, a dotted import path, or already a class / callable.
-    registry:
+    registry
         The MMEngine registry to look the name up in (``MODELS``, ``HOOKS``, ...).
-    what:
+    what
         Where the name came from (``'model'``, ``'custom_hooks[0]'``), for messages.
-    scope:
+    scope
         A config's ``_scope_``: look the name up in that scope's registry instead
         of the default scope's.
+
+    Returns
+    -------
+    type or callable
+        What the name names.
 
     Raises
     ------
@@ -173,6 +189,29 @@ def build_from_cfg(
 
     Anything that is not a mapping is returned unchanged, so a config may hold an
     already-built object wherever it may hold a dict (as MMEngine allows).
+
+    Parameters
+    ----------
+    cfg : Mapping or Any
+        ``dict(type=..., **arguments)``; anything else is returned as it is.
+    registry : Registry
+        The MMEngine registry the type is looked up in (``MODELS``, ``HOOKS``, ...).
+    default_args : Mapping, optional
+        Arguments the config's own override.
+    what : str, default ''
+        Where the config came from (``'model'``, ``'custom_hooks[0]'``), for messages.
+
+    Returns
+    -------
+    Any
+        The built component (or ``cfg`` itself when it is not a mapping).
+
+    Raises
+    ------
+    ConfigError
+        The dict has no ``type``, or building it failed on its arguments.
+    UnknownComponentError
+        The type is neither registered nor importable.
 
     Examples
     --------

@@ -68,6 +68,12 @@ _APEX = (
 def check_sections(cfg: Any) -> None:
     """Refuse a malformed component section before any step builds one.
 
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The config whose component sections (hooks, optimizer wrapper,
+        schedulers, dataloaders, ``randomness``) are checked; ``None`` passes.
+
     Raises
     ------
     ConfigError

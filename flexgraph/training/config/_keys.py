@@ -1,7 +1,7 @@
 """Which config keys flexgraph acts on, and a warning for each one it does not.
 
 An MMEngine config may hold keys that MMEngine's Runner acts on and flexgraph
-does not (``log_processor``, a checkpoint ``out_dir``, ``train_cfg.dynamic_intervals``, ...).
+does not (a checkpoint ``out_dir``, ``train_cfg.dynamic_intervals``, ...).
 Ignoring one of them silently would leave the user believing it took effect,
 so each is reported by name, with the reason, as an
 :class:`~flexgraph.training.errors.UnusedConfigWarning`. This module is the one
@@ -33,15 +33,13 @@ ACTED_ON = frozenset({
     "train_cfg", "val_cfg", "test_cfg", "val_evaluator", "test_evaluator",
     "optim_wrapper", "param_scheduler", "default_hooks", "custom_hooks",
     "load_from", "resume", "randomness", "env_cfg", "log_level", "default_scope",
-    "launcher", "auto_scale_lr", "compile", "visualizer",
+    "launcher", "auto_scale_lr", "compile", "visualizer", "log_processor",
     # flexgraph's own: the graph and its strategies (spec front end), imports
     "strategy", "strategies", "steps", "custom_steps", "inputs", "custom_imports",
 })
 
 #: Top-level MMEngine keys flexgraph does not act on, with the reason shown.
 NOT_ACTED_ON = {
-    "log_processor": "flexgraph composes its own log lines (interval from "
-                     "default_hooks.logger)",
     "model_wrapper_cfg": "give DDP options as strategy=dict(type='DDPStrategy', "
                          "model_wrapper=dict(...))",
     "find_unused_parameters": "give it as strategy=dict(type='DDPStrategy', "
@@ -78,7 +76,8 @@ _HOOK_OPTIONS: dict[str, frozenset[str]] = {
         "save_begin", "save_best", "rule", "greater_keys", "less_keys", "published_keys",
         "async_save",
     }),
-    "LoggerHook": frozenset({"type", "priority", "interval", "ignore_last"}),
+    "LoggerHook": frozenset({"type", "priority", "interval", "ignore_last",
+                             "log_metric_by_epoch"}),
     "ParamSchedulerHook": frozenset({"type", "priority"}),
     "RuntimeInfoHook": frozenset({"type", "priority"}),
     "IterTimerHook": frozenset({"type", "priority"}),
@@ -101,7 +100,17 @@ _TYPO_CUTOFF = 0.85  # difflib ratio: 'param_schedular' ~ 0.93, 'train_pipeline'
 def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
     """One message per config key flexgraph does not act on, naming the key and why.
 
-    ``world_size`` is the run's: some keys matter only with several processes.
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+    world_size : int, default 1
+        The run's: some keys matter only with several processes.
+
+    Yields
+    ------
+    str
+        One message per key.
     """
     for key in cfg:
         value = cfg.get(key)
@@ -162,7 +171,17 @@ def _hook_options(cfg: Any) -> Iterator[str]:
 
 
 def warn_unused_keys(cfg: Any, *, rank: int = 0, world_size: int = 1) -> None:
-    """Warn (:class:`UnusedConfigWarning`) about each unused key, on rank 0 only."""
+    """Warn (:class:`UnusedConfigWarning`) about each unused key, on rank 0 only.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+    rank : int, default 0
+        This process's rank: only rank 0 warns.
+    world_size : int, default 1
+        The run's world size (see :func:`unused_keys`).
+    """
     if cfg is None or not hasattr(cfg, "get") or rank != 0:
         return
     for message in unused_keys(cfg, world_size=world_size):

@@ -139,6 +139,16 @@ class TrainLength:
 def train_length(cfg: Any) -> TrainLength:
     """Parse ``cfg.train_cfg`` (flexgraph's ``by_epoch`` or MMEngine's loop ``type``).
 
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        ``train_cfg`` comes from here.
+
+    Returns
+    -------
+    TrainLength
+        By epoch or by iteration, the length and the validation interval.
+
     Raises
     ------
     ConfigError
@@ -333,6 +343,17 @@ def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
     Options flexgraph does not act on are reported by
     :func:`flexgraph.training.config.warn_unused_keys`, not here.
 
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Its ``default_hooks.checkpoint`` is read (``None`` there: no
+        checkpoints).
+
+    Returns
+    -------
+    CheckpointPolicy
+        How often to save, how many to keep, what to keep the best of.
+
     Raises
     ------
     ConfigError
@@ -377,37 +398,209 @@ def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
     return attrs.evolve(policy, rules=resolved)
 
 
+#: MMEngine's ``LogProcessor.mean_pattern``: the keys logged as a mean over the window.
+MEAN_PATTERN = r".*(loss|time|data_time|grad_norm).*"
+_STATISTICS = frozenset({"mean", "max", "min", "current"})  # MMEngine's HistoryBuffer's
+
+
+@attrs.frozen
+class LogProcessorPolicy:
+    """What a logged value is: MMEngine's ``log_processor`` (``LogProcessor``'s options).
+
+    A key matching ``mean_pattern`` (the losses, ``grad_norm``) is logged as
+    its mean over the last ``window_size`` iterations, any other key (``lr``)
+    as its latest value; ``custom_cfg`` adds or replaces keys with other
+    statistics, as MMEngine's ``LogProcessor`` has them.
+
+    Parameters
+    ----------
+    window_size : int
+        Iterations a mean is taken over (MMEngine's default: 10).
+    by_epoch : bool or None
+        Log lines and scalars by epoch (``Epoch(train) [e][i/N]``, an
+        ``epoch`` scalar) or by iteration; ``None``: as the train loop runs.
+    custom_cfg : tuple of dict
+        ``dict(data_src=..., method_name='mean'|'max'|'min'|'current',
+        window_size=int|'epoch'|'global', log_name=...)`` entries.
+    num_digits : int
+        Digits shown in a log line.
+    log_with_hierarchy : bool
+        Scalars keep their ``train/`` and ``val/`` prefixes.
+    mean_pattern : str
+        A regular expression: the keys logged as window means.
+    """
+
+    window_size: int = 10
+    by_epoch: bool | None = None
+    custom_cfg: tuple[Mapping[str, Any], ...] = ()
+    num_digits: int = 4
+    log_with_hierarchy: bool = False
+    mean_pattern: str = MEAN_PATTERN
+
+
+def log_processor_policy(cfg: Any) -> LogProcessorPolicy:
+    """``log_processor``, checked as MMEngine's ``LogProcessor`` checks it.
+
+    Without one, MMEngine's defaults apply, except ``by_epoch``, which then
+    follows the train loop (MMEngine's default, ``True``, would number an
+    iteration loop's lines as epoch 1).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        ``log_processor`` is read from it.
+
+    Returns
+    -------
+    LogProcessorPolicy
+        ``LogProcessor``'s options, MMEngine's defaults where the config gives none.
+
+    Raises
+    ------
+    ConfigError
+        A ``type`` other than ``LogProcessor``, an option ``LogProcessor``
+        does not have, a ``window_size`` that is not an int >= 1, or a
+        ``custom_cfg`` entry MMEngine would refuse (no ``data_src`` or
+        ``method_name``, an unknown ``method_name``, a window of ``'epoch'``
+        with ``by_epoch=False``, one ``log_name`` twice).
+    """
+    given = section(cfg, "log_processor")
+    if given is None:
+        return LogProcessorPolicy()
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"log_processor must be a dict of LogProcessor's options, got "
+                          f"{type(given).__name__}")
+    options = dict(given)
+    kind = options.pop("type", "LogProcessor")
+    if kind not in ("LogProcessor", "mmengine.LogProcessor") and not (
+            isinstance(kind, type) and kind.__name__ == "LogProcessor"):
+        raise ConfigError(f"log_processor: type={kind!r} is not supported; flexgraph applies "
+                          f"MMEngine's LogProcessor options (window_size, by_epoch, "
+                          f"custom_cfg, num_digits, log_with_hierarchy, mean_pattern)")
+    fields = attrs.fields_dict(LogProcessorPolicy)
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise ConfigError(f"log_processor: LogProcessor has no option {unknown}; its options "
+                          f"are {', '.join(fields)}")
+    window = options.get("window_size", 10)
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise ConfigError(f"log_processor.window_size must be an int >= 1, got {window!r}")
+    by_epoch = bool(options.get("by_epoch", True))
+    custom = tuple(_custom_log(entry, i, by_epoch)
+                   for i, entry in enumerate(options.get("custom_cfg") or ()))
+    names = [entry.get("log_name", entry["data_src"]) for entry in custom]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(f"log_processor.custom_cfg names {twice} twice (a log_name, or a "
+                          f"data_src without one); give each entry its own log_name")
+    return LogProcessorPolicy(
+        window_size=window, by_epoch=by_epoch, custom_cfg=custom,
+        num_digits=int(options.get("num_digits", 4)),
+        log_with_hierarchy=bool(options.get("log_with_hierarchy", False)),
+        mean_pattern=str(options.get("mean_pattern", MEAN_PATTERN)))
+
+
+def _custom_log(entry: Any, i: int, by_epoch: bool) -> dict[str, Any]:
+    """One ``log_processor.custom_cfg`` entry, checked."""
+    what = f"log_processor.custom_cfg[{i}]"
+    if not isinstance(entry, Mapping) or not {"data_src", "method_name"} <= set(entry):
+        raise ConfigError(f"{what} must be a dict with a data_src (the logged key) and a "
+                          f"method_name, got {entry!r}")
+    entry = dict(entry)
+    method = entry["method_name"]
+    if method not in _STATISTICS:
+        raise ConfigError(f"{what}: method_name {method!r} is not one of "
+                          f"{', '.join(sorted(_STATISTICS))}")
+    window = entry.get("window_size")
+    if method == "current" and window is not None:
+        raise ConfigError(f"{what}: method_name 'current' takes no window_size")
+    if not (window is None or window in ("epoch", "global")
+            or (isinstance(window, int) and window >= 1)):
+        raise ConfigError(f"{what}: window_size must be an int >= 1, 'epoch' or 'global', "
+                          f"got {window!r}")
+    if window == "epoch" and not by_epoch:
+        raise ConfigError(f"{what}: window_size='epoch' needs log_processor.by_epoch=True")
+    return entry
+
+
 @attrs.frozen
 class LoggerPolicy:
-    """When a log line is written: MMEngine's ``LoggerHook`` ``interval`` and ``ignore_last``.
+    """When a log line is written and what it says.
 
-    ``interval`` counts the batches of the current epoch (an iteration-based
-    loop is one epoch); an epoch whose length is not a multiple of it gets a
-    line at its end only when ``ignore_last`` is false or the epoch is no
-    longer than ``interval``.
+    Parameters
+    ----------
+    interval : int, default 10
+        Batches between log lines; it counts the batches of the current epoch (an
+        iteration-based loop is one epoch).
+    ignore_last : bool, default True
+        An epoch whose length is not a multiple of ``interval`` gets a line at its
+        end only when this is false or the epoch is no longer than ``interval``.
+    metric_by_epoch : bool, default True
+        ``log_metric_by_epoch``: validation scalars go to the backends at the epoch
+        of an epoch-based loop (else at the iteration; an iteration-based loop
+        always logs them at the iteration, where MMEngine's would log them all at
+        epoch 0).
+    processor : LogProcessorPolicy
+        The config's ``log_processor``.
     """
 
     interval: int = 10
     ignore_last: bool = True
+    metric_by_epoch: bool = True
+    processor: LogProcessorPolicy = LogProcessorPolicy()
 
 
 def logger_policy(cfg: Any) -> LoggerPolicy:
-    """``default_hooks.logger`` (MMEngine's defaults: ``interval=10``, ``ignore_last=True``)."""
+    """``default_hooks.logger`` (MMEngine's defaults: ``interval=10``, ``ignore_last=True``,
+    ``log_metric_by_epoch=True``) and ``log_processor`` (:func:`log_processor_policy`).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        ``default_hooks.logger`` and ``log_processor`` are read from it.
+
+    Returns
+    -------
+    LoggerPolicy
+        The logger's interval, ``ignore_last``, ``log_metric_by_epoch`` and the
+        log processor's options.
+
+    Raises
+    ------
+    ConfigError
+        ``interval`` is not an int >= 1, ``ignore_last`` not a bool, or
+        ``log_processor`` is refused (:func:`log_processor_policy`).
+    """
+    processor = log_processor_policy(cfg)
     logger = section(section(cfg, "default_hooks", {}), "logger", {})
     if not isinstance(logger, Mapping):
-        return LoggerPolicy()
+        return LoggerPolicy(processor=processor)
     interval = logger.get("interval", 10)
     if not isinstance(interval, int) or interval < 1:
         raise ConfigError(f"default_hooks.logger.interval must be an int >= 1, got {interval!r}")
-    ignore_last = logger.get("ignore_last", True)
-    if not isinstance(ignore_last, bool):
-        raise ConfigError(f"default_hooks.logger.ignore_last must be True or False, "
-                          f"got {ignore_last!r}")
-    return LoggerPolicy(interval=interval, ignore_last=ignore_last)
+    flags = {}
+    for name in ("ignore_last", "log_metric_by_epoch"):
+        flags[name] = logger.get(name, True)
+        if not isinstance(flags[name], bool):
+            raise ConfigError(f"default_hooks.logger.{name} must be True or False, "
+                              f"got {flags[name]!r}")
+    return LoggerPolicy(interval=interval, ignore_last=flags["ignore_last"],
+                        metric_by_epoch=flags["log_metric_by_epoch"], processor=processor)
 
 
 def work_dir_of(cfg: Any) -> str:
-    """``cfg.work_dir``; else ``work_dirs/<config file stem>`` as MMEngine's tools do."""
+    """``cfg.work_dir``; else ``work_dirs/<config file stem>`` as MMEngine's tools do.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Gives ``work_dir``, or the file name its default is made of.
+
+    Returns
+    -------
+    str
+        The work_dir.
+    """
     work_dir = section(cfg, "work_dir")
     if work_dir:
         return str(work_dir)
@@ -422,6 +615,11 @@ def restart_count() -> int:
     ``flexgraph run --max-restarts K`` (or ``torchrun --max-restarts``) restarts
     every rank after one dies; a restarted rank resumes on its own (see
     :func:`flexgraph.training.resume.resume_training`).
+
+    Returns
+    -------
+    int
+        ``TORCHELASTIC_RESTART_COUNT`` (0 when unset or not a number).
     """
     try:
         return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -435,6 +633,21 @@ def resume_source(cfg: Any) -> str | None:
     ``resume=True`` follows MMEngine: resume from ``load_from`` when it is set,
     otherwise from the latest checkpoint in ``work_dir``. ``resume='auto'``
     always searches ``work_dir`` (``load_from`` then only seeds a fresh start).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Its ``resume`` and, for ``resume=True``, ``load_from``.
+
+    Returns
+    -------
+    str or None
+        ``None``, ``'auto'``, or a path.
+
+    Raises
+    ------
+    ConfigError
+        ``resume`` is none of those.
     """
     resume = section(cfg, "resume", False)
     if resume is False or resume is None:
@@ -455,8 +668,15 @@ class StopPolicy:
     single process stops right after that iteration; several ranks compare notes
     every ``check_interval`` iterations (one all-reduce of one number), so they
     stop at the same iteration, at most ``check_interval`` iterations after the
-    signal. ``signals=()`` (``preemption=None``) leaves every signal's default
-    action alone.
+    signal.
+
+    Parameters
+    ----------
+    signals : tuple of str, default ('SIGTERM', 'SIGINT')
+        The signal names handled; ``()`` (``preemption=None``) leaves every
+        signal's default action alone.
+    check_interval : int, default 10
+        Iterations between the ranks' agreements on a stop.
     """
 
     signals: tuple[str, ...] = ("SIGTERM", "SIGINT")
@@ -491,6 +711,22 @@ def stop_policy(cfg: Any) -> StopPolicy:
     ``preemption=dict(signal='SIGUSR1', check_interval=10)``: ``signal`` (a name,
     a number or a list of them) is handled besides SIGTERM and SIGINT;
     ``preemption=None`` handles no signal at all.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Where ``preemption`` is looked up.
+
+    Returns
+    -------
+    StopPolicy
+        The signals handled and the ranks' check interval.
+
+    Raises
+    ------
+    ConfigError
+        An unknown option, an unknown signal, or a ``check_interval`` that is not
+        an integer >= 1.
     """
     if cfg is not None and "preemption" in cfg and cfg["preemption"] is None:
         return StopPolicy(signals=())
@@ -510,7 +746,18 @@ def stop_policy(cfg: Any) -> StopPolicy:
 
 
 def experiment_name_of(cfg: Any) -> str:
-    """``cfg.experiment_name``, else the config file's stem (``""`` without either)."""
+    """``cfg.experiment_name``, else the config file's stem (``""`` without either).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Read for ``experiment_name``, then for the file it came from.
+
+    Returns
+    -------
+    str
+        The experiment's name.
+    """
     name = section(cfg, "experiment_name")
     filename = getattr(cfg, "filename", None)
     if not name and filename:
@@ -593,6 +840,16 @@ def read_settings(cfg: Any) -> RunSettings:
     (:func:`~flexgraph.training.config.check_sections`), so that a malformed
     hook, optimizer, scheduler or dataloader fails before the model is built.
 
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The whole config, after ``--cfg-options`` and the command line's flags.
+
+    Returns
+    -------
+    RunSettings
+        The frozen settings the steps take as their ``settings`` input.
+
     Raises
     ------
     ConfigError
@@ -629,6 +886,11 @@ def check_paths(settings: RunSettings) -> None:
     :func:`read_settings`, which reads a config without looking at the file
     system; ``flexgraph run`` calls both (see
     :func:`~flexgraph.training.graph.standard_inputs`).
+
+    Parameters
+    ----------
+    settings : RunSettings
+        The run's settings (:func:`read_settings`).
 
     Raises
     ------

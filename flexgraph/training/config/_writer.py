@@ -140,10 +140,23 @@ def _enclose(opening: str, items: list[str], closing: str, indent: int, taken: i
 
 
 def config_text(cfg: Any) -> str | None:
-    """The config (an mmengine ``Config``) as runnable Python, or ``None`` when some
-    value has no literal spelling.
+    """The config (an mmengine ``Config``) as runnable Python.
 
-    Raises ``ConfigError`` for a top-level key that no config file can hold.
+    Parameters
+    ----------
+    cfg : Config
+        The run's config.
+
+    Returns
+    -------
+    str or None
+        Python that rebuilds the config, or ``None`` when some value has no
+        literal spelling.
+
+    Raises
+    ------
+    ConfigError
+        A top-level key that no config file can hold.
     """
     tree = cfg.to_dict()
     for key in tree:
@@ -168,10 +181,20 @@ def config_text(cfg: Any) -> str | None:
 def write_config(cfg: Any, path: str | Path) -> None:
     """Write ``cfg`` to ``path`` as :func:`config_text` spells it, else with ``Config.dump``.
 
-    Raises ``ConfigError`` for a top-level key that no config file can hold, and, in
-    a config that only ``Config.dump`` spells, for one that its ``key = ...`` would
-    not read back (``a b``, ``class``, ``º``) or ``dict`` (which would hide the
-    builtin its other statements call).
+    Parameters
+    ----------
+    cfg : Config
+        The run's config.
+    path : str or Path
+        The file to write (``config.py`` in the run's folder).
+
+    Raises
+    ------
+    ConfigError
+        A top-level key that no config file can hold, and, in a config that only
+        ``Config.dump`` spells, one that its ``key = ...`` would not read back
+        (``a b``, ``class``, ``º``) or ``dict`` (which would hide the builtin its
+        other statements call).
     """
     text = config_text(cfg)
     if text is not None:

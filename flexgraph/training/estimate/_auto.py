@@ -40,14 +40,34 @@ class NothingFitsError(ConfigError):
 
 @attrs.frozen
 class AutoChoice:
-    """The chosen candidate and why, in one line."""
+    """The chosen candidate and why, in one line.
+
+    Parameters
+    ----------
+    label : str
+        The chosen candidate, as ``--compare`` writes it (``'ddp'``, ``'deepspeed:zero2'``).
+    reason : str
+        Why, in one line (the run's summary line says it).
+    """
 
     label: str
     reason: str
 
 
 def auto_candidates(world_size: int) -> tuple[str, ...]:
-    """What ``--strategy auto`` compares for ``world_size`` processes."""
+    """What ``--strategy auto`` compares for ``world_size`` processes.
+
+    Parameters
+    ----------
+    world_size : int
+        The ranks the run will have.
+
+    Returns
+    -------
+    tuple of str
+        The candidates, cheapest communication first (:data:`AUTO_ORDER`; single
+        device alone for one process).
+    """
     return ("single",) if world_size == 1 else AUTO_ORDER
 
 
@@ -69,6 +89,20 @@ def _hint(best: CandidateEstimate, capacity: int) -> str:
 def choose_strategy(result: Estimate, capacity: int,
                     margin: float = AUTO_MARGIN) -> AutoChoice:
     """The first candidate of ``result`` (in its order) that fits ``capacity`` with ``margin``.
+
+    Parameters
+    ----------
+    result : Estimate
+        The estimates of the candidates, in the order to try them.
+    capacity : int
+        Bytes a rank has (:func:`device_memory`).
+    margin : float, default AUTO_MARGIN
+        The share of ``capacity`` left free.
+
+    Returns
+    -------
+    AutoChoice
+        The chosen candidate and why.
 
     Raises
     ------

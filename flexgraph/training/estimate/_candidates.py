@@ -27,7 +27,22 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 
 @attrs.frozen
 class Candidate:
-    """One strategy to estimate: its label, the strategy it builds, the AMP precision."""
+    """One strategy to estimate: its label, the strategy it builds, the AMP precision.
+
+    Parameters
+    ----------
+    label : str
+        The candidate as written (``NAME[:STAGE][:PRECISION]``).
+    strategy : Strategy
+        The strategy it builds, with the stage's and precision's options.
+    amp : str or None
+        The AMP precision it computes in (``'fp16'``, ``'bf16'``), ``None`` for fp32.
+    name : str
+        The strategy's registry name.
+    options : Mapping, default {}
+        The options the strategy was built with (``--strategy auto`` hands them
+        to the run).
+    """
 
     label: str
     strategy: Strategy
@@ -53,7 +68,31 @@ def _base_options(name: str, config_strategy: Any) -> dict[str, Any]:
 
 
 def parse_candidate(text: str, config_strategy: Any, amp: str | None) -> Candidate:
-    """One candidate from its text; ``amp``: the config's AMP precision."""
+    """One candidate from its text; ``amp``: the config's AMP precision.
+
+    Parameters
+    ----------
+    text : str
+        ``NAME[:STAGE][:PRECISION]``.
+    config_strategy : Any
+        The config's ``strategy``, whose options a candidate of the same strategy
+        starts from.
+    amp : str or None
+        The config's AMP precision, the candidate's unless it names one.
+
+    Returns
+    -------
+    Candidate
+        The candidate, its strategy built.
+
+    Raises
+    ------
+    CandidateError
+        The text is malformed, or the strategy has no memory model or refuses the
+        stage.
+    UnknownStrategyError
+        No strategy of that name is registered.
+    """
     name, *rest = text.strip().split(":")
     precision = rest.pop() if rest and rest[-1] in PRECISIONS else None
     if len(rest) > 1:
@@ -71,7 +110,27 @@ def parse_candidate(text: str, config_strategy: Any, amp: str | None) -> Candida
 
 
 def parse_candidates(text: str, config_strategy: Any, amp: str | None) -> list[Candidate]:
-    """``ddp,deepspeed:zero1:fp16,...`` as :class:`Candidate` values, in order."""
+    """``ddp,deepspeed:zero1:fp16,...`` as :class:`Candidate` values, in order.
+
+    Parameters
+    ----------
+    text : str
+        Comma-separated ``NAME[:STAGE][:PRECISION]``.
+    config_strategy : Any
+        The config's ``strategy``.
+    amp : str or None
+        The config's AMP precision.
+
+    Returns
+    -------
+    list of Candidate
+        In the order written.
+
+    Raises
+    ------
+    CandidateError
+        No candidate, or a malformed one.
+    """
     labels = [part for part in text.split(",") if part.strip()]
     if not labels:
         raise CandidateError("--compare needs at least one NAME[:STAGE][:PRECISION]")

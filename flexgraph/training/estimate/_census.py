@@ -21,11 +21,27 @@ __all__ = ["Census", "take_census"]
 class Census:
     """Parameter counts of one model (shared parameters counted once).
 
-    ``largest_param``: the elements of the largest trainable parameter (an
-    optimizer's per-tensor temporaries are its size).
-    ``by_module``: ``(name, total, trainable)`` per top-level child module,
-    parameters held by the root itself under ``"(root)"``. ``model`` is the
-    meta model itself, for strategies that need its structure (FSDP's units).
+    Parameters
+    ----------
+    total : int
+        Elements of every parameter.
+    trainable : int
+        Elements of the parameters that require grad.
+    frozen : int
+        ``total - trainable``.
+    param_bytes : int
+        Bytes of every parameter, in its own dtype.
+    largest_layer : int
+        Elements of the largest module's own parameters.
+    largest_param : int
+        Elements of the largest trainable parameter (an optimizer's per-tensor
+        temporaries are its size).
+    by_module : tuple of (str, int, int)
+        ``(name, total, trainable)`` per top-level child module, parameters held
+        by the root itself under ``"(root)"``.
+    model : Any
+        The meta model itself, for strategies that need its structure (FSDP's
+        units).
     """
 
     total: int
@@ -50,7 +66,18 @@ def _counts(params: list[nn.Parameter]) -> tuple[int, int]:
 
 
 def take_census(model: nn.Module) -> Census:
-    """Count ``model``'s parameters (the user's module inside any wrapper)."""
+    """Count ``model``'s parameters (the user's module inside any wrapper).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model (meta tensors are counted as well as real ones).
+
+    Returns
+    -------
+    Census
+        Its parameter counts.
+    """
     module = unwrap_model(model)
     params = list(module.parameters())
     total, trainable = _counts(params)

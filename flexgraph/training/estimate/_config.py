@@ -30,6 +30,16 @@ def amp_precision(cfg: Any) -> str | None:
     """``'fp16'`` / ``'bf16'`` when ``optim_wrapper`` is MMEngine's ``AmpOptimWrapper``.
 
     Its default dtype is float16 on CUDA (what an estimate is for).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        Its ``optim_wrapper`` (type and ``dtype``) is read.
+
+    Returns
+    -------
+    str or None
+        ``'fp16'`` or ``'bf16'``; ``None`` without AMP.
     """
     wrapper = section(cfg, "optim_wrapper") or {}
     kind = str(wrapper.get("type", "")).rpartition(".")[2]
@@ -40,7 +50,18 @@ def amp_precision(cfg: Any) -> str | None:
 
 
 def optimizer_states(cfg: Any) -> tuple[int, str]:
-    """(fp32 states per trainable parameter, the optimizer's name) of ``optim_wrapper``."""
+    """(fp32 states per trainable parameter, the optimizer's name) of ``optim_wrapper``.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config; its ``optim_wrapper.optimizer``.
+
+    Returns
+    -------
+    tuple of (int, str)
+        fp32 states per trainable parameter, and the optimizer's name.
+    """
     name, optimizer = _optimizer_cfg(cfg)
     states = OPTIMIZER_STATES.get(name, 2)
     if name == "SGD" and float(optimizer.get("momentum", 0) or 0) > 0:
@@ -57,15 +78,29 @@ def _optimizer_cfg(cfg: Any) -> tuple[str, Mapping[str, Any]]:
 
 
 def step_temporaries(cfg: Any, stepped: tuple[int, int], device: str) -> tuple[int, str | None]:
-    """(bytes torch's Adam / AdamW allocate during their step and free again, a note).
+    """The bytes torch's Adam / AdamW allocate during their step and free again, with a note.
 
-    ``stepped``: (the largest tensor, all elements) stepped at a rank. The
-    for-loop kernel (torch's default on the CPU) computes ``exp_avg_sq.sqrt() /
+    The for-loop kernel (torch's default on the CPU) computes ``exp_avg_sq.sqrt() /
     bias_correction`` one tensor at a time: two temporaries the size of the
     largest (DeepSpeed's ZeRO-1/2 step one flat partition: twice the partition).
     The foreach kernels (the default on CUDA, ``device='cuda'``) take one
     square root of every state at once: one fp32 tensor per stepped one. A
     fused step allocates none; other optimizers are not modelled (0).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config; its ``optim_wrapper.optimizer``.
+    stepped : tuple of (int, int)
+        The largest tensor and all elements stepped at a rank.
+    device : str
+        ``'cuda'`` or ``'cpu'``: which kernels torch picks by default.
+
+    Returns
+    -------
+    tuple of (int, str or None)
+        The bytes, and a note on what they assume (``None`` when nothing is
+        allocated).
     """
     name, optimizer = _optimizer_cfg(cfg)
     largest, total = stepped

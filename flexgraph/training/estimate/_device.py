@@ -23,7 +23,24 @@ class DeviceMemoryError(ConfigError):
 
 
 def parse_size(text: str) -> int:
-    """``'80GB'`` -> 80e9 bytes; ``GiB`` and friends are powers of two."""
+    """``'80GB'`` -> 80e9 bytes; ``GiB`` and friends are powers of two.
+
+    Parameters
+    ----------
+    text : str
+        A size: a number and a unit (``B``, ``KB``, ``MB``, ``GB``, ``TB`` and
+        ``KiB`` ... ``TiB``).
+
+    Returns
+    -------
+    int
+        Bytes.
+
+    Raises
+    ------
+    DeviceMemoryError
+        ``text`` is not a size.
+    """
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _UNITS:
@@ -33,7 +50,25 @@ def parse_size(text: str) -> int:
 
 
 def device_memory(given: str | None, world_size: int) -> tuple[int, str]:
-    """(bytes a rank has, where the figure comes from)."""
+    """(bytes a rank has, where the figure comes from).
+
+    Parameters
+    ----------
+    given : str or None
+        ``--device-memory`` as written (``'80GB'``); ``None``: this machine's.
+    world_size : int
+        The ranks sharing this machine's RAM when there is no GPU.
+
+    Returns
+    -------
+    tuple of (int, str)
+        The bytes a rank has, and where the figure comes from.
+
+    Raises
+    ------
+    DeviceMemoryError
+        ``given`` is not a size.
+    """
     if given:
         return parse_size(given), f"--device-memory {given}"
     import torch
@@ -46,8 +81,20 @@ def device_memory(given: str | None, world_size: int) -> tuple[int, str]:
 
 
 def target_device(given: str | None) -> str:
-    """``'cuda'`` when the estimate is for GPUs (a ``--device-memory`` given, or CUDA
-    here), else ``'cpu'``: torch's default kernels differ (the optimizer's step)."""
+    """``'cuda'`` when the estimate is for GPUs, else ``'cpu'``.
+
+    torch's default kernels differ between the two (the optimizer's step).
+
+    Parameters
+    ----------
+    given : str or None
+        ``--device-memory`` as written; a size means GPUs.
+
+    Returns
+    -------
+    str
+        ``'cuda'`` when a size is given or CUDA is here, else ``'cpu'``.
+    """
     if given:
         return "cuda"
     import torch

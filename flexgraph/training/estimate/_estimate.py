@@ -43,7 +43,25 @@ PARTS = ("parameters", "gradients", "optimizer", "activations", "buffers")
 
 @attrs.frozen
 class CandidateEstimate:
-    """One candidate's per-rank peak, its parts and where it is reached."""
+    """One candidate's per-rank peak, its parts and where it is reached.
+
+    Parameters
+    ----------
+    label : str
+        The candidate as written.
+    strategy : str
+        Its strategy's name.
+    memory : StrategyMemory
+        The strategy's per-rank model states and buffers.
+    trace : StepTrace or None
+        The traced step (``None``: the step could not be traced).
+    world_size : int
+        The ranks the estimate is for.
+    step_temporaries : int, default 0
+        Bytes the optimizer's step allocates besides its states.
+    step_note : str, optional
+        What the step's temporaries assume, one line.
+    """
 
     label: str
     strategy: str
@@ -104,7 +122,25 @@ class CandidateEstimate:
 
 @attrs.frozen
 class Estimate:
-    """Every candidate's estimate for one config, and what they share."""
+    """Every candidate's estimate for one config, and what they share.
+
+    Parameters
+    ----------
+    census : Census
+        The model's parameter counts.
+    candidates : tuple of CandidateEstimate
+        One estimate per candidate, in the order given.
+    world_size : int
+        The ranks the estimate is for.
+    batch_size : int or None
+        The traced batch's size per rank.
+    optimizer : str
+        The optimizer's name (its states per parameter follow from it).
+    untraceable : str, optional
+        Why the step could not be traced, when it could not.
+    seconds : float, default 0.0
+        How long the estimate took.
+    """
 
     census: Census
     candidates: tuple[CandidateEstimate, ...]
@@ -141,7 +177,23 @@ class Estimate:
 
 
 def build_meta_model(cfg: Any) -> torch.nn.Module:
-    """``cfg.model`` built on the meta device: every tensor without storage."""
+    """``cfg.model`` built on the meta device: every tensor without storage.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+
+    Returns
+    -------
+    torch.nn.Module
+        The model in train mode, its tensors on the meta device.
+
+    Raises
+    ------
+    ConfigError
+        The config has no buildable ``model``.
+    """
     from flexgraph.training.components import build_model_from_cfg
 
     with torch.device("meta"):
@@ -163,6 +215,22 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
     (``'cuda'`` or ``'cpu'``; ``None``: this machine's, as :func:`target_device`
     says): where the run would train, which decides the optimizer kernels
     torch picks by default (:func:`step_temporaries`).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config.
+    candidates : sequence of Candidate
+        The strategies to estimate (:func:`parse_candidates`).
+    world_size : int
+        The ranks the run would have.
+    device : str, optional
+        ``'cuda'`` or ``'cpu'``; ``None``: this machine's (:func:`target_device`).
+
+    Returns
+    -------
+    Estimate
+        Every candidate's per-rank peak, its parts and where it is reached.
 
     Raises
     ------

@@ -48,17 +48,38 @@ class CandidateError(ConfigError):
 class StrategyMemory:
     """Per-rank bytes of a strategy's model states and buffers (activations are traced).
 
-    ``compute``: the trace mode (see ``COMPUTE_MODES``); ``modelled``: the parts
-    computed from formulas rather than counted tensor by tensor (shown as such);
-    ``notes``: one line each, what the figures assume; ``reference``: a figure
-    the strategy's own library gives for the same model states, when it has one.
-    ``step_gradients``: the gradient bytes alive during the optimizer step, where
-    they differ from ``gradients`` (those at the end of backward: ZeRO-1 frees its
-    whole gradients once their partition is reduced). ``step_buffers``: likewise
-    the buffers alive during the step (DeepSpeed frees its reduce and all-gather
-    buckets before it). ``stepped``: (the largest
-    tensor, all elements) the optimizer steps on at this rank, in fp32, whose
-    size its step's temporaries take (``step_temporaries``).
+    Parameters
+    ----------
+    label : str
+        What the strategy is called in the table (``'ddp'``, ``'deepspeed zero2'``).
+    parameters : int
+        Bytes of the parameters this rank holds.
+    gradients : int
+        Bytes of the gradients at the end of backward.
+    optimizer : int
+        Bytes of the optimizer's states (master weights included).
+    buffers : int
+        Bytes of the strategy's own buffers (buckets, gathered units).
+    compute : str
+        The trace mode (see ``COMPUTE_MODES``).
+    modelled : tuple of str, default ('buffers',)
+        The parts computed from formulas rather than counted tensor by tensor
+        (shown as such).
+    notes : tuple of str, default ()
+        One line each: what the figures assume.
+    reference : int, optional
+        A figure the strategy's own library gives for the same model states,
+        when it has one.
+    step_gradients : int, optional
+        The gradient bytes alive during the optimizer step, where they differ
+        from ``gradients`` (ZeRO-1 frees its whole gradients once their partition
+        is reduced).
+    step_buffers : int, optional
+        Likewise the buffers alive during the step (DeepSpeed frees its reduce
+        and all-gather buckets before it).
+    stepped : tuple of (int, int), default (0, 0)
+        The largest tensor and all elements the optimizer steps on at this rank,
+        in fp32, whose size its step's temporaries take.
     """
 
     label: str
@@ -80,7 +101,18 @@ class StrategyMemory:
 
 
 def bytes_per(precision: str | None) -> int:
-    """Bytes of one element in ``precision`` (``None``: fp32)."""
+    """Bytes of one element in ``precision`` (``None``: fp32).
+
+    Parameters
+    ----------
+    precision : str or None
+        ``'fp32'``, ``'fp16'``, ``'bf16'``, or ``None`` (fp32).
+
+    Returns
+    -------
+    int
+        Bytes per element.
+    """
     return _BYTES[precision or "fp32"]
 
 
@@ -91,6 +123,26 @@ def replicated_states(census: Census, *, label: str, amp: str | None,
 
     AMP (autocast) keeps the weights in fp32; the low-precision copies of the
     weights autocast makes live with the activations (the trace counts them).
+
+    Parameters
+    ----------
+    census : Census
+        The model's parameter counts.
+    label : str
+        The strategy's label in the table.
+    amp : str or None
+        The AMP precision (the trace mode follows it).
+    optimizer_states : int
+        fp32 states per trainable parameter.
+    buffers : int, default 0
+        The strategy's own buffers, in bytes.
+    notes : tuple of str, default ()
+        What the figures assume.
+
+    Returns
+    -------
+    StrategyMemory
+        The per-rank bytes of a strategy that replicates the model.
     """
     grads = census.trainable * 4
     return StrategyMemory(label=label, parameters=census.param_bytes, gradients=grads,

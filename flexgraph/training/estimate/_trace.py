@@ -51,10 +51,19 @@ class UntraceableModelError(TrainingError):
 class StepTrace:
     """What one traced step kept alive, in bytes (parameters and the batch left out).
 
-    ``peak``: the most alive at once; ``grads_at_peak`` of it were gradients
-    by then, the rest activations (and their temporaries); ``grads``: the
-    gradients at the end of backward; ``phase`` / ``module``: where the peak
-    was reached (``module`` is the innermost module running in forward).
+    Parameters
+    ----------
+    peak : int
+        The most bytes alive at once.
+    grads_at_peak : int
+        Of ``peak``, the bytes that were gradients by then; the rest are
+        activations (and their temporaries).
+    grads : int
+        The gradients' bytes at the end of backward.
+    phase : str
+        Where the peak was reached (``'forward'``, ``'backward'``).
+    module : str
+        The innermost module running in forward at the peak.
     """
 
     peak: int
@@ -134,8 +143,20 @@ def _map_batch(fn: Callable[[Any], Any], batch: Any) -> Any:
 def _loss(model: nn.Module, batch: Any, half: torch.dtype | None) -> torch.Tensor:
     """The step's loss: MMEngine's ``train_step`` without the optimizer, or a plain forward.
 
-    ``half``: the dtype a half-precision engine casts the (preprocessed)
-    floating inputs to, as DeepSpeed's ``inputs_to_half`` does.
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The meta model.
+    batch : Any
+        The batch, on the meta device.
+    half : torch.dtype or None
+        The dtype a half-precision engine casts the (preprocessed) floating
+        inputs to, as DeepSpeed's ``inputs_to_half`` does.
+
+    Returns
+    -------
+    torch.Tensor
+        The scalar loss.
     """
     if uses_step_api(model):
         module = unwrap_model(model)
@@ -171,6 +192,11 @@ def trace_step(model: nn.Module, batch: Any, compute: str = "fp32",
     memo : dict, optional
         What the meta kernels returned (see :class:`LiveBytes`), shared by the
         traces of one estimate; without it every operator runs its kernel.
+
+    Returns
+    -------
+    StepTrace
+        What the step kept alive, and where its peak was.
 
     Raises
     ------

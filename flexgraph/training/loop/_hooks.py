@@ -60,8 +60,8 @@ from flexgraph.training.config import (
 )
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.loop._checkpoint_hook import BuiltinCheckpointHook
-from flexgraph.training.output import active_record, console_logger
-from flexgraph.training.runtime import launch_rank, launch_world_size, this_rank, world_size
+from flexgraph.training.output import RunContext, console_logger
+from flexgraph.training.runtime import launch_rank, this_rank, world_size
 
 __all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks",
            "build_visualizer", "share_dataset_meta"]
@@ -460,7 +460,7 @@ def _builtin_hook(key: str, hook_cfg: Any, settings: RunSettings) -> Any:
     return hook
 
 
-def build_hooks(cfg: Any, settings: RunSettings) -> Hooks:
+def build_hooks(cfg: Any, settings: RunSettings, run_context: RunContext) -> Hooks:
     """Build the default hooks (MMEngine's, merged with ``default_hooks``) and ``custom_hooks``.
 
     Of MMEngine's built-in default hooks, ``param_scheduler`` and ``checkpoint``
@@ -469,10 +469,11 @@ def build_hooks(cfg: Any, settings: RunSettings) -> Hooks:
     reads ``default_hooks.logger`` for its settings. Any other entry is a hook
     the user asked for and is built like a custom hook. Config keys flexgraph
     does not act on are reported here, once per run (rank 0). The runner view
-    comes first: hooks look up its message hub and visualizer when built.
+    comes first: hooks look up its message hub and visualizer when built; it
+    logs through the record's logger when ``run_context`` has a record.
     """
-    warn_unused_keys(cfg, rank=launch_rank(), world_size=launch_world_size())
-    runner = _runner_view(cfg, settings)
+    warn_unused_keys(cfg, rank=run_context.rank, world_size=run_context.world_size)
+    runner = _runner_view(cfg, settings, run_context)
     hooks = []
     for key, hook_cfg in _default_hooks(cfg).items():
         if _is_builtin(key, hook_cfg):
@@ -488,9 +489,9 @@ def build_hooks(cfg: Any, settings: RunSettings) -> Hooks:
     return Hooks(hooks, runner)
 
 
-def _runner_view(cfg: Any, settings: RunSettings) -> RunnerView:
+def _runner_view(cfg: Any, settings: RunSettings, run_context: RunContext) -> RunnerView:
     """The run's :class:`RunnerView`, with its logger, message hub and visualizer."""
-    record = active_record()  # `flexgraph run` opened one: its logger writes the log file
+    record = run_context.record  # `flexgraph run` opened one: its logger writes the log file
     timestamp = record.timestamp if record else time.strftime("%Y%m%d_%H%M%S", time.localtime())
     logger = record.logger if record else console_logger(timestamp, settings.log_level)
     run_number = next(_RUN_NUMBERS)
@@ -549,14 +550,14 @@ def build_visualizer(cfg: Any, *, name: str, save_dir: str, run_number: int = 0)
 
     Parameters
     ----------
-    cfg:
+    cfg
         The run's config; its ``visualizer`` is read.
-    name:
+    name
         The default name (the run's experiment name). A name an earlier run in
         this process took, given or default, gets ``_<run_number>`` appended:
         MMEngine's ``get_instance`` would hand back that run's visualizer, with
         its ``save_dir``.
-    save_dir:
+    save_dir
         The default ``save_dir`` (``runner.log_dir``): backends write in its
         ``vis_data`` folder.
 

@@ -55,11 +55,11 @@ class StopRequest:
 
     Parameters
     ----------
-    policy:
+    policy
         Which signals, and the iterations between the ranks' agreement.
-    world_size, rank:
+    world_size, rank
         This process's place; with one process there is nothing to agree on.
-    device:
+    device
         Where the agreement's one-element tensor lives (the process group's
         device: CUDA for NCCL).
     """

@@ -3,7 +3,9 @@
 Hot path first. Per iteration the loop does exactly: fetch a batch, call the
 train step (forward, backward, optimizer step through the optimizer wrapper),
 hand the loss and the lr to the output, step per-iteration schedulers,
-bump two counters, and compare the iteration count with ``next_event``. Hooks
+bump two counters, and compare the iteration count with ``next_event``
+(``runner.iter`` is set for the hooks that run every iteration, at each
+event, and when an iteration fails: nothing else reads it). Hooks
 nobody overrides are empty tuples; logging, validation, checkpoints and progress
 updates are all "events" whose next iteration number is precomputed, so
 between events nothing else runs (no dict building, no ``.item()``, no I/O).
@@ -221,25 +223,30 @@ class TrainLoop:
         by_epoch = self.schedule.by_epoch
         stop = self._stop
         next_event = self._next_event(it, batch_idx)
-        for data_batch in batches:
-            runner.iter = it
-            if before:
-                idx = batch_idx if by_epoch else it
-                for fn in before:
-                    fn(runner, batch_idx=idx, data_batch=data_batch)
-            value = step(data_batch)
-            append_value(value)
-            append_lr(group["lr"])
-            if after:
-                self._after_iter(after, batch_idx if by_epoch else it, data_batch, value)
-            for scheduler in schedulers:
-                scheduler.step()
-            it += 1
-            batch_idx += 1
-            if it >= next_event or stop.pending:
-                if self._on_event(it, batch_idx):
-                    return it, batch_idx, True
-                next_event = self._next_event(it, batch_idx)
+        try:
+            for data_batch in batches:
+                if before:  # runner.iter is read by hooks: set where they run
+                    runner.iter = it
+                    idx = batch_idx if by_epoch else it
+                    for fn in before:
+                        fn(runner, batch_idx=idx, data_batch=data_batch)
+                value = step(data_batch)
+                append_value(value)
+                append_lr(group["lr"])
+                if after:
+                    runner.iter = it
+                    self._after_iter(after, batch_idx if by_epoch else it, data_batch, value)
+                for scheduler in schedulers:
+                    scheduler.step()
+                it += 1
+                batch_idx += 1
+                if it >= next_event or stop.pending:
+                    if self._on_event(it, batch_idx):
+                        return it, batch_idx, True
+                    next_event = self._next_event(it, batch_idx)
+        except BaseException:
+            runner.iter = it  # where it failed, for the report of a failed rank
+            raise
         return it, batch_idx, False
 
     def _after_iter(self, fns: tuple[Any, ...], idx: int, data_batch: Any, value: Any) -> None:

@@ -6,26 +6,35 @@ draws progress on a terminal; :class:`RunRecord` is the run's folder in the
 work_dir (log file, resolved config, plan, and ``memory.json`` when the run was
 estimated: :class:`MeasuredPeaks`); :class:`Progress` is what a
 launched rank tells its launcher about how far it got; :func:`take_work_dir` makes a
-run the one owner of its work_dir.
+run the one owner of its work_dir. :class:`RunContext` carries the record, the
+plan and the launch's facts to the steps that need them, as an argument;
+:class:`LaunchEnv` and the ``*_VAR`` names are what a launcher hands its ranks
+through their environment (:mod:`~flexgraph.training.output._launch_env`).
 """
 
 from importlib import import_module
 from typing import Any
 
 from flexgraph.training.output._bar import TerminalBar, format_duration
-from flexgraph.training.output._progress import (
+from flexgraph.training.output._launch_env import (
+    AUTO_CHOICE_VAR,
+    AUTO_REASON_VAR,
+    LAUNCH_VARS,
+    LAUNCHER_PID_VAR,
+    PLAN_DIGEST_VAR,
+    PRELOAD_VAR,
     PROGRESS_DIR_VAR,
-    Progress,
-    progress_of_this_rank,
-    read_progress,
+    RUN_ESTIMATE_VAR,
+    RUN_ID_VAR,
+    LaunchEnv,
 )
+from flexgraph.training.output._progress import Progress, open_progress, read_progress
 
 _LAZY = {
     "METRICS_FILE": "_train_output",
     "TrainOutput": "_train_output",
     "FILE_ONLY": "_workdir",
     "RunRecord": "_workdir",
-    "active_record": "_workdir",
     "console_logger": "_workdir",
     "open_run_record": "_workdir",
     "LOCK_FILE": "_lock",
@@ -35,11 +44,13 @@ _LAZY = {
     "check_work_dir_owner": "_lock",
     "take_work_dir": "_lock",
     "MEMORY_FILE": "_memory",
-    "RUN_ESTIMATE_VAR": "_memory",
     "MeasuredPeaks": "_memory",
     "RunEstimate": "_memory",
     "memory_summary": "_memory",
     "summary_line": "_memory",
+    "AutoChoice": "_run_context",
+    "LaunchFacts": "_run_context",
+    "RunContext": "_run_context",
 }
 
 
@@ -55,28 +66,38 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AUTO_CHOICE_VAR",
+    "AUTO_REASON_VAR",
     "FILE_ONLY",
     "HOST_LOCAL_FILESYSTEMS",
+    "LAUNCHER_PID_VAR",
+    "LAUNCH_VARS",
     "LOCK_FILE",
     "MEMORY_FILE",
     "METRICS_FILE",
+    "PLAN_DIGEST_VAR",
+    "PRELOAD_VAR",
     "PROGRESS_DIR_VAR",
     "RUN_ESTIMATE_VAR",
+    "RUN_ID_VAR",
+    "AutoChoice",
+    "LaunchEnv",
+    "LaunchFacts",
     "MeasuredPeaks",
     "Progress",
+    "RunContext",
     "RunEstimate",
     "RunRecord",
     "TerminalBar",
     "TrainOutput",
     "WorkDirLock",
-    "active_record",
     "check_work_dir_owner",
     "console_logger",
     "format_duration",
     "is_host_local",
     "memory_summary",
+    "open_progress",
     "open_run_record",
-    "progress_of_this_rank",
     "read_progress",
     "summary_line",
     "take_work_dir",

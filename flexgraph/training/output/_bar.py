@@ -25,7 +25,18 @@ _BAR_WIDTH = 40  # columns, as rich's default bar
 
 
 def format_duration(seconds: float) -> str:
-    """``h:mm:ss`` for elapsed times and ETAs (``?`` when not known yet)."""
+    """``h:mm:ss`` for elapsed times and ETAs (``?`` when not known yet).
+
+    Parameters
+    ----------
+    seconds : float
+        A duration (``inf`` or ``nan`` when not known).
+
+    Returns
+    -------
+    str
+        ``h:mm:ss``, or ``?``.
+    """
     if not math.isfinite(seconds):
         return "?"
     seconds = int(seconds)
@@ -37,9 +48,9 @@ class TerminalBar:
 
     Parameters
     ----------
-    description:
+    description
         The line's first word (the phase: ``train``).
-    total:
+    total
         The count at which the bar is full.
     """
 

@@ -77,11 +77,23 @@ HOST_LOCAL_FILESYSTEMS = frozenset({
 
 
 def is_host_local(path: str | os.PathLike[str], mounts: str | None = None) -> bool:
-    """Whether only this host can see ``path``: its filesystem (the longest mount point
-    above it) is one of :data:`HOST_LOCAL_FILESYSTEMS`.
+    """Whether only this host can see ``path``.
 
-    ``mounts``: the text of ``/proc/self/mounts`` (read when ``None``); where
-    it cannot be read (not Linux) the answer is False, which keeps the heartbeat.
+    Its filesystem (the longest mount point above it) is one of
+    :data:`HOST_LOCAL_FILESYSTEMS`.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A path.
+    mounts : str, optional
+        The text of ``/proc/self/mounts`` (read when ``None``); where it cannot be
+        read (not Linux) the answer is False, which keeps the heartbeat.
+
+    Returns
+    -------
+    bool
+        ``True`` for a host-local filesystem.
     """
     if mounts is None:
         try:
@@ -128,9 +140,21 @@ def _pid_alive(pid: Any) -> bool:
 def _alive(owner: dict[str, Any], *, os_locked: bool, stale_after: float) -> bool:
     """Whether ``owner`` (a lock's content) is a live run.
 
-    ``os_locked``: this process holds the OS lock, so an owner on this host is
-    dead (the kernel released its lock); one on another host may live where the
-    filesystem keeps locks per host, and its heartbeat tells.
+    Parameters
+    ----------
+    owner : dict
+        The lock file's content.
+    os_locked : bool
+        This process holds the OS lock, so an owner on this host is dead (the
+        kernel released its lock); one on another host may live where the
+        filesystem keeps locks per host, and its heartbeat tells.
+    stale_after : float
+        Seconds after which a heartbeat is a dead owner's.
+
+    Returns
+    -------
+    bool
+        ``True`` for a live owner.
     """
     if not owner:
         return False
@@ -150,11 +174,27 @@ def _busy(work_dir: Path, owner: dict[str, Any]) -> WorkDirBusyError:
 class WorkDirLock:
     """A held work_dir lock; :meth:`release` (or the owner's death) frees it.
 
+    Parameters
+    ----------
+    path : Path
+        The lock file.
+    fd : int
+        The lock file, open; closing it drops the OS lock.
+    content : dict
+        What the lock file holds (owner, host, pid, run id, token, heartbeat).
+    os_locked : bool
+        Whether the filesystem granted an OS lock.
+    heartbeat_every : float or None
+        Seconds between heartbeats written by a thread; ``None``: no thread.
+    owned : bool, default True
+        Whether this process took the lock (and removes the file on release);
+        ``False`` for a rank that only keeps its launcher's heartbeat.
+
     Attributes
     ----------
-    path:
+    path
         The lock file.
-    os_locked:
+    os_locked
         Whether the filesystem granted an OS lock (else only the heartbeat holds).
     """
 
@@ -240,17 +280,22 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
 
     Parameters
     ----------
-    work_dir:
+    work_dir : str or PathLike
         Created if missing (the lock file is the first thing written there).
-    run_id:
+    run_id : str
         What every process of this run shares: a lock already held under the
         same id is this run's (its launcher's, which keeps no heartbeat thread:
         it forks its rank server, which a thread would forbid), and this process
         keeps its heartbeat instead.
-    heartbeat_every:
+    heartbeat_every : float or None, default HEARTBEAT_EVERY
         Seconds between heartbeats; ``None``: no heartbeat thread (a launcher,
         whose rank 0 keeps the heartbeat). A work_dir under an OS lock on a
         local filesystem (:func:`is_host_local`) keeps none either.
+    stale_after : float, default STALE_AFTER
+        Seconds after which a heartbeat is a dead owner's (where no OS lock tells).
+    settle : float, default SETTLE
+        Seconds to wait before reading back a lock the OS could not lock (two
+        starters at once: the later write wins).
 
     Returns
     -------
@@ -310,9 +355,19 @@ def check_work_dir_owner(work_dir: str | os.PathLike[str], run_id: str, *,
     For the ranks that do not take the lock: they stop as their rank 0 does,
     instead of waiting for it. Takes nothing, writes nothing.
 
+    Parameters
+    ----------
+    work_dir : str or PathLike
+        The run's work_dir.
+    run_id : str
+        This run's id (its processes share it).
+    stale_after : float, default STALE_AFTER
+        Seconds after which an owner's heartbeat is a dead owner's.
+
     Raises
     ------
     WorkDirBusyError
+        Another live run owns ``work_dir``.
     """
     path = Path(work_dir) / LOCK_FILE
     try:

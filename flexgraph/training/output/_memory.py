@@ -13,7 +13,8 @@ estimate is the per-rank peak of one training step (``flexgraph plan
   without a ratio.
 
 The launcher estimates once and hands the figure to its ranks
-(:data:`RUN_ESTIMATE_VAR`). The JSON object (``flexgraph.run-memory/1``)::
+(:data:`~flexgraph.training.output.RUN_ESTIMATE_VAR`). The JSON object
+(``flexgraph.run-memory/1``)::
 
     {"schema": "flexgraph.run-memory/1",
      "estimate": {"candidate": "ddp", "peak_bytes": 123, "phase": "backward",
@@ -36,14 +37,24 @@ from typing import Any
 
 SCHEMA = "flexgraph.run-memory/1"
 MEMORY_FILE = "memory.json"
-RUN_ESTIMATE_VAR = "FLEXGRAPH_RUN_ESTIMATE"
-"""The launcher's estimate, as JSON, handed to its ranks (they do not estimate again)."""
 _MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class RunEstimate:
-    """The estimate a run is measured against: one candidate's per-rank peak."""
+    """The estimate a run is measured against: one candidate's per-rank peak.
+
+    Parameters
+    ----------
+    candidate : str
+        The estimated candidate (``'ddp'``, ``'deepspeed:zero2'``).
+    peak_bytes : int
+        Its estimated per-rank peak.
+    phase : str
+        Where the estimate reaches that peak.
+    world_size : int
+        The ranks the estimate is for.
+    """
 
     candidate: str
     peak_bytes: int
@@ -56,14 +67,14 @@ class RunEstimate:
         row = next(r for r in report["candidates"] if r["candidate"] == label)
         return cls(label, int(row["peak_bytes"]), str(row["phase"]), int(report["world_size"]))
 
-    def to_env(self) -> str:
-        """This estimate as the value of :data:`RUN_ESTIMATE_VAR`."""
+    def to_json(self) -> str:
+        """This estimate as the launcher hands it to its ranks
+        (:data:`~flexgraph.training.output.RUN_ESTIMATE_VAR`)."""
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_env(cls, environ: dict[str, str]) -> RunEstimate | None:
-        """The launcher's estimate, if it handed one to this rank."""
-        text = environ.get(RUN_ESTIMATE_VAR)
+    def from_json(cls, text: str | None) -> RunEstimate | None:
+        """The estimate :meth:`to_json` wrote (``None`` for no text: none was handed down)."""
         return cls(**json.loads(text)) if text else None
 
 
@@ -91,7 +102,23 @@ class MeasuredPeaks:
 
 def memory_summary(estimate: RunEstimate, steps: list[dict[str, Any]],
                    rank: int = 0) -> dict[str, Any]:
-    """The ``flexgraph.run-memory/1`` object for a finished run's ``steps``."""
+    """The ``flexgraph.run-memory/1`` object for a finished run's ``steps``.
+
+    Parameters
+    ----------
+    estimate : RunEstimate
+        The estimate the run is measured against.
+    steps : list of dict
+        The measured peaks of the run's steps, in order.
+    rank : int, default 0
+        The rank that measured them.
+
+    Returns
+    -------
+    dict
+        The summary ``memory.json`` holds: estimate, measured peak and its source,
+        the ratio where the two compare, the steps.
+    """
     steps = [dict(s) for s in steps]
     cuda = [s["cuda_peak_bytes"] for s in steps if s["cuda_peak_bytes"] is not None]
     if cuda:
@@ -119,7 +146,18 @@ def _size(value: int | None) -> str:
 
 
 def summary_line(summary: dict[str, Any]) -> str:
-    """One line for the console: estimate, measured (with its source), ratio where it means one."""
+    """One line for the console: estimate, measured (with its source), ratio where it means one.
+
+    Parameters
+    ----------
+    summary : dict
+        The run's memory summary (:func:`memory_summary`).
+
+    Returns
+    -------
+    str
+        The line, without a newline.
+    """
     est, measured = summary["estimate"], summary["measured"]
     line = (f"memory: estimated {_size(est['peak_bytes'])} per rank ({est['candidate']}, "
             f"{est['phase']}), measured {_size(measured['peak_bytes'])} ({measured['source']}")

@@ -3,32 +3,40 @@
 A launcher that sees a rank die (SIGKILL, the OOM killer, a segfault) learns the
 exit status from the process and nothing else: a killed process writes no error
 file. So a rank started by ``flexgraph run --nproc-per-node N`` keeps one short
-record in a file its launcher names (``FLEXGRAPH_PROGRESS_DIR``/``rank<R>``): the
-step it is running and, during training, the iterations done at the last log
-line.
+record in a file its launcher names (``FLEXGRAPH_PROGRESS_DIR``/``rank<R>``, see
+:mod:`flexgraph.training.output._launch_env`): the step it is running and,
+during training, the iterations done at the last log line.
 
 The record is rewritten only at events the run has anyway (the start of each
 step; each log line, which the loop emits every ``log_interval`` iterations and
 at epoch ends), never per iteration. That is its price: the iteration it gives
 is a lower bound, up to one log interval behind the truth. Without the variable
 (a single process, or ranks started by ``torchrun`` directly) nothing is written.
+
+One record per process, opened once by the command that runs it
+(:func:`open_progress`) and handed to its two writers as an argument, through
+the run's context: the executor hook that reports the step, and the training
+output that reports the iterations.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROGRESS_DIR_VAR", "Progress", "progress_of_this_rank", "read_progress"]
-
-PROGRESS_DIR_VAR = "FLEXGRAPH_PROGRESS_DIR"
+__all__ = ["Progress", "open_progress", "read_progress"]
 
 
 class Progress:
-    """The record of one rank: ``{"step": ..., "iter": ..., "every": ...}``, rewritten in place."""
+    """The record of one rank: ``{"step": ..., "iter": ..., "every": ...}``, rewritten in place.
+
+    Parameters
+    ----------
+    path : Path
+        The rank's file in the launcher's progress folder (created, or emptied).
+    """
 
     def __init__(self, path: Path) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -51,19 +59,38 @@ class Progress:
         os.pwrite(self._fd, data.ljust(self._size), 0)
 
 
-@functools.cache
-def progress_of_this_rank() -> Progress | None:
-    """This process's record, if its launcher asked for one (``None`` otherwise).
+def open_progress(folder: str | os.PathLike[str] | None, rank: int) -> Progress | None:
+    """The record of ``rank`` in its launcher's ``folder`` (``None`` without a folder).
 
-    One per process: the executor hook writes the step into it, the training
-    output the iterations.
+    Parameters
+    ----------
+    folder : path, optional
+        The launcher's progress folder (``FLEXGRAPH_PROGRESS_DIR``), if it named one.
+    rank : int
+        This process's global rank: the record is ``folder/rank<rank>``.
+
+    Returns
+    -------
+    Progress or None
     """
-    folder = os.environ.get(PROGRESS_DIR_VAR)
-    return Progress(Path(folder) / f"rank{os.environ.get('RANK', '0')}") if folder else None
+    return Progress(Path(folder) / f"rank{rank}") if folder else None
 
 
 def read_progress(folder: str | os.PathLike[str], rank: int) -> dict[str, Any]:
-    """The last record of ``rank`` in ``folder`` (empty if it wrote none)."""
+    """The last record of ``rank`` in ``folder`` (empty if it wrote none).
+
+    Parameters
+    ----------
+    folder : str or PathLike
+        The launcher's progress folder.
+    rank : int
+        The rank whose record to read.
+
+    Returns
+    -------
+    dict
+        ``{"step": ..., "iter": ..., "every": ...}``, or ``{}``.
+    """
     try:
         return json.loads((Path(folder) / f"rank{rank}").read_text() or "{}")
     except (OSError, ValueError):

@@ -24,11 +24,19 @@ file back to its checkpoint anyway, so the records a crash can lose (those
 after the last checkpoint, at most a few seconds of them) are ones a resume
 would drop.
 
-Scalars are written once. ``metrics.jsonl`` stands for the scalars.json of
-MMEngine's ``LocalVisBackend``, so that backend gets none; every other
-backend of the run's visualizer (``runner.visualizer``: TensorBoard, Weights &
-Biases, MLflow, ...) gets the train and validation scalars under MMEngine's
-LoggerHook's tags and steps (see :class:`_ScalarHandOver`).
+What a log line says for each key is what MMEngine's LoggerHook logs: its
+``log_processor``'s statistics (:mod:`flexgraph.training.output._log_values`):
+by default the mean over the last 10 iterations for the losses, the latest
+value for ``lr``. The console, the log file and every backend of the run's
+visualizer (``runner.visualizer``: its ``LocalVisBackend``'s ``scalars.json``,
+TensorBoard, Weights & Biases, MLflow, ...) get those values, under MMEngine's
+LoggerHook's tags and steps (see :class:`_ScalarHandOver`); without a
+``visualizer`` in the config, flexgraph writes the ``scalars.json`` (and
+``{timestamp}.json``) that MMEngine's default one would, without building it.
+``metrics.jsonl`` is flexgraph's own record and keeps every iteration's raw
+values (a loss as the step returned it, not a window's mean): the
+statistics of any window can be computed from it, and a resume cuts it back
+to the checkpoint's iteration.
 
 Only rank 0 writes or prints. On a terminal, a progress bar with ETA
 (:mod:`flexgraph.training.output._bar`) is redrawn by the loop about
@@ -44,7 +52,6 @@ together.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import logging
 import math
@@ -57,8 +64,10 @@ from typing import Any
 
 import torch
 
+from flexgraph.training.config import LogProcessorPolicy
 from flexgraph.training.output._bar import TerminalBar, format_duration
-from flexgraph.training.output._progress import progress_of_this_rank
+from flexgraph.training.output._log_values import LogValues
+from flexgraph.training.output._progress import Progress
 from flexgraph.training.output._workdir import FILE_ONLY
 
 __all__ = ["METRICS_FILE", "TrainOutput"]
@@ -85,15 +94,18 @@ class _ScalarHandOver:
     """Scalars for the visualizer's backends, kept and handed over in batches.
 
     What MMEngine's LoggerHook hands to ``runner.visualizer.add_scalars``: after
-    a log line, the line's means, ``lr``, ``epoch`` (epoch-based loops) and
-    ``iter`` without the ``train/`` prefix at step = iterations done; after a
-    validation, its scalar metrics at step = epochs done (epoch-based loops,
-    MMEngine's ``log_metric_by_epoch``) or iterations done. Each backend gets
-    them through its own ``add_scalars``, except a ``LocalVisBackend``
-    (``metrics.jsonl`` holds them) and a ``TensorboardVisBackend``, whose
-    values of one step become one event, at the wall time of their log line
-    (``add_scalars`` writes an event per value, each a protobuf round and a
-    wake-up of the writer thread, at the time of the hand-over).
+    a log line, the line's values, ``epoch`` (when the log processor logs by
+    epoch) and ``iter``, without the ``train/`` prefix (unless
+    ``log_with_hierarchy``) at step = iterations done; after a validation,
+    its scalars at step = epochs done (epoch-based loops, MMEngine's
+    ``log_metric_by_epoch``) or iterations done. Each backend gets them
+    through its own ``add_scalars`` (a ``LocalVisBackend`` also into
+    ``{timestamp}.json``, as the LoggerHook asks), except a
+    ``TensorboardVisBackend``, whose values of one step become one event, at
+    the wall time of their log line (``add_scalars`` writes an event per
+    value, each a protobuf round and a wake-up of the writer thread, at the
+    time of the hand-over), and :class:`_ScalarFiles`, the default
+    visualizer's files.
 
     A hand-over wakes the backends' threads, which then compete with the
     training loop for the interpreter: on a short log interval that costs the
@@ -102,8 +114,9 @@ class _ScalarHandOver:
     file only every two minutes anyway.
     """
 
-    def __init__(self, backends: list[Any]) -> None:
+    def __init__(self, backends: list[Any], json_name: str) -> None:
         self._backends = backends
+        self._json_name = json_name
         self._pending: list[tuple[dict[str, float], int, float]] = []
         self._next_write = time.perf_counter() + _HANDOVER_SECONDS
 
@@ -117,31 +130,53 @@ class _ScalarHandOver:
         batch, self._pending = self._pending, []
         if batch:
             for backend in self._backends:
-                _write_scalars(backend, batch)
+                _write_scalars(backend, batch, self._json_name)
         self._next_write = time.perf_counter() + _HANDOVER_SECONDS
 
     close = hand_over
 
 
-def _scalar_backends(visualizer: Any) -> list[Any]:
-    """The backends of ``visualizer`` that get scalars from flexgraph: all but LocalVisBackend."""
+class _ScalarFiles:
+    """The scalar files MMEngine's default visualizer (a ``LocalVisBackend``) writes in
+    ``vis_data``: ``scalars.json`` and the LoggerHook's ``{timestamp}.json``, one
+    JSON object a line with its ``step``, written here without building it (a
+    Visualizer costs a run's start half a second)."""
+
+    def __init__(self, folder: str | Path, json_name: str) -> None:
+        self.folder, self.json_name = Path(folder), json_name
+
+    def write(self, batch: list[tuple[dict[str, float], int, float]]) -> None:
+        text = "".join(json.dumps({**values, "step": step}) + "\n" for values, step, _ in batch)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for name in ("scalars.json", self.json_name):
+            with open(self.folder / name, "a", encoding="utf-8") as f:
+                f.write(text)
+
+
+def _scalar_backends(visualizer: Any, vis_dir: str | None, json_name: str) -> list[Any]:
+    """What gets the scalars: every backend of ``visualizer``; without one, the files
+    MMEngine's default visualizer would write in ``vis_dir`` (if any)."""
     if visualizer is None:
-        return []
-    from mmengine.visualization import LocalVisBackend
-
-    backends = getattr(visualizer, "_vis_backends", {}).values()  # MMEngine's, by name
-    return [b for b in backends if not isinstance(b, LocalVisBackend)]
+        return [_ScalarFiles(vis_dir, json_name)] if vis_dir is not None else []
+    return list(getattr(visualizer, "_vis_backends", {}).values())  # MMEngine's, by name
 
 
-def _write_scalars(backend: Any, batch: list[tuple[dict[str, float], int, float]]) -> None:
+def _write_scalars(backend: Any, batch: list[tuple[dict[str, float], int, float]],
+                   json_name: str) -> None:
     """Hand ``batch`` (values, step, wall time) to one backend."""
-    from mmengine.visualization import TensorboardVisBackend
+    if isinstance(backend, _ScalarFiles):  # no Visualizer was built: import none of it
+        backend.write(batch)
+        return
+    from mmengine.visualization import LocalVisBackend, TensorboardVisBackend
 
     if type(backend) is TensorboardVisBackend:  # a subclass may write otherwise: its own way
         _tensorboard_events(backend.experiment, batch)
-        return
-    for values, step, _ in batch:
-        backend.add_scalars(dict(values), step=step)
+    elif isinstance(backend, LocalVisBackend):
+        for values, step, _ in batch:
+            backend.add_scalars(dict(values), step=step, file_path=json_name)
+    else:
+        for values, step, _ in batch:
+            backend.add_scalars(dict(values), step=step)
 
 
 def _tensorboard_events(writer: Any, batch: list[tuple[dict[str, float], int, float]]) -> None:
@@ -164,10 +199,13 @@ def _json_key(key: str) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _record_template(keys: tuple[str, ...]) -> str:
-    """``%``-format of a record with ``keys`` (finite values: ``%r`` is valid JSON)."""
+def _record_template(keys: tuple[str, ...], epoch: int, lr: str | None = None) -> str:
+    """``%``-format of a record of ``epoch`` with ``keys`` (finite values: ``%r`` is valid
+    JSON), its iteration the first field; ``lr`` already formatted when a stretch shares
+    one (then it is no field of the rows)."""
     fields = "".join(f"{_json_key(key).replace('%', '%%')}: %r, " for key in keys)
-    return '{"iter": %d, "epoch": %d, ' + fields + '"lr": %r}\n'
+    last = "%r" if lr is None else lr.replace("%", "%%")
+    return '{"iter": %d, "epoch": ' + str(epoch) + ", " + fields + '"lr": ' + last + "}\n"
 
 
 def _same_keys(values: list[Any]) -> tuple[str, ...] | None:
@@ -189,12 +227,21 @@ def _json_number(value: float) -> str:
 
 def _column_records(keys: tuple[str, ...], first: int, epoch: int,
                     columns: list[list[float]], lrs: list[float]) -> list[str]:
-    """One line per iteration ``first, first + 1, ...``: ``keys`` from ``columns``, and lr."""
-    rows = zip(range(first, first + len(lrs)), itertools.repeat(epoch), *columns, lrs)
+    """One line per iteration ``first, first + 1, ...``: ``keys`` from ``columns``, and lr.
+
+    A stretch's epoch is one, and often its learning rate too (a scheduler by epoch,
+    or none): then each is formatted once, into the template, not once a record.
+    """
+    iters = range(first, first + len(lrs))
     if all(all(map(math.isfinite, column)) for column in (*columns, lrs)):
-        return list(map(_record_template(keys).__mod__, rows))  # %r: valid JSON here
-    return [_record_line(row[0], epoch, zip(keys, row[2:-1], strict=True), row[-1])
-            for row in rows]
+        if lrs.count(lrs[0]) == len(lrs):
+            template = _record_template(keys, epoch, repr(lrs[0]))
+            return list(map(template.__mod__,  # %r: valid JSON here
+                            zip(iters, *columns, strict=True)))
+        return list(map(_record_template(keys, epoch).__mod__,
+                        zip(iters, *columns, lrs, strict=True)))
+    return [_record_line(row[0], epoch, zip(keys, row[1:-1], strict=True), row[-1])
+            for row in zip(iters, *columns, lrs, strict=True)]
 
 
 def _record_line(iteration: int, epoch: int, items: Any, lr: float) -> str:
@@ -208,7 +255,7 @@ def _record_line(iteration: int, epoch: int, items: Any, lr: float) -> str:
 def _to_floats(values: list[Any]) -> list[float]:
     """Python floats of many numbers or scalar tensors (one stack, one device sync)."""
     if type(values[0]) is not torch.Tensor:  # kept as numbers (on the CPU)
-        return [float(v) for v in values]
+        return list(map(float, values))
     with torch.no_grad():
         try:
             return torch.stack(values).float().tolist()  # the common case: 0-dim, same dtype
@@ -230,23 +277,23 @@ def _keeper(values: list[Any], convert: Any) -> Any:
     ``Mapping`` check (an ABC's, slow on a cold cache) runs only for other
     mappings: the step just evicted this code from the caches. Timed inside
     the model-API loop, keeping the value took 4.0 us before, 2.1 to 2.4 us
-    now, against a hand loop's 1.3 us (``.item()`` and an append).
+    now, against a hand loop's 1.3 us (``.item()`` and an append). What it
+    reads every call is bound in its closure (no global or attribute lookups).
     """
+    append, tensor = values.append, torch.Tensor
 
     def keep(value: Any) -> None:
         kind = type(value)
-        if kind is torch.Tensor:
-            values.append(convert(value))
+        if kind is tensor:
+            append(convert(value))
         elif kind is OrderedDict or kind is dict or isinstance(value, Mapping):
-            if len(value) == 1:
-                loss = value.get("loss")
-                if type(loss) is torch.Tensor:
-                    values.append(convert(loss))
-                    return
-            values.append({k: convert(v) if isinstance(v, torch.Tensor) else v
-                           for k, v in value.items()})
+            loss = value.get("loss") if len(value) == 1 else None
+            if type(loss) is tensor:
+                append(convert(loss))
+            else:
+                append({k: convert(v) if isinstance(v, tensor) else v for k, v in value.items()})
         else:
-            values.append(value)
+            append(value)
 
     return keep
 
@@ -285,29 +332,45 @@ class TrainOutput:
 
     Parameters
     ----------
-    work_dir:
+    work_dir
         ``metrics.jsonl`` goes here (rank 0 only).
-    visualizer:
+    visualizer
         The run's MMEngine Visualizer (``runner.visualizer``): its backends get
         the scalars (see the module docstring), and :meth:`close` closes it, as
-        MMEngine's LoggerHook does after the run.
-    is_main:
+        MMEngine's LoggerHook does after the run. ``None`` when none was
+        built: then the scalars go to ``vis_dir``.
+    vis_dir, timestamp
+        Where MMEngine's default visualizer would write its scalar files
+        (``runner.log_dir``'s ``vis_data``; ``None``: nowhere), and the run's
+        timestamp, which names its ``{timestamp}.json``.
+    log_processor
+        The config's ``log_processor``: what a line says for each key.
+    metric_by_epoch
+        The LoggerHook's ``log_metric_by_epoch``: validation scalars at the
+        epoch of an epoch-based loop, else at the iteration.
+    is_main
         Rank 0; other ranks keep the buffer short and write nothing.
-    logger, message_hub:
-        The run's MMEngine logger and message hub (the hub receives interval
-        means, as MMEngine's LoggerHook would leave them).
-    log_interval, max_iters, max_epochs, by_epoch, epoch_length:
+    logger, message_hub
+        The run's MMEngine logger and message hub (at each log line the hub
+        receives the values the line shows of the keys flexgraph logs).
+    log_interval, max_iters, max_epochs, by_epoch, epoch_length
         For log cadence, ETA and the ``Epoch(train) [e/E][i/N]`` prefix.
-    interactive:
+    interactive
         Force the progress bar on or off; default: stdout is a terminal.
-    device:
+    device
         Where the logged values live (see the module docstring).
+    progress
+        The progress record this rank keeps for its launcher (the run context's
+        ``launch.progress``): each log line writes the iterations done into it.
+        ``None``: no launcher asked for one.
     """
 
     def __init__(self, *, work_dir: str, is_main: bool, logger: Any, message_hub: Any,
                  log_interval: int, max_iters: int, max_epochs: int, by_epoch: bool,
                  epoch_length: int, interactive: bool | None = None,
-                 device: str = "cpu", visualizer: Any = None) -> None:
+                 device: str = "cpu", visualizer: Any = None, vis_dir: str | None = None,
+                 timestamp: str = "", log_processor: LogProcessorPolicy | None = None,
+                 metric_by_epoch: bool = True, progress: Progress | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.is_main = is_main
         self.logger = logger
@@ -318,6 +381,14 @@ class TrainOutput:
         self.by_epoch = by_epoch
         self.epoch_length = epoch_length
         self.visualizer = visualizer
+        self.vis_dir = vis_dir
+        self.metric_by_epoch = by_epoch and metric_by_epoch
+        self.json_name = f"{timestamp or time.strftime('%Y%m%d_%H%M%S')}.json"
+        processor = log_processor or LogProcessorPolicy()
+        #: lines and scalars by epoch (``Epoch(train) [e/E][i/N]``, an ``epoch`` scalar)
+        self.log_by_epoch = by_epoch if processor.by_epoch is None else processor.by_epoch
+        self.digits = processor.num_digits
+        self.log_values = LogValues(processor, epoch_length=epoch_length, by_epoch_loop=by_epoch)
         self.interactive = is_main and (sys.stdout.isatty() if interactive is None
                                         else interactive)
         #: per iteration since the last flush: the logged value (a loss, or a dict
@@ -327,8 +398,7 @@ class TrainOutput:
         #: the loop calls this with each iteration's logged value
         on_cpu = torch.device(device).type == "cpu"
         self.keep = _keeper(self.values, torch.Tensor.item if on_cpu else torch.Tensor.detach)
-        self._window: dict[str, list[float]] = {}  # sums and counts since the last log line
-        self._window_n = 0
+        self._window_n = 0  # iterations converted since the last log line
         self._last: dict[str, float] = {}
         self._jsonl: Any = None
         #: records flushed but not yet written: ready lines, or the arguments of
@@ -337,8 +407,9 @@ class TrainOutput:
         self._next_write = 0.0
         #: where the buffered values divide: (len(values) then, the epoch index of the
         #: values before it, the log line due there as (iters_done, batch_idx,
-        #: perf_counter()) or None at the end of a pass)
-        self._marks: list[tuple[int, int, tuple[int, int, float] | None]] = []
+        #: perf_counter(), the hub's other train scalars' lengths) or None at the end
+        #: of a pass)
+        self._marks: list[tuple[int, int, tuple[int, int, float, Any] | None]] = []
         self._next_lines = 0.0  # the first line is printed at once
         #: compose every log line when due (set by the loop when hooks run every iteration)
         self.immediate = False
@@ -352,7 +423,7 @@ class TrainOutput:
         self._t_tick = self._t0
         self._cpu_tick = time.process_time()
         self._redraw_cpu = 0.0  # what the last redraw cost, in CPU seconds
-        self._progress_record = progress_of_this_rank()  # for a launcher; None when alone
+        self._progress_record = progress  # for a launcher; None when alone
 
     # -- lifecycle ------------------------------------------------------------------
     def open(self, start_iter: int, *, resumed: bool = False,
@@ -362,8 +433,16 @@ class TrainOutput:
         A resumed run first cuts ``metrics.jsonl`` back to ``start_iter``: the
         records an interrupted run wrote after its checkpoint describe steps
         that were rolled back and are about to be trained (and logged) again.
-        ``repeats_evals``: the run repeats the validation at ``start_iter`` too
-        (the checkpoint was saved before its epoch's end), so its record goes.
+
+        Parameters
+        ----------
+        start_iter : int
+            The iterations already done.
+        resumed : bool, default False
+            The run resumed from a checkpoint.
+        repeats_evals : bool, default False
+            The run repeats the validation at ``start_iter`` too (the checkpoint was
+            saved before its epoch's end), so its record goes.
         """
         self._start_iter = start_iter
         self._next_iter = start_iter + 1
@@ -377,9 +456,10 @@ class TrainOutput:
                             evals_at_last=not repeats_evals)
         # Open for the whole run (closed in close()): each write_records is one write.
         self._jsonl = open(self.work_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
-        backends = _scalar_backends(self.visualizer)
+        self.log_values.watch(self.message_hub)
+        backends = _scalar_backends(self.visualizer, self.vis_dir, self.json_name)
         if backends:
-            self._handover = _ScalarHandOver(backends)
+            self._handover = _ScalarHandOver(backends, self.json_name)
         if self.interactive:
             self._bar = TerminalBar("train", self.max_iters)
             self._bar.start()
@@ -452,7 +532,8 @@ class TrainOutput:
             self.flush(epoch)  # other ranks keep their buffers short
 
     def _convert(self, values: list[Any], lrs: list[float], first: int, epoch: int) -> None:
-        """Floats of one stretch of iterations: into the window, and records to write."""
+        """Floats of one stretch of iterations: into the logged histories, and records
+        to write."""
         if not values:
             return
         if not any(issubclass(kind, Mapping) for kind in set(map(type, values))):
@@ -465,13 +546,13 @@ class TrainOutput:
             else:
                 numbers = _to_floats([value[key] for value in values for key in keys])
                 columns = [numbers[j::len(keys)] for j in range(len(keys))]
+        extend = self.log_values.extend
         for key, column in zip(keys, columns, strict=True):
-            acc = self._window.setdefault(key, [0.0, 0])
-            acc[0] += math.fsum(column)
-            acc[1] += len(column)
+            extend(key, column)
             self._last[key] = column[-1]
         if keys:
             self._unwritten.append((keys, first, epoch + 1, columns, lrs))
+        extend("lr", lrs)
         self._last["lr"] = lrs[-1]
         self._window_n += len(values)
 
@@ -485,9 +566,10 @@ class TrainOutput:
         if self._jsonl is None or not self._unwritten:
             return
         chunks, self._unwritten = self._unwritten, []
-        self._jsonl.write("".join(
-            line for chunk in chunks
-            for line in (chunk if isinstance(chunk, list) else _column_records(*chunk))))
+        lines: list[str] = []
+        for chunk in chunks:
+            lines.extend(chunk if isinstance(chunk, list) else _column_records(*chunk))
+        self._jsonl.write("".join(lines))
         self._jsonl.flush()
 
     def _mixed_records(self, values: list[Any], lrs: list[float], first: int,
@@ -505,22 +587,23 @@ class TrainOutput:
                 flat.append(value)
         numbers = iter(_to_floats(flat))
         lines = []
-        window, last = self._window, self._last
+        logged: dict[str, list[float]] = {}
         for i, (keys, lr) in enumerate(zip(layout, lrs, strict=True)):
             items = [(key, next(numbers)) for key in keys]
             for key, number in items:
-                acc = window.setdefault(key, [0.0, 0])
-                acc[0] += number
-                acc[1] += 1
-                last[key] = number
+                logged.setdefault(key, []).append(number)
             lines.append(_record_line(first + i, epoch, items, lr))
+        for key, column in logged.items():
+            self.log_values.extend(key, column)
+            self._last[key] = column[-1]
         return lines
 
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
         """A log line is due after ``iters_done`` iterations (``batch_idx`` of ``epoch``).
 
-        The line (means over the interval) and its hub and backend scalars
-        are composed from the values up to here, but together with the other
+        The line (the log processor's statistics, see
+        :mod:`~flexgraph.training.output._log_values`) and its hub and backend
+        scalars are composed from the values up to here, but together with the other
         lines due within ``_LINES_SECONDS`` (the first one at once): at a
         millisecond per iteration, a line every 50 iterations costs a fifth of
         a millisecond when done alone (the logging and the hub's code, cold in
@@ -536,44 +619,44 @@ class TrainOutput:
         if self._progress_record is not None:
             self._progress_record.iteration(iters_done, self.log_interval)
         now = time.perf_counter()
-        self._marks.append((len(self.values), epoch, (iters_done, batch_idx, now)))
+        hub_lengths = self.log_values.hub_lengths(self.message_hub) if self.is_main else None
+        self._marks.append((len(self.values), epoch, (iters_done, batch_idx, now, hub_lengths)))
         if self.immediate or now >= self._next_lines or not self.is_main:
             self.flush(epoch)
 
-    def _line(self, iters_done: int, batch_idx: int, at: float, *, epoch: int) -> None:
-        """The log line due after ``iters_done`` iterations, at ``at`` (perf_counter)."""
+    def _line(self, iters_done: int, batch_idx: int, at: float, hub_lengths: dict[str, int],
+              *, epoch: int) -> None:
+        """The log line due after ``iters_done`` iterations, at ``at`` (perf_counter);
+        ``hub_lengths``: how far the hub's other ``train/`` scalars had come then."""
         if not self._window_n:
             return
-        means = {k: s / n for k, (s, n) in self._window.items() if n}
-        self._window, self._window_n = {}, 0
-        lr = self._last.get("lr", float("nan"))
-        scalars = {f"train/{key}": value for key, value in means.items()}
-        scalars["train/lr"] = lr
-        for tag, value in scalars.items():
-            self.message_hub.update_scalar(tag, value)
+        self._window_n = 0
+        values = self.log_values.train(
+            self.message_hub, hub_lengths,
+            epoch_window=batch_idx if self.by_epoch else iters_done, global_window=iters_done)
+        for key in self.log_values.own(values):  # what the line says of flexgraph's keys
+            self.message_hub.update_scalar(f"train/{key}", values[key])
+        shown_epoch = epoch + 1 if self.by_epoch else 1  # MMEngine's runner.epoch + 1
         if self._handover is not None:
-            self._hand_over_train(means, lr, iters_done, epoch, at)
+            tags = self.log_values.scalars(values, "train")
+            if self.log_by_epoch:
+                tags["epoch"] = shown_epoch
+            tags["iter"] = iters_done
+            self._handover.scalars(tags, iters_done, time.time() - (time.perf_counter() - at))
         done = iters_done - self._start_iter
         per_iter = (at - self._t0) / done if done else float("nan")
         eta = format_duration(per_iter * (self.max_iters - iters_done))
-        if self.by_epoch:
-            where = (f"Epoch(train) [{epoch + 1}/{self.max_epochs}]"
-                     f"[{batch_idx:>{len(str(self.epoch_length))}}/{self.epoch_length}]")
+        if self.log_by_epoch:
+            shown_batch = batch_idx if self.by_epoch else iters_done
+            where = (f"Epoch(train) [{shown_epoch}/{self.max_epochs}]"
+                     f"[{shown_batch:>{len(str(self.epoch_length))}}/{self.epoch_length}]")
         else:
             where = f"Iter(train) [{iters_done:>{len(str(self.max_iters))}}/{self.max_iters}]"
-        losses = "  ".join(f"{k}: {v:.4f}" for k, v in means.items())
-        line = (f"{where}  lr: {lr:.4e}  eta: {eta}  time: {per_iter * 1e3:.2f} ms/it  "
-                f"{losses}")
-        self._print(line)
-
-    def _hand_over_train(self, means: dict[str, float], lr: float, iters_done: int,
-                         epoch: int, at: float) -> None:
-        """A log line's scalars for the backends: MMEngine's LoggerHook's tag and step."""
-        tags = {**means, "lr": lr}
-        if self.by_epoch:
-            tags["epoch"] = epoch + 1
-        tags["iter"] = iters_done
-        self._handover.scalars(tags, iters_done, time.time() - (time.perf_counter() - at))
+        digits = self.digits
+        lrs = "  ".join(f"{k}: {v:.{digits}e}" for k, v in values.items() if k.endswith("lr"))
+        shown = "  ".join(f"{k}: {v:.{digits}f}" for k, v in values.items()
+                          if not k.endswith("lr"))
+        self._print(f"{where}  {lrs}  eta: {eta}  time: {per_iter * 1e3:.2f} ms/it  {shown}")
 
     def tick(self, iters_done: int) -> int:
         """Update the progress bar; return the iteration count of the next tick.
@@ -616,9 +699,16 @@ class TrainOutput:
                      epoch: int) -> None:
         """Record one evaluation: a ``"mode": mode`` line, hub, backends (``val``), log line.
 
-        As MMEngine's LoggerHook, the backends get validation metrics (at the
-        epoch in epoch-based loops, else at the iteration: 0 outside training)
-        and no test metrics."""
+        ``metrics.jsonl`` gets the metrics as the evaluator computed them. The
+        hub gets each scalar under ``mode/``, as MMEngine's RuntimeInfoHook
+        puts it; the line and the backends then get the log processor's
+        statistics of the hub's ``mode/`` scalars, as MMEngine's LoggerHook
+        logs them (a metric whose name matches ``mean_pattern``, a validation
+        loss, is a mean over the last validations; ``custom_cfg``'s
+        ``'epoch'`` windows cover every evaluation so far). As MMEngine's
+        LoggerHook, the backends get validation scalars (at the epoch in
+        epoch-based loops unless ``log_metric_by_epoch=False``, else at the
+        iteration: 0 outside training) and no test scalars."""
         if not self.is_main:
             return
         values = {k: _scalar(v) for k, v in metrics.items()}
@@ -626,16 +716,20 @@ class TrainOutput:
             record = {"mode": mode, "iter": iters_done, "epoch": epoch, **values}
             self._unwritten.append([json.dumps(record, default=str) + "\n"])
             self.write_records()
-        scalars = {key: value for key, value in values.items()
-                   if isinstance(value, (int, float))}
-        for key, value in scalars.items():
-            self.message_hub.update_scalar(f"{mode}/{key}", value)
-        if scalars and mode == "val" and self._handover is not None:
-            self._handover.scalars(scalars, epoch if self.by_epoch else iters_done)
-        shown = "  ".join(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}"
-                          for k, v in values.items())
-        self._print(f"Epoch({mode}) [{epoch}]  {shown}" if self.by_epoch
-                    else f"Iter({mode}) [{iters_done}]  {shown}")
+        for key, value in values.items():
+            if isinstance(value, (int, float)):
+                self.message_hub.update_scalar(f"{mode}/{key}", value)
+        logged = self.log_values.evaluation(self.message_hub, mode, epoch_window=iters_done + 1,
+                                            global_window=iters_done + 1)
+        if logged and mode == "val" and self._handover is not None:
+            self._handover.scalars(self.log_values.scalars(logged, mode),
+                                   epoch if self.metric_by_epoch else iters_done)
+        shown = {**values, **logged}
+        digits = self.digits
+        text = "  ".join(f"{k}: {v:.{digits}f}" if isinstance(v, float) else f"{k}: {v}"
+                         for k, v in shown.items())
+        self._print(f"Epoch({mode}) [{epoch}]  {text}" if self.log_by_epoch
+                    else f"Iter({mode}) [{iters_done}]  {text}")
 
     def info(self, message: str) -> None:
         """A one-off line (resume notices, the final summary), rank 0 only."""

@@ -24,6 +24,10 @@ only: MMEngine logs to its *current* ``MMLogger``, which is the record's logger,
 and the console handler drops INFO records made inside mmengine's package.
 ``config.py`` and ``plan.json`` are written atomically (a temporary file, then
 a rename), so a crash never leaves half a file under those names.
+
+The record reaches the steps that use it (the hooks' runner view takes its
+logger, timestamp and folder) through the run's context
+(:class:`~flexgraph.training.output.RunContext`), never through this module.
 """
 
 from __future__ import annotations
@@ -45,14 +49,13 @@ from mmengine.logging.logger import MMFormatter
 
 from flexgraph.training.config import RunSettings, write_config
 
-__all__ = ["FILE_ONLY", "RunRecord", "active_record", "console_logger", "open_run_record"]
+__all__ = ["FILE_ONLY", "RunRecord", "console_logger", "open_run_record"]
 
 FILE_ONLY = {"flexgraph_file_only": True}
 """``logger.info(msg, extra=FILE_ONLY)``: a line for the log file, not the console."""
 
 _MMENGINE_DIR = os.path.dirname(os.path.abspath(mmengine.__file__)) + os.sep
 _NUMBERS = itertools.count()  # MMLogger instance names are process-global
-_active: RunRecord | None = None
 
 
 class _ConsoleFilter(logging.Filter):
@@ -79,6 +82,22 @@ def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
 
     Rank 0 prints from ``log_level`` up, other ranks errors only. Lines logged
     with ``extra=FILE_ONLY`` never reach the console.
+
+    Parameters
+    ----------
+    timestamp : str
+        The run's name (the logger's instance name).
+    log_level : str or int, default 'INFO'
+        Rank 0's console level.
+    rank : int, default 0
+        This process's rank; other ranks than 0 print errors only.
+    quiet_mmengine : bool, default False
+        Keep MMEngine's own info lines off the console.
+
+    Returns
+    -------
+    MMLogger
+        The logger.
     """
     logger = MMLogger.get_instance(f"flexgraph_{timestamp}_{next(_NUMBERS)}",
                                    logger_name="flexgraph", log_level=log_level)
@@ -92,13 +111,25 @@ def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
 class RunRecord:
     """One run's log file, config and plan in ``work_dir/<timestamp>/`` (see the module doc).
 
+    Parameters
+    ----------
+    logger : MMLogger
+        The run's logger (:func:`console_logger`).
+    timestamp : str
+        The run's name.
+    run_dir : Path
+        The run's folder.
+    file_handler : logging.Handler or None
+        The log file's handler (rank 0), which :meth:`close` removes; ``None`` on
+        the other ranks, which write nothing.
+
     Attributes
     ----------
-    logger:
+    logger
         The run's MMLogger: console as described above, plus the log file on rank 0.
-    timestamp:
+    timestamp
         The run's name (``YYYYmmdd_HHMMSS``, suffixed ``_1``, ``_2``... if taken).
-    run_dir:
+    run_dir
         ``work_dir/<timestamp>`` (created on rank 0 only).
     """
 
@@ -127,13 +158,10 @@ class RunRecord:
 
     def close(self) -> None:
         """Close the log file; later runs in this process open their own record."""
-        global _active
         if self._file_handler is not None:
             self.logger.removeHandler(self._file_handler)
             self._file_handler.close()
             self._file_handler = None
-        if _active is self:
-            _active = None
 
 
 class _LogFile(logging.FileHandler):
@@ -152,11 +180,6 @@ class _LogFile(logging.FileHandler):
     def close(self) -> None:
         with contextlib.suppress(OSError):
             super().close()
-
-
-def active_record() -> RunRecord | None:
-    """The record of the run this process is executing, if the CLI opened one."""
-    return _active
 
 
 def _new_run_dir(work_dir: Path, timestamp: str) -> tuple[str, Path]:
@@ -186,20 +209,24 @@ def open_run_record(cfg: Any, settings: RunSettings, plan_json: str, *, rank: in
 
     Parameters
     ----------
-    cfg:
+    cfg
         The run's mmengine ``Config`` (after ``--cfg-options`` and the CLI's flags).
-    settings:
+    settings
         Its settings: the record goes in ``settings.work_dir``, the log at
         ``settings.log_level``.
-    plan_json:
+    plan_json
         The plan about to run, as ``flexgraph plan --format json`` prints it.
-    rank:
+    rank
         This process's global rank; only rank 0 writes.
-    strategy:
+    strategy
         The strategy named on the command line, if any: written into ``config.py``
         so that the config plans the same way again.
+
+    Returns
+    -------
+    RunRecord
+        The record: its logger, timestamp and folder.
     """
-    global _active
     log_level = settings.log_level
     timestamp = time.strftime("%Y%m%d_%H%M%S", time.localtime())
     work_dir = Path(settings.work_dir)
@@ -219,5 +246,4 @@ def open_run_record(cfg: Any, settings: RunSettings, plan_json: str, *, rank: in
     logger = console_logger(timestamp, log_level, rank=rank, quiet_mmengine=True)
     if file_handler is not None:
         logger.addHandler(file_handler)
-    _active = RunRecord(logger, timestamp, run_dir, file_handler)
-    return _active
+    return RunRecord(logger, timestamp, run_dir, file_handler)

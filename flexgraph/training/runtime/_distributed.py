@@ -55,6 +55,23 @@ def setup_process_group(
 
     ``backend`` defaults to NCCL on CUDA and gloo on the CPU; ``timeout`` is in
     seconds (mmengine's ``dist_cfg`` keys).
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+        The run's config (its ``randomness`` and ``env_cfg`` make the ``Env``).
+    device : str, optional
+        The device to train on; CUDA when available (this rank's GPU), else the
+        CPU.
+    backend : str, optional
+        The process group's backend: NCCL on CUDA, gloo on the CPU by default.
+    timeout : float, default 1800
+        Seconds a collective may wait (mmengine's ``dist_cfg`` key).
+
+    Returns
+    -------
+    Env
+        This rank's environment: device, rank, world size, seeds.
     """
     import torch
     import torch.distributed as dist

@@ -83,7 +83,22 @@ class Env:
 
 
 def rank_seed(seed: int, rank: int, diff_rank_seed: bool) -> int:
-    """``seed + rank`` under ``diff_rank_seed`` (MMEngine's ``set_random_seed``), else ``seed``."""
+    """``seed + rank`` under ``diff_rank_seed`` (MMEngine's ``set_random_seed``), else ``seed``.
+
+    Parameters
+    ----------
+    seed : int
+        The run's base seed.
+    rank : int
+        This process's rank.
+    diff_rank_seed : bool
+        MMEngine's ``randomness.diff_rank_seed``.
+
+    Returns
+    -------
+    int
+        This rank's seed.
+    """
     return seed + rank if diff_rank_seed else seed
 
 
@@ -137,11 +152,19 @@ def return_freed_memory(threshold: int | None) -> bool:
     such a block is freed, after which freed blocks below it stay in the
     process. Sharded strategies gather a block's weights and free them again
     every iteration, so with glibc's adaptive threshold those buffers stay
-    resident and the memory sharding saves is not given back. A fixed
-    threshold (``env_cfg.malloc_mmap_threshold``; by default
-    :func:`default_mmap_threshold`; ``0`` keeps glibc's behaviour) costs a page
-    fault per fresh page of such a buffer. Returns whether the setting was
-    applied (glibc only).
+    resident and the memory sharding saves is not given back. A fixed threshold
+    costs a page fault per fresh page of such a buffer.
+
+    Parameters
+    ----------
+    threshold : int or None
+        ``env_cfg.malloc_mmap_threshold`` (by default :func:`default_mmap_threshold`);
+        ``0`` or ``None`` keeps glibc's behaviour.
+
+    Returns
+    -------
+    bool
+        Whether the setting was applied (glibc only).
     """
     if not threshold or not sys.platform.startswith("linux"):
         return False

@@ -38,27 +38,57 @@ E = TypeVar("E", bound=BaseException)
 
 
 def group_is_up() -> bool:
-    """Whether this process has joined a torch.distributed process group."""
+    """Whether this process has joined a torch.distributed process group.
+
+    Returns
+    -------
+    bool
+        ``True`` once ``torch.distributed`` is initialised here.
+    """
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def this_rank() -> int:
-    """This process's global rank (0 without a process group)."""
+    """This process's global rank (0 without a process group).
+
+    Returns
+    -------
+    int
+        The rank.
+    """
     return torch.distributed.get_rank() if group_is_up() else 0
 
 
 def world_size() -> int:
-    """How many processes the group has (1 without one)."""
+    """How many processes the group has (1 without one).
+
+    Returns
+    -------
+    int
+        The group's size.
+    """
     return torch.distributed.get_world_size() if group_is_up() else 1
 
 
 def launch_rank() -> int:
-    """The rank the launcher gave this process, before (or without) a process group."""
+    """The rank the launcher gave this process, before (or without) a process group.
+
+    Returns
+    -------
+    int
+        The group's rank, or ``RANK`` (0 when unset).
+    """
     return this_rank() if group_is_up() else int(os.environ.get("RANK", "0"))
 
 
 def launch_world_size() -> int:
-    """The world size the launcher set, before (or without) a process group."""
+    """The world size the launcher set, before (or without) a process group.
+
+    Returns
+    -------
+    int
+        The group's size, or ``WORLD_SIZE`` (1 when unset).
+    """
     return world_size() if group_is_up() else int(os.environ.get("WORLD_SIZE", "1"))
 
 
@@ -69,7 +99,20 @@ def barrier() -> None:
 
 
 def broadcast_from_rank0(obj: T) -> T:
-    """Rank 0's ``obj`` on every rank (picklable objects; ``obj`` itself without a group)."""
+    """Rank 0's ``obj`` on every rank.
+
+    A collective: with a process group, every rank must call it.
+
+    Parameters
+    ----------
+    obj : Any
+        A picklable object (only rank 0's is used).
+
+    Returns
+    -------
+    Any
+        Rank 0's ``obj``; ``obj`` itself without a group.
+    """
     if world_size() == 1:
         return obj
     box = [obj]
@@ -82,9 +125,9 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True) -> T | Non
 
     Parameters
     ----------
-    action:
+    action
         What rank 0 does; the other ranks never call it.
-    share_result:
+    share_result
         Broadcast the result to every rank (it must pickle). ``False`` keeps a
         large result (a file's tensors) on rank 0: the others get ``None``.
 
@@ -121,6 +164,19 @@ def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E 
     agree on the outcome, so none goes on to a collective the others skip. A
     rank that failed raises its own exception; the others raise ``kind(message)``
     with the lowest failing rank's message. A collective: every rank calls it.
+
+    Parameters
+    ----------
+    error : Exception or None
+        This rank's error, or ``None`` when it succeeded.
+    kind : callable
+        Makes the error the other ranks raise from the lowest failing rank's
+        message.
+
+    Returns
+    -------
+    Exception or None
+        This rank's own error, the lowest failing rank's as ``kind``, or ``None``.
     """
     if world_size() == 1:
         return error

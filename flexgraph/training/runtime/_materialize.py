@@ -43,7 +43,8 @@ __all__ = [
 
 @contextlib.contextmanager
 def parameters_on_meta() -> Iterator[None]:
-    """Modules built inside get their parameters on ``meta``; buffers stay real."""
+    """Modules built inside get their parameters on ``meta``; buffers stay real.
+    """
     register = nn.Module.register_parameter
 
     def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
@@ -63,7 +64,18 @@ def parameters_on_meta() -> Iterator[None]:
 
 
 def meta_parameters(model: nn.Module) -> list[str]:
-    """Names of ``model``'s parameters and buffers that live on the meta device."""
+    """Names of ``model``'s parameters and buffers that live on the meta device.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model (each rank holds its own shards).
+
+    Returns
+    -------
+    list of str
+        The names, parameters first; empty when the model has storage everywhere.
+    """
     return [name for name, t in [*model.named_parameters(), *model.named_buffers()]
             if t.device.type == "meta"]
 
@@ -76,6 +88,18 @@ def materialize_module(model: nn.Module, device: str) -> nn.Module:
     Floating-point parameters are filled with NaN, so one that nothing loads is
     found by :func:`uninitialised_parameters` instead of training on whatever
     the allocator left in memory.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Built on the meta device (:func:`parameters_on_meta`), possibly sharded.
+    device : str
+        The device the storage is allocated on.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``model`` itself, its parameters allocated and NaN-filled.
     """
     buffers = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
     model.to_empty(device=device)
@@ -95,6 +119,16 @@ def uninitialised_parameters(model: nn.Module) -> list[str]:
 
     Looks at this rank's shard only; callers with a process group combine the
     answers of all ranks.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A materialized model, after its weights were loaded or initialised.
+
+    Returns
+    -------
+    list of str
+        The names; empty when every parameter was loaded or initialised.
     """
     from torch.distributed.tensor import DTensor
 

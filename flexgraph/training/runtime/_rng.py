@@ -21,7 +21,14 @@ __all__ = ["capture_rng", "gather_rng_states", "restore_rng"]
 
 
 def capture_rng() -> dict[str, Any]:
-    """This process's python, numpy, torch and (if present) CUDA RNG states."""
+    """This process's python, numpy, torch and (if present) CUDA RNG states.
+
+    Returns
+    -------
+    dict
+        ``python``, ``numpy``, ``torch`` and (when CUDA is initialised) ``cuda``
+        states, in a form ``weights_only`` loads.
+    """
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
@@ -35,7 +42,13 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
-    """Put back what :func:`capture_rng` captured (CUDA only on the same devices)."""
+    """Put back what :func:`capture_rng` captured (CUDA only on the same devices).
+
+    Parameters
+    ----------
+    state : dict
+        What :func:`capture_rng` returned.
+    """
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
     np_state = state["numpy"]
@@ -50,8 +63,18 @@ def restore_rng(state: dict[str, Any]) -> None:
 def gather_rng_states(mine: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every rank's RNG state, in rank order (just this one without a process group).
 
-    ``mine`` is this rank's state to contribute (default: its current one). A
-    collective: with a process group, every rank must call it.
+    A collective: with a process group, every rank must call it.
+
+    Parameters
+    ----------
+    mine : dict, optional
+        This rank's state to contribute (default: its current one,
+        :func:`capture_rng`).
+
+    Returns
+    -------
+    list of dict
+        One state per rank.
     """
     mine = capture_rng() if mine is None else mine
     if world_size() == 1:

@@ -1,0 +1,162 @@
+"""One ``torch.save`` file per checkpoint, and what an optimizer state in one looks like.
+
+:class:`FileCheckpointIO` is the IO of models every rank holds whole (single
+device, DDP) and the default one: rank 0 writes MMEngine's layout, every rank
+reads it back safely (``weights_only=True``, the weights left in a map of the
+file until they are copied into the model). The functions beside it read an
+optimizer state as a file holds it: whether it numbers or names its
+parameters (:func:`optimizer_keyed_by`), and loading it into MMEngine's
+wrapper with a mismatch said in one line (:func:`load_optimizer_state`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
+from flexgraph.training.checkpoint._weights import (
+    WeightsLoaded,
+    apply_weights,
+    load_dcp_weights,
+    model_weights,
+)
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    TORCH_SAVE_FILE,
+    file_problem,
+    read_any_checkpoint,
+    read_checkpoint_file,
+)
+from flexgraph.training.runtime import this_rank
+
+__all__ = ["FileCheckpointIO", "copied_out", "load_optimizer_state", "optimizer_keyed_by"]
+
+
+class FileCheckpointIO(CheckpointIO):
+    """One ``torch.save`` file holding everything, written by rank 0.
+
+    For models every rank holds in full (single device, DDP): the state is the
+    unwrapped module's ``state_dict`` (no ``module.`` prefixes) and the optimizer
+    wrapper's own ``state_dict``, MMEngine's layout, so MMEngine tools read it.
+    Reading is :func:`~flexgraph.training.formats.read_checkpoint_file`
+    (``weights_only=True``) on every rank. Weights load from a full file or,
+    every rank reading all of it, from a DCP checkpoint.
+    """
+
+    def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
+        return {"state_dict": model_weights(model),
+                "optimizer": optim_wrapper.state_dict() if optim_wrapper is not None else None}
+
+    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
+              optim_wrapper: Any = None) -> None:
+        if this_rank() != 0:
+            return
+        with open(path, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+
+    maps_weights: ClassVar[bool] = True
+    """Whether :meth:`read` maps the file (``torch.load(mmap=True)``) and leaves the
+    weights in the map for :meth:`apply` to copy into the model: the weights are copied
+    once, not read into fresh memory and then copied again (``torch.load`` +
+    ``load_state_dict``). Everything else (optimizer state, RNG states, hook extras) is
+    copied out of the map at once, so that nothing the run keeps refers to the file."""
+
+    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
+        checkpoint = read_checkpoint_file(path, mmap=self.maps_weights)
+        if not self.maps_weights:
+            return checkpoint
+        if not isinstance(checkpoint, dict):
+            return copied_out(checkpoint)
+        return {k: v if k == "state_dict" else copied_out(v) for k, v in checkpoint.items()}
+
+    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
+              optim_wrapper: Any, strict: bool = True) -> None:
+        apply_weights(model, checkpoint, str(path), strict=strict)
+        if optim_wrapper is not None and checkpoint.get("optimizer") is not None:
+            load_optimizer_state(optim_wrapper, checkpoint["optimizer"], path)
+
+    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
+        if DCP_DIRECTORY.recognise(path):
+            on_read(dict(NOTHING_READ))
+            return load_dcp_weights(model, path)
+        checkpoint = read_any_checkpoint(path)
+        on_read(checkpoint)
+        return apply_weights(model, checkpoint, str(path), strict=False)
+
+    def is_complete(self, path: Path) -> bool:
+        """A torch.save file is a zip archive: a truncated one has no central directory."""
+        return TORCH_SAVE_FILE.recognise(path)
+
+    def problem(self, path: Path) -> str | None:
+        found = file_problem(path, verify=False) if path.is_file() else None
+        return found or super().problem(path)  # CRCs are checked when it is read
+
+
+def copied_out(value: Any) -> Any:
+    """``value`` with every tensor copied into memory of its own (out of a file's map).
+
+    Containers holding no tensor are returned as they are; the others are
+    copied shallowly (keeping their type: a ``Counter`` of milestones stays one)
+    and their tensors replaced.
+    """
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (dict, list)):
+        keys = value.keys() if isinstance(value, dict) else range(len(value))
+        items = {k: copied_out(value[k]) for k in keys}
+        if all(items[k] is value[k] for k in keys):
+            return value
+        out = copy.copy(value)
+        for k, v in items.items():
+            out[k] = v
+        return out
+    if isinstance(value, tuple):
+        items = [copied_out(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
+
+
+def optimizer_keyed_by(state: Any) -> str | None:
+    """How a saved optimizer state names its parameters: ``'name'``, ``'position'`` or ``None``.
+
+    A whole model's optimizer (MMEngine's wrapper, torch's ``state_dict()``)
+    numbers its parameters; torch's full optimizer state dict of a sharded
+    model (FSDP, ``state_dict_cfg='full'``) names them. ``None``: no optimizer
+    state, or one of another shape (several optimizers).
+
+    Parameters
+    ----------
+    state : Any
+        A saved optimizer state.
+
+    Returns
+    -------
+    str or None
+        ``'name'``, ``'position'``, or ``None``.
+    """
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    params = [p for g in groups or () if isinstance(g, dict) for p in g.get("params", ())]
+    if not params:
+        return None
+    return "name" if all(isinstance(p, str) for p in params) else "position"
+
+
+def load_optimizer_state(optim_wrapper: Any, state: Any, path: Path) -> None:
+    """``optim_wrapper.load_state_dict(state)``; a mismatch names the checkpoint."""
+    try:
+        optim_wrapper.load_state_dict(state)
+    except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"cannot load the optimizer state of {str(path)!r}: {detail}; resume with the "
+            f"model and optimizer config it was saved with") from exc

@@ -1,0 +1,93 @@
+"""safetensors files: their header, and the file opened one tensor at a time.
+
+A safetensors file holds named tensors and nothing else (no optimizer, no loop
+state), and reading it runs no code at all, so it is the format models are
+shared in. Its layout is an 8-byte little-endian header length, a JSON header
+giving each tensor's dtype, shape and byte range, then the tensors' bytes in
+that order. :func:`safetensors_header` reads the header alone;
+:func:`open_safetensors_file` opens the file through ``safetensors.safe_open``
+(memory-mapped: a tensor is read when it is fetched).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats._recognise import SAFETENSORS_FILE
+from flexgraph.training.formats._source import CheckpointSource, weights_layout
+
+__all__ = ["SAFETENSORS_DTYPES", "TORCH_DTYPES", "open_safetensors_file", "safetensors_header"]
+
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2"}
+"""torch dtypes -> safetensors' dtype names (the library's own table)."""
+TORCH_DTYPES = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
+"""safetensors' dtype names -> torch dtypes."""
+
+
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file (every tensor's dtype, shape, byte range).
+
+    Parameters
+    ----------
+    path : Path
+        A safetensors file.
+
+    Returns
+    -------
+    dict
+        Its header: each tensor's dtype, shape and byte range (and ``__metadata__``).
+
+    Raises
+    ------
+    CheckpointError
+        The header cannot be read or is not a JSON object.
+    """
+    try:
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(length))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"safetensors file {str(path)!r} has no readable header "
+                              f"({type(exc).__name__}: {str(exc)[:120]})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"safetensors file {str(path)!r}: its header is not a JSON object")
+    return header
+
+
+def open_safetensors_file(path: Path) -> CheckpointSource:
+    """A safetensors file as ``{'state_dict': weights}``, each tensor read when fetched."""
+    from safetensors import safe_open
+
+    header = safetensors_header(path)
+    weights: dict[str, torch.Tensor] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        code = entry.get("dtype") if isinstance(entry, Mapping) else entry
+        dtype = TORCH_DTYPES.get(code) if isinstance(code, str) else None
+        if dtype is None:
+            raise CheckpointError(f"safetensors file {str(path)!r}: tensor {name!r} has "
+                                  f"dtype {code!r}, which flexgraph does not read")
+        weights[name] = torch.empty(entry["shape"], dtype=dtype, device="meta")
+    layout = weights_layout(weights)
+    stored = {k.removeprefix("module."): k for k in weights}
+    try:
+        handle = safe_open(str(path), framework="pt", device="cpu")
+    except Exception as exc:  # the library's own SafetensorError for a damaged file
+        raise CheckpointError(f"safetensors file {str(path)!r} cannot be read: "
+                              f"{str(exc).strip()[:160]}") from None
+
+    def fetch(key: tuple[Any, ...]) -> torch.Tensor:
+        return handle.get_tensor(stored[key[-1]])
+
+    return CheckpointSource(path, SAFETENSORS_FILE.name, layout, fetch)

@@ -1,0 +1,304 @@
+"""A checkpoint opened for reading one tensor at a time, whatever wrote it.
+
+``flexgraph ckpt convert`` and ``load_from`` read checkpoints that other tools
+wrote. Each format's opener opens a path as a :class:`CheckpointSource`: the
+checkpoint's *layout* in flexgraph's terms (``state_dict``, ``optimizer``,
+``meta``, ...) with a meta-device tensor standing for every tensor (its shape
+and dtype, no storage), and :meth:`CheckpointSource.fetch`, which reads one
+tensor whole onto the CPU. A writer walks the layout and fetches each tensor
+when it writes it, so a conversion holds one tensor at a time, never the
+whole checkpoint.
+
+The sources of flexgraph's own formats are here: a ``torch.save`` file (its
+tensors memory-mapped, ``weights_only=True``) and a DCP directory (one load
+plan per tensor, DCP's single-process mode). Safetensors files are in
+:mod:`flexgraph.training.formats._safetensors`; DeepSpeed's directories are
+opened by the DeepSpeed strategy's opener (``flexgraph.checkpoint_openers``).
+
+The layout of a file that holds only weights (``torch.save(model.state_dict())``,
+``{'model': ...}``, a safetensors file) is ``{'state_dict': weights}``, with
+``module.`` prefixes stripped as ``load_from`` strips them.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats._dcp_storage import (
+    EXTRA_NAME,
+    SafeDCPStorage,
+    _SafePlanner,
+    dcp_problem,
+)
+from flexgraph.training.formats._recognise import DCP_DIRECTORY, TORCH_SAVE_FILE
+from flexgraph.training.formats._torch_file import read_checkpoint_file
+
+__all__ = ["CheckpointSource", "KeyPath", "element_at", "open_dcp_directory",
+           "open_torch_file", "replace_tensors", "single_process_dcp", "tensor_paths",
+           "weights_layout"]
+
+KeyPath = tuple[Any, ...]
+"""Where a value sits in a nested checkpoint: its dict keys and list indices, outermost first."""
+
+
+def _on_meta(value: Any) -> Any:
+    """``value`` with every tensor replaced by a meta tensor of its shape and dtype."""
+    if isinstance(value, torch.Tensor):
+        return torch.empty(value.shape, dtype=value.dtype, device="meta")
+    if isinstance(value, Mapping):
+        return _mapping_like(value, ((k, _on_meta(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_meta(v) for v in value)
+    return value
+
+
+def _mapping_like(original: Mapping[Any, Any], items: Iterator[tuple[Any, Any]]) -> dict[Any, Any]:
+    """A dict of ``items``, an OrderedDict where ``original`` is one (MMEngine's state dicts)."""
+    return collections.OrderedDict(items) if isinstance(original, collections.OrderedDict) \
+        else dict(items)
+
+
+def tensor_paths(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, torch.Tensor]]:
+    """Every tensor inside ``value`` with its path, in order.
+
+    Parameters
+    ----------
+    value : Any
+        A nest of mappings, lists and tuples.
+    path : KeyPath, default ()
+        The key path of ``value`` itself.
+
+    Yields
+    ------
+    tuple of (KeyPath, torch.Tensor)
+        Each tensor with the keys leading to it.
+    """
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from tensor_paths(item, (*path, key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from tensor_paths(item, (*path, index))
+
+
+def element_at(value: Any, path: KeyPath) -> Any:
+    """The value at ``path`` inside ``value``."""
+    for key in path:
+        value = value[key]
+    return value
+
+
+def replace_tensors(value: Any, make: Callable[[KeyPath, torch.Tensor], Any],
+                    path: KeyPath = ()) -> Any:
+    """A copy of ``value`` with ``make(path, tensor)`` in place of every tensor.
+
+    Parameters
+    ----------
+    value : Any
+        A nest of mappings, lists and tuples.
+    make : callable
+        ``make(path, tensor)`` gives what replaces each tensor.
+    path : KeyPath, default ()
+        The key path of ``value`` itself.
+
+    Returns
+    -------
+    Any
+        The copy, of the same shape (mapping types kept).
+    """
+    if isinstance(value, torch.Tensor):
+        return make(path, value)
+    if isinstance(value, Mapping):
+        return _mapping_like(value, ((k, replace_tensors(v, make, (*path, k)))
+                                     for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return type(value)(replace_tensors(v, make, (*path, i)) for i, v in enumerate(value))
+    return value
+
+
+@attrs.frozen
+class CheckpointSource:
+    """A checkpoint opened for reading, one tensor at a time.
+
+    Parameters
+    ----------
+    path
+        The checkpoint (a file or a directory).
+    format_name
+        Its :class:`~flexgraph.training.formats.CheckpointFormat`'s name, for messages.
+    layout
+        The checkpoint dict in flexgraph's layout, every tensor a meta tensor.
+    fetch
+        ``KeyPath -> torch.Tensor``: the tensor at a path of ``layout``, whole,
+        on the CPU.
+    note
+        What a conversion leaves out and why (``None``: nothing), said to the user.
+    """
+
+    path: Path
+    format_name: str
+    layout: dict[str, Any] = attrs.field(repr=False)
+    fetch: Callable[[KeyPath], torch.Tensor] = attrs.field(eq=False, repr=False)
+    note: str | None = None
+
+    def tensors(self) -> Iterator[tuple[KeyPath, torch.Tensor]]:
+        """Every tensor's path and meta tensor, in the layout's order."""
+        return tensor_paths(self.layout, ())
+
+    def largest_tensor_bytes(self) -> int:
+        """Bytes of the largest tensor: what reading one at a time holds at most."""
+        return max((t.numel() * t.element_size() for _, t in self.tensors()), default=0)
+
+    def whole(self) -> dict[str, Any]:
+        """The checkpoint with every tensor read (memory: all of them), for ``load_from``."""
+        return replace_tensors(self.layout, lambda path, _: self.fetch(path))
+
+
+def weights_layout(weights: Mapping[str, Any]) -> dict[str, Any]:
+    """``{'state_dict': weights}`` with ``module.`` prefixes stripped, as ``load_from`` does.
+
+    Parameters
+    ----------
+    weights : Mapping
+        Tensors by key, as a ``state_dict``.
+
+    Returns
+    -------
+    dict
+        ``{'state_dict': {key: tensor}}``.
+    """
+    return {"state_dict": {str(k).removeprefix("module."): v for k, v in weights.items()}}
+
+
+def _is_tensor_dict(value: Any) -> bool:
+    return isinstance(value, Mapping) and bool(value) and all(
+        isinstance(v, torch.Tensor) for v in value.values())
+
+
+def _flexgraph_layout(checkpoint: Any, path: Path) -> dict[str, Any]:
+    """A loaded torch.save object in flexgraph's layout (see the module docstring)."""
+    if _is_tensor_dict(checkpoint):
+        return weights_layout(checkpoint)
+    if not isinstance(checkpoint, Mapping):
+        raise CheckpointError(f"checkpoint {str(path)!r} holds a {type(checkpoint).__name__}, "
+                              f"neither a checkpoint dict nor a state_dict")
+    layout = dict(checkpoint)
+    if not _is_tensor_dict(layout.get("state_dict")) and _is_tensor_dict(layout.get("model")):
+        layout["state_dict"] = layout.pop("model")
+    if _is_tensor_dict(layout.get("state_dict")):
+        layout.update(weights_layout(layout["state_dict"]))
+    return layout
+
+
+def open_torch_file(path: Path) -> CheckpointSource:
+    """A ``torch.save`` file, its tensors memory-mapped (read from disk as they are fetched)."""
+    mapped = _flexgraph_layout(read_checkpoint_file(path, mmap=True), path)
+    return CheckpointSource(path, TORCH_SAVE_FILE.name, _on_meta(mapped),
+                            lambda key: element_at(mapped, key))
+
+
+def _set_at(root: dict[str, Any], path: KeyPath, value: Any) -> None:
+    """Put ``value`` at ``path``, making dicts (and lists, for int keys) on the way."""
+    node: Any = root
+    for key, following in zip(path[:-1], path[1:], strict=True):
+        empty: Any = [] if isinstance(following, int) else {}
+        if isinstance(node, list):
+            while len(node) <= key:
+                node.append(None)
+            node[key] = node[key] if node[key] is not None else empty
+            node = node[key]
+        else:
+            node = node.setdefault(key, empty)
+    if isinstance(node, list):
+        while len(node) <= path[-1]:
+            node.append(None)
+    node[path[-1]] = value
+
+
+def open_dcp_directory(path: Path) -> CheckpointSource:
+    """A DCP directory: its layout from ``.metadata`` and ``extra.pth``; a tensor per load plan.
+
+    Non-tensor items (the optimizer's ``param_groups``) are small and read at
+    once; each tensor is read by its own single-process ``dcp.load`` of that
+    key alone, so only its bytes are read.
+    """
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    problem = dcp_problem(path, need_extra=False)
+    if problem is not None:
+        raise CheckpointError(problem)
+    metadata = SafeDCPStorage(path).read_metadata()
+    paths = dict(metadata.planner_data or {})
+    layout: dict[str, Any] = {}
+    flat_of: dict[KeyPath, str] = {}
+    small: dict[str, Any] = {}
+    for flat, meta in metadata.state_dict_metadata.items():
+        where = tuple(paths.get(flat, (flat,)))
+        if isinstance(meta, TensorStorageMetadata):
+            _set_at(layout, where, torch.empty(meta.size, dtype=meta.properties.dtype,
+                                               device="meta"))
+            flat_of[where] = flat
+        else:
+            small[flat] = None
+    if small:
+        _load_flat(small, path)
+        for flat, value in small.items():
+            _set_at(layout, tuple(paths.get(flat, (flat,))), value)
+    extra = path / EXTRA_NAME
+    rest = read_checkpoint_file(extra) if extra.is_file() else {}
+    rest = dict(rest) if isinstance(rest, Mapping) else {}
+    layout = {**_on_meta(rest), **layout}
+    if "state_dict" not in layout:  # another tool's: the model's tensors at the top level
+        top = {k: v for k, v in layout.items() if isinstance(v, torch.Tensor)}
+        layout = {**{k: v for k, v in layout.items() if k not in top}, **weights_layout(top)}
+        flat_of = {(("state_dict", key[0].removeprefix("module.")) if key[0] in top else key):
+                   flat for key, flat in flat_of.items()}
+
+    def fetch(key: KeyPath) -> torch.Tensor:
+        if key not in flat_of:  # extra.pth's (RNG states), read with it
+            return element_at(rest, key)
+        meta_tensor = element_at(layout, key)
+        state = {flat_of[key]: torch.empty(meta_tensor.shape, dtype=meta_tensor.dtype)}
+        _load_flat(state, path)
+        return state[flat_of[key]]
+
+    return CheckpointSource(path, DCP_DIRECTORY.name, layout, fetch)
+
+
+@contextlib.contextmanager
+def single_process_dcp() -> Iterator[None]:
+    """DCP in this process alone, as asked (``no_dist=True``).
+
+    Without its warning that torch.distributed is not initialised, which here is
+    no news.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _load_flat(state: dict[str, Any], path: Path) -> None:
+    """``dcp.load`` of the given flat keys only, in this process alone (no collective)."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        with single_process_dcp():
+            dcp.load(state, storage_reader=SafeDCPStorage(path),
+                     planner=_SafePlanner(allow_partial_load=True), no_dist=True)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # DCP's reader fails in many ways on a damaged shard
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise CheckpointError(f"cannot read the sharded checkpoint {str(path)!r}: "
+                              f"{type(exc).__name__}: {first}") from exc

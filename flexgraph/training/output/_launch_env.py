@@ -1,0 +1,146 @@
+"""What a launcher hands the processes it starts, through their environment: every name here.
+
+``flexgraph run --nproc-per-node N`` starts its ranks through torch's elastic
+agent, which passes them nothing but their environment. So the few facts a
+rank takes from its launcher rather than working out again travel as
+``FLEXGRAPH_*`` variables, and both sides import their names from this one
+module: the launcher (:mod:`flexgraph.cli.launch`, :mod:`flexgraph.cli.run_cmd`)
+writes them, a rank reads them once, into :class:`LaunchEnv`, and from there
+they become fields of the run's context
+(:class:`~flexgraph.training.output.RunContext`), which is what the steps see.
+
+The variables (a rank started by ``torchrun`` or ``srun`` directly has none):
+
+- :data:`LAUNCHER_PID_VAR`: the launcher's process id. Its ranks leave
+  reporting their errors to it; a rank that must signal its launcher finds it
+  here (a forked rank's parent is the rank server).
+- :data:`PLAN_DIGEST_VAR`: the digest of the launcher's plan; a rank whose
+  own plan differs refuses to run.
+- :data:`RUN_ID_VAR`: the launch's run id, by which a rank 0 recognises the
+  work_dir lock its launcher holds.
+- :data:`PROGRESS_DIR_VAR`: the folder where each rank keeps its progress
+  record (:class:`~flexgraph.training.output.Progress`) and its note that it
+  stopped and saved.
+- :data:`AUTO_CHOICE_VAR`, :data:`AUTO_REASON_VAR`: the launcher's
+  ``--strategy auto`` choice and why (the ranks do not estimate again).
+- :data:`RUN_ESTIMATE_VAR`: the estimate the run's memory is measured
+  against, as JSON (:class:`~flexgraph.training.output.RunEstimate`).
+- :data:`PRELOAD_VAR`: the modules a rank server started afresh imports
+  before it forks ranks (:mod:`flexgraph.cli.forked_ranks`); read by that
+  server, not by a rank, so not a field of :class:`LaunchEnv`.
+
+This module imports nothing beyond the standard library and attrs: the
+launcher, ``flexgraph plan`` (through :mod:`flexgraph.cli.stopping`), a run of
+a pipeline that never imports torch, and a fresh rank server import it. That
+is why it sits in :mod:`flexgraph.training.output`, whose face imports torch
+only on first use, rather than in :mod:`flexgraph.training.runtime`, whose face
+binds step functions (``setup_process_group``) that
+:func:`~flexgraph.core.references.check_references` must find without
+importing them. Output is also where the run's context, which carries these
+facts to the steps, lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+__all__ = [
+    "AUTO_CHOICE_VAR",
+    "AUTO_REASON_VAR",
+    "LAUNCHER_PID_VAR",
+    "LAUNCH_VARS",
+    "PLAN_DIGEST_VAR",
+    "PRELOAD_VAR",
+    "PROGRESS_DIR_VAR",
+    "RUN_ESTIMATE_VAR",
+    "RUN_ID_VAR",
+    "LaunchEnv",
+]
+
+LAUNCHER_PID_VAR = "FLEXGRAPH_LAUNCHER"
+PLAN_DIGEST_VAR = "FLEXGRAPH_PLAN_DIGEST"
+RUN_ID_VAR = "FLEXGRAPH_RUN_ID"
+PROGRESS_DIR_VAR = "FLEXGRAPH_PROGRESS_DIR"
+AUTO_CHOICE_VAR = "FLEXGRAPH_AUTO_CHOICE"
+AUTO_REASON_VAR = "FLEXGRAPH_AUTO_REASON"
+RUN_ESTIMATE_VAR = "FLEXGRAPH_RUN_ESTIMATE"
+PRELOAD_VAR = "FLEXGRAPH_PRELOAD"
+
+_FIELDS = {
+    "launcher_pid": LAUNCHER_PID_VAR,
+    "plan_digest": PLAN_DIGEST_VAR,
+    "run_id": RUN_ID_VAR,
+    "progress_dir": PROGRESS_DIR_VAR,
+    "auto_choice": AUTO_CHOICE_VAR,
+    "auto_reason": AUTO_REASON_VAR,
+    "run_estimate": RUN_ESTIMATE_VAR,
+}
+LAUNCH_VARS = (*_FIELDS.values(), PRELOAD_VAR)
+"""Every variable a flexgraph launcher sets for the processes it starts."""
+
+
+@attrs.frozen
+class LaunchEnv:
+    """The launcher's facts for its ranks, as text, the way the environment carries them.
+
+    Every field is ``None`` when the variable is unset or empty (a process
+    that no flexgraph launcher started has none of them).
+
+    Parameters
+    ----------
+    launcher_pid : str, optional
+        :data:`LAUNCHER_PID_VAR`.
+    plan_digest : str, optional
+        :data:`PLAN_DIGEST_VAR`.
+    run_id : str, optional
+        :data:`RUN_ID_VAR`.
+    progress_dir : str, optional
+        :data:`PROGRESS_DIR_VAR`.
+    auto_choice, auto_reason : str, optional
+        :data:`AUTO_CHOICE_VAR`, :data:`AUTO_REASON_VAR`.
+    run_estimate : str, optional
+        :data:`RUN_ESTIMATE_VAR` (JSON).
+
+    Examples
+    --------
+    >>> handed = LaunchEnv(plan_digest="0123abcd", run_id="host-42")
+    >>> handed.variables()
+    {'FLEXGRAPH_PLAN_DIGEST': '0123abcd', 'FLEXGRAPH_RUN_ID': 'host-42'}
+    >>> LaunchEnv.read(handed.variables()) == handed
+    True
+    """
+
+    launcher_pid: str | None = None
+    plan_digest: str | None = None
+    run_id: str | None = None
+    progress_dir: str | None = None
+    auto_choice: str | None = None
+    auto_reason: str | None = None
+    run_estimate: str | None = None
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str]) -> LaunchEnv:
+        """What ``environ`` (a process's environment) holds of the launcher's facts.
+
+        Parameters
+        ----------
+        environ : mapping of str to str
+            ``os.environ``, or any mapping of variables.
+
+        Returns
+        -------
+        LaunchEnv
+        """
+        return cls(**{field: environ.get(name) or None for field, name in _FIELDS.items()})
+
+    def variables(self) -> dict[str, str]:
+        """The variables to set in a launched process's environment (the fields that are set).
+
+        Returns
+        -------
+        dict of str to str
+        """
+        values = attrs.asdict(self)
+        return {name: values[field] for field, name in _FIELDS.items() if values[field]}

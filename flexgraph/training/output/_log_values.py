@@ -1,0 +1,162 @@
+"""The value a log line shows for each key: MMEngine's ``LogProcessor`` statistics.
+
+MMEngine's ``LoggerHook`` does not log the value of the iteration it logs
+at. Its ``LogProcessor`` (the config's ``log_processor``) logs, for every
+``train/`` scalar of the message hub, the mean over the last ``window_size``
+iterations (default 10) for the keys that match ``mean_pattern`` (the
+losses, ``grad_norm``) and the latest value for the others (``lr``), then
+adds or replaces keys with the statistics ``custom_cfg`` asks for. That is
+what its console, its log file and the visualizer's scalars
+(``scalars.json``) hold. The statistics here are computed the same way, by
+MMEngine's own ``HistoryBuffer`` methods (``mean``, ``max``, ``min``,
+``current``) over the same per-iteration values the Runner's hub holds, so
+each logged value equals the Runner's bit for bit.
+
+What differs is when the histories grow. The Runner's hub appends every
+value of every iteration to a numpy array (``np.append`` copies the whole
+history, every iteration). Here each key keeps only the tail a window can
+reach (the longest window; an epoch's iterations for an ``'epoch'`` window;
+everything, up to the hub's own limit of 10**6 values, for ``'global'`` or a
+whole-history statistic), extended once per flush from the floats the
+output converts anyway, and the statistics run only when a line is due.
+Other ``train/`` scalars that something else writes into the hub every
+iteration (the optimizer wrapper's ``grad_norm``, a hook's values) are read
+from the hub, as the Runner reads them.
+
+``LogProcessor`` itself is not imported: ``mmengine.runner`` costs a run
+seconds of start-up and imports DeepSpeed wherever it is installed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from mmengine.logging import HistoryBuffer
+
+from flexgraph.training.config import LogProcessorPolicy
+
+__all__ = ["LogValues"]
+
+_HUB_LIMIT = 1_000_000  # MMEngine's HistoryBuffer max_length: the most a window reaches
+
+
+def _reach(policy: LogProcessorPolicy, epoch_length: int, by_epoch_loop: bool) -> int:
+    """How many of a key's latest values any statistic of ``policy`` can use."""
+    reach = policy.window_size
+    for entry in policy.custom_cfg:
+        window = entry.get("window_size")
+        if entry["method_name"] == "current":
+            continue
+        if isinstance(window, int):
+            reach = max(reach, window)
+        elif window == "epoch" and by_epoch_loop and epoch_length:
+            reach = max(reach, epoch_length)
+        else:  # 'global', a whole-history statistic, or an iteration loop's 'epoch'
+            return _HUB_LIMIT
+    return reach
+
+
+class LogValues:
+    """Each logged key's recent values, and the statistics a log line shows of them.
+
+    Parameters
+    ----------
+    policy:
+        The config's ``log_processor``.
+    epoch_length, by_epoch_loop:
+        The train loop's: how far an ``'epoch'`` window can reach.
+    """
+
+    def __init__(self, policy: LogProcessorPolicy, *, epoch_length: int = 0,
+                 by_epoch_loop: bool = True) -> None:
+        self.policy = policy
+        self._pattern = re.compile(policy.mean_pattern)
+        self._reach = _reach(policy, epoch_length, by_epoch_loop)
+        self._history: dict[str, list[float]] = {}
+        self._hub_lengths: dict[str, int] = {}
+
+    def watch(self, hub: Any) -> None:
+        """Note the hub's scalars now: of the others' ``train/`` scalars, only those
+        that grow from here on (written during this run) are logged."""
+        self._hub_lengths = {key: len(buffer.data[0])
+                             for key, buffer in hub.log_scalars.items()}
+
+    def extend(self, key: str, values: list[float]) -> None:
+        """``values`` logged for ``key`` by the iterations since the last call."""
+        history = self._history.get(key)
+        if history is None:
+            history = self._history[key] = []
+        history.extend(values)
+        if len(history) > 2 * self._reach:
+            del history[:-self._reach]
+
+    def own(self, values: Mapping[str, float]) -> list[str]:
+        """The keys of ``values`` that this object keeps (not the hub's others)."""
+        return [key for key in values if key in self._history]
+
+    def hub_lengths(self, hub: Any) -> dict[str, int]:
+        """How long the hub's other ``train/`` scalars are now, for a line due now and
+        composed later (:meth:`train`)."""
+        return {key: len(buffer.data[0]) for key, buffer in hub.log_scalars.items()
+                if key.startswith("train") and key.removeprefix("train/") not in self._history}
+
+    def train(self, hub: Any, hub_lengths: Mapping[str, int] | None = None, *,
+              epoch_window: int, global_window: int) -> dict[str, float]:
+        """The values of a training log line: MMEngine's ``LogProcessor`` tag (without
+        its ``epoch`` and ``iter``), keys without their ``train/`` prefix.
+
+        ``hub_lengths`` (:meth:`hub_lengths` when the line was due) cuts the
+        hub's other scalars back to that iteration; ``epoch_window`` and
+        ``global_window`` are what MMEngine makes of the window sizes
+        ``'epoch'`` (the batch's index in its epoch, plus one) and
+        ``'global'`` (the iteration's index, plus one).
+        """
+        reach = self._reach
+        buffers = {key: HistoryBuffer(values[-reach:], [1] * min(len(values), reach))
+                   for key, values in self._history.items() if values}
+        if hub_lengths is None:
+            hub_lengths = self.hub_lengths(hub)
+        scalars = hub.log_scalars
+        for key, length in hub_lengths.items():
+            if length != self._hub_lengths.get(key, 0) and key in scalars:
+                logged, counts = scalars[key].data
+                buffers[key.removeprefix("train/")] = HistoryBuffer(logged[:length],
+                                                                    counts[:length])
+        return self._statistics(buffers, epoch_window, global_window)
+
+    def evaluation(self, hub: Any, mode: str, *, epoch_window: int,
+                   global_window: int) -> dict[str, float]:
+        """The scalars of an evaluation's line (``mode``: ``'val'`` or ``'test'``), from
+        the hub's ``val/`` (``test/``) scalars, one value per evaluation, as the
+        Runner computes them."""
+        buffers = {key.removeprefix(f"{mode}/"): buffer
+                   for key, buffer in hub.log_scalars.items() if key.startswith(mode)}
+        return self._statistics(buffers, epoch_window, global_window)
+
+    def _statistics(self, buffers: Mapping[str, HistoryBuffer], epoch_window: int,
+                    global_window: int) -> dict[str, float]:
+        """MMEngine's ``LogProcessor._collect_scalars`` over ``buffers``."""
+        window = self.policy.window_size
+        values = {key: float(buffer.mean(window) if self._pattern.search(key)
+                             else buffer.current())
+                  for key, buffer in buffers.items()}
+        for entry in self.policy.custom_cfg:
+            options = dict(entry)
+            source = options.pop("data_src")
+            name = options.pop("log_name", source)
+            if options.get("window_size") == "epoch":
+                options["window_size"] = epoch_window
+            elif options.get("window_size") == "global":
+                options["window_size"] = global_window
+            if source in buffers:
+                values[name] = float(buffers[source].statistics(**options))
+        return values
+
+    def scalars(self, values: Mapping[str, float], mode: str) -> dict[str, float]:
+        """``values`` as the visualizer's backends get them: with their ``mode/`` prefix
+        when ``log_with_hierarchy`` says so."""
+        if not self.policy.log_with_hierarchy:
+            return dict(values)
+        return {f"{mode}/{key}": value for key, value in values.items()}

@@ -1,0 +1,396 @@
+"""The DeepSpeed strategy's checkpoints: DeepSpeed's own format, read safely.
+
+* :class:`DeepSpeedCheckpointIO`: DeepSpeed's ``save_checkpoint`` /
+  ``load_checkpoint`` (every rank writes its partition), with flexgraph's loop
+  position, schedulers, RNG states and hook extras in the client state.
+* :func:`safe_checkpoint_engine`: DeepSpeed reads every checkpoint file with
+  ``torch.load(weights_only=False)``; the engine's checkpoint engine is made to
+  load with ``weights_only=True`` and an allow-list of the classes DeepSpeed
+  itself writes.
+* :meth:`DeepSpeedCheckpointIO.load_weights`: ``load_from`` (a full file, or a
+  DeepSpeed checkpoint directory) into a running engine; under ZeRO-3 without
+  any rank but rank 0 holding the whole model.
+* :func:`open_deepspeed_directory`: ``load_from`` of a DeepSpeed directory
+  under any strategy (and ``flexgraph ckpt convert``), the
+  ``flexgraph.checkpoint_openers`` entry point named ``deepspeed``. Here, on
+  the run-time side, so that such a ``load_from`` imports none of the offline
+  tools (:mod:`flexgraph.strategies.deepspeed.inspect` describes directories).
+
+Reading the weights goes through DeepSpeed's own ``zero_to_fp32``
+(``get_fp32_state_dict_from_zero_checkpoint``, ``lazy_mode=True``), which
+rebuilds the fp32 master weights from the optimizer files; every file is
+first read the safe way (:func:`read_deepspeed_file`), since the converter
+itself unpickles anything. Memory: the optimizer files are memory-mapped;
+under ZeRO-3 each parameter is gathered from its partitions when it is
+fetched (one tensor at a time), while under ZeRO-1/2 DeepSpeed concatenates
+each parameter group's partitions first (about the fp32 weights' size once,
+as DeepSpeed's own script needs). Without ZeRO (stage 0) the weights are the
+model-states file's ``module``. DeepSpeed's optimizer state is not converted:
+its universal-checkpoint conversion writes DeepSpeed's own format, which only
+DeepSpeed reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from flexgraph.strategies.deepspeed.engine import EngineModel
+
+from flexgraph.training.checkpoint import (
+    CheckpointIO,
+    OnRead,
+    WeightsLoaded,
+    apply_weights,
+    matching_weights,
+    tensor_bytes,
+)
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    DEEPSPEED_DIRECTORY,
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
+    CheckpointSource,
+    read_any_checkpoint,
+    weights_layout,
+)
+from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank, world_size
+
+__all__ = [
+    "DeepSpeedCheckpointIO",
+    "model_states_file",
+    "open_deepspeed_directory",
+    "read_deepspeed_file",
+    "safe_checkpoint_engine",
+    "safe_globals",
+    "zero_stage",
+]
+
+
+def safe_globals() -> list[Any]:
+    """The non-tensor classes DeepSpeed's own checkpoints hold, and nothing else."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+
+
+_SAFE_ENGINES: dict[type, type] = {}
+
+
+def safe_checkpoint_engine(engine: Any) -> None:
+    """Make ``engine``'s checkpoint engine load with ``weights_only=True``.
+
+    DeepSpeed's ``TorchCheckpointEngine`` reads every file of a checkpoint with
+    ``torch.load(weights_only=False)``, so a crafted checkpoint could run code.
+    The engine's instance gets a subclass whose ``load`` admits tensors, plain
+    containers and the few DeepSpeed classes its checkpoints hold. A checkpoint
+    engine the user configured (a decoupled or NVMe one) is left alone.
+    """
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import (
+        TorchCheckpointEngine,
+    )
+
+    original = engine.checkpoint_engine
+    if type(original) is not TorchCheckpointEngine:
+        return
+    if TorchCheckpointEngine not in _SAFE_ENGINES:
+        _SAFE_ENGINES[TorchCheckpointEngine] = type(
+            "SafeTorchCheckpointEngine", (TorchCheckpointEngine,), {"load": _safe_load})
+    original.__class__ = _SAFE_ENGINES[TorchCheckpointEngine]
+
+
+def _safe_load(self: Any, path: str, map_location: Any = None) -> Any:
+    import pickle
+
+    from flexgraph.training.errors import UnsafeCheckpointError
+
+    try:
+        with torch.serialization.safe_globals(safe_globals()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        detail = next((line.strip() for line in str(exc).splitlines()
+                       if "GLOBAL" in line or "Unsupported" in line), "")
+        raise UnsafeCheckpointError(
+            f"refused to load {path!r}: it holds objects a DeepSpeed checkpoint never "
+            f"holds. {detail}") from None
+
+
+class DeepSpeedCheckpointIO(CheckpointIO):
+    """DeepSpeed's own checkpoint directories (``iter_40.ds/``), every rank writing.
+
+    The checkpoint dict (loop position, schedulers, RNG states, hook extras)
+    travels in DeepSpeed's ``client_state``; the engine writes the weights and
+    the optimizer partitions itself, so the dict has no ``state_dict`` or
+    ``optimizer`` entry.
+    """
+
+    suffix = ".ds"
+    format = DEEPSPEED_DIRECTORY
+    weight_formats = (TORCH_SAVE_FILE, DEEPSPEED_DIRECTORY, SAFETENSORS_FILE, DCP_DIRECTORY)
+
+    def __init__(self, exclude_frozen_parameters: bool = False) -> None:
+        self.exclude_frozen_parameters = bool(exclude_frozen_parameters)
+
+    def states(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:
+        return {}
+
+    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
+              optim_wrapper: Any = None) -> None:
+        model.engine.save_checkpoint(str(path.parent), tag=path.name, client_state=checkpoint,
+                                     save_latest=False,
+                                     exclude_frozen_parameters=self.exclude_frozen_parameters)
+
+    def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
+                    optim_wrapper: Any = None) -> int:
+        """The engine's weights (whole, even under ZeRO-3) and every rank's optimizer state.
+
+        This rank's optimizer partition (its state and fp32 master weights)
+        counted once per rank: roughly what
+        ``save_checkpoint`` writes, for a full device's message.
+        """
+        engine = model.engine
+        weights = sum(int(getattr(p, "ds_numel", p.numel())) * p.element_size()
+                      for p in engine.module.parameters())
+        optimizer = engine.optimizer
+        state = getattr(getattr(optimizer, "optimizer", optimizer), "state", {})
+        masters = (getattr(optimizer, "single_partition_of_fp32_groups", None)  # ZeRO-1/2
+                   or getattr(optimizer, "fp32_partitioned_groups_flat", None) or [])  # ZeRO-3
+        partition = tensor_bytes(list(state.values())) + tensor_bytes(list(masters))
+        return tensor_bytes(checkpoint) + weights + partition * world_size()
+
+    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
+        if not self.is_complete(path):
+            raise CheckpointError(f"{str(path)!r} is not a complete DeepSpeed checkpoint "
+                                  f"directory (no *model_states.pt); was its save interrupted?")
+        engine = model.engine
+        loaded, client_state = engine.load_checkpoint(
+            str(path.parent), tag=path.name, load_optimizer_states=True,
+            load_lr_scheduler_states=engine.lr_scheduler is not None)
+        if loaded is None:
+            raise CheckpointError(f"DeepSpeed could not load {str(path)!r}")
+        return dict(client_state or {})
+
+    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: Any, optim_wrapper: Any,
+              strict: bool = True) -> None:
+        """Nothing left to do: the engine loaded its state in :meth:`read`."""
+
+    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
+        """``load_from`` into the running engine; see :func:`_load_weights_into_engine`."""
+        return _load_weights_into_engine(model, path, on_read)
+
+    def is_complete(self, path: Path) -> bool:
+        return path.is_dir() and any(p.stat().st_size for p in path.glob("*model_states.pt"))
+
+
+def _refresh_master_weights(engine: Any) -> None:
+    """Copy freshly loaded weights into the optimizer's fp32 master copies (ZeRO, fp16)."""
+    refresh = getattr(engine.optimizer, "refresh_fp32_params", None)
+    if callable(refresh):
+        refresh()
+
+
+def _load_partitioned(module: torch.nn.Module, weights: dict[str, torch.Tensor],
+                      missing: set[str]) -> None:
+    """Rank 0's ``weights`` into ZeRO-3 partitions, one module's parameters gathered at a time."""
+    import deepspeed
+
+    for prefix, sub in module.named_modules():
+        own = list(sub.named_parameters(recurse=False))
+        if own:
+            with deepspeed.zero.GatheredParameters([p for _, p in own], modifier_rank=0), \
+                    torch.no_grad():
+                for name, param in own:
+                    key = f"{prefix}.{name}" if prefix else name
+                    if this_rank() == 0 and key in weights:
+                        param.copy_(weights[key])
+        for name, buffer in sub.named_buffers(recurse=False):
+            key = f"{prefix}.{name}" if prefix else name
+            if key not in missing:
+                with torch.no_grad():
+                    if this_rank() == 0:
+                        buffer.copy_(weights[key])
+                    torch.distributed.broadcast(buffer, src=0)
+
+
+def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
+                              ) -> WeightsLoaded:
+    """``load_from`` into a running engine; returns the keys left out.
+
+    A DeepSpeed tag without ZeRO-3 loads through the engine (weights only).
+    Otherwise the checkpoint's full weights are read: under ZeRO-3 by rank 0
+    alone, each module's parameters gathered only while their values go in, so
+    no other rank ever holds the whole model; without it every rank loads its
+    full copy. Either way the optimizer's master copies follow the loaded weights.
+    """
+    engine = model.engine
+    partitioned = engine.zero_optimization_partition_weights()
+    if DEEPSPEED_DIRECTORY.recognise(path) and not partitioned:
+        _, client_state = engine.load_checkpoint(
+            str(path.parent), tag=path.name, load_module_strict=False,
+            load_optimizer_states=False, load_lr_scheduler_states=False,
+            load_module_only=True)
+        on_read({"meta": dict((client_state or {}).get("meta") or {}), "state_dict": {}})
+        _refresh_master_weights(engine)
+        return WeightsLoaded()
+    if not partitioned:
+        checkpoint = read_any_checkpoint(path)  # a DeepSpeed tag through zero_to_fp32
+        on_read(checkpoint)
+        loaded = apply_weights(model.module, checkpoint, str(path), strict=False)
+        _refresh_master_weights(engine)
+        return loaded
+    module = model.module
+    shapes = {n: tuple(getattr(p, "ds_shape", p.shape)) for n, p in
+              [*module.named_parameters(), *module.named_buffers()]}
+    checkpoint = rank0_does(lambda: read_any_checkpoint(path), share_result=False)
+    on_read(checkpoint if checkpoint is not None else {"meta": {}, "state_dict": {}})
+    found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes,
+                                                type(module).__name__), share_result=False)
+    weights, left_out = found if found is not None else ({}, None)
+    left_out = broadcast_from_rank0(left_out)
+    not_loaded = {*left_out.missing, *(m.split(":", 1)[0] for m in left_out.mismatched)}
+    _load_partitioned(module, weights, not_loaded)  # the same set on every rank
+    _refresh_master_weights(engine)
+    return left_out
+
+
+def model_states_file(path: Path) -> Path:
+    """``mp_rank_00_model_states.pt``, or under ZeRO-3 rank 0's own.
+
+    Parameters
+    ----------
+    path : Path
+        A DeepSpeed tag directory (it holds ``*model_states.pt``).
+
+    Returns
+    -------
+    Path
+        The model-states file that holds the whole module's state.
+    """
+    return min(path.glob("*model_states.pt"),
+               key=lambda p: (p.name != "mp_rank_00_model_states.pt", p.name))
+
+
+def _deepspeed_classes() -> list[Any]:
+    """:func:`safe_globals`, importing DeepSpeed with its log lines sent to stderr.
+
+    DeepSpeed's logger writes to the ``sys.stdout`` of its import, which is
+    where ``--format json`` prints the summary.
+    """
+    with contextlib.redirect_stdout(sys.stderr):
+        return safe_globals()
+
+
+def read_deepspeed_file(file: Path) -> dict[str, Any]:
+    """One file of a DeepSpeed checkpoint, read safely.
+
+    ``weights_only=True`` with the allow-list of DeepSpeed's own classes
+    (:func:`safe_globals`), memory-mapped: a file holding anything else is
+    refused rather than unpickled.
+
+    Parameters
+    ----------
+    file : Path
+        A ``*model_states.pt`` or ``*optim_states.pt`` file.
+
+    Returns
+    -------
+    dict
+        What the file holds.
+
+    Raises
+    ------
+    CheckpointError
+        The file cannot be read that way, or holds something other than a dict.
+    """
+    try:
+        with torch.serialization.safe_globals(_deepspeed_classes()):
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise CheckpointError(f"DeepSpeed checkpoint file {str(file)!r} cannot be read: "
+                              f"{first}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"DeepSpeed checkpoint file {str(file)!r} holds a "
+                              f"{type(state).__name__}, not DeepSpeed's model states")
+    return state
+
+
+def zero_stage(state: Mapping[str, Any]) -> int:
+    """The ZeRO stage a model-states file was written under (0 without ZeRO).
+
+    Parameters
+    ----------
+    state : Mapping
+        A model-states file's content (:func:`read_deepspeed_file`).
+
+    Returns
+    -------
+    int
+        ``zero_optimization.stage`` of the DeepSpeed config it holds.
+    """
+    config = state.get("ds_config") if isinstance(state.get("ds_config"), Mapping) else {}
+    return int((config.get("zero_optimization") or {}).get("stage", 0) or 0)
+
+
+def _fp32_weights(path: Path) -> dict[str, Any]:
+    """``zero_to_fp32``'s weights (lazy: partitions gathered on ``.contiguous()``), read safely."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    for file in sorted(path.glob("*.pt")):
+        read_deepspeed_file(file)  # refuses what a DeepSpeed checkpoint never holds
+    with contextlib.redirect_stdout(sys.stderr):  # its progress lines, not on stdout
+        try:
+            return dict(get_fp32_state_dict_from_zero_checkpoint(
+                str(path.parent), tag=path.name, lazy_mode=True))
+        except (ValueError, FileNotFoundError, KeyError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise CheckpointError(f"DeepSpeed checkpoint {str(path)!r} cannot be converted to "
+                                  f"weights by DeepSpeed's zero_to_fp32: {first}") from None
+
+
+def open_deepspeed_directory(path: Path) -> CheckpointSource:
+    """A DeepSpeed tag's weights as ``{'state_dict': ...}`` (see the module docstring).
+
+    Parameters
+    ----------
+    path : Path
+        The tag directory ``save_checkpoint`` wrote (``iter_40.ds/``).
+
+    Returns
+    -------
+    CheckpointSource
+        The fp32 weights' layout, each fetched when asked for; DeepSpeed's
+        optimizer partitions are not converted.
+
+    Raises
+    ------
+    CheckpointError
+        A file cannot be read or holds what DeepSpeed never writes, or
+        DeepSpeed's converter refuses the directory (a rank's files missing).
+    """
+    state = read_deepspeed_file(model_states_file(path))
+    if zero_stage(state) == 0:
+        module = state.get("module")
+        if not isinstance(module, Mapping) or not module:
+            raise CheckpointError(f"DeepSpeed checkpoint {str(path)!r} has no module weights")
+        weights: dict[str, Any] = dict(module)
+    else:
+        weights = _fp32_weights(path)
+    layout = weights_layout({k: torch.empty(tuple(v.shape), dtype=v.dtype, device="meta")
+                             for k, v in weights.items()})
+    stored = {k.removeprefix("module."): k for k in weights}
+
+    def fetch(key: tuple[Any, ...]) -> torch.Tensor:
+        value = weights[stored[key[-1]]]
+        return value if isinstance(value, torch.Tensor) else value.contiguous()
+
+    return CheckpointSource(path, DEEPSPEED_DIRECTORY.name, layout, fetch,
+                            note="optimizer: DeepSpeed's own partitions are not converted "
+                                 "(weights only, as DeepSpeed's zero_to_fp32 gives them)")

@@ -1,0 +1,344 @@
+"""DeepSpeed's runtime besides checkpoints: its config, its engine in MMEngine's shapes.
+
+``deepspeed.initialize`` returns an engine that owns the parameters (partitioned
+under ZeRO-3), the optimizer (wrapped in a ZeRO optimizer) and backward and
+step. flexgraph's loop, hooks and schedulers talk to MMEngine-shaped objects, so
+this module shapes the engine that way, as MMEngine's own DeepSpeed wrappers do
+(which no longer import with current DeepSpeed):
+
+* :func:`fill_config`: the DeepSpeed config completed from the run's config
+  (batch sizes, accumulation, clipping, ZeRO bucket sizes left ``'auto'``),
+  a contradiction refused; :func:`write_config_file` leaves it in the work_dir.
+* :class:`EngineModel`: ``train_step`` / ``val_step`` / ``test_step`` of a
+  ``BaseModel`` (data preprocessor, ``inputs_to_half``, ``parse_losses``) run
+  through the engine; everything else is the engine's. :func:`cast_inputs`
+  casts a batch to the engine's precision.
+* :func:`engine_train_step`: the loop's per-batch function, the engine doing
+  backward and step.
+* :class:`DeepSpeedOptimWrapper`: an MMEngine optimizer wrapper whose
+  ``update_params`` is ``engine.backward`` + ``engine.step``; MMEngine's
+  parameter schedulers drive its ``param_groups``.
+* :func:`stale_build_locks`: the lock files that interrupted builds of
+  DeepSpeed's C++ ops leave behind, on which every later build would wait.
+
+The strategy's checkpoints (saving and restoring a run through DeepSpeed's own
+format, and loading ``load_from`` weights into the engine) are in
+:mod:`flexgraph.strategies.deepspeed.checkpoint`.
+
+Nothing here is imported at plan time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from flexgraph.strategies.deepspeed.params import named_parameter_errors
+from mmengine.optim import BaseOptimWrapper
+from mmengine.registry import MODEL_WRAPPERS
+
+from flexgraph.training.components import forward, loss_of, uses_step_api
+from flexgraph.training.errors import ConfigError
+from flexgraph.training.runtime import this_rank
+
+__all__ = [
+    "DeepSpeedOptimWrapper",
+    "EngineModel",
+    "cast_inputs",
+    "engine_train_step",
+    "fill_config",
+    "stale_build_locks",
+    "write_config_file",
+]
+
+AUTO = "auto"
+
+
+# -- the DeepSpeed config, completed at run time ----------------------------------------------
+
+def _clamp(value: float, low: float, high: float) -> int:
+    return int(min(max(value, low), high))
+
+
+def _set(config: dict[str, Any], key: str, value: Any, source: str) -> None:
+    """Fill ``config[key]`` from ``source`` unless the user set a different value."""
+    current = config.get(key)
+    if current is None or current == AUTO:
+        config[key] = value
+    elif current != value:
+        raise ConfigError(f"strategy 'deepspeed': {key}={current!r} contradicts {source} "
+                          f"({value!r}); set one of them")
+
+
+def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
+                numel: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The DeepSpeed config with what flexgraph derives filled in; returns (config, filled).
+
+    Batch sizes come from ``train_dataloader.batch_size`` and the world size;
+    ``optim_wrapper.clip_grad`` / ``accumulative_counts`` become
+    ``gradient_clipping`` / ``gradient_accumulation_steps`` (no ``clip_grad``:
+    ``gradient_clipping=0``, no clipping, where DeepSpeed's default clips at
+    1.0). Nothing the user set
+    is overwritten: a contradiction is a :class:`ConfigError`. ZeRO bucket sizes
+    and stage-3 limits left ``'auto'`` are sized from the model (``numel``
+    parameters): DeepSpeed's defaults (5e8 elements, about 2 GiB per fp32 bucket)
+    are sized for models far larger than most, and on a model of a few hundred
+    million parameters they cost more memory than ZeRO saves.
+    """
+    config = json.loads(json.dumps(config))  # a deep, plain copy
+    before = json.loads(json.dumps(config))
+    optim_cfg = dict(cfg.get("optim_wrapper") or {})
+    loader = cfg.get("train_dataloader") or cfg.get("val_dataloader") or {}
+    accumulation = int(optim_cfg.get("accumulative_counts", 1))
+    if accumulation != 1 or config.get("gradient_accumulation_steps") in (None, AUTO):
+        _set(config, "gradient_accumulation_steps", accumulation,
+             "optim_wrapper.accumulative_counts")
+    clip = optim_cfg.get("clip_grad")
+    if clip:
+        if float(clip.get("norm_type", 2)) != 2.0 or set(clip) - {"max_norm", "norm_type"}:
+            raise ConfigError("strategy 'deepspeed': DeepSpeed clips by the global L2 norm "
+                              "only; use optim_wrapper.clip_grad=dict(max_norm=...)")
+        _set(config, "gradient_clipping", float(clip["max_norm"]), "optim_wrapper.clip_grad")
+    else:
+        # No clip_grad means no clipping, as under every other strategy. DeepSpeed's
+        # own default clips at a global norm of 1.0 (GRADIENT_CLIPPING_DEFAULT),
+        # which silently changes training: the same config would train differently.
+        config.setdefault("gradient_clipping", 0.0)
+    batch = loader.get("batch_size") if isinstance(loader, Mapping) else None
+    if batch is not None:
+        _set(config, "train_micro_batch_size_per_gpu", int(batch),
+             "train_dataloader.batch_size")
+    micro = config.get("train_micro_batch_size_per_gpu")
+    if isinstance(micro, int):
+        _set(config, "train_batch_size",
+             micro * int(config["gradient_accumulation_steps"]) * world_size,
+             f"micro batch {micro} x accumulation x world size {world_size}")
+    zero = config.setdefault("zero_optimization", {})
+    bucket = _clamp(numel / 16, 1e6, 5e7)
+    sizes = {"reduce_bucket_size": bucket, "allgather_bucket_size": bucket,
+             "stage3_prefetch_bucket_size": bucket, "sub_group_size": bucket,
+             "stage3_max_live_parameters": _clamp(numel / 8, 1e6, 1e9),
+             "stage3_max_reuse_distance": _clamp(numel / 8, 1e6, 1e9)}
+    for key, value in sizes.items():
+        if zero.get(key) == AUTO:
+            zero[key] = value
+    _fill_hierarchical(zero, world_size)
+    filled = {k: v for k, v in config.items() if before.get(k) != v and k != "zero_optimization"}
+    filled.update({f"zero_optimization.{k}": v for k, v in zero.items()
+                   if before.get("zero_optimization", {}).get(k) != v})
+    return config, filled
+
+
+def _fill_hierarchical(zero: dict[str, Any], world_size: int) -> None:
+    """ZeRO++ hpZ's group: ``'auto'`` is the launch's processes per node; it must divide
+    the world (every node the same size)."""
+    hpz = zero.get("zero_hpz_partition_size")
+    if hpz == AUTO:
+        hpz = zero["zero_hpz_partition_size"] = int(os.environ.get("LOCAL_WORLD_SIZE",
+                                                                   world_size))
+    if isinstance(hpz, int) and hpz > 1 and world_size % hpz:
+        raise ConfigError(f"strategy 'deepspeed': zero_optimization.zero_hpz_partition_size="
+                          f"{hpz} does not divide the world size {world_size}; use the "
+                          f"processes per node, or 'auto'")
+
+
+# -- the engine as an MMEngine model ----------------------------------------------------------
+
+def cast_inputs(data: Any, keys: list[Any] | None, dtype: torch.dtype | None) -> Any:
+    """``data`` with the floating tensors under ``keys`` cast to ``dtype``.
+
+    ``keys`` name dict keys, or positions (in a list or tuple, or among a
+    dict's keys in order, which is how MMEngine configs that say
+    ``inputs_to_half=[0]`` meet the dict a data preprocessor returns). Tensors
+    may be nested in lists, tuples and dicts. ``keys=None`` (the config left
+    ``inputs_to_half`` unset) casts every floating tensor: a half-precision
+    engine's model cannot take fp32 inputs, so a config that switches to
+    DeepSpeed's bf16 by its ``strategy`` line alone trains as it is (as
+    Lightning's DeepSpeed precision does); ``[]`` casts nothing.
+    """
+    if dtype is None or keys == []:
+        return data
+
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(dtype) if value.is_floating_point() else value
+        if isinstance(value, Mapping):
+            return type(value)({k: cast(v) for k, v in value.items()})
+        if isinstance(value, (list, tuple)):
+            return type(value)(cast(v) for v in value)
+        return value
+
+    if keys is None:
+        return cast(data)
+    if isinstance(data, Mapping):
+        names = list(data)
+        chosen = {names[k] if isinstance(k, int) and 0 <= k < len(names) else k for k in keys}
+        return type(data)({k: cast(v) if k in chosen else v for k, v in data.items()})
+    if isinstance(data, (list, tuple)):
+        return type(data)(cast(v) if i in keys else v for i, v in enumerate(data))
+    return cast(data) if 0 in keys else data
+
+
+@MODEL_WRAPPERS.register_module(force=True)
+class EngineModel:
+    """A DeepSpeed engine behaving like an MMEngine model wrapper.
+
+    ``module`` is the user's model (so checkpoints and hooks see it unwrapped),
+    ``engine`` the DeepSpeed engine; any other attribute is the engine's.
+    """
+
+    def __init__(self, engine: Any, inputs_to_half: list[Any] | None = None) -> None:
+        self.engine = engine
+        self.module = engine.module
+        self.inputs_to_half = inputs_to_half
+        self.compute_dtype = _compute_dtype(engine)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def _prepared(self, data: Any, training: bool) -> Any:
+        return cast_inputs(self.module.data_preprocessor(data, training), self.inputs_to_half,
+                           self.compute_dtype)
+
+    def _run(self, data: Any, mode: str) -> Any:
+        with named_parameter_errors(self.module):
+            if isinstance(data, Mapping):
+                return self.engine(**data, mode=mode)
+            return self.engine(*data, mode=mode)
+
+    def train_step(self, data: Any, optim_wrapper: Any) -> dict[str, torch.Tensor]:
+        losses = self._run(self._prepared(data, True), "loss")
+        loss, log_vars = self.module.parse_losses(losses)
+        with named_parameter_errors(self.module):
+            optim_wrapper.update_params(loss)
+        return log_vars
+
+    def val_step(self, data: Any) -> list[Any]:
+        return self._run(self._prepared(data, False), "predict")
+
+    def test_step(self, data: Any) -> list[Any]:
+        return self._run(self._prepared(data, False), "predict")
+
+
+def _compute_dtype(engine: Any) -> torch.dtype | None:
+    if engine.fp16_enabled():
+        return torch.float16
+    if engine.bfloat16_enabled():
+        return torch.bfloat16
+    return None
+
+
+def engine_train_step(model: EngineModel, optim_wrapper: Any) -> Any:
+    """The loop's per-batch function: the engine does backward and step."""
+    if uses_step_api(model.module):
+        train_step = model.train_step
+
+        def step_api(batch: Any) -> Any:
+            return train_step(batch, optim_wrapper)
+
+        return step_api
+    engine = model.engine
+    keys, dtype = model.inputs_to_half, model.compute_dtype
+
+    def plain(batch: Any) -> Any:
+        batch = cast_inputs(batch, keys, dtype)
+        with named_parameter_errors(model.module):
+            loss, logged = loss_of(forward(engine, batch), model.module)
+            engine.backward(loss)
+            engine.step()
+        return logged
+
+    return plain
+
+
+class DeepSpeedOptimWrapper(BaseOptimWrapper):
+    """MMEngine's optimizer-wrapper interface over a DeepSpeed engine.
+
+    ``optimizer`` is the engine's (a ZeRO optimizer whose ``param_groups`` are
+    the torch optimizer's), so MMEngine's LR schedulers work unchanged.
+    Accumulation and clipping are DeepSpeed's (``gradient_accumulation_steps``,
+    ``gradient_clipping``): ``step`` is a no-op for DeepSpeed between boundaries.
+
+    ``torch_optimizer`` is the optimizer the config described, before DeepSpeed
+    wrapped it. With several param groups (layer-wise LR decay, any
+    ``paramwise_cfg``) MMEngine's wrapper keeps a copy of the optimizer's
+    ``defaults`` to track the base learning rate, and ZeRO's optimizers have no
+    ``defaults``; so the wrapper is made over the torch optimizer and then
+    points at the engine's, as MMEngine's own DeepSpeed strategy does.
+    """
+
+    def __init__(self, engine: Any, torch_optimizer: Any = None) -> None:
+        if torch_optimizer is None:  # the DeepSpeed config built its own optimizer
+            torch_optimizer = getattr(engine.optimizer, "optimizer", engine.optimizer)
+        super().__init__(torch_optimizer)
+        self.optimizer = engine.optimizer
+        self.engine = engine
+
+    def update_params(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self.backward(loss)
+        self.step()
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self.engine.backward(loss)
+
+    def step(self, **kwargs: Any) -> None:
+        self.engine.step()
+
+    def zero_grad(self, **kwargs: Any) -> None:
+        """The engine zeroes gradients in ``step`` at each accumulation boundary."""
+
+    def initialize_count_status(self, model: Any, init_counts: int, max_counts: int) -> None:
+        """Accumulation is counted by the engine (``gradient_accumulation_steps``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Empty: the engine's checkpoint holds the optimizer state."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to load: see :meth:`state_dict`."""
+
+    @contextlib.contextmanager
+    def optim_context(self, model: Any):
+        yield
+
+
+def write_config_file(config: Mapping[str, Any], work_dir: str) -> None:
+    """Rank 0 leaves the DeepSpeed config it ran with in the work_dir."""
+    if this_rank() != 0:
+        return
+    folder = Path(work_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "deepspeed_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+# -- DeepSpeed's C++ op builds ------------------------------------------------------------------
+
+STALE_LOCK_SECONDS = 600
+
+
+def stale_build_locks(now: float | None = None) -> list[tuple[Path, float]]:
+    """Lock files of interrupted C++ op builds, with their ages in seconds.
+
+    DeepSpeed builds its ops on first use (its fused Adam, a shared-memory
+    comm op on the CPU) through torch, under ``<extensions dir>/<op>/lock``.
+    A build that is killed leaves the file behind, and every later build of
+    that op waits for it to go, silently and forever. A build takes about a
+    minute, so a lock older than :data:`STALE_LOCK_SECONDS` is taken as stale.
+    """
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    now = time.time() if now is None else now
+    found = []
+    for lock in sorted({*root.glob("*/lock"), *root.glob("*/*/lock")}):
+        with contextlib.suppress(OSError):  # a build may finish and remove it meanwhile
+            age = now - lock.stat().st_mtime
+            if age > STALE_LOCK_SECONDS:
+                found.append((lock, age))
+    return found

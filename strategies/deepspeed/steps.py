@@ -1,0 +1,222 @@
+"""The DeepSpeed strategy's step functions: what its rewrites bring into the plan.
+
+* :func:`setup_env`: the precision checked against the accelerator, then the
+  process group joined (DeepSpeed's too).
+* :func:`zero_init` (stage 3, ``build_model``'s init context) and
+  :func:`init_gathered_weights`: the model partitioned as it is built, then
+  initialised with its parameters gathered.
+* :func:`initialize`: ``deepspeed.initialize``, the engine and its ZeRO
+  optimizer in MMEngine's shapes (:mod:`flexgraph.strategies.deepspeed.engine`).
+* :func:`build_train_step`: the engine's backward and step.
+
+Each imports DeepSpeed when it runs, never when the plan is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+
+def _import_deepspeed() -> Any:
+    """Import DeepSpeed, telling it the accelerator instead of letting it guess aloud."""
+    import torch
+
+    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"
+    try:
+        import deepspeed
+    except ImportError as exc:
+        from flexgraph.training.errors import ConfigError
+
+        raise ConfigError(f"strategy 'deepspeed' needs DeepSpeed: pip install deepspeed "
+                          f"({exc})") from None
+    import logging
+    import warnings
+
+    deepspeed.utils.logger.setLevel(logging.WARNING)  # its INFO lines go per rank, per step
+    # DeepSpeed calls collectives torch has renamed; nothing a user can act on.
+    warnings.filterwarnings("ignore", r"`torch\.distributed\.\w+` is deprecated",
+                            FutureWarning)
+    return deepspeed
+
+
+def setup_env(cfg: Any, *, precision: str = "fp32", tensor_parallel: bool = False,
+              device: str | None = None, backend: str | None = None,
+              timeout: float = 1800) -> Any:
+    """Check the precision against the accelerator, then join the process group."""
+    from flexgraph.training.errors import ConfigError
+    from flexgraph.training.runtime import setup_process_group
+
+    deepspeed = _import_deepspeed()
+    accelerator = deepspeed.accelerator.get_accelerator()
+    if precision == "fp16" and not accelerator.is_fp16_supported():
+        raise ConfigError(
+            f"strategy 'deepspeed': fp16 is not supported on this machine's accelerator "
+            f"({accelerator.device_name()}); use bf16=dict(enabled=True) instead of "
+            f"fp16=dict(enabled=True)")
+    if precision == "bf16" and not accelerator.is_bf16_supported():
+        raise ConfigError(f"strategy 'deepspeed': bf16 is not supported on "
+                          f"{accelerator.device_name()}; use fp16=dict(enabled=True)")
+    if not tensor_parallel:
+        _leave_out_shm_all_reduce(deepspeed)
+    _warn_about_stale_build_locks()
+    env = setup_process_group(cfg, device=device, backend=backend, timeout=timeout)
+    # DeepSpeed reads LOCAL_RANK itself (its engine, zero.Init), which a process
+    # started without a launcher lacks: it is then a world of one, rank 0.
+    os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
+    deepspeed.init_distributed(dist_backend=backend or ("nccl" if "cuda" in env.device
+                                                        else "gloo"))
+    return env
+
+
+def _leave_out_shm_all_reduce(deepspeed: Any) -> None:
+    """Keep DeepSpeed from building its shared-memory all-reduce op, which training never calls.
+
+    On a CPU, ``init_distributed`` compiles that C++ op (about 40 s, once per
+    environment) and every rank loads it, although only DeepSpeed's tensor-parallel
+    layers call it (``inference_all_reduce``); ZeRO's collectives are torch's.
+    DeepSpeed keeps the ops it may build in one dict that it probes once, so that edits
+    to it persist. A config with a ``tensor_parallel`` section keeps the op.
+    """
+    builder = deepspeed.accelerator.get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None:
+        deepspeed.ops.__compatible_ops__[builder.NAME] = False
+
+
+def _warn_about_stale_build_locks() -> None:
+    """Say so (once per machine) when an interrupted op build would make this run hang."""
+    import warnings
+
+    from flexgraph.strategies.deepspeed.engine import stale_build_locks
+
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    for lock, age in stale_build_locks():
+        warnings.warn(f"{lock} is {age / 60:.0f} min old: a build of a DeepSpeed C++ op was "
+                      f"interrupted, and a run that builds that op waits for the file to go, "
+                      f"forever; delete it unless a build is running", stacklevel=2)
+
+
+def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:
+    """``deepspeed.zero.Init``: ZeRO-3 partitions each parameter as it is created.
+
+    Given the run's DeepSpeed config (batch sizes filled in: DeepSpeed checks
+    them), so parameters are created in the training precision and placement.
+    """
+    from flexgraph.strategies.deepspeed.engine import fill_config
+
+    deepspeed = _import_deepspeed()
+    resolved, _ = fill_config(config, cfg=cfg, world_size=env.world_size, numel=0)
+    return deepspeed.zero.Init(config_dict_or_path=resolved)
+
+
+def init_gathered_weights(env: Any, model: Any) -> Any:
+    """``model.init_weights()`` with the partitioned parameters gathered.
+
+    Every rank holds the whole model for the duration of the call (rank 0's
+    values are kept and re-partitioned); a model initialised by its
+    constructors alone (no ``init_weights``) never gathers.
+    """
+    from flexgraph.training.checkpoint import load_pretrained
+    from flexgraph.training.components import initialise
+
+    if callable(getattr(model, "init_weights", None)):
+        deepspeed = _import_deepspeed()
+        with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
+            initialise(model, load_pretrained=load_pretrained)
+    return model
+
+
+def _optimizer(cfg: Any, model: Any) -> Any:
+    """The torch optimizer the config's optim_wrapper describes (paramwise_cfg included)."""
+    from mmengine.config import ConfigDict
+
+    from flexgraph.training.components import build_optim_wrapper
+    from flexgraph.training.errors import ConfigError
+
+    ow_cfg = cfg.get("optim_wrapper")
+    if ow_cfg is None:
+        return None
+    plain = dict(ow_cfg)
+    kind = plain.pop("type", "OptimWrapper")
+    kind = getattr(kind, "__name__", kind)
+    if str(kind).rpartition(".")[2] not in ("OptimWrapper", "DeepSpeedOptimWrapper"):
+        raise ConfigError(f"strategy 'deepspeed': optim_wrapper type {kind!r} does not apply; "
+                          f"DeepSpeed does precision, clipping and accumulation itself: use "
+                          f"type='DeepSpeedOptimWrapper' (or none) and the strategy's "
+                          f"fp16/bf16 keys")
+    for moved in ("clip_grad", "accumulative_counts"):  # became DeepSpeed config keys
+        plain.pop(moved, None)
+    with _full_shapes(model):
+        return build_optim_wrapper(ConfigDict(optim_wrapper=plain), model).optimizer
+
+
+@contextlib.contextmanager
+def _full_shapes(model: Any) -> Iterator[None]:
+    """ZeRO-3's partitioned parameters show their full shape, without storage.
+
+    Under ``zero.Init`` a parameter's tensor is an empty placeholder (shape
+    ``[0]``, so ``ndim == 1``) and its shape lives in ``ds_shape``. Optimizer
+    constructors choose param groups by shape: MMEngine's and mmpretrain's put
+    every 1-D parameter (biases, norms) in a group without weight decay, so on
+    the placeholders every parameter would lose its weight decay. For the
+    duration, each placeholder is swapped for one element expanded to the full
+    shape (a tensor's data can only be swapped for one of the same device).
+    """
+    import torch
+
+    swapped = [(p, p.data) for p in model.parameters() if hasattr(p, "ds_shape")]
+    try:
+        for param, placeholder in swapped:
+            param.data = torch.empty(1, dtype=placeholder.dtype,
+                                     device=placeholder.device).expand(param.ds_shape)
+        yield
+    finally:
+        for param, placeholder in swapped:
+            param.data = placeholder
+
+
+def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[str, Any],
+               inputs_to_half: list[Any] | None = None) -> dict[str, Any]:
+    """``deepspeed.initialize``: the engine, as a model, and its optimizer wrapper."""
+    from flexgraph.strategies.deepspeed.checkpoint import safe_checkpoint_engine
+    from flexgraph.strategies.deepspeed.engine import (
+        DeepSpeedOptimWrapper,
+        EngineModel,
+        fill_config,
+        write_config_file,
+    )
+    from flexgraph.strategies.deepspeed.params import refuse_empty_parameters
+
+    deepspeed = _import_deepspeed()
+    numel = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    resolved, filled = fill_config(config, cfg=cfg, world_size=env.world_size, numel=numel)
+    optimizer = _optimizer(cfg, model)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=resolved)
+    refuse_empty_parameters(engine.module)  # before any checkpoint or batch
+    safe_checkpoint_engine(engine)
+    write_config_file(resolved, hooks.runner.work_dir)
+    wrapped = EngineModel(engine, inputs_to_half)
+    if env.is_main:
+        if filled:
+            chosen = ", ".join(f"{k}={v}" for k, v in sorted(filled.items()))
+            hooks.runner.logger.info(f"DeepSpeed config filled in: {chosen}")
+        if inputs_to_half is None and wrapped.compute_dtype is not None:
+            hooks.runner.logger.info(
+                f"DeepSpeed runs the model in {wrapped.compute_dtype}: floating-point "
+                f"inputs are cast to it (inputs_to_half=[...] names which instead)")
+    outputs: dict[str, Any] = {"model": wrapped,
+                               "optim_wrapper": DeepSpeedOptimWrapper(engine, optimizer)}
+    if "scheduler" in resolved:
+        outputs["param_schedulers"] = []  # the engine steps its own LR scheduler
+    return outputs
+
+
+def build_train_step(model: Any, optim_wrapper: Any) -> Any:
+    """The engine's backward and step, behind MMEngine's ``train_step`` contract."""
+    from flexgraph.strategies.deepspeed.engine import engine_train_step
+
+    return engine_train_step(model, optim_wrapper)

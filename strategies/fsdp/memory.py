@@ -1,0 +1,103 @@
+"""FSDPStrategy's memory: fp32 shards, plus the units gathered while they compute.
+
+Per rank, ``P`` parameters over ``N`` ranks: parameters, gradients and the
+optimizer's ``k`` states are fp32 shards (``4P/N``, ``4P/N``, ``4kP/N``).
+While a unit computes, its parameters are all-gathered in the compute dtype
+(``mixed_precision.param_dtype``, else fp32) and the next unit's are prefetched,
+and in backward its gradients exist unsharded until the reduce-scatter: the
+buffers are modelled as two of the largest unit gathered plus its gradients,
+and the root's own parameters gathered for the whole step. Units are the ones
+``fully_shard`` would get (the wrap policy, :mod:`flexgraph.strategies.fsdp.units`);
+without a policy the root is the only unit and the whole model is gathered. With
+``reshard_after_forward=False`` (SHARD_GRAD_OP) every unit stays gathered
+from its forward to its backward. With ``activation_checkpointing`` the traced
+step checkpoints the same blocks as the run (:func:`traced_model`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flexgraph.strategies.common import refuse_stages
+from flexgraph.strategies.names import FSDP
+
+from flexgraph.training.estimate import StrategyMemory, bytes_per
+
+_LOW = {"float16": "fp16", "bfloat16": "bf16", "float32": None}
+
+
+def candidate_options(options: Mapping[str, Any], stage: str | None,
+                      precision: str | None) -> dict[str, Any]:
+    """``fsdp[:fp16|:bf16]``: a precision becomes ``mixed_precision.param_dtype``."""
+    refuse_stages(FSDP.name, stage)
+    chosen = dict(options)
+    if precision in ("fp16", "bf16"):
+        wrapper = dict(chosen.get("model_wrapper") or {})
+        dtype = {"fp16": "float16", "bf16": "bfloat16"}[precision]
+        wrapper["mixed_precision"] = dict(wrapper.get("mixed_precision") or {},
+                                          param_dtype=dtype)
+        chosen["model_wrapper"] = wrapper
+    return chosen
+
+
+def _unit_sizes(model: Any, policy: Any) -> tuple[int, int]:
+    """(the largest unit's own parameters, the root's own parameters)."""
+    from flexgraph.strategies.fsdp.units import resolve_wrap_policy, wrap_units
+
+    units = wrap_units(model, resolve_wrap_policy(policy, model, what="auto_wrap_policy"))
+    owned: set[int] = set()
+    largest = 0
+    for unit in units:  # innermost first: a unit's own are those no inner unit took
+        own = [p for p in unit.parameters() if id(p) not in owned]
+        owned.update(id(p) for p in own)
+        largest = max(largest, sum(p.numel() for p in own))
+    root = sum(p.numel() for p in model.parameters() if id(p) not in owned)
+    return largest, root
+
+
+def traced_model(model: Any, *, activation_checkpointing: Any = None,
+                 auto_wrap_policy: Any = None, **_: Any) -> Any:
+    """The model with the blocks the run checkpoints checkpointed (``None``: none)."""
+    if activation_checkpointing is None:
+        return None
+    from flexgraph.strategies.fsdp.units import checkpoint_selected
+
+    checkpoint_selected(model, activation_checkpointing, auto_wrap_policy)
+    return model
+
+
+def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_states: int,
+                    auto_wrap_policy: Any = None, reshard_after_forward: bool = True,
+                    mixed_precision: Mapping[str, Any] | None = None,
+                    cpu_offload: bool = False, hybrid_mesh: Any = None,
+                    activation_checkpointing: Any = None) -> StrategyMemory:
+    """fp32 shards; gathered units and unsharded gradients modelled as buffers."""
+    n = max(world_size, 1)
+    if isinstance(hybrid_mesh, (tuple, list)):
+        n = int(hybrid_mesh[1])
+    param_dtype = _LOW.get(str((mixed_precision or {}).get("param_dtype")).removeprefix("torch."))
+    reduce_dtype = _LOW.get(str((mixed_precision or {}).get("reduce_dtype")).removeprefix(
+        "torch."), param_dtype)
+    gathered = bytes_per(param_dtype)
+    largest, root = _unit_sizes(census.model, auto_wrap_policy)
+    if reshard_after_forward:
+        buffers = (2 * largest + root) * gathered + largest * bytes_per(reduce_dtype)
+    else:
+        buffers = census.total * gathered + largest * bytes_per(reduce_dtype)
+    notes = [f"sharded over {n} ranks; largest unit {largest:,} parameters, root "
+             f"{root:,} (gathered while they compute; modelled)"]
+    params = census.total * 4 // n
+    optim = optimizer_states * census.trainable * 4 // n
+    if cpu_offload:
+        params, optim = 0, 0
+        notes.append("cpu_offload: parameter shards and optimizer states in CPU memory")
+    if activation_checkpointing is not None:
+        notes.append("activation_checkpointing: applied in the trace, as the run applies it")
+    compute = f"half:{param_dtype}" if param_dtype else (f"amp:{amp}" if amp else "fp32")
+    stepped = (0, 0) if cpu_offload else (-(-census.largest_param // n),
+                                          census.trainable // n)  # each parameter's shard
+    return StrategyMemory(label=FSDP.name, parameters=params,
+                          gradients=census.trainable * 4 // n, optimizer=optim,
+                          buffers=buffers, compute=compute, notes=tuple(notes),
+                          stepped=stepped)

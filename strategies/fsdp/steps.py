@@ -1,0 +1,148 @@
+"""The FSDP strategy's step functions: what its rewrites bring into the plan.
+
+* :func:`shard`: ``fully_shard`` on every wrap-policy unit, innermost first,
+  then the root (``fully_shard``), on a hybrid mesh for HYBRID_SHARD.
+* :func:`materialize`: storage for this rank's shards of a model built on the
+  meta device (``skip_init_weights=True``).
+* :func:`checkpoint_blocks`: MMEngine's ``activation_checkpointing``.
+* :func:`check_initialised`: parameters neither init nor ``load_from`` set,
+  refused on every rank together.
+
+Each imports torch when it runs, never when the plan is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flexgraph.strategies.fsdp.options import FROM_LAUNCH
+
+
+def _dtype(name: str | None) -> Any:
+    import torch
+
+    return None if name is None else getattr(torch, name)
+
+
+def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
+          reshard_after_forward: bool = True, mixed_precision: Mapping[str, Any] | None = None,
+          cpu_offload: bool = False, broadcast_from_rank0: bool = False,
+          hybrid_mesh: str | tuple[int, int] | None = None) -> Any:
+    """``fully_shard`` every unit the wrap policy picks (innermost first), then the root.
+
+    ``hybrid_mesh`` (HYBRID_SHARD): shard over a 2-D mesh instead of every rank,
+    see :func:`_hybrid_mesh`.
+
+    ``broadcast_from_rank0``: every rank first takes rank 0's parameters and
+    buffers, as DDP does when it wraps. Ranks seeded apart
+    (``randomness.diff_rank_seed``) initialise different weights; the run's are
+    rank 0's, which are a single-device run's.
+    """
+    import torch
+    from flexgraph.strategies.fsdp.units import resolve_wrap_policy, wrap_units
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    if broadcast_from_rank0:
+        with torch.no_grad():
+            for tensor in (*model.parameters(), *model.buffers()):
+                torch.distributed.broadcast(tensor.data, src=0)
+
+    precision = dict(mixed_precision or {})
+    policy = MixedPrecisionPolicy(
+        param_dtype=_dtype(precision.get("param_dtype")),
+        reduce_dtype=_dtype(precision.get("reduce_dtype")),
+        output_dtype=_dtype(precision.get("output_dtype")),
+        cast_forward_inputs=precision.get("cast_forward_inputs", True))
+    options: dict[str, Any] = {"reshard_after_forward": reshard_after_forward,
+                               "mp_policy": policy}
+    if cpu_offload:
+        if not str(env.device).startswith("cuda"):
+            import warnings
+
+            warnings.warn("strategy 'fsdp': model_wrapper.cpu_offload is ignored on a CPU run "
+                          "(the parameters already live in CPU memory)", stacklevel=1)
+        else:
+            options["offload_policy"] = CPUOffloadPolicy()
+    if hybrid_mesh is not None:
+        options["mesh"] = _hybrid_mesh(env, hybrid_mesh)
+    wrap = resolve_wrap_policy(auto_wrap_policy, model, what="model_wrapper.auto_wrap_policy")
+    for unit in wrap_units(model, wrap):
+        fully_shard(unit, **options)
+    fully_shard(model, **options)
+    return model
+
+
+def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
+    """The 2-D mesh of hybrid sharding: parameters sharded within a row, rows replicated.
+
+    Rows are consecutive ranks, which launchers place on one node: each node
+    holds a whole copy of the model in shards, and only the gradients'
+    all-reduce crosses nodes. :data:`FROM_LAUNCH` sizes a row by the launch's
+    processes per node (``LOCAL_WORLD_SIZE``, set by torch's launcher and by
+    flexgraph's SLURM launch).
+    """
+    import os
+
+    from mmengine.logging import MMLogger
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from flexgraph.training.errors import ConfigError
+
+    if shape == FROM_LAUNCH:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", env.world_size))
+        shape = (max(env.world_size // per_node, 1), per_node)
+    if shape[0] * shape[1] != env.world_size:
+        raise ConfigError(f"strategy 'fsdp': a hybrid mesh of {shape[0]} x {shape[1]} needs "
+                          f"{shape[0] * shape[1]} ranks, the run has {env.world_size}; fix "
+                          f"model_wrapper.device_mesh or the launch")
+    MMLogger.get_current_instance().info(
+        f"fully_shard: hybrid mesh {shape[0]} x {shape[1]} (replicated {shape[0]} times, each "
+        f"copy sharded over {shape[1]} ranks)")
+    return init_device_mesh(str(env.device).split(":")[0], shape,
+                            mesh_dim_names=("replicate", "shard"))
+
+
+def materialize(env: Any, model: Any) -> Any:
+    """Storage on ``env.device`` for this rank's shards; see ``materialize_module``.
+
+    Only on the ``skip_init_weights`` path: the weights come from ``load_from``,
+    so nothing is initialised here, and a parameter the file lacks is found
+    (it holds NaN) and refused by the loader.
+    """
+    from flexgraph.training.runtime import materialize_module
+
+    return materialize_module(model, env.device)
+
+
+def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
+                      auto_wrap_policy: Any = None) -> Any:
+    """MMEngine's ``activation_checkpointing=dict(check_fn=...)``; see ``checkpoint_selected``."""
+    from flexgraph.strategies.fsdp.units import checkpoint_selected
+
+    checkpoint_selected(model, options, auto_wrap_policy)
+    return model
+
+
+def check_initialised(env: Any, model: Any) -> Any:
+    """Refuse, by name and on every rank together, parameters nothing initialised.
+
+    Only on the ``skip_init_weights`` path: ``materialize`` fills new storage
+    with NaN, so a parameter that neither a ``reset_parameters()`` nor
+    ``load_from`` set is found here, before it trains on garbage.
+    """
+    import torch
+
+    from flexgraph.training.errors import ConfigError
+    from flexgraph.training.runtime import uninitialised_parameters
+
+    bad: list[list[str]] = [[] for _ in range(env.world_size)]
+    torch.distributed.all_gather_object(bad, uninitialised_parameters(model))
+    names = sorted({name for rank in bad for name in rank})
+    if names:
+        raise ConfigError(
+            f"{len(names)} parameters were never initialised after materialize (e.g. "
+            f"{names[0]!r}): their module has no reset_parameters(), init_weights is "
+            f"skipped (skip_init_weights=True), and load_from did not hold them; give the "
+            f"module a reset_parameters() or load them from a checkpoint")
+    return model

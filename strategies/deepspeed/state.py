@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from flexgraph.strategies.deepspeed.models import saved_shape
 
 from flexgraph.training.checkpoint import StateAccess, TorchStateAccess
 
@@ -174,7 +175,7 @@ class DeepSpeedStateAccess(StateAccess):
 
     def model_state(self, model: Any) -> dict[str, torch.Tensor]:
         module = model.engine.module
-        out = {name: _full_weight(p) for name, p in module.named_parameters()}
+        out = {name: saved_shape(p, _full_weight(p)) for name, p in module.named_parameters()}
         out.update({name: b.detach().cpu().clone() for name, b in _buffers(module)})
         return out
 
@@ -191,7 +192,8 @@ class DeepSpeedStateAccess(StateAccess):
         for name, param in module.named_parameters():
             if not param.requires_grad:
                 continue
-            entry = {k: safe_get_full_optimizer_state(param, k).detach().cpu() for k in keys}
+            entry = {k: saved_shape(param, safe_get_full_optimizer_state(param, k).detach().cpu())
+                     for k in keys}
             if step is not None:
                 entry["step"] = step.clone()
             state[name] = entry

@@ -105,12 +105,18 @@ def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:
 
     Given the run's DeepSpeed config (batch sizes filled in: DeepSpeed checks
     them), so parameters are created in the training precision and placement.
+    ``torch.Tensor(data)`` keeps torch's meaning inside it, and 0-d parameters
+    are partitioned too (:mod:`flexgraph.strategies.deepspeed.models`).
     """
     from flexgraph.strategies.deepspeed.engine import fill_config
+    from flexgraph.strategies.deepspeed.models import data_constructors_kept, scalar_safe_init
 
     deepspeed = _import_deepspeed()
     resolved, _ = fill_config(config, cfg=cfg, world_size=env.world_size, numel=0)
-    return deepspeed.zero.Init(config_dict_or_path=resolved)
+    stack = contextlib.ExitStack()
+    stack.enter_context(scalar_safe_init(deepspeed)(config_dict_or_path=resolved))
+    stack.enter_context(data_constructors_kept())
+    return stack
 
 
 def init_gathered_weights(env: Any, model: Any) -> Any:
@@ -189,13 +195,22 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
         fill_config,
         write_config_file,
     )
+    from flexgraph.strategies.deepspeed.models import (
+        allow_torch_optimizer,
+        scalars_as_vectors,
+        scalars_restored,
+    )
     from flexgraph.strategies.deepspeed.params import refuse_empty_parameters
 
     deepspeed = _import_deepspeed()
     numel = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     resolved, filled = fill_config(config, cfg=cfg, world_size=env.world_size, numel=numel)
     optimizer = _optimizer(cfg, model)
+    allow_torch_optimizer(resolved, optimizer,
+                          hooks.runner.logger.info if env.is_main else lambda _: None)
+    scalars = scalars_as_vectors(model)  # DeepSpeed broadcasts them as bytes
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=resolved)
+    scalars_restored(scalars, engine.optimizer)
     refuse_empty_parameters(engine.module)  # before any checkpoint or batch
     safe_checkpoint_engine(engine)
     write_config_file(resolved, hooks.runner.work_dir)

@@ -34,12 +34,16 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     ``hybrid_mesh`` (HYBRID_SHARD): shard over a 2-D mesh instead of every rank,
     see :func:`_hybrid_mesh`.
 
+    0-d parameters, which ``fully_shard`` refuses, are replicated instead
+    (:mod:`flexgraph.strategies.fsdp.scalars`).
+
     ``broadcast_from_rank0``: every rank first takes rank 0's parameters and
     buffers, as DDP does when it wraps. Ranks seeded apart
     (``randomness.diff_rank_seed``) initialise different weights; the run's are
     rank 0's, which are a single-device run's.
     """
     import torch
+    from flexgraph.strategies.fsdp.scalars import replicate_scalars, scalar_parameters
     from flexgraph.strategies.fsdp.units import resolve_wrap_policy, wrap_units
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
@@ -66,6 +70,10 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
             options["offload_policy"] = CPUOffloadPolicy()
     if hybrid_mesh is not None:
         options["mesh"] = _hybrid_mesh(env, hybrid_mesh)
+    scalars = scalar_parameters(model)  # fully_shard refuses 0-d parameters: replicated
+    if scalars:
+        options["ignored_params"] = set(scalars)
+        replicate_scalars(model, scalars, env.device)
     wrap = resolve_wrap_policy(auto_wrap_policy, model, what="model_wrapper.auto_wrap_policy")
     for unit in wrap_units(model, wrap):
         fully_shard(unit, **options)

@@ -1,0 +1,107 @@
+"""0-d parameters under FSDP2: replicated on every rank, their gradients averaged as DDP's are.
+
+``fully_shard`` refuses a 0-d parameter ("fully_shard doesn't support scalar
+parameters"), and MMDetection's ``Scale`` modules (ATSS's, FCOS's heads) hold
+one each. Making them 1-d would change what the model computes and the shapes
+its checkpoints hold, which MMDetection's tools and MMEngine's Runner load. So
+they stay 0-d and are left out of sharding (``fully_shard``'s
+``ignored_params``): each rank holds them whole, like DDP, with:
+
+* rank 0's values on every rank (:func:`replicate_scalars`), so ranks seeded
+  apart start from the same model;
+* their gradients averaged over the ranks at the end of each backward, in one
+  all-reduce, which FSDP does not do for parameters it ignores. A parameter no
+  rank used keeps no gradient; one some ranks used gets the sum over the ranks
+  divided by the world size, as under DDP.
+
+Checkpoints hold them as the plain 0-d tensors they are (a replicated value
+in a sharded checkpoint).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["replicate_scalars", "scalar_parameters"]
+
+
+def scalar_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The 0-d parameters of ``model``, each once, in ``named_parameters`` order.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+
+    Returns
+    -------
+    list of torch.nn.Parameter
+    """
+    return [p for p in model.parameters() if p.dim() == 0]
+
+
+def replicate_scalars(model: nn.Module, scalars: list[nn.Parameter], device: Any) -> None:
+    """Rank 0's ``scalars`` on every rank, on ``device``; their gradients averaged after backward.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The root model: each forward that builds a graph arranges the average
+        for the end of the backward through it.
+    scalars : list of torch.nn.Parameter
+        Parameters ``fully_shard`` is told to ignore.
+    device : str or torch.device
+        Where the run computes (``fully_shard`` leaves ignored parameters where
+        they are).
+    """
+    if not scalars:
+        return
+    with torch.no_grad():
+        for param in scalars:
+            param.data = param.data.to(device)
+            torch.distributed.broadcast(param.data, src=0)
+    pending = {"queued": False}
+
+    def average() -> None:
+        pending["queued"] = False
+        _average_gradients(scalars)
+
+    def queue(_: Any) -> None:
+        if not pending["queued"]:
+            pending["queued"] = True
+            torch.autograd.Variable._execution_engine.queue_callback(average)
+
+    def after_forward(_module: nn.Module, _args: Any, output: Any) -> None:
+        needing = [t for t in _tensors(output) if t.requires_grad]
+        if needing and torch.is_grad_enabled():
+            torch.autograd.graph.register_multi_grad_hook(needing, queue, mode="any")
+
+    model.register_forward_hook(after_forward)
+
+
+def _average_gradients(scalars: list[nn.Parameter]) -> None:
+    """One all-reduce: each gradient (0 where absent) and whether this rank has it."""
+    first = scalars[0]
+    packed = torch.zeros(2, len(scalars), dtype=torch.float32, device=first.device)
+    world = torch.distributed.get_world_size()
+    for index, param in enumerate(scalars):
+        if param.grad is not None:
+            packed[0, index] = param.grad.float() / world  # divided first, as DDP does
+            packed[1, index] = 1.0
+    torch.distributed.all_reduce(packed)
+    for index, param in enumerate(scalars):
+        if packed[1, index] > 0:
+            param.grad = packed[0, index].to(param.dtype).reshape(())
+
+
+def _tensors(output: Any) -> list[torch.Tensor]:
+    """Every tensor in a model's output (a tensor, or dicts, lists and tuples of them)."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, dict):
+        return [t for value in output.values() for t in _tensors(value)]
+    if isinstance(output, (list, tuple)):
+        return [t for value in output for t in _tensors(value)]
+    return []

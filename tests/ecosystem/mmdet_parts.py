@@ -86,19 +86,10 @@ def _no_cuda_device(local_rank: int) -> None:
 
 def main() -> None:
     """Train CONFIG with MMEngine's Runner into WORK_DIR, on this rank's CPU process."""
-    import argparse
-
-    from mmengine.config import Config, DictAction
     from mmengine.runner import Runner
+    from mmengine_parity_parts import runner_config
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("config")
-    parser.add_argument("work_dir")
-    parser.add_argument("--cfg-options", nargs="+", action=DictAction, default={})
-    args = parser.parse_args()
-    cfg = Config.fromfile(args.config)
-    cfg.merge_from_dict(args.cfg_options)
-    cfg.work_dir = args.work_dir
+    cfg = runner_config()
     cfg.launcher = "pytorch"
     if not torch.cuda.is_available():
         torch.cuda.set_device = _no_cuda_device

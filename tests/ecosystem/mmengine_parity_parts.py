@@ -58,12 +58,12 @@ class FirstEpochProbe(Hook):
         torch.save(value, os.path.join(folder, name))
 
 
-def main() -> None:
-    """Train CONFIG with MMEngine's Runner into WORK_DIR, with the ``--cfg-options``."""
+def runner_config():
+    """The config ``CONFIG WORK_DIR --cfg-options ...`` on the command line names, as
+    MMEngine's ``tools/train.py`` reads it: the file, the options merged, the work dir."""
     import argparse
 
     from mmengine.config import Config, DictAction
-    from mmengine.runner import Runner
 
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
@@ -73,7 +73,14 @@ def main() -> None:
     cfg = Config.fromfile(args.config)
     cfg.merge_from_dict(args.cfg_options)
     cfg.work_dir = args.work_dir
-    Runner.from_cfg(cfg).train()
+    return cfg
+
+
+def main() -> None:
+    """Train CONFIG with MMEngine's Runner into WORK_DIR, with the ``--cfg-options``."""
+    from mmengine.runner import Runner
+
+    Runner.from_cfg(runner_config()).train()
 
 
 if __name__ == "__main__":

@@ -36,7 +36,14 @@ from mmengine.evaluator import BaseMetric
 from mmengine.hooks import Hook
 from mmengine.model import BaseDataPreprocessor, BaseModel
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapperDict
-from mmengine.registry import DATASETS, HOOKS, METRICS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS
+from mmengine.registry import (
+    DATA_SAMPLERS,
+    DATASETS,
+    HOOKS,
+    METRICS,
+    MODELS,
+    OPTIM_WRAPPER_CONSTRUCTORS,
+)
 from torch import nn
 
 from flexgraph.training.components import DATALOADER_KEYS
@@ -651,3 +658,72 @@ def test_a_pass_draws_from_the_global_torch_rng_where_mmengine_s_loop_does(
     assert [_draws_to_start(run, epoch) for epoch in (0, 1, 2)] == uninterrupted
     run = loader()
     assert [_draws_to_start(run, epoch) for epoch in (1, 2)] == resumed
+
+
+# -- a batch sampler around the shuffling sampler ------------------------------------------
+
+@DATA_SAMPLERS.register_module(force=True)
+class PlainBatchSampler(torch.utils.data.Sampler):
+    """Batches of its sampler's indices in order, and no ``set_epoch`` of its own.
+
+    What MMDetection's ``AspectRatioBatchSampler`` (and torch's ``BatchSampler``)
+    look like to the loop: the sampler that shuffles is their ``.sampler``, and
+    nothing passes the epoch on to it.
+    """
+
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool = False) -> None:
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+
+    def __iter__(self):
+        batch: list[int] = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        whole, rest = divmod(len(self.sampler), self.batch_size)
+        return whole + (1 if rest and not self.drop_last else 0)
+
+
+def _batch_sampler_cfg(**overrides: Any) -> dict[str, Any]:
+    """Three epochs of 4 batches, the shuffling ``DefaultSampler`` inside a batch sampler."""
+    return _base_cfg(
+        train_dataloader=dict(dataset=dict(type="ParityData"), batch_size=3, num_workers=0,
+                              sampler=dict(type="DefaultSampler", shuffle=True),
+                              batch_sampler=dict(type="PlainBatchSampler")),
+        **overrides)
+
+
+def _orders(run: dict[str, Any], per_epoch: int = 4) -> list[list[tuple[float, ...]]]:
+    """Each epoch's samples in the order they were trained on."""
+    samples = [tuple(x.tolist()) for batch in run["data"] for x in batch]
+    size = per_epoch * 3
+    return [samples[i:i + size] for i in range(0, len(samples), size)]
+
+
+def test_each_epoch_shuffles_anew_inside_a_batch_sampler(compare):
+    """The epoch reaches the ``DefaultSampler`` under the batch sampler (MMEngine's
+    ``DistSamplerSeedHook`` reaches it there), so epoch 2's order is its own, and
+    the one MMEngine's Runner trains on."""
+    run = compare(_batch_sampler_cfg())
+    orders = _orders(run)
+    assert len(orders) == 3
+    assert sorted(orders[0]) == sorted(orders[1]) == sorted(orders[2])
+    assert orders[1] != orders[0] and orders[2] not in orders[:2]
+
+
+def test_a_resumed_run_shuffles_as_the_uninterrupted_one_inside_a_batch_sampler(tmp_path):
+    """Resumed from epoch 1's checkpoint, epochs 2 and 3 see the orders they saw unbroken."""
+    torch.set_num_threads(1)
+    whole = run_flexgraph(_batch_sampler_cfg(), tmp_path / "whole")
+    resumed = run_flexgraph(
+        _batch_sampler_cfg(resume=True, load_from=str(tmp_path / "whole" / "epoch_1.pth")),
+        tmp_path / "resumed")
+    assert len(resumed["data"]) == 8
+    assert _orders(whole)[1] != _orders(whole)[0]
+    assert _orders(resumed) == _orders(whole)[1:]
+    assert resumed["losses"] == whole["losses"][4:]

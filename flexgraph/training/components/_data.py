@@ -58,6 +58,7 @@ import functools
 import itertools
 import multiprocessing
 import signal
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -131,10 +132,18 @@ class SkippableSampler(torch.utils.data.Sampler):
         return getattr(self.sampler, name)
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the wrapped sampler's epoch (its order is a function of seed and epoch)."""
+        """Set the epoch of every sampler it wraps (their order is a function of seed and epoch).
+
+        A batch sampler holds the sampler that shuffles as ``.sampler``, and
+        many (torch's ``BatchSampler``, MMDetection's ``AspectRatioBatchSampler``)
+        have no ``set_epoch`` to pass the epoch on: without reaching the inner
+        sampler too, every epoch would repeat the first one's order. MMEngine's
+        ``DistSamplerSeedHook`` reaches it there as well.
+        """
         self.epoch = epoch
-        if hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(epoch)
+        for sampler in _wrapped_samplers(self.sampler):
+            if callable(getattr(sampler, "set_epoch", None)):
+                sampler.set_epoch(epoch)
 
     def reseed(self, seed: int) -> None:
         """Take over ``seed`` as the base seed (a resumed run's original one).
@@ -151,6 +160,19 @@ class SkippableSampler(torch.utils.data.Sampler):
         self._skip = int(n)
 
 
+def _wrapped_samplers(sampler: Any) -> list[Any]:
+    """``sampler``, the sampler it holds as ``.sampler``, that one's, and so on.
+
+    How a batch sampler (or a wrapper of a sampler) holds the sampler that
+    orders the indices; a chain that loops back on itself ends where it does.
+    """
+    chain: list[Any] = []
+    while sampler is not None and not any(sampler is seen for seen in chain):
+        chain.append(sampler)
+        sampler = getattr(sampler, "sampler", None)
+    return chain
+
+
 def end_dataloader_workers() -> None:
     """Kill this process's daemonic children: what multiprocessing ends at exit.
 
@@ -158,10 +180,18 @@ def end_dataloader_workers() -> None:
     ignore SIGTERM, so it would wait forever. Registered after
     multiprocessing's own exit handler, so it runs first; a rank forked by
     multiprocessing (which runs no exit handlers) calls it itself.
+
+    Loaders with workers install torch's SIGCHLD handler, which raises when a
+    worker of a live iterator (persistent workers keep theirs) dies by a
+    signal: the kills here would raise it wherever the process then is
+    (multiprocessing's exit, joining its children), and fail a finished run.
+    The process is ending, so SIGCHLD gets its default back first.
     """
-    for child in multiprocessing.active_children():
-        if child.daemon:
-            child.kill()
+    children = [child for child in multiprocessing.active_children() if child.daemon]
+    if children and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in children:
+        child.kill()
 
 
 atexit.register(end_dataloader_workers)

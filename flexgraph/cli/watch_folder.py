@@ -67,8 +67,12 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` whole or not at all (a temporary file, then a rename)."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps(data))
-    os.replace(temp, path)
+    try:
+        temp.write_text(json.dumps(data))
+        os.replace(temp, path)
+    except OSError:  # a full device: leave no half-written record behind
+        temp.unlink(missing_ok=True)
+        raise
 
 
 class WatchFolder:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ENDING = textwrap.dedent("""
     import multiprocessing, time
     import torch
@@ -23,6 +25,7 @@ ENDING = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_killing_persistent_workers_at_the_end_raises_nothing():
     """Torch's SIGCHLD handler raises when a live iterator's worker dies by a signal;
     the kills at the end must not reach it (MMDetection's loaders keep their workers)."""

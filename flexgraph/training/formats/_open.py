@@ -23,6 +23,7 @@ from typing import Any
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 from flexgraph.training.formats._recognise import (
     DCP_DIRECTORY,
+    PORTABLE_DIRECTORY,
     SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
     CheckpointFormat,
@@ -48,10 +49,28 @@ and points at the opener (``path -> CheckpointSource``)."""
 Opener = Callable[[Path], CheckpointSource]
 """Opens a checkpoint of one format for reading one tensor at a time."""
 
+def open_portable_directory(path: Path) -> CheckpointSource:
+    """A portable checkpoint directory, opened as the DCP directory it is.
+
+    Its weights are saved under ``model``; they are offered under
+    ``state_dict``, where MMEngine's files and its tools keep them, so that
+    ``flexgraph ckpt convert`` writes a file MMEngine's ``load_checkpoint`` reads.
+    """
+    source = open_dcp_directory(path)
+    layout = {k: v for k, v in source.layout.items() if k not in ("model", "state_dict")}
+    layout["state_dict"] = source.layout.get("model", {})
+
+    def fetch(key: Any) -> Any:
+        return source.fetch(("model", *key[1:]) if key[:1] == ("state_dict",) else key)
+
+    return CheckpointSource(path, PORTABLE_DIRECTORY.name, layout, fetch)
+
+
 _BUILT_IN: tuple[tuple[CheckpointFormat, Opener], ...] = (
     (TORCH_SAVE_FILE, open_torch_file),
     (DCP_DIRECTORY, open_dcp_directory),
     (SAFETENSORS_FILE, open_safetensors_file),
+    (PORTABLE_DIRECTORY, open_portable_directory),
 )
 
 

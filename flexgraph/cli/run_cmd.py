@@ -416,9 +416,15 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
             status = _execute_watched(args, hooks, spec, plan, plan_text, inputs, context,
                                       record_settings, this_run, lock, notes.lines)
     except TrainingStopped as stop:
-        if "TORCHELASTIC_RUN_ID" not in os.environ:  # its launcher asks, not a rank of it
-            _requeue(args, stop.signal_name, stop_signals)
-        raise
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # its launcher says it and asks to requeue
+            raise
+        from flexgraph.cli.stopping import report_stop
+
+        # said before the requeue: SLURM cancels the job's step as it requeues it, and
+        # what the step's tasks write after that never reaches the job's output
+        status = report_stop(stop)
+        _requeue(args, stop.signal_name, stop_signals)
+        return status
     # launch.launched was taken before the plan ran: a strategy's setup_env may describe a
     # world of one in the environment
     if launch.launched and not args.dry_run:  # done, the work_dir released: leave at once

@@ -121,7 +121,8 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
              f"micro batch {micro} x accumulation x world size {world_size}")
     zero = config.setdefault("zero_optimization", {})
     bucket = _clamp(numel / 16, 1e6, 5e7)
-    sizes = {"reduce_bucket_size": bucket, "allgather_bucket_size": bucket,
+    # ZeRO-1/2 refuse an all-gather bucket that is not a multiple of their alignment (2)
+    sizes = {"reduce_bucket_size": bucket, "allgather_bucket_size": bucket + bucket % 2,
              "stage3_prefetch_bucket_size": bucket, "sub_group_size": bucket,
              "stage3_max_live_parameters": _clamp(numel / 8, 1e6, 1e9),
              "stage3_max_reuse_distance": _clamp(numel / 8, 1e6, 1e9)}

@@ -42,7 +42,8 @@ def scalar_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.dim() == 0]
 
 
-def replicate_scalars(model: nn.Module, scalars: list[nn.Parameter], device: Any) -> None:
+def replicate_scalars(model: nn.Module, scalars: list[nn.Parameter], device: Any
+                      ) -> list[nn.Parameter]:
     """Rank 0's ``scalars`` on every rank, on ``device``; their gradients averaged after backward.
 
     Parameters
@@ -55,9 +56,16 @@ def replicate_scalars(model: nn.Module, scalars: list[nn.Parameter], device: Any
     device : str or torch.device
         Where the run computes (``fully_shard`` leaves ignored parameters where
         they are).
+
+    Returns
+    -------
+    list of torch.nn.Parameter
+        The scalars the model now holds: a rank that built the model on the
+        meta device (sharded setup) gets new ones with storage to receive into.
     """
     if not scalars:
-        return
+        return scalars
+    scalars = _materialized(model, scalars, device)
     with torch.no_grad():
         for param in scalars:
             param.data = param.data.to(device)
@@ -79,6 +87,22 @@ def replicate_scalars(model: nn.Module, scalars: list[nn.Parameter], device: Any
             torch.autograd.graph.register_multi_grad_hook(needing, queue, mode="any")
 
     model.register_forward_hook(after_forward)
+    return scalars
+
+
+def _materialized(model: nn.Module, scalars: list[nn.Parameter], device: Any
+                  ) -> list[nn.Parameter]:
+    """``scalars`` with meta ones replaced in their modules by parameters with storage."""
+    meta = {id(p) for p in scalars if p.is_meta}
+    if not meta:
+        return scalars
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if id(param) in meta:
+                setattr(module, name, nn.Parameter(
+                    torch.empty(param.shape, dtype=param.dtype, device=device),
+                    requires_grad=param.requires_grad))
+    return scalar_parameters(model)
 
 
 def _average_gradients(scalars: list[nn.Parameter]) -> None:

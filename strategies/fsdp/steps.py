@@ -77,8 +77,8 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
         options["mesh"] = _hybrid_mesh(env, hybrid_mesh)
     scalars = scalar_parameters(model)  # fully_shard refuses 0-d parameters: replicated
     if scalars:
+        scalars = replicate_scalars(model, scalars, env.device)
         options["ignored_params"] = set(scalars)
-        replicate_scalars(model, scalars, env.device)
     wrap = resolve_wrap_policy(auto_wrap_policy, model, what="model_wrapper.auto_wrap_policy")
     for unit in wrap_units(model, wrap):
         fully_shard(unit, **options)

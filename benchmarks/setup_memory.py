@@ -193,7 +193,10 @@ def run_row(row: Row, args: argparse.Namespace, root: Path, weights: Path,
             code = None
     print(f" {time.time() - start:.0f} s", file=sys.stderr, flush=True)
     paths = [work_dir / RECORD_NAME.format(rank=rank) for rank in range(args.nproc)]
-    if code == 0 and all(p.exists() for p in paths):
+    # every rank ends itself once its record is written (SetupRecorder): flexgraph's
+    # launcher says so as ranks that exited before their run finished (status 1), which is
+    # what this measurement asks of them; the records decide
+    if code is not None and all(p.exists() for p in paths):
         records = tuple(json.loads(p.read_text()) for p in paths)
         return Outcome(records, max(r["first_iter_end"] for r in records) - start)
     lines = log.read_text(errors="replace").strip().splitlines()

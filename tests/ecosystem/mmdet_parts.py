@@ -87,7 +87,7 @@ def _no_cuda_device(local_rank: int) -> None:
 def main() -> None:
     """Train CONFIG with MMEngine's Runner into WORK_DIR, on this rank's CPU process."""
     from mmengine.runner import Runner
-    from mmengine_parity_parts import runner_config
+    from mmengine_parity_parts import end_runner_rank, runner_config
 
     cfg = runner_config()
     cfg.launcher = "pytorch"
@@ -97,6 +97,7 @@ def main() -> None:
             type="MMDistributedDataParallel", device_ids=None, broadcast_buffers=False,
             find_unused_parameters=cfg.get("find_unused_parameters", False))
     Runner.from_cfg(cfg).train()
+    end_runner_rank()
 
 
 if __name__ == "__main__":

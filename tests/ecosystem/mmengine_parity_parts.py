@@ -81,6 +81,24 @@ def main() -> None:
     from mmengine.runner import Runner
 
     Runner.from_cfg(runner_config()).train()
+    end_runner_rank()
+
+
+def end_runner_rank() -> None:
+    """Leave a finished launched rank without torch's C++ teardown, which can abort it
+    ("terminate called without an active exception") as the other ranks exit, as
+    flexgraph's own ranks leave."""
+    import os
+    import sys
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,10 @@ RUNNER = textwrap.dedent("""
                              model_wrapper_cfg=dict(type='MMDistributedDataParallel',
                                                     device_ids=None)))
     Runner.from_cfg(cfg).train()
+    # a finished rank leaves without torch's C++ teardown, which can abort it ("terminate
+    # called without an active exception") as the other rank exits: flexgraph's ranks too
+    import os, torch.distributed as dist
+    dist.barrier(); dist.destroy_process_group(); sys.stdout.flush(); os._exit(0)
 """)
 
 

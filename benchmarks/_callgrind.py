@@ -10,6 +10,16 @@ executes do not drift. A process started under
 per iteration. What a count cannot show is where the data lie in memory and
 what else runs on the CPU: it complements the timing, it does not replace it.
 
+Threads are counted apart (``--separate-threads``). A thread that wakes on a
+timer (a heartbeat every few seconds) does its work per second, not per
+iteration, and under callgrind a second holds some fifty times fewer
+iterations: counted with the loop, its work would read fifty times its real
+cost per iteration. So a stretch's dump holds the thread that asked for it
+(the main thread, which runs the loop), and every other thread's count, over
+all counted stretches, is in the dumps written at exit
+(:func:`background_total`); the loop benchmark turns those into instructions
+per second of counted time (:attr:`Instructions.seconds`).
+
 Valgrind's client requests are machine code that its C headers emit, so the
 parent compiles a two-function helper library (:func:`build_helper`) that
 the children load with ``ctypes``. This module imports nothing heavy, so its
@@ -22,6 +32,7 @@ import ctypes
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 HELPER_ENV = "LOOP_OVERHEAD_CALLGRIND"  # the helper library's path, as the children see it
@@ -31,6 +42,8 @@ void count_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; 
 void count_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS; }
 """
 _TOTAL = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)  # a dump's "summary:" line can read 0
+MAIN_THREAD = "-01"
+"""The suffix callgrind gives the main thread's dumps (valgrind numbers threads from 1)."""
 
 
 class CallgrindUnavailable(SystemExit):
@@ -39,7 +52,7 @@ class CallgrindUnavailable(SystemExit):
 
 def command(dumps: str | Path) -> list[str]:
     """The prefix that runs a process under callgrind, counting only between the requests."""
-    return ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+    return ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
             f"--callgrind-out-file={dumps}"]
 
 
@@ -79,6 +92,9 @@ class Instructions:
     def __init__(self, helper: str) -> None:
         self.lib = ctypes.CDLL(helper)
         self.armed = self.counting = False
+        self.seconds: list[float] = []
+        """The wall seconds of each counted stretch (the other threads count during them)."""
+        self._started = 0.0
 
     def arm(self) -> None:
         self.armed = True
@@ -86,6 +102,7 @@ class Instructions:
     def at_training(self) -> None:
         if self.armed:
             self.armed, self.counting = False, True
+            self._started = time.perf_counter()
             self.lib.count_start()
 
     def stop(self) -> None:
@@ -93,6 +110,7 @@ class Instructions:
         if not self.counting:
             raise RuntimeError("the run never reached its training barrier: nothing was counted")
         self.lib.count_stop()
+        self.seconds.append(time.perf_counter() - self._started)
         self.counting = False
 
 
@@ -105,6 +123,15 @@ def total(dump: str | Path) -> int:
 
 
 def slope(dumps: str | Path, extra_iterations: int) -> float:
-    """Instructions per iteration between a process's first two counted stretches
-    (``{dumps}.1`` and ``{dumps}.2``), the second ``extra_iterations`` longer."""
-    return (total(f"{dumps}.2") - total(f"{dumps}.1")) / extra_iterations
+    """The main thread's instructions per iteration between a process's first two counted
+    stretches (``{dumps}.1`` and ``{dumps}.2``), the second ``extra_iterations`` longer."""
+    first, second = (total(f"{dumps}.{k}{MAIN_THREAD}") for k in (1, 2))
+    return (second - first) / extra_iterations
+
+
+def background_total(dumps: str | Path) -> int:
+    """The instructions every thread but the main one executed in the counted stretches
+    (callgrind's dumps at exit, ``{dumps}-NN``; 0 where the process had no other thread)."""
+    dumps = Path(dumps)
+    others = dumps.parent.glob(f"{dumps.name}-*")
+    return sum(total(p) for p in others if not p.name.endswith(MAIN_THREAD))

@@ -18,6 +18,16 @@ stop DeepSpeed before the first step:
   ``new_empty(): argument 'size' ...``. Data arguments go to torch's own
   constructor instead, as they would without ZeRO; sizes (numpy integers
   made ints) still reach DeepSpeed's.
+* :func:`initialisers_gathered`: under ``zero.Init`` each module's parameters
+  are partitioned as soon as its own constructor returns, so an initialiser
+  that a parent's constructor then calls on them (mmcv's ``ConvModule`` runs
+  ``kaiming_init`` on its conv: ATSS's and Faster R-CNN's heads and FPN) sees
+  an empty tensor, which ``torch.nn.init`` leaves alone without drawing. The
+  random numbers drawn after it then come from other states than in a
+  one-device build, and every randomly initialised weight of the model
+  differed from DDP's. ``torch.nn.init``'s initialisers gather such a
+  parameter, write it on rank 0 and partition it again, as DeepSpeed does
+  for ``Module.apply``.
 * :func:`allow_torch_optimizer`: ZeRO refuses an optimizer it has not tested
   (torch's SGD, the configs' default) with a bare ``AssertionError`` unless the
   config sets ``zero_allow_untested_optimizer``. flexgraph sets it, and says so
@@ -38,8 +48,8 @@ from torch import nn
 
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["allow_torch_optimizer", "data_constructors_kept", "saved_shape",
-           "scalar_safe_init", "scalars_as_vectors", "scalars_restored"]
+__all__ = ["allow_torch_optimizer", "data_constructors_kept", "initialisers_gathered",
+           "saved_shape", "scalar_safe_init", "scalars_as_vectors", "scalars_restored"]
 
 UNTESTED = "zero_allow_untested_optimizer"
 SAVED_SHAPE = "flexgraph_saved_shape"
@@ -163,6 +173,46 @@ def _whole(value: Any) -> int | None:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
     return None
+
+
+INITIALISERS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
+                "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+                "kaiming_normal_", "orthogonal_", "sparse_")
+"""``torch.nn.init``'s in-place initialisers (each takes the tensor first)."""
+
+
+@contextlib.contextmanager
+def initialisers_gathered(deepspeed: Any) -> Iterator[None]:
+    """Inside ``zero.Init``: ``torch.nn.init``'s initialisers write partitioned parameters
+    whole, drawing what a one-device build draws.
+
+    Every rank builds the same modules in the same order, so every rank calls
+    the same initialiser on the same parameter: it is gathered there
+    (``GatheredParameters(modifier_rank=0)``, one parameter), written, and
+    partitioned again with rank 0's values, as DeepSpeed's own
+    ``Module.apply`` does. Callers that bound an initialiser before the build
+    (``from torch.nn.init import normal_``) keep the original.
+    """
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    originals = {name: getattr(nn.init, name) for name in INITIALISERS}
+
+    def whole(initialiser: Callable[..., Any]) -> Callable[..., Any]:
+        def initialise(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if getattr(tensor, "ds_status", None) != ZeroParamStatus.NOT_AVAILABLE:
+                return initialiser(tensor, *args, **kwargs)
+            with deepspeed.zero.GatheredParameters([tensor], modifier_rank=0):
+                return initialiser(tensor, *args, **kwargs)
+
+        return initialise
+
+    for name, initialiser in originals.items():
+        setattr(nn.init, name, whole(initialiser))
+    try:
+        yield
+    finally:
+        for name, initialiser in originals.items():
+            setattr(nn.init, name, initialiser)
 
 
 def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[[str], Any],

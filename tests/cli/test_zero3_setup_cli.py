@@ -9,7 +9,8 @@ every rank's random-number state and first loss. The DeepSpeed runs are
 ``--estimate`` runs, so their ``memory.json`` holds every rank's setup peaks
 beside the setup estimate.
 
-* Random init: rank 0 alone initialises the whole model; the weights equal
+* Random init (with a constructor that initialises its child's weight, as
+  mmcv's ``ConvModule`` does): rank 0 alone initialises the whole model; the weights equal
   the one-device run's, every rank's generator ends where a DDP rank's does,
   the first losses (with dropout) equal DDP's on every rank; the other ranks'
   setup peaks stay below the model's size.
@@ -61,6 +62,9 @@ PARTS = textwrap.dedent(
             self.up = torch.nn.Linear(width, 4 * width)
             self.down = torch.nn.Linear(4 * width, width)
             self.drop = torch.nn.Dropout(0.1)
+            # mmcv's ConvModule: a constructor initialises its child's weight (which
+            # zero.Init has partitioned already); its draws come before init_cfg's
+            torch.nn.init.kaiming_normal_(self.down.weight, nonlinearity="relu")
 
         def forward(self, x):
             return x + self.drop(self.down(F.gelu(self.up(self.norm(x)))))

@@ -26,6 +26,9 @@ What the models bring that the strategies must carry:
   load them;
 * their anchor generators hand numpy arrays and lists of floats to
   ``torch.Tensor``, which DeepSpeed's ``zero.Init`` takes for sizes (ZeRO-3);
+* mmcv's ``ConvModule`` initialises its conv's weight in its own constructor,
+  after ``zero.Init`` has partitioned it (ZeRO-3: the random draws that follow
+  must still be a one-device build's);
 * their optimizer is torch's SGD, which DeepSpeed calls an untested ZeRO
   optimizer;
 * ``frozen_stages=1`` (the stem and the first ResNet stage do not train) and
@@ -74,15 +77,6 @@ SHARDED = [name for name in STRATEGIES if name != "ddp"]
 EACH_SHARDED = [*(("atss", name) for name in SHARDED),
                 *(pytest.param("faster_rcnn", name, marks=LONG) for name in SHARDED)]
 EACH_STRATEGY = [("atss", "ddp"), ("faster_rcnn", "ddp"), *EACH_SHARDED]
-#: a known difference, kept visible: ATSS under ZeRO-3 starts from other weights than
-#: DDP's (first loss 3.5790 against 3.7193, ``backbone.conv1.weight`` apart), where the
-#: test model with the same habits (tests/strategies/deepspeed/test_models.py) is DDP's;
-#: strict, so the mark goes when the weights agree
-ZERO3_START_DIFFERS = pytest.mark.xfail(
-    strict=True, reason="ATSS under ZeRO-3 starts from weights other than DDP's")
-EACH_SHARDED_SAME_START = [
-    pytest.param(*p, marks=ZERO3_START_DIFFERS) if p == ("atss", "zero3") else p
-    for p in EACH_SHARDED]
 PROBE = ("custom_imports = dict(imports=['mmdet_parts'], allow_failed_imports=False)",
          "custom_hooks = [dict(type='DetectionProbe')]")
 #: the stem and the first ResNet stage, which ``frozen_stages=1`` freezes
@@ -284,7 +278,7 @@ def test_atss_resumes_from_its_first_epoch(root, runs, strategy):
     _resume(root, _work(runs, "atss", strategy), "atss", strategy)
 
 
-@pytest.mark.parametrize(("model", "strategy"), EACH_SHARDED_SAME_START)
+@pytest.mark.parametrize(("model", "strategy"), EACH_SHARDED)
 def test_fp32_losses_follow_ddp_s_over_the_first_epoch(runs, model, strategy):
     ddp = probe(_work(runs, model, "ddp"))["losses"]
     other = probe(_work(runs, model, strategy))["losses"]
@@ -296,7 +290,7 @@ def test_fp32_losses_follow_ddp_s_over_the_first_epoch(runs, model, strategy):
                     f"{other[rank][i][key]}"
 
 
-@pytest.mark.parametrize(("model", "strategy"), EACH_SHARDED_SAME_START)
+@pytest.mark.parametrize(("model", "strategy"), EACH_SHARDED)
 def test_frozen_stages_and_norm_eval_hold_under_every_strategy(root, runs, model, strategy):
     """The parameters ``frozen_stages`` freezes stay frozen and are saved, and the
     backbone's BatchNorm statistics stay as they were (``norm_eval``): as under

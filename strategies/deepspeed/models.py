@@ -28,6 +28,14 @@ stop DeepSpeed before the first step:
   differed from DDP's. ``torch.nn.init``'s initialisers gather such a
   parameter, write it on rank 0 and partition it again, as DeepSpeed does
   for ``Module.apply``.
+* :func:`norm_statistics_cast`: in bf16 (or fp16) DeepSpeed casts the
+  parameters and, since 0.19, keeps every buffer as it was unless
+  ``data_types.buffer_dtype`` says otherwise. A BatchNorm layer then holds
+  bf16 weights beside fp32 running statistics, which ``batch_norm`` refuses
+  (``expected scalar type BFloat16 but found Float``: ResNet's under ZeRO-1
+  and 2). The running statistics of the normalisation layers follow their
+  weights' dtype, as ``module.bfloat16()`` cast them; other buffers (a data
+  preprocessor's mean and std) stay as DeepSpeed keeps them.
 * :func:`allow_torch_optimizer`: ZeRO refuses an optimizer it has not tested
   (torch's SGD, the configs' default) with a bare ``AssertionError`` unless the
   config sets ``zero_allow_untested_optimizer``. flexgraph sets it, and says so
@@ -49,7 +57,8 @@ from torch import nn
 from flexgraph.training.errors import ConfigError
 
 __all__ = ["allow_torch_optimizer", "data_constructors_kept", "initialisers_gathered",
-           "saved_shape", "scalar_safe_init", "scalars_as_vectors", "scalars_restored"]
+           "norm_statistics_cast", "saved_shape", "scalar_safe_init", "scalars_as_vectors",
+           "scalars_restored"]
 
 UNTESTED = "zero_allow_untested_optimizer"
 SAVED_SHAPE = "flexgraph_saved_shape"
@@ -213,6 +222,40 @@ def initialisers_gathered(deepspeed: Any) -> Iterator[None]:
     finally:
         for name, initialiser in originals.items():
             setattr(nn.init, name, initialiser)
+
+
+def norm_statistics_cast(model: nn.Module, config: dict[str, Any]) -> int:
+    """Cast each normalisation layer's running statistics to its weight's dtype.
+
+    Left alone where the config sets ``data_types.buffer_dtype`` (DeepSpeed
+    then casts every buffer itself) and where a layer has no weight (its fp32
+    statistics run beside bf16 inputs).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The engine's module, its parameters cast.
+    config : dict
+        The resolved DeepSpeed config.
+
+    Returns
+    -------
+    int
+        How many layers' statistics were cast.
+    """
+    if (config.get("data_types") or {}).get("buffer_dtype") is not None:
+        return 0
+    cast = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if not isinstance(module, nn.modules.batchnorm._NormBase) or weight is None:
+            continue
+        statistics = [b for b in (module.running_mean, module.running_var)
+                      if b is not None and b.dtype != weight.dtype]
+        for buffer in statistics:
+            buffer.data = buffer.data.to(weight.dtype)
+        cast += bool(statistics)
+    return cast
 
 
 def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[[str], Any],

@@ -186,6 +186,7 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
     )
     from flexgraph.strategies.deepspeed.models import (
         allow_torch_optimizer,
+        norm_statistics_cast,
         scalars_as_vectors,
         scalars_restored,
     )
@@ -200,6 +201,7 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
     scalars = scalars_as_vectors(model)  # DeepSpeed broadcasts them as bytes
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=resolved)
     scalars_restored(scalars, engine.optimizer)
+    normalised = norm_statistics_cast(engine.module, resolved)
     refuse_empty_parameters(engine.module)  # before any checkpoint or batch
     safe_checkpoint_engine(engine)
     write_config_file(resolved, hooks.runner.work_dir)
@@ -208,6 +210,12 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
         if filled:
             chosen = ", ".join(f"{k}={v}" for k, v in sorted(filled.items()))
             hooks.runner.logger.info(f"DeepSpeed config filled in: {chosen}")
+        if normalised:
+            hooks.runner.logger.info(
+                f"DeepSpeed keeps buffers in their dtype: the running statistics of "
+                f"{normalised} normalisation layers are cast to their weights' "
+                f"{wrapped.compute_dtype}, as module.to(dtype) casts them "
+                f"(data_types.buffer_dtype chooses for every buffer instead)")
         if inputs_to_half is None and wrapped.compute_dtype is not None:
             hooks.runner.logger.info(
                 f"DeepSpeed runs the model in {wrapped.compute_dtype}: floating-point "

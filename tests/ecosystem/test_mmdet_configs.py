@@ -376,8 +376,15 @@ def test_faster_rcnn_resumes_from_its_first_epoch(root, runs, strategy):
     _resume(root, _work(runs, "faster_rcnn", strategy), "faster_rcnn", strategy)
 
 
+#: mmcv's NMS has no bf16 kernel on the CPU ("expected scalar type Float but found
+#: BFloat16" in mmcv.ops.nms), which Faster R-CNN's RPN calls in every training step: it
+#: stops there under any runner, MMEngine's too; strict, so the mark goes when mmcv has one
+NMS_WITHOUT_BF16 = pytest.mark.xfail(
+    strict=True, reason="mmcv's CPU NMS has no bf16 kernel (Faster R-CNN's RPN calls it)")
+
+
 @pytest.mark.long
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", ["atss", pytest.param("faster_rcnn", marks=NMS_WITHOUT_BF16)])
 @pytest.mark.parametrize("strategy", list(BF16))
 def test_bf16_trains_and_evaluates(root, runs, model, strategy):
     """bf16 (FSDP through ``AmpOptimWrapper``, DeepSpeed through its ``bf16`` section;

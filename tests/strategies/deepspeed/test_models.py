@@ -21,6 +21,7 @@ deepspeed = pytest.importorskip("deepspeed")
 from flexgraph.strategies.deepspeed.models import (  # noqa: E402
     _sizes_or_data,
     allow_torch_optimizer,
+    norm_statistics_cast,
     saved_shape,
 )
 
@@ -74,6 +75,34 @@ def test_a_zero3_scalar_is_saved_in_its_own_shape():
     assert saved_shape(param, torch.ones(1)).shape == torch.Size([1])
     param.flexgraph_saved_shape = torch.Size([])
     assert saved_shape(param, torch.ones(1)).shape == torch.Size([])
+
+
+def _cast_as_deepspeed_does(model: torch.nn.Module) -> torch.nn.Module:
+    """DeepSpeed 0.19's bf16: the parameters cast, every buffer kept as it was."""
+    for param in model.parameters():
+        param.data = param.data.to(torch.bfloat16)
+    return model
+
+
+def test_bf16_batch_norm_statistics_follow_their_weights_and_run():
+    model = _cast_as_deepspeed_does(torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.BatchNorm1d(8, affine=False)))
+    model.register_buffer("mean", torch.ones(4))  # a data preprocessor's: kept
+    inputs = torch.randn(6, 4, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="expected scalar type"):
+        model(inputs)  # what ResNet's BatchNorm layers met under ZeRO-1 and 2
+    assert norm_statistics_cast(model, {"bf16": {"enabled": True}}) == 1
+    assert model[1].running_mean.dtype == model[1].running_var.dtype == torch.bfloat16
+    assert model[1].num_batches_tracked.dtype == torch.int64
+    assert model[2].running_mean.dtype == torch.float32  # no weight: runs beside bf16 inputs
+    assert model.mean.dtype == torch.float32
+    assert model(inputs).dtype == torch.bfloat16
+
+
+def test_a_chosen_buffer_dtype_is_left_to_deepspeed():
+    model = _cast_as_deepspeed_does(torch.nn.BatchNorm1d(8))
+    assert norm_statistics_cast(model, {"data_types": {"buffer_dtype": "fp32"}}) == 0
+    assert model.running_mean.dtype == torch.float32
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,7 @@ Nothing here is imported at plan time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -207,6 +208,7 @@ def initialisers_gathered(deepspeed: Any) -> Iterator[None]:
     originals = {name: getattr(nn.init, name) for name in INITIALISERS}
 
     def whole(initialiser: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(initialiser)
         def initialise(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if getattr(tensor, "ds_status", None) != ZeroParamStatus.NOT_AVAILABLE:
                 return initialiser(tensor, *args, **kwargs)
@@ -246,14 +248,13 @@ def norm_statistics_cast(model: nn.Module, config: dict[str, Any]) -> int:
     if (config.get("data_types") or {}).get("buffer_dtype") is not None:
         return 0
     cast = 0
-    for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if not isinstance(module, nn.modules.batchnorm._NormBase) or weight is None:
-            continue
-        statistics = [b for b in (module.running_mean, module.running_var)
-                      if b is not None and b.dtype != weight.dtype]
+    norms = (m for m in model.modules()
+             if isinstance(m, nn.modules.batchnorm._NormBase) and m.weight is not None)
+    for norm in norms:
+        statistics = [b for b in (norm.running_mean, norm.running_var)
+                      if b is not None and b.dtype != norm.weight.dtype]
         for buffer in statistics:
-            buffer.data = buffer.data.to(weight.dtype)
+            buffer.data = buffer.data.to(norm.weight.dtype)
         cast += bool(statistics)
     return cast
 

@@ -80,6 +80,59 @@ class DetectionProbe(Hook):
             json.dump(value, f)
 
 
+class _Boundary(torch.autograd.Function):
+    """An identity with a node of its own in the graph, as ZeRO-3 puts at a module's edge."""
+
+    @staticmethod
+    def forward(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return grads
+
+
+def _through_boundary(value):
+    """``value`` with every tensor in it (in tuples, lists, dicts) passed through a boundary."""
+    if isinstance(value, (tuple, list)):
+        passed = [_through_boundary(item) for item in value]
+        return type(value)(*passed) if hasattr(value, "_fields") else type(value)(passed)
+    if isinstance(value, dict):
+        for key in value:
+            value[key] = _through_boundary(value[key])
+        return value
+    return _Boundary.apply(value) if isinstance(value, torch.Tensor) else value
+
+
+@HOOKS.register_module(force=True)
+class ZeroThreeBoundaries(Hook):
+    """DDP with the graph ZeRO-3 trains through: an identity autograd function on every
+    tensor a module takes and every tensor it returns.
+
+    DeepSpeed's ZeRO-3 puts them there (``PostBackwardFunctionModule`` on a module's
+    inputs, ``PreBackwardFunctionForModule`` on its outputs, in
+    ``deepspeed/runtime/zero/parameter_offload.py``) to know when a module's backward
+    starts and ends, which is when it gathers and releases its parameters. They
+    change no value, but they change how gradients add up: a tensor that three
+    consumers read across a module's edge (ResNet's stage output: the next
+    stage's first conv, its downsample, and the FPN's lateral conv) gets their
+    gradients summed in another grouping, ``(a + b) + c`` against ``a + (b + c)``,
+    one rounding apart. With these boundaries DDP's arithmetic is ZeRO-3's to the
+    bit, which makes everything else ZeRO-3 does comparable with DDP exactly.
+    """
+
+    priority = "VERY_HIGH"
+
+    def before_train(self, runner) -> None:
+        for module in _bare(runner.model).modules():
+            module.register_forward_pre_hook(lambda _, args: _through_boundary(args))
+            module.register_forward_hook(lambda _, args, output: _through_boundary(output))
+
+
 def _no_cuda_device(local_rank: int) -> None:
     """``torch.cuda.set_device`` on a machine without CUDA devices: nothing to select."""
 

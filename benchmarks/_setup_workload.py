@@ -23,8 +23,9 @@ What a rank records (``setup-rank<R>.json`` in its work_dir):
   and, when the step changes, reads the kernel's high-water mark
   (``VmHWM``) as the finished step's peak and resets it
   (``/proc/self/clear_refs``), so each step's peak is its own;
-* ``first_iter_end``: the wall clock (``time.time()``) when the first
-  iteration's forward ended, to set against the launch's start;
+* ``setup_end``: the wall clock (``time.time()``) when setup ended and the
+  first iteration was about to start, to set against the launch's start;
+* ``first_iter_end``: the wall clock when the first iteration's forward ended;
 * ``first_loss``: the first iteration's loss on this rank (fp32): the
   forward of its first batch (see :class:`SetupRecorder`).
 """
@@ -188,8 +189,10 @@ class SetupRecord:
         self.rank = rank
         self.setup_peak_mib: float | None = None
         self.step_peaks_mib: dict[str, float] = {}
+        self.setup_end: float | None = None
 
     def setup_done(self) -> None:
+        self.setup_end = time.time()
         tracker = step_peaks()
         if tracker is not None and tracker.record is not None:
             with tracker.lock:
@@ -203,7 +206,8 @@ class SetupRecord:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps({
             "rank": self.rank, "setup_peak_mib": self.setup_peak_mib,
-            "step_peaks_mib": self.step_peaks_mib, "first_iter_end": time.time(),
+            "step_peaks_mib": self.step_peaks_mib, "setup_end": self.setup_end,
+            "first_iter_end": time.time(),
             "first_loss": loss}))
 
 

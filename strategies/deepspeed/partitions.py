@@ -7,13 +7,13 @@ needs whole tensors (an initialiser writes a whole weight, and a parent's
 matching module below it), so :func:`init_on_rank0` runs it on rank 0 alone:
 
 1. rank 0 collects a whole copy of the model on the host, one parameter at a
-   time (each gathered, copied, released): the values the constructors made,
-   which ``zero.Init`` took from rank 0;
+   time (each rank's partition sent to rank 0 alone, a gather): the values the
+   constructors made, which ``zero.Init`` took from rank 0;
 2. rank 0 runs ``init_weights`` on that copy, as one device would, drawing
    the same random numbers in the same order;
 3. each parameter goes back into every rank's partition, one at a time, from
-   rank 0 (``GatheredParameters(modifier_rank=0)``), and the buffers are
-   broadcast from rank 0;
+   rank 0 (a scatter: each rank receives its partition alone), and the
+   buffers are broadcast from rank 0;
 4. every rank ends with the random-number state a DDP rank would have: rank
    0's states, or under ``randomness.diff_rank_seed`` its own generator advanced
    by the draws rank 0 made (:func:`~flexgraph.training.runtime.follow_source_draws`).
@@ -90,15 +90,41 @@ def _gathered(params: list[nn.Parameter], modifier_rank: int | None = None) -> A
     return deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank)
 
 
+def _partition(param: nn.Parameter) -> torch.Tensor | None:
+    """This rank's partition of ``param``: a flat run of its elements, as DeepSpeed
+    partitions it (the last rank's padded); ``None`` where it is not partitioned over
+    every rank (then it is gathered and released whole, DeepSpeed's way)."""
+    partition = getattr(param, "ds_tensor", None)
+    group = getattr(param, "ds_process_group", None)
+    if partition is None or torch.distributed.get_world_size(group=group) != \
+            torch.distributed.get_world_size():
+        return None
+    return partition.data[:getattr(partition, "ds_numel", partition.numel())]
+
+
 def _whole_on_rank0(params: list[nn.Parameter]) -> list[torch.Tensor]:
-    """Rank 0: a host copy of each parameter, gathered one at a time (others: empty)."""
+    """Rank 0: a host copy of each parameter, its partitions gathered to rank 0 one
+    parameter at a time (others: empty).
+
+    A gather, not DeepSpeed's all-gather (``GatheredParameters``): only rank 0 needs
+    the whole value, so every other rank sends its partition and receives nothing.
+    """
     from flexgraph.training.runtime import this_rank
 
     copies = []
+    world = torch.distributed.get_world_size()
     for param in params:
-        with _gathered([param]), torch.no_grad():
-            if this_rank() == 0:
-                copies.append(param.data.to("cpu", copy=True))
+        part = _partition(param)
+        if part is None:
+            with _gathered([param]), torch.no_grad():
+                if this_rank() == 0:
+                    copies.append(param.data.to("cpu", copy=True))
+            continue
+        flat = part.new_empty(world * part.numel()) if this_rank() == 0 else None
+        torch.distributed.gather(part, None if flat is None else list(flat.split(part.numel())),
+                                 dst=0, group=param.ds_process_group)
+        if flat is not None:
+            copies.append(flat[:param.ds_numel].view(param.ds_shape).to("cpu"))
     return copies
 
 
@@ -134,14 +160,27 @@ def _initialise_whole(model: nn.Module, params: list[nn.Parameter],
 
 
 def _into_partitions(params: list[nn.Parameter], whole: list[torch.Tensor]) -> None:
-    """Rank 0's ``whole`` values into every rank's partitions, one parameter at a time."""
+    """Rank 0's ``whole`` values into every rank's partitions, one parameter at a time:
+    a scatter, each rank receiving its own partition (``GatheredParameters`` with a
+    modifier rank would all-gather the old values first, then broadcast the whole)."""
     from flexgraph.training.runtime import this_rank
 
+    world = torch.distributed.get_world_size()
     for index, param in enumerate(params):
-        with _gathered([param], modifier_rank=0), torch.no_grad():
+        part = _partition(param)
+        if part is None:
+            with _gathered([param], modifier_rank=0), torch.no_grad():
+                if this_rank() == 0:
+                    param.data.copy_(whole[index])
+        else:
+            chunks = None
             if this_rank() == 0:
-                param.data.copy_(whole[index])
-                whole[index] = whole[index].new_empty(0)  # freed as it goes
+                flat = part.new_zeros(world * part.numel())  # the last rank's padding: 0
+                flat[:param.ds_numel].copy_(whole[index].reshape(-1))
+                chunks = list(flat.split(part.numel()))
+            torch.distributed.scatter(part, chunks, src=0, group=param.ds_process_group)
+        if this_rank() == 0:
+            whole[index] = whole[index].new_empty(0)  # freed as it goes
 
 
 def _broadcast_buffers(model: nn.Module) -> None:

@@ -76,8 +76,9 @@ from flexgraph.cli.errors import describe_error
 from flexgraph.cli.watch_folder import CLAIM, REPORT, WatchFolder
 from flexgraph.core.executor import StepFailedError
 
-__all__ = ["EXIT_AFTER_ANOTHER", "EXIT_STALLED", "STACKS_SIGNAL", "Watchdog", "beat_interval",
-           "compose_report", "die_with_parent", "failure_line", "start_watchdog"]
+__all__ = ["CAUSE_WAIT", "EXIT_AFTER_ANOTHER", "EXIT_STALLED", "STACKS_SIGNAL", "Watchdog",
+           "beat_interval", "compose_report", "die_with_parent", "failure_line", "lost_a_peer",
+           "start_watchdog"]
 
 EXIT_STALLED = 3
 """Exit status of a run the watchdog stopped (every rank's, and the launcher's)."""
@@ -96,6 +97,12 @@ _COLLECTIVES = tuple(os.sep.join(("", *parts, "")) for parts in (
     ("deepspeed", "comm"),
 ))
 """Where a main thread's innermost frame is when it waits for the other ranks."""
+_TRANSPORT_ERRORS = ("/gloo/transport/", "Connection reset by peer", "Connection closed by peer",
+                     "Broken pipe")
+"""Text of the errors a collective raises when another rank's process ended (gloo's)."""
+CAUSE_WAIT = 2.0
+"""Seconds a rank whose collective lost its peer looks for that peer's end before it
+reports its own error: a killed process closes its sockets before it is gone."""
 
 
 def beat_interval(bound: float) -> float:
@@ -151,6 +158,32 @@ def _process_gone(pid: Any) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
     except (OSError, IndexError):
         return False
+
+
+def lost_a_peer(exc: BaseException) -> bool:
+    """Whether ``exc``, or what caused it, is a collective's transport error: the error a
+    rank gets when another rank's process ended (torch's ``DistNetworkError`` or
+    ``DistBackendError``, gloo's ``Connection reset by peer`` as a ``RuntimeError``).
+
+    Examples
+    --------
+    >>> lost_a_peer(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: "
+    ...                          "Connection reset by peer"))
+    True
+    >>> lost_a_peer(ValueError("bad config"))
+    False
+    """
+    dist = sys.modules.get("torch.distributed")
+    kinds = tuple(getattr(dist, name) for name in ("DistNetworkError", "DistBackendError")
+                  if hasattr(dist, name))
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if (kinds and isinstance(exc, kinds)) or any(text in str(exc)
+                                                     for text in _TRANSPORT_ERRORS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _say(line: str) -> None:
@@ -624,21 +657,31 @@ class Watchdog:
         without one (a process of this host that ended), this process reports that
         failure and ends here, with its status: its own error was the consequence
         (a collective's transport error). Otherwise it records its own failure, for
-        the other ranks, and returns: the caller reports it as usual. No waiting: a
-        rank records its failure before it exits, and the others' collectives fail
-        only once it exited.
+        the other ranks, and returns: the caller reports it as usual.
+
+        A failing rank records its failure before it exits, and the others'
+        collectives fail only once it exited, so a record is there when it matters.
+        A killed process writes none, and the kernel closes its sockets before the
+        process is gone: a transport error (:func:`lost_a_peer`) may come first, so
+        such an error looks for a vanished peer for up to :data:`CAUSE_WAIT`
+        seconds. Any other error is reported at once.
         """
         now = time.time()
-        names = self.folder.events()
-        if REPORT in names:
-            self._end_if_reported()
-        earlier = {r: f for r, f in self.folder.read_failures(names).items()
-                   if r != self.rank and float(f.get("time", now)) <= now}
-        if earlier:
-            self._end_after_failure(earlier)
-        gone = self._vanished_peers()
-        if gone:
-            self._end_after_vanished(gone)
+        deadline = now + (CAUSE_WAIT if self.world_size > 1 and lost_a_peer(exc) else 0.0)
+        while True:
+            names = self.folder.events()
+            if REPORT in names:
+                self._end_if_reported()
+            earlier = {r: f for r, f in self.folder.read_failures(names).items()
+                       if r != self.rank and float(f.get("time", now)) <= now}
+            if earlier:
+                self._end_after_failure(earlier)
+            gone = self._vanished_peers()
+            if gone:
+                self._end_after_vanished(gone)
+            if time.time() >= deadline:
+                break
+            time.sleep(0.05)
         self._failed = True
         status, message = describe_error(exc)
         cause = exc.__cause__ if isinstance(exc, StepFailedError) and exc.__cause__ else exc

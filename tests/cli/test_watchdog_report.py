@@ -128,6 +128,61 @@ def test_the_owner_clears_the_folders_of_other_runs_and_its_own_when_it_ended_we
     assert not (tmp_path / ".watchdog").exists()
 
 
+_FAILING_RANK = textwrap.dedent("""
+    import json, socket, subprocess, sys, time
+    from flexgraph.cli.watch_folder import WatchFolder
+    from flexgraph.cli.watchdog import Watchdog
+    from flexgraph.training.config import WatchPolicy
+
+    folder_path, error_kind, peer_lives = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    folder = WatchFolder(folder_path).make()
+    peer = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({peer_lives})"])
+    folder.beat_path(1).write_text(json.dumps({
+        "rank": 1, "pid": peer.pid, "host": socket.gethostname(), "done": False,
+        "step": "train", "iteration": 5}))
+    dog = Watchdog(WatchPolicy(stall_timeout=60), folder, rank=0, world_size=2)
+    error = (RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+                          "[127.0.0.1]:14251: Connection reset by peer")
+             if error_kind == "transport" else ValueError("a bug of its own"))
+    start = time.time()
+    try:
+        dog.failed(error)
+        print(f"own failure recorded after {time.time() - start:.2f} s", flush=True)
+    finally:
+        peer.kill()
+    """)
+
+
+@pytest.mark.parametrize("error_kind, peer_lives, own", [
+    ("transport", 0.5, False),  # the peer's sockets closed before its process was gone
+    ("transport", 30.0, True),  # a peer that lives on: the error is this rank's own
+    ("other", 0.5, True),  # not a collective's error: no look for a cause
+])
+def test_a_transport_error_waits_briefly_for_the_peer_that_caused_it(tmp_path, error_kind,
+                                                                     peer_lives, own):
+    """A killed rank closes its sockets before its process is gone: the other rank's
+    collective may fail first. It then names the killed rank, not gloo's error (this raced
+    under ``srun``); any other error, or a peer that stays, is reported as the rank's own."""
+    from flexgraph.cli.watchdog import CAUSE_WAIT
+
+    done = subprocess.run([sys.executable, "-c", _FAILING_RANK, str(tmp_path / "watch"),
+                           error_kind, str(peer_lives)], capture_output=True, text=True,
+                          timeout=60)
+    if not own:
+        assert done.returncode == 1, done.stderr[-3000:]
+        assert done.stderr.splitlines() == [
+            "error: rank 1 ended without reporting an error at iteration 5 (killed by a "
+            "signal, or it exited on its own)"], done.stderr
+        return
+    assert done.returncode == 0, done.stderr[-3000:]
+    waited = float(re.fullmatch(r"own failure recorded after (\S+) s\n", done.stdout)[1])
+    if error_kind == "transport":
+        assert CAUSE_WAIT <= waited < CAUSE_WAIT + 5, waited
+    else:
+        assert waited < CAUSE_WAIT / 2, waited
+    assert "failed-rank0" in WatchFolder(tmp_path / "watch").events()
+
+
 @pytest.mark.slow
 def test_a_single_process_blocked_in_a_hook_is_stopped_with_its_stack(tmp_path):
     """One process, no launcher: its watchdog says the line itself and ends it (exit 3).

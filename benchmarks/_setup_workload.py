@@ -266,13 +266,16 @@ def block_units(model: SetupBenchModel) -> list[torch.nn.Module]:
     return [m for m in model.modules() if isinstance(m, ResidualBlock)]
 
 
-def hand_arguments(description: str) -> Any:
+def hand_arguments(description: str, ways: tuple[str, ...] = ()) -> Any:
+    """A hand-written script's arguments (``ways``: the choices of its ``--way``, if any)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--blocks", type=int, required=True)
     parser.add_argument("--width", type=int, required=True)
     parser.add_argument("--work-dir", required=True)
+    if ways:
+        parser.add_argument("--way", choices=ways, required=True)
     return parser.parse_args()
 
 

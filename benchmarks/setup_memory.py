@@ -22,7 +22,13 @@ processes:
   FSDPStrategy does (every rank builds and initialises the whole model,
   ``_setup_hand_mmengine.py``) and as Accelerate's
   ``cpu_ram_efficient_loading`` does (rank 0 alone whole, then a broadcast
-  per parameter, ``_setup_hand_accelerate.py``).
+  per parameter, ``_setup_hand_accelerate.py``); and ZeRO-3 in plain
+  DeepSpeed (``_setup_hand_deepspeed.py``), set up as MMEngine's
+  DeepSpeedStrategy does (every rank builds and initialises the whole model,
+  ``deepspeed.initialize`` partitions it) and as DeepSpeed's tutorials do
+  (``zero.Init``, then ``init_weights`` on rank 0 inside
+  ``GatheredParameters`` of every parameter): what DeepSpeed itself costs,
+  beside which the flexgraph ZeRO-3 rows' time is read.
 
 Each rank records (``_setup_workload.SetupRecord``) its peak resident memory
 from process start to the start of the first iteration (in flexgraph's
@@ -55,13 +61,17 @@ peaks of the ZeRO-3 rows on every rank; then the goals, met or not:
   (medians);
 * the first iteration's fp32 loss equal to DDP's, in every row.
 
+Below the goals, each flexgraph ZeRO-3 row's time as a ratio to the faster
+hand-written ZeRO-3 row's, where those ran.
+
 Every rank runs one intra-op thread (``OMP_NUM_THREADS=1``). The largest
 configuration needs about 1.7 GiB per whole copy of the model: DDP's four
 ranks hold about 10 GiB together. Run it on a machine that is not busy
 otherwise (``uptime``); ``--size 20M`` is a quick run. Run::
 
     python benchmarks/setup_memory.py [--size 450M] [--blocks 24] [--nproc 4]
-        [--rounds 3] [--rows ddp,fsdp,fsdp-load,zero3,zero3-load,mmengine,accelerate]
+        [--rounds 3] [--rows ddp,fsdp,fsdp-load,zero3,zero3-load,mmengine,accelerate,
+        ds-whole,ds-zero-init]
         [--keep]
 """
 
@@ -98,6 +108,7 @@ class Row:
     strategy: dict[str, Any] | None = None
     loads: bool = False
     script: str | None = None
+    script_args: tuple[str, ...] = ()
 
 
 def all_rows(width: int) -> dict[str, Row]:
@@ -115,6 +126,10 @@ def all_rows(width: int) -> dict[str, Row]:
             script="_setup_hand_mmengine.py"),
         Row("accelerate", "hand FSDP2, rank 0 whole + broadcasts (Accelerate)",
             script="_setup_hand_accelerate.py"),
+        Row("ds-whole", "hand ZeRO-3, every rank whole (MMEngine)",
+            script="_setup_hand_deepspeed.py", script_args=("--way", "whole")),
+        Row("ds-zero-init", "hand ZeRO-3, zero.Init + gathered init (DeepSpeed)",
+            script="_setup_hand_deepspeed.py", script_args=("--way", "zero-init")),
     ]
     return {row.key: row for row in rows}
 
@@ -190,7 +205,7 @@ def run_row(row: Row, args: argparse.Namespace, root: Path, weights: Path,
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", str(args.nproc), str(HERE / row.script),
                 "--blocks", str(args.blocks), "--width", str(args.width),
-                "--work-dir", str(work_dir)]
+                "--work-dir", str(work_dir), *row.script_args]
     print(f"  round {round_ + 1}: {row.label} ...", end="", file=sys.stderr, flush=True)
     log = work_dir / "run.log"
     start = time.time()
@@ -288,8 +303,21 @@ def report(summaries: list[Summary], args: argparse.Namespace) -> list[str]:
             for name in names:
                 peaks = " ".join(f"{_gib(p.get(name)):>6}" for p in s.step_peaks)
                 lines.append(f"  {name:<24} {peaks}")
-    lines += ["", *goals(by_key, ddp_peak, ddp_time)]
+    lines += ["", *goals(by_key, ddp_peak, ddp_time), *against_deepspeed(by_key)]
     return lines
+
+
+def against_deepspeed(by_key: dict[str, Summary]) -> list[str]:
+    """Each flexgraph ZeRO-3 row's time against the faster hand-written DeepSpeed row's:
+    how far flexgraph's ZeRO-3 setup is from what DeepSpeed itself costs."""
+    hands = [by_key[k] for k in ("ds-whole", "ds-zero-init")
+             if k in by_key and by_key[k].seconds is not None]
+    if not hands:
+        return []
+    hand = min(hands, key=lambda s: s.seconds)
+    return [f"{s.row.label} against {hand.row.label}: {s.seconds / hand.seconds:.2f}x"
+            for s in (by_key.get(k) for k in ("zero3", "zero3-load"))
+            if s is not None and s.seconds is not None]
 
 
 def goals(by_key: dict[str, Summary], ddp_peak: float | None,

@@ -1,9 +1,10 @@
 """benchmarks/setup_memory.py runs end to end at a small size (no figures are checked).
 
-DDP, FSDP, FSDP with ``load_from`` and the hand-written MMEngine-style FSDP2
-script, one round each, 4 CPU processes: every row must give numbers (not a
-failure note), the first losses must agree (the same weights in every row),
-and the goals are printed with a verdict each.
+DDP, FSDP, FSDP with ``load_from``, the hand-written MMEngine-style FSDP2 script
+and the hand-written ZeRO-3 set up as DeepSpeed's tutorials do, one round each,
+4 CPU processes: every row must give numbers (not a failure note), the first
+losses must agree (the same weights in every row), and the goals are printed
+with a verdict each.
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ VERDICT = re.compile(r": (met|not met)( \(over: [^)]*\))?$")
 def test_the_rows_run_end_to_end_at_a_small_size(tmp_path):
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "setup_memory.py"), "--size", "1M", "--blocks", "2",
-         "--rounds", "1", "--rows", "ddp,fsdp,fsdp-load,mmengine", "--timeout", "240"],
+         "--rounds", "1", "--rows", "ddp,fsdp,fsdp-load,mmengine,ds-zero-init",
+         "--timeout", "240"],
         env=dict(os.environ, TMPDIR=str(tmp_path)), capture_output=True, text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     for label in ("flexgraph DDP", "flexgraph FSDP", "flexgraph FSDP, load_from",
-                  r"hand FSDP2, every rank whole \(MMEngine\)"):
+                  r"hand FSDP2, every rank whole \(MMEngine\)",
+                  r"hand ZeRO-3, zero\.Init \+ gathered init \(DeepSpeed\)"):
         assert re.search(rf"^{label}" + NUMBERS, out, re.M), out
     assert re.search(r"^flexgraph DDP\s+\S+\s+\S+\s+1\.00/1\.00", out, re.M), out
     assert "first iteration's fp32 loss equal to DDP's on every rank, in every row: met" in out

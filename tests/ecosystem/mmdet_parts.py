@@ -96,18 +96,6 @@ class _Boundary(torch.autograd.Function):
         return grads
 
 
-def _through_boundary(value):
-    """``value`` with every tensor in it (in tuples, lists, dicts) passed through a boundary."""
-    if isinstance(value, (tuple, list)):
-        passed = [_through_boundary(item) for item in value]
-        return type(value)(*passed) if hasattr(value, "_fields") else type(value)(passed)
-    if isinstance(value, dict):
-        for key in value:
-            value[key] = _through_boundary(value[key])
-        return value
-    return _Boundary.apply(value) if isinstance(value, torch.Tensor) else value
-
-
 @HOOKS.register_module(force=True)
 class ZeroThreeBoundaries(Hook):
     """DDP with the graph ZeRO-3 trains through: an identity autograd function on every
@@ -128,9 +116,14 @@ class ZeroThreeBoundaries(Hook):
     priority = "VERY_HIGH"
 
     def before_train(self, runner) -> None:
+        # DeepSpeed's own walk over a module's inputs and outputs (tuples, lists, dicts)
+        from deepspeed.runtime.zero.utils import apply_to_tensors_only
+
         for module in _bare(runner.model).modules():
-            module.register_forward_pre_hook(lambda _, args: _through_boundary(args))
-            module.register_forward_hook(lambda _, args, output: _through_boundary(output))
+            module.register_forward_pre_hook(
+                lambda _, args: apply_to_tensors_only(_Boundary.apply, args))
+            module.register_forward_hook(
+                lambda _, args, output: apply_to_tensors_only(_Boundary.apply, output))
 
 
 def _no_cuda_device(local_rank: int) -> None:

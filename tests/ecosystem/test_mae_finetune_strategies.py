@@ -119,9 +119,13 @@ def test_layer_decay_is_the_same_under_every_strategy(fp32):
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "zero1", "zero3"])
-def test_fp32_weights_after_an_epoch_agree_with_ddp(fp32, strategy):
+def test_fp32_weights_after_an_epoch_are_ddp_s(fp32, strategy):
+    """Bit for bit: the setup gives every strategy DDP's weights, and a ViT's gradients
+    add up alike under each (a tensor read by two consumers sums one way; ZeRO-3's
+    module-edge functions regroup only sums of three or more, see the MMDetection
+    guide)."""
     ddp = torch.load(fp32["ddp"] / "epoch1.pt", weights_only=True)
     other = torch.load(fp32[strategy] / "epoch1.pt", weights_only=True)
-    scale = max(v.abs().max() for v in ddp.values())
-    worst = max((other[k] - ddp[k]).abs().max() for k in ddp)
-    assert worst <= 1e-5 * scale, f"{strategy}: {worst / scale:.2e} relative"
+    differing = {k: float((other[k] - ddp[k]).abs().max()) for k in ddp
+                 if not torch.equal(other[k], ddp[k])}
+    assert not differing, f"{strategy}: {len(differing)} of {len(ddp)} tensors: {differing}"

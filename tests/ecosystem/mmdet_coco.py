@@ -134,13 +134,18 @@ def write_wrapper(folder: Path, model: str, data: Path, *extra: str) -> Path:
 
 
 def overrides(model: str, strategy: str | None = "ddp", *, epochs: int = 2,
-              bf16: bool = False, warmup: int | None = None) -> list[str]:
+              bf16: bool = False, warmup: int | None = None,
+              steps_over_run: bool = False) -> list[str]:
     """The ``--cfg-options`` that make ``model``'s config small, under ``strategy``.
 
     ``strategy=None``: none named (MMEngine's Runner takes no ``strategy`` key).
     ``warmup``: iterations of the linear warm-up (the config's 500 when ``None``;
     a few iterations into it the heads still predict every class everywhere,
     which gives CocoMetric detections to score).
+    ``steps_over_run``: the config's step schedule (``MultiStepLR``, learning rate
+    divided by 10 after epochs 8 and 11 of 12, then left there) stretched over the
+    ``epochs`` at the same fractions; otherwise a run longer than 12 epochs trains
+    the rest at a hundredth of the config's learning rate.
     """
     options = [
         "model.backbone.init_cfg=None",
@@ -156,6 +161,9 @@ def overrides(model: str, strategy: str | None = "ddp", *, epochs: int = 2,
         f"train_cfg.val_interval={epochs}",
         "randomness.seed=0",  # unset, each runner draws one: runs would differ
         *([f"param_scheduler.0.end={warmup}"] if warmup is not None else []),
+        *([f"param_scheduler.1.end={epochs}",
+           f"param_scheduler.1.milestones=[{epochs * 8 // 12},{epochs * 11 // 12}]"]
+          if steps_over_run else []),
         "env_cfg.dist_cfg.backend=gloo",
         "default_hooks.logger.interval=1",
         # Workers that persist across epochs continue their random flips into the next

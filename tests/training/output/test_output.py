@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -279,13 +280,17 @@ def test_the_bars_redraws_stay_under_their_share_of_the_cpu_time(tmp_path):
     out.close()
 
 
+@pytest.mark.parametrize("keys", [("loss",), ("loss", 'top%"1')])
 @pytest.mark.parametrize("lrs", [[0.1, 0.1, 0.1], [0.1, 0.2, 1e-05], [0.1, 0.1, 5]])
-def test_a_stretch_sharing_its_lr_is_written_as_any_other(lrs):
-    """The fast spelling (the epoch, and an lr shared by the stretch, formatted once)
-    writes the text the general one writes, record for record."""
-    columns = [[1.5, 2.25, 0.1 + 0.2], [3.0, 4.0, 5.0]]
-    fast = _column_records(("loss", 'top%"1'), 7, 2, columns, lrs)
-    general = [_record_line(7 + i, 2, zip(("loss", 'top%"1'), row, strict=True), lr)
+def test_a_stretch_is_written_as_the_general_spelling_writes_it(keys, lrs):
+    """The fast spelling (orjson) writes the records the general one (json) writes,
+    value for value, and NaN and the infinities as JSON's NaN and Infinity, not null."""
+    columns = [[1.5, 2.25, 0.1 + 0.2], [3.0, 4.0, 5.0]][:len(keys)]
+    fast = _column_records(keys, 7, 2, columns, lrs)
+    general = [_record_line(7 + i, 2, zip(keys, row, strict=True), lr)
                for i, (row, lr) in enumerate(zip(zip(*columns, strict=True), lrs, strict=True))]
-    assert fast == general
+    assert [json.loads(line) for line in fast] == [json.loads(line) for line in general]
     assert [json.loads(line)["lr"] for line in fast] == lrs
+    assert all(line.endswith(b"\n") and line.count(b"\n") == 1 for line in fast)
+    odd = _column_records(keys, 7, 2, [[1.5, math.nan, -math.inf], *columns[1:]], lrs)
+    assert math.isnan(json.loads(odd[1])["loss"]) and json.loads(odd[2])["loss"] == -math.inf

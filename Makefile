@@ -89,7 +89,7 @@ test-ecosystem: $(ECO_BIN)/flexgraph
 	$(ECO_BIN)/pytest -n 2 tests/ecosystem
 
 # The longer tier of tests/ecosystem: MMDetection's configs trained until their mAP
-# is measurable under every strategy, and bf16 (~1-2 h on two cores).
+# is measurable under every strategy, and bf16 (about an hour on two cores).
 test-ecosystem-long: $(ECO_BIN)/flexgraph
 	$(ECO_BIN)/pytest -n 2 -m long tests/ecosystem
 

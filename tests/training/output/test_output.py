@@ -165,6 +165,24 @@ def test_lines_above_the_bar_go_out_with_its_next_tick_at_the_log_level(tmp_path
     assert "not shown" not in capsys.readouterr().out
 
 
+def test_a_line_wider_than_the_terminal_goes_above_the_bar_whole(tmp_path, capsys,
+                                                                  monkeypatch):
+    """The terminal wraps it: copied from the screen, it is the line in the log file."""
+    monkeypatch.setenv("COLUMNS", "40")
+    logger = logging.getLogger("test_output.wide")
+    logger.setLevel(logging.INFO)
+    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logger,
+                      message_hub=MessageHub.get_instance("test_output_wide"), log_interval=2,
+                      max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
+                      interactive=True)
+    out.open(0)
+    line = " ".join(f"word{i}" for i in range(30))  # 200 columns
+    out.info(line)
+    out.tick(1)
+    out.close()
+    assert line in capsys.readouterr().out.splitlines()
+
+
 @pytest.mark.parametrize(("window", "means"), [
     (10, ["1.5000", "2.5000", "3.5000"]),  # MMEngine's default: the last 10 iterations
     (2, ["1.5000", "3.5000", "5.5000"]),

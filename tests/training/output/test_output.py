@@ -35,6 +35,15 @@ def _output(tmp_path, interactive, visualizer=None):
                        interactive=interactive, visualizer=visualizer)
 
 
+def _terminal_output(tmp_path, logger):
+    """An output drawing its bar (``interactive``), its lines at the INFO level."""
+    logger.setLevel(logging.INFO)
+    return TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logger,
+                       message_hub=MessageHub.get_instance(f"hub_{logger.name}"), log_interval=2,
+                       max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
+                       interactive=True)
+
+
 def test_records_are_json_lines_even_for_nan_and_dicts(tmp_path):
     out = _output(tmp_path, interactive=False,
                   visualizer=_visualizer(tmp_path, "TensorboardVisBackend"))
@@ -147,11 +156,7 @@ def test_records_of_same_keys_match_the_general_path(tmp_path):
 
 def test_lines_above_the_bar_go_out_with_its_next_tick_at_the_log_level(tmp_path, capsys):
     logger = logging.getLogger("test_output.terminal")
-    logger.setLevel(logging.INFO)
-    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logger,
-                      message_hub=MessageHub.get_instance("test_output_tty"), log_interval=2,
-                      max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
-                      interactive=True)
+    out = _terminal_output(tmp_path, logger)
     out.open(0)
     out.info("first line")
     out.info("second line")
@@ -169,12 +174,7 @@ def test_a_line_wider_than_the_terminal_goes_above_the_bar_whole(tmp_path, capsy
                                                                   monkeypatch):
     """The terminal wraps it: copied from the screen, it is the line in the log file."""
     monkeypatch.setenv("COLUMNS", "40")
-    logger = logging.getLogger("test_output.wide")
-    logger.setLevel(logging.INFO)
-    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logger,
-                      message_hub=MessageHub.get_instance("test_output_wide"), log_interval=2,
-                      max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
-                      interactive=True)
+    out = _terminal_output(tmp_path, logging.getLogger("test_output.wide"))
     out.open(0)
     line = " ".join(f"word{i}" for i in range(30))  # 200 columns
     out.info(line)

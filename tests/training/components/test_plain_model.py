@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 from mmengine.evaluator import BaseMetric
-from mmengine.registry import METRICS
+from mmengine.optim import OptimWrapper
+from mmengine.registry import METRICS, OPTIM_WRAPPERS
 
 from tests.training.training_helpers import run_steps
 
@@ -47,6 +48,26 @@ def test_accumulation_and_clipping_go_through_the_optim_wrapper(make_cfg):
     ow = ctx["optim_wrapper"]
     assert ow.inner_count == 30
     assert ctx["hooks"].runner.message_hub.get_scalar("train/grad_norm") is not None
+
+
+def test_the_optim_wrappers_own_update_still_counts_and_steps(make_cfg):
+    # MMEngine's OptimWrapper unclipped: its backward/step/zero_grad written out
+    ctx = run_steps(make_cfg(param_scheduler=None))
+    assert ctx["optim_wrapper"].inner_count == ctx["train_result"]["iter"] == 30
+
+    @OPTIM_WRAPPERS.register_module(force=True)
+    class CountingOptimWrapper(OptimWrapper):
+        steps = 0
+
+        def step(self, **kwargs):
+            type(self).steps += 1
+            super().step(**kwargs)
+
+    # a wrapper with a step of its own: its step is called, every iteration
+    ctx = run_steps(make_cfg(optim_wrapper=dict(type="CountingOptimWrapper",
+                                                optimizer=dict(type="SGD", lr=0.1)),
+                             param_scheduler=None))
+    assert CountingOptimWrapper.steps == ctx["optim_wrapper"].inner_count == 30
 
 
 @METRICS.register_module(force=True)

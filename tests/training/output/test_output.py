@@ -28,20 +28,18 @@ def _visualizer(tmp_path, *backends):
                                    vis_backends=[dict(type=b) for b in backends])
 
 
-def _output(tmp_path, interactive, visualizer=None):
-    return TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
-                       message_hub=MessageHub.get_instance("test_output"), log_interval=2,
-                       max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
-                       interactive=interactive, visualizer=visualizer)
+def _output(tmp_path, interactive, visualizer=None, logger=None):
+    logger = logger or logging.getLogger("t")
+    return TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logger,
+                       message_hub=MessageHub.get_instance(f"test_output_{logger.name}"),
+                       log_interval=2, max_iters=6, max_epochs=1, by_epoch=False,
+                       epoch_length=6, interactive=interactive, visualizer=visualizer)
 
 
 def _terminal_output(tmp_path, logger):
     """An output drawing its bar (``interactive``), its lines at the INFO level."""
     logger.setLevel(logging.INFO)
-    return TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logger,
-                       message_hub=MessageHub.get_instance(f"hub_{logger.name}"), log_interval=2,
-                       max_iters=6, max_epochs=1, by_epoch=False, epoch_length=6,
-                       interactive=True)
+    return _output(tmp_path, interactive=True, logger=logger)
 
 
 def test_records_are_json_lines_even_for_nan_and_dicts(tmp_path):

@@ -1,14 +1,8 @@
 """The executor: runs a plan's steps in order over a context of artifacts.
 
-It fires hooks around each step, records each step's wall time and memory, and
-on failure raises :class:`StepFailedError` naming the step and its origin, with
-the original exception chained. Before the first step it resolves every step's
-function, so a misspelled reference fails before anything has run. A dry run
-checks the inputs and the functions and executes nothing.
-
-Memory: ``peak_rss_mib`` is the process's peak resident set size when the step
-ended (``getrusage``), so the step that raised the peak shows the jump;
-``rss_mib`` is the resident size right after it.
+Every step's function is resolved before the first step runs (a misspelt
+reference fails with nothing run); hooks fire around each step; each step's wall
+time and memory are recorded; a failure is a :class:`StepFailedError`.
 """
 
 from __future__ import annotations
@@ -30,21 +24,9 @@ from flexgraph.core.step import Step, run_step
 
 
 class StepFailedError(FlexgraphError, RuntimeError):
-    """A step raised; the original exception is chained as ``__cause__``.
+    """A step raised; its ``step`` and ``origin`` name it, the original error is ``__cause__``.
 
-    The message names the step, its origin and the original error:
-    ``step 'train' (base) failed: ValueError: ...``. Raised by
-    :meth:`Executor.run`; an exception that is not an :class:`Exception`
-    (``KeyboardInterrupt``, a stop on a signal) passes through unwrapped.
-
-    Parameters
-    ----------
-    message : str
-    step : str, optional
-        The step that raised; kept as the ``step`` attribute.
-    origin : str, optional
-        Where its place in the plan came from (``str(Origin)``); kept as the
-        ``origin`` attribute.
+    ``KeyboardInterrupt`` and other non-:class:`Exception` errors pass unwrapped.
     """
 
     def __init__(self, message: str, step: str = "", origin: str = "") -> None:
@@ -59,20 +41,15 @@ class StepRecord:
 
     Parameters
     ----------
-    name : str
-        The step.
-    origin : str
-        Its origin, short form (:attr:`Origin.short`).
+    name, origin : str
+        The step, and its :attr:`Origin.short`.
     status : str
-        ``"planned"`` (not run: a dry run, or after a failure), ``"ok"`` or
-        ``"failed"``.
+        ``"planned"`` (not run), ``"ok"`` or ``"failed"``.
     seconds : float
         Wall time of the step's function.
-    rss_mib : float or None
-        Resident memory right after the step, in MiB (``None`` where
-        ``/proc`` cannot be read, and for a step that did not finish).
-    peak_rss_mib : float or None
-        The process's peak resident memory when the step ended, in MiB.
+    rss_mib, peak_rss_mib : float or None
+        Resident memory right after the step (``None`` without ``/proc``), and
+        the process's peak when it ended.
     """
 
     name: str
@@ -109,30 +86,14 @@ def _rss_mib() -> float | None:
 
 @attrs.define
 class RunResult:
-    """The final context of artifacts and one record per step, in order.
-
-    Parameters
-    ----------
-    context : dict
-        Artifact name -> value: the inputs, updated by every step's outputs.
-    records : list of StepRecord
-        One per step, in execution order.
-    """
+    """The final context of artifacts and one record per step, in order."""
 
     context: dict[str, Any]
     records: list[StepRecord]
 
 
 class Executor:
-    """Run plans. ``hooks`` are objects with any of the :class:`ExecutorHook` methods.
-
-    Parameters
-    ----------
-    hooks : iterable of object, optional
-        Each may define ``before_step(step, context)``,
-        ``after_step(step, context, record)`` and
-        ``on_error(step, context, error)``; they are called in this order for
-        every step.
+    """Runs plans; each of ``hooks`` may define any :class:`ExecutorHook` method.
 
     Examples
     --------
@@ -156,34 +117,9 @@ class Executor:
     def run(
         self, plan: Plan, context: Mapping[str, Any] | None = None, *, dry_run: bool = False
     ) -> RunResult:
-        """Run ``plan`` over ``context`` (the graph's inputs) and return the result.
+        """Run ``plan`` over ``context`` (the graph's inputs, and anything to pass through).
 
-        Every step's function is resolved before the first step runs. Each step
-        is called with its inputs from the context, and its outputs go back
-        into the context for the steps after it.
-
-        Parameters
-        ----------
-        plan : Plan
-        context : mapping, optional
-            Values of the graph's inputs (``{"cfg": cfg}``); other entries
-            are passed through to the result's context.
-        dry_run : bool, optional
-            Check the inputs and resolve the functions, run nothing: every
-            record stays ``"planned"``.
-
-        Returns
-        -------
-        RunResult
-
-        Raises
-        ------
-        MissingInputError
-            ``context`` lacks one of the graph's inputs.
-        StepFunctionError
-            A step's function cannot be resolved (raised before any step runs).
-        StepFailedError
-            A step raised; ``__cause__`` is the original error.
+        ``dry_run`` checks the inputs and resolves the functions, running nothing.
         """
         context = dict(context or {})
         missing = sorted(a for a in plan.graph.inputs if a not in context)

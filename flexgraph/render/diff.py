@@ -1,16 +1,8 @@
-"""The plan next to the base graph: what the strategy changed, row by row.
+"""The plan next to the base graph, row by row (``flexgraph plan CONFIG --diff``).
 
-``flexgraph plan CONFIG --diff`` prints this. The left column is the base
-graph's order, the right column the planned order, one row per position, so a
-reader sees at a glance which steps a strategy inserted, moved, replaced, fused
-or configured, and which base steps it took out. A terminal shows the actions in
-colour (taken-out steps struck through); a pipe gets the same information from
-one-character markers, explained in a legend under the table:
-
-    + inserted   - removed   ~ moved   ! replaced   & fused   * configured
-
-and ``-> name`` after a base step that another step took the place of. Under
-the table comes the numbered list of the rewrites as applied (``ddp #1: ...``).
+Left the base order, right the planned order, one row per position; each step
+marked with what the strategy did to it, in colour on a terminal and by the
+one-character markers of the legend in a pipe. The applied rewrites follow.
 """
 
 from __future__ import annotations
@@ -73,17 +65,7 @@ def legend() -> Text:
 
 
 def rewrite_list(plan: Plan) -> Text:
-    """The applied rewrites, one numbered line each (``  ddp #1: replace ...``).
-
-    Parameters
-    ----------
-    plan : Plan
-
-    Returns
-    -------
-    rich.text.Text
-        A heading and one line per rewrite, or a line saying there were none.
-    """
+    """The applied rewrites, one numbered line each (``  ddp #1: replace ...``)."""
     if not plan.rewrites:
         return Text("no rewrites applied: the plan is the base graph's order")
     text = Text(f"rewrites applied by {plan.strategy}:")
@@ -93,20 +75,7 @@ def rewrite_list(plan: Plan) -> Text:
 
 
 def plan_diff(plan: Plan) -> RenderableType:
-    """Render the base order and the planned order side by side, then the rewrites.
-
-    Parameters
-    ----------
-    plan : Plan
-
-    Returns
-    -------
-    rich.console.RenderableType
-        A group of: a table (``#``, ``base``, ``plan``, ``change``) with one row
-        per position, each planned step marked with what the strategy did to
-        it, each taken-out base step struck through (and marked ``-``); the
-        marker legend; the numbered list of applied rewrites. Deterministic.
-    """
+    """The base order and the planned order side by side, the legend, then the rewrites."""
     gone = gone_steps(plan)
     table = Table(title=f"plan diff: base graph -> {plan.strategy or 'no strategy'}",
                   **TABLE_STYLE)

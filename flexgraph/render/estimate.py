@@ -1,11 +1,8 @@
 """Views of a memory estimate (the ``flexgraph.estimate/1`` object): text and JSON.
 
-They read the plain dict :meth:`Estimate.as_dict` makes (plus the device's
-memory and each candidate's verdict, added by the CLI), so this layer stays
-free of torch. Sizes print in GB (10^9 bytes), as GPU makers and monitors
-state a card's memory.
-
-The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
+They read the dict :meth:`Estimate.as_dict` makes (plus the CLI's device memory
+and verdicts), so this layer stays free of torch. Sizes print in GB (10^9
+bytes), as GPU makers state a card's memory. The schema (bytes as integers)::
 
     {"schema": "flexgraph.estimate/1", "world_size": int, "batch_size": int|null,
      "optimizer": str, "seconds": float, "untraceable": str|null,
@@ -29,16 +26,14 @@ The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
      "plan": {"pruned": {step: reason}, "notes": {step: str}}
                                               (only when the run's files change the plan)}
 
-``parts`` are the peak's; when the optimizer step is the peak, ``activations``
-is 0 there and ``optimizer`` holds the step's temporaries
-(``step_temporaries_bytes``), while ``traced_activations_bytes`` keeps the
-traced step's activations at its own peak. ``activations`` and
-``traced_activations_bytes`` are null (and ``fits`` null) when the step could
-not be traced. ``setup`` is the host memory (RAM) rank 0 and each other rank
-hold while the model is set up, before the optimizer exists; ``node_bytes``
-is rank 0's plus ``processes_per_node - 1`` others', which ``fits`` compares
-with the node's host memory less the margin. ``weights_loaded``: every
-``state_dict`` entry comes from ``load_from``, so setup does not initialise.
+``parts`` are the peak's: when the optimizer step is the peak, ``activations``
+is 0 and ``optimizer`` holds the step's temporaries, while
+``traced_activations_bytes`` keeps the traced activations at their own peak;
+both are null (and ``fits`` too) when the step could not be traced. ``setup``
+is the host memory rank 0 and each other rank hold until the optimizer exists;
+``node_bytes`` adds ``processes_per_node - 1`` other ranks to rank 0, and its
+``fits`` compares that with the host memory less the margin.
+``weights_loaded``: ``load_from`` sets every ``state_dict`` entry.
 """
 
 from __future__ import annotations
@@ -141,9 +136,7 @@ def _setup(estimate: Mapping[str, Any]) -> Table:
 
 
 def estimate_view(estimate: Mapping[str, Any]) -> Group:
-    """The parameter census, one row per candidate (peak, parts, phase, verdict), each
-    candidate's setup on the host (rank 0, the other ranks, a node; its verdict), then what
-    the run's files change in its plan (a pruned ``init_weights``)."""
+    """The parameter census, the candidates' peaks, their setup on the host, and plan changes."""
     parts: list[Any] = [_parameters(estimate), Text(""), _candidates(estimate)]
     if any(row.get("setup") for row in estimate["candidates"]):
         parts += [Text(""), _setup(estimate)]

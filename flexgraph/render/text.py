@@ -1,17 +1,13 @@
 """The plan as a table: the view ``flexgraph plan`` prints by default.
 
-One row per step in execution order, with the stage it belongs to, its function
-and its declared artifacts, and where it came from. Steps the strategy touched
-carry their origin in the colour of the action (and in words, so a pipe without
-colour loses nothing); base steps say ``base``, dimmed. Every cell is a
+One row per step in execution order; a touched step's origin is in its
+action's colour and in words, so a pipe loses nothing. Cells are
 :class:`rich.text.Text`, never markup, so a ``[`` in a name prints as itself.
 
-Eight columns rarely fit a terminal at their natural width, and rich's own
-squeezing folds names mid-word. So the table fits itself to the width it is
-drawn at, giving way in the order a reader minds least: function references
-break after their ``:``, then the origin column wraps between words, and only
-then does rich fold what is left. Artifacts are listed one per line, which
-keeps their columns as narrow as their longest name.
+Eight columns rarely fit a terminal, and rich's squeezing folds names mid-word,
+so the table fits itself to its width, giving way where a reader minds least:
+function references break after their ``:``, then the origin column wraps
+between words, and only then does rich fold the rest.
 """
 
 from __future__ import annotations
@@ -41,21 +37,10 @@ def _fn_text(ref: str, split: bool) -> Text:
 
 
 def origin_text(plan: Plan, name: str) -> Text:
-    """Where ``name`` came from: ``base`` (dim) or one coloured line per rewrite.
+    """``base`` (dim), or one coloured line per origin of ``name`` (``"replaced by ddp #1"``).
 
-    Parameters
-    ----------
-    plan : Plan
-    name : str
-        A step of the plan.
-
-    Returns
-    -------
-    rich.text.Text
-        ``"base"``, or for each :class:`~flexgraph.core.plan.Origin` of the
-        step's history, oldest first, the start of its text up to the rewrite's
-        number (``"replaced by ddp #1"``); the rewrite itself is spelled out in
-        the table's caption, where it takes one line instead of a folded column.
+    The rewrite itself is spelled out in the caption, on one line rather than
+    folded in a column.
     """
     entries = history(plan, name)
     if not entries:
@@ -128,18 +113,7 @@ def _natural_width(table: Table) -> int:
 
 
 def fit_table(plan: Plan, width: int) -> Table:
-    """The plan table laid out for ``width`` columns (see the module docstring).
-
-    Parameters
-    ----------
-    plan : Plan
-    width : int
-        The width the table is about to be drawn at.
-
-    Returns
-    -------
-    rich.table.Table
-    """
+    """The plan table laid out for ``width`` columns (see the module docstring)."""
     table = _table(plan, split_fn=False)
     if _natural_width(table) <= width:
         return table
@@ -153,10 +127,9 @@ def fit_table(plan: Plan, width: int) -> Table:
 
 
 class PlanTable(Table):
-    """The table of one plan; drawn, it fits itself to the width (see :func:`fit_table`).
+    """The table of one plan, which fits itself to the width it is drawn at.
 
-    As a :class:`~rich.table.Table` it holds the plan's rows at their natural
-    layout, so its columns and cells can be inspected like any table's.
+    Undrawn it holds the rows at their natural layout, to inspect like any table.
     """
 
     def __init__(self, plan: Plan) -> None:
@@ -172,21 +145,9 @@ class PlanTable(Table):
 
 
 def plan_table(plan: Plan) -> Table:
-    """Render ``plan`` as a table, one row per step in execution order.
+    """``plan`` as a table, one row per step in execution order (see the module docstring).
 
-    Parameters
-    ----------
-    plan : Plan
-        A plan from :func:`flexgraph.make_plan` or a spec.
-
-    Returns
-    -------
-    rich.table.Table
-        Columns ``#``, ``stage`` (both 1-based), ``step``, ``fn``, ``requires``,
-        ``provides``, ``updates``, ``origin``; titled with the strategy, with a
-        caption counting steps, stages and rewrites and listing the rewrites the
-        origins refer to. It fits itself to the console it is printed on (see
-        the module docstring); the same plan at the same width always gives the
-        same text.
+    Titled with the strategy; the caption counts steps, stages and rewrites and
+    lists the rewrites the origins refer to.
     """
     return PlanTable(plan)

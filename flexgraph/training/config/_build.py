@@ -181,10 +181,8 @@ def build_from_cfg(
 
     Raises
     ------
-    ConfigError
-        The dict has no ``type``, or building it failed on its arguments.
     UnknownComponentError
-        The type is neither registered nor importable.
+        The type is neither registered nor importable (a ``ConfigError``, as any other fault).
 
     Examples
     --------

@@ -198,8 +198,7 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
              device: str | None = None, weights_loaded: bool = False) -> Estimate:
     """Estimate each candidate's per-rank peak for ``cfg`` on ``world_size`` ranks.
 
-    The model is built once, the first batch loaded once, and the step traced once
-    per compute mode the candidates need.
+    The step is traced once per compute mode the candidates need.
 
     Parameters
     ----------

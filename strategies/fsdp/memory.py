@@ -1,24 +1,17 @@
 """FSDPStrategy's memory: fp32 shards, plus the units gathered while they compute.
 
 Per rank, ``P`` parameters over ``N`` ranks: parameters, gradients and the
-optimizer's ``k`` states are fp32 shards (``4P/N``, ``4P/N``, ``4kP/N``).
-While a unit computes, its parameters are all-gathered in the compute dtype
-(``mixed_precision.param_dtype``, else fp32) and the next unit's are prefetched,
-and in backward its gradients exist unsharded until the reduce-scatter: the
-buffers are modelled as two of the largest unit gathered plus its gradients,
-and the root's own parameters gathered for the whole step. Units are the ones
-``fully_shard`` would get (the wrap policy, :mod:`flexgraph.strategies.fsdp.units`);
-without a policy the root is the only unit and the whole model is gathered. With
-``reshard_after_forward=False`` (SHARD_GRAD_OP) every unit stays gathered
-from its forward to its backward. With ``activation_checkpointing`` the traced
-step checkpoints the same blocks as the run (:func:`traced_model`).
+optimizer's ``k`` states are fp32 shards (``4P/N``, ``4P/N``, ``4kP/N``). The
+buffers are modelled as two of the largest unit gathered in the compute dtype (one
+computing, one prefetched) plus its unsharded gradients, and the root's own
+parameters gathered for the whole step; units are the ones ``fully_shard`` would
+get (:mod:`flexgraph.strategies.fsdp.units`). With ``reshard_after_forward=False``
+every unit stays gathered from its forward to its backward.
 
-Setup (:func:`estimate_setup`, host memory before the optimizer exists): rank
-0 builds and initialises the whole model (fp32) and sends each rank its shards
-one unit at a time; the other ranks build on the meta device and hold their
-shards plus one unit. When ``load_from`` covers the model, ``init_weights``
-is pruned and rank 0 holds what the others do. On a GPU the shards are the
-GPU's (unless ``cpu_offload``).
+Setup: rank 0 builds and initialises the whole model and sends each rank its
+shards one unit at a time; the others build on meta and hold their shards plus
+one unit. When ``load_from`` covers the model, ``init_weights`` is pruned and
+rank 0 holds what the others do. On a GPU the shards are the GPU's (unless ``cpu_offload``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Will it fit? Per-rank memory estimates of a training config under candidate strategies.
 
-Nothing is allocated: the model is built on the meta device, one training
-step is traced there (:mod:`._trace`), and each strategy's memory model
-(a module of its own in ``flexgraph.strategies``, named by
-``Strategy.memory_model``; see :mod:`._parts`) says what it keeps per rank.
-Each also says what setup holds on the host before the optimizer exists
-(rank 0's and the other ranks'). ``flexgraph plan --estimate / --compare /
---strategy auto`` show it.
+Nothing is allocated: the model is built on the meta device, one training step
+is traced there, and each strategy's memory model (``Strategy.memory_model``, see
+:mod:`._parts`) says what it keeps per rank, and what setup holds on the host.
+``flexgraph plan --estimate / --compare / --strategy auto`` show it.
 """
 
 from flexgraph.training.estimate._auto import (

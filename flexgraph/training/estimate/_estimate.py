@@ -6,22 +6,9 @@ Per rank, for each candidate strategy::
            + max(activations + gradients so far + buffers    (forward / backward),
                  gradients + the step's temporaries + buffers (optimizer step))
 
-Parameters, gradients and optimizer states come from the strategy's memory
-model (exact counts times bytes, sharded as the strategy shards them); its
-buffers (DDP's gradient buckets, FSDP's all-gathered units, DeepSpeed's
-buckets) are modelled from its options and marked so; activations are
-counted on the traced step, at its peak (the gradients alive then are the
-trace's share of the strategy's gradients). A strategy may keep fewer
-gradients and buffers through the optimizer step than at the end of backward
-(``StrategyMemory.step_gradients``, ``step_buffers``). The optimizer step's temporaries
-(torch's Adam and AdamW, :func:`step_temporaries`) are modelled from the
-tensors the strategy has the optimizer step on, and counted with the optimizer
-when the step is the peak.
-
-Beside it, each candidate's setup (:class:`~._parts.SetupMemory`): the host
-memory rank 0 and the other ranks hold while the model is built, initialised
-and loaded, before the optimizer exists, from the strategy's
-``estimate_setup``.
+Model states come from the strategy's memory model, its buffers are modelled from
+its options (and marked so), activations are counted on the traced step at its
+peak. Beside it, each candidate's setup (:class:`~._parts.SetupMemory`).
 """
 
 from __future__ import annotations
@@ -53,22 +40,17 @@ class CandidateEstimate:
     Parameters
     ----------
     label : str
-        The candidate as written.
     strategy : str
         Its strategy's name.
     memory : StrategyMemory
-        The strategy's per-rank model states and buffers.
     trace : StepTrace or None
-        The traced step (``None``: the step could not be traced).
+        ``None``: the step could not be traced.
     world_size : int
-        The ranks the estimate is for.
     step_temporaries : int, default 0
         Bytes the optimizer's step allocates besides its states.
     step_note : str, optional
-        What the step's temporaries assume, one line.
+        What those assume.
     setup : SetupMemory, optional
-        What each rank holds on the host while the model is set up
-        (``None``: the strategy has no setup model).
     """
 
     label: str
@@ -108,7 +90,7 @@ class CandidateEstimate:
 
     @property
     def _step_phase_wins(self) -> bool:
-        """Whether forward / backward (the traced step) reach higher than the optimizer step."""
+        """Whether forward / backward reach higher than the optimizer step."""
         t, m = self.trace, self.memory
         if t is None:
             return False
@@ -136,22 +118,18 @@ class Estimate:
     Parameters
     ----------
     census : Census
-        The model's parameter counts.
     candidates : tuple of CandidateEstimate
-        One estimate per candidate, in the order given.
+        In the order given.
     world_size : int
-        The ranks the estimate is for.
     batch_size : int or None
         The traced batch's size per rank.
     optimizer : str
-        The optimizer's name (its states per parameter follow from it).
     untraceable : str, optional
-        Why the step could not be traced, when it could not.
+        Why the step could not be traced.
     seconds : float, default 0.0
         How long the estimate took.
     weights_loaded : bool, default False
-        The run's files set every ``state_dict`` entry (``init_weights`` is
-        pruned where a strategy may prune it).
+        The run's files set every ``state_dict`` entry.
     """
 
     census: Census
@@ -194,22 +172,15 @@ class Estimate:
 
 
 def build_meta_model(cfg: Any) -> torch.nn.Module:
-    """``cfg.model`` built on the meta device: every tensor without storage.
+    """``cfg.model`` built on the meta device, in train mode.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
 
     Returns
     -------
     torch.nn.Module
-        The model in train mode, its tensors on the meta device.
-
-    Raises
-    ------
-    ConfigError
-        The config has no buildable ``model``.
     """
     from flexgraph.training.components import build_model_from_cfg
 
@@ -227,33 +198,23 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
              device: str | None = None, weights_loaded: bool = False) -> Estimate:
     """Estimate each candidate's per-rank peak for ``cfg`` on ``world_size`` ranks.
 
-    The model is built once (meta device), the first batch loaded once, and
-    the step traced once per compute mode the candidates need. ``device``
-    (``'cuda'`` or ``'cpu'``; ``None``: this machine's, as :func:`target_device`
-    says): where the run would train, which decides the optimizer kernels
-    torch picks by default (:func:`step_temporaries`) and whether setup's
-    partitions or shards are host memory. ``weights_loaded``: the files the
-    run loads set every entry of the model's ``state_dict``, so a strategy
-    that may prune ``init_weights`` (``Strategy.prunable``) does, which changes
-    what its setup holds.
+    The step is traced once per compute mode the candidates need.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
     candidates : sequence of Candidate
-        The strategies to estimate (:func:`parse_candidates`).
     world_size : int
-        The ranks the run would have.
     device : str, optional
-        ``'cuda'`` or ``'cpu'``; ``None``: this machine's (:func:`target_device`).
+        Where the run would train (``'cuda'`` or ``'cpu'``; ``None``: this machine's):
+        it decides torch's default optimizer kernels and what setup holds on the host.
     weights_loaded : bool, default False
-        The run's files set every ``state_dict`` entry (see above).
+        The run's files set every ``state_dict`` entry, so a strategy that may prune
+        ``init_weights`` does, which changes its setup.
 
     Returns
     -------
     Estimate
-        Every candidate's per-rank peak, its parts and where it is reached.
 
     Raises
     ------
@@ -301,8 +262,7 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
 
 def _setup_of(module: Any, census: Census, options: dict[str, Any], **facts: Any
               ) -> SetupMemory:
-    """The strategy's setup memory; a memory model without ``estimate_setup`` is taken to
-    build the whole model on every rank."""
+    """The strategy's setup memory; without ``estimate_setup``, the whole model per rank."""
     setup = getattr(module, "estimate_setup", None)
     if setup is None:
         return whole_model_setup(census, notes=(f"{module.__name__} does not say what its "
@@ -317,8 +277,7 @@ def _step_of(cfg: Any, memory: StrategyMemory, device: str) -> dict[str, Any]:
 
 def _traced_model(module: Any, cfg: Any, options: dict[str, Any]
                   ) -> tuple[str, torch.nn.Module | None]:
-    """(a key for its trace, the model as the strategy changes it) or ``("", None)``: the
-    shared model (see the memory modules' ``traced_model`` in ``_parts``)."""
+    """(a trace key, the model as the strategy changes it), or ``("", None)``: the shared one."""
     change = getattr(module, "traced_model", None)
     if change is None:
         return "", None

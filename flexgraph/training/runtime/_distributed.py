@@ -89,7 +89,6 @@ def setup_process_group(
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
     device : str, optional
         This rank's GPU when CUDA is available, else the CPU.
     backend : str, optional

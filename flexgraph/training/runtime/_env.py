@@ -203,11 +203,6 @@ def make_env(
     Returns
     -------
     Env
-
-    Raises
-    ------
-    ConfigError
-        A ``cuda`` device was asked for and torch sees none.
     """
     resolved = _resolve_device(device, local_rank)
     if resolved.startswith("cuda:"):

@@ -1,15 +1,7 @@
 """What a run shows and leaves behind: log lines, progress, metrics, the work_dir record.
 
-:class:`TrainOutput` turns the loop's per-iteration values into log lines,
-``metrics.jsonl`` records and the visualizer's scalars; :class:`TerminalBar`
-draws progress on a terminal; :class:`RunRecord` is the run's folder in the
-work_dir (log file, resolved config, plan, and ``memory.json`` when the run was
-estimated: :class:`MeasuredPeaks`); :class:`Progress` is what a
-launched rank tells its launcher about how far it got; :func:`take_work_dir` makes a
-run the one owner of its work_dir. :class:`RunContext` carries the record, the
-plan and the launch's facts to the steps that need them, as an argument;
-:class:`LaunchEnv` and the ``*_VAR`` names are what a launcher hands its ranks
-through their environment (:mod:`~flexgraph.training.output._launch_env`).
+Also the run's context, handed to the steps that need it as an argument, and
+what a launcher hands its ranks through their environment.
 """
 
 from importlib import import_module

@@ -1,12 +1,8 @@
-"""Where this process runs: its place in the run, its process group, its memory.
+"""Where this process runs: its place in the run, its process group, its RNGs, its memory.
 
-:class:`Env` (device, rank, world size, seed) is built once by the strategy's
-``setup_env`` step; :func:`setup_process_group` joins torch.distributed. The RNG
-helpers capture and restore this process's random streams, and record the
-draws one rank makes so that another can make them again; the meta-device
-helpers build and materialize models whose weights do not exist yet; the
-process-group helpers answer rank, world size and "is a group up" for code
-that has no Env, and let rank 0 act for every rank.
+:class:`Env` is built once by the strategy's ``setup_env`` step; the rest
+answers rank and world size without one, captures and replays random draws,
+and materializes models built on the meta device.
 """
 
 from flexgraph.training.runtime._distributed import leave_process_group, setup_process_group

@@ -169,7 +169,7 @@ def derivation_lines(derived: Mapping[str, Mapping[str, str]]) -> list[str]:
     ----------
     derived : mapping
         ``{"pruned": {step: reason}, "notes": {step: line}}`` (either part may
-        be absent), as :func:`flexgraph.cli.plan_cmd.derived_plan` returns it.
+        be absent), as :func:`flexgraph.cli.planning.derived_plan` returns it.
 
     Returns
     -------

@@ -198,10 +198,11 @@ def standard_inputs(cfg: Any, run_context: RunContext | None = None, *,
     cfg : mmengine.Config or mapping
         The run's config.
     run_context : RunContext, optional
-        What the run knows beyond its config (its plan, its record, the
+        What the run knows beyond its config (its plan, its record and log, the
         launch: :class:`~flexgraph.training.output.RunContext`). ``flexgraph
-        run`` passes its own; the default is this process alone, with no plan
-        and no record (a portable checkpoint's manifest then records no plan).
+        run`` passes its own; the default is this process alone: no plan, no
+        record, a console logger at the config's ``log_level`` (a portable
+        checkpoint's manifest then records no plan).
     settings : RunSettings, optional
         ``cfg``'s, already read and checked (``flexgraph run`` reads them before
         it plans); by default read here.
@@ -228,5 +229,6 @@ def standard_inputs(cfg: Any, run_context: RunContext | None = None, *,
         settings = read_settings(cfg)
         check_paths(settings)
     if run_context is None:
-        run_context = RunContext.of_this_process()
+        run_context = RunContext.of_this_process(log_level=settings.log_level,
+                                                 log_dir=settings.work_dir)
     return {"cfg": cfg, "settings": settings, "run_context": run_context}

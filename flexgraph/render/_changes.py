@@ -140,7 +140,7 @@ def derivation_lines(derived: Mapping[str, Mapping[str, str]]) -> list[str]:
     """What a run's files changed in its plan, as lines for the log and ``--estimate``.
 
     ``derived`` is ``{"pruned": {step: reason}, "notes": {step: line}}``, either
-    part optional.
+    part optional (:func:`flexgraph.cli.planning.derived_plan`).
     """
     return ([f"pruned: {step} ({reason})" for step, reason in derived.get("pruned", {}).items()]
             + [f"{step}: {note}" for step, note in derived.get("notes", {}).items()])

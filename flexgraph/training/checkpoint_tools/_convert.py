@@ -19,7 +19,7 @@ tensor (plus what an opener maps or buffers), never the whole checkpoint:
   before any tensor is read, so each tensor is fetched, written and dropped
   in turn.
 * ``dcp``: a ``torch.distributed.checkpoint`` directory in
-  :class:`~flexgraph.training.checkpoint.DistributedCheckpointIO`'s layout
+  :class:`~flexgraph.strategies.fsdp.checkpoint.DistributedCheckpointIO`'s layout
   (``state_dict.<fqn>``, ``optimizer.state.<fqn>.<name>``, the rest in
   ``extra.pth``), one shard file per tensor (DCP keeps every tensor of a shard
   file alive until the file is written), each fetched only when it is written.

@@ -44,6 +44,7 @@ from flexgraph.training.checkpoint import (
     PortableCheckpointIO,
     TorchStateAccess,
     load_pretrained,
+    load_weights,
 )
 from flexgraph.training.components import initialise, make_train_step
 from flexgraph.training.config import RunSettings, section
@@ -56,7 +57,7 @@ from flexgraph.training.loop import (
 )
 from flexgraph.training.loop import build_hooks as _build_hooks
 from flexgraph.training.output import RunContext, TrainOutput
-from flexgraph.training.resume import load_weights, resume_training
+from flexgraph.training.resume import resume_training
 from flexgraph.training.runtime import (
     Env,
     SourceDraws,
@@ -232,7 +233,8 @@ def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,
     its files cover the model and ``init_weights`` is pruned (a derived
     rewrite, :func:`~flexgraph.training.checkpoint.derive_from_weights`).
     """
-    return load_weights(settings, hooks, model, checkpointer, pretrained=pretrained)
+    return load_weights(checkpointer, settings.weights_to_load(), model, hooks,
+                        pretrained=pretrained)
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:

@@ -9,7 +9,7 @@ never the whole checkpoint. Targets:
   skeleton, then each tensor's bytes and CRC-32 are filled in.
 * ``safetensors``: the model's weights only, written here because the library's
   writer takes every tensor at once.
-* ``dcp``: :class:`~flexgraph.training.checkpoint.DistributedCheckpointIO`'s
+* ``dcp``: :class:`~flexgraph.strategies.fsdp.checkpoint.DistributedCheckpointIO`'s
   layout, one shard file per tensor (DCP holds a shard file's tensors until it
   is written). An optimizer state that numbers its parameters cannot be named
   without the model, so it is left out, and said so.

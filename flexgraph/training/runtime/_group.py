@@ -14,7 +14,9 @@ from typing import Any, TypeVar
 import torch
 
 __all__ = [
+    "agreed",
     "barrier",
+    "broadcast_buffers",
     "broadcast_from_rank0",
     "first_error_of_all_ranks",
     "gathered_from_every_rank",
@@ -184,3 +186,59 @@ def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E 
     if first is None:
         return None
     return error if error is not None and str(error) == first else kind(first)
+
+
+def agreed(action: Callable[[], T], *, kind: type[E]) -> T | None:
+    """``action()`` on every rank; the lowest rank's ``kind`` error raised on all of them.
+
+    For work each rank does on its own (each reads its part of a file), so that
+    no rank goes on to a collective the others skip. A collective.
+
+    Parameters
+    ----------
+    action : callable
+        What every rank does.
+    kind : type of Exception
+        The errors the ranks agree on; any other is raised at once.
+
+    Returns
+    -------
+    Any
+        ``action``'s result on this rank.
+
+    Raises
+    ------
+    Exception
+        ``kind``: this rank's own error, or the lowest failing rank's message.
+    """
+    result, error = None, None
+    try:
+        result = action()
+    except kind as exc:
+        error = exc
+    error = first_error_of_all_ranks(error, kind=kind)
+    if error is not None:
+        raise error
+    return result
+
+
+def broadcast_buffers(model: torch.nn.Module, *, rank: int = 0) -> None:
+    """Rank 0's buffers (or ``rank``'s) on every rank; a collective.
+
+    For setups where one rank initialised the model for all: buffers are held
+    whole on every rank, and an initialiser may have set them. Bool buffers
+    travel as they are (gloo and NCCL carry bool tensors in every torch this
+    package supports).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, the same buffers on every rank.
+    rank : int, default 0
+        The rank whose buffers every rank takes.
+    """
+    if world_size() == 1:
+        return
+    with torch.no_grad():
+        for buffer in model.buffers():
+            torch.distributed.broadcast(buffer, src=rank)

@@ -117,7 +117,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         _step(
             "load_checkpoint",
             "load_from: weights only",
-            requires=("settings", "hooks", "checkpointer"),
+            requires=("settings", "run_context", "hooks", "checkpointer"),
             updates="model",
         ),
         _step("wrap_model", "move the model to its device", requires="env", updates="model"),

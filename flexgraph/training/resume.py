@@ -188,14 +188,16 @@ def _log_plan_change(checkpoint: dict[str, Any], meta: dict[str, Any], logger: A
 
 def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrapper: Any,
                     param_schedulers: Any, checkpointer: Checkpointer, hooks: Hooks,
-                    train_dataloader: Any, plan: Mapping[str, Any] | None) -> LoopState:
+                    train_dataloader: Any, plan: Mapping[str, Any] | None, logger: Any,
+                    message_hub: Any) -> LoopState:
     """Restore the run from the checkpoint ``resume`` asks for.
 
     Returns a fresh :class:`LoopState` when not resuming, or when
     ``resume='auto'`` finds no checkpoint (logged, not an error: the first run
     of a restartable job has nothing to resume). ``plan`` is this run's plan
     (its JSON dict, the run context's): rank 0 logs what changed since the plan
-    that saved the checkpoint.
+    that saved the checkpoint. ``logger`` and ``message_hub`` are the run's
+    (:class:`~flexgraph.training.output.RunContext`'s).
 
     Raises
     ------
@@ -204,7 +206,6 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
         not fit this config (other schedulers, a position past the epoch).
     """
     source = settings.resume
-    runner = hooks.runner
     restart = settings.restart
     if source is None and not restart:
         return LoopState()
@@ -218,18 +219,18 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
         return _read_resumable(checkpointer, path, held, model, optim_wrapper, lambda checkpoint:
                                from_mmengine(checkpoint, by_epoch=by_epoch,
                                              train_dataloader=train_dataloader,
-                                             message_hub=runner.message_hub))
+                                             message_hub=message_hub))
 
     def read_given(path: str) -> tuple[Any, CheckpointFormat | None, dict[str, Any]]:
         held = format_of(Path(path))
         return path, held, read(Path(path), held)
 
     if source == "auto" or restart:
-        found = _newest_resumable(checkpointer, read, runner.logger, what)
+        found = _newest_resumable(checkpointer, read, logger, what)
         if found is None and restart and source not in (None, "auto"):
             found = read_given(source)  # nothing saved since the first attempt
         if found is None:
-            runner.logger.info(f"{what}: no checkpoint in {checkpointer.work_dir}; "
+            logger.info(f"{what}: no checkpoint in {checkpointer.work_dir}; "
                                f"starting from scratch")
             return LoopState()
         path, held, checkpoint = found
@@ -237,8 +238,8 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
         path, held, checkpoint = read_given(source)
     meta = checkpoint["meta"]
     if this_rank() == 0:
-        _log_plan_change(checkpoint, meta, runner.logger, plan)
-    runner.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers)
+        _log_plan_change(checkpoint, meta, logger, plan)
+    hooks.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers)
     hooks.start_run()
     hooks.call("after_load_checkpoint", checkpoint=checkpoint)
     checkpointer.apply(checkpoint, path, held=held, model=model, optim_wrapper=optim_wrapper,
@@ -247,12 +248,12 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     checkpointer.restore_saved(checkpoint)
 
     if train_dataloader is not None:
-        _hold_global_batch(meta, train_dataloader, runner.logger, path)
+        _hold_global_batch(meta, train_dataloader, logger, path)
         epoch_length = epoch_length_of(train_dataloader)
     epoch, iteration, batch_idx = meta["epoch"], meta["iter"], meta.get("batch_idx", 0)
     data_pass = meta.get("data_pass", epoch)
     # What hooks recorded for a resumed run (MMEngine's runtime-info names: best scores).
-    runner.message_hub.update_info_dict(dict(meta.get("runtime_info") or {}))
+    message_hub.update_info_dict(dict(meta.get("runtime_info") or {}))
     if by_epoch and epoch_length is not None and batch_idx > epoch_length:
         raise CheckpointError(
             f"{str(path)!r} stopped after batch {batch_idx} of an epoch, but the "
@@ -261,7 +262,7 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     seed = meta.get("seed")
     sampler = getattr(train_dataloader, "sampler", None)
     if seed is not None and hasattr(sampler, "reseed") and sampler.seed != seed:
-        runner.logger.warning(f"resume: using the checkpoint's seed {seed} for the data "
+        logger.warning(f"resume: using the checkpoint's seed {seed} for the data "
                               f"order (this run was seeded with {sampler.seed})")
         sampler.reseed(seed)
     rank, ranks = this_rank(), world_size()
@@ -271,11 +272,11 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     else:
         held = (f"RNG states of {len(states)} ranks but this run has {ranks}" if states
                 else "no RNG state (MMEngine's checkpoints have none)")
-        runner.logger.warning(f"resume: the checkpoint holds {held}; reseeding instead, "
+        logger.warning(f"resume: the checkpoint holds {held}; reseeding instead, "
                               f"so random draws will differ")
         seed_everything({"seed": (seed or 0) + iteration, "diff_rank_seed": True}, rank)
         rng_state = capture_rng()
     restarted = f" (restart {restart} of the group)" if restart else ""
-    runner.logger.info(f"Resumed from {path}: epoch {epoch}, iter {iteration}{restarted}")
+    logger.info(f"Resumed from {path}: epoch {epoch}, iter {iteration}{restarted}")
     return LoopState(epoch=epoch, iter=iteration, batch_idx=batch_idx, data_pass=data_pass,
                      rng_state=rng_state, resumed_from=str(path))

@@ -219,8 +219,8 @@ def build_checkpointer(settings: RunSettings, run_context: RunContext, env: Env,
                         restorers=[r for r in restorers if r is not writer])
 
 
-def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,
-                    checkpointer: Checkpointer, *,
+def load_checkpoint(settings: RunSettings, run_context: RunContext, hooks: Hooks,
+                    model: nn.Module, checkpointer: Checkpointer, *,
                     pretrained: Sequence[Mapping[str, Any]] = ()) -> nn.Module:
     """Load ``load_from`` weights through the checkpointer's IO.
 
@@ -234,7 +234,7 @@ def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,
     rewrite, :func:`~flexgraph.training.checkpoint.derive_from_weights`).
     """
     return load_weights(checkpointer, settings.weights_to_load(), model, hooks,
-                        pretrained=pretrained)
+                        logger=run_context.logger, pretrained=pretrained)
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:
@@ -304,7 +304,8 @@ def resume(settings: RunSettings, run_context: RunContext, model: nn.Module, opt
     return resume_training(settings=settings, model=model, optim_wrapper=optim_wrapper,
                            param_schedulers=param_schedulers, checkpointer=checkpointer,
                            hooks=hooks, train_dataloader=train_dataloader,
-                           plan=run_context.plan)
+                           plan=run_context.plan, logger=run_context.logger,
+                           message_hub=run_context.message_hub)
 
 
 def _output(settings: RunSettings, run_context: RunContext, env: Env, hooks: Hooks,

@@ -28,7 +28,7 @@ __all__ = ["load_weights"]
 
 
 def load_weights(checkpointer: Checkpointer, path: str | None, model: Any, hooks: Any, *,
-                 pretrained: Sequence[Mapping[str, Any]] = ()) -> Any:
+                 logger: Any, pretrained: Sequence[Mapping[str, Any]] = ()) -> Any:
     """Load ``pretrained`` files, then ``path`` (``load_from``), into ``model``.
 
     Keys left out are a warning, as in MMEngine.
@@ -45,6 +45,8 @@ def load_weights(checkpointer: Checkpointer, path: str | None, model: Any, hooks
         The run's hooks (:class:`~flexgraph.training.loop.Hooks`): shown the
         model, the run started for them, ``after_load_checkpoint`` fired with
         what was read.
+    logger : logging.Logger
+        The run's log (what was loaded, and the keys left out).
     pretrained : sequence of Mapping, optional
         The ``init_cfg`` ``Pretrained`` files of a run whose ``init_weights``
         was pruned because its files cover the model
@@ -70,15 +72,14 @@ def load_weights(checkpointer: Checkpointer, path: str | None, model: Any, hooks
                         source.path, source.prefix, loader=checkpointer)
     if path is None:
         return model
-    runner = hooks.runner
-    runner.hold(model=model)
+    hooks.hold(model=model)
     hooks.start_run()
     held = format_of(Path(path))
     loaded = checkpointer.load_weights(
         path, model, held=held, on_read=lambda checkpoint: hooks.call("after_load_checkpoint",
                                                                       checkpoint=checkpoint))
     if loaded:
-        runner.logger.warning(f"load_from {path}: {loaded.describe()}")
-    runner.logger.info(f"Loaded weights from {path}"
-                       + (f" (read as {held.name})" if held else ""))
+        logger.warning(f"load_from {path}: {loaded.describe()}")
+    logger.info(f"Loaded weights from {path}"
+                + (f" (read as {held.name})" if held else ""))
     return model

@@ -288,8 +288,8 @@ def test_load_from_and_resume_ask_once_what_a_path_holds(tmp_path, make_cfg, rec
                       last=("build_hooks", "build_checkpointer", "init_weights"),
                       build_checkpointer=options)
     del recognitions[:]
-    steps.load_checkpoint(built["settings"], built["hooks"], built["model"],
-                          built["checkpointer"])
+    steps.load_checkpoint(built["settings"], built["run_context"], built["hooks"],
+                          built["model"], built["checkpointer"])
     assert recognitions == ["torch"]
     built = run_steps(make_cfg(resume=str(last)), build_checkpointer=options,
                       last=("build_checkpointer", "build_hooks", "build_param_schedulers",

@@ -47,6 +47,7 @@ def test_loading_or_initialising_a_meta_model_is_refused(make_cfg, tmp_path):
     cfg.load_from = str(tmp_path / "w.pth")
     built = run_steps(cfg, last=("build_hooks", "build_checkpointer"))
     with pytest.raises(CheckpointError, match="parameters on the meta device.*materialized"):
-        steps.load_checkpoint(built["settings"], built["hooks"], model, built["checkpointer"])
+        steps.load_checkpoint(built["settings"], built["run_context"], built["hooks"], model,
+                              built["checkpointer"])
     with pytest.raises(ConfigError, match="still on the meta device"):
         steps.init_weights(env, model)

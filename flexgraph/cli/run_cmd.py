@@ -291,24 +291,6 @@ def _check_launched_plan(plan_text: str, context: RunContext) -> None:
         )
 
 
-class _StartupReport:
-    """Executor hook: prints the setup steps' timings right before the last step."""
-
-    def __init__(self, plan: Any, console: Any) -> None:
-        self.last = plan.order[-1]
-        self.console = console
-        self.records: list[Any] = []
-
-    def after_step(self, step: Any, context: Any, record: Any) -> None:
-        self.records.append(record)
-
-    def before_step(self, step: Any, context: Any) -> None:
-        if step.name == self.last and self.records:
-            from flexgraph.render import timings_table
-
-            self.console.print(timings_table(self.records))
-
-
 def run_command(args: argparse.Namespace) -> int:
     """Run the config; return the exit status."""
     handed_down = LaunchEnv.read(os.environ)  # what a launcher handed this rank, if any
@@ -584,8 +566,11 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
         from flexgraph.training.output import MeasuredPeaks
 
         peaks = MeasuredPeaks()
-    executor = Executor([_StartupReport(plan, console), *hooks,
-                         *([peaks] if peaks is not None else [])])
+    from flexgraph.training.output import StepTimings
+
+    # a training's setup is printed before it trains, a pipeline's every step at its end
+    timings = StepTimings(plan, console, after_last=spec.cfg is None)
+    executor = Executor([timings, *hooks, *([peaks] if peaks is not None else [])])
     if args.dry_run or spec.cfg is None:  # a YAML or Python pipeline has no work_dir
         result = executor.run(plan, inputs, dry_run=args.dry_run)
     else:  # the work_dir's log, config and plan: only now that the plan is valid
@@ -609,6 +594,8 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
             result = executor.run(plan, {**inputs, "run_context": context})
             if peaks is not None:
                 _record_memory(record, console, launch.estimate, peaks, context.rank)
+            if context.rank == 0:
+                _write_run_page(spec, plan, record, timings, launch.estimate)
         except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto
             record.note(str(stop))
             raise
@@ -625,6 +612,15 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
         console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",
                       markup=False, highlight=False)
     return 0
+
+
+def _write_run_page(spec: Any, plan: Plan, record: Any, timings: Any, estimate: Any) -> None:
+    """The run folder's ``plan.html`` and ``timings.txt``: every rank's steps, measured."""
+    from flexgraph.training.output import write_run_page
+
+    strategy = spec.resolve_strategy(plan.strategy) if plan.strategy else None
+    write_run_page(record.run_dir, plan, timings.by_rank, estimate=estimate,
+                   checks=strategy.checks if strategy is not None else ())
 
 
 def _record_memory(record: Any, console: Any, estimate: Any, peaks: Any, rank: int) -> None:

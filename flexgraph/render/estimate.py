@@ -72,9 +72,10 @@ def in_unit(value: int | None, unit: tuple[float, str]) -> str:
 
 
 def size_text(value: int | None) -> str:
-    """``value`` bytes in its own unit: ``"96.1 KB"``; ``"-"`` for none."""
-    return "-" if value is None else f"{in_unit(value, size_unit(value))} " \
-                                      f"{size_unit(value)[1]}"
+    """``value`` bytes in its own unit: ``"96.1 KB"``; ``"0"``, and ``"-"`` for none."""
+    if not value:
+        return "-" if value is None else "0"
+    return f"{in_unit(value, size_unit(value))} {size_unit(value)[1]}"
 
 
 def count_text(value: int) -> str:

@@ -379,9 +379,13 @@ def _plan_estimate(args: argparse.Namespace) -> int:
         if args.format == "html":
             from flexgraph.cli import plan_page
 
-            sys.stdout.write(plan_page.page_of_candidates(spec, report, args.config, args.compare)
-                             if args.compare else
-                             plan_page.page_of_plan(plan, strategy, args.config, report))
+            if args.compare:
+                load_from = _load_from(spec)
+                sys.stdout.write(plan_page.page_of_candidates(
+                    spec, report, args.config, args.compare,
+                    lambda s: derived_plan(spec, s, spec.plan(s), load_from)[0]))
+            else:
+                sys.stdout.write(plan_page.page_of_plan(plan, strategy, args.config, report))
             return 0
         _print_estimate(report, args)
     return 0

@@ -7,6 +7,7 @@ self-contained page (:mod:`flexgraph.render.html`). Without ``--estimate`` or
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flexgraph.core.plan import Plan
@@ -21,17 +22,12 @@ def page_of_plan(plan: Plan, strategy: Any, config: str,
     return plan_page(plan, checks=checks, estimate=report, source=config)
 
 
-def page_of_candidates(spec: Any, report: dict[str, Any], config: str,
-                       compare: str) -> str:
-    """The ``--compare`` page: each candidate of ``compare`` with the plan it makes."""
-    from flexgraph.cli.plan_cmd import _load_from, derived_plan
+def page_of_candidates(spec: Any, report: dict[str, Any], config: str, compare: str,
+                       plan_of: Callable[[Any], Plan]) -> str:
+    """The ``--compare`` page: each candidate of ``compare`` with the plan ``plan_of`` makes
+    of its strategy."""
     from flexgraph.training.estimate import amp_precision, parse_candidates
 
     candidates = parse_candidates(compare, spec.cfg.get("strategy"), amp_precision(spec.cfg))
-    load_from = _load_from(spec)
-    plans = {}
-    for candidate in candidates:
-        plan, _ = derived_plan(spec, candidate.strategy, spec.plan(candidate.strategy),
-                               load_from)
-        plans[candidate.label] = (plan, candidate.strategy.checks)
+    plans = {c.label: (plan_of(c.strategy), c.strategy.checks) for c in candidates}
     return compare_page(report, plans, source=config)

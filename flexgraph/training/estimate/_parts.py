@@ -136,7 +136,16 @@ class Allocation:
 
 
 def trains_on(target_device: str) -> str:
-    """Where the training step's tensors live: ``'host'`` on the CPU, else ``'device'``."""
+    """Where the training step's tensors live: ``'host'`` on the CPU, else ``'device'``.
+
+    Parameters
+    ----------
+    target_device : str
+
+    Returns
+    -------
+    str
+    """
     return "host" if target_device == "cpu" else "device"
 
 

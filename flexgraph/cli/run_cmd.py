@@ -595,7 +595,7 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
             if peaks is not None:
                 _record_memory(record, console, launch.estimate, peaks, context.rank)
             if context.rank == 0:
-                _write_run_page(spec, plan, record, timings, launch.estimate)
+                _write_run_page(spec, plan, record, timings, launch.estimate, console)
         except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto
             record.note(str(stop))
             raise
@@ -614,13 +614,22 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
     return 0
 
 
-def _write_run_page(spec: Any, plan: Plan, record: Any, timings: Any, estimate: Any) -> None:
-    """The run folder's ``plan.html`` and ``timings.txt``: every rank's steps, measured."""
+def _write_run_page(spec: Any, plan: Plan, record: Any, timings: Any, estimate: Any,
+                    console: Any) -> None:
+    """The run folder's ``plan.html`` and ``timings.txt``: every rank's steps, measured.
+
+    A report of a run that went well: one that cannot be written is said, not an error.
+    """
     from flexgraph.training.output import write_run_page
 
     strategy = spec.resolve_strategy(plan.strategy) if plan.strategy else None
-    write_run_page(record.run_dir, plan, timings.by_rank, estimate=estimate,
-                   checks=strategy.checks if strategy is not None else ())
+    try:
+        write_run_page(record.run_dir, plan, timings.by_rank, estimate=estimate,
+                       checks=strategy.checks if strategy is not None else ())
+    except OSError as exc:
+        line = f"warning: the run's timings and page were not written: {exc}"
+        console.print(line, markup=False, highlight=False)
+        record.note(line)
 
 
 def _record_memory(record: Any, console: Any, estimate: Any, peaks: Any, rank: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from flexgraph.render._align import Row, aligned_rows
+from flexgraph.render._align import aligned_rows
 from flexgraph.render._changes import passed_artifacts
 
 PRIORITY = ("moved", "inserted", "fused", "replaced", "configured")
@@ -221,7 +221,3 @@ def page_model(plan: Mapping[str, Any], *, checks: Sequence[Mapping[str, str]] =
                      {n: tuple(r) for n, r in reasons.items()}, tuple(rewrites), edges,
                      {p: n for n, ps in parts.items() for p in ps}, states is not None)
 
-
-def rows_of(model: PageModel) -> list[Row]:
-    """The model's rows as :class:`Row` (names only)."""
-    return [Row(b.name if b else None, p.name if p else None) for b, p in model.rows]

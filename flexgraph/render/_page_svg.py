@@ -73,7 +73,7 @@ def _text(x: float, y: float, lines: Sequence[str], cls: str = "",
     return f'<text class="{cls}" x="{x:.0f}" y="{y:.0f}"{fill}>{spans}</text>'
 
 
-def _box_lines(box: Box, model: PageModel) -> list[str]:
+def _box_lines(box: Box) -> list[str]:
     lines = [f"{box.position:>2} {MARKERS.get(box.action, '?')} {box.name}"]
     if box.parts:
         lines += [f"     = {part}" for part in box.parts]
@@ -93,6 +93,10 @@ def _notes(box: Box | None, base: Box | None, model: PageModel) -> list[tuple[st
         changes = [c for c in model.changes.get(base.name, ()) if c.action != "moved"]
         if base.action == "moved":
             notes.append((f"{base.name} moves from here (see below)", "moved"))
+        if base.name in model.fused_parts:  # its rewrite is said at the fused step
+            label = next(c.label for c in changes if c.action == "fused")
+            return [(f"{label}: {base.name} is a part of {model.fused_parts[base.name]}",
+                     "fused")]
     for change in changes:
         for i, line in enumerate(_lines(f"{change.label} {change.action}: {change.text}",
                                         NOTE_CHARS)):
@@ -133,10 +137,25 @@ def _legend(width: float, model: PageModel) -> tuple[list[str], float]:
     return out, y + 12
 
 
+def _box(box: Box, side: str, x: float, y: float, width: float) -> str:
+    """One step's box; on the base side only its name (what the plan did is on the right)."""
+    lines = _box_lines(box if side == "plan" else Box(box.name, box.position, box.action))
+    fill, stroke = _colour(box.action)
+    dashed = ' stroke-dasharray="5 3"' if side == "base" and box.action != "base" else ""
+    gone = " gone" if side == "base" and box.action in ("removed", "pruned", "fused",
+                                                         "replaced") else ""
+    doc = f": {escape(box.doc)}" if box.doc else ""
+    return (f'<g class="step {side}{gone}" data-step="{escape(box.name)}">'
+            f"<title>{escape(box.name)}{doc}</title>"
+            f'<rect x="{x:.0f}" y="{y:.0f}" width="{width:.0f}" height="{len(lines) * LINE + 8}" '
+            f'rx="4" fill="{fill}" stroke="{stroke}"{dashed}/>'
+            + _text(x + PAD, y + 16, lines, "name") + "</g>")
+
+
 def plan_svg(model: PageModel, title: str) -> str:
     """The picture as one ``<svg>`` element (see the module docstring)."""
     boxes = [b for row in model.rows for b in row if b is not None]
-    chars = max(len(line) for b in boxes for line in _box_lines(b, model))
+    chars = max(len(line) for b in boxes for line in _box_lines(b))
     box_w = chars * CHAR + 2 * PAD
     base_x, plan_x = 12.0, 12.0 + box_w + GUTTER
     note_x = plan_x + box_w + ARCS
@@ -151,26 +170,12 @@ def plan_svg(model: PageModel, title: str) -> str:
     drawn, later = [], []
     for base, planned in model.rows:
         notes = _notes(planned, base, model)
-        heights = [len(_box_lines(b, model)) for b in (base, planned) if b is not None]
+        heights = [len(_box_lines(b)) for b in (base, planned) if b is not None]
         height = max(max(heights) * LINE + 8, len(notes) * LINE) + 12
         for box, x, side in ((base, base_x, "base"), (planned, plan_x, "plan")):
-            if box is None:
-                continue
-            lines = _box_lines(box, model) if side == "plan" else _box_lines(
-                Box(box.name, box.position, box.action), model)
-            fill, stroke = _colour(box.action)
-            h = len(lines) * LINE + 8
-            dashed = ' stroke-dasharray="5 3"' if side == "base" and box.action != "base" \
-                else ""
-            gone = " gone" if side == "base" and box.action in ("removed", "pruned",
-                                                                 "fused", "replaced") else ""
-            drawn.append(
-                f'<g class="step {side}{gone}" data-step="{escape(box.name)}">'
-                f'<title>{escape(box.name)}{": " + escape(box.doc) if box.doc else ""}</title>'
-                f'<rect x="{x:.0f}" y="{y:.0f}" width="{box_w:.0f}" height="{h}" rx="4" '
-                f'fill="{fill}" stroke="{stroke}"{dashed}/>'
-                + _text(x + PAD, y + 16, lines, "name") + "</g>")
-            centre[side, box.name] = y + BOX_LINE / 2 + 2
+            if box is not None:
+                drawn.append(_box(box, side, x, y, box_w))
+                centre[side, box.name] = y + BOX_LINE / 2 + 2
         for i, (line, action) in enumerate(notes):
             colour = _colour(action)[1] if action in COLOURS else None
             cls = "note" if action not in ("why", "does") else f"note {action}"

@@ -19,6 +19,7 @@ from typing import Any
 from flexgraph.core.executor import StepRecord
 from flexgraph.core.plan import Plan
 from flexgraph.training.output._memory import RunEstimate, _bytes, _cuda_peak_bytes
+from flexgraph.training.output._workdir import _atomic_text
 
 TIMINGS_FILE = "timings.txt"
 PAGE_FILE = "plan.html"
@@ -113,11 +114,17 @@ def write_run_page(run_dir: Path, plan: Plan, by_rank: Sequence[Sequence[dict[st
         The estimate the run is measured against.
     checks : sequence, optional
         The strategy's checks: the reasons of its orders.
+
+    Raises
+    ------
+    OSError
+        A file could not be written (neither is then left half-written).
     """
     from flexgraph.render.html import plan_page
 
-    (run_dir / TIMINGS_FILE).write_text(timings_text(by_rank), encoding="utf-8")
     report = estimate.as_report() if estimate is not None else None
     page = plan_page(plan, checks=checks, estimate=report, measured=by_rank,
                      source=str(run_dir.name))
-    (run_dir / PAGE_FILE).write_text(page, encoding="utf-8")
+    for name, text in ((TIMINGS_FILE, timings_text(by_rank)), (PAGE_FILE, page)):
+        _atomic_text(run_dir / name, lambda path, text=text: Path(path).write_text(
+            text, encoding="utf-8"))

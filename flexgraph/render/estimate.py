@@ -23,7 +23,12 @@ thousands (K) or millions (M). The schema (bytes as integers)::
                      "step_temporaries_bytes": int,
                      "modelled": [str], "notes": [str], "reference_bytes": int|null,
                      "setup": {"rank0_bytes": int, "other_bytes": int, "node_bytes": int,
-                               "fits": bool, "notes": [str]}}],
+                               "fits": bool, "notes": [str]},
+                     "steps": {"trains_on": "host"|"device",
+                               "allocations": [{"step": str, "bytes": int, "what": str,
+                                                "ranks": "all"|"rank0"|"others",
+                                                "memory": "host"|"device",
+                                                "transient": bool}]}}],
      "auto": {"choice": str, "reason": str}   (only with --strategy auto),
      "plan": {"pruned": {step: reason}, "notes": {step: str}}
                                               (only when the run's files change the plan)}
@@ -35,7 +40,10 @@ both are null (and ``fits`` too) when the step could not be traced. ``setup``
 is the host memory rank 0 and each other rank hold until the optimizer exists;
 ``node_bytes`` adds ``processes_per_node - 1`` other ranks to rank 0, and its
 ``fits`` compares that with the host memory less the margin.
-``weights_loaded``: ``load_from`` sets every ``state_dict`` entry.
+``weights_loaded``: ``load_from`` sets every ``state_dict`` entry. ``steps``:
+what each step of the candidate's plan allocates (negative: frees) on which
+ranks, the strategy's setup and its placing of the model; the plan page walks
+them along the plan, the training step taking the rest of the peak.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 every request the page made (Chromium's own network log).
 
 Without a ``chromium`` on the PATH the tests that need one are skipped, saying so;
-CI installs Debian's ``chromium``.
+CI is to install Debian's ``chromium``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ CHROMIUM = next((found for name in ("chromium", "chromium-browser", "google-chro
                  if (found := shutil.which(name))), None)
 
 needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium on the PATH (apt-get install chromium; CI has it)")
+    CHROMIUM is None, reason="no chromium on the PATH: these tests open the pages in it "
+    "(apt-get install chromium)")
 
 OFFLINE = ("--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9")
 """Flags under which no name resolves and every connection goes to a closed port."""

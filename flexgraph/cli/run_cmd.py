@@ -294,24 +294,6 @@ def _check_launched_plan(digest: str, handed_down: LaunchEnv, rank: int) -> None
         )
 
 
-class _StartupReport:
-    """Executor hook: prints the setup steps' timings right before the last step."""
-
-    def __init__(self, plan: Any, console: Any) -> None:
-        self.last = plan.order[-1]
-        self.console = console
-        self.records: list[Any] = []
-
-    def after_step(self, step: Any, context: Any, record: Any) -> None:
-        self.records.append(record)
-
-    def before_step(self, step: Any, context: Any) -> None:
-        if step.name == self.last and self.records:
-            from flexgraph.render import timings_table
-
-            self.console.print(timings_table(self.records))
-
-
 def run_command(args: argparse.Namespace) -> int:
     """Run the config; return the exit status."""
     handed_down = LaunchEnv.read(os.environ)  # what a launcher handed this rank, if any
@@ -584,7 +566,11 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
         from flexgraph.training.output import MeasuredPeaks
 
         peaks = MeasuredPeaks()
-    hooks = [_StartupReport(plan, console), *hooks]
+    from flexgraph.training.output import StepTimings
+
+    # a training's setup is printed before it trains, a pipeline's every step at its end
+    timings = StepTimings(plan, console, after_last=spec.cfg is None)
+    hooks = [timings, *hooks]
     if record is None:
         result = _run_steps(args, hooks, peaks, plan, inputs)
     else:
@@ -593,6 +579,8 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
                                   this_run, lock)
             if peaks is not None:
                 _record_memory(record, console, launch.estimate, peaks, place.rank)
+            if place.rank == 0:
+                _write_run_page(spec, plan, record, timings, launch.estimate, console)
         except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto
             record.note(str(stop))
             raise
@@ -666,6 +654,24 @@ def _run_watched(args: argparse.Namespace, hooks: Sequence[Any], peaks: Any, pla
         watchdog.stop()
     _remove_watch_folder(settings, this_run, lock)
     return result
+
+
+def _write_run_page(spec: Any, plan: Plan, record: Any, timings: Any, estimate: Any,
+                    console: Any) -> None:
+    """The run folder's ``plan.html`` and ``timings.txt``: every rank's steps, measured.
+
+    A report of a run that went well: one that cannot be written is said, not an error.
+    """
+    from flexgraph.training.output import write_run_page
+
+    strategy = spec.resolve_strategy(plan.strategy) if plan.strategy else None
+    try:
+        write_run_page(record.run_dir, plan, timings.by_rank, estimate=estimate,
+                       checks=strategy.checks if strategy is not None else ())
+    except OSError as exc:
+        line = f"warning: the run's timings and page were not written: {exc}"
+        console.print(line, markup=False, highlight=False)
+        record.note(line)
 
 
 def _record_memory(record: Any, console: Any, estimate: Any, peaks: Any, rank: int) -> None:

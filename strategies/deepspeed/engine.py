@@ -87,7 +87,7 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
     1.0). Nothing the user set
     is overwritten: a contradiction is a :class:`ConfigError`. ZeRO bucket sizes
     and stage-3 limits left ``'auto'`` are sized from the model (``numel``
-    parameters): DeepSpeed's defaults (5e8 elements, about 2 GiB per fp32 bucket)
+    parameters): DeepSpeed's defaults (5e8 elements per bucket)
     are sized for models far larger than most, and on a model of a few hundred
     million parameters they cost more memory than ZeRO saves.
     """

@@ -26,7 +26,7 @@ GB = 1e9
 
 
 def _size(nbytes: float) -> str:
-    """``12.3 GB``, or ``456 MB`` below a gigabyte."""
+    """Gigabytes with one decimal, or whole megabytes below a gigabyte."""
     return f"{nbytes / GB:.1f} GB" if nbytes >= GB else f"{nbytes / 1e6:.0f} MB"
 
 

@@ -18,11 +18,11 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 
 
 class DeviceMemoryError(ConfigError):
-    """``--device-memory`` or ``--host-memory`` is not a size (``80GB``, ``40GiB``)."""
+    """``--device-memory`` or ``--host-memory`` is not a size with a unit."""
 
 
 def parse_size(text: str, flag: str = "--device-memory") -> int:
-    """``'80GB'`` -> 80e9 bytes; ``GiB`` and friends are powers of two.
+    """A size with a decimal (``GB``) or binary (``GiB``, a power of two) unit, in bytes.
 
     Parameters
     ----------

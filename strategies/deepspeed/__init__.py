@@ -32,16 +32,6 @@ Options are MMEngine's ``DeepSpeedStrategy`` keys (``config``, ``zero_optimizati
 override a full DeepSpeed ``config`` dict or JSON file. Batch sizes, clipping and
 accumulation come from the config's dataloader and optimizer wrapper when unset;
 ZeRO bucket sizes left unset are ``'auto'`` (sized from the model at run time).
-
-This face holds the factory, the list of rewrites. Behind it: :mod:`.options`
-(the options as one DeepSpeed config, checked), :mod:`.steps` (the step functions
-the rewrites bring in), :mod:`.engine` (the engine in MMEngine's shapes, the
-config completed at run time), :mod:`.checkpoint` (DeepSpeed's own checkpoints,
-read safely), :mod:`.state` (portable checkpoints: the state by parameter name),
-:mod:`.params` (ZeRO-3's parameters a forward cannot get, named), :mod:`.partitions`
-(ZeRO-3's setup: whole values into the partitions one parameter at a time), :mod:`.inspect`
-(``flexgraph ckpt inspect`` of DeepSpeed's directories) and :mod:`.memory` (what
-a rank holds, for ``flexgraph plan --estimate``).
 """
 
 from __future__ import annotations

@@ -49,14 +49,6 @@ directories, ``state_dict_cfg='full'`` one full file instead.
 The option names are MMEngine's ``FSDPStrategy`` / ``MMFullyShardedDataParallel``
 ones where they carry over to FSDP2; a key with no FSDP2 meaning is refused by
 name rather than ignored.
-
-This face holds the factory, the list of rewrites. Behind it: :mod:`.options`
-(MMEngine's options checked and translated), :mod:`.steps` (the step functions
-the rewrites bring in), :mod:`.units` (which submodules are sharded, or
-checkpointed, after MMEngine's wrap policies), :mod:`.shards` (this rank's
-shards: their storage, their rows, loading into them), :mod:`.checkpoint` (the
-sharded and full-file checkpoint IOs) and :mod:`.memory` (what a rank holds,
-for ``flexgraph plan --estimate``).
 """
 
 from __future__ import annotations

@@ -188,7 +188,6 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
 
 
 def _saved_keys(path: Path) -> set[str]:
-    """Every item's flat key in ``.metadata``."""
     return set(SafeDCPStorage(path).read_metadata().state_dict_metadata)
 
 

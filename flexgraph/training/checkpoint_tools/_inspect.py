@@ -169,7 +169,6 @@ def state_parts(checkpoint: Mapping[str, Any], *, engine_keys: Iterable[str] = (
 
 
 def _loop_fields(meta: Any) -> dict[str, Any]:
-    """World size, epoch, iteration and versions from a ``meta`` entry."""
     meta = meta if isinstance(meta, Mapping) else {}
 
     def number(key: str) -> int | None:

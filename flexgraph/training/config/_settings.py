@@ -381,7 +381,6 @@ def log_processor_policy(cfg: Any) -> LogProcessorPolicy:
 
 
 def _custom_log(entry: Any, i: int, by_epoch: bool) -> dict[str, Any]:
-    """One ``log_processor.custom_cfg`` entry, checked."""
     what = f"log_processor.custom_cfg[{i}]"
     if not isinstance(entry, Mapping) or not {"data_src", "method_name"} <= set(entry):
         raise ConfigError(f"{what} must be a dict with a data_src (the logged key) and a "

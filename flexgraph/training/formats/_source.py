@@ -172,7 +172,6 @@ def _is_tensor_dict(value: Any) -> bool:
 
 
 def _flexgraph_layout(checkpoint: Any, path: Path) -> dict[str, Any]:
-    """A loaded torch.save object in flexgraph's layout."""
     if _is_tensor_dict(checkpoint):
         return weights_layout(checkpoint)
     if not isinstance(checkpoint, Mapping):

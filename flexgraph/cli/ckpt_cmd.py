@@ -1,20 +1,8 @@
 """``flexgraph ckpt inspect PATH`` and ``ckpt convert SRC DST``: checkpoints, offline, on the CPU.
 
-The reading is the training layer's
-(:func:`flexgraph.training.checkpoint_tools.describe_checkpoint`: every format
-flexgraph writes, MMEngine's files and plain ``state_dict`` files, plus the
-formats strategies add, DeepSpeed's directories among them); this module only
-prints it: a two-column table (rich), or ``--format json`` (the summary's
-fields, one JSON object). No model is built and no tensor is loaded whole.
-
-``convert`` rewrites a checkpoint of any format ``inspect`` reads as a
-``torch.save`` file, a safetensors file or a DCP directory
-(:func:`flexgraph.training.checkpoint_tools.convert_checkpoint`: one tensor at a
-time, no model built) and prints what it wrote and what the target format
-could not hold.
-
-A path in no known format, or one that cannot be read, is an error naming the
-path and the formats tried (exit 2, one line).
+The reading and writing are :mod:`flexgraph.training.checkpoint_tools`'s; this
+module prints them, as a table or ``--format json``. A path in no known format
+is one line naming it (exit 2).
 """
 
 from __future__ import annotations
@@ -88,16 +76,7 @@ def _count(number: int | None) -> str:
 
 
 def summary_table(summary: Any) -> Table:
-    """The summary as a two-column rich table (field, value).
-
-    Parameters
-    ----------
-    summary : CheckpointSummary
-
-    Returns
-    -------
-    rich.table.Table
-    """
+    """The summary as a two-column rich table (field, value)."""
     table = Table(title=f"checkpoint {summary.path}", title_justify="left", show_header=False)
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value")

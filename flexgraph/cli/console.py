@@ -1,10 +1,7 @@
 """Where text views go: a rich console that is plain whenever stdout is not a TTY.
 
-``flexgraph plan`` output is read by people in a terminal and by scripts, CI
-logs and tests through a pipe. In a terminal it gets colour and the terminal's
-width; anywhere else it is plain (no colour or styles, width 120 whatever
-``COLUMNS`` or ``FORCE_COLOR`` say, no trailing spaces), so the same plan gives
-the same bytes every time and diffs cleanly.
+Piped output is plain and of fixed width whatever the environment says, so
+the same plan gives the same bytes every time.
 """
 
 from __future__ import annotations
@@ -20,19 +17,8 @@ PLAIN_WIDTH = 120
 
 
 def stdout_console(file: IO[str] | None = None) -> Console:
-    """A rich Console on ``file`` (default: the current ``sys.stdout``).
-
-    Parameters
-    ----------
-    file : text stream, optional
-
-    Returns
-    -------
-    rich.console.Console
-        The terminal's own settings when ``file`` is a TTY; otherwise plain:
-        no colour or styles, no highlighting, width 120, whatever the
-        environment says.
-    """
+    """A rich Console on ``file`` (default ``sys.stdout``): the terminal's settings on a TTY, else
+    plain."""
     file = file if file is not None else sys.stdout
     isatty = getattr(file, "isatty", None)
     if isatty is not None and isatty():
@@ -52,18 +38,10 @@ def stdout_console(file: IO[str] | None = None) -> Console:
 
 
 def print_renderable(renderable: RenderableType, file: IO[str] | None = None) -> None:
-    """Print a rich renderable to ``file`` (default: the current ``sys.stdout``).
+    """Print a rich renderable to ``file`` (default ``sys.stdout``).
 
-    On a terminal this is ``Console.print``. Otherwise the renderable is drawn
-    on a plain console (see :func:`stdout_console`) and written with the
-    padding rich adds at line ends removed. Lines are never cropped: a table
-    that cannot fit without breaking a name is drawn wider, and wraps where
-    it is shown.
-
-    Parameters
-    ----------
-    renderable : rich renderable (a Table, a Group, Text, ...)
-    file : text stream, optional
+    Off a terminal it is drawn plain without trailing padding, and never cropped:
+    a table too narrow for a name is drawn wider.
     """
     file = file if file is not None else sys.stdout
     console = stdout_console(file)

@@ -1,9 +1,8 @@
 """How an error that ended a command is reported: an exit status and one line.
 
-Bad input (any :class:`~flexgraph.core.errors.FlexgraphError`, also when a step
-raised it) exits 2 with its message; anything else exits 1 with the exception's
-type and message, and the hint that ``--debug`` shows the traceback. The
-launcher reports the ranks' errors the same way, so it shares these.
+Bad input (a :class:`~flexgraph.core.errors.FlexgraphError`) exits 2 with its
+message; anything else exits 1 with its type and the ``--debug`` hint. The
+launcher reports the ranks' errors the same way.
 """
 
 from __future__ import annotations
@@ -25,18 +24,7 @@ def _one_line(text: str) -> str:
 
 
 def describe_error(exc: BaseException) -> tuple[int, str]:
-    """The exit status and the one-line message for an error that ended a command.
-
-    Parameters
-    ----------
-    exc : BaseException
-
-    Returns
-    -------
-    (int, str)
-        ``(2, message)`` for bad input, ``(1, message)`` otherwise (see the
-        module docstring); the message has no line breaks.
-    """
+    """``(2, message)`` for bad input, ``(1, message)`` otherwise; the message is one line."""
     if isinstance(exc, StepFailedError):
         cause = exc.__cause__
         if isinstance(cause, FlexgraphError):

@@ -1,9 +1,6 @@
 """``plan --estimate / --compare`` and ``--strategy auto``: what a plan costs per rank.
 
-Everything here imports torch lazily, inside the functions: ``flexgraph plan``
-without these flags never does. The estimate itself is
-:mod:`flexgraph.training.estimate`; each strategy's memory model lives in its
-own module beside it (``Strategy.memory_model``).
+torch is imported lazily, so ``flexgraph plan`` without these flags never imports it.
 """
 
 from __future__ import annotations
@@ -48,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> Non
 def _with_verdicts(report: dict[str, Any], given: str | None, world_size: int,
                    margin: float, host: tuple[str | None, int]) -> dict[str, Any]:
     """Each candidate's verdicts: its peak against a device, its setup against a node's host
-    memory (``host``: ``--host-memory``, and the ranks per node)."""
+    memory."""
     from flexgraph.training.estimate import device_memory, host_memory
 
     capacity, source = device_memory(given, world_size)
@@ -69,8 +66,8 @@ def _with_verdicts(report: dict[str, Any], given: str | None, world_size: int,
 
 
 def _weights_loaded(cfg: Any) -> bool:
-    """Whether the files the run loads set every weight, so that a strategy that may
-    prune ``init_weights`` does (what its setup holds depends on it)."""
+    """Whether the files the run loads set every weight, so a strategy that may prune
+    ``init_weights`` does."""
     from flexgraph.training.checkpoint import derive_from_weights
     from flexgraph.training.config import read_settings
 
@@ -90,8 +87,7 @@ def _config_candidate(spec: Any, strategy: Strategy, amp: str | None) -> Any:
 
 
 def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespace) -> dict:
-    """The ``flexgraph.estimate/1`` dict for ``--estimate`` (the plan's strategy) or
-    ``--compare`` (its candidates)."""
+    """The ``flexgraph.estimate/1`` dict for ``--estimate`` or ``--compare``."""
     from flexgraph.training.estimate import (
         AUTO_MARGIN,
         amp_precision,
@@ -124,35 +120,11 @@ def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespa
 def choose_auto(spec: Any, world_size: int, device_memory: str | None,
                 chosen: str | None = None, *, host_memory: str | None = None,
                 per_node: int | None = None) -> tuple[Strategy, dict[str, Any], Any]:
-    """``--strategy auto``: the strategy chosen, the estimate report, the candidate.
+    """``--strategy auto``: ``(strategy, report, candidate)``, the first candidate that fits.
 
-    Parameters
-    ----------
-    spec : Spec
-        The loaded config.
-    world_size : int
-        The ranks the run will have.
-    device_memory : str or None
-        ``--device-memory`` as written; ``None``: this machine's.
-    chosen : str, optional
-        The candidate a launcher chose for this rank
-        (:data:`~flexgraph.training.output.AUTO_CHOICE_VAR`), taken without
-        estimating again (the report is then empty).
-    host_memory : str, optional
-        ``--host-memory`` as written: a candidate whose setup does not fit a
-        node's host memory is refused.
-    per_node : int, optional
-        The ranks on one node (default: ``world_size``).
-
-    Returns
-    -------
-    tuple
-        ``(strategy, report, candidate)``.
-
-    Raises
-    ------
-    NothingFitsError
-        No candidate fits: the smallest estimate and what would make it fit.
+    ``chosen`` is a launcher's choice, taken without estimating again;
+    ``host_memory`` refuses a candidate whose setup does not fit a node. Raises
+    ``NothingFitsError`` with the smallest estimate when none fits.
     """
     from flexgraph.training.estimate import (
         AUTO_MARGIN,
@@ -195,8 +167,8 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None,
 def run_estimate(spec: Any, strategy: Strategy | None, world_size: int,
                  device_memory: str | None, *, host_memory: str | None = None,
                  per_node: int | None = None) -> Any:
-    """``run --estimate``: the plan's per-rank peak and its setup's, as a ``RunEstimate`` to
-    measure against."""
+    """``run --estimate``: the plan's per-rank peak and its setup's, as a ``RunEstimate`` to measure
+    against."""
     from flexgraph.training.output import RunEstimate
 
     args = argparse.Namespace(compare=None, world_size=world_size, device_memory=device_memory,

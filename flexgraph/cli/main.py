@@ -1,28 +1,13 @@
-"""``flexgraph``: the command line. ``main(argv) -> exit status``; the command runs
-:func:`run_and_exit`.
+"""``flexgraph``: the command line. ``main(argv) -> exit status``.
 
-Subcommands: ``plan`` (print a plan; see :mod:`flexgraph.cli.plan_cmd`),
-``run`` (execute one; :mod:`flexgraph.cli.run_cmd`) and ``ckpt inspect`` / ``ckpt
-convert`` (what a checkpoint holds, and the same in another format;
-:mod:`flexgraph.cli.ckpt_cmd`). ``run``'s module is
-imported only when ``run`` is the command, so ``flexgraph plan`` and
-``flexgraph --help`` never import torch.
+Subcommands ``plan``, ``run`` and ``ckpt``; ``run``'s module is imported only
+for ``run``, so ``plan`` and ``--help`` never import torch.
 
-Exit status, the contract scripts rely on:
-
-- ``0``: done;
-- ``2``: bad input: a usage error, any :class:`~flexgraph.FlexgraphError` that
-  is not a :class:`~flexgraph.StepFailedError`, and a step failure whose cause
-  is a FlexgraphError (a step that found its input bad);
-- ``1``: anything else that went wrong (a step raised, a bug);
-- ``75``: training stopped on a signal (SIGTERM, SIGINT, or the run's
-  ``preemption.signal``) after saving a checkpoint; ``--resume auto``
-  continues it (:mod:`flexgraph.cli.stopping`);
-- ``130``: interrupted (Ctrl-C) before training started, with nothing to save.
-
-An error is printed on stderr as one line, ``error: <message>``, plus for
-exit 1 a second line pointing at ``--debug``; never a traceback unless
-``--debug`` is given, which prints the whole chained traceback first.
+Exit status, the contract scripts rely on: ``0`` done; ``2`` bad input (a
+usage error, a :class:`~flexgraph.FlexgraphError`, or a step failure it
+caused); ``1`` anything else; ``75`` stopped on a signal after saving
+(``--resume auto`` continues); ``130`` interrupted before training. An error
+is one line on stderr, ``error: <message>``; ``--debug`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -52,12 +37,7 @@ exit status: 0 ok, 2 bad input (one line on stderr), 1 anything else"""
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is two lines: a short usage and the error.
-
-    argparse prints the whole usage first, which for ``flexgraph run`` wraps
-    over a dozen lines and pushes the one line that matters (which argument,
-    what is wrong) to the bottom; ``--help`` still prints it all.
-    """
+    """argparse, but a usage error is a short usage and the error, not the whole usage."""
 
     def error(self, message: str) -> NoReturn:
         positionals = " ".join(a.metavar or a.dest for a in self._get_positional_actions()
@@ -82,18 +62,7 @@ def _add_debug(parser: argparse.ArgumentParser, default: object) -> None:
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The argument parser; ``run``'s flags are added only when ``argv`` runs it.
-
-    Parameters
-    ----------
-    argv : sequence of str
-        The arguments about to be parsed (they decide whether ``run_cmd`` is
-        imported).
-
-    Returns
-    -------
-    argparse.ArgumentParser
-    """
+    """The argument parser; ``run``'s flags (and module) only when ``argv`` runs it."""
     parser = _Parser(
         prog="flexgraph",
         description="Training setup as a graph of named steps that strategies rewrite.",
@@ -191,12 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_and_exit() -> NoReturn:
-    """The ``flexgraph`` command (its script, ``python -m flexgraph``): :func:`main`, then exit.
-
-    A launcher (:func:`flexgraph.cli.launch.is_launcher`) exits without the
-    interpreter's teardown: by then it has printed all it prints and removed its
-    folder, and tearing down torch's modules took 1.2 s after its ranks were done,
-    on every launch.
+    """The ``flexgraph`` command: :func:`main`, then exit; a launcher skips the
+    interpreter's teardown, having said all it says.
     """
     status = main()
     launch = sys.modules.get("flexgraph.cli.launch")
@@ -209,10 +174,7 @@ def run_and_exit() -> NoReturn:
 
 
 def run_forked_rank(*argv: str) -> None:
-    """A rank forked from the rank server: ``flexgraph ARGV``, ending with its exit status.
-
-    torch's elastic agent calls it in each fork (:mod:`flexgraph.cli.forked_ranks`).
-    """
+    """A rank forked from the rank server: ``flexgraph ARGV``, ending with its exit status."""
     from flexgraph.cli.forked_ranks import become_forked_rank, end_forked_rank
 
     become_forked_rank()

@@ -1,17 +1,10 @@
 """Planning, as ``flexgraph plan`` and ``flexgraph run`` both do it.
 
-Load the config (:func:`load_config`), choose the strategy
-(:func:`choose_strategy`), then make the one plan: with the rewrites derived
-from the files the run loads (:func:`derived_plan`: ``init_weights`` pruned when
-they cover the model; it builds the model on the meta device, so torch is
-imported), or without them (:func:`make_run_plan`, what ``flexgraph plan`` and
-a launcher do). Derived rewrites are found before planning, from the config
-alone, so a process plans once.
-
-:func:`plan_digest` is what a launcher hands its ranks
-(``FLEXGRAPH_PLAN_DIGEST``): it covers what the plan is made of (the base
-graph, the strategy's rewrites and checks, the entry's targets), not the
-rewrites a rank derives from the files it loads, which a launcher never reads.
+Load the config, choose the strategy, then make the one plan, with the
+rewrites derived from the files the run loads (:func:`derived_plan`, which
+imports torch) or without them (:func:`make_run_plan`). :func:`plan_digest`,
+which a launcher hands its ranks, covers what the plan is made of, not what a
+rank derives from its files.
 """
 
 from __future__ import annotations
@@ -42,11 +35,8 @@ __all__ = ["choose_strategy", "derived_plan", "load_config", "make_run_plan", "p
 
 
 def _standard_graph(cfg: Any, entry: str) -> Graph:
-    """The standard training graph, imported only for a cfg.py without ``steps``.
-
-    Lazily, because the training package may import torch: a YAML spec or a
-    pipeline script never needs it, and planning one must stay light.
-    """
+    """The standard training graph, imported only for a cfg.py without ``steps`` (it may import
+    torch)."""
     from flexgraph.training.graph import standard_graph
 
     return standard_graph(cfg, entry=entry)
@@ -54,29 +44,10 @@ def _standard_graph(cfg: Any, entry: str) -> Graph:
 
 def load_config(config: str | os.PathLike[str] | Any,
                 cfg_options: Mapping[str, Any] | None = None, *, entry: str = "train") -> Spec:
-    """The spec of ``config``, as ``flexgraph plan``, ``flexgraph run`` and
-    :class:`~flexgraph.runner.Runner` load it.
+    """The spec of ``config``, as ``flexgraph plan``, ``flexgraph run`` and the Runner load it.
 
-    Parameters
-    ----------
-    config : str, PathLike or Config
-        Path of the YAML spec, pipeline script or cfg.py, or an MMEngine
-        ``Config`` already read (a copy of it is planned: ``cfg_options`` never
-        change the caller's).
-    cfg_options : mapping, optional
-        Config keys to override, parsed (:func:`~flexgraph.cli.options.parse_cfg_options`,
-        plus what ``run``'s own flags set).
-    entry : {"train", "val", "test"}, optional
-        The standard graph's last step, for a training config without ``steps``.
-
-    Returns
-    -------
-    Spec
-
-    Raises
-    ------
-    FlexgraphError
-        The spec layer's error for a config it cannot load.
+    ``config`` is a path or an MMEngine ``Config`` (a copy is planned);
+    ``cfg_options`` override keys; ``entry`` is the standard graph's last step.
     """
     default_graph = functools.partial(_standard_graph, entry=entry)
     if isinstance(config, (str, os.PathLike)):
@@ -94,19 +65,15 @@ def load_config(config: str | os.PathLike[str] | Any,
 
 def choose_strategy(spec: Spec, name: str | None, world_size: int = 1) -> Strategy | None:
     """The strategy ``name`` (the command line's), else the spec's, else the default for
-    ``world_size`` processes (:func:`~flexgraph.cli.choice.default_strategy`)."""
+    ``world_size`` processes.
+    """
     return spec.resolve_strategy(name or default_strategy(spec, world_size))
 
 
 def make_run_plan(spec: Spec, strategy: Strategy | None, *, targets: tuple[str, ...] = (),
                   derived: tuple[Rewrite, ...] = ()) -> Plan:
-    """Plan ``spec``'s graph under ``strategy`` (``None``: the base graph as declared).
-
-    Raises
-    ------
-    FlexgraphError
-        The engine's error, restated with the spec's file in front.
-    """
+    """Plan ``spec``'s graph under ``strategy`` (``None``: as declared); errors name the spec's
+    file."""
     from flexgraph.spec.errors import restate
 
     try:
@@ -117,27 +84,10 @@ def make_run_plan(spec: Spec, strategy: Strategy | None, *, targets: tuple[str, 
 
 def derived_plan(spec: Spec, strategy: Strategy | None, load_from: str | None,
                  targets: tuple[str, ...] = ()) -> tuple[Plan, dict[str, Any]]:
-    """The plan, with the rewrites a run derives from its files, and what to say about them.
+    """The plan with the rewrites a run derives from its files, and what to say about them.
 
-    The rewrites come first, from the config and the files
-    (:func:`flexgraph.training.checkpoint.derive_from_weights`: imports torch,
-    builds the model on the meta device, reads each file's index), then the
-    one plan is made with them.
-
-    Parameters
-    ----------
-    spec, strategy:
-        The spec and its strategy.
-    load_from:
-        What ``load_checkpoint`` loads (``RunSettings.weights_to_load()``).
-    targets:
-        The plan's targets (an entry point's).
-
-    Returns
-    -------
-    tuple of (Plan, dict)
-        The plan, and ``{"pruned": {step: reason}, "notes": {step: line}}``
-        with the empty parts left out.
+    Returns the plan and ``{"pruned": {step: reason}, "notes": {step: line}}``,
+    empty parts left out.
     """
     if spec.cfg is None or strategy is None or not strategy.prunable:
         return make_run_plan(spec, strategy, targets=targets), {}
@@ -153,10 +103,7 @@ def derived_plan(spec: Spec, strategy: Strategy | None, load_from: str | None,
 def plan_digest(spec: Spec, strategy: Strategy | None, targets: tuple[str, ...] = ()) -> str:
     """A digest of what the plan is made of: the base graph, the strategy, the targets.
 
-    Launcher and ranks compute it from the same inputs, before any rank derives
-    rewrites from its files. Sets are sorted and object addresses in reprs
-    (``<... at 0x7f...>``) left out: both differ between processes without
-    meaning anything.
+    Sets are sorted and object addresses left out, as both differ between processes.
     """
     from flexgraph.render.json_view import json_safe
 

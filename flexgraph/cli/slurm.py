@@ -1,31 +1,14 @@
 """SLURM as a launcher, both ways clusters run it, and its requeue after a preemption stop.
 
-**One task per rank** (``srun -n8 flexgraph run cfg.py``, OpenMMLab's
-``slurm_train.sh``, MMEngine's ``--launcher slurm``): each task is one rank.
-Its rank, world size and local rank come from ``SLURM_PROCID`` /
-``SLURM_NTASKS`` / ``SLURM_LOCALID``, the rendezvous from the first host of
-``SLURM_JOB_NODELIST`` (read here, compressed form included: compute nodes
-need no ``scontrol``) and a port derived from the job id, unless
-``MASTER_ADDR`` / ``MASTER_PORT`` are set. They are written into the
-process's environment as torchrun's variables, so everything downstream
-(``setup_process_group``, the checkpoint IO) sees one kind of launch.
+**One task per rank** (``srun -n8 flexgraph run cfg.py``): each task's rank
+and rendezvous come from SLURM's variables and are written as torchrun's, so
+everything downstream sees one kind of launch. **One task per node**
+(``--nproc-per-node 8 --nnodes $SLURM_NNODES``): each task launches its node's
+ranks; SLURM fills in the node rank and rendezvous. :func:`choose_launcher`
+decides which.
 
-**One task per node running the launcher** (``srun --ntasks-per-node=1
-flexgraph run cfg.py --nproc-per-node 8 --nnodes $SLURM_NNODES``): each task
-launches its node's ranks with torch's elastic agent
-(:mod:`flexgraph.cli.launch`); SLURM fills in the node rank and the
-rendezvous that ``--node-rank`` / ``--master-addr`` / ``--master-port`` would.
-
-Which applies (:func:`choose_launcher`): ``--launcher`` (or the config's
-``launcher``, MMEngine's key) when given; else an ``srun`` step of several
-tasks is detected on its own. ``--launcher none`` opts out.
-
-**Requeue** (:func:`requeue_after_stop`): a run that its preemption signal
-stopped (``sbatch --signal=USR1@90``, ``scancel --signal=USR1``) saves at an
-iteration boundary and exits 75; in a SLURM job, rank 0 (or node 0's
-launcher) then asks SLURM to requeue the job, as Lightning does. The
-requeued job sees ``SLURM_RESTART_COUNT`` and resumes from the latest
-checkpoint on its own (:func:`resume_after_requeue`).
+**Requeue**: a run stopped by its preemption signal saves and exits 75; rank 0
+then asks SLURM to requeue the job, which resumes from its latest checkpoint.
 """
 
 from __future__ import annotations
@@ -114,25 +97,9 @@ def _rendezvous(env: Mapping[str, str]) -> tuple[str, int]:
 def choose_launcher(requested: str | None, env: Mapping[str, str]) -> str:
     """``'slurm'``, or ``'none'`` (torch elastic's variables, if any, or one process).
 
-    Parameters
-    ----------
-    requested : str or None
-        ``--launcher`` or the config's ``launcher``; ``None`` or ``'auto'``
-        detects an ``srun`` step of several tasks (the one-task-per-node form is
-        detected by :func:`slurm_node`).
-    env : Mapping of str to str
-        The process's environment.
-
-    Returns
-    -------
-    str
-        The launcher.
-
-    Raises
-    ------
-    SlurmLaunchError
-        ``requested`` is not a launcher flexgraph has, or is ``'slurm'`` outside
-        an ``srun`` step.
+    ``requested`` (``--launcher`` or the config's) of ``None`` or ``'auto'``
+    detects an ``srun`` step of several tasks; ``'slurm'`` outside one, or an
+    unknown launcher, is a :class:`SlurmLaunchError`.
     """
     if requested not in (None, *LAUNCHERS):
         raise SlurmLaunchError(f"launcher={requested!r} is not one of "
@@ -181,14 +148,8 @@ def slurm_node(nnodes: str, env: Mapping[str, str], *, master_addr: str | None =
                master_port: int | None = None) -> SlurmNode | None:
     """In an ``srun`` step, a launcher of ranks on each of ``nnodes`` nodes: its place.
 
-    ``None`` outside an ``srun`` step, for a rank, and for one node (the
-    launcher's own standalone rendezvous then). ``master_addr`` and
-    ``master_port`` (``--master-addr``, ``--master-port``) win over SLURM's.
-
-    Raises
-    ------
-    SlurmLaunchError
-        SLURM started another number of tasks than ``nnodes``.
+    ``None`` outside an ``srun`` step, for a rank, and for one node;
+    ``master_addr`` and ``master_port`` win over SLURM's.
     """
     if not in_srun_step(env) or "LOCAL_RANK" in env:
         return None
@@ -208,8 +169,7 @@ def slurm_node(nnodes: str, env: Mapping[str, str], *, master_addr: str | None =
 
 
 def resume_after_requeue(resume: str | None, env: Mapping[str, str]) -> str | None:
-    """What to resume from: ``resume`` (``--resume``), else ``'auto'`` in a requeued job
-    (``SLURM_RESTART_COUNT`` > 0), which resumes from its latest checkpoint."""
+    """``resume``, else ``'auto'`` in a requeued job (``SLURM_RESTART_COUNT`` > 0)."""
     if int(env.get("SLURM_RESTART_COUNT") or 0) > 0 and not resume:
         return "auto"
     return resume
@@ -219,11 +179,8 @@ def requeue_after_stop(signal_name: str, preempt_signals: tuple[str, ...],
                        env: Mapping[str, str]) -> None:
     """Ask SLURM to requeue this job after a stop on its preemption signal.
 
-    Only the preemption signal (``preemption.signal``, e.g. USR1 for
-    ``--signal=USR1@90``) requeues: SIGTERM and SIGINT are a user's ``scancel``
-    or Ctrl-C, and SLURM requeues the jobs it preempts itself. Only one
-    process asks: SLURM's task 0 (rank 0, or node 0's launcher), or the batch
-    script's own process.
+    SIGTERM and SIGINT are a user's, and SLURM requeues what it preempts itself,
+    so only the preemption signal requeues; only SLURM's task 0 asks.
     """
     job = env.get("SLURM_JOB_ID")
     if not job or signal_name not in preempt_signals or env.get("SLURM_PROCID", "0") != "0":

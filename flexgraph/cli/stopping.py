@@ -1,29 +1,17 @@
 """A run stopped by a signal: its exit status, and how the launcher passes it on.
 
-A training process that a stop signal ended cleanly (it saved a checkpoint at
-an iteration boundary, see :mod:`flexgraph.training.loop._preemption`) exits with
-:data:`EXIT_STOPPED`, 75: ``EX_TEMPFAIL`` of ``sysexits.h``, "a temporary
-failure; the user is invited to retry later". A job script requeues on 75 and
+A process that a stop signal ended cleanly, its checkpoint saved, exits with
+:data:`EXIT_STOPPED`, 75 (``EX_TEMPFAIL``): a job script requeues on 75 and
 runs the same command with ``--resume auto``.
 
-The launcher (:mod:`flexgraph.cli.launch`) runs torch's elastic agent, which on
-SIGTERM, SIGINT and the other signals it is told to handle (:func:`launcher_signals`)
-forwards the signal to every rank's process group, waits for the ranks to exit
-(``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds, 30 by default, then SIGKILL) and
-raises. The agent keeps no exit status for ranks it stopped, so each rank
-leaves a note in the launcher's progress folder (:data:`STOP_NOTE`) once the
-stop's checkpoint is saved; with the note the launcher says what stopped
-where and exits 75, without it ``128 + signal`` as a process killed by that
-signal would.
-
-When the signal reached the ranks but not the launcher, the agent sees ranks
-exit 75 and stops the others with SIGTERM as they exit too. A rank exits 75
-only after the save's last barrier, so one such rank proves the checkpoint
-whole (:func:`ranks_stopped`); the launcher then exits 75 without restarting
-the group, whether the others exited 75 or were terminated on their way out.
-That is why every rank writes the note, and why the launcher, not rank 0,
-prints it: rank 0 may be the one terminated on its way out (its note and its
-line were lost that way, once in a few dozen stops on a loaded machine).
+torch's elastic agent forwards the launcher's signals to the ranks but keeps
+no exit status for ranks it stopped, so each rank leaves :data:`STOP_NOTE` in
+the launcher's progress folder once the checkpoint is saved; with it the
+launcher says what stopped where and exits 75. A rank exits 75 only after the
+save's last barrier, so one such rank proves the checkpoint whole
+(:func:`ranks_stopped`), even when the agent terminated the others on their
+way out; for the same reason every rank writes the note and the launcher
+prints it.
 """
 
 from __future__ import annotations
@@ -41,8 +29,7 @@ from flexgraph.training.output import PROGRESS_DIR_VAR
 
 EXIT_STOPPED = 75
 STOP_NOTE = "stopped"
-"""The file each rank writes in the launcher's progress folder once a stop's checkpoint is
-saved (the same text on every rank: the signal, the iteration and the checkpoint)."""
+"""The file each rank writes in the launcher's progress folder once a stop's checkpoint is saved."""
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 """Signals the launcher forwards to the ranks (torch's four, plus SLURM's usual two)."""
 _IGNORED_ON_EXIT = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
@@ -51,12 +38,9 @@ _IGNORED_ON_EXIT = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
 def report_stop(stop: TrainingStopped) -> int:
     """In a training process: say that the run stopped; return :data:`EXIT_STOPPED`.
 
-    A rank of flexgraph's launcher leaves its note for the launcher, which
-    says it once (see the module docstring); any other process says it itself
-    on rank 0. From here to its exit the process ignores stop signals: its
-    checkpoint is saved, and a forwarded or repeated signal must not turn
-    status 75 into a death by signal. (Called by ``main``, whose process is
-    about to exit.)
+    A launcher's rank leaves its note for the launcher; any other process says it
+    on rank 0. Stop signals are ignored from here, so none turns 75 into a death
+    by signal.
     """
     ignore_stop_signals(stop.signal_name)
     folder = os.environ.get(PROGRESS_DIR_VAR)
@@ -70,10 +54,9 @@ def report_stop(stop: TrainingStopped) -> int:
 
 
 def ignore_stop_signals(signal_name: str) -> None:
-    """Ignore the stop signals (and ``signal_name``, the one that stopped the run) from now
-    to the process's exit: its checkpoint is saved, and a forwarded or repeated signal, or
-    the SIGTERM with which SLURM cancels a job it requeues, must not turn its exit status
-    into a death by signal. (Main thread only; elsewhere a no-op.)"""
+    """Ignore the stop signals (and ``signal_name``) until exit, so a forwarded or repeated
+    signal, or SLURM's SIGTERM on requeue, cannot turn the status into a death by signal.
+    """
     for name in dict.fromkeys([*_IGNORED_ON_EXIT, signal_name]):
         with contextlib.suppress(ValueError, OSError):  # not the main thread
             signal.signal(signal.Signals[name], signal.SIG_IGN)
@@ -82,18 +65,10 @@ def ignore_stop_signals(signal_name: str) -> None:
 def end_launched_rank(status: int) -> None:
     """End a launched rank now, with ``status``, skipping the interpreter's teardown.
 
-    Called once everything the run wrote is closed and on disk (checkpoints
-    fsynced, the log and metrics closed as the loop and the run record ended)
-    and the rank has left the process group. What is left is C++ teardown that
-    races the other ranks' exit: a rank's c10d and gloo threads can abort it
-    there (``terminate called without an active exception``, SIGABRT; about
-    one stop in ten here when rank 0 hosts the rendezvous store, and one
-    finished run in a few dozen on a loaded machine), and the agent would take
-    a finished or stopped rank for a crashed one (pytorch/pytorch#190489).
-
-    A finished rank forked from the rank server returns instead: the agent
-    waits for its result, after which multiprocessing ends it with
-    ``os._exit`` itself (:mod:`flexgraph.cli.forked_ranks`).
+    Called once everything is on disk and the rank left the process group: the
+    C++ teardown left races the other ranks' exit, and c10d or gloo threads can
+    abort it, which the agent would take for a crash (pytorch/pytorch#190489). A
+    rank forked from the rank server returns instead.
     """
     from flexgraph.cli.forked_ranks import is_forked_rank
 

@@ -1,32 +1,18 @@
 """Where a run's processes tell each other how far they got, and what stopped the run.
 
-The watchdog (:mod:`flexgraph.cli.watchdog`) runs in every process of a run,
-and a process must learn about the others without a collective: a stuck rank
-cannot join one, and the others are blocked in one. So they share a folder in
-the work_dir, which every rank of a run sees (the checkpoints are there too),
-on one host or many::
+The watchdogs must learn about the other ranks without a collective (a stuck
+rank cannot join one), so they share a folder in the work_dir::
 
     work_dir/.watchdog/<run key>/attempt<K>/    K: the launcher's restart count
-      beats/rank<R>.json        rank R's heartbeat: where it is, since when it made
-                                no progress, its limit (rewritten in place, every
-                                few seconds, by its watchdog thread)
-      stacks/rank<R>.txt        rank R's Python stacks, every thread, written by
-                                faulthandler when the run stalled
-      events/claim              the rank that reports a stall (created once)
-      events/report             the stall's report: its one line, the stacks' folder
-      events/failed-rank<R>     rank R failed: its error line, before it exits
+      beats/rank<R>.json        rank R's heartbeat, rewritten every few seconds
+      stacks/rank<R>.txt        rank R's stacks, written when the run stalled
+      events/claim              the rank that reports a stall
+      events/report             the stall's report
+      events/failed-rank<R>     rank R failed: its error line
 
-A rank reads its own heartbeat's neighbours only when it reports a stall, and
-otherwise lists ``events/`` (a few entries) once per beat. The launcher reads
-the report when ranks exit with :data:`~flexgraph.cli.watchdog.EXIT_STALLED`.
-
-The folder of a run that ended well is removed by the process that owns the
-work_dir; one that stalled or failed stays until the next run takes the
-work_dir (:func:`remove_other_runs`): its stacks are copied into the run's own
-folder, but they are what a user looks at first when the copy could not be made.
-
-This module imports nothing beyond the standard library: the launcher reads
-the folder too.
+A run that ended well removes its folder; one that stalled or failed keeps it
+until the next run takes the work_dir. Only the standard library is imported:
+the launcher reads the folder too.
 """
 
 from __future__ import annotations
@@ -49,8 +35,7 @@ CLAIM, REPORT, FAILED = "claim", "report", "failed-rank"
 
 
 def run_key(run_id: str, environ: Mapping[str, str]) -> str:
-    """The name of a run's watch folder: its run id, and a requeued SLURM job's restart
-    count (a requeued job keeps its job and step ids, so its run id)."""
+    """The name of a run's watch folder: its run id, and a requeued SLURM job's restart count."""
     restarts = environ.get("SLURM_RESTART_COUNT")
     return re.sub(r"[^\w.-]", "_", run_id + (f".requeue{restarts}" if restarts else ""))
 
@@ -76,12 +61,12 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 class WatchFolder:
-    """One attempt's watch folder (see the module docstring).
+    """One attempt's watch folder.
 
     Parameters
     ----------
     path : path
-        ``work_dir/.watchdog/<run id>/attempt<K>``.
+        ``work_dir/.watchdog/<run key>/attempt<K>``.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -90,8 +75,7 @@ class WatchFolder:
     @classmethod
     def of_run(cls, work_dir: str | os.PathLike[str], run_id: str, attempt: int = 0,
                environ: Mapping[str, str] | None = None) -> WatchFolder:
-        """The folder of attempt ``attempt`` (the launcher's restart count) of run ``run_id``
-        (:func:`run_key`)."""
+        """The folder of attempt ``attempt`` (the launcher's restart count) of run ``run_id``."""
         key = run_key(run_id, os.environ if environ is None else environ)
         return cls(Path(work_dir) / WATCH_FOLDER / key / f"attempt{attempt}")
 
@@ -170,8 +154,8 @@ class WatchFolder:
         return failures
 
     def copy_stacks(self, destination: Path) -> Path:
-        """Copy every rank's stacks (and collective traces) into ``destination``; where they
-        are afterwards (this folder's own when the copy fails)."""
+        """Copy every rank's stacks into ``destination``; where they are after (here, if the copy
+        fails)."""
         try:
             destination.mkdir(parents=True, exist_ok=True)
             for entry in os.scandir(self.stacks):
@@ -185,9 +169,8 @@ class WatchFolder:
 def remove_other_runs(work_dir: str | os.PathLike[str], run_id: str | None) -> None:
     """Remove the watch folders of every run but ``run_id`` (``None``: of every run).
 
-    Called by the process that now owns the work_dir (whatever wrote them is gone):
-    a launcher, before it starts any rank, clears them all; a rank 0 that owns the
-    work_dir keeps its own run's, which its peers may have started to write.
+    Called by the work_dir's new owner; a rank 0 keeps its own run's, which its
+    peers may have started to write.
     """
     root = Path(work_dir) / WATCH_FOLDER
     keep = None if run_id is None else run_key(run_id, os.environ)
@@ -198,8 +181,7 @@ def remove_other_runs(work_dir: str | os.PathLike[str], run_id: str | None) -> N
 
 
 def remove_run(work_dir: str | os.PathLike[str], run_id: str) -> None:
-    """Remove the watch folder of run ``run_id`` (it ended well), and the work_dir's folder of
-    watch folders when it is left empty."""
+    """Remove the watch folder of run ``run_id`` (it ended well), and the parent when left empty."""
     root = Path(work_dir) / WATCH_FOLDER
     shutil.rmtree(root / run_key(run_id, os.environ), ignore_errors=True)
     with contextlib.suppress(OSError):

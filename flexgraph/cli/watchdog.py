@@ -1,60 +1,25 @@
 """The progress watchdog: a run that stops making progress is found, named and stopped.
 
-The runs that cost the most are the ones that stop without failing: one rank
-blocked in a data read or a hook, a deadlock, a dead mount, a stopped
-process. The other ranks then wait in their next collective until the process
-group's timeout, and nothing says which rank or which line was at fault. So
-every process of ``flexgraph run`` (each rank, and a single process) runs a
-:class:`Watchdog`: a daemon thread that, every few seconds
-(:func:`beat_interval`),
+A rank blocked in a data read, a hook or a deadlock leaves the others waiting
+in a collective until the process group's timeout, with nothing said about who
+was at fault. So every process of ``flexgraph run`` runs a :class:`Watchdog`:
+a daemon thread that samples where the main thread is (step, iteration, the
+innermost frame of the user's code, whether it waits in a collective), writes
+a heartbeat to the run's watch folder, compares the time since progress with
+its :class:`~flexgraph.training.config.WatchPolicy` limit, and reads other
+ranks' events.
 
-- looks at where the process's main thread is (``sys._current_frames``): the
-  step, the iteration, whether it is evaluating or saving, the innermost frame
-  of the user's code, and whether it waits in a collective; and notes when the
-  iteration (or the step, or the evaluation's batch) last changed. The loop
-  itself does nothing for it: the iteration is the hooks' ``runner.iter``,
-  which the loop sets anyway, so the watchdog costs the loop nothing per
-  iteration;
-- writes that down as its heartbeat in the run's watch folder
-  (:mod:`flexgraph.cli.watch_folder`);
-- compares the time since the last progress with its limit
-  (:class:`~flexgraph.training.config.WatchPolicy`: ``env_cfg.stall_timeout``
-  for an iteration, more for setup steps, first iterations, evaluations and
-  saves);
-- and reads the folder's events: a stall claimed or reported by another rank,
-  or another rank's failure.
+**A stall.** The first process past its limit claims the report, asks every
+rank for its stacks (:data:`STACKS_SIGNAL`, answered by :mod:`faulthandler`
+even when Python is stuck), writes them to ``<run folder>/stacks/`` and says
+one line naming the stuck ranks and where they are. Every process then exits
+with :data:`EXIT_STALLED`, the last complete checkpoint kept.
 
-**A stall.** The first process whose limit passes claims the report. It asks
-every rank for its Python stacks, all threads: a signal
-(:data:`STACKS_SIGNAL`) on its own host, which :mod:`faulthandler` answers in
-C even when the rank's Python is stuck; a rank elsewhere answers from its
-thread as it sees the claim. It then writes the stacks into the run's folder
-(``work_dir/<timestamp>/stacks/``) and one line naming the stuck ranks (those
-not waiting in a collective; all of them in a true deadlock; "not responding"
-for one that wrote no stack, such as a stopped process), their iteration or
-step, and the innermost frame of the user's code::
+**A failure.** A failing rank records its error in the folder first; the
+others, whose collectives then fail with a transport error, report that first
+failure rather than their own consequence.
 
-   error: rank 1 made no progress for 21 s at iteration 5, in hooks.py:42
-   after_train_iter (stacks of every rank: work_dirs/cfg/20261204_031704/stacks/)
-
-(one line on the console).
-
-Every process then ends with :data:`EXIT_STALLED` (a rank that cannot answer
-is killed by the reporter on its own host, or by the launcher), the work_dir's
-lock released and the last complete checkpoint kept: ``--resume auto``
-continues, and ``--max-restarts`` restarts the group as after any failure.
-
-**A failure.** A rank whose run raises records its error line in the folder
-before it reports it; the other ranks, whose collectives fail with a transport
-error soon after (gloo's ``Connection closed by peer``), or that are blocked
-elsewhere, see that record and end at once with the first failure's status,
-reporting the first failure (under ``srun``: the lowest other rank says it
-once) rather than their own consequence. A rank on this host whose process is
-gone without a record (SIGKILL) is named the same way.
-
-Under flexgraph's launcher the ranks say nothing themselves: the launcher
-reports (:mod:`flexgraph.cli.launch`). Where no launcher is (``srun`` with a
-task per rank, ``torchrun``, a single process) the reporter prints its line.
+Under flexgraph's launcher the launcher reports; elsewhere the reporter prints.
 """
 
 from __future__ import annotations
@@ -83,13 +48,13 @@ __all__ = ["CAUSE_WAIT", "EXIT_AFTER_ANOTHER", "EXIT_STALLED", "STACKS_SIGNAL", 
 EXIT_STALLED = 3
 """Exit status of a run the watchdog stopped (every rank's, and the launcher's)."""
 STACKS_SIGNAL = signal.SIGRTMIN + 3
-"""The signal that has a watched process write its stacks (faulthandler's handler). A
-real-time signal: no scheduler sends it, and it is none of the preemption signals a run
-may be given (``SIGUSR1``, ``SIGUSR2``, ``SIGTERM``...)."""
+"""The signal that has a watched process write its stacks: a real-time signal,
+which no scheduler sends and no preemption setting names.
+"""
 EXIT_AFTER_ANOTHER = 86
-"""Exit status of a rank of flexgraph's launcher that ended because another rank failed
-first: the launcher reports that one, never this one (under ``srun``, where no launcher
-chooses, such a rank exits with the first failure's own status)."""
+"""Exit status of a launcher's rank that ended because another rank failed first
+(the launcher reports that one).
+"""
 BAD_INPUT = 2
 _COLLECTIVES = tuple(os.sep.join(("", *parts, "")) for parts in (
     ("torch", "distributed"),  # every collective, the process group's barrier
@@ -101,8 +66,9 @@ _TRANSPORT_ERRORS = ("/gloo/transport/", "Connection reset by peer", "Connection
                      "Broken pipe")
 """Text of the errors a collective raises when another rank's process ended (gloo's)."""
 CAUSE_WAIT = 2.0
-"""Seconds a rank whose collective lost its peer looks for that peer's end before it
-reports its own error: a killed process closes its sockets before it is gone."""
+"""Seconds a rank whose collective lost its peer looks for that peer's end before
+reporting its own error: a killed process closes its sockets before it is gone.
+"""
 
 
 def beat_interval(bound: float) -> float:
@@ -136,8 +102,9 @@ def _frame_text(frame: Any) -> str:
 
 
 def innermost_user_frame(frames: list[Any], libraries: tuple[str, ...]) -> str | None:
-    """``file.py:line function`` of the innermost frame (``frames``: innermost first)
-    outside ``libraries``; the innermost frame itself when every frame is a library's."""
+    """``file.py:line function`` of the innermost frame (``frames``: innermost first) outside
+    ``libraries``; the innermost frame when all are libraries'.
+    """
     for frame in frames:
         name = frame.f_code.co_filename
         if not name.startswith(("<", *libraries)):
@@ -161,9 +128,8 @@ def _process_gone(pid: Any) -> bool:
 
 
 def lost_a_peer(exc: BaseException) -> bool:
-    """Whether ``exc``, or what caused it, is a collective's transport error: the error a
-    rank gets when another rank's process ended (torch's ``DistNetworkError`` or
-    ``DistBackendError``, gloo's ``Connection reset by peer`` as a ``RuntimeError``).
+    """Whether ``exc``, or its cause, is the transport error a collective raises when
+    another rank's process ended.
 
     Examples
     --------
@@ -187,8 +153,8 @@ def lost_a_peer(exc: BaseException) -> bool:
 
 
 def _say(line: str) -> None:
-    """``error: line`` on stderr, without Python's stream locks (the main thread may hold
-    them, blocked)."""
+    """``error: line`` on stderr, without Python's stream locks (the blocked main thread may hold
+    them)."""
     with contextlib.suppress(OSError):
         os.write(2, f"error: {line}\n".encode())
 
@@ -207,11 +173,7 @@ def _kill_children() -> None:
 def die_with_parent() -> None:
     """Have the kernel SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``).
 
-    For a rank of flexgraph's launcher, the last line of defence: a launcher
-    ends its ranks itself (SIGTERM, then SIGKILL after the grace period), but a
-    launcher killed outright (SIGKILL, the OOM killer) cannot. A forked rank's
-    parent is the rank server, which exits with the launcher. Linux only; a
-    no-op elsewhere.
+    The last defence against a launcher killed outright; a no-op off Linux.
     """
     if not sys.platform.startswith("linux"):
         return
@@ -226,9 +188,7 @@ def die_with_parent() -> None:
 
 
 def failure_line(rank: int, failure: Mapping[str, Any]) -> str:
-    """The one line that reports rank ``rank``'s failure (``failure``: its error, step,
-    iteration and status, as a rank records them). Bad input reads as a single process
-    would print it; anything else names the rank, step and iteration.
+    """The one line that reports rank ``rank``'s failure, as the rank recorded it.
 
     Examples
     --------
@@ -262,26 +222,10 @@ def _shown(path: Path) -> str:
 def compose_report(beats: Mapping[int, Mapping[str, Any]], world_size: int,
                    answered: Iterable[int], gone: Iterable[int], now: float,
                    stacks: Path) -> dict[str, Any]:
-    """The stall's report: its one line, and which ranks it names.
+    """The stall's report: ``line``, ``stuck`` (the ranks named) and ``stacks`` (the folder).
 
-    Parameters
-    ----------
-    beats : mapping
-        Every rank's last heartbeat, by rank.
-    world_size : int
-    answered : iterable of int
-        The ranks that wrote their stacks.
-    gone : iterable of int
-        The ranks whose process has ended (on the reporter's host).
-    now : float
-        When the report is made (``time.time()``).
-    stacks : Path
-        Where the stacks are.
-
-    Returns
-    -------
-    dict
-        ``line``, ``stuck`` (the ranks named), ``stacks`` (the folder, as text).
+    ``beats`` are every rank's last heartbeats; ``answered`` the ranks that wrote
+    stacks; ``gone`` those whose process ended.
 
     Examples
     --------
@@ -326,24 +270,10 @@ def compose_report(beats: Mapping[int, Mapping[str, Any]], world_size: int,
 
 
 class Watchdog:
-    """The watchdog of one process of a run (see the module docstring).
+    """The watchdog of one process of a run: an executor hook with a thread of its own.
 
-    An executor hook (it learns the step and the loop's ``runner`` there) with
-    a thread of its own; :meth:`start` before the plan runs, :meth:`stop` after
-    it, :meth:`failed` when it raised.
-
-    Parameters
-    ----------
-    policy : WatchPolicy
-        The run's limits (``settings.watch``).
-    folder : WatchFolder
-        This attempt's watch folder, made.
-    rank, world_size : int
-    quiet : bool
-        A launcher reports for this process (flexgraph's): it prints nothing.
-    release : callable, optional
-        Releases the work_dir's lock (this process owns it): called before a
-        stall or another rank's failure ends the process.
+    ``quiet``: a launcher reports for this process; ``release`` frees the
+    work_dir's lock before a stall or another's failure ends the process.
     """
 
     def __init__(self, policy: Any, folder: WatchFolder, *, rank: int, world_size: int,
@@ -426,8 +356,8 @@ class Watchdog:
         return self
 
     def stop(self) -> None:
-        """End the thread; the last heartbeat says this process is done (a reporter skips
-        it). The stacks signal stays registered (a late one must not kill the process)."""
+        """End the thread; the last heartbeat says this process is done (the stacks signal stays
+        registered)."""
         self._done = True
         self._stopping.set()
         if self._thread is not None:
@@ -542,8 +472,7 @@ class Watchdog:
         self._write_beat(time.time())
 
     def _records_collectives(self) -> bool:
-        """Whether torch's flight recorder keeps this process's last collectives
-        (``TORCH_NCCL_TRACE_BUFFER_SIZE`` / ``TORCH_FR_BUFFER_SIZE``, a process group up)."""
+        """Whether torch's flight recorder keeps this process's last collectives."""
         size = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get(
             "TORCH_NCCL_TRACE_BUFFER_SIZE")
         if not size or size == "0" or "torch.distributed" not in sys.modules:
@@ -553,9 +482,8 @@ class Watchdog:
         return dist.is_available() and dist.is_initialized()
 
     def _dump_collectives(self) -> None:
-        """The flight recorder's record of this rank's last collectives, beside its stacks
-        (``collectives_rank<R>.pkl``, a pickle torch's ``fr_trace`` tool reads), or why
-        there is none (``collectives_rank<R>.error``)."""
+        """The flight recorder's record of this rank's collectives beside its stacks, or why there
+        is none."""
         if not self._records_collectives():
             return
         import torch
@@ -589,8 +517,8 @@ class Watchdog:
         return answered
 
     def _report_stall(self) -> None:
-        """Claim the report; if this process is the first, ask every rank for its stacks,
-        name the stuck ones, and end the run."""
+        """Claim the report; if first, gather every rank's stacks, name the stuck ones, and end the
+        run."""
         if not self.folder.claim(self.rank):
             return
         self._answer()
@@ -623,11 +551,8 @@ class Watchdog:
         self._end(EXIT_STALLED, report["line"])
 
     def _end_silent_ranks(self, silent: Mapping[int, Mapping[str, Any]]) -> None:
-        """Have the ranks of this host that wrote no stack end with the others.
-
-        A stopped one is continued (SIGCONT): its watchdog then reads the report and
-        ends it with the run's status. One still there after a beat and two seconds
-        (stuck in the kernel, or holding Python's lock) is killed.
+        """Have the ranks of this host that wrote no stack end with the others: a stopped
+        one is continued, one still there after a beat and two seconds is killed.
         """
         pids = [int(b["pid"]) for r, b in silent.items()
                 if b.get("host") == self._host and r != self.rank and not b.get("done")]
@@ -653,18 +578,10 @@ class Watchdog:
     def failed(self, exc: BaseException) -> None:
         """The run raised ``exc`` on this process's main thread: say whether it was first.
 
-        When another rank failed earlier (its record is in the folder), or is gone
-        without one (a process of this host that ended), this process reports that
-        failure and ends here, with its status: its own error was the consequence
-        (a collective's transport error). Otherwise it records its own failure, for
-        the other ranks, and returns: the caller reports it as usual.
-
-        A failing rank records its failure before it exits, and the others'
-        collectives fail only once it exited, so a record is there when it matters.
-        A killed process writes none, and the kernel closes its sockets before the
-        process is gone: a transport error (:func:`lost_a_peer`) may come first, so
-        such an error looks for a vanished peer for up to :data:`CAUSE_WAIT`
-        seconds. Any other error is reported at once.
+        When another rank failed earlier (its record is in the folder, or its process
+        on this host is gone), report that failure and end here; otherwise record this
+        one and return. A transport error (:func:`lost_a_peer`) waits up to
+        :data:`CAUSE_WAIT` for a killed peer to show, since its sockets close first.
         """
         now = time.time()
         deadline = now + (CAUSE_WAIT if self.world_size > 1 and lost_a_peer(exc) else 0.0)
@@ -693,8 +610,8 @@ class Watchdog:
             "pid": os.getpid(), "host": self._host})
 
     def _printer(self, failed: Iterable[int]) -> bool:
-        """Whether this process says another rank's failure: the lowest rank that did not
-        fail, where no launcher reports."""
+        """Whether this process says another rank's failure: the lowest rank that did not fail,
+        without a launcher."""
         failed = set(failed)
         survivors = [r for r in range(self.world_size) if r not in failed]
         return not self.quiet and bool(survivors) and survivors[0] == self.rank
@@ -740,11 +657,8 @@ class Watchdog:
             self._end(EXIT_STALLED, report.get("line"))
 
     def _end(self, status: int, line: str | None, *, say: bool = False) -> None:
-        """End this process now with ``status``, saying ``line`` if ``say``.
-
-        Its children (dataloader workers) first, then the work_dir's lock; rank 0
-        adds the line to the run's log. Whoever comes second (the main thread or
-        this one) waits here for the process to end.
+        """End this process now with ``status``, saying ``line`` if ``say``: children first,
+        then the work_dir's lock; whoever comes second waits here for the end.
         """
         self._ending.acquire()
         if say and line:
@@ -765,14 +679,8 @@ class Watchdog:
 
 def start_watchdog(settings: Any, context: Any, run_id: str, *,
                    release: Callable[[], None] | None = None) -> Watchdog | None:
-    """Start the watchdog of this process of run ``run_id`` (``None``: it is off,
-    ``env_cfg.stall_timeout=0``).
-
-    ``settings`` are the run's (its work_dir, ``settings.watch``, the restart
-    count), ``context`` its :class:`~flexgraph.training.output.RunContext` (rank,
-    world size, whether flexgraph's launcher reports for it). Watchdog or not,
-    NCCL's flight recorder, when a collective times out, dumps into the watch
-    folder's ``stacks/`` (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, unless set).
+    """Start the watchdog of this process of run ``run_id`` (``None`` when
+    ``env_cfg.stall_timeout=0``); NCCL's flight recorder dumps into its ``stacks/`` either way.
     """
     folder = WatchFolder.of_run(settings.work_dir, run_id, settings.restart).make()
     os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE",

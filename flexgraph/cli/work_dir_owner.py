@@ -1,17 +1,9 @@
 """Which process of a launch owns the work_dir, and how the others recognise their own run.
 
-The lock itself is :mod:`flexgraph.training.output._lock`. The launch decides
-who takes it: the process that stands for the whole run, which is the
-launcher of node 0 when flexgraph launches the ranks (it outlives them and
-their restarts), else global rank 0. Every other process only checks that no
-other run owns the work_dir, so that all of a refused run's processes stop,
-not rank 0 alone while the others wait for it.
-
-Every process of one launch shares a run id (:func:`run_id`): the launcher
-hands its own to its ranks (:data:`~flexgraph.training.output.RUN_ID_VAR`);
-ranks started by ``srun`` share the SLURM job and step; ranks started by
-``torchrun`` share its run id. A rank 0 whose launcher holds the lock finds its
-own run id in it, goes on, and keeps the lock's heartbeat for the launcher.
+The process that stands for the whole run takes the lock: node 0's launcher
+when flexgraph launches the ranks, else global rank 0. The others only check
+that no other run owns it, so all of a refused run's processes stop. Every
+process of one launch shares a run id (:func:`run_id`).
 """
 
 from __future__ import annotations
@@ -24,21 +16,8 @@ from typing import Any
 
 
 def run_id(rendezvous: str | None = None, *, handed_down: str | None = None) -> str:
-    """The id that every process of this launch computes alike.
-
-    Parameters
-    ----------
-    rendezvous : str, optional
-        The address where the launchers of several nodes meet, which they all
-        share when nothing else does (launchers started by hand).
-    handed_down : str, optional
-        The id the launcher handed this rank (its ``LaunchEnv.run_id``).
-
-    Returns
-    -------
-    str
-        The id: the handed-down one, SLURM's job id, the rendezvous, or this
-        launcher's own.
+    """The id every process of this launch computes alike: ``handed_down`` (a
+    launcher's), SLURM's job id, the ``rendezvous``, or this launcher's own.
     """
     if handed_down:
         return handed_down
@@ -56,15 +35,9 @@ def own_work_dir(settings: Any, *, owner: bool, this_run: str,
                  launcher: bool = False) -> Iterator[Any]:
     """Hold the run's work_dir for the ``with`` block (``owner``), or check it is free.
 
-    ``this_run`` is the run id (:func:`run id <run_id>`) the lock holds, and
-    that a launcher hands its ranks. Nothing happens without settings (a
-    pipeline with no work_dir). A ``launcher``
-    keeps no heartbeat thread: it forks its rank server, which must be done
-    single-threaded (:mod:`flexgraph.cli.forked_ranks`); its rank 0 keeps the
-    heartbeat of the lock it holds. The block gets the lock
-    (:class:`~flexgraph.training.output.WorkDirLock`; ``None`` when this process
-    only checked), whose owner also removes what runs that did not end left in
-    the work_dir's watch folders (:mod:`flexgraph.cli.watch_folder`).
+    The block gets the lock (``None`` when only checked); its owner also clears
+    the watch folders of runs that did not end. A launcher keeps no heartbeat
+    thread, as it forks its rank server; its rank 0 keeps the heartbeat.
     """
     from flexgraph.cli.watch_folder import remove_other_runs
     from flexgraph.training.output import check_work_dir_owner, take_work_dir

@@ -21,30 +21,7 @@ from flexgraph.training.graph import standard_graph, standard_inputs
 
 _LAZY = {
     "Checkpointer": "checkpoint",
-    "read_checkpoint_file": "formats",
-    "CheckpointPolicy": "config",
-    "RunSettings": "config",
-    "TrainSchedule": "config",
-    "read_settings": "config",
     "Env": "runtime",
-    "make_env": "runtime",
-    "seed_everything": "runtime",
-    "CheckpointError": "errors",
-    "CheckpointNotFoundError": "errors",
-    "ConfigError": "errors",
-    "DeviceFullError": "errors",
-    "EmptyDatasetError": "errors",
-    "ForeignCheckpointError": "errors",
-    "InitWeightsError": "errors",
-    "NoLossError": "errors",
-    "TrainingError": "errors",
-    "TrainingStopped": "errors",
-    "UnknownComponentError": "errors",
-    "UnsafeCheckpointError": "errors",
-    "UnusedConfigWarning": "errors",
-    "Hooks": "loop",
-    "RunnerView": "loop",
-    "LoopState": "checkpoint",
 }
 
 
@@ -55,32 +32,4 @@ def __getattr__(name: str) -> Any:
     return getattr(import_module(f"flexgraph.training.{_LAZY[name]}"), name)
 
 
-__all__ = [
-    "CheckpointError",
-    "CheckpointNotFoundError",
-    "CheckpointPolicy",
-    "Checkpointer",
-    "ConfigError",
-    "DeviceFullError",
-    "EmptyDatasetError",
-    "Env",
-    "ForeignCheckpointError",
-    "Hooks",
-    "InitWeightsError",
-    "LoopState",
-    "NoLossError",
-    "RunSettings",
-    "RunnerView",
-    "TrainSchedule",
-    "TrainingError",
-    "TrainingStopped",
-    "UnknownComponentError",
-    "UnsafeCheckpointError",
-    "UnusedConfigWarning",
-    "make_env",
-    "read_checkpoint_file",
-    "read_settings",
-    "seed_everything",
-    "standard_graph",
-    "standard_inputs",
-]
+__all__ = ["Checkpointer", "Env", "standard_graph", "standard_inputs"]

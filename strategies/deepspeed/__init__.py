@@ -6,13 +6,10 @@ The order, and why (each line is a rewrite below)::
                          process group exists (fp16 on a CPU without it stops here)
     build_model          under deepspeed.zero.Init for stage 3: each parameter is
                          partitioned as it is created, no rank holds the model
-    init_weights         (stage 3) on rank 0's whole copy of the model, gathered
-                         one parameter at a time, then into every rank's
-                         partitions one parameter at a time: no other rank
-                         holds the whole model (.partitions)
-                         (pruned when the loaded files set every weight: then
-                         follow_init_draws makes its random draws into scratch
-                         tensors, so the streams stay a one-device run's)
+    init_weights         (stage 3) on rank 0's whole copy, one parameter at a
+                         time, then into every rank's partitions; when pruned,
+                         follow_init_draws draws into scratch tensors so the
+                         random streams stay a one-device run's
     load_checkpoint      (stage 3) before the engine, into the partitions: each
                          rank reads only its own elements of each parameter
     deepspeed_initialize wrap_model + build_optim_wrapper (+ the schedulers when
@@ -26,22 +23,9 @@ The order, and why (each line is a rewrite below)::
                          by parameter name through DeepSpeed's safe_get_full_*
                          (checkpoint_format='native': DeepSpeed's own directories)
 
-Options are MMEngine's ``DeepSpeedStrategy`` keys (``config``, ``zero_optimization``,
-``fp16``, ``bf16``, ``amp``, ``inputs_to_half``, ``gradient_clipping``,
-``gradient_accumulation_steps``, ``train_micro_batch_size_per_gpu``, ...): they
-override a full DeepSpeed ``config`` dict or JSON file. Batch sizes, clipping and
-accumulation come from the config's dataloader and optimizer wrapper when unset;
-ZeRO bucket sizes left unset are ``'auto'`` (sized from the model at run time).
-
-This face holds the factory, the list of rewrites. Behind it: :mod:`.options`
-(the options as one DeepSpeed config, checked), :mod:`.steps` (the step functions
-the rewrites bring in), :mod:`.engine` (the engine in MMEngine's shapes, the
-config completed at run time), :mod:`.checkpoint` (DeepSpeed's own checkpoints,
-read safely), :mod:`.state` (portable checkpoints: the state by parameter name),
-:mod:`.params` (ZeRO-3's parameters a forward cannot get, named), :mod:`.partitions`
-(ZeRO-3's setup: whole values into the partitions one parameter at a time), :mod:`.inspect`
-(``flexgraph ckpt inspect`` of DeepSpeed's directories) and :mod:`.memory` (what
-a rank holds, for ``flexgraph plan --estimate``).
+Options are MMEngine's ``DeepSpeedStrategy`` keys, overriding a full DeepSpeed
+``config``; batch sizes, clipping and accumulation come from the config's
+dataloader and optimizer wrapper when unset, and unset ZeRO bucket sizes are ``'auto'``.
 """
 
 from __future__ import annotations

@@ -2,35 +2,26 @@
 
 The order, and why (each line is a rewrite below)::
 
-    build_model              rank 0 builds the model whole, on the CPU, as a
-                             single-device run builds it (the constructors
-                             draw the same random numbers); every other rank
-                             builds it on the meta device (no storage)
+    build_model              rank 0 builds the model whole on the CPU, drawing
+                             what a single-device run draws; the others build
+                             it on the meta device
     activation_checkpointing (when asked) wraps blocks before they are sharded
-    init_weights             on rank 0 alone: the model's own init (MMEngine's
-                             init_cfg: Pretrained, TruncNormal, ...) on whole
-                             tensors, so the weights are bit-identical to a
-                             single-device run's; MMEngine's initialisers
+    init_weights             on rank 0 alone, on whole tensors: bit-identical to
+                             a single-device run, and MMEngine's initialisers
                              cannot write into shards
     compile                  (when planned) before sharding, as FSDP2 expects
     fully_shard              each wrap-policy unit, innermost first, then the
-                             root; rank 0 then scatters each rank its shards,
-                             one unit at a time, and every rank takes rank 0's
-                             random-number states, as a one-device run goes on
-    load_checkpoint          through the sharded checkpoint IO: each rank reads
-                             its own rows of a full file (mapped) or its own
-                             shards of a DCP checkpoint
-    build_optim_wrapper      on the sharded parameters (built before sharding it
-                             would hold the full tensors fully_shard replaced)
+                             root; rank 0 scatters the shards one unit at a
+                             time, and every rank takes rank 0's RNG states
+    load_checkpoint          each rank reads its own rows of a full file or its
+                             own shards of a DCP checkpoint
+    build_optim_wrapper      on the sharded parameters, not the full tensors
 
-What setup costs each rank: rank 0 holds the whole model through
-``init_weights`` and until each unit is sent (plus its own shards); every other
-rank holds its shards and one unit's share of the scatter, never the model.
+So rank 0 holds the whole model until each unit is sent; the others never do.
 
-When the files the run loads (``load_from``, ``init_cfg`` ``Pretrained``)
-cover every entry of the model's ``state_dict``, the run prunes
-``init_weights`` before these rewrites (a derived rewrite with its reason,
-see :mod:`flexgraph.training.checkpoint`), and no rank builds the model whole::
+When the loaded files cover every ``state_dict`` entry (or with
+``skip_init_weights=True``), ``init_weights`` is pruned and no rank builds the
+model whole::
 
     build_model              on the meta device, every rank
     fully_shard              each unit, then the root: shards on meta
@@ -38,25 +29,10 @@ see :mod:`flexgraph.training.checkpoint`), and no rank builds the model whole::
     load_checkpoint          each rank reads only its own rows of each file
     check_initialised        refuses a parameter the files did not set
 
-``skip_init_weights=True`` asks for the second order whatever the files hold
-(the weights come from ``load_from``; ``check_initialised`` refuses what they
-lack).
-
-Checkpoints are portable directories (torch.distributed.checkpoint, every rank
-writes its own shards, keyed by parameter name, with a manifest), which every
-strategy resumes; ``checkpoint_format='native'`` writes the older ``.dcp``
-directories, ``state_dict_cfg='full'`` one full file instead.
-The option names are MMEngine's ``FSDPStrategy`` / ``MMFullyShardedDataParallel``
-ones where they carry over to FSDP2; a key with no FSDP2 meaning is refused by
-name rather than ignored.
-
-This face holds the factory, the list of rewrites. Behind it: :mod:`.options`
-(MMEngine's options checked and translated), :mod:`.steps` (the step functions
-the rewrites bring in), :mod:`.units` (which submodules are sharded, or
-checkpointed, after MMEngine's wrap policies), :mod:`.shards` (this rank's
-shards: their storage, their rows, loading into them), :mod:`.checkpoint` (the
-sharded and full-file checkpoint IOs) and :mod:`.memory` (what a rank holds,
-for ``flexgraph plan --estimate``).
+Checkpoints are portable directories that every strategy resumes;
+``checkpoint_format='native'`` writes ``.dcp`` directories, ``state_dict_cfg='full'``
+one full file. Option names are MMEngine's where they carry over to FSDP2; a key
+with no FSDP2 meaning is refused by name.
 """
 
 from __future__ import annotations

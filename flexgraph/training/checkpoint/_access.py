@@ -1,22 +1,10 @@
 """State keyed by parameter name: what each strategy gives to, and takes from, a checkpoint.
 
-A portable checkpoint (:mod:`flexgraph.training.checkpoint._portable`) never
-stores a tensor under a position or a wrapper's prefix: the model's weights are
-keyed by the parameter's fully qualified name (``backbone.0.weight``), the
-optimizer's state by the same name (``{'state': {name: {'exp_avg': ...}},
-'param_groups': [{'lr': ..., 'params': [names]}]}``), torch's own
-"state dict" layout for optimizers. A :class:`StateAccess` is how one
-strategy's live objects produce and accept that layout; the strategy picks it
-(``Configure('build_checkpointer', access=...)``), the checkpoint IOs stay the
-same:
-
-* :class:`TorchStateAccess` (single device, DDP, FSDP2): torch's
-  ``get/set_model_state_dict`` and ``get/set_optimizer_state_dict``, which strip
-  wrapper prefixes, name optimizer state by parameter and, for FSDP2, hand out
-  and take this rank's DTensor shards (DCP reshards them on load).
-* DeepSpeed's, in ``flexgraph.strategies.deepspeed.state``: its fp32 master
-  weights and optimizer moments through ``deepspeed.utils``' ``safe_get_full_*``
-  / ``safe_set_full_*`` (collectives under ZeRO-3).
+A portable checkpoint keys weights and optimizer state by the parameter's
+qualified name, in torch's optimizer ``state_dict`` layout, never by position
+or wrapper prefix. A :class:`StateAccess` is how one strategy's live objects
+produce and accept that layout: :class:`TorchStateAccess` for single device,
+DDP and FSDP2; DeepSpeed's in ``flexgraph.strategies.deepspeed.state``.
 """
 
 from __future__ import annotations
@@ -59,11 +47,8 @@ def optimizers_of(optim_wrapper: Any) -> list[torch.optim.Optimizer]:
 class StateAccess:
     """How a strategy's model and optimizer give and take name-keyed state.
 
-    ``model_state`` / ``optimizer_state`` are what a save writes (tensors
-    that DCP can save: full ones, or this rank's DTensor shards). They are
-    also the templates a load fills in place (:meth:`templates`), after which
-    :meth:`set_state` puts the values into the live objects. Every method is
-    called on every rank and may be a collective.
+    What a save writes doubles as the template a load fills in place; every
+    method is called on every rank and may be a collective.
     """
 
     name = "state"
@@ -80,10 +65,8 @@ class StateAccess:
                   ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """What a load reads into: the model's and the optimizer's state dicts.
 
-        ``saved`` maps each tensor the checkpoint holds (``model.<name>``,
-        ``optimizer.<name>.<key>``) to its global shape; an access that cannot
-        produce a template of its own (an engine whose optimizer has no state
-        yet) builds one from it.
+        ``saved`` (key -> global shape) lets an access with no template of its own
+        build one.
         """
         model_part = self.model_state(model)
         optimizer_part = None if optim_wrapper is None else \
@@ -93,11 +76,8 @@ class StateAccess:
     def set_state(self, model: Any, optim_wrapper: Any, model_state: dict[str, Any],
                   optimizer_state: dict[str, Any] | None, *, full: bool,
                   strict: bool = True) -> None:
-        """Put name-keyed state into the live model (and optimizer, when given).
-
-        ``full``: every tensor is whole, on every rank (read from a single
-        file), rather than the templates :meth:`templates` handed out.
-        """
+        """Put name-keyed state into the live model (and optimizer); ``full``: whole tensors on
+        every rank."""
         raise NotImplementedError
 
 
@@ -125,29 +105,20 @@ class TorchStateAccess(StateAccess):
 def positions_to_names(saved: dict[str, Any], names: list[list[str]]) -> dict[str, Any]:
     """A torch ``optimizer.state_dict()`` (parameters numbered) keyed by parameter name.
 
-    The same model and optimizer config number their parameters the same way in
-    every strategy, which is what lets a single-device or DDP ``.pth`` resume
-    under FSDP or DeepSpeed.
+    The same configs number parameters alike in every strategy, which lets a
+    single-device ``.pth`` resume under FSDP or DeepSpeed.
 
     Parameters
     ----------
     saved : dict
-        The saved optimizer state, its parameters numbered.
+        The saved optimizer state.
     names : list of list of str
-        The current optimizer's parameter names group by group, in the order the
-        optimizer holds them: the numbering torch's ``state_dict`` gives them (0,
-        1, ... across the groups).
+        The optimizer's parameter names, group by group, in torch's numbering order.
 
     Returns
     -------
     dict
-        The same state, keyed (and its groups listed) by name.
-
-    Raises
-    ------
-    ValueError
-        The checkpoint's groups hold other counts than ``names`` (another model
-        or optimizer config).
+        The same state, keyed by name.
     """
     groups = saved.get("param_groups") or []
     if [len(g.get("params", [])) for g in groups] != [len(g) for g in names]:
@@ -166,13 +137,8 @@ def positions_to_names(saved: dict[str, Any], names: list[list[str]]) -> dict[st
 
 def restore_into(access: StateAccess, checkpoint: dict[str, Any], what: str, *, model: Any,
                  optim_wrapper: Any, full: bool, strict: bool = True) -> None:
-    """:meth:`StateAccess.set_state` of a read checkpoint; a mismatch is one line naming ``what``.
-
-    Raises
-    ------
-    CheckpointError
-        The checkpoint's names or shapes do not fit this model or optimizer.
-    """
+    """:meth:`StateAccess.set_state` of a read checkpoint; a mismatch is a ``CheckpointError``
+    naming ``what``."""
     try:
         access.set_state(model, optim_wrapper, checkpoint["state_dict"],
                          checkpoint.get("optimizer"), full=full, strict=strict)

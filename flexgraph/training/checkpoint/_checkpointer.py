@@ -1,34 +1,18 @@
 """Checkpoints: atomic saves, safe restores, and what a checkpoint holds.
 
-How the model and optimizer state is stored is a :class:`CheckpointIO`'s job
-(:mod:`flexgraph.training.checkpoint._io`: one file, sharded directories, an
-engine's own format). This module keeps what is the same for all of them.
+How the state is stored is a :class:`CheckpointIO`'s job; this module keeps
+what is the same for all of them:
 
-Guarantees, and how they are kept:
+* A crash never damages the last good checkpoint: a save writes under a
+  temporary name, fsyncs, and only when every rank is done ``os.replace``-s it
+  onto its name; the ``last_checkpoint`` pointer follows, and pruning comes last.
+* Loading never executes code from the file: ``torch.load(weights_only=True)``
+  with the few types MMEngine's checkpoints hold, else
+  :class:`UnsafeCheckpointError`.
+* Resume is exact: model, optimizer, schedulers, loop position and every
+  rank's RNG state.
 
-* **A crash never damages the last good checkpoint.** A save writes under a
-  temporary name in the work_dir (a file, or a directory every rank writes
-  into), fsyncs, and only when every rank is done ``os.replace``-s it onto its
-  final name (atomic on POSIX) and fsyncs the directory. The
-  ``last_checkpoint`` pointer is written the same way, after the checkpoint it
-  names. Older checkpoints are pruned (``keep_last``) only after both succeed.
-* **Loading never executes code from the file.** Every load is
-  ``torch.load(path, weights_only=True, map_location='cpu')``, admitting besides
-  tensors only the few types MMEngine's checkpoints hold
-  (:mod:`flexgraph.training.formats`); a file that needs more is refused
-  with :class:`UnsafeCheckpointError`, with no unsafe retry.
-* **Resume is exact.** A checkpoint holds the model, the optimizer wrapper,
-  the parameter schedulers (as plain data, see :mod:`flexgraph.training.checkpoint._state`),
-  the loop position (MMEngine's epoch and iteration counters, and where the
-  data continues: passes over the dataloader done, batches of the next one) and
-  the RNG states of *every* rank.
-* **Every rank's state is saved.** A save is a collective: every rank calls
-  it, the IO decides who writes what, and barriers keep any rank from reading
-  a checkpoint before it is complete under its final name.
-
-The single-file layout is MMEngine's where MMEngine has one (``meta``,
-``state_dict``, ``optimizer``, ``param_schedulers``), so MMEngine tools can read
-the weights.
+The single-file layout is MMEngine's, so MMEngine tools read the weights.
 """
 
 from __future__ import annotations
@@ -126,12 +110,9 @@ def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int, seed: int | N
                     data_pass: int | None = None) -> dict[str, Any]:
     """The ``meta`` entry: where the loop stands, and what wrote the checkpoint.
 
-    ``epoch`` and ``iter`` are MMEngine's counters at the save (completed
-    iterations; completed epochs, or the current epoch's index for a save
-    inside an epoch; always 0 in an iteration-based loop). Where the data
-    continues is flexgraph's own: ``data_pass`` passes over the train
-    dataloader are complete and ``batch_idx`` batches of the next one are
-    trained on (``data_pass`` defaults to ``epoch``, as in an epoch loop).
+    ``epoch`` and ``iter`` are MMEngine's counters; ``data_pass`` (default
+    ``epoch``) passes over the train dataloader are complete and ``batch_idx``
+    batches of the next one are trained on.
     """
     return {
         "flexgraph_version": _flexgraph_version(),
@@ -152,7 +133,7 @@ def flat_schedulers(param_schedulers: Any) -> list[Any]:
     Parameters
     ----------
     param_schedulers : list or Mapping or None
-        The run's schedulers: a list, or MMEngine's dict of lists per optimizer.
+        The run's schedulers.
 
     Returns
     -------
@@ -165,7 +146,7 @@ def flat_schedulers(param_schedulers: Any) -> list[Any]:
 
 
 def _scheduler_states(param_schedulers: Any) -> Any:
-    """Plain scheduler states, laid out as MMEngine saves them (a list, or a dict of lists)."""
+    """Plain scheduler states, laid out as MMEngine saves them."""
     if isinstance(param_schedulers, Mapping):
         return {name: [to_plain(s.state_dict()) for s in group]
                 for name, group in param_schedulers.items()}
@@ -178,15 +159,14 @@ def restore_schedulers(param_schedulers: Any, states: Any) -> None:
     Parameters
     ----------
     param_schedulers : list or Mapping
-        The run's schedulers (a list, or a dict of lists per optimizer).
+        The run's schedulers.
     states : list or Mapping
-        Their saved plain states, in the same shape.
+        Their saved states, in the same shape.
 
     Raises
     ------
     CheckpointError
-        The checkpoint holds schedulers for other optimizers, or another number
-        of them (another config).
+        The checkpoint holds other schedulers (another config).
     """
     if isinstance(param_schedulers, Mapping) or isinstance(states, Mapping):
         mine = dict(param_schedulers) if isinstance(param_schedulers, Mapping) else {}
@@ -223,30 +203,21 @@ class _PendingSave:
 class Checkpointer:
     """Saves, finds and restores the run's checkpoints in ``work_dir``; loads weights.
 
-    Everything goes through one :class:`CheckpointIO`, which the strategy picks
-    (``Configure('build_checkpointer', io=...)``): what the state is and how it
-    reaches the disk. The checkpointer keeps what is the same for every IO:
-    names, the atomic rename into place, the ``last_checkpoint`` pointer,
-    finding the newest checkpoint and pruning old ones.
+    The strategy's :class:`CheckpointIO` stores the state; the checkpointer keeps
+    the names, the atomic rename, the ``last_checkpoint`` pointer and pruning.
 
     Parameters
     ----------
     work_dir : str or os.PathLike
-        Where checkpoints and the ``last_checkpoint`` pointer live (created on
-        the first save, not before).
+        Where checkpoints and the pointer live (created on the first save).
     policy : CheckpointPolicy, optional
         When to save and how many to keep.
     rank : int
-        Only rank 0 renames, points and prunes; the IO decides who writes.
+        Only rank 0 renames, points and prunes.
     io : CheckpointIO, optional
-        The storage format this run writes (default: :class:`FileCheckpointIO`,
-        one file).
+        The format this run writes (default :class:`FileCheckpointIO`).
     restorers : sequence of CheckpointRestorer, optional
-        Other formats this run restores from (``--resume``), tried after
-        ``io``: the portable layout and one-file checkpoints under a strategy
-        that writes another format, and the strategy's own older format when
-        it writes the portable one. A checkpoint none of them restores is
-        refused by name, never skipped.
+        Other formats ``--resume`` restores from, tried after ``io``.
 
     Examples
     --------
@@ -278,16 +249,9 @@ class Checkpointer:
                  global_batch: int | None = None) -> dict[str, Any]:
         """Everything needed to continue training exactly from this point.
 
-        ``global_batch`` (samples per iteration over all ranks) lets a resume at
-        another world size keep it.
-        A collective when a process group exists (RNG states are gathered from
-        all ranks, and a sharded IO gathers its state), so every rank calls it.
-        Hooks see the result in ``before_save_checkpoint`` before it is saved.
-
-        ``rng_state`` is this rank's RNG state to record (default: the current
-        one); ``runtime_info`` goes into ``meta`` for hooks to find on resume.
-        ``optim_wrapper=None`` and ``param_schedulers=None`` leave those states
-        out (a best checkpoint holds the weights only, as in MMEngine).
+        A collective (RNG states are gathered, a sharded IO gathers its state).
+        ``optim_wrapper=None`` and ``param_schedulers=None`` leave those out, as a
+        best checkpoint does; ``global_batch`` lets a resume at another world size keep it.
         """
         meta = checkpoint_meta(epoch=epoch, iteration=iteration, batch_idx=batch_idx,
                                seed=seed, data_pass=data_pass)
@@ -307,11 +271,9 @@ class Checkpointer:
              optim_wrapper: Any = None, keep: bool = True) -> Path:
         """Write ``checkpoint`` as ``work_dir/<stem><io.suffix>`` atomically, then prune.
 
-        A collective: every rank calls it. ``checkpoint['meta']['saved_checkpoints']``
-        is updated to include this checkpoint, so a resumed run continues pruning
-        what this run wrote (and never anything it did not write).
-        ``keep=False`` (a best checkpoint) writes the file alone: it is not
-        counted for ``keep_last``, and ``last_checkpoint`` does not point to it.
+        A collective. ``meta['saved_checkpoints']`` records it, so a resumed run
+        prunes only what runs wrote; ``keep=False`` (a best checkpoint) is neither
+        counted for ``keep_last`` nor pointed to.
         """
         self.finish_pending()  # the previous save's background write, before any sweep
         name = stem + self.io.suffix
@@ -339,11 +301,7 @@ class Checkpointer:
     def finish_pending(self) -> None:
         """Complete the last save: wait for a background write, then put it in place.
 
-        A collective. Every rank's part is on disk (and, for a background write,
-        its manifest written after it), then rank 0 renames the checkpoint onto
-        its name, points ``last_checkpoint`` at it and prunes; until then the
-        checkpoint does not exist under its name and ``--resume auto`` takes the
-        previous one. Nothing to do when no save is pending.
+        A collective; until it returns, ``--resume auto`` takes the previous checkpoint.
         """
         save, self._pending = self._pending, None
         if save is None:
@@ -378,12 +336,10 @@ class Checkpointer:
 
     def _write(self, checkpoint: dict[str, Any], temp: Path, path: Path, *, model: Any,
                optim_wrapper: Any) -> Any:
-        """``io.write`` into ``temp`` (its answer: a background write, or ``None``); on
-        failure nothing is left under ``temp``.
+        """``io.write`` into ``temp``; on failure nothing is left there.
 
-        A full device is a :class:`DeviceFullError` on every rank (the ranks
-        agree, so none waits for the others at the next barrier), naming
-        ``path``, the size the state needs and the checkpoint left intact.
+        A full device is a :class:`DeviceFullError` on every rank, so none waits at
+        the next barrier.
         """
         failure: DeviceFullError | None = None
         pending = None
@@ -403,12 +359,8 @@ class Checkpointer:
         return pending
 
     def _discard(self, path: Path) -> None:
-        """Remove a checkpoint so that no half-removed one is left under its name.
-
-        It is renamed to a temporary name first (atomic), so a crash while a
-        sharded directory is being deleted leaves debris that the next save
-        sweeps away, never a damaged checkpoint that looks like a real one.
-        """
+        """Remove a checkpoint by renaming it first, so a crash never leaves a damaged one under its
+        name."""
         trash = path.with_name(_TEMP_PREFIX + "old-" + path.name)
         try:
             os.replace(path, trash)
@@ -426,9 +378,8 @@ class Checkpointer:
     def publish(self, path: Path, keys: Sequence[str], *, logger: Any = None) -> Path | None:
         """Write ``{stem}-{sha256[:8]}.pth`` next to ``path``, holding only ``keys``.
 
-        MMEngine's ``published_keys``: a release file without the optimizer and
-        other training state. The hash is of the published file's own bytes.
-        Rank 0 writes; a sharded (directory) checkpoint cannot be published.
+        MMEngine's ``published_keys``: a release file without the training state.
+        Rank 0 writes; a directory checkpoint cannot be published.
         """
         if self.rank != 0:
             return None
@@ -454,34 +405,10 @@ class Checkpointer:
     # -- load and restore ------------------------------------------------------------
     def load_weights(self, path: str | os.PathLike[str], model: Any, *, on_read: OnRead,
                      held: CheckpointFormat | None = None) -> WeightsLoaded:
-        """Load the weights at ``path`` into ``model`` through the run's IO (``load_from``).
+        """Load the weights at ``path`` into ``model`` through the IO of its format (``load_from``).
 
-        Parameters
-        ----------
-        path
-            A checkpoint in one of the ``weight_formats`` of the IO or of a
-            restorer (:meth:`weight_loader_for`).
-        model
-            The model as the run holds it at this step (whole, sharded, an engine).
-        on_read
-            Called with the checkpoint as read, before the weights go in.
-        held
-            What ``path`` holds, when the load asked
-            :func:`~flexgraph.training.formats.format_of` already (it is handed
-            down, never asked again); ``None``: asked here.
-
-        Returns
-        -------
-        WeightsLoaded
-            The keys the non-strict load left out.
-
-        Raises
-        ------
-        CheckpointNotFoundError
-            ``path`` does not exist.
-        CheckpointError
-            ``path`` is in no format the IO loads (one line naming the path and
-            the formats tried), is damaged, or holds no weight of the model.
+        ``held`` is the format when already recognised; returns the keys the
+        non-strict load left out.
         """
         path = Path(path)
         held = held or format_of(path)
@@ -490,15 +417,13 @@ class Checkpointer:
         return loader.loader_of(read_as).load_weights(path, model, held=read_as, on_read=on_read)
 
     def weight_loader_for(self, held: CheckpointFormat | None) -> WeightLoader:
-        """The IO that loads ``load_from`` weights of format ``held``: the run's own, else the
-        first restorer whose ``weight_formats`` list it (a portable checkpoint under a
-        strategy that writes one file); ``io`` when none does (it refuses by name)."""
+        """The IO that loads weights of format ``held``: the run's own, else the first restorer that
+        reads it, else ``io``."""
         return next((r for r in (self.io, *self.restorers)
                      if isinstance(r, WeightLoader) and held in r.weight_formats), self.io)
 
     def restorer_for(self, held: CheckpointFormat | None) -> CheckpointRestorer | None:
-        """The IO that restores checkpoints of format ``held``: the run's own, else the first
-        restorer of it; ``None`` when none does (another strategy's format, or none)."""
+        """The IO that restores format ``held``: the run's own, else a restorer, else ``None``."""
         return next((r for r in (self.io, *self.restorers) if r.format == held), None)
 
     def unreadable_format(self, path: str | os.PathLike[str]) -> CheckpointFormat | None:
@@ -507,23 +432,13 @@ class Checkpointer:
         return held if held is not None and self.restorer_for(held) is None else None
 
     def problem(self, path: Path, held: CheckpointFormat | None) -> str | None:
-        """What keeps ``path`` (of format ``held``) from being restored by this run, or ``None``.
-
-        Its restorer says whether it is whole; a path no IO of this run
-        restores is described by the run's IO (another strategy's format, or damaged).
-        """
+        """What keeps ``path`` (of format ``held``) from being restored by this run, or ``None``."""
         restorer = self.restorer_for(held)
         return restorer.incomplete(path) if restorer is not None else self.io.problem(path)
 
     def read(self, path: str | os.PathLike[str], *, held: CheckpointFormat | None = None,
              model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        """The checkpoint at ``path`` as the IO of its format reads it.
-
-        ``held``: what ``path`` holds, when the restore asked
-        :func:`~flexgraph.training.formats.format_of` already (``None``: asked
-        here). A path of no known format goes to the run's IO, which says what
-        is wrong with it.
-        """
+        """The checkpoint at ``path`` as the IO of its format (``held``) reads it."""
         path = Path(path)
         if not path.exists():
             raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
@@ -539,19 +454,15 @@ class Checkpointer:
     def apply(self, checkpoint: dict[str, Any], path: str | os.PathLike[str], *,
               model: torch.nn.Module, optim_wrapper: Any, strict: bool = True,
               held: CheckpointFormat | None = None) -> None:
-        """Put a read checkpoint's model and optimizer state into place, by the IO of its
-        format (``held``, as :meth:`read` takes it)."""
+        """Put a read checkpoint's model and optimizer state into place, by the IO of its format."""
         held = held or format_of(Path(path))
         (self.restorer_for(held) or self.io).apply(checkpoint, Path(path), model=model,
                                                    optim_wrapper=optim_wrapper, strict=strict)
 
     def checkpoint_paths(self) -> list[Path]:
-        """The checkpoints in ``work_dir``, newest first, of every format.
+        """The checkpoints in ``work_dir`` of every format: the pointer's first, then newest first.
 
-        The checkpoint the ``last_checkpoint`` pointer names comes first, then
-        the other ``epoch_*`` / ``iter_*`` ones, newest modified first: whatever
-        strategy wrote them, so that a work_dir another strategy wrote is never
-        taken for empty.
+        Every format, so that a work_dir another strategy wrote is never taken for empty.
         """
         ordered: list[Path] = []
         pointer = self.work_dir / POINTER_NAME
@@ -569,20 +480,12 @@ class Checkpointer:
         return ordered
 
     def candidates(self) -> list[tuple[Path, str | None]]:
-        """:meth:`checkpoint_paths`, each with its :meth:`problem` (``None``: it can be restored).
-
-        :meth:`CheckpointRestorer.foreign_format` tells another strategy's
-        checkpoint apart from a damaged one.
-        """
+        """:meth:`checkpoint_paths`, each with its :meth:`problem`."""
         return [(p, self.problem(p, format_of(p))) for p in self.checkpoint_paths()]
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint in ``work_dir``, or ``None``.
-
-        The ``last_checkpoint`` pointer wins when it names a complete checkpoint;
-        otherwise (pointer missing, or what it names was removed) the newest
-        ``epoch_*`` / ``iter_*`` checkpoint this IO can restore.
-        """
+        """The newest complete checkpoint in ``work_dir`` (the pointer's, when complete), or
+        ``None``."""
         return next((path for path, problem in self.candidates() if problem is None), None)
 
     def restore_saved(self, checkpoint: Mapping[str, Any]) -> None:

@@ -1,34 +1,13 @@
-"""Whether the weights a run loads cover its model: ``init_weights``, pruned or kept.
+"""Whether the weights a run loads cover its model, so that ``init_weights`` can be pruned.
 
-A run that loads every entry of its model's ``state_dict`` from files has
-nothing for ``init_weights`` to do: whatever it drew is overwritten. For a
-strategy that saves memory by not initialising (FSDP: no rank builds the model
-whole), the plan then loses that step, as a *derived* rewrite with its reason::
-
-    pruned: init_weights (every state_dict entry comes from load_from 'x.pth')
-
-The files that count (:class:`WeightSource`): ``load_from`` (unless
-``resume`` loads that same file), and every MMEngine ``init_cfg=dict(type=
-'Pretrained', checkpoint=..., prefix=...)`` that ``init_weights`` would run,
-on the model or on a submodule, for the entries under it. They load in the
-order ``init_weights`` then ``load_checkpoint`` would load them (inner
-``Pretrained`` first, as MMEngine's ``BaseModule.init_weights`` runs a
-module's children before its own ``Pretrained``; ``load_from`` last), so an
-entry ends with the value of the last file that holds it under the model's
-shape. Nothing is read but each file's index
-(:func:`flexgraph.training.formats.weights_index`) and the model's names and
-shapes, built on the meta device.
-
-A file whose index cannot be read without its tensors (a DeepSpeed directory,
-a URL MMEngine downloads) keeps ``init_weights``; so does an entry no file
-holds, or holds under another shape. The plan then says which
-(:meth:`Coverage.missing`).
-
-A pruned ``init_weights`` draws no random numbers: the run's random streams
-after setup are those seeding left, not those of a run that initialised.
-Strategies that hold the model whole on every rank (single device, DDP) list
-nothing in :attr:`~flexgraph.core.strategy.Strategy.prunable`, so their runs
-stay what they were.
+A run that loads every ``state_dict`` entry from files has nothing for
+``init_weights`` to do. For a strategy that saves memory by not initialising
+(FSDP), the plan then loses that step as a derived rewrite with its reason.
+The files that count are ``load_from`` and every ``Pretrained`` ``init_cfg``
+``init_weights`` would run, in MMEngine's order; only their indexes and the
+model's names and shapes (on the meta device) are read. A file whose index
+needs its tensors, or an entry no file holds under the model's shape, keeps
+``init_weights``. Strategies that hold the model whole prune nothing.
 """
 
 from __future__ import annotations
@@ -52,7 +31,6 @@ __all__ = ["Coverage", "WeightSource", "WeightsDerivation", "derive_from_weights
 LOAD_FROM = "load_from"
 PRETRAINED = "init_cfg Pretrained"
 _SHOWN = 5
-"""How many uncovered entries a note names before it counts the rest."""
 
 
 @attrs.frozen
@@ -62,15 +40,13 @@ class WeightSource:
     Parameters
     ----------
     path
-        The checkpoint (any format ``load_from`` reads).
+        The checkpoint.
     origin
         ``'load_from'`` or ``'init_cfg Pretrained'``.
     module
-        The submodule whose ``init_cfg`` names the file (``''``: the model);
-        its entries are the model's under ``module.``.
+        The submodule whose ``init_cfg`` names the file (``''``: the model).
     prefix
-        ``Pretrained``'s ``prefix``: the file's weights under ``prefix.``,
-        renamed without it (``None``: all of them).
+        ``Pretrained``'s ``prefix`` (``None``: every weight).
     """
 
     path: str
@@ -89,13 +65,13 @@ class WeightSource:
         return model_key
 
     def describe(self) -> str:
-        """``load_from 'x.pth'``, ``init_cfg Pretrained 'y.pth' of backbone (prefix 'b.')``."""
+        """The source in words, for the plan."""
         where = f" of {self.module}" if self.module else ""
         prefix = f" (prefix {self.prefix!r})" if self.prefix else ""
         return f"{self.origin} {self.path!r}{where}{prefix}"
 
     def as_params(self) -> dict[str, Any]:
-        """The source as plain data: the ``load_checkpoint`` step's ``pretrained`` entries."""
+        """The source as the ``load_checkpoint`` step's ``pretrained`` entries."""
         return {"path": self.path, "module": self.module, "prefix": self.prefix}
 
     @classmethod
@@ -109,19 +85,9 @@ class WeightSource:
 class Coverage:
     """Which entries of a model's ``state_dict`` the loaded files set, and which file last.
 
-    Parameters
-    ----------
-    entries
-        The model's ``state_dict`` entries, in order.
-    set_by
-        Entry -> the source whose value it ends with (the last that holds it
-        under the model's shape).
-    sources
-        Every file the run loads weights from, in load order.
-    unreadable
-        One line per source whose index could not be read without its tensors.
-    reshaped
-        Entries some file holds under another shape (left to ``init_weights``).
+    ``set_by`` maps an entry to the last source holding it under the model's
+    shape; ``unreadable`` has a line per source whose index needs its tensors;
+    ``reshaped`` lists entries held under another shape.
     """
 
     entries: tuple[str, ...]
@@ -137,7 +103,7 @@ class Coverage:
 
     @property
     def covered(self) -> bool:
-        """Whether every entry comes from a file (and every file's index could be read)."""
+        """Whether every entry comes from a file and every index could be read."""
         return not self.unreadable and not self.uncovered
 
     @property
@@ -147,12 +113,12 @@ class Coverage:
         return tuple(s for s in self.sources if s in used)
 
     def reason(self) -> str:
-        """``every state_dict entry comes from load_from 'x.pth'`` (and the other files)."""
+        """Why ``init_weights`` is pruned, for the plan."""
         return "every state_dict entry comes from " + " and ".join(
             s.describe() for s in self.needed)
 
     def missing(self) -> str:
-        """What keeps ``init_weights``: the files no index was read of, or the entries left."""
+        """Why ``init_weights`` stays: unread indexes, or the entries left."""
         if self.unreadable:
             return "; ".join(self.unreadable)
         left = self.uncovered
@@ -166,17 +132,15 @@ class Coverage:
 
 
 def pretrained_sources(model: nn.Module) -> list[WeightSource]:
-    """The ``Pretrained`` initialisers ``model.init_weights()`` would run, in the order it would.
+    """The ``Pretrained`` initialisers ``model.init_weights()`` would run, in its order.
 
-    MMEngine's ``BaseModule.init_weights`` runs a module's other initialisers,
-    then its children's ``init_weights`` (children without one are not
-    entered), then its own ``Pretrained``; so an inner ``Pretrained`` loads
-    first and an outer one overwrites what both hold.
+    MMEngine runs children's ``init_weights`` before a module's own ``Pretrained``,
+    so an inner one loads first.
 
     Parameters
     ----------
     model : nn.Module
-        The model as built (on any device: only its ``init_cfg`` are read).
+        The model as built (only its ``init_cfg`` are read).
 
     Returns
     -------
@@ -211,21 +175,7 @@ def _unreadable(source: WeightSource) -> str | None:
 
 
 def weights_coverage(model: nn.Module, sources: Sequence[WeightSource]) -> Coverage:
-    """Which entries of ``model``'s ``state_dict`` ``sources`` set (their indexes alone).
-
-    Parameters
-    ----------
-    model
-        The model, on any device (the meta device: names and shapes are all
-        that is read).
-    sources
-        The files, in the order they load.
-
-    Returns
-    -------
-    Coverage
-        Each entry's source, and what the files left to ``init_weights``.
-    """
+    """Which entries of ``model``'s ``state_dict`` ``sources`` set, from their indexes alone."""
     shapes = {k: tuple(v.shape) for k, v in model.state_dict(keep_vars=True).items()}
     set_by: dict[str, WeightSource] = {}
     reshaped: set[str] = set()
@@ -267,19 +217,8 @@ def _meta_model(cfg: Any) -> nn.Module:
 
 @attrs.frozen
 class WeightsDerivation:
-    """What the run's weight files change in its plan.
-
-    Parameters
-    ----------
-    rewrites
-        The derived rewrites (``make_plan(..., derived=...)``): ``init_weights``
-        pruned with its reason, and ``load_checkpoint`` configured to load the
-        ``Pretrained`` files ``init_weights`` would have loaded. Empty: the plan
-        stays as the strategy made it.
-    notes
-        Step -> one line for the plan's notes (why ``init_weights`` stays).
-    coverage
-        What was found, or ``None`` when nothing was looked at.
+    """What the run's weight files change in its plan: the derived ``rewrites``, the
+    plan's ``notes`` per step, and the ``coverage`` found (``None``: nothing looked at).
     """
 
     rewrites: tuple[Rewrite, ...] = ()
@@ -291,24 +230,22 @@ def derive_from_weights(cfg: Any, load_from: str | None, prunable: Sequence[str]
                         ) -> WeightsDerivation:
     """Prune ``init_weights`` when the files the run loads cover the model.
 
-    Made where torch is imported anyway (``flexgraph run``, ``flexgraph plan
-    --estimate``): the model is built on the meta device for its names, each
-    file's index read (no tensor). Nothing is looked at for a strategy that
-    prunes nothing, nor when the config loads no file.
+    Builds the model on the meta device and reads each file's index; looks at
+    nothing when the strategy prunes nothing or no file is loaded.
 
     Parameters
     ----------
     cfg
         The run's config.
     load_from
-        What ``load_checkpoint`` loads (``RunSettings.weights_to_load()``), or ``None``.
+        What ``load_checkpoint`` loads, or ``None``.
     prunable
         The strategy's :attr:`~flexgraph.core.strategy.Strategy.prunable`.
 
     Returns
     -------
     WeightsDerivation
-        The derived rewrites and the notes; empty when nothing is pruned.
+        The derived rewrites and notes; empty when nothing is pruned.
     """
     if "init_weights" not in prunable or not (load_from or names_pretrained(cfg)):
         return WeightsDerivation()

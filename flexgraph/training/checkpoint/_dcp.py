@@ -1,13 +1,9 @@
 """Checkpoints through ``torch.distributed.checkpoint`` (DCP), as every strategy reads them.
 
-flexgraph's sharded layout (``iter_40.dcp/``, FSDP's native format, written by
-:mod:`flexgraph.strategies.fsdp.checkpoint`): the model and optimizer states
-(:data:`SHARDED_KEYS`) shard by shard, the rest of the checkpoint in
-``extra.pth``. :func:`load_dcp_weights` loads a DCP checkpoint's model weights
-into any model torch's ``state_dict`` API understands, whole or sharded: DCP
-reshards on load, so a whole model (single device, DDP) reads every shard,
-and an FSDP2 model only its own. DCP's shard files carry no checksum, so
-changed bytes inside a shard of the right length go unnoticed.
+flexgraph's sharded layout (FSDP's native format) holds :data:`SHARDED_KEYS`
+shard by shard and the rest in ``extra.pth``. DCP reshards on load, so a
+whole model reads every shard and an FSDP2 model its own. DCP's shards carry
+no checksum.
 """
 
 from __future__ import annotations
@@ -35,17 +31,17 @@ SHARDED_KEYS = ("state_dict", "optimizer")
 
 
 def full_tensors(value: Any) -> Any:
-    """``value`` with DTensors gathered into plain tensors (a collective, on every rank).
+    """``value`` with DTensors gathered into whole CPU tensors (a collective).
 
     Parameters
     ----------
     value : Any
-        A tensor, or containers (dicts, lists, tuples) of them.
+        A tensor, or containers of them.
 
     Returns
     -------
     Any
-        ``value`` with every DTensor replaced by its whole value on the CPU.
+        ``value`` with every DTensor replaced.
     """
     from torch.distributed.tensor import DTensor
 
@@ -65,32 +61,21 @@ def _holds_shards(state: Mapping[str, Any]) -> bool:
 
 
 def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> WeightsLoaded:
-    """Load the model weights of the DCP checkpoint ``path`` into ``model``.
-
-    Partially, as ``load_from`` allows (the checkpoint may lack some of the
-    model's keys, which are returned as missing); every rank reads what it
-    holds.
+    """Load the model weights of the DCP checkpoint ``path`` into ``model``, non-strictly.
 
     Parameters
     ----------
     path : Path
-        A DCP directory (flexgraph's, the weights under ``state_dict``, or another
-        tool's bare state dict).
+        A DCP directory (flexgraph's, or another tool's bare state dict).
     model : torch.nn.Module
-        Whole or sharded; anything torch's ``state_dict`` API understands.
+        Whole or sharded.
     on_read : callable
-        Called first with ``{'meta': {}, 'state_dict': {}}``: the weights go
-        straight into the model.
+        Called with an empty checkpoint: the weights go straight into the model.
 
     Returns
     -------
     WeightsLoaded
-        The model's keys the checkpoint lacks, and its keys the model has no place for.
-
-    Raises
-    ------
-    CheckpointError
-        The directory is incomplete, or none of its weights is one of the model's.
+        The keys either side lacks.
     """
     on_read(dict(NOTHING_READ))
     problem = dcp_problem(path, need_extra=False)

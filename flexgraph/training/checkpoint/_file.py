@@ -1,13 +1,4 @@
-"""One ``torch.save`` file per checkpoint, and what an optimizer state in one looks like.
-
-:class:`FileCheckpointIO` is the IO of models every rank holds whole (single
-device, DDP) and the default one: rank 0 writes MMEngine's layout, every rank
-reads it back safely (``weights_only=True``, the weights left in a map of the
-file until they are copied into the model). The functions beside it read an
-optimizer state as a file holds it: whether it numbers or names its
-parameters (:func:`optimizer_keyed_by`), and loading it into MMEngine's
-wrapper with a mismatch said in one line (:func:`load_optimizer_state`).
-"""
+"""One ``torch.save`` file per checkpoint, and reading an optimizer state from one."""
 
 from __future__ import annotations
 
@@ -37,10 +28,7 @@ __all__ = ["FileCheckpointIO", "OneFileChecks", "copied_out", "load_optimizer_st
 
 
 class OneFileChecks(CheckpointRestorer):
-    """When a one-file checkpoint (``torch.save``) is whole: what its restorers share.
-
-    The zip directory is checked; the CRCs are, when it is read.
-    """
+    """When a one-file checkpoint is whole (its zip directory; the CRCs are checked on read)."""
 
     format = TORCH_SAVE_FILE
 
@@ -59,12 +47,8 @@ class OneFileChecks(CheckpointRestorer):
 class FileCheckpointIO(OneFileChecks, CheckpointIO):
     """One ``torch.save`` file holding everything, written by rank 0.
 
-    For models every rank holds in full (single device, DDP): the state is the
-    unwrapped module's ``state_dict`` (no ``module.`` prefixes) and the optimizer
-    wrapper's own ``state_dict``, MMEngine's layout, so MMEngine tools read it.
-    Reading is :func:`~flexgraph.training.formats.read_checkpoint_file`
-    (``weights_only=True``) on every rank. Weights load from a full file or,
-    every rank reading all of it, from a DCP checkpoint.
+    For models every rank holds whole (single device, DDP), in MMEngine's layout
+    so MMEngine tools read it; every rank reads it with ``weights_only=True``.
     """
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
@@ -81,11 +65,9 @@ class FileCheckpointIO(OneFileChecks, CheckpointIO):
             os.fsync(f.fileno())
 
     maps_weights: ClassVar[bool] = True
-    """Whether :meth:`read` maps the file (``torch.load(mmap=True)``) and leaves the
-    weights in the map for :meth:`apply` to copy into the model: the weights are copied
-    once, not read into fresh memory and then copied again (``torch.load`` +
-    ``load_state_dict``). Everything else (optimizer state, RNG states, hook extras) is
-    copied out of the map at once, so that nothing the run keeps refers to the file."""
+    """Whether :meth:`read` maps the file and leaves the weights in the map for
+    :meth:`apply`, so they are copied once; everything else is copied out at once.
+    """
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
         checkpoint = read_checkpoint_file(path, mmap=self.maps_weights)
@@ -111,12 +93,7 @@ class FileCheckpointIO(OneFileChecks, CheckpointIO):
 
 
 def copied_out(value: Any) -> Any:
-    """``value`` with every tensor copied into memory of its own (out of a file's map).
-
-    Containers holding no tensor are returned as they are; the others are
-    copied shallowly (keeping their type: a ``Counter`` of milestones stays one)
-    and their tensors replaced.
-    """
+    """``value`` with every tensor copied out of a file's map (containers keep their type)."""
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, (dict, list)):
@@ -137,12 +114,7 @@ def copied_out(value: Any) -> Any:
 
 
 def optimizer_keyed_by(state: Any) -> str | None:
-    """How a saved optimizer state names its parameters: ``'name'``, ``'position'`` or ``None``.
-
-    A whole model's optimizer (MMEngine's wrapper, torch's ``state_dict()``)
-    numbers its parameters; torch's full optimizer state dict of a sharded
-    model (FSDP, ``state_dict_cfg='full'``) names them. ``None``: no optimizer
-    state, or one of another shape (several optimizers).
+    """How a saved optimizer state names its parameters.
 
     Parameters
     ----------
@@ -152,7 +124,8 @@ def optimizer_keyed_by(state: Any) -> str | None:
     Returns
     -------
     str or None
-        ``'name'``, ``'position'``, or ``None``.
+        ``'position'`` (a whole model's), ``'name'`` (a full sharded one's), or
+        ``None`` (none, or several optimizers).
     """
     groups = state.get("param_groups") if isinstance(state, dict) else None
     params = [p for g in groups or () if isinstance(g, dict) for p in g.get("params", ())]

@@ -1,14 +1,8 @@
 """Resuming a one-file checkpoint (``.pth``) under a strategy that writes another format.
 
-Single-device and DDP runs write MMEngine's ``.pth`` (so MMEngine's tools read
-them), whose optimizer state numbers the parameters. To resume such a file under
-FSDP or DeepSpeed, every rank reads it (``weights_only``), the numbers become
-parameter names (:func:`~flexgraph.training.checkpoint._access.positions_to_names`,
-from the numbering this run's own optimizer gives its parameters: same model,
-same optimizer config, same numbering) and the strategy's
-:class:`~flexgraph.training.checkpoint._access.StateAccess` puts the whole
-tensors in, each rank keeping what it holds. Files written with names already
-(FSDP's ``state_dict_cfg='full'``) go in as they are.
+Every rank reads the file; the optimizer's numbered parameters become names by
+this run's own numbering, and the strategy's ``StateAccess`` puts the whole
+tensors in, each rank keeping what it holds.
 """
 
 from __future__ import annotations
@@ -26,10 +20,7 @@ __all__ = ["FileStateRestorer"]
 
 
 class FileStateRestorer(OneFileChecks):
-    """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess`.
-
-    A restorer alone: a strategy that writes another format never writes this
-    one, and loads ``load_from`` weights through its own IO.
+    """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess` (a restorer alone).
 
     Parameters
     ----------

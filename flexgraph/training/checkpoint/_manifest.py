@@ -1,21 +1,9 @@
 """A portable checkpoint's manifest: what wrote it, where the run stood, and the plan.
 
-``manifest.json`` is the last file of a portable checkpoint, written by rank 0
-once every rank's shards and ``.metadata`` are on disk, through a temporary
-name and an atomic rename: a checkpoint without it does not count (its save
-was interrupted). It is plain JSON, so a person, ``jq`` or another tool reads
-it without torch:
-
-    format            "flexgraph.portable/1"
-    strategy          the strategy of the plan that wrote it ("fsdp", "deepspeed", ...)
-    world_size        processes that wrote it
-    epoch, iter, batch_idx, data_pass
-                      where the run stood (MMEngine's counters, flexgraph's data position)
-    flexgraph_version, torch_version
-    dtypes            each model tensor's dtype, by parameter name
-    optimizer_keys    the optimizer state each parameter has (exp_avg, exp_avg_sq, step)
-    plan              the plan that produced it (``flexgraph plan --format json``), or null
-                      when the run was given none (its context's ``plan``)
+``manifest.json`` is written last, atomically, so a checkpoint without it does
+not count. It is plain JSON for people and tools: format, strategy,
+world_size, the loop counters, versions, each tensor's dtype, the optimizer
+keys, and the plan (or null).
 """
 
 from __future__ import annotations
@@ -43,10 +31,8 @@ def _dtype_name(value: Any) -> str:
 def make_manifest(meta: dict[str, Any], model_state: dict[str, Any],
                   optimizer_state: dict[str, Any] | None, *, world_size: int,
                   plan: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The manifest of a checkpoint holding ``model_state`` and ``optimizer_state``.
-
-    ``plan`` is the plan's JSON dict as the run was given it (``None``: none was).
-    """
+    """The manifest of a checkpoint holding ``model_state`` and ``optimizer_state``; ``plan`` may be
+    ``None``."""
     keys = sorted({k for per_param in (optimizer_state or {}).values()
                    for k in (per_param or {})})
     return {
@@ -69,17 +55,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
     Parameters
     ----------
     path : Path
-        The portable checkpoint's directory.
+        The checkpoint's directory.
 
     Returns
     -------
     dict
-        The manifest: format, step, world size, the tensors' names, the plan.
-
-    Raises
-    ------
-    CheckpointError
-        It is missing (an interrupted save), not JSON, or of another format.
+        The manifest.
     """
     file = path / MANIFEST_NAME
     if not file.is_file():

@@ -1,18 +1,7 @@
 """Checkpoints written by MMEngine's Runner, restated in flexgraph's terms for ``resume``.
 
-A user migrating a half-trained MMEngine run hands flexgraph a file written by
-``Runner.save_checkpoint``. Next to tensors and plain containers (read through
-the allow-list of :func:`flexgraph.training.formats.mmengine_globals`) it holds:
-
-* ``message_hub``: MMEngine's ``HistoryBuffer`` objects and runtime info;
-* ``param_schedulers``: the schedulers' raw ``state_dict()`` (with
-  ``collections.Counter`` milestones);
-* ``meta``: ``epoch`` and ``iter`` as completed counts, and ``seed``; no RNG
-  state and no position inside an epoch.
-
-:func:`from_mmengine` restates such a checkpoint in flexgraph's terms for
-``resume`` (the position inside the epoch, plain scheduler states) and puts
-its message hub back, as MMEngine's ``Runner.resume`` does.
+Such a file holds a ``message_hub``, raw scheduler states and completed
+``epoch``/``iter`` counts, but no RNG state and no position inside an epoch.
 """
 
 from __future__ import annotations
@@ -40,20 +29,10 @@ def from_mmengine(checkpoint: Any, *, by_epoch: bool, train_dataloader: Any,
                   message_hub: Any = None) -> Any:
     """An MMEngine checkpoint in flexgraph's layout; any other checkpoint as it is.
 
-    * ``meta.batch_idx``: MMEngine records completed epochs and iterations only;
-      the batches of the current epoch already trained on are ``iter - epoch *
-      len(train_dataloader)`` in an epoch loop (0 for a checkpoint saved at an
-      epoch's end). In an iteration loop (``by_epoch=False``: the run's own loop),
-      flexgraph counts passes over the data where MMEngine keeps ``epoch`` at 0,
-      so both come from ``iter``.
-    * ``param_schedulers``: made plain (:func:`~flexgraph.training.checkpoint.to_plain`)
-      as flexgraph stores them. A dict of per-optimizer lists is refused.
-    * ``rng_states``: left out, as MMEngine saves none; ``resume`` then reseeds.
-    * ``message_hub``: loaded into ``message_hub`` (the run's), so hooks find
-      MMEngine's scalars and runtime info as after MMEngine's own resume.
-
-    Every other key (``state_dict``, ``optimizer``, extras such as
-    ``ema_state_dict``) is kept as it is.
+    ``batch_idx`` comes from ``iter`` and the dataloader's length; schedulers are
+    made plain (a per-optimizer dict is refused); ``rng_states`` are absent, so
+    ``resume`` reseeds; the saved message hub is loaded into ``message_hub``, as
+    MMEngine's own resume does. Every other key is kept.
 
     Parameters
     ----------
@@ -64,19 +43,12 @@ def from_mmengine(checkpoint: Any, *, by_epoch: bool, train_dataloader: Any,
     train_dataloader : DataLoader or None
         The run's; its length converts MMEngine's iteration count.
     message_hub : MessageHub, optional
-        The run's message hub, which MMEngine's saved one is loaded into.
+        The run's message hub.
 
     Returns
     -------
     Any
-        The checkpoint in flexgraph's layout (a new dict), or ``checkpoint`` itself
-        when it is not MMEngine's.
-
-    Raises
-    ------
-    CheckpointError
-        The iteration count does not fit the train_dataloader's epoch length, or
-        the schedulers are saved per optimizer.
+        A new dict in flexgraph's layout, or ``checkpoint`` when it is not MMEngine's.
     """
     if not is_mmengine_checkpoint(checkpoint):
         return checkpoint

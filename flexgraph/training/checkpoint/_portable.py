@@ -1,31 +1,18 @@
 """The portable checkpoint: one layout every strategy writes and every strategy reads.
 
-A directory (``iter_40.ckpt/``) written through ``torch.distributed.checkpoint``
-(DCP) by every rank in parallel, DCP writing each replicated tensor once::
+A directory written through ``torch.distributed.checkpoint`` (DCP) by every rank::
 
-    .flexgraph-portable   written first: marks the directory as this format
-    __0_0.distcp ...      the tensors: ``model.<name>`` (weights, persistent
-                          buffers) and ``optimizer.<name>.<key>`` (Adam's
-                          exp_avg, exp_avg_sq, step, ...), every one keyed by
+    .flexgraph-portable   written first: marks the format
+    __0_0.distcp ...      ``model.<name>`` and ``optimizer.<name>.<key>``, keyed by
                           parameter name, never by position or wrapper prefix
-    .metadata             DCP's index of them (global shapes, dtypes)
-    extra.pth             rank 0's ``weights_only`` file: loop position, the
-                          optimizer's param groups (hyperparameters, names),
-                          parameter schedulers, every rank's RNG state,
-                          dataloader position, hook extras
-    manifest.json         written last (:mod:`._manifest`): strategy, world
-                          size, dtypes, step, versions and the plan
+    .metadata             DCP's index (global shapes, dtypes)
+    extra.pth             rank 0's: loop position, param groups, schedulers,
+                          RNG states, hook extras
+    manifest.json         written last: strategy, world size, dtypes, the plan
 
-What each strategy's live objects give and take is a
-:class:`~flexgraph.training.checkpoint._access.StateAccess` (torch's
-``state_dict`` API for single device, DDP and FSDP2; DeepSpeed's
-``safe_get_full_*`` utilities for ZeRO), so the same files resume under any
-strategy and any world size: DCP reshards on load.
-
-For tools that convert to and from this layout without a training run:
-:func:`write_portable` writes one from a full, name-keyed state on one process;
-:func:`portable_tensors` lists what one holds and :func:`read_portable_tensor`
-reads a single tensor of it (memory bounded by that tensor).
+Each strategy's :class:`~flexgraph.training.checkpoint._access.StateAccess`
+gives and takes name-keyed state, so the files resume under any strategy and
+world size (DCP reshards on load).
 """
 
 from __future__ import annotations
@@ -76,8 +63,7 @@ def _begin(path: Path, manifest: dict[str, Any]) -> None:
 
 
 def _finish(path: Path, rest: dict[str, Any], manifest: dict[str, Any]) -> None:
-    """Rank 0, once every rank's shards and ``.metadata`` are on disk: ``extra.pth``, then
-    the manifest, the checkpoint's last file (each fsynced, atomically renamed)."""
+    """Rank 0, once every shard is on disk: ``extra.pth``, then the manifest last."""
     if this_rank() == 0:
         atomic_write(path / EXTRA_NAME, lambda f: torch.save(rest, f))
         text = json.dumps(manifest, indent=1, sort_keys=False).encode()
@@ -86,7 +72,6 @@ def _finish(path: Path, rest: dict[str, Any], manifest: dict[str, Any]) -> None:
 
 def _save(tensors: dict[str, Any], rest: dict[str, Any], path: Path, *,
           manifest: dict[str, Any]) -> None:
-    """Marker, shards (every rank), ``extra.pth``, then the manifest last (rank 0)."""
     import torch.distributed.checkpoint as dcp
 
     _begin(path, manifest)
@@ -100,10 +85,8 @@ _SAVE_GROUP: list[Any] = []
 
 
 def _background_group() -> Any:
-    """A gloo group of its own for background saves (``None`` without a process group).
-
-    DCP's background thread runs collectives while training runs its own on
-    the default group; one group would interleave them.
+    """A gloo group of its own for background saves (``None`` without a process group),
+    so DCP's collectives never interleave with training's.
     """
     import torch.distributed as dist
 
@@ -117,10 +100,8 @@ def _background_group() -> Any:
 class BackgroundWrite:
     """A portable checkpoint whose shards DCP writes in the background (``async_save``).
 
-    The state was staged to CPU memory before the save returned (:mod:`._staging`);
-    :meth:`wait` waits for the shards (fsynced by DCP's writer) and ``.metadata``,
-    then rank 0 writes ``extra.pth`` and the manifest, so the manifest exists
-    only once everything else is on disk.
+    :meth:`wait` waits for the shards, then rank 0 writes ``extra.pth`` and the
+    manifest, so the manifest exists only once everything else is on disk.
     """
 
     def __init__(self, future: Any, path: Path, rest: dict[str, Any],
@@ -148,35 +129,27 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
                    optimizer_state: dict[str, Any] | None = None, *,
                    meta: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
                    strategy: str | None = None) -> Path:
-    """Write a portable checkpoint at ``path`` from a full state keyed by parameter name.
-
-    For converters: one process, no process group needed.
+    """Write a portable checkpoint at ``path`` from a full, name-keyed state, in one process.
 
     Parameters
     ----------
     path : str or Path
         Where to write; it must not exist yet.
     model_state : dict of str to torch.Tensor
-        The model's weights by name.
+        The weights by name.
     optimizer_state : dict, optional
-        torch's name-keyed layout (``{'state': {name: {...}}, 'param_groups':
-        [{..., 'params': [names]}]}``).
+        torch's name-keyed optimizer state.
     meta : dict, optional
         The loop position (default: step 0).
     extra : dict, optional
-        Anything else a run restores (``param_schedulers``, ...).
+        Anything else a run restores.
     strategy : str, optional
-        Recorded in the manifest (no plan is).
+        Recorded in the manifest.
 
     Returns
     -------
     Path
         ``path``.
-
-    Raises
-    ------
-    CheckpointError
-        ``path`` exists.
     """
     path = Path(path)
     if path.exists():
@@ -194,7 +167,7 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
 
 
 def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Every tensor a portable (or any DCP) checkpoint holds, read from ``.metadata`` alone.
+    """Every tensor a portable (or any DCP) checkpoint holds, from ``.metadata`` alone.
 
     Parameters
     ----------
@@ -204,12 +177,7 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
     Returns
     -------
     dict
-        ``'model.<name>'`` (or ``'optimizer...'``) -> (global shape, dtype).
-
-    Raises
-    ------
-    CheckpointError
-        The metadata cannot be read safely.
+        Key -> (global shape, dtype).
     """
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -220,31 +188,23 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
 
 
 def _saved_keys(path: Path) -> set[str]:
-    """Every item's flat key in ``.metadata`` (tensors, and the few non-tensor values)."""
     return set(SafeDCPStorage(path).read_metadata().state_dict_metadata)
 
 
 def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:
-    """One whole tensor of a portable checkpoint (``'model.fc.weight'``), on the CPU.
-
-    Reads only the shards holding it: memory is bounded by the tensor itself.
+    """One whole tensor of a portable checkpoint, on the CPU, reading only its shards.
 
     Parameters
     ----------
     path : str or Path
         The checkpoint's directory.
     key : str
-        The tensor's key, as :func:`portable_tensors` lists it.
+        The key, as :func:`portable_tensors` lists it.
 
     Returns
     -------
     torch.Tensor
         The whole tensor.
-
-    Raises
-    ------
-    CheckpointError
-        The checkpoint holds no such tensor.
     """
     held = portable_tensors(path)
     if key not in held:
@@ -265,7 +225,7 @@ def _flat_keys(tree: dict[str, Any], prefix: str) -> Iterator[tuple[str, tuple[s
 
 
 def _keep_saved(tree: dict[str, Any], prefix: str, saved: set[str]) -> dict[str, Any]:
-    """``tree`` without the tensors the checkpoint does not hold (its template for DCP)."""
+    """``tree`` without the tensors the checkpoint does not hold (DCP's template)."""
     out: dict[str, Any] = {}
     for flat, path in _flat_keys(tree, prefix):
         if flat in saved:
@@ -285,21 +245,14 @@ class PortableCheckpointIO(CheckpointIO):
     Parameters
     ----------
     access
-        How this strategy's model and optimizer give and take name-keyed state
-        (default: torch's ``state_dict`` API).
+        How the strategy's objects give and take name-keyed state (default: torch's).
     weights
-        The IO that loads ``load_from`` files of other formats into this
-        strategy's model (default: one file, every rank).
+        The IO that loads ``load_from`` files of other formats.
     plan
-        The plan's JSON dict that each manifest records (the run context's
-        ``plan``); ``None``: the manifests record no plan.
+        The plan's JSON dict each manifest records, or ``None``.
     async_save
-        Write in the background (DCP's ``async_save``): :meth:`write` returns a
-        :class:`BackgroundWrite` once the state is staged to CPU memory, and
-        the :class:`~flexgraph.training.checkpoint.Checkpointer` puts the
-        checkpoint in place when it completes (at the next save, at the end of
-        training, or at a stop). The staging buffers are kept for the next
-        save (:class:`~flexgraph.training.checkpoint._staging.Staging`).
+        Write in the background: :meth:`write` returns a :class:`BackgroundWrite`
+        once the state is staged to CPU memory.
     """
 
     suffix = ".ckpt"

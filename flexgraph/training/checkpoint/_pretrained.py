@@ -1,22 +1,10 @@
 """MMEngine's ``init_cfg=dict(type='Pretrained', ...)``: a load like ``load_from``.
 
-MMEngine's ``PretrainedInit`` reads its checkpoint with MMEngine's own loader
-(``torch.load`` that may unpickle anything, a traceback for a bad file). In a
-flexgraph run the same initialiser loads through the IO that loads whole
-models' ``load_from`` weights: the safe unpickling, formats told by content (a DCP
-checkpoint works too), one-line errors naming the file, and MMEngine's
-non-strict rules (missing, unexpected and reshaped keys are warnings). Every
-strategy initialises on whole tensors (FSDP on the rank that builds the model
-whole, ZeRO-3 with the parameters gathered), so a whole-model load is right
-under all of them. Where the run found that its files cover the model and
-pruned ``init_weights`` (:mod:`._coverage`), ``load_checkpoint`` loads the
-same files, each into its module, through the run's own loader (into shards,
-each rank reading its slices).
-
-``prefix`` keeps MMEngine's meaning: the weights under ``prefix.`` (a
-detector's ``backbone.``), renamed without it. URLs (``https://``,
-``torchvision://``, ``open-mmlab://``) are left to MMEngine's loaders, which
-download them.
+MMEngine's ``PretrainedInit`` may unpickle anything; here it loads through the
+whole-model ``load_from`` loader: safe unpickling, formats told by content,
+one-line errors, MMEngine's non-strict rules. Every strategy initialises on
+whole tensors, so a whole-model load is right under all of them. ``prefix``
+keeps MMEngine's meaning; URLs are left to MMEngine's loaders.
 """
 
 from __future__ import annotations
@@ -61,24 +49,14 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None, *,
     Parameters
     ----------
     module
-        The module whose ``init_cfg`` names the checkpoint: whole tensors, or
-        a sharded model's submodule when ``loader`` loads into shards.
+        The module whose ``init_cfg`` names the checkpoint.
     checkpoint
-        A local path: a torch.save file, a safetensors file or a DCP checkpoint directory.
+        A local torch.save or safetensors file, or a DCP directory.
     prefix
         Load only the weights under ``prefix.``, renamed without it (``None``: all).
     loader
-        What loads the weights: anything with ``load_weights(path, model, *, held,
-        on_read)`` (a :class:`~flexgraph.training.checkpoint.WeightLoader`, or the run's
-        :class:`~flexgraph.training.checkpoint.Checkpointer`, which picks its IO
-        by the file's format). Default: one whole-model file loader, as
-        ``init_weights`` runs on whole tensors.
-
-    Raises
-    ------
-    CheckpointError
-        The path is missing, unreadable, in no format a whole model loads, has
-        nothing under ``prefix``, or matches no weight of ``module``.
+        Anything with ``load_weights(path, model, *, held, on_read)``; default: a
+        whole-model file loader.
     """
     from mmengine.logging import print_log
 

@@ -1,23 +1,9 @@
 """``load_from`` into a model whose weights are split over the ranks (FSDP2, ZeRO-3).
 
-One routine for every such strategy (:func:`load_into_slices`); the strategy
-says only how a rank holds each weight (:class:`Slices`):
-
-1. every rank maps the file (:func:`~flexgraph.training.formats.map_checkpoint`),
-   the hooks see that checkpoint (``on_read``; its tensors are read when
-   touched) and each rank reads from the file only its own slice of each
-   weight; no rank holds a whole weight, no collective runs;
-2. the ranks agree on a failure (:func:`~flexgraph.training.runtime.agreed`);
-3. a format that does not map (a DCP or DeepSpeed directory, torch's legacy
-   format): rank 0 opens it (:func:`~flexgraph.training.formats.open_checkpoint`),
-   the hooks see its layout there (meta tensors stand for the weights), and
-   rank 0 fetches one tensor at a time, of which each rank receives its slice.
-
-As ``load_from`` loads (:func:`~flexgraph.training.checkpoint.matching_weights`):
-non-strictly, a ``module.`` prefix stripped, a tensor of another shape left as
-it was, a file none of whose keys match refused. The entries are the model's
-``state_dict``'s, as a one-device ``load_state_dict`` sees them; its hooks do
-not run, as the values go straight into the slices.
+Every rank maps the file and reads only its own slice of each weight; the
+ranks agree on a failure. A format that does not map (a DCP or DeepSpeed
+directory) is opened by rank 0, which sends one tensor at a time. Loading is
+as ``load_from``'s: non-strict, a tensor of another shape left as it was.
 """
 
 from __future__ import annotations
@@ -53,19 +39,14 @@ def _own_shape(entry: torch.Tensor) -> tuple[int, ...]:
 class Slices:
     """How a strategy's ranks hold the model's weights, as :func:`load_into_slices` needs it.
 
-    Each callable gets a ``state_dict(keep_vars=True)`` entry of the model
-    (a parameter or a buffer) and handles every kind the strategy has: its
-    split parameters and the tensors each rank holds whole.
-
     Parameters
     ----------
     read_own : callable
-        ``read_own(entry, value, mapped)``: this rank's slice of ``value`` (a
-        tensor of ``mapped``'s checkpoint) into ``entry``, read with
-        :meth:`~flexgraph.training.formats.MappedCheckpoint.read_rows`.
+        ``read_own(entry, value, mapped)``: this rank's slice of ``value``, read
+        from the mapped file, into ``entry``.
     receive : callable
-        ``receive(entry, value)``, a collective: ``value`` is the whole value
-        on rank 0, ``None`` on the others; every rank puts its slice into ``entry``.
+        ``receive(entry, value)``, a collective: ``value`` whole on rank 0,
+        ``None`` elsewhere; every rank puts its slice into ``entry``.
     whole_shape : callable, optional
         An entry's whole shape (default: its ``shape``).
     """
@@ -77,18 +58,17 @@ class Slices:
 
 def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,
                      slices: Slices, *, on_read: OnRead) -> WeightsLoaded:
-    """The weights at ``path`` (of format ``held``) into this rank's slices of ``model``.
-
-    See the module docstring for the steps. A collective: every rank calls it.
+    """The weights at ``path`` (of format ``held``) into this rank's slices of ``model``; a
+    collective.
 
     Parameters
     ----------
     path : Path
         A checkpoint file or directory.
     held : CheckpointFormat
-        What ``path`` holds (the load recognised it once).
+        What ``path`` holds.
     model : torch.nn.Module
-        The model, each rank holding its slices (wrapped or not).
+        The model, each rank holding its slices.
     slices : Slices
         How the strategy's ranks hold each weight.
     on_read : callable
@@ -98,11 +78,6 @@ def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,
     -------
     WeightsLoaded
         The keys left out, the same on every rank.
-
-    Raises
-    ------
-    CheckpointError
-        The file is damaged, or none of its weights is one of the model's.
     """
     target = unwrap_model(model)
     entries = target.state_dict(keep_vars=True)

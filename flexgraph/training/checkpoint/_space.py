@@ -1,19 +1,11 @@
 """A save that fails because the device is full, said as such.
 
-On a full device ``torch.save`` fails with ``RuntimeError: [enforce fail at
-inline_container.cc:672] . unexpected pos 45568 vs 45460`` (its zip writer
-notices the short write only when it closes the archive), and DCP wraps each
-rank's failure in a ``CheckpointException`` (a ``BaseException``). Neither says
-"no space left". The OS did say it, though: the ``OSError`` with ``ENOSPC`` is
-the torch error's ``__context__`` on the rank that wrote. On the other ranks of
-a DCP save only the failure's text arrived (exceptions are pickled without their
-context), so there a zip-writer failure counts as a full device when the
-filesystem has less room left than the state needs.
-
-:func:`device_full_error` turns either into a :class:`DeviceFullError` that
-names the checkpoint being written, the size it needs, the room left and the
-checkpoint that is still intact; the :class:`Checkpointer` calls it at the one
-place every save passes through.
+Neither ``torch.save``'s zip writer nor DCP says "no space left": the
+``ENOSPC`` ``OSError`` is only the error's ``__context__`` on the rank that
+wrote, and other ranks of a DCP save get the failure's text alone, so there a
+zip-writer failure counts as a full device when the filesystem has less room
+than the state needs. :func:`device_full_error` turns either into a
+:class:`DeviceFullError` naming the checkpoint, the size and what is intact.
 """
 
 from __future__ import annotations
@@ -37,7 +29,7 @@ _SHORT_WRITE_TEXTS = ("unexpected pos", "file write failed")
 
 
 def tensor_bytes(obj: Any) -> int:
-    """Bytes of every tensor in a nested dict / list / tuple (a DTensor at its global size).
+    """Bytes of every tensor in a nested container (a DTensor at its global size).
 
     Parameters
     ----------
@@ -47,7 +39,7 @@ def tensor_bytes(obj: Any) -> int:
     Returns
     -------
     int
-        What the tensors take in memory: roughly what a save writes.
+        Roughly what a save writes.
     """
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
@@ -59,7 +51,7 @@ def tensor_bytes(obj: Any) -> int:
 
 
 def human_bytes(size: float) -> str:
-    """``1536`` -> ``'1.5 KiB'``: a size as people read it.
+    """A size in bytes as people read it, in B, KiB, MiB or GiB.
 
     Parameters
     ----------
@@ -69,7 +61,7 @@ def human_bytes(size: float) -> str:
     Returns
     -------
     str
-        The size in B, KiB, MiB or GiB.
+        The size, e.g. ``'1.5 KiB'``.
     """
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
@@ -115,26 +107,10 @@ def _is_device_full(exc: BaseException, directory: Path, needed: int) -> bool:
 
 def device_full_error(exc: BaseException, path: Path, *, needed: int,
                       intact: Path | None) -> DeviceFullError | None:
-    """A :class:`DeviceFullError` for a save that failed with ``exc``, if the device was full.
+    """A :class:`DeviceFullError` for a save that failed with ``exc`` on a full device, else
+    ``None``.
 
-    Call it before the partly written checkpoint is removed: the room left is
-    measured then.
-
-    Parameters
-    ----------
-    exc
-        What the write raised (on this rank).
-    path
-        The checkpoint's final name (what the user will look for).
-    needed
-        About what the state takes (:func:`tensor_bytes`).
-    intact
-        The newest complete checkpoint, which the failed save left untouched.
-
-    Returns
-    -------
-    DeviceFullError or None
-        ``None`` when ``exc`` is not a full device: the caller re-raises it.
+    Call it before the partial checkpoint is removed: the room left is measured then.
     """
     directory = path.parent
     if not _is_device_full(exc, directory, needed):

@@ -1,28 +1,11 @@
 """Staging for background saves: one copy of the state, into buffers kept between saves.
 
-A background save (``async_save``) must write the state as it was when the
-save was asked for, while training goes on changing the live tensors. So the
-state is copied to CPU memory before the save returns: the only part of a
-background save that blocks training.
-
-Two things keep that part short:
-
-* **One copy, not two.** DCP's ``FileSystemWriter`` stages what it is given
-  once more (a fresh CPU copy of every tensor, in recent torch; none for CPU
-  tensors in older ones, which is why flexgraph copies itself). The writer
-  here (:class:`StagedWriter`) takes the state as already staged.
-* **Buffers reused.** A fresh 1 GB allocation costs as much again as the copy
-  (every page is faulted in on first touch); :class:`Staging` keeps each
-  tensor's buffer and copies into it at the next save, as DCP's
-  ``cache_staged_state_dict`` does. The buffers stay allocated between saves:
-  memory at the peak of a save is the same (the state and its staged copy),
-  memory between saves holds the copy too. A tensor whose shape, dtype or
-  layout changed gets a fresh buffer. Where CUDA is available, buffers are
-  pinned, so the copy from the device is fast.
-
-The next save reuses the buffers only after the previous background write is
-complete: the :class:`~flexgraph.training.checkpoint.Checkpointer` finishes
-the pending save before it snapshots the next.
+A background save copies the state to CPU memory before it returns, the only
+part that blocks training. :class:`StagedWriter` keeps DCP from copying it
+again, and :class:`Staging` reuses each tensor's buffer from the previous save
+(a fresh allocation faults in every page), as DCP's ``cache_staged_state_dict``
+does; buffers are pinned where CUDA is available. The checkpointer finishes a
+pending save before the next snapshot reuses them.
 """
 
 from __future__ import annotations
@@ -56,7 +39,7 @@ def _same_layout(buffer: torch.Tensor, value: torch.Tensor) -> bool:
 
 
 def _fresh_copy(value: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of ``value`` (a DTensor: of its shard, as a DTensor)."""
+    """A CPU copy of ``value`` (of a DTensor: its shard, as a DTensor)."""
     from torch.distributed.tensor import DTensor
 
     if isinstance(value, DTensor):
@@ -67,7 +50,7 @@ def _fresh_copy(value: torch.Tensor) -> torch.Tensor:
 
 
 def _copy_into(buffer: torch.Tensor, value: torch.Tensor) -> None:
-    """``value``'s data into ``buffer`` (a DTensor: shard into shard, whatever devices)."""
+    """``value``'s data into ``buffer`` (DTensors: shard into shard)."""
     from torch.distributed.tensor import DTensor
 
     with torch.no_grad():

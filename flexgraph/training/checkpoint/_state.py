@@ -1,16 +1,8 @@
 """Training state in a form ``torch.load(weights_only=True)`` accepts.
 
-Checkpoints are only ever read with ``weights_only=True``, which admits tensors
-and plain containers of numbers and strings, nothing else. Two parts of the
-training state are not naturally in that form:
-
-* RNG states: numpy's is an ``ndarray`` inside a tuple, which
-  :func:`~flexgraph.training.runtime.capture_rng` stores as a tensor.
-* MMEngine parameter-scheduler state dicts: they hold e.g. a
-  ``collections.Counter`` of milestones. :func:`to_plain` tags such values as
-  plain dicts and :func:`from_plain` rebuilds them; values that cannot be stored
-  safely at all (functions, arbitrary objects) are left out, and the scheduler
-  keeps the value its constructor gave it, which for those is the config's.
+RNG states and MMEngine scheduler states (which hold e.g. a ``Counter``) are
+made plain by :func:`to_plain` and rebuilt by :func:`from_plain`; values with
+no safe form are left out, keeping the config's value.
 """
 
 from __future__ import annotations
@@ -30,15 +22,6 @@ __all__ = ["LoopState", "from_plain", "to_plain"]
 class LoopState:
     """Where training starts: the ``resume`` step's answer to the ``train`` step.
 
-    A fresh run starts at zero. A resumed one starts after ``iter`` completed
-    iterations, with ``runner.epoch`` at ``epoch`` (MMEngine's counter: the
-    completed epochs, always 0 in an iteration-based loop), ``data_pass``
-    passes over the train dataloader complete and ``batch_idx`` batches of the
-    next pass already trained on. ``rng_state`` is this rank's
-    RNG state at the moment of the save; the loop restores it right before the
-    first batch it trains on (or before the epoch's hooks when resuming at an
-    epoch boundary), the point where the interrupted run captured it.
-
     Parameters
     ----------
     epoch
@@ -50,7 +33,8 @@ class LoopState:
     data_pass
         Complete passes over the train dataloader.
     rng_state
-        This rank's RNG state at the save (``None``: leave the streams as they are).
+        This rank's RNG state at the save, restored before the first batch
+        (``None``: leave the streams).
     resumed_from
         The checkpoint restored (``None`` for a fresh run).
 
@@ -75,10 +59,6 @@ _DROP = object()
 def to_plain(obj: Any) -> Any:
     """``obj`` with every value turned into something ``weights_only`` loads.
 
-    Counters, defaultdicts and sets become tagged dicts; numpy values become
-    tensors or Python numbers; values with no safe form are dropped from their
-    container.
-
     Parameters
     ----------
     obj : Any
@@ -87,7 +67,7 @@ def to_plain(obj: Any) -> Any:
     Returns
     -------
     Any
-        The plain value, or ``None`` when ``obj`` itself has no safe form.
+        The plain value; ``None`` when ``obj`` has no safe form.
     """
     out = _plain(obj)
     return None if out is _DROP else out
@@ -129,7 +109,7 @@ def from_plain(obj: Any) -> Any:
     Returns
     -------
     Any
-        The value rebuilt: counters, sets and ordered dicts again.
+        The value rebuilt.
     """
     if isinstance(obj, dict):
         kind = obj.get(_TAG)

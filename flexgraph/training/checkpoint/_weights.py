@@ -1,8 +1,7 @@
 """Weights between a model and a checkpoint: what a file holds, and putting it in.
 
-A checkpoint's weights are the state dict of the user's module, never of a
-wrapper (DDP's ``module.`` prefix is stripped on the way in), under
-``state_dict`` as MMEngine saves them, under ``model``, or a raw state dict.
+A checkpoint's weights are the user's module's, never a wrapper's, under
+``state_dict`` (MMEngine), under ``model``, or a raw state dict.
 """
 
 from __future__ import annotations
@@ -26,10 +25,7 @@ _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
 
 @attrs.frozen
 class WeightsLoaded:
-    """What a non-strict load left out, as MMEngine warns of it.
-
-    Tensors whose shapes differ keep their previous values, as in MMEngine. The
-    value is false when nothing was left out.
+    """What a non-strict load left out, as MMEngine warns of it; false when nothing was.
 
     Parameters
     ----------
@@ -38,8 +34,7 @@ class WeightsLoaded:
     unexpected : tuple of str, default ()
         The checkpoint's keys the model has no place for.
     mismatched : tuple of str, default ()
-        The tensors of another shape, one line each (``'head.weight: copying a
-        param with shape ...'``).
+        The tensors of another shape (left as they were), one line each.
     """
 
     missing: tuple[str, ...] = ()
@@ -83,38 +78,27 @@ def weights_in(checkpoint: Any, path: str) -> Mapping[str, Any]:
 
 def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
                   strict: bool) -> WeightsLoaded:
-    """Load the weights in ``checkpoint`` into ``model`` (unwrapped).
+    """Load the weights in ``checkpoint`` into ``model`` (wrapped or not).
 
-    A ``module.`` prefix (from a DDP-wrapped save) is stripped. Non-strict loading
-    (``load_from``, ``Pretrained``, as in MMEngine) returns the missing and
-    unexpected keys and the tensors of another shape (a fine-tuning head), but
-    refuses a file none of whose keys match, which is a wrong file, not a
-    fine-tuning start. The model's ``load_state_dict`` pre-hooks see every
-    tensor (mmpretrain's ViT resizes its position embedding there).
+    Non-strict (``load_from``, as in MMEngine) reports what was left out but
+    refuses a file none of whose keys match: a wrong file, not a fine-tuning start.
+    The model's ``load_state_dict`` pre-hooks see every tensor.
 
     Parameters
     ----------
     model : torch.nn.Module
-        The model (wrapped or not) to load into.
+        The model to load into.
     checkpoint : Any
-        What was read: a checkpoint dict or a bare ``state_dict``.
+        A checkpoint dict or a bare ``state_dict``.
     path : str
         Where it was read from, for messages.
     strict : bool
-        Refuse any missing or unexpected key (``resume``) rather than report them
-        (``load_from``).
+        Refuse any missing or unexpected key (``resume``).
 
     Returns
     -------
     WeightsLoaded
-        What was left out (nothing under ``strict``).
-
-    Raises
-    ------
-    CheckpointError
-        The model still has parameters on the meta device, none of the file's keys
-        match, or ``load_state_dict`` refuses the weights for another reason than
-        shapes.
+        What was left out.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     target = unwrap_model(model)
@@ -148,8 +132,7 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
 
 
 def _only_size_mismatches(message: str) -> tuple[str, ...] | None:
-    """The ``size mismatch`` lines of torch's ``load_state_dict`` error, or ``None``
-    when it holds any other error (which a non-strict load must not pass over)."""
+    """The ``size mismatch`` lines of torch's error, or ``None`` when it holds any other."""
     lines = [line for line in message.splitlines()[1:] if line.strip()]
     found = [_SIZE_MISMATCH.match(line) for line in lines]
     if not lines or not all(found):
@@ -159,34 +142,10 @@ def _only_size_mismatches(message: str) -> tuple[str, ...] | None:
 
 def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int, ...]],
                      owner: str) -> tuple[dict[str, Any], WeightsLoaded]:
-    """The weights in ``checkpoint`` that fit the model, and what is left out.
+    """The weights in ``checkpoint`` that fit ``shapes``, and what is left out.
 
-    For loaders that put weights in one by one (into shards, into ZeRO-3
-    partitions) rather than through ``load_state_dict``: ``shapes`` are the
-    model's full shapes by key. A ``module.`` prefix is stripped; a tensor of
-    another shape is left out (as in MMEngine); a file none of whose keys match
-    is refused (``owner`` is the model's class name, for the message).
-
-    Parameters
-    ----------
-    checkpoint : Any
-        What was read: a checkpoint dict or a bare ``state_dict``.
-    path : str
-        Where it was read from, for messages.
-    shapes : Mapping of str to tuple of int
-        The model's full shapes by key.
-    owner : str
-        The model's class name, for the message.
-
-    Returns
-    -------
-    tuple of (dict, WeightsLoaded)
-        The fitting weights by key, and what was left out.
-
-    Raises
-    ------
-    CheckpointError
-        None of the file's keys match.
+    For loaders that put weights in one by one (shards, ZeRO-3 partitions); refuses
+    a file none of whose keys match, naming ``owner``.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     named = {k: weights[k] for k in shapes if k in weights}

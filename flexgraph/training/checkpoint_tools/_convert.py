@@ -1,20 +1,11 @@
 """``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time.
 
-The source is opened by its format's opener; each target is written walking its
-layout and fetching one tensor at a time, so memory stays near the largest tensor,
-never the whole checkpoint. Targets:
-
-* ``torch``: one ``torch.save`` file in flexgraph's and MMEngine's layout (what
-  FSDP's ``state_dict_cfg='full'`` resumes from); ``torch.save`` writes its
-  skeleton, then each tensor's bytes and CRC-32 are filled in.
-* ``safetensors``: the model's weights only, written here because the library's
-  writer takes every tensor at once.
-* ``dcp``: :class:`~flexgraph.strategies.fsdp.checkpoint.DistributedCheckpointIO`'s
-  layout, one shard file per tensor (DCP holds a shard file's tensors until it
-  is written). An optimizer state that numbers its parameters cannot be named
-  without the model, so it is left out, and said so.
-
-The result is written under a temporary name and renamed into place.
+The source is opened by its format's opener and each target written by
+fetching one tensor at a time, so memory stays near the largest tensor.
+Targets: ``torch`` (flexgraph's and MMEngine's one-file layout), ``safetensors``
+(the weights alone) and ``dcp`` (FSDP's sharded layout; a numbered optimizer
+state cannot be named without the model, so it is left out, and said so).
+The result is renamed into place.
 """
 
 from __future__ import annotations
@@ -55,23 +46,8 @@ TARGETS = ("dcp", "torch", "safetensors")
 
 @attrs.frozen
 class Conversion:
-    """What :func:`convert_checkpoint` wrote.
-
-    Parameters
-    ----------
-    source, destination
-        The paths.
-    source_format
-        The source's format, as recognised.
-    target
-        One of :data:`TARGETS`.
-    tensors
-        How many tensors were written.
-    largest_tensor_bytes
-        The largest of them: what the conversion held at once.
-    left_out
-        What the target could not hold, one line each.
-    """
+    """What :func:`convert_checkpoint` wrote: paths, formats, tensor count, the largest tensor, and
+    what was left out."""
 
     source: str
     destination: str
@@ -175,8 +151,8 @@ def write_torch_file(path: Path, layout: dict[str, Any],
                      fetch: Callable[[KeyPath], torch.Tensor]) -> None:
     """A ``torch.save`` file of ``layout``, each tensor fetched only to be written.
 
-    ``torch.save`` writes the pickle and an empty record per tensor, numbered in the
-    layout's order (``data/0``, ...); each tensor's bytes and CRC-32 are then filled in.
+    ``torch.save`` writes the pickle and an empty record per tensor; each record's
+    bytes and CRC-32 are filled in after.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -250,19 +226,8 @@ def _fill_directory_crcs(f: Any, offset: int, crcs: dict[str, int]) -> None:
 def write_safetensors(path: Path, weights: Mapping[str, torch.Tensor],
                       fetch: Callable[[str], torch.Tensor], *,
                       metadata: Mapping[str, str] | None = None) -> None:
-    """Write a safetensors file of ``weights``, fetching each tensor only to write it.
-
-    Parameters
-    ----------
-    path
-        Where to write.
-    weights
-        Name -> a tensor of the right shape and dtype (a meta tensor will do).
-    fetch
-        Name -> the tensor's values on the CPU.
-    metadata
-        The header's ``__metadata__``; ``{'format': 'pt'}`` by default.
-    """
+    """Write a safetensors file of ``weights`` (meta tensors will do), fetching each tensor only to
+    write it."""
     header: dict[str, Any] = {"__metadata__": dict(metadata or {"format": "pt"})}
     offset = 0
     for name, tensor in weights.items():

@@ -1,8 +1,7 @@
 """What a checkpoint holds, read offline on the CPU without building the model.
 
-Only metadata is read: a ``torch.save`` file through ``mmap=True``, a DCP
-directory from its ``.metadata`` and ``extra.pth``, never its shards. Each format
-has one :class:`CheckpointInspector`; the portable layout's and strategies' come
+Only metadata is read, never a shard. Each format has one
+:class:`CheckpointInspector`; the portable layout's and strategies' come
 through :data:`INSPECTOR_ENTRY_POINTS`, so this layer never imports a strategy.
 """
 
@@ -69,25 +68,25 @@ class CheckpointSummary:
     Parameters
     ----------
     path
-        The checkpoint (a file or a directory).
+        The checkpoint.
     format
-        The :class:`CheckpointFormat`'s name.
+        Its format's name.
     writer
-        What wrote it, as far as the content tells (``'MMEngine'``).
+        What wrote it, as far as the content tells.
     complete
-        Whether it holds a whole checkpoint of its format.
+        Whether it is a whole checkpoint of its format.
     problem
-        Why not, in one line (``None`` when complete).
+        Why not, in one line.
     world_size, epoch, iteration
-        From the checkpoint's loop state (``None`` where it has none).
+        From its loop state (``None`` where it has none).
     parameters
-        Elements of the model's tensors (parameters and buffers).
+        Elements of the model's tensors.
     dtypes
-        Elements of the model's tensors per dtype.
+        Elements per dtype.
     contents
-        The parts of a training state inside (model, optimizer, ...).
+        The training-state parts inside (model, optimizer, ...).
     extras
-        Other top-level entries (what hooks added).
+        Other top-level entries (hooks').
     versions
         The library versions recorded.
     """
@@ -153,14 +152,14 @@ def state_parts(checkpoint: Mapping[str, Any], *, engine_keys: Iterable[str] = (
     Parameters
     ----------
     checkpoint
-        A checkpoint's top-level dict (keys only are looked at).
+        A checkpoint's top-level dict.
     engine_keys
-        Keys of the format itself, neither parts nor extras (DeepSpeed's ``ds_config``).
+        Keys of the format itself, neither parts nor extras.
 
     Returns
     -------
     (tuple of str, tuple of str)
-        The parts (``'model'``, ...) and the other keys, sorted.
+        The parts and the other keys, sorted.
     """
     skip = set(engine_keys)
     parts = tuple(name for key, name in _PARTS.items()
@@ -170,7 +169,6 @@ def state_parts(checkpoint: Mapping[str, Any], *, engine_keys: Iterable[str] = (
 
 
 def _loop_fields(meta: Any) -> dict[str, Any]:
-    """World size, epoch, iteration and versions from a ``meta`` entry."""
     meta = meta if isinstance(meta, Mapping) else {}
 
     def number(key: str) -> int | None:
@@ -292,13 +290,6 @@ def describe_checkpoint(path: str | Path) -> CheckpointSummary:
     Returns
     -------
     CheckpointSummary
-
-    Raises
-    ------
-    CheckpointNotFoundError
-        ``path`` does not exist.
-    CheckpointError
-        ``path`` is in none of the formats, or cannot be read.
     """
     path = Path(path)
     if not path.exists():

@@ -7,8 +7,6 @@ the dataloaders, the optimizer wrapper and schedulers, CPU mixed precision.
 from flexgraph.training.components._amp import CPUAmpOptimWrapper
 from flexgraph.training.components._data import (
     DATALOADER_KEYS,
-    SkippableSampler,
-    WorkerSeeding,
     build_dataloader,
     build_dataloaders,
     end_dataloader_workers,
@@ -19,7 +17,6 @@ from flexgraph.training.components._data import (
 )
 from flexgraph.training.components._model import build_model_from_cfg
 from flexgraph.training.components._model_api import (
-    batch_mover,
     forward,
     loss_of,
     make_eval_step,
@@ -39,9 +36,6 @@ __all__ = [
     "set_per_rank_batch",
     "CPUAmpOptimWrapper",
     "DATALOADER_KEYS",
-    "SkippableSampler",
-    "WorkerSeeding",
-    "batch_mover",
     "build_dataloader",
     "build_dataloaders",
     "build_model_from_cfg",

@@ -48,16 +48,8 @@ _BUILT_BY_TRAIN = ("train_dataloader", "val_dataloader")
 class SkippableSampler(torch.utils.data.Sampler):
     """A sampler (or batch sampler) whose next pass can start ``n`` items in.
 
-    Unknown attributes go to the wrapped sampler, whose own iterator is used
-    when nothing is skipped.
-
-    Parameters
-    ----------
-    sampler : Sampler
-    seed : int, default 0
-        The run's base seed the loader was built with.
-    reseeders : sequence of callable, default ()
-        Called with another base seed by :meth:`reseed`.
+    Unknown attributes go to the wrapped sampler, whose own iterator is used when
+    nothing is skipped.
     """
 
     def __init__(self, sampler: Any, seed: int = 0,
@@ -84,8 +76,8 @@ class SkippableSampler(torch.utils.data.Sampler):
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of every sampler in the chain, as MMEngine's ``DistSamplerSeedHook`` does.
 
-        Many batch samplers do not pass ``set_epoch`` on to the sampler they
-        hold; without it every epoch would repeat the first one's order.
+        Many batch samplers do not pass ``set_epoch`` on; every epoch would repeat the first's
+        order.
         """
         self.epoch = epoch
         for sampler in _wrapped_samplers(self.sampler):
@@ -104,7 +96,7 @@ class SkippableSampler(torch.utils.data.Sampler):
 
 
 def _wrapped_samplers(sampler: Any) -> list[Any]:
-    """``sampler``, the sampler it holds as ``.sampler``, that one's, and so on (no loops)."""
+    """``sampler`` and the chain of samplers it holds as ``.sampler``."""
     chain: list[Any] = []
     while sampler is not None and not any(sampler is seen for seen in chain):
         chain.append(sampler)
@@ -115,10 +107,8 @@ def _wrapped_samplers(sampler: Any) -> list[Any]:
 def end_dataloader_workers() -> None:
     """Kill this process's daemonic children, which multiprocessing would wait for at exit.
 
-    Workers ignore the SIGTERM multiprocessing ends them with. Registered after
-    multiprocessing's own exit handler, so it runs first; a rank forked by
-    multiprocessing calls it itself. SIGCHLD gets its default back first, or
-    torch's handler would raise for the killed workers and fail a finished run.
+    Workers ignore the SIGTERM multiprocessing ends them with. SIGCHLD gets its
+    default back first, or torch's handler would fail a finished run.
     """
     children = [child for child in multiprocessing.active_children() if child.daemon]
     if children and threading.current_thread() is threading.main_thread():
@@ -133,19 +123,8 @@ atexit.register(end_dataloader_workers)
 class WorkerSeeding:
     """A dataloader worker's first act: ignore the stop signals, then seed itself.
 
-    The seeding is the config's ``worker_init_fn``, else MMEngine's default.
-    A module-level class, so that workers started by ``spawn`` can unpickle it.
-
-    Parameters
-    ----------
-    env : Env
-    num_workers : int
-    init : callable, optional
-        The config's own ``worker_init_fn``.
-    stop_signals : sequence of str, default ()
-        Signal names the workers ignore: the rank handles them.
-    quiet : bool, default False
-        MMEngine's ``disable_subprocess_warning``.
+    The config's ``worker_init_fn``, else MMEngine's default; a module-level class
+    so that ``spawn``-ed workers can unpickle it.
     """
 
     def __init__(self, env: Env, num_workers: int, *, init: Any = None,
@@ -172,8 +151,7 @@ class WorkerSeeding:
 
 
 def _start_pass(loader: DataLoader, epoch: int) -> Iterator[Any]:
-    """``iter(loader)``, drawing from the global torch RNG where MMEngine's loop does
-    (persistent workers: at pass 0 only, so a resumed run's first draw is on a fork)."""
+    """``iter(loader)``, drawing from the global torch RNG where MMEngine's loop does."""
     if epoch > 0 and loader.num_workers > 0 and loader.persistent_workers:
         with torch.random.fork_rng(devices=[]):
             return iter(loader)
@@ -199,9 +177,8 @@ def per_rank_batch(loader: Any) -> int | None:
 
 
 def set_per_rank_batch(loader: DataLoader, size: int) -> bool:
-    """Make ``loader``'s batches ``size`` samples from its next pass on; ``False`` if it cannot.
-
-    A resume at another world size holds the global batch equal this way.
+    """Make ``loader``'s batches ``size`` samples from its next pass on, so a resume at
+    another world size keeps the global batch; ``False`` if it cannot.
 
     Parameters
     ----------
@@ -229,10 +206,10 @@ def _skippable(loader: DataLoader) -> tuple[SkippableSampler | None, int]:
 
 
 def epoch_batches(loader: DataLoader, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
-    """Start pass ``epoch`` over ``loader``, optionally without its first batches.
+    """Start pass ``epoch`` over ``loader``, without its first ``skip_batches``.
 
-    An iterable dataset's skipped batches are read here, so that their draws
-    come before the caller restores the checkpoint's RNG state.
+    An iterable dataset's skipped batches are read here, so their draws come
+    before the checkpoint's RNG state is restored.
 
     Parameters
     ----------
@@ -291,14 +268,13 @@ def _is_base_model(model_cfg: Any) -> bool:
 
 
 def _sampler_seed(env: Env) -> int | None:
-    """The seed ``Runner.build_dataloader`` gives a sampler: none under ``diff_rank_seed``,
-    so the sampler takes rank 0's draw and every rank still shuffles alike."""
+    """The seed ``Runner.build_dataloader`` gives a sampler (none under ``diff_rank_seed``, so every
+    rank shuffles alike)."""
     return None if env.diff_rank_seed else env.seed
 
 
 def _reseed_sampler(sampler: Any, diff_rank_seed: bool, seed: int) -> None:
-    """Give ``sampler`` the seed a run with base seed ``seed`` gave it (under
-    ``diff_rank_seed``: ``sync_random_seed``'s first draw on rank 0)."""
+    """Give ``sampler`` the seed a run with base seed ``seed`` gave it."""
     sampler.seed = int(np.random.RandomState(seed).randint(2**31)) if diff_rank_seed else seed
 
 
@@ -340,23 +316,18 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
     Parameters
     ----------
     cfg : Mapping or DataLoader
-        MMEngine's dataloader dict; keys it does not use go to ``DataLoader``.
+        MMEngine's dataloader dict; other keys go to ``DataLoader``.
     env : Env
     name : str
-        The config key, for error messages.
+        The config key, for messages.
     model_cfg : Mapping, optional
-        Chooses the default collate: ``pseudo_collate`` for a ``BaseModel``.
+        Chooses the default collate.
     stop_signals : sequence of str
         Signals the workers ignore.
 
     Returns
     -------
     DataLoader
-
-    Raises
-    ------
-    EmptyDatasetError
-        The dataset is empty, or too small for one batch with ``drop_last``.
     """
     if isinstance(cfg, DataLoader):
         return cfg
@@ -422,8 +393,8 @@ def build_dataloaders(cfg: Any, env: Env, *,
                       stop_signals: Sequence[str] = ()) -> dict[str, DataLoader | None]:
     """The train / val / test dataloaders the config defines (``None`` where absent).
 
-    The test dataloader, which MMEngine's training never builds, is built
-    without drawing from the global RNGs.
+    The test dataloader, which MMEngine's training never builds, draws nothing
+    from the global RNGs.
 
     Parameters
     ----------

@@ -34,9 +34,9 @@ def build_model_from_cfg(cfg: Any, env: Any, *, device: str | None = None,
         Where the parameters are made (``'meta'``: no memory).
     init_context : str, optional
         ``'module:function'`` of a context manager factory the model is built
-        under (DeepSpeed's ``zero.Init``), called as
-        ``factory(cfg=cfg, env=env, **init_options)``.
+        under (DeepSpeed's ``zero.Init``).
     init_options : Mapping, optional
+        Its keyword arguments.
 
     Returns
     -------

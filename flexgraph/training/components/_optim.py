@@ -23,9 +23,9 @@ __all__ = ["build_optim_wrapper", "build_param_schedulers", "first_param_group"]
 def build_optim_wrapper(cfg: Any, model: torch.nn.Module, device: str = "cpu") -> Any:
     """``cfg.optim_wrapper`` -> an MMEngine optimizer wrapper over ``model``'s params.
 
-    Build it after the model is on its device and wrapped or sharded: the
-    optimizer keeps the parameters it was given. On the CPU an
-    ``AmpOptimWrapper`` becomes :class:`~flexgraph.training.components.CPUAmpOptimWrapper`.
+    Build it after the model is placed and wrapped: the optimizer keeps the
+    parameters it was given. On the CPU an ``AmpOptimWrapper`` becomes
+    :class:`~flexgraph.training.components.CPUAmpOptimWrapper`.
 
     Parameters
     ----------
@@ -98,11 +98,8 @@ def first_param_group(optim_wrapper: Any) -> dict[str, Any]:
 
 def build_param_schedulers(cfg: Any, settings: RunSettings, optim_wrapper: Any,
                            train_dataloader: Any) -> Any:
-    """``cfg.param_scheduler`` -> MMEngine parameter schedulers, shaped as MMEngine's Runner.
-
-    An ``OptimWrapperDict`` gets a dict of lists by optimizer name, from one
-    ``param_scheduler`` for all or one per name. A scheduler without ``end``
-    runs to the end of training.
+    """``cfg.param_scheduler`` -> MMEngine parameter schedulers, shaped as MMEngine's Runner shapes
+    them.
 
     Parameters
     ----------

@@ -69,9 +69,8 @@ LoadPretrained = Callable[[nn.Module, str, "str | None"], None]
 def _pretrained_loaded_by(load: LoadPretrained | None) -> Iterator[None]:
     """MMEngine's ``Pretrained`` initialiser, for the duration, loading through ``load``.
 
-    A subclass registered under the same name in ``WEIGHT_INITIALIZERS`` (child
-    registries fall back to it), the original put back after. URLs stay with
-    MMEngine's loaders.
+    A subclass registered under the same name, the original put back after; URLs
+    stay with MMEngine's loaders.
     """
     if load is None:
         yield

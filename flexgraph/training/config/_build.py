@@ -1,12 +1,9 @@
 """Resolve ``type=`` in config dicts and build the component it names.
 
-A ``type`` is a registered name (``'mmdet.ResNet'``), a dotted import path or the
-class itself. MMEngine's registries accept all three, but register lazily and
-report an unknown name as a bare ``KeyError``. This module forces registration,
-turns an unknown name into :class:`UnknownComponentError` with a did-you-mean,
-then lets the registry build (so its build functions still apply). Names are
-looked up as MMEngine's ``build_from_cfg`` does: in the registry of the config's
-``default_scope`` (or ``_scope_``), then in its ancestors.
+MMEngine's registries register lazily and report an unknown name as a bare
+``KeyError``; here registration is forced and an unknown name is an
+:class:`UnknownComponentError` with a did-you-mean, before the registry builds.
+Names resolve as in MMEngine: the config's default scope, then its ancestors.
 """
 
 from __future__ import annotations
@@ -90,10 +87,10 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "",
     Parameters
     ----------
     type_
-        A registered name, a dotted import path, or already a class / callable.
+        A registered name, a dotted import path, or a class or callable.
     registry
     what
-        Where the name came from (``'custom_hooks[0]'``), for messages.
+        Where the name came from, for messages.
     scope
         A config's ``_scope_``, looked up instead of the default scope.
 
@@ -160,10 +157,8 @@ def build_from_cfg(
     default_args: Mapping[str, Any] | None = None,
     what: str = "",
 ) -> Any:
-    """Build the component that ``cfg`` (a dict with ``type=``) describes.
-
-    Anything that is not a mapping is returned unchanged, as MMEngine allows a built
-    object wherever a config dict may stand.
+    """Build the component that ``cfg`` (a dict with ``type=``) describes; anything else is returned
+    as it is.
 
     Parameters
     ----------
@@ -173,16 +168,11 @@ def build_from_cfg(
     default_args : Mapping, optional
         Arguments the config's own override.
     what : str, default ''
-        Where the config came from (``'custom_hooks[0]'``), for messages.
+        Where the config came from, for messages.
 
     Returns
     -------
     Any
-
-    Raises
-    ------
-    UnknownComponentError
-        The type is neither registered nor importable (a ``ConfigError``, as any other fault).
 
     Examples
     --------

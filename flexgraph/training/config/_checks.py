@@ -1,12 +1,8 @@
 """The shape of each component section, checked before anything is built from it.
 
-The component sections (hooks, optimizer wrapper, schedulers, dataloaders,
-``randomness``) are built by steps, some only after the model exists, where a
-mistake (``custom_hooks = ['MyHook']``, ``batch_size='32'``) would surface deep in
-MMEngine or torch, or not at all. :func:`check_sections` refuses it up front as
-one :class:`~flexgraph.training.errors.ConfigError` naming the key and the fix.
-It checks shapes, types and ranges; ``type=`` names are resolved when built. A
-built object (a ``DataLoader``, a ``Hook``) is accepted wherever MMEngine accepts one.
+A mistake such as ``custom_hooks = ['MyHook']`` would otherwise surface deep in
+MMEngine, after the model exists, or not at all. Shapes, types and ranges are
+checked here; ``type=`` names when built.
 """
 
 from __future__ import annotations
@@ -66,11 +62,6 @@ def check_sections(cfg: Any) -> None:
     cfg : Config or Mapping
         The config; ``None`` passes.
 
-    Raises
-    ------
-    ConfigError
-        The first section at fault, naming its key (``custom_hooks[0]``) and the fix.
-
     Examples
     --------
     >>> try:
@@ -102,11 +93,8 @@ def _is_number(value: Any) -> bool:
 
 
 def _component(value: Any, where: str, example: str) -> None:
-    """A component config: a dict with ``type``, or an already-built object.
-
-    A string (what ``--cfg-options`` makes of ``dict(type=X)``) and other plain values
-    are refused with the dict to write instead.
-    """
+    """A component config: a dict with ``type``, or a built object; a string is refused with the
+    dict to write."""
     if isinstance(value, str):
         if value.startswith("dict(type="):  # what --cfg-options made of dict(type=X)
             name = value[len("dict(type="):-1].strip("'\"")
@@ -149,8 +137,7 @@ def _arguments(component: Mapping[str, Any], registry_name: str, where: str,
                extra: frozenset[str] = frozenset()) -> None:
     """Refuse a keyword the component's class does not take, with a did-you-mean.
 
-    Only where the class resolves now and lists its arguments: a name only the run's
-    default scope resolves, or a class taking ``**kwargs``, is left to its build step.
+    Only where the class resolves now and lists its arguments.
     """
     import inspect
 

@@ -1,11 +1,8 @@
 """Which config keys flexgraph acts on, and a warning for each one it does not.
 
-A key MMEngine's Runner acts on and flexgraph does not (a checkpoint ``out_dir``,
-``train_cfg.dynamic_intervals``) is reported by name, with the reason, as an
-:class:`~flexgraph.training.errors.UnusedConfigWarning`, rather than ignored in
-silence. The tables below are the one place that knows the keys. A key absent from
-them is one MMEngine does not read either (``train_pipeline``), so it is reported
-only when it is close to a known key (a typo: ``param_schedular``).
+A key MMEngine's Runner acts on and flexgraph does not is reported by name with
+the reason, rather than ignored in silence; an unknown key only when it is
+close to a known one (a typo).
 """
 
 from __future__ import annotations

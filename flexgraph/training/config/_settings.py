@@ -1,10 +1,9 @@
 """Read the MMEngine-style config sections the training runtime acts on.
 
-The loop, the checkpointer and the output never look into ``cfg``: they take the
-small frozen values below, gathered in the one :class:`RunSettings` that
-:func:`read_settings` makes per run, so each default and each MMEngine spelling
-is decided here. Every reader refuses a malformed or contradictory section with a
-:class:`ConfigError` naming the key, before anything is built.
+The loop, the checkpointer and the output never look into ``cfg``: they take
+the frozen :class:`RunSettings` that :func:`read_settings` makes, so each
+default and each MMEngine spelling is decided here, and a bad section is a
+:class:`ConfigError` naming the key before anything is built.
 """
 
 from __future__ import annotations
@@ -29,19 +28,18 @@ _LOOP_TYPES = {"EpochBasedTrainLoop": True, "IterBasedTrainLoop": False}
 class TrainSchedule:
     """How long training runs and when it validates.
 
-    ``max_iters`` is always known (``max_epochs * epoch_length`` by epoch), so that
-    progress and gradient accumulation work alike in both modes; an iteration loop
-    is one epoch to hooks and schedulers, as in MMEngine.
+    ``max_iters`` is always known, so progress and accumulation work alike in
+    both modes; an iteration loop is one epoch to hooks, as in MMEngine.
 
     Parameters
     ----------
     by_epoch : bool
-        Epoch-based (``EpochBasedTrainLoop``) or iteration-based.
+        Epoch-based or iteration-based.
     max_epochs, max_iters : int
     epoch_length : int
         Batches per pass over the train dataloader (0 without ``len()``).
     val_interval, val_begin : int
-        Validate every ``val_interval`` epochs (or iterations) from ``val_begin``, and last.
+        Validate every ``val_interval`` from ``val_begin``, and last.
 
     Examples
     --------
@@ -73,17 +71,7 @@ class TrainSchedule:
 
 @attrs.frozen
 class TrainLength:
-    """``train_cfg`` as the config gives it, before the train dataloader's length is known.
-
-    Parameters
-    ----------
-    by_epoch : bool
-    max_epochs : int
-        1 for an iteration-based loop (MMEngine's: the whole run is one epoch).
-    max_iters : int or None
-        ``None`` for an epoch-based loop.
-    val_interval, val_begin : int
-    """
+    """``train_cfg`` as the config gives it, before the train dataloader's length is known."""
 
     by_epoch: bool
     max_epochs: int
@@ -92,13 +80,8 @@ class TrainLength:
     val_begin: int
 
     def schedule(self, epoch_length: int | None) -> TrainSchedule:
-        """The schedule over a train dataloader of ``epoch_length`` batches.
-
-        Raises
-        ------
-        ConfigError
-            An epoch-based loop over a dataloader without ``len()``.
-        """
+        """The schedule over ``epoch_length`` batches; an epoch loop needs a dataloader with
+        ``len()``."""
         if self.by_epoch and not epoch_length:
             raise ConfigError(
                 "train_cfg: an epoch-based loop needs a train_dataloader with len(); "
@@ -118,16 +101,6 @@ class TrainLength:
 def train_length(cfg: Any) -> TrainLength:
     """Parse ``cfg.train_cfg`` (flexgraph's ``by_epoch`` or MMEngine's loop ``type``).
 
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    TrainLength
-
-    Examples
-    --------
     >>> train_length({"train_cfg": {"max_epochs": 3}}).schedule(epoch_length=10).max_iters
     30
     """
@@ -196,21 +169,21 @@ class CheckpointPolicy:
     Parameters
     ----------
     enabled : bool
-        ``False`` (``default_hooks.checkpoint=None``) never saves.
+        ``False`` never saves.
     interval : int
         Save every ``interval`` epochs (or iterations); ``<= 0`` never.
     by_epoch : bool
     keep_last : int
-        MMEngine's ``max_keep_ckpts``; ``-1`` keeps all.
+        ``max_keep_ckpts``; ``-1`` keeps all.
     save_last : bool
     save_begin : int
-        The first count at which an interval save can fall.
+        The first count an interval save can fall on.
     save_best, rules : tuple
-        Metrics that keep a ``best_*`` checkpoint, and their comparisons (``None``: auto).
+        Metrics that keep a ``best_*`` checkpoint, and their comparisons.
     greater_keys, less_keys : tuple of str
-        Metric name parts from which a rule is inferred.
+        Name parts a rule is inferred from.
     published_keys : tuple of str, optional
-        Entries of the published checkpoints; ``None`` publishes nothing.
+        Entries of published checkpoints; ``None`` publishes nothing.
     async_save : bool
         Write portable checkpoints in the background.
 
@@ -277,7 +250,6 @@ class CheckpointPolicy:
 
 
 def _names(value: Any, what: str, *, unique: bool = True) -> tuple[str, ...] | None:
-    """A str or a list of str as a tuple (``None`` stays ``None``)."""
     if value is None:
         return None
     names = (value,) if isinstance(value, str) else value
@@ -345,20 +317,20 @@ _STATISTICS = frozenset({"mean", "max", "min", "current"})  # MMEngine's History
 
 @attrs.frozen
 class LogProcessorPolicy:
-    """What a logged value is: MMEngine's ``log_processor`` (``LogProcessor``'s options).
+    """What a logged value is: MMEngine's ``log_processor`` options.
 
     Parameters
     ----------
     window_size : int
     by_epoch : bool or None
-        Log by epoch or by iteration; ``None``: as the train loop runs.
+        Log by epoch or iteration; ``None``: as the train loop runs.
     custom_cfg : tuple of dict
-        Other statistics of some keys, as MMEngine's ``custom_cfg`` gives them.
+        MMEngine's ``custom_cfg``.
     num_digits : int
     log_with_hierarchy : bool
         Scalars keep their ``train/`` and ``val/`` prefixes.
     mean_pattern : str
-        Keys logged as a mean over ``window_size``; others as their latest value.
+        Keys logged as a mean over ``window_size``.
     """
 
     window_size: int = 10
@@ -370,19 +342,8 @@ class LogProcessorPolicy:
 
 
 def log_processor_policy(cfg: Any) -> LogProcessorPolicy:
-    """``log_processor``, checked as MMEngine's ``LogProcessor`` checks it.
-
-    Without one, ``by_epoch`` follows the train loop (MMEngine's ``True`` would
-    number an iteration loop's lines as epoch 1).
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    LogProcessorPolicy
-    """
+    """``log_processor``, checked as MMEngine's ``LogProcessor`` does; ``by_epoch`` follows the loop
+    by default."""
     given = section(cfg, "log_processor")
     if given is None:
         return LogProcessorPolicy()
@@ -420,7 +381,6 @@ def log_processor_policy(cfg: Any) -> LogProcessorPolicy:
 
 
 def _custom_log(entry: Any, i: int, by_epoch: bool) -> dict[str, Any]:
-    """One ``log_processor.custom_cfg`` entry, checked."""
     what = f"log_processor.custom_cfg[{i}]"
     if not isinstance(entry, Mapping) or not {"data_src", "method_name"} <= set(entry):
         raise ConfigError(f"{what} must be a dict with a data_src (the logged key) and a "
@@ -444,18 +404,7 @@ def _custom_log(entry: Any, i: int, by_epoch: bool) -> dict[str, Any]:
 
 @attrs.frozen
 class LoggerPolicy:
-    """When a log line is written and what it says (``default_hooks.logger``).
-
-    Parameters
-    ----------
-    interval : int, default 10
-        Batches of the current epoch between log lines.
-    ignore_last : bool, default True
-        No line at the end of an epoch longer than, and not a multiple of, ``interval``.
-    metric_by_epoch : bool, default True
-        ``log_metric_by_epoch``: validation scalars at the epoch of an epoch-based loop.
-    processor : LogProcessorPolicy
-    """
+    """When a log line is written and what it says (``default_hooks.logger``)."""
 
     interval: int = 10
     ignore_last: bool = True
@@ -464,16 +413,7 @@ class LoggerPolicy:
 
 
 def logger_policy(cfg: Any) -> LoggerPolicy:
-    """``default_hooks.logger`` with MMEngine's defaults, and ``log_processor``.
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    LoggerPolicy
-    """
+    """``default_hooks.logger`` with MMEngine's defaults, and ``log_processor``."""
     processor = log_processor_policy(cfg)
     logger = section(section(cfg, "default_hooks", {}), "logger", {})
     if not isinstance(logger, Mapping):
@@ -492,16 +432,7 @@ def logger_policy(cfg: Any) -> LoggerPolicy:
 
 
 def work_dir_of(cfg: Any) -> str:
-    """``cfg.work_dir``; else ``work_dirs/<config file stem>`` as MMEngine's tools do.
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    str
-    """
+    """``cfg.work_dir``; else ``work_dirs/<config file stem>`` as MMEngine's tools do."""
     work_dir = section(cfg, "work_dir")
     if work_dir:
         return str(work_dir)
@@ -511,13 +442,8 @@ def work_dir_of(cfg: Any) -> str:
 
 
 def restart_count() -> int:
-    """How often torch's elastic agent has restarted this process's group (0: never).
-
-    Returns
-    -------
-    int
-        ``TORCHELASTIC_RESTART_COUNT``, 0 when unset or not a number.
-    """
+    """How often torch's elastic agent has restarted this process group
+    (``TORCHELASTIC_RESTART_COUNT``)."""
     try:
         return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     except ValueError:
@@ -525,10 +451,10 @@ def restart_count() -> int:
 
 
 def resume_source(cfg: Any) -> str | None:
-    """What ``resume`` asks for: ``None`` (no resume), ``'auto'``, or a path.
+    """What ``resume`` asks for: ``None``, ``'auto'``, or a path.
 
     ``resume=True`` follows MMEngine: ``load_from`` when set, else the latest in
-    ``work_dir``; ``resume='auto'`` always searches ``work_dir``.
+    ``work_dir``.
 
     Parameters
     ----------
@@ -552,14 +478,12 @@ def resume_source(cfg: Any) -> str | None:
 class StopPolicy:
     """Which signals stop a run cleanly, and how often the ranks agree on a stop.
 
-    On a signal the loop finishes the iteration, saves and ends the run; several ranks
-    agree every ``check_interval`` iterations (one all-reduce) to stop at the same one.
-
     Parameters
     ----------
     signals : tuple of str, default ('SIGTERM', 'SIGINT')
-        The signals handled; ``()`` (``preemption=None``) handles none.
+        The signals handled; ``()`` handles none.
     check_interval : int, default 10
+        Iterations between the ranks' agreements.
     """
 
     signals: tuple[str, ...] = ("SIGTERM", "SIGINT")
@@ -591,9 +515,6 @@ def _signal_name(value: Any) -> str:
 def stop_policy(cfg: Any) -> StopPolicy:
     """Map ``cfg.preemption`` onto a :class:`StopPolicy`.
 
-    ``preemption=dict(signal='SIGUSR1', check_interval=10)`` handles ``signal`` (a
-    name, a number or a list) besides SIGTERM and SIGINT; ``preemption=None`` none.
-
     Parameters
     ----------
     cfg : Config or Mapping
@@ -620,16 +541,7 @@ def stop_policy(cfg: Any) -> StopPolicy:
 
 
 def experiment_name_of(cfg: Any) -> str:
-    """``cfg.experiment_name``, else the config file's stem (``""`` without either).
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    str
-    """
+    """``cfg.experiment_name``, else the config file's stem (empty without either)."""
     name = section(cfg, "experiment_name")
     filename = getattr(cfg, "filename", None)
     if not name and filename:
@@ -639,10 +551,7 @@ def experiment_name_of(cfg: Any) -> str:
 
 @attrs.frozen
 class RunSettings:
-    """The run's settings, read once before any step runs: ``flexgraph run``'s ``settings``.
-
-    The component configs (``model``, ``optim_wrapper``, hooks, ...) stay in ``cfg``:
-    they are built, not read.
+    """The run's settings, read once before any step runs; components stay in ``cfg``.
 
     Parameters
     ----------
@@ -652,11 +561,11 @@ class RunSettings:
     load_from : str or None
         Weights to load before training.
     resume : str or None
-        What ``resume`` asks for (:func:`resume_source`).
+        What ``resume`` asks for.
     restart : int
         The process group's restarts so far.
     train : TrainLength or None
-        ``None`` without ``train_cfg`` (an evaluation run).
+        ``None`` without ``train_cfg``.
     checkpoint : CheckpointPolicy
     logger : LoggerPolicy
     stop : StopPolicy
@@ -682,13 +591,7 @@ class RunSettings:
     watch: WatchPolicy = WatchPolicy()
 
     def train_schedule(self, epoch_length: int | None) -> TrainSchedule:
-        """The training schedule over ``epoch_length`` batches per pass.
-
-        Raises
-        ------
-        ConfigError
-            The config has no ``train_cfg``.
-        """
+        """The training schedule over ``epoch_length`` batches per pass; needs ``train_cfg``."""
         if self.train is None:
             raise ConfigError("train_cfg: training needs max_epochs >= 1 or max_iters >= 1; "
                               "add train_cfg=dict(by_epoch=True, max_epochs=...)")
@@ -700,10 +603,8 @@ class RunSettings:
 
 
 def read_settings(cfg: Any) -> RunSettings:
-    """Read every section the runtime acts on into one :class:`RunSettings`.
-
-    The component sections are checked first (:func:`check_sections`), so that a
-    malformed one fails before the model is built.
+    """Read every section the runtime acts on into one :class:`RunSettings`, after checking the
+    component sections.
 
     Parameters
     ----------
@@ -737,9 +638,8 @@ def _is_local(path: str) -> bool:
 
 
 def check_paths(settings: RunSettings) -> None:
-    """Refuse, before any step runs, paths the run could not use.
-
-    Kept apart from :func:`read_settings`, which never looks at the file system.
+    """Refuse, before any step runs, paths the run could not use (``read_settings`` never looks at
+    disk).
 
     Parameters
     ----------
@@ -748,9 +648,9 @@ def check_paths(settings: RunSettings) -> None:
     Raises
     ------
     ConfigError
-        ``work_dir`` is, or lies under, an existing file.
+        ``work_dir`` is, or lies under, a file.
     CheckpointNotFoundError
-        ``load_from`` or ``resume`` names a local path that does not exist.
+        ``load_from`` or ``resume`` names a missing local path.
     """
     work_dir = Path(settings.work_dir).absolute()
     for folder in (work_dir, *work_dir.parents):

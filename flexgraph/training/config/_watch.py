@@ -1,12 +1,9 @@
 """``env_cfg.stall_timeout`` and ``env_cfg.shutdown_timeout``: how long a run may make no
 progress, and how long its ranks get to stop.
 
-The watchdog that acts on them is the CLI's (:mod:`flexgraph.cli.watchdog`); this
-module reads the keys beside every other key and derives the process group's
-timeout from them (:func:`collective_timeout`), so that the watchdog, which names
-the rank at fault, reports before a collective times out, which names none.
-An iteration gets ``stall_timeout``; the long phases (a setup step, a first
-iteration, an evaluation, a save) at least :data:`LONG_PHASE_ALLOWANCE`.
+The process group's timeout is derived from them (:func:`collective_timeout`)
+so that the CLI's watchdog, which names the rank at fault, reports before a
+collective times out, which names none.
 """
 
 from __future__ import annotations
@@ -43,9 +40,9 @@ class WatchPolicy:
     Parameters
     ----------
     stall_timeout : float or None
-        Seconds an iteration may take; ``None``: from the slowest seen; ``0``: no watchdog.
+        Seconds an iteration may take; ``None``: from the slowest seen; ``0``: unwatched.
     shutdown_timeout : float
-        Seconds a stopping run's ranks get between SIGTERM and SIGKILL.
+        Seconds between SIGTERM and SIGKILL of a stopping run's ranks.
 
     Examples
     --------
@@ -93,8 +90,7 @@ def watch_policy(cfg: Any, environ: Any = None) -> WatchPolicy:
     ----------
     cfg : Config or Mapping
     environ : Mapping, optional
-        Where ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (the shutdown default, as torchrun's)
-        is looked up; ``os.environ`` by default.
+        Where ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` is looked up (``os.environ``).
 
     Returns
     -------
@@ -120,7 +116,7 @@ def collective_timeout(policy: WatchPolicy) -> float:
     Returns
     -------
     float
-        Seconds; torch's default without a watchdog.
+        Seconds.
 
     Examples
     --------

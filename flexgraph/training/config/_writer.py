@@ -1,18 +1,9 @@
 """The resolved config as a runnable ``.py`` file, in MMEngine's ``dict(...)`` spelling.
 
-MMEngine's ``Config.dump`` formats its text with yapf, which is slow on a run's
-start. A config of Python literals, which MMEngine-style configs are, needs no
-formatter: :func:`config_text` spells it directly, one ``key = value`` per
-top-level key, each value on one line when it fits in ``WIDTH`` columns.
-Anything else (an object, a non-finite float, a non-string key) is left to
-``Config.dump``, which :func:`write_config` falls back to.
-
-Every key reads back as it was: a key that is not a plain ASCII identifier or is
-a keyword is spelled as a string (``globals()['a b'] = ...`` at the top level); a
-string holding ``{{`` spells its braces ``\\x7b`` (``Config.fromfile`` substitutes
-templates); a top-level ``dict`` or ``globals`` key changes how the rest is
-spelled. A top-level key that ``Config.fromfile`` drops or acts on, or that
-``Config`` refuses, raises a ``ConfigError``.
+MMEngine's ``Config.dump`` formats with yapf, slow at a run's start. A config
+of Python literals needs no formatter: :func:`config_text` spells it
+directly, every key reading back as it was; anything else falls back to
+``Config.dump``.
 """
 
 from __future__ import annotations
@@ -44,11 +35,8 @@ class _NotLiteral(Exception):
 
 
 def _spell(value: Any, indent: int, start: int, tail: int = 1, calls: bool = True) -> str:
-    """``value`` as Python source at column ``start`` of a line indented by ``indent``.
-
-    ``tail`` columns are kept free at its end (an item's comma); dicts are spelled as
-    ``dict(...)`` calls where ``calls`` and their keys allow.
-    """
+    """``value`` as Python source at column ``start``, keeping ``tail`` columns free; dicts as
+    ``dict(...)`` where ``calls``."""
     if isinstance(value, str):
         return _string(value)
     if isinstance(value, _ATOMS):
@@ -90,8 +78,8 @@ def _string(text: str) -> str:
 def _is_name(key: str) -> bool:
     """Whether ``key`` reads back as itself when spelled ``dict(key=...)`` or ``key = ...``.
 
-    Only plain ASCII identifiers do: Python reads identifiers in NFKC form (``'º'``
-    reads back as ``'o'``), and keywords are syntax errors there.
+    Only plain ASCII identifiers do: Python reads identifiers in NFKC form, and
+    keywords are syntax errors there.
     """
     return (key.isascii() and key.isidentifier() and not keyword.iskeyword(key)
             and key != "__debug__")
@@ -127,11 +115,6 @@ def config_text(cfg: Any) -> str | None:
     Returns
     -------
     str or None
-
-    Raises
-    ------
-    ConfigError
-        A top-level key that no config file can hold.
     """
     tree = cfg.to_dict()
     for key in tree:
@@ -160,12 +143,6 @@ def write_config(cfg: Any, path: str | Path) -> None:
     ----------
     cfg : Config
     path : str or Path
-
-    Raises
-    ------
-    ConfigError
-        A top-level key that no config file can hold, or (through ``Config.dump``)
-        that would not read back as itself.
     """
     text = config_text(cfg)
     if text is not None:

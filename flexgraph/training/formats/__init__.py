@@ -1,34 +1,12 @@
 """Checkpoint formats: what a path holds, told by its content, and reading it safely.
 
-Everything here reads; nothing saves a run or builds a model.
-
-- *Recognising* (:class:`CheckpointFormat`, :func:`format_of`): a ``torch.save``
-  file, a ``torch.distributed.checkpoint`` (DCP) directory, a safetensors file,
-  a DeepSpeed tag, a portable checkpoint, each judged by a few bytes or a
-  directory listing, never by a name. This needs no torch: ``flexgraph plan``
-  says which format a ``load_from`` or ``resume`` path holds without importing
-  it.
-- *Reading safely*: a ``torch.save`` file is checked (its zip directory, every
-  member's CRC-32) and loaded with ``weights_only=True``
-  (:func:`read_checkpoint_file`), admitting besides tensors and plain
-  containers only the types MMEngine's checkpoints hold
-  (:func:`mmengine_globals`); a DCP directory's metadata goes through an
-  unpickler that admits DCP's own classes alone (:func:`dcp_load`,
-  :func:`dcp_problem`). A damaged file is one line naming it and what is wrong.
-- *Headers and indexes*: what a checkpoint holds without reading its tensors
-  (a safetensors header, :func:`safetensors_header`; DCP's ``.metadata``,
-  through :class:`SafeDCPStorage`; the weights of any of them, named as
-  ``load_from`` reads them, :func:`weights_index`), and a file opened so that
-  each rank reads only its own rows of each weight (:func:`map_checkpoint`).
-- *Opening* any format as a :class:`CheckpointSource`, one tensor at a time
-  (:func:`open_checkpoint`), and reading one whole for ``load_from``
-  (:func:`read_any_checkpoint`), through the *opener* of its format:
-  flexgraph's own, and those strategies add through the
-  ``flexgraph.checkpoint_openers`` entry-point group, each imported only when
-  a path of its format is opened.
-
-Importing this package imports no torch: the names that need it are loaded on
-first use, so recognising a format stays torch-free.
+Everything here reads. :func:`format_of` recognises a format by a few bytes or
+a directory listing, without torch; :func:`read_checkpoint_file` and
+:func:`dcp_load` read with the CRCs checked and nothing unsafe unpickled;
+:func:`weights_index` and :func:`map_checkpoint` read an index or a rank's rows
+alone; :func:`open_checkpoint` opens any format one tensor at a time, through
+the opener of its format (strategies add theirs by entry point). The names
+that need torch are loaded on first use.
 """
 
 from __future__ import annotations
@@ -66,7 +44,6 @@ __all__ = [
     "KeyPath",
     "MappedCheckpoint",
     "SafeDCPStorage",
-    "WeightsIndex",
     "dcp_load",
     "dcp_problem",
     "directory_problem",
@@ -96,10 +73,9 @@ _LAZY = {
     "_source": ("CheckpointSource", "KeyPath", "replace_tensors", "single_process_dcp",
                 "tensor_paths", "weights_layout"),
     "_open": ("open_checkpoint", "read_any_checkpoint", "unrecognised_by"),
-    "_index": ("WeightsIndex", "weights_index"),
+    "_index": ("weights_index",),
     "_mapped": ("MappedCheckpoint", "map_checkpoint"),
 }
-"""The modules behind the face that import torch, and the names each gives it."""
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 

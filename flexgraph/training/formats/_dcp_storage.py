@@ -1,13 +1,8 @@
 """Reading ``torch.distributed.checkpoint`` (DCP) directories safely.
 
-DCP's own storage reader (``FileSystemReader``) unpickles a checkpoint's
-``.metadata`` file and ``torch.load``-s non-tensor items with
-``weights_only=False``; here the metadata goes through an unpickler that only
-admits DCP's metadata classes (:class:`SafeDCPStorage`), and every other item
-through ``weights_only=True``. :func:`dcp_problem` says in one line what is wrong with
-a damaged directory (no ``.metadata``, a shard missing or shorter than the
-metadata says) without reading the shards; :func:`dcp_load` is ``dcp.load``
-through both, with a failure said in one line naming the directory.
+DCP's ``FileSystemReader`` unpickles ``.metadata`` and non-tensor items with
+``weights_only=False``; here the metadata goes through an unpickler admitting
+DCP's classes alone, and other items through ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -59,8 +54,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 class SafeDCPStorage(FileSystemReader):
     """DCP's file-system storage with the metadata read through :class:`_MetadataUnpickler`.
 
-    What ``dcp.load`` takes as its ``storage_reader``; also how flexgraph reads a
-    DCP checkpoint's index (``.metadata``: every tensor's shape and dtype) alone.
+    ``dcp.load``'s ``storage_reader``, and how flexgraph reads a DCP index alone.
     """
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
@@ -108,28 +102,18 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False,
              alone: bool = False) -> None:
     """``torch.distributed.checkpoint.load`` of ``state`` from ``path``, read safely.
 
-    Every rank loads its part (a collective when a process group is up), unless
-    ``alone``. Metadata and non-tensor values go through the safe unpickler
-    (:class:`SafeDCPStorage`); a failure on any rank is one error naming the
-    directory.
+    A collective unless ``alone``; a failure on any rank is one error naming the directory.
 
     Parameters
     ----------
     state : dict
-        The state to load into, in place: its tensors (or shards) say what to read.
+        The state to load into, in place.
     path : Path
         The DCP directory.
     partial : bool, default False
-        Allow ``state`` to ask for only some of the checkpoint's keys.
+        Allow ``state`` to ask for only some of the keys.
     alone : bool, default False
-        This process reads without the others (DCP's ``no_dist``), for whole
-        tensors (a rank that initialises the model for all, say).
-
-    Raises
-    ------
-    CheckpointError
-        The directory cannot be read, holds what the safe unpickler refuses, or
-        lacks a key ``state`` asks for.
+        Read in this process without the others (DCP's ``no_dist``).
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
@@ -167,22 +151,19 @@ def _shard_problem(path: Path, metadata: Any) -> str | None:
 
 
 def dcp_problem(path: Path, *, need_extra: bool = True) -> str | None:
-    """What keeps ``path`` from being a whole sharded checkpoint, or ``None``.
-
-    Reads ``.metadata`` (small) and the shards' sizes, never the shards.
+    """What keeps ``path`` from being a whole sharded checkpoint, or ``None``; reads no shard.
 
     Parameters
     ----------
     path : Path
         The would-be DCP directory.
     need_extra : bool, default True
-        Require flexgraph's ``extra.pth``; ``False`` accepts a DCP checkpoint
-        written by another tool (fine for ``load_from``).
+        Require flexgraph's ``extra.pth``; ``False`` accepts another tool's.
 
     Returns
     -------
     str or None
-        One line naming the directory and what is wrong, or ``None``.
+        One line naming the directory and what is wrong.
     """
     shown = str(path)
     if not path.exists():

@@ -1,24 +1,9 @@
 """A checkpoint's weights from its own index: names, shapes and dtypes, no tensor read.
 
-Whether the weights a run loads leave anything for ``init_weights`` to do is
-decided before the run builds its model (see
-:func:`flexgraph.training.checkpoint.weights_coverage`), from what each
-file says it holds:
-
-* a ``torch.save`` file: its zip records, through ``torch.load`` onto the
-  ``meta`` device (torch reads ``data.pkl`` and each record's offset, never a
-  record's bytes), with the same safe unpickling as every read;
-* a safetensors file: its JSON header;
-* a ``torch.distributed.checkpoint`` directory: its ``.metadata``
-  (flexgraph's weights under ``state_dict.``, or another tool's bare keys);
-* a portable checkpoint: its ``.metadata`` (the weights under ``model.``).
-
-The weights are named as ``load_from`` loads them: a flexgraph or MMEngine
-checkpoint's ``state_dict`` (or ``model``), or a raw state dict, with the
-``module.`` prefix of a DDP-wrapped save stripped. A DeepSpeed directory, or a
-``torch.save`` file in torch's legacy (pre-1.6) format, has no index that
-could be read without its tensors: :func:`weights_index` says so rather than
-reading them.
+Whether the loaded files cover the model is decided before the model is built,
+from each file's index: a ``torch.save`` zip loaded onto the meta device, a
+safetensors header, a DCP ``.metadata``. Weights are named as ``load_from``
+loads them. A DeepSpeed directory or torch's legacy format has no such index.
 """
 
 from __future__ import annotations
@@ -52,16 +37,8 @@ Shape = tuple[int, ...]
 
 @attrs.frozen
 class WeightsIndex:
-    """The weights a checkpoint holds, as its index lists them.
-
-    Parameters
-    ----------
-    path
-        The checkpoint.
-    format_name
-        Its format's name, for messages.
-    weights
-        Each weight's name (as ``load_from`` reads it) -> (shape, dtype).
+    """The weights a checkpoint holds, as its index lists them: ``weights`` maps each
+    name (as ``load_from`` reads it) to (shape, dtype).
     """
 
     path: Path
@@ -98,8 +75,8 @@ def _safetensors_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]]:
 
 
 def _dcp_weights(path: Path, under: str | None) -> dict[str, tuple[Shape, torch.dtype]]:
-    """A DCP ``.metadata``'s tensors under ``under`` (``None``: ``state_dict.`` when any
-    key has it, else every key, as :func:`load_dcp_weights` reads them)."""
+    """A DCP ``.metadata``'s tensors under ``under`` (``None``: ``state_dict.`` when any key has it,
+    else all)."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     items = SafeDCPStorage(path).read_metadata().state_dict_metadata
@@ -122,13 +99,7 @@ def weights_index(path: str | Path) -> WeightsIndex | None:
     Returns
     -------
     WeightsIndex or None
-        ``None`` for a format whose index cannot be read without its tensors
-        (a DeepSpeed directory, torch's legacy format) or no known format.
-
-    Raises
-    ------
-    CheckpointError
-        The index itself cannot be read (a damaged file), in one line naming it.
+        ``None`` for a format whose index needs its tensors, or no known format.
     """
     path = Path(path)
     found = format_of(path)

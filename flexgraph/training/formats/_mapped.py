@@ -1,25 +1,10 @@
 """A checkpoint file opened for reading rows: each rank reads only its own slices.
 
-A sharded model (FSDP2) needs of each weight only the rows its rank holds.
-:func:`map_checkpoint` opens a ``torch.save`` zip or a safetensors file so
-that nothing is read until asked for:
-
-* :attr:`MappedCheckpoint.checkpoint` is the checkpoint as ``load_from``
-  hooks see it, every tensor mapped from the file (``torch.load(mmap=True)``;
-  a safetensors file through a private map): its bytes are read when
-  something touches them. This is what ``after_load_checkpoint`` hooks get;
-  they may read, replace or drop entries as with any checkpoint dict.
-* :meth:`MappedCheckpoint.read_rows` reads rows ``[start, stop)`` of one of
-  the file's own tensors straight from the file into a destination (the local
-  shard), with ``read`` rather than through the map, so the bytes go to the
-  page cache and the shard, never into the process's resident memory twice.
-  Where each tensor's bytes are is the file's own index: for a zip, the
-  offset of each record (``torch.load`` onto the meta device records it, and
-  reads no record); for safetensors, the header. A tensor a hook put in
-  place of the file's is not the file's, and is sliced in memory instead.
-
-The zip directory is checked, not every member's CRC-32: verifying them
-would read the whole file on every rank, which is what this module avoids.
+:attr:`MappedCheckpoint.checkpoint` is what ``load_from`` hooks see, every
+tensor mapped from the file and read when touched; :meth:`MappedCheckpoint.read_rows`
+reads rows of one of the file's tensors straight into a shard with ``read``,
+located by the file's own index. Only the zip directory is checked: verifying
+every CRC would read the whole file on every rank.
 """
 
 from __future__ import annotations
@@ -58,7 +43,7 @@ class _Place:
 
     @property
     def by_rows(self) -> bool:
-        """Whether rows are consecutive bytes (a contiguous tensor)."""
+        """Whether rows are consecutive bytes."""
         expected, step = [], 1
         for size in reversed(self.shape):
             expected.append(step)
@@ -68,7 +53,7 @@ class _Place:
 
 @attrs.define(eq=False)
 class MappedCheckpoint:
-    """A checkpoint whose tensors stay in the file until touched (see the module docstring).
+    """A checkpoint whose tensors stay in the file until touched.
 
     Parameters
     ----------
@@ -77,8 +62,7 @@ class MappedCheckpoint:
     checkpoint
         What it holds, its tensors mapped from the file.
     places : dict, optional
-        Where each of the file's own tensors lies in it (by ``id``), for
-        :meth:`read_rows`.
+        Where each of the file's own tensors lies in it (by ``id``).
     own : dict, optional
         The file's own tensors by ``id`` (a hook's replacement is not one).
     """
@@ -89,18 +73,15 @@ class MappedCheckpoint:
     _own: dict[int, torch.Tensor] = attrs.field(factory=dict, repr=False)
 
     def _place_of(self, tensor: torch.Tensor) -> _Place | None:
-        """``tensor``'s place in the file, if it is one of the file's own tensors."""
         own = self._own.get(id(tensor))
         return self._places.get(id(tensor)) if own is tensor else None
 
     def read_rows(self, tensor: torch.Tensor, start: int, stop: int,
                   out: torch.Tensor) -> None:
-        """Copy rows ``[start, stop)`` of ``tensor`` (dimension 0) into ``out``.
+        """Copy rows ``[start, stop)`` of ``tensor`` into ``out`` (in ``out``'s dtype and device).
 
-        ``tensor`` is a value of :attr:`checkpoint`: one of the file's own is
-        read from the file (those rows' bytes alone); anything else (a hook's
-        replacement) is sliced in memory. ``out`` takes the rows' shape, in
-        its own dtype and device. A 0-d ``tensor`` is one row.
+        One of the file's own tensors is read from the file; anything else is sliced
+        in memory. A 0-d tensor is one row.
         """
         place = self._place_of(tensor)
         if place is None or not place.by_rows or tensor.dim() == 0:
@@ -187,19 +168,12 @@ def map_checkpoint(path: str | Path, held: CheckpointFormat | None) -> MappedChe
     path
         A ``torch.save`` zip or a safetensors file.
     held
-        What ``path`` holds (:func:`~flexgraph.training.formats.format_of`,
-        asked by the caller): never asked again here.
+        What ``path`` holds, as the caller recognised it.
 
     Returns
     -------
     MappedCheckpoint or None
-        ``None`` for a DCP or portable directory (read shard by shard by DCP
-        instead), a DeepSpeed directory, or torch's legacy (pre-1.6) format.
-
-    Raises
-    ------
-    CheckpointError, UnsafeCheckpointError
-        The file is damaged, or holds objects that are not safe to unpickle.
+        ``None`` for a directory or torch's legacy format.
     """
     path = Path(path)
     if held is TORCH_SAVE_FILE and zipfile.is_zipfile(path):  # not the legacy format

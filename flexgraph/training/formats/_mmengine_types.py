@@ -1,36 +1,11 @@
 """The few types MMEngine's checkpoints pickle, admitted to ``weights_only`` loads and no more.
 
-A user migrating a half-trained MMEngine run hands flexgraph a file written by
-``Runner.save_checkpoint``. Next to tensors and plain containers it holds:
-
-* ``message_hub``: :class:`mmengine.logging.HistoryBuffer` objects, each with
-  two numpy arrays and its statistics methods (pickled as
-  ``getattr(HistoryBuffer, 'mean')`` and so on), and numpy scalars in
-  ``runtime_info`` (the ETA);
-* ``param_schedulers``: the schedulers' raw ``state_dict()`` (with
-  ``collections.Counter`` milestones, which torch allows by default);
-* ``meta``: ``epoch`` and ``iter`` as completed counts, and ``seed``; no RNG
-  state and no position inside an epoch.
-
-``torch.load(weights_only=True)`` refuses the first group. :func:`allow_mmengine_types`
-admits exactly the globals listed in :func:`mmengine_globals`, for one load:
-
-* ``HistoryBuffer`` (built by ``__new__`` and ``__setstate__``, no code of the file's);
-* ``numpy.ndarray``, ``numpy.dtype`` with the dtype classes of bool and numeric
-  types, and numpy's own ``_reconstruct`` / ``scalar`` (under numpy 1's and 2's
-  module paths), which rebuild arrays and scalars from raw bytes; object arrays
-  stay refused, as their dtype class is not on the list;
-* ``builtins.getattr``, but bound to :func:`_history_buffer_statistic`, which only
-  hands out HistoryBuffer's registered statistics methods.
-
-Any other global still makes the load fail (and its payload never runs): the
-list is added with torch's ``safe_globals`` mechanism around that single
-``torch.load`` and taken away after it, so no other load in the process sees it
-(torch 2.6 or newer; older torch keeps refusing MMEngine's files).
-
-What such a checkpoint means for ``resume`` (the position inside the epoch,
-plain scheduler states, the message hub) is the checkpoint part's
-(:func:`flexgraph.training.checkpoint.from_mmengine`).
+An MMEngine checkpoint's ``message_hub`` holds ``HistoryBuffer`` objects and
+numpy values, which ``weights_only`` refuses. :func:`allow_mmengine_types`
+admits exactly :func:`mmengine_globals` (``HistoryBuffer``, numpy's non-object
+arrays, dtypes and scalars, and a ``getattr`` that hands out only
+HistoryBuffer's statistics) around one ``torch.load``, through torch's
+``safe_globals``; any other global still fails the load.
 """
 
 from __future__ import annotations
@@ -71,8 +46,7 @@ def mmengine_globals() -> list[Any]:
     Returns
     -------
     list
-        Classes and ``(function, name)`` pairs MMEngine's checkpoints hold (its
-        ``HistoryBuffer``, numpy's arrays and scalars).
+        Classes and ``(function, name)`` pairs MMEngine's checkpoints hold.
     """
     from mmengine.logging import HistoryBuffer
 
@@ -90,11 +64,8 @@ def mmengine_globals() -> list[Any]:
 def allow_mmengine_types() -> Iterator[None]:
     """Admit :func:`mmengine_globals` to ``weights_only`` loads inside the ``with`` block.
 
-    Only the entries not already allowed are added, and only those are removed
-    afterwards, so an allow-list the user set up stays as it was. Unpickling a
-    HistoryBuffer updates its class-wide statistics registry with what the file
-    holds; that registry is put back to what it was (plus the four defaults
-    every buffer needs), so a file cannot leave entries in it.
+    Only the entries it added are removed after, and HistoryBuffer's class-wide
+    statistics registry is put back, so a file leaves nothing behind.
     """
     from mmengine.logging import HistoryBuffer
 

@@ -1,16 +1,8 @@
 """Opening a checkpoint of any format, by the opener of the format it holds.
 
-An *opener* is ``path -> CheckpointSource``: the checkpoint opened for reading
-one tensor at a time (:class:`~flexgraph.training.formats.CheckpointSource`).
-flexgraph has the openers of its own formats (a ``torch.save`` file, a DCP
-directory) and of safetensors files; a strategy adds the opener of its format
-through the :data:`OPENER_ENTRY_POINTS` group (DeepSpeed's directories), so
-this layer never imports a strategy. An added opener is imported only when a
-path of its format is opened: reading a ``torch.save`` file loads no plugin.
-
-:func:`read_any_checkpoint` reads a checkpoint of any of these formats whole,
-for ``load_from``; :func:`open_checkpoint` opens one for ``flexgraph ckpt
-convert``.
+flexgraph has the openers of its own formats and of safetensors; a strategy
+adds its own through :data:`OPENER_ENTRY_POINTS`, imported only when a path of
+its format is opened, so this layer never imports a strategy.
 """
 
 from __future__ import annotations
@@ -42,20 +34,14 @@ __all__ = ["OPENER_ENTRY_POINTS", "Opener", "open_checkpoint", "openers",
            "read_any_checkpoint", "unrecognised_by"]
 
 OPENER_ENTRY_POINTS = "flexgraph.checkpoint_openers"
-"""The entry-point group through which strategies add the openers of their formats: each
-entry is named by its format's :attr:`~flexgraph.training.formats.CheckpointFormat.key`
-and points at the opener (``path -> CheckpointSource``)."""
+"""The entry-point group of strategies' openers, each named by its format's ``key``."""
 
 Opener = Callable[[Path], CheckpointSource]
 """Opens a checkpoint of one format for reading one tensor at a time."""
 
 def open_portable_directory(path: Path) -> CheckpointSource:
-    """A portable checkpoint directory, opened as the DCP directory it is.
-
-    Its weights are saved under ``model``; they are offered under
-    ``state_dict``, where MMEngine's files and its tools keep them, so that
-    ``flexgraph ckpt convert`` writes a file MMEngine's ``load_checkpoint`` reads.
-    """
+    """A portable checkpoint opened as a DCP directory, its weights offered under ``state_dict`` as
+    MMEngine's tools expect."""
     source = open_dcp_directory(path)
     layout = {k: v for k, v in source.layout.items() if k not in ("model", "state_dict")}
     layout["state_dict"] = source.layout.get("model", {})
@@ -84,11 +70,7 @@ def _added(entry: EntryPoint) -> Opener:
 
 
 def openers() -> tuple[tuple[CheckpointFormat, Opener], ...]:
-    """Each format that opens, with its opener: flexgraph's, then those strategies add.
-
-    An added opener counts when its entry point is named by a known format's
-    key; its module is imported only when it opens a path.
-    """
+    """Each format that opens, with its opener: flexgraph's, then those strategies add."""
     by_key = {f.key: f for f in known_formats()}
     return _BUILT_IN + tuple((by_key[ep.name], _added(ep))
                              for ep in entry_points(group=OPENER_ENTRY_POINTS)
@@ -103,7 +85,7 @@ def unrecognised_by(path: Path, formats: Iterable[CheckpointFormat]) -> str:
     path : Path
         The path.
     formats : iterable of CheckpointFormat
-        The formats that were tried.
+        The formats tried.
 
     Returns
     -------
@@ -117,28 +99,19 @@ def unrecognised_by(path: Path, formats: Iterable[CheckpointFormat]) -> str:
 
 def open_checkpoint(path: str | Path, *, held: CheckpointFormat | None = None
                     ) -> CheckpointSource:
-    """The checkpoint at ``path`` opened by the opener of its format (by content).
+    """The checkpoint at ``path`` opened by the opener of its format.
 
     Parameters
     ----------
     path
-        A checkpoint of any format that opens (see :func:`openers`).
+        A checkpoint of any format that opens.
     held
-        What ``path`` holds, when the caller asked :func:`format_of` already:
-        its opener opens it, nothing is asked again. ``None``: asked here.
+        What ``path`` holds, when already recognised (``None``: asked here).
 
     Returns
     -------
     CheckpointSource
-        Its layout (every tensor a meta tensor) and a fetch of one tensor at a time.
-
-    Raises
-    ------
-    CheckpointNotFoundError
-        ``path`` does not exist.
-    CheckpointError
-        ``path`` is in no format that opens (one line naming the formats
-        tried), or cannot be read.
+        Its layout and a fetch of one tensor at a time.
     """
     path = Path(path)
     if not path.exists():
@@ -154,33 +127,17 @@ def open_checkpoint(path: str | Path, *, held: CheckpointFormat | None = None
 def read_any_checkpoint(path: str | Path, *, held: CheckpointFormat | None = None) -> Any:
     """The checkpoint at ``path`` read whole onto the CPU, whatever its format (``load_from``).
 
-    A ``torch.save`` file, or a file of no known format, is
-    :func:`~flexgraph.training.formats.read_checkpoint_file`'s (which says
-    what is wrong with a damaged one); any other format is opened by its
-    opener and read whole, in flexgraph's layout (the weights under
-    ``state_dict``).
-
     Parameters
     ----------
     path
         A checkpoint file or directory of any format that opens.
     held
-        What ``path`` holds, when the caller asked :func:`format_of` already
-        (nothing is asked again); ``None``: asked here.
+        What ``path`` holds, when already recognised (``None``: asked here).
 
     Returns
     -------
     Any
         What a ``torch.save`` file holds; for another format, its checkpoint dict.
-
-    Raises
-    ------
-    CheckpointNotFoundError
-        ``path`` does not exist.
-    UnsafeCheckpointError
-        A ``torch.save`` file holds objects that are not safe to unpickle.
-    CheckpointError
-        ``path`` is in no format that opens, or is damaged (one line naming it).
     """
     path = Path(path)
     if held is None:

@@ -1,19 +1,9 @@
 """Checkpoint formats, each recognised by what a path holds: never by its name.
 
-A suffix cannot say what a checkpoint is (MMEngine's ``.pth`` files, flexgraph's
-full-state ``.pth`` files and a renamed DCP directory all exist in the wild),
-and neither can "is it a directory". Each :class:`CheckpointFormat` looks at the
-content instead: the zip archive and its ``data.pkl`` that ``torch.save``
-writes, the ``.metadata`` file that ``torch.distributed.checkpoint`` writes
-last, the ``*model_states.pt`` files of a DeepSpeed tag, the JSON header
-that a safetensors file starts with. Every format is known
-to every strategy, so a work_dir another strategy wrote is recognised as such,
-never taken for empty.
-
-Recognising is cheap (a few bytes, a directory listing): ``--resume auto`` asks
-it of every checkpoint in a work_dir. This module imports neither torch nor
-the checkpoint IOs, so ``flexgraph plan`` says which format a path holds
-without them.
+A suffix cannot say what a checkpoint is, so each :class:`CheckpointFormat`
+looks at a few bytes or a directory listing. Every format is known to every
+strategy, so a work_dir another strategy wrote is never taken for empty. No
+torch is imported, so ``flexgraph plan`` names a path's format without it.
 """
 
 from __future__ import annotations
@@ -51,9 +41,7 @@ class CheckpointFormat:
     Parameters
     ----------
     key
-        A short identifier (``'deepspeed'``): the name of the entry point
-        through which a strategy adds the format's opener (in the
-        ``flexgraph.checkpoint_openers`` group).
+        A short identifier, also the name of the format's opener entry point.
     name
         How messages name it ("a torch.save file").
     recognise
@@ -95,12 +83,10 @@ def _is_torch_save_file(path: Path) -> bool:
 MANIFEST_NAME = "manifest.json"
 """A portable checkpoint's manifest, written last: without it the checkpoint does not count."""
 PORTABLE_MARKER = ".flexgraph-portable"
-"""Written first into a portable checkpoint, so that one without its manifest is known as
-an incomplete portable checkpoint rather than taken for another format."""
+"""Written first into a portable checkpoint, so an incomplete one is still known as one."""
 
 
 def _is_portable_directory(path: Path) -> bool:
-    """flexgraph's portable layout: its marker (written first) or its manifest (last)."""
     return path.is_dir() and ((path / PORTABLE_MARKER).is_file()
                               or (path / MANIFEST_NAME).is_file())
 
@@ -158,12 +144,12 @@ def format_of(path: Path, formats: Iterable[CheckpointFormat] | None = None
     path : Path
         A file or directory.
     formats : iterable of CheckpointFormat, optional
-        The formats to try, in order; every known one when ``None``.
+        The formats to try, in order.
 
     Returns
     -------
     CheckpointFormat or None
-        The format ``path`` holds, or ``None`` when none recognises it.
+        The format, or ``None`` when none recognises it.
     """
     return next((f for f in (known_formats() if formats is None else formats)
                  if f.recognise(path)), None)
@@ -177,9 +163,9 @@ def unrecognised(path: Path, tried: Iterable[CheckpointFormat], *, what: str) ->
     path : Path
         The path no format recognised.
     tried : iterable of CheckpointFormat
-        The formats that were tried.
+        The formats tried.
     what : str
-        What was expected (``'checkpoint'``, ``'resume checkpoint'``).
+        What was expected (``'resume checkpoint'``).
 
     Returns
     -------

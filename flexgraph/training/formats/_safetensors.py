@@ -1,12 +1,7 @@
 """safetensors files: their header, and the file opened one tensor at a time.
 
-A safetensors file holds named tensors and nothing else (no optimizer, no loop
-state), and reading it runs no code at all, so it is the format models are
-shared in. Its layout is an 8-byte little-endian header length, a JSON header
-giving each tensor's dtype, shape and byte range, then the tensors' bytes in
-that order. :func:`safetensors_header` reads the header alone;
-:func:`open_safetensors_file` opens the file through ``safetensors.safe_open``
-(memory-mapped: a tensor is read when it is fetched).
+A safetensors file holds named tensors alone and runs no code when read: an
+8-byte header length, a JSON header, then the bytes.
 """
 
 from __future__ import annotations
@@ -45,12 +40,7 @@ def safetensors_header(path: Path) -> dict[str, Any]:
     Returns
     -------
     dict
-        Its header: each tensor's dtype, shape and byte range (and ``__metadata__``).
-
-    Raises
-    ------
-    CheckpointError
-        The header cannot be read or is not a JSON object.
+        Its header.
     """
     try:
         with open(path, "rb") as f:
@@ -65,8 +55,8 @@ def safetensors_header(path: Path) -> dict[str, Any]:
 
 
 def safetensors_entries(path: Path) -> Iterator[tuple[str, Mapping[str, Any], torch.dtype]]:
-    """Each tensor's ``(name, header entry, torch dtype)`` in the file's header, in order;
-    a dtype flexgraph does not read is refused, naming the tensor."""
+    """Each tensor's ``(name, header entry, torch dtype)``, in order; an unread dtype is refused by
+    name."""
     for name, entry in safetensors_header(path).items():
         if name == "__metadata__" or not isinstance(entry, Mapping):
             continue

@@ -1,23 +1,9 @@
 """A checkpoint opened for reading one tensor at a time, whatever wrote it.
 
-``flexgraph ckpt convert`` and ``load_from`` read checkpoints that other tools
-wrote. Each format's opener opens a path as a :class:`CheckpointSource`: the
-checkpoint's *layout* in flexgraph's terms (``state_dict``, ``optimizer``,
-``meta``, ...) with a meta-device tensor standing for every tensor (its shape
-and dtype, no storage), and :meth:`CheckpointSource.fetch`, which reads one
-tensor whole onto the CPU. A writer walks the layout and fetches each tensor
-when it writes it, so a conversion holds one tensor at a time, never the
-whole checkpoint.
-
-The sources of flexgraph's own formats are here: a ``torch.save`` file (its
-tensors memory-mapped, ``weights_only=True``) and a DCP directory (one load
-plan per tensor, DCP's single-process mode). Safetensors files are in
-:mod:`flexgraph.training.formats._safetensors`; DeepSpeed's directories are
-opened by the DeepSpeed strategy's opener (``flexgraph.checkpoint_openers``).
-
-The layout of a file that holds only weights (``torch.save(model.state_dict())``,
-``{'model': ...}``, a safetensors file) is ``{'state_dict': weights}``, with
-``module.`` prefixes stripped as ``load_from`` strips them.
+Each format's opener gives a :class:`CheckpointSource`: the layout in
+flexgraph's terms with a meta tensor for every tensor, and a ``fetch`` that
+reads one tensor whole, so a conversion holds one tensor at a time. A file of
+weights alone has the layout ``{'state_dict': weights}``, ``module.`` stripped.
 """
 
 from __future__ import annotations
@@ -47,7 +33,7 @@ __all__ = ["CheckpointSource", "KeyPath", "element_at", "open_dcp_directory",
            "weights_layout"]
 
 KeyPath = tuple[Any, ...]
-"""Where a value sits in a nested checkpoint: its dict keys and list indices, outermost first."""
+"""Where a value sits in a nested checkpoint: its keys and indices, outermost first."""
 
 
 def _on_meta(value: Any) -> Any:
@@ -62,7 +48,7 @@ def _on_meta(value: Any) -> Any:
 
 
 def _mapping_like(original: Mapping[Any, Any], items: Iterator[tuple[Any, Any]]) -> dict[Any, Any]:
-    """A dict of ``items``, an OrderedDict where ``original`` is one (MMEngine's state dicts)."""
+    """A dict of ``items``, an OrderedDict where ``original`` is one."""
     return collections.OrderedDict(items) if isinstance(original, collections.OrderedDict) \
         else dict(items)
 
@@ -108,14 +94,14 @@ def replace_tensors(value: Any, make: Callable[[KeyPath, torch.Tensor], Any],
     value : Any
         A nest of mappings, lists and tuples.
     make : callable
-        ``make(path, tensor)`` gives what replaces each tensor.
+        Gives what replaces each tensor.
     path : KeyPath, default ()
         The key path of ``value`` itself.
 
     Returns
     -------
     Any
-        The copy, of the same shape (mapping types kept).
+        The copy, mapping types kept.
     """
     if isinstance(value, torch.Tensor):
         return make(path, value)
@@ -134,16 +120,15 @@ class CheckpointSource:
     Parameters
     ----------
     path
-        The checkpoint (a file or a directory).
+        The checkpoint.
     format_name
-        Its :class:`~flexgraph.training.formats.CheckpointFormat`'s name, for messages.
+        Its format's name, for messages.
     layout
         The checkpoint dict in flexgraph's layout, every tensor a meta tensor.
     fetch
-        ``KeyPath -> torch.Tensor``: the tensor at a path of ``layout``, whole,
-        on the CPU.
+        The whole tensor at a path of ``layout``, on the CPU.
     note
-        What a conversion leaves out and why (``None``: nothing), said to the user.
+        What a conversion leaves out and why, or ``None``.
     """
 
     path: Path
@@ -157,11 +142,11 @@ class CheckpointSource:
         return tensor_paths(self.layout, ())
 
     def largest_tensor_bytes(self) -> int:
-        """Bytes of the largest tensor: what reading one at a time holds at most."""
+        """Bytes of the largest tensor: the most reading one at a time holds."""
         return max((t.numel() * t.element_size() for _, t in self.tensors()), default=0)
 
     def whole(self) -> dict[str, Any]:
-        """The checkpoint with every tensor read (memory: all of them), for ``load_from``."""
+        """The checkpoint with every tensor read, for ``load_from``."""
         return replace_tensors(self.layout, lambda path, _: self.fetch(path))
 
 
@@ -171,12 +156,12 @@ def weights_layout(weights: Mapping[str, Any]) -> dict[str, Any]:
     Parameters
     ----------
     weights : Mapping
-        Tensors by key, as a ``state_dict``.
+        Tensors by key.
 
     Returns
     -------
     dict
-        ``{'state_dict': {key: tensor}}``.
+        The layout.
     """
     return {"state_dict": {str(k).removeprefix("module."): v for k, v in weights.items()}}
 
@@ -187,7 +172,6 @@ def _is_tensor_dict(value: Any) -> bool:
 
 
 def _flexgraph_layout(checkpoint: Any, path: Path) -> dict[str, Any]:
-    """A loaded torch.save object in flexgraph's layout (see the module docstring)."""
     if _is_tensor_dict(checkpoint):
         return weights_layout(checkpoint)
     if not isinstance(checkpoint, Mapping):
@@ -202,7 +186,7 @@ def _flexgraph_layout(checkpoint: Any, path: Path) -> dict[str, Any]:
 
 
 def open_torch_file(path: Path) -> CheckpointSource:
-    """A ``torch.save`` file, its tensors memory-mapped (read from disk as they are fetched)."""
+    """A ``torch.save`` file, its tensors memory-mapped."""
     mapped = _flexgraph_layout(read_checkpoint_file(path, mmap=True), path)
     return CheckpointSource(path, TORCH_SAVE_FILE.name, _on_meta(mapped),
                             lambda key: element_at(mapped, key))
@@ -227,12 +211,8 @@ def _set_at(root: dict[str, Any], path: KeyPath, value: Any) -> None:
 
 
 def open_dcp_directory(path: Path) -> CheckpointSource:
-    """A DCP directory: its layout from ``.metadata`` and ``extra.pth``; a tensor per load plan.
-
-    Non-tensor items (the optimizer's ``param_groups``) are small and read at
-    once; each tensor is read by its own single-process ``dcp.load`` of that
-    key alone, so only its bytes are read.
-    """
+    """A DCP directory: its layout from ``.metadata`` and ``extra.pth``; each tensor read by its own
+    ``dcp.load``."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     problem = dcp_problem(path, need_extra=False)
@@ -278,11 +258,7 @@ def open_dcp_directory(path: Path) -> CheckpointSource:
 
 @contextlib.contextmanager
 def single_process_dcp() -> Iterator[None]:
-    """DCP in this process alone, as asked (``no_dist=True``).
-
-    Without its warning that torch.distributed is not initialised, which here is
-    no news.
-    """
+    """DCP in this process alone (``no_dist=True``), without its warning about it."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         yield

@@ -1,25 +1,11 @@
 """Reading a checkpoint file safely, and what is wrong with one, in a line naming it.
 
-``torch.load`` reports a damaged file from deep inside its reader or its
-unpickler (``IndexError: pop from empty list``, ``invalid load key``, a miniz
-message), or not at all: it never checks the CRC-32 that ``torch.save``
-stores for every member of its zip archive, so a file whose tensor bytes
-changed on disk loads, with wrong weights. Here a file is checked before it is
-unpickled, and a failure is turned into a sentence:
-
-* a directory (a sharded checkpoint given to a whole-model loader, or none);
-* empty (0 bytes);
-* truncated: a zip archive without the directory ``torch.save`` writes last;
-* corrupt: a member fails its CRC-32 check, or the unpickler fails;
-* foreign: a zip without ``data.pkl`` (NumPy ``.npz``, ...), safetensors
-  (which ``load_from`` reads through its own opener), NumPy ``.npy``, HDF5,
-  gzip, a plain pickle, text.
-
-The CRCs are verified in place, over a read-only map of the file (no copy;
-from the page cache when it fits in memory), before ``torch.load`` reads or
-maps it; files written with
-``torch.serialization.set_crc32_options(False)`` carry no CRCs and are not
-verified.
+``torch.load`` reports a damaged file from deep inside its unpickler, or not
+at all: it never checks the CRC-32 ``torch.save`` stores per zip member, so
+changed tensor bytes load as wrong weights. Here a file is checked first (in
+place, over a read-only map) and a failure becomes a sentence: a directory,
+empty, truncated, corrupt, or another format. Files saved without CRCs are
+not verified.
 """
 
 from __future__ import annotations
@@ -62,12 +48,12 @@ def directory_problem(path: Path) -> str:
     Parameters
     ----------
     path : Path
-        A directory given where a checkpoint file was expected.
+        A directory given where a file was expected.
 
     Returns
     -------
     str
-        One line saying what the directory is and what to do.
+        One line saying what it is and what to do.
     """
     if (path / ".metadata").is_file():
         return (f"{_named(path)} is a sharded checkpoint directory (torch.distributed."
@@ -106,11 +92,8 @@ def _first_bad_member(path: Path, archive: zipfile.ZipFile,
                       members: list[zipfile.ZipInfo]) -> str | None:
     """The first member whose bytes fail their CRC-32, or ``None``.
 
-    ``torch.save`` stores its members uncompressed, so each one's bytes are a
-    range of the file: they are checked in place, through a read-only map of
-    the file (no copy; ``zlib.crc32`` runs without the GIL), and stay in the
-    page cache for ``torch.load`` to map or read next. An archive with
-    compressed members is checked through :mod:`zipfile`.
+    ``torch.save``'s members are stored uncompressed, so each is checked in place
+    over a map of the file and stays in the page cache for ``torch.load``.
     """
     if any(m.compress_type != zipfile.ZIP_STORED for m in members):
         return archive.testzip()
@@ -119,8 +102,7 @@ def _first_bad_member(path: Path, archive: zipfile.ZipFile,
 
 
 def _member_intact(mapped: mmap.mmap, member: zipfile.ZipInfo) -> bool:
-    """Whether ``member``'s local header is where the directory says and its bytes match
-    its CRC-32 (every view of the map released before the map is closed)."""
+    """Whether ``member``'s header is where the directory says and its bytes match its CRC-32."""
     header = member.header_offset
     if mapped[header:header + 4] != _ZIP_MAGIC:
         return False
@@ -131,22 +113,19 @@ def _member_intact(mapped: mmap.mmap, member: zipfile.ZipInfo) -> bool:
 
 
 def file_problem(path: Path, *, verify: bool = True) -> str | None:
-    """What is wrong with the would-be checkpoint file ``path``, or ``None``.
-
-    ``None`` only says nothing was found: a file in torch's legacy (non-zip)
-    format, or in no known format, is left for ``torch.load`` to judge.
+    """What is wrong with the would-be checkpoint file ``path``, or ``None`` (nothing found).
 
     Parameters
     ----------
     path : Path
         The file.
     verify : bool, default True
-        Read every zip member for its CRC-32; ``False`` checks the structure only.
+        Check every member's CRC-32; ``False``: the structure only.
 
     Returns
     -------
     str or None
-        One line naming the file and what is wrong, or ``None``.
+        One line naming the file and what is wrong.
     """
     if not path.exists():
         return f"{_named(path)} does not exist"
@@ -202,10 +181,8 @@ def _first_line(exc: BaseException) -> str:
 def _refusal(exc: pickle.UnpicklingError, path: Path) -> str | None:
     """What weights_only refused, or ``None`` when the pickle is merely broken.
 
-    A torch.save zip got here with its CRC-32s checked: its pickle is what was
-    written, so a failure is a refusal of what it holds. Elsewhere (torch's
-    legacy format, no CRCs to check) only a named global tells a refusal from a
-    corrupt pickle.
+    In a CRC-checked zip the pickle is what was written, so a failure is a
+    refusal; elsewhere only a named global tells one.
     """
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     named = next((line for line in lines if "GLOBAL" in line or "global" in line), None)
@@ -224,15 +201,11 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False, verify: bool =
     Parameters
     ----------
     path
-        A ``torch.save`` file (a flexgraph or MMEngine checkpoint, a raw state dict).
+        A ``torch.save`` file.
     mmap
-        Map the tensors' bytes instead of reading them (zip files; torch's
-        legacy format is read whole): for looking at shapes and dtypes in
-        memory bounded by the metadata, as ``flexgraph ckpt inspect`` does.
+        Map the tensors' bytes instead of reading them (zip files).
     verify
-        Check every member's CRC-32 first (reads the whole file). ``False``
-        checks the zip directory alone, for a reader of a few rows
-        (:func:`flexgraph.training.formats.map_checkpoint`).
+        Check every member's CRC-32 first; ``False`` checks the zip directory alone.
 
     Returns
     -------
@@ -241,15 +214,10 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False, verify: bool =
 
     Raises
     ------
-    CheckpointNotFoundError
-        ``path`` does not exist.
     UnsafeCheckpointError
-        The file holds objects other than tensors, plain containers and the few
-        types MMEngine's checkpoints hold
-        (:func:`flexgraph.training.formats.mmengine_globals`).
+        The file holds types beyond tensors, containers and MMEngine's few.
     CheckpointError
-        Anything else that keeps it from being a readable checkpoint (see the
-        module docstring); the message names the file and the problem.
+        Anything else; the message names the file and the problem.
     """
     path = Path(path)
     if not path.exists():

@@ -25,6 +25,7 @@ from flexgraph.core.graph import CycleError, Edge, Graph
 from flexgraph.core.rewrite import Fuse, IfAbsent, IfPresent, Insert, Replace, Rewrite
 from flexgraph.core.states import (
     Placer,
+    changes_model,
     implied_needs,
     model_line,
     model_states,
@@ -100,6 +101,8 @@ class AppliedRewrite:
     """Its reason: its own ``why``, else the texts of the checks that keep its order."""
     skipped: str | None = None
     """Why a conditional rewrite did not apply (``None``: it applied)."""
+    steps: tuple[str, ...] = ()
+    """The steps it names or brings in, applied or not."""
 
     @property
     def applied(self) -> bool:
@@ -157,16 +160,40 @@ class Plan:
         history = self.history.get(name, ())
         return history[-1] if history else BASE
 
+    def why(self, origin: Origin) -> str:
+        """The reason of the rewrite behind ``origin`` (``""``: none, or a placement)."""
+        return next((r.why for r in self.rewrites
+                     if (r.strategy, r.index) == (origin.strategy, origin.index)), "")
+
     def explain(self, name: str) -> str:
-        """Why ``name`` sits where it does, in lines: its origins and edges (``--explain``)."""
+        """Why ``name`` sits where it does, in lines (``--explain``).
+
+        Its origins with their reasons, the conditional rewrites about it that
+        were skipped, what it needs of the model and the model after it, and
+        its edges.
+        """
         step = self.graph.step(name)
         position = self.order.index(name)
         lines = [f"{name} is step {position + 1} of {len(self.order)} ({step.fn_name})"]
         history = self.history.get(name, ())
-        if history:
-            lines += [f"  {h}" for h in history]
-        else:
+        if step.user:
+            lines.append(f"  the user's step ({step.user})")
+        for origin in history:
+            lines.append(f"  {origin}")
+            if self.why(origin):
+                lines.append(f"    why: {self.why(origin)}")
+        if not history and not step.user:
             lines.append("  declared by the base graph, untouched by the strategy")
+        for skipped in self.rewrites:
+            if skipped.skipped is not None and name in skipped.steps:
+                lines.append(f"  skipped {skipped.strategy} #{skipped.index + 1}: "
+                             f"{skipped.description} ({skipped.skipped})")
+        needs = step.needs or self.implied.get(name, ())
+        if needs:
+            said = "declared" if step.needs else "what its anchors mean in the base graph"
+            lines.append(f"  needs of the model: {', '.join(sorted(needs))} ({said})")
+        if changes_model(step) and self.states.get(name):
+            lines.append(f"  the model after it: {', '.join(self.states[name])}")
         incoming = sorted(
             (e for e in self.edges if e.target == name), key=lambda e: self.order.index(e.source)
         )
@@ -207,6 +234,7 @@ def _named(rewrite: Rewrite) -> set[str]:
     """The steps ``rewrite`` refers to or brings in."""
     names = set(rewrite.touches)
     while isinstance(rewrite, IfPresent):
+        names.add(rewrite.step)
         rewrite = rewrite.rewrite
     if isinstance(rewrite, (Insert, Replace)):
         names.add(rewrite.step.name)
@@ -264,6 +292,7 @@ def _apply_all(rewrites: tuple[Rewrite, ...], owner: str, where: str, current: G
             consumed=MappingProxyType(_consumed(before, current, touched)),
             why=_reason(rewrite, checks),
             skipped=skipped,
+            steps=tuple(sorted(_named(rewrite))),
         )
         records.append((record, rewrite))
         for name, action in touched.items():

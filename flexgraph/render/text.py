@@ -1,8 +1,11 @@
 """The plan as a table: the view ``flexgraph plan`` prints by default.
 
 One row per step in execution order; a touched step's origin is in its
-action's colour and in words, so a pipe loses nothing. Cells are
-:class:`rich.text.Text`, never markup, so a ``[`` in a name prints as itself.
+action's colour and in words, so a pipe loses nothing, and ``user`` marks the
+user's steps. The caption lists each rewrite with its reason (or why it was
+skipped), each step placed by its needs, and the model's state after each
+step that makes or changes it. Cells are :class:`rich.text.Text`, never
+markup, so a ``[`` in a name prints as itself.
 
 Eight columns rarely fit a terminal, and rich's squeezing folds names mid-word,
 so the table fits itself to its width, giving way where a reader minds least:
@@ -18,7 +21,14 @@ from rich.table import Table
 from rich.text import Text
 
 from flexgraph.core.plan import Plan
-from flexgraph.render._changes import COLOURS, history, rewrite_label
+from flexgraph.render._changes import (
+    COLOURS,
+    history,
+    is_user,
+    model_words,
+    rewrite_count,
+    rewrite_lines,
+)
 from flexgraph.render._table_style import TABLE_STYLE
 
 COLUMNS = ("#", "stage", "step", "fn", "requires", "provides", "updates", "origin")
@@ -37,31 +47,41 @@ def _fn_text(ref: str, split: bool) -> Text:
 
 
 def origin_text(plan: Plan, name: str) -> Text:
-    """``base`` (dim), or one coloured line per origin of ``name`` (``"replaced by ddp #1"``).
+    """``base`` (dim), ``user``, then one coloured line per origin (``"replaced by ddp #1"``).
 
     The rewrite itself is spelled out in the caption, on one line rather than
     folded in a column.
     """
-    entries = history(plan, name)
-    if not entries:
+    lines = [("user", COLOURS["user"])] if is_user(plan, name) else []
+    lines += [(origin.short, COLOURS.get(origin.action, "")) for origin in history(plan, name)]
+    if not lines:
         return Text("base", style=COLOURS["base"])
     text = Text()
-    for i, origin in enumerate(entries):
+    for i, (line, style) in enumerate(lines):
         if i:
             text.append("\n")
-        short = f"{origin.action} by {origin.strategy} #{(origin.index or 0) + 1}"
-        text.append(short, style=COLOURS.get(origin.action, ""))
+        text.append(line, style=style)
     return text
 
 
 def plan_caption(plan: Plan) -> Text:
-    """The counts line, then one ``ddp #1: <rewrite>`` line per applied rewrite."""
-    text = Text(
-        f"{len(plan.order)} steps in {len(plan.stages)} stages; "
-        f"{len(plan.rewrites)} rewrites applied"
-    )
+    """The counts line, each rewrite (``ddp #1: <rewrite>``) with its reason or why it was
+    skipped, each step placed by its needs, then the model after each step that changes it."""
+    text = Text(f"{len(plan.order)} steps in {len(plan.stages)} stages; {rewrite_count(plan)}")
     for applied in plan.rewrites:
-        text.append(f"\n  {rewrite_label(applied)}: {applied.description}")
+        for line in rewrite_lines(applied):
+            text.append(f"\n  {line}")
+    for name in plan.order:
+        for origin in history(plan, name):
+            if origin.action == "placed":
+                text.append(f"\n  {name} {origin}")
+    states = [(name, model_words(plan, name)) for name in plan.order]
+    states = [(name, words) for name, words in states if words]
+    if states:
+        text.append("\nthe model after each step that changes it:")
+        width = max(len(name) for name, _ in states)
+        for name, words in states:
+            text.append(f"\n  {name:<{width}}  {', '.join(words)}")
     return text
 
 

@@ -125,7 +125,7 @@ def test_json(spec):
     result = flexgraph("plan", spec, "--format", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["schema"] == "flexgraph.plan/1"
+    assert data["schema"] == "flexgraph.plan/2"
     assert data["strategy"] == "demo"
     assert [s["name"] for s in data["steps"]] == [
         "setup_env", "build_model", "init_weights", "freeze_backbone", "shard_model",

@@ -166,3 +166,24 @@ def test_the_example_with_its_needs_declared_runs_where_they_hold(strategy_name,
     plan = plan_with(user_step(**EXAMPLE, needs=needs), strategy_name)
     assert where_it_runs(plan.graph, "count_and_freeze").startswith(f"after {after_step}")
     assert plan.order.index(after_step) < plan.order.index("count_and_freeze")
+
+
+# --explain: the reason for every step a strategy touched -------------------------------------
+
+
+@pytest.mark.parametrize("strategy_name", [n for n in STRATEGIES if n != "none"])
+def test_explain_gives_the_reason_of_every_rewrite_that_touched_a_step(strategy_name) -> None:
+    from flexgraph.render import explain_step
+    from flexgraph.render._changes import gone_steps
+
+    options, derived = STRATEGIES[strategy_name]
+    plan = make_plan(BASE, get_strategy(dict(options)), derived=derived)
+    assert all(r.why for r in plan.rewrites), [r.description for r in plan.rewrites
+                                               if not r.why]
+    for name, origins in plan.history.items():
+        lines = explain_step(plan, name).splitlines()
+        for origin in origins:
+            at = lines.index(f"  {origin}")
+            assert lines[at + 1] == f"    why: {plan.why(origin)}", (name, lines)
+    for name in gone_steps(plan):
+        assert "    why: " in explain_step(plan, name), name

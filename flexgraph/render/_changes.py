@@ -53,13 +53,13 @@ def rewrite_label(applied: AppliedRewrite) -> str:
     return f"{applied.strategy} #{applied.index + 1}"
 
 
-def rewrite_lines(applied: AppliedRewrite, why: bool = True) -> list[str]:
-    """``ddp #1: <rewrite>``, then ``skipped: ...`` when it did not apply, else (``why``)
-    its ``why: ...``."""
+def rewrite_lines(applied: AppliedRewrite) -> list[str]:
+    """``ddp #1: <rewrite>``, then ``skipped: ...`` when it did not apply, else its
+    ``why: ...``."""
     lines = [f"{rewrite_label(applied)}: {applied.description}"]
     if applied.skipped is not None:
         lines.append(f"  skipped: {applied.skipped}")
-    elif why and applied.why:
+    elif applied.why:
         lines.append(f"  why: {applied.why}")
     return lines
 
@@ -95,17 +95,23 @@ def first_action(plan: Plan, name: str) -> str:
     return "user" if is_user(plan, name) else "base"
 
 
-def has_facts(plan: Plan) -> bool:
-    """Whether ``plan``'s steps say what they make of the model (views then show its state)."""
-    return any(s.gives or s.ends for s in plan.graph.steps)
-
-
 def model_words(plan: Plan, name: str) -> tuple[str, ...]:
     """The model's facts after step ``name``, when it makes or changes the model (else ``()``)."""
     step = plan.graph.by_name[name]
     if MODEL not in step.provides + step.updates:
         return ()
     return plan.states.get(name) or ()
+
+
+def model_lines(plan: Plan) -> list[str]:
+    """``the model after each step that changes it:`` and a line per such step, or ``[]``."""
+    states = [(name, model_words(plan, name)) for name in plan.order]
+    states = [(name, words) for name, words in states if words]
+    if not states:
+        return []
+    width = max(len(name) for name, _ in states)
+    return ["the model after each step that changes it:"] + [
+        f"  {name:<{width}}  {', '.join(words)}" for name, words in states]
 
 
 def needs_words(plan: Plan, name: str) -> str:

@@ -2,9 +2,9 @@
 
 Left the base order, right the planned order, one row per position; each step
 marked with what the strategy did to it (or ``u``, the user's), in colour on a
-terminal and by the one-character markers of the legend in a pipe, with the
-model's state after it and each change's reason. The rewrites follow, applied
-or skipped, with their reasons.
+terminal and by the one-character markers of the legend in a pipe. The
+rewrites follow, each with its reason or why it was skipped, then the model's
+state after each step that changes it.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from flexgraph.render._changes import (
     Gone,
     first_action,
     gone_steps,
-    has_facts,
     history,
-    model_words,
+    model_lines,
     rewrite_count,
     rewrite_lines,
 )
@@ -49,10 +48,7 @@ def _change_cell(plan: Plan, name: str | None, gone: Gone | None) -> Text:
     text = Text()
     lines: list[tuple[str, str]] = []
     if name is not None:
-        for origin in history(plan, name):
-            lines.append((str(origin), COLOURS.get(origin.action, "")))
-            if plan.why(origin):
-                lines.append((f"  why: {plan.why(origin)}", "dim"))
+        lines += [(str(o), COLOURS.get(o.action, "")) for o in history(plan, name)]
     if gone is not None and all(o.index != gone.rewrite.index for o in history(plan, name or "")):
         lines.append((f"{gone.name} {gone}", COLOURS["removed"]))
     for i, (line, style) in enumerate(lines):
@@ -73,7 +69,7 @@ def legend() -> Text:
 
 
 def rewrite_list(plan: Plan) -> Text:
-    """The rewrites, one numbered line each (``  ddp #1: replace ...``), and why any skipped."""
+    """The rewrites, one numbered line each (``  ddp #1: replace ...``), with their reasons."""
     if not plan.rewrites:
         return Text("no rewrites applied: the plan is the base graph's order")
     counted = rewrite_count(plan)
@@ -81,8 +77,8 @@ def rewrite_list(plan: Plan) -> Text:
         text = Text(f"rewrites applied by {plan.strategy}:")
     else:
         text = Text(f"rewrites of {plan.strategy} ({counted.partition(': ')[2]}):")
-    for applied in plan.rewrites:  # the table gives the reasons of those that applied
-        for line in rewrite_lines(applied, why=False):
+    for applied in plan.rewrites:
+        for line in rewrite_lines(applied):
             text.append(f"\n  {line}")
     return text
 
@@ -95,20 +91,16 @@ def plan_diff(plan: Plan) -> RenderableType:
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("base", overflow="fold")
     table.add_column("plan", overflow="fold")
-    facts = has_facts(plan)
-    if facts:
-        table.add_column("model", overflow="fold")
     table.add_column("change", overflow="fold")
     for position in range(max(len(plan.base_order), len(plan.order))):
         base = plan.base_order[position] if position < len(plan.base_order) else None
         planned = plan.order[position] if position < len(plan.order) else None
         taken = gone.get(base) if base is not None else None
-        model = [Text("\n".join(model_words(plan, planned)) if planned else "")] if facts else []
         table.add_row(
             Text(str(position + 1)),
             _base_cell(base, taken) if base is not None else Text(""),
             _planned_cell(plan, planned) if planned is not None else Text(""),
-            *model,
             _change_cell(plan, planned, taken),
         )
-    return Group(table, legend(), Text(""), rewrite_list(plan))
+    model = [Text(""), Text("\n".join(model_lines(plan)))] if model_lines(plan) else []
+    return Group(table, legend(), Text(""), rewrite_list(plan), *model)

@@ -25,7 +25,7 @@ from flexgraph.render._changes import (
     COLOURS,
     history,
     is_user,
-    model_words,
+    model_lines,
     rewrite_count,
     rewrite_lines,
 )
@@ -75,13 +75,8 @@ def plan_caption(plan: Plan) -> Text:
         for origin in history(plan, name):
             if origin.action == "placed":
                 text.append(f"\n  {name} {origin}")
-    states = [(name, model_words(plan, name)) for name in plan.order]
-    states = [(name, words) for name, words in states if words]
-    if states:
-        text.append("\nthe model after each step that changes it:")
-        width = max(len(name) for name, _ in states)
-        for name, words in states:
-            text.append(f"\n  {name:<{width}}  {', '.join(words)}")
+    for line in model_lines(plan):
+        text.append(f"\n{line}")
     return text
 
 

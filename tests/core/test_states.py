@@ -236,3 +236,9 @@ def test_skipped_conditionals_keep_their_number_and_say_why() -> None:
         (2, True, None),
         (3, False, "load_checkpoint is planned"),
     ]
+
+
+def test_an_updater_may_anchor_on_the_producer_alone() -> None:
+    graph = line_graph().extend([mk("first", updates="model", after="build_model")])
+    assert graph.chains["model"][0] == "first"
+    assert make_plan(graph).order[:2] == ("build_model", "first")

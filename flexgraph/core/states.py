@@ -19,7 +19,7 @@ the user can ask for instead. A placement is a walk over the line.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 import networkx as nx
@@ -170,7 +170,7 @@ class Placer:
     strategy: str | None
     base: Graph
     implied: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
-    records: Sequence[tuple[Any, Rewrite]] = ()
+    records: Sequence[tuple[Record, Rewrite]] = ()
 
     # what a step needs ------------------------------------------------------
 
@@ -357,7 +357,8 @@ class Placer:
                                 for f in sorted(set(needs) - line[i].state))
         slot_of_fact = {f: next(i for i in span if f not in line[i].state) for f in missing}
         clauses = "; ".join(self._missing(graph, line, slot_of_fact[f], f) for f in missing)
-        source = (f"what {_anchors(step)} mean in the base graph" if implied else "declared")
+        verb = "mean" if len(step.after + step.before) > 1 else "means"
+        source = f"what {_anchors(step)} {verb} in the base graph" if implied else "declared"
         alternatives = self._needs_alternatives(graph, step, needs, line, target)
         instead = ("declare " + " or ".join(alternatives) if alternatives else
                    f"anchor it on one of: {', '.join(p.name for p in line if p.name)}")

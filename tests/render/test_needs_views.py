@@ -18,9 +18,9 @@ from flexgraph import (
     Strategy,
     make_plan,
 )
+from flexgraph.render import diff as diff_view
 from flexgraph.render import explain_step, plan_diff, plan_json, plan_table, plan_to_dict
 from flexgraph.render.plan_change import plan_change_view, plan_changes
-from tests.render.test_diff_view import rows
 
 
 def steps() -> list[Step]:
@@ -91,10 +91,11 @@ def test_the_caption_counts_the_skipped_rewrites_and_says_why(plan, plain):
 
 def test_the_diff_marks_the_users_steps_and_gives_each_change_its_reason(plan, plain):
     text = unpadded(plain(plan_diff(plan), width=200))
-    table = rows(text)
-    placed = next(row for row in table.values() if "> freeze" in row)
+    table = [" ".join(cell.plain for cell in row) for row in diff_view._rows(plan)]
+    placed = next(row for row in table if row.startswith("  5 > freeze"))
     assert "placed by need: after load_checkpoint" in placed
-    assert any("u count" in row for row in table.values())
+    assert "4 > freeze -> 5" in table[3]
+    assert any("7 u count" in row for row in table)
     assert "why: the engine wraps the model" in text
     assert "> placed   u user" in text
     listing = text[text.index("rewrites of engine (2 applied, 2 skipped):"):]

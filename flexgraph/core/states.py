@@ -33,6 +33,19 @@ from flexgraph.core.validate import check
 ANCHOR_FACTS = frozenset({"whole", "initialised", "loaded", "unwrapped"})
 """The facts a user's name anchors imply: what the model is, not how it is held."""
 
+FACTS = {
+    "whole": "every rank holds every parameter's full value",
+    "unwrapped": "the user's module itself, in no distribution wrapper",
+    "initialised": "the weights hold their init values on every rank",
+    "loaded": "load_from is applied",
+    "sharded": "FSDP2 / HSDP shards",
+    "partitioned": "ZeRO-3 partitions",
+    "in_engine": "inside DeepSpeed's engine (it owns the optimizer and the precision)",
+    "on_device": "the parameters have storage on env.device",
+    "compiled": "torch.compile is applied",
+}
+"""The facts the standard graph and the built-in strategies declare, each in plain words."""
+
 
 class PlacementError(GraphError):
     """A step's needs hold nowhere in the plan, or its anchors contradict the plan's order.

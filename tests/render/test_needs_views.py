@@ -44,14 +44,19 @@ ENGINE = Strategy("engine", [
 ])
 
 
-@pytest.fixture
-def plan():
+def needs_plan(strategy: Strategy = ENGINE):
+    """``steps()`` with two steps of the user's, one placed by its needs, under ``strategy``."""
     count = Step("count", "mine:count", requires="model", after="load_checkpoint",
                  needs="loaded", user="custom_steps")
     freeze = Step("freeze", "mine:freeze", updates="model", after="load_checkpoint",
                   before="wrap_model", needs="loaded", user="custom_steps")
     graph = Graph.of(steps(), inputs=["cfg"]).extend([freeze, count])
-    return make_plan(graph, ENGINE)
+    return make_plan(graph, strategy)
+
+
+@pytest.fixture
+def plan():
+    return needs_plan()
 
 
 def test_the_table_marks_the_users_steps_and_says_what_the_model_is_after_each(plan, plain):

@@ -79,9 +79,13 @@ def plan_caption(plan: Plan, width: int | None = None) -> Text:
 def hanging(line: Text, width: int) -> Text:
     """``line`` wrapped to ``width``, its continuation lines indented four spaces past it."""
     indent = len(line.plain) - len(line.plain.lstrip(" ")) + 4
-    first, *rest = wrap(line, width).split("\n")
-    rest = wrap(Text("\n").join(rest), width - indent).split("\n") if rest else []
-    return Text("\n").join([first, *(Text(" " * indent) + r for r in rest)])
+    first = wrap(line, width).split("\n")[0]
+    rest = line[len(first.plain):]
+    rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")):]
+    if not rest.plain:
+        return first
+    return Text("\n").join([first, *(Text(" " * indent) + r
+                                     for r in wrap(rest, width - indent).split("\n"))])
 
 
 def plan_title(plan: Plan) -> str:

@@ -32,6 +32,7 @@ from flexgraph.core.rewrite import (
     Rewrite,
     RewriteDefinitionError,
 )
+from flexgraph.core.states import PlacementError
 from flexgraph.core.step import (
     Step,
     StepDefinitionError,
@@ -67,6 +68,7 @@ __all__ = [
     "MissingInputError",
     "Move",
     "Origin",
+    "PlacementError",
     "Plan",
     "PlanCheckError",
     "Precedes",

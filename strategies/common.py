@@ -31,7 +31,9 @@ def join_process_group(device: str | None, dist_cfg: Mapping[str, Any] | None) -
     return Replace("setup_env", Step(
         "setup_env", "flexgraph.training.runtime:setup_process_group",
         requires="cfg", provides="env", params={"device": device, **dict(dist_cfg or {})},
-        doc="join the process group, pick this rank's device"))
+        doc="join the process group, pick this rank's device"),
+        why="every rank joins the process group, and takes its own device, before anything "
+            "is built")
 
 
 def format_rewrites(checkpoint_format: str) -> list[Configure]:
@@ -47,7 +49,9 @@ def format_rewrites(checkpoint_format: str) -> list[Configure]:
     """
     if checkpoint_format == "native":
         return []
-    return [Configure("build_checkpointer", {"checkpoint_format": checkpoint_format})]
+    return [Configure("build_checkpointer", {"checkpoint_format": checkpoint_format},
+                      why="portable checkpoints: by parameter name, resumable under every "
+                          "strategy")]
 
 
 def refuse(strategy: str, key: str, why: str) -> StrategyOptionError:

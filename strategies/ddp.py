@@ -56,7 +56,11 @@ def ddp(
                     updates="model",
                     params={"model_wrapper": dict(model_wrapper or {}), "sync_bn": sync_bn},
                     doc="wrap in DistributedDataParallel",
+                    gives="on_device",
+                    ends="unwrapped",
                 ),
+                why="DistributedDataParallel averages the gradients across ranks; it wraps "
+                    "the loaded model, so its first broadcast carries the loaded weights",
             ),
             *format_rewrites(checkpoint_format),
         ],

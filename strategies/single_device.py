@@ -21,7 +21,8 @@ def single_device(device: str | None = None, checkpoint_format: str = "native") 
     -------
     Strategy
     """
-    rewrites = [Configure("setup_env", {"device": device})] if device else []
+    rewrites = [Configure("setup_env", {"device": device},
+                          why="train on the device the strategy names")] if device else []
     rewrites += format_rewrites(checkpoint_format)
     return Strategy(SINGLE.name, rewrites, doc="one process, one device", world_size="one",
                     memory_model=SINGLE.memory_model, memory_options={"device": device})

@@ -3,7 +3,7 @@
 CONFIG is a YAML spec (``.yaml`` / ``.yml``) or a Python config (``.py``: an
 MMEngine-style cfg.py or a pipeline script); the spec layer loads either. The
 plan is printed to stdout in one of four formats (``text``, the default table;
-``json``, the stable ``flexgraph.plan/1`` schema; ``dot``; ``mermaid``), or as
+``json``, the stable ``flexgraph.plan/2`` schema; ``dot``; ``mermaid``), or as
 a diff against the base graph (``--diff``), or as the reasons one step sits
 where it does (``--explain STEP``). Planning imports no step function, so this
 never imports torch and is safe to run anywhere, CI included.
@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-f",
         choices=FORMATS,
         default="text",
-        help="text (table, default), json (schema flexgraph.plan/1), dot (Graphviz), mermaid, "
+        help="text (table, default), json (schema flexgraph.plan/2), dot (Graphviz), mermaid, "
         "html (one self-contained page; with --estimate or --compare, memory per step)",
     )
     parser.add_argument("--output", "-o", metavar="FILE",

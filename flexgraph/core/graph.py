@@ -8,8 +8,10 @@ Edges (:func:`derive_edges`): producer -> first updater -> ... -> last updater;
 producer or last updater -> each consumer, unless the consumer is ordered
 ``before`` an updater (then it follows only those ahead of it); and each step's
 ``after`` / ``before``. Steps declared together chain in list order; a step
-added later to a chain must name its place (``after`` / ``before`` a member),
-or :class:`AmbiguousOrderError`.
+added later to a chain must name its place (``after`` / ``before`` a member,
+or its producer), or :class:`AmbiguousOrderError`. A user's step
+(:attr:`Step.user`) that names a step the graph does not have waits in
+:attr:`Graph.pending` for the plan to place it: a strategy may bring that step.
 """
 
 from __future__ import annotations
@@ -91,6 +93,9 @@ class Graph:
         Each updated artifact's updaters in order (:meth:`of` derives them).
     inputs : iterable of str, optional
         Artifacts supplied from outside.
+    pending : iterable of Step, optional
+        User steps anchored on steps the graph lacks, placed when it is planned
+        (:func:`~flexgraph.make_plan`); not among its steps.
 
     Examples
     --------
@@ -105,10 +110,11 @@ class Graph:
         converter=_freeze_chains, eq=lambda c: dict(c)
     )
     inputs: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    pending: tuple[Step, ...] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
         seen: set[str] = set()
-        for s in self.steps:
+        for s in self.steps + self.pending if self.pending else self.steps:
             if s.name in seen:
                 raise DuplicateStepError(
                     f"two steps are named {s.name!r}; step names must be unique"
@@ -129,9 +135,22 @@ class Graph:
         return self.extend([step])
 
     def extend(self, steps: Iterable[Step] | Graph) -> Graph:
-        """A graph with ``steps`` appended, chained among themselves as :meth:`of` does."""
-        other = steps if isinstance(steps, Graph) else Graph.of(steps)
-        return self | other
+        """A graph with ``steps`` appended, chained among themselves as :meth:`of` does.
+
+        A user's step that names a step neither the graph nor ``steps`` has yet
+        goes to :attr:`pending` instead.
+        """
+        if isinstance(steps, Graph):
+            return self | steps
+        known = set(self.by_name)
+        placed, pending = [], []
+        for s in steps:
+            if s.user and any(name not in known for name in s.after + s.before):
+                pending.append(s)
+            else:
+                placed.append(s)
+                known.add(s.name)
+        return self | attrs.evolve(Graph.of(placed), pending=pending)
 
     def __or__(self, other: Graph) -> Graph:
         """Union: ``other``'s steps appended, chains merged (see :meth:`extend`)."""
@@ -142,7 +161,8 @@ class Graph:
             raise DuplicateStepError(
                 f"cannot combine graphs: both have step {clash[0]!r}; rename one or use a Replace"
             )
-        merged = Graph(self.steps + other.steps, self.chains, self.inputs | other.inputs)
+        merged = Graph(self.steps + other.steps, self.chains, self.inputs | other.inputs,
+                       self.pending + other.pending)
         chains = dict(merged.chains)
         for artifact, incoming in other.chains.items():
             chain = list(chains.get(artifact, ()))
@@ -274,6 +294,8 @@ class Graph:
             return max(chain.index(n) for n in after) + 1
         if before:
             return min(chain.index(n) for n in before)
+        if self.producers.get(artifact) in step.after:
+            return 0
         raise AmbiguousOrderError(
             f"steps {step.name!r} and {chain[-1]!r} both update {artifact!r} with no order "
             f"between them; give {step.name!r} after= or before= one of: {', '.join(chain)}"

@@ -2,7 +2,8 @@
 
 A rewrite refuses a step that does not exist (with a did-you-mean), describes
 itself in one line, and returns the new graph with what it did to which step,
-so a plan can say where each step came from.
+so a plan can say where each step came from. Its ``why`` says what it is for;
+plans show it beside the rewrite.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def _anchor(after: str | None, before: str | None, what: str) -> None:
 
 
 class Rewrite:
-    """Base class of the rewrites: :meth:`apply`, :meth:`describe` and :attr:`touches`.
+    """Base class of the rewrites: :meth:`apply`, :meth:`describe`, :attr:`touches`, ``why``.
 
     Examples
     --------
@@ -92,6 +93,9 @@ class Rewrite:
     >>> new.names, touched
     (('load', 'clean', 'train'), {'clean': 'inserted'})
     """
+
+    why: str = ""
+    """What the rewrite is for, in words (plans show it beside the rewrite)."""
 
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:
         """``graph`` with this edit made (not yet validated), and the :data:`Touched` steps."""
@@ -130,11 +134,14 @@ class Insert(Rewrite):
     ----------
     step : Step
     after, before : str, optional
+    why : str, optional
+        What the rewrite is for.
     """
 
     step: Step
     after: str | None = None
     before: str | None = None
+    why: str = ""
 
     def __attrs_post_init__(self) -> None:
         _anchor(self.after, self.before, f"insert {self.step.name}")
@@ -173,9 +180,11 @@ class Remove(Rewrite):
     Parameters
     ----------
     name : str
+    why : str, optional
     """
 
     name: str
+    why: str = ""
 
     @property
     def touches(self) -> tuple[str, ...]:
@@ -206,6 +215,11 @@ class Prune(Rewrite):
     reason: str
 
     @property
+    def why(self) -> str:  # type: ignore[override]
+        """The reason it is pruned."""
+        return self.reason
+
+    @property
     def touches(self) -> tuple[str, ...]:
         return (self.name,)
 
@@ -225,10 +239,12 @@ class Replace(Rewrite):
     ----------
     name : str
     step : Step
+    why : str, optional
     """
 
     name: str
     step: Step
+    why: str = ""
 
     @property
     def touches(self) -> tuple[str, ...]:
@@ -257,11 +273,13 @@ class Move(Rewrite):
     ----------
     name : str
     after, before : str, optional
+    why : str, optional
     """
 
     name: str
     after: str | None = None
     before: str | None = None
+    why: str = ""
 
     def __attrs_post_init__(self) -> None:
         _anchor(self.after, self.before, f"move {self.name}")
@@ -321,7 +339,8 @@ def fused_step(name: str, members: Sequence[Step]) -> Step:
     Returns
     -------
     Step
-        The members' combined interface, less what one provides to another.
+        The members' combined interface, less what one provides to another;
+        its facts are the members' in turn.
     """
     member_names = {s.name for s in members}
     provides = tuple(dict.fromkeys(a for s in members for a in s.provides))
@@ -331,9 +350,23 @@ def fused_step(name: str, members: Sequence[Step]) -> Step:
             a for s in members for a in s.requires if a not in provides and a not in updates
         )
     )
+    gives: dict[str, None] = {}
+    ends: dict[str, None] = {}
+    needs: dict[str, None] = {}
+    for member in members:
+        needs.update((f, None) for f in member.needs if f not in gives)
+        for fact in member.ends:
+            gives.pop(fact, None)
+            ends[fact] = None
+        for fact in member.gives:
+            ends.pop(fact, None)
+            gives[fact] = None
     return Step(
         name=name,
         fn=FusedSteps(tuple(members), provides + updates),
+        gives=tuple(gives),
+        ends=tuple(ends),
+        needs=tuple(needs),
         requires=requires,
         provides=provides,
         updates=updates,
@@ -353,10 +386,12 @@ class Fuse(Rewrite):
     into : Step or str
         The step that does their work (``deepspeed_initialize``), or the name of
         a :func:`fused_step` that runs them in order.
+    why : str, optional
     """
 
     names: tuple[str, ...] = attrs.field(converter=tuple)
     into: Step | str = attrs.field()
+    why: str = ""
 
     def __attrs_post_init__(self) -> None:
         if len(self.names) < 2:
@@ -401,14 +436,24 @@ def _short(value: Any, limit: int = 60) -> str:
 class Configure(Rewrite):
     """Bind ``params`` to step ``name``'s function, over the ones it has.
 
+    Params that change what the step does to the model say so in ``gives`` /
+    ``ends`` (``device='meta'`` ends ``whole``): facts are data, never guessed
+    from params.
+
     Parameters
     ----------
     name : str
     params : mapping
+    gives, ends : tuple of str, optional
+        Facts the configured step now gives, or ends, instead of its own.
+    why : str, optional
     """
 
     name: str
     params: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    gives: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    ends: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    why: str = ""
 
     @property
     def touches(self) -> tuple[str, ...]:
@@ -420,7 +465,11 @@ class Configure(Rewrite):
 
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:
         step = graph.step(self.name, self.describe())
-        configured = step.evolve(params={**step.params, **self.params})
+        gives = [f for f in step.gives if f not in self.ends] + [
+            f for f in self.gives if f not in step.gives]
+        ends = [f for f in step.ends if f not in self.gives] + [
+            f for f in self.ends if f not in step.ends]
+        configured = step.evolve(params={**step.params, **self.params}, gives=gives, ends=ends)
         steps = [configured if s.name == self.name else s for s in graph.steps]
         return Graph(steps, graph.chains, graph.inputs), {self.name: "configured"}
 
@@ -435,14 +484,22 @@ class IfPresent(Rewrite):
     ----------
     step : str
     rewrite : Rewrite
+    why : str, optional
+        By default ``rewrite``'s.
     """
 
     step: str
     rewrite: Rewrite
+    why: str = attrs.field(default=attrs.Factory(lambda self: self.rewrite.why,
+                                                 takes_self=True))
 
     @property
     def touches(self) -> tuple[str, ...]:
         return self.rewrite.touches
+
+    def holds(self, graph: Graph) -> bool:
+        """Whether ``graph`` meets the condition, so that ``rewrite`` applies."""
+        return self.step in graph
 
     @property
     def kind(self) -> str:
@@ -452,7 +509,7 @@ class IfPresent(Rewrite):
         return f"{self.rewrite.describe()}, when {self.step} is planned"
 
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:
-        if self.step in graph:
+        if self.holds(graph):
             return self.rewrite.apply(graph)
         return graph, {}
 
@@ -465,15 +522,15 @@ class IfAbsent(IfPresent):
     ----------
     step : str
     rewrite : Rewrite
+    why : str, optional
+        By default ``rewrite``'s.
     """
 
     def describe(self) -> str:
         return f"{self.rewrite.describe()}, when {self.step} is not planned"
 
-    def apply(self, graph: Graph) -> tuple[Graph, Touched]:
-        if self.step in graph:
-            return graph, {}
-        return self.rewrite.apply(graph)
+    def holds(self, graph: Graph) -> bool:
+        return self.step not in graph
 
 
 REWRITE_KINDS: Mapping[str, type[Rewrite]] = {

@@ -6,6 +6,11 @@ A step is a function plus the artifacts it ``requires`` (reads), ``provides``
 ``"module:attr"`` reference, resolved only when the plan runs, so planning
 never imports the modules steps live in (nor torch).
 
+A step that makes or changes the ``model`` says which facts about it it
+``gives`` and ``ends`` (``"loaded"``, ``"whole"``; see
+:mod:`flexgraph.core.states`); a step may say what it ``needs`` of the model
+it receives, and the plan places it where those facts hold.
+
 The calling contract: the function gets one keyword argument per name in
 ``requires`` and ``updates``, plus the bound ``params``. It returns nothing for
 no outputs, the value itself for one, and a mapping (or a tuple in declared
@@ -23,6 +28,9 @@ import attrs
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.references import StepFunctionError as StepFunctionError  # re-exported
 from flexgraph.core.references import resolve_fn
+
+MODEL = "model"
+"""The artifact whose state facts describe (see :mod:`flexgraph.core.states`)."""
 
 
 class StepDefinitionError(FlexgraphError, ValueError):
@@ -84,6 +92,25 @@ def _check(step: Step, attribute: attrs.Attribute, value: object) -> None:
             seen[artifact] = field
     if step.name in step.after or step.name in step.before:
         raise StepDefinitionError(f"step {step.name!r} cannot be ordered relative to itself")
+    if step.gives or step.ends or step.needs:
+        _check_facts(step)
+
+
+def _check_facts(step: Step) -> None:
+    for field in ("gives", "ends", "needs"):
+        for fact in getattr(step, field):
+            if not isinstance(fact, str) or not fact.isidentifier():
+                raise StepDefinitionError(
+                    f"step {step.name!r}: {field} has {fact!r}; a fact is a short name "
+                    "('loaded', 'whole')")
+    both = set(step.gives) & set(step.ends)
+    if both:
+        raise StepDefinitionError(
+            f"step {step.name!r} both gives and ends {sorted(both)[0]!r}; keep one")
+    if step.needs and MODEL not in step.requires + step.updates:
+        raise StepDefinitionError(
+            f"step {step.name!r} needs {list(step.needs)} of the {MODEL}, but neither "
+            f"requires nor updates {MODEL!r}; add it to requires or updates")
 
 
 @attrs.frozen(eq=True)
@@ -103,6 +130,17 @@ class Step:
         Keyword arguments bound to the function.
     doc : str
         One line shown in plans; not part of equality.
+    gives, ends : str or tuple of str
+        Facts about the ``model`` this step makes true, and makes false
+        (:mod:`flexgraph.core.states`).
+    needs : str or tuple of str
+        Facts that must hold in the ``model`` this step receives; the plan
+        places the step where they do, or refuses it saying why.
+    user : str
+        Where a user added this step to a graph they did not write
+        (``"custom_steps"``), empty for the graph's own steps. Plans mark such
+        a step ``user``; its name anchors mean the base graph's model there,
+        and may name a strategy's step. Not part of equality.
 
     Examples
     --------
@@ -122,6 +160,10 @@ class Step:
         factory=dict, converter=_frozen_params, eq=lambda p: dict(p)
     )
     doc: str = attrs.field(default="", eq=False)
+    gives: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    ends: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    needs: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    user: str = attrs.field(default="", eq=False)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -153,6 +195,9 @@ def step(
     after: str | Iterable[str] | None = None,
     before: str | Iterable[str] | None = None,
     params: Mapping[str, Any] | None = None,
+    needs: str | Iterable[str] | None = None,
+    gives: str | Iterable[str] | None = None,
+    ends: str | Iterable[str] | None = None,
 ) -> Any:
     """Make a :class:`Step` from a function; usable as a bare or called decorator.
 
@@ -167,6 +212,8 @@ def step(
     provides, updates, after, before : str or iterable of str, optional
         As in :class:`Step`.
     params : mapping, optional
+    needs, gives, ends : str or iterable of str, optional
+        Facts about the model, as in :class:`Step`.
 
     Returns
     -------
@@ -209,6 +256,9 @@ def step(
             before=_names(before),
             params=params,
             doc=doc[0] if doc else "",
+            needs=_names(needs),
+            gives=_names(gives),
+            ends=_names(ends),
         )
 
     return make(fn) if fn is not None else make

@@ -1,7 +1,9 @@
 """What a strategy did to each step, answered once for every view.
 
-Which action placed or changed a step, its marker and colour, and which
-rewrite took a base step out, so the table, diff, dot and Mermaid views agree.
+Which action placed or changed a step, its marker and colour, which rewrite
+took a base step out, each rewrite in words with its reason or why it was
+skipped, and the model's state in words, so the table, diff, explain, dot and
+Mermaid views agree.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import attrs
 
 from flexgraph.core.graph import Edge
 from flexgraph.core.plan import AppliedRewrite, Origin, Plan
+from flexgraph.core.step import MODEL
 
-ACTIONS = ("inserted", "moved", "replaced", "fused", "configured", "removed")
-"""Every action a rewrite reports, in the order legends list them."""
+ACTIONS = ("inserted", "moved", "replaced", "fused", "configured", "removed", "placed", "user")
+"""Every action a rewrite reports, in the order legends list them; ``placed``: a
+user's step placed by its needs; ``user``: a step the user added."""
 
 MARKERS: Mapping[str, str] = {
     "base": " ",
@@ -25,6 +29,8 @@ MARKERS: Mapping[str, str] = {
     "replaced": "!",
     "fused": "&",
     "configured": "*",
+    "placed": ">",
+    "user": "u",
 }
 """One-character marker per action, so plain text (no colour) still shows it."""
 
@@ -36,6 +42,8 @@ COLOURS: Mapping[str, str] = {
     "replaced": "magenta",
     "fused": "cyan",
     "configured": "blue",
+    "placed": "bright_yellow",
+    "user": "bold",
 }
 """Rich style per action (terminal views only; pipes get the markers)."""
 
@@ -45,19 +53,76 @@ def rewrite_label(applied: AppliedRewrite) -> str:
     return f"{applied.strategy} #{applied.index + 1}"
 
 
+def rewrite_lines(applied: AppliedRewrite) -> list[str]:
+    """``ddp #1: <rewrite>``, then ``skipped: ...`` when it did not apply, else its
+    ``why: ...``."""
+    lines = [f"{rewrite_label(applied)}: {applied.description}"]
+    if applied.skipped is not None:
+        lines.append(f"  skipped: {applied.skipped}")
+    elif applied.why:
+        lines.append(f"  why: {applied.why}")
+    return lines
+
+
+def rewrite_count(plan: Plan) -> str:
+    """``"10 rewrites applied"``, or ``"10 rewrites: 7 applied, 3 skipped"``."""
+    skipped = sum(1 for r in plan.rewrites if not r.applied)
+    if not skipped:
+        return f"{len(plan.rewrites)} rewrites applied"
+    return (f"{len(plan.rewrites)} rewrites: {len(plan.rewrites) - skipped} applied, "
+            f"{skipped} skipped")
+
+
 def history(plan: Plan, name: str) -> tuple[Origin, ...]:
     """Every rewrite that placed or changed ``name``, oldest first (empty for base)."""
     return tuple(plan.history.get(name, ()))
 
 
+def is_user(plan: Plan, name: str) -> bool:
+    """Whether step ``name`` is one the user added (:attr:`flexgraph.Step.user`)."""
+    return bool(plan.graph.by_name[name].user)
+
+
 def first_action(plan: Plan, name: str) -> str:
-    """The action that put ``name`` where it is (its first rewrite's), or ``"base"``.
+    """The action that put ``name`` where it is (its first rewrite's), ``"user"`` or ``"base"``.
 
     A step inserted and then configured is marked inserted: where it came from
-    matters more.
+    matters more; a user's step placed by its needs is marked placed.
     """
     entries = history(plan, name)
-    return entries[0].action if entries else "base"
+    if entries:
+        return entries[0].action
+    return "user" if is_user(plan, name) else "base"
+
+
+def model_words(plan: Plan, name: str) -> tuple[str, ...]:
+    """The model's facts after step ``name``, when it makes or changes the model (else ``()``)."""
+    step = plan.graph.by_name[name]
+    if MODEL not in step.provides + step.updates:
+        return ()
+    return plan.states.get(name) or ()
+
+
+def model_lines(plan: Plan) -> list[str]:
+    """``the model after each step that changes it:`` and a line per such step, or ``[]``."""
+    states = [(name, model_words(plan, name)) for name in plan.order]
+    states = [(name, words) for name, words in states if words]
+    if not states:
+        return []
+    width = max(len(name) for name, _ in states)
+    return ["the model after each step that changes it:"] + [
+        f"  {name:<{width}}  {', '.join(words)}" for name, words in states]
+
+
+def needs_words(plan: Plan, name: str) -> str:
+    """``"loaded (declared)"`` or ``"... (what after='x' means in the base graph)"``, or ``""``."""
+    step = plan.graph.by_name[name]
+    if step.needs:
+        return f"{', '.join(sorted(step.needs))} (declared)"
+    implied = plan.implied.get(name)
+    if not implied:
+        return ""
+    return f"{', '.join(implied)} (what its anchors mean in the base graph)"
 
 
 @attrs.frozen

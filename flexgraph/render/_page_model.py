@@ -1,11 +1,11 @@
-"""What the plan page draws, read from the plan's JSON dict (``flexgraph.plan/1`` or later).
+"""What the plan page draws, read from the plan's JSON dict (``flexgraph.plan/1`` or ``/2``).
 
 The page is drawn from the dict rather than the :class:`~flexgraph.Plan`, so a
-run's recorded ``plan.json`` draws the same. Fields a later schema adds are
-drawn where present and skipped where absent: a step's model ``state`` (or the
-``gives`` / ``ends`` it is walked from) and ``needs``, a rewrite's ``why`` and
-``skipped``, a ``user`` origin. A conditional rewrite that changed nothing is
-shown as skipped, its condition in words.
+run's recorded ``plan.json`` draws the same. What ``/2`` adds is drawn where
+present and skipped where absent (an older run's ``/1``): a step's model
+``state`` and ``needs``, the user's steps and those placed by their needs, a
+rewrite's ``why`` and ``skipped``. A conditional rewrite is shown applied or
+skipped with its condition in words.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class Change:
     action: str
     text: str
     why: str = ""
+    held: str = ""
+    """A conditional rewrite that applied: its condition (``"init_weights is planned"``)."""
 
 
 @attrs.frozen
@@ -46,6 +48,7 @@ class Box:
     gained: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
+    user: bool = False
 
 
 @attrs.frozen
@@ -80,13 +83,24 @@ class PageModel:
         return tuple(b.name for _, b in self.rows if b is not None)
 
 
-def _action_of(origin: Any) -> str:
-    if origin == "user" or (isinstance(origin, Mapping) and origin.get("action") == "user"):
-        return "user"
-    return "base"
+def _placed(step: Mapping[str, Any]) -> str | None:
+    """Where and why the plan placed a user's step by its needs (``None``: it did not)."""
+    origin = step.get("origin")
+    if isinstance(origin, Mapping) and origin.get("action") == "placed":
+        return str(origin.get("rewrite") or "")
+    return None
 
 
 _CONDITION = re.compile(r", when (\w+) is (not )?planned$")
+
+
+def _condition(rewrite: Mapping[str, Any], held: bool) -> str:
+    """A conditional rewrite's condition as it stood (``""``: not a conditional one)."""
+    found = _CONDITION.search(rewrite["description"])
+    if found is None:
+        return ""
+    planned = (found[2] is None) == held  # IfPresent held, or IfAbsent skipped
+    return f"{found[1]} is {'' if planned else 'not '}planned"
 
 
 def _skipped_because(rewrite: Mapping[str, Any]) -> str | None:
@@ -95,30 +109,12 @@ def _skipped_because(rewrite: Mapping[str, Any]) -> str | None:
         return str(rewrite["skipped"])
     if rewrite.get("touched") or rewrite.get("consumed") or rewrite.get("applied") is True:
         return None
-    found = _CONDITION.search(rewrite["description"])
-    if found is None:
-        return "it changed nothing"
-    return f"{found[1]} is {'' if found[2] else 'not '}planned"
+    return _condition(rewrite, held=False) or "it changed nothing"
 
 
 def rewrite_label(rewrite: Mapping[str, Any]) -> str:
     """``"fsdp #5"``: the rewrite's strategy and 1-based number."""
     return f"{rewrite['strategy']} #{rewrite['index'] + 1}"
-
-
-def _states(steps: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]] | None:
-    """The model's facts after each step, from ``state`` or walked from ``gives`` / ``ends``."""
-    if any("state" in s for s in steps):
-        return [tuple(s.get("state") or ()) for s in steps]
-    if not any(s.get("gives") or s.get("ends") for s in steps):
-        return None
-    facts: list[str] = []
-    states = []
-    for step in steps:
-        facts = [f for f in facts if f not in step.get("ends", ())]
-        facts += [f for f in step.get("gives", ()) if f not in facts]
-        states.append(tuple(facts))
-    return states
 
 
 def _check_reasons(changes: Mapping[str, tuple[Change, ...]], order: Sequence[str],
@@ -168,7 +164,7 @@ def page_model(plan: Mapping[str, Any], *, checks: Sequence[Mapping[str, str]] =
             rewrites.append(Change(label, "skipped", rewrite["description"], skipped))
             continue
         rewrites.append(Change(label, rewrite["kind"], rewrite["description"],
-                               rewrite.get("why", "")))
+                               rewrite.get("why", ""), _condition(rewrite, held=True)))
         for name, action in rewrite.get("touched", {}).items():
             changes.setdefault(name, []).append(
                 Change(label, action, rewrite["description"], rewrite.get("why", "")))
@@ -181,31 +177,41 @@ def page_model(plan: Mapping[str, Any], *, checks: Sequence[Mapping[str, str]] =
                                                        rewrite.get("why", "")))
             if action == "fused" and replacement:
                 parts.setdefault(replacement, []).append(name)
+    for step in steps:
+        placed = _placed(step)
+        if placed is not None:
+            changes.setdefault(step["name"], []).append(Change("", "placed", placed))
     frozen = {n: tuple(c) for n, c in changes.items()}
     reasons = _check_reasons(frozen, order, checks)
-    states = _states(steps)
     by_name = {s["name"]: s for s in steps}
-    moved = {n for n in order if any(c.action == "moved" for c in frozen.get(n, ()))}
+    moved = {n for n in order
+             if any(c.action in ("moved", "placed") for c in frozen.get(n, ()))}
     base_at = {n: i for i, n in enumerate(plan["base_order"], 1)}
     planned_at = {n: i for i, n in enumerate(order, 1)}
-    facts_of = dict(zip(order, states or [()] * len(order), strict=True))
+    facts_of = {s["name"]: tuple(s.get("state") or ()) for s in steps}
 
     def planned_box(name: str) -> Box:
         step = by_name[name]
         at = order.index(name)
         facts = facts_of[name]
         before = facts_of[order[at - 1]] if at else ()
-        action = "user" if _action_of(step.get("origin")) == "user" else actions.get(
-            name, "base")
+        user = bool(step.get("user")) or step.get("origin") == "user"
+        action = ("placed" if _placed(step) is not None else "user" if user
+                  else actions.get(name, "base"))
         return Box(name, planned_at[name], action, step.get("doc") or docs.get(name, ""),
                    tuple(parts.get(name, ())), facts,
                    tuple(f for f in facts if f not in before),
-                   tuple(f for f in before if f not in facts), tuple(step.get("needs") or ()))
+                   tuple(f for f in before if f not in facts),
+                   tuple(step.get("needs") or step.get("implied_needs") or ()), user)
 
     def base_box(name: str) -> Box:
-        gone = next((c.action for c in frozen.get(name, ()) if c.action in (
-            "removed", "pruned", "fused", "replaced")), None) if name not in planned_at else None
-        action = "moved" if name in moved else gone or "base"
+        if name in moved:
+            action = "placed" if _placed(by_name[name]) is not None else "moved"
+        elif name in planned_at:
+            action = "base"
+        else:
+            action = next((c.action for c in frozen.get(name, ()) if c.action in (
+                "removed", "pruned", "fused", "replaced")), "base")
         return Box(name, base_at[name], action, docs.get(name, ""))
 
     rows = tuple(
@@ -219,5 +225,5 @@ def page_model(plan: Mapping[str, Any], *, checks: Sequence[Mapping[str, str]] =
         for e in plan.get("edges", ()))
     return PageModel(plan.get("strategy"), rows, frozen,
                      {n: tuple(r) for n, r in reasons.items()}, tuple(rewrites), edges,
-                     {p: n for n, ps in parts.items() for p in ps}, states is not None)
+                     {p: n for n, ps in parts.items() for p in ps}, any(facts_of.values()))
 

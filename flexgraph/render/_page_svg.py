@@ -33,6 +33,7 @@ COLOURS = {
     "user": ("#fff0f6", "#a61e4d"),
     "inserted": ("#d3f9d8", "#2b8a3e"),
     "moved": ("#fff3bf", "#e67700"),
+    "placed": ("#fff9db", "#f08c00"),
     "replaced": ("#f3d9fa", "#862e9c"),
     "fused": ("#d0ebff", "#1864ab"),
     "configured": ("#e7f5ff", "#1971c2"),
@@ -43,7 +44,7 @@ COLOURS = {
 """(fill, stroke) of a box or note, by the action that placed or changed it."""
 
 MARKERS = {"base": " ", "user": "u", "inserted": "+", "moved": "~", "replaced": "!",
-           "fused": "&", "configured": "*", "removed": "-", "pruned": "-"}
+           "fused": "&", "configured": "*", "removed": "-", "pruned": "-", "placed": ">"}
 
 LEGEND = (
     ("inserted", "inserted: a step the strategy added"),
@@ -53,6 +54,7 @@ LEGEND = (
     ("configured", "configured: its parameters changed"),
     ("removed", "removed or pruned: the plan runs without it"),
     ("user", "user: a step the config added"),
+    ("placed", "placed by need: a step of yours put where what it needs of the model holds"),
     ("base", "as declared by the base graph"),
 )
 
@@ -74,7 +76,8 @@ def _text(x: float, y: float, lines: Sequence[str], cls: str = "",
 
 
 def _box_lines(box: Box) -> list[str]:
-    lines = [f"{box.position:>2} {MARKERS.get(box.action, '?')} {box.name}"]
+    yours = " (yours)" if box.user and box.action != "user" else ""
+    lines = [f"{box.position:>2} {MARKERS.get(box.action, '?')} {box.name}{yours}"]
     if box.parts:
         lines += [f"     = {part}" for part in box.parts]
     if box.gained or box.lost:
@@ -90,29 +93,32 @@ def _notes(box: Box | None, base: Box | None, model: PageModel) -> list[tuple[st
     notes: list[tuple[str, str]] = []
     changes: list[Change] = list(model.changes.get(box.name, ())) if box else []
     if base is not None and box is None:
-        changes = [c for c in model.changes.get(base.name, ()) if c.action != "moved"]
-        if base.action == "moved":
-            notes.append((f"{base.name} moves from here (see below)", "moved"))
+        changes = [c for c in model.changes.get(base.name, ())
+                   if c.action not in ("moved", "placed")]
+        if base.action in ("moved", "placed"):
+            how = "moves" if base.action == "moved" else "is placed by its needs"
+            notes.append((f"{base.name} {how} from here (see below)", base.action))
         if base.name in model.fused_parts:  # its rewrite is said at the fused step
             label = next(c.label for c in changes if c.action == "fused")
             return [(f"{label}: {base.name} is a part of {model.fused_parts[base.name]}",
                      "fused")]
     for change in changes:
-        for i, line in enumerate(_lines(f"{change.label} {change.action}: {change.text}",
-                                        NOTE_CHARS)):
+        said = f"{change.label} {change.action}: {change.text}".lstrip()
+        for i, line in enumerate(_lines(said, NOTE_CHARS)):
             notes.append((line if i == 0 else "  " + line, change.action))
         if change.why:
             notes += [("  " + line, "why") for line in _lines(f"why: {change.why}",
                                                                NOTE_CHARS - 2)]
     if box is not None and changes and box.doc and box.action in ("inserted", "replaced",
-                                                                  "fused", "user"):
+                                                                  "fused", "user", "placed"):
         notes += [("  " + line, "does") for line in _lines(f"does: {box.doc}", NOTE_CHARS - 2)]
     if box is not None:
         for reason in model.reasons.get(box.name, ()):
             notes += [("  " + line, "why") for line in _lines(f"why: {reason}",
                                                                NOTE_CHARS - 2)]
-    if box is not None and box.action == "user" and not changes:
-        notes.append(("the config's own step" + (f": {box.doc}" if box.doc else ""), "user"))
+    if box is not None and box.user:
+        doc = f": {box.doc}" if box.doc and not changes else ""
+        notes.append((f"the config's own step{doc}", "user"))
     return notes
 
 
@@ -132,7 +138,8 @@ def _legend(width: float, model: PageModel) -> tuple[list[str], float]:
     said = ("thin line: the same step in both orders; curve: a moved step; '= name': a part of "
             "a fused step")
     if model.has_state:
-        said += "; 'model +fact -fact': what the step changes in the model"
+        said += ("; 'model +fact -fact': what the step changes in the model; 'needs': what it "
+                 "needs of the model it receives")
     out.append(_text(12, y, [said], "legend"))
     return out, y + 12
 
@@ -188,7 +195,8 @@ def plan_svg(model: PageModel, title: str) -> str:
     for base, planned in model.rows:  # moves and fused parts that have no row of their own
         if base is None or planned is not None:
             continue
-        target = base.name if base.action == "moved" else model.fused_parts.get(base.name)
+        target = base.name if base.action in ("moved", "placed") else model.fused_parts.get(
+            base.name)
         if ("plan", target) in centre:
             later.append(_link(base_x + box_w, centre["base", base.name], plan_x,
                                centre["plan", target], base.action))
@@ -216,7 +224,7 @@ def plan_svg(model: PageModel, title: str) -> str:
 
 def _link(x1: float, y1: float, x2: float, y2: float, kind: str) -> str:
     mid = (x1 + x2) / 2
-    arrow = ' marker-end="url(#arrow)"' if kind == "moved" else ""
+    arrow = ' marker-end="url(#arrow)"' if kind in ("moved", "placed") else ""
     return (f'<path class="link {kind}" d="M{x1:.0f},{y1:.0f} C{mid:.0f},{y1:.0f} '
             f'{mid:.0f},{y2:.0f} {x2 - 2:.0f},{y2:.0f}"{arrow}/>')
 

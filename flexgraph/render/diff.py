@@ -1,10 +1,12 @@
 """The plan next to the base graph, step by step (``flexgraph plan CONFIG --diff``).
 
 Left the base order, right the planned order, aligned by step (:mod:`._align`):
-a step keeps its row, a step a rewrite moved has a row at its old place and
-one at its new place, each naming the other's position. Each step is marked
-with what the strategy did to it, in colour on a terminal and by the
-one-character markers of the legend in a pipe. The applied rewrites follow.
+a step keeps its row, a step a rewrite moved (or the plan placed by its needs)
+has a row at its old place and one at its new place, each naming the other's
+position. Each step is marked with what the strategy did to it (or ``u``, the
+user's), in colour on a terminal and by the one-character markers of the legend
+in a pipe. The rewrites follow, each with its reason or why it was skipped, then
+the model's state after each step that changes it.
 """
 
 from __future__ import annotations
@@ -22,17 +24,17 @@ from flexgraph.render._changes import (
     first_action,
     gone_steps,
     history,
-    rewrite_label,
+    model_lines,
+    rewrite_count,
+    rewrite_lines,
 )
 from flexgraph.render._wrap import fitted_table, styled
 from flexgraph.render.text import hanging
 
 
-def _base_cell(name: str, gone: Gone | None, moved_to: int | None) -> Text:
+def _base_cell(name: str, gone: Gone | None, moved_to: int | None, action: str) -> Text:
     if moved_to is not None:
-        text = Text(f"{MARKERS['moved']} ", style=COLOURS["moved"])
-        text.append(name, style=COLOURS["moved"])
-        return text.append(f" -> {moved_to}", style=COLOURS["moved"])
+        return Text(f"{MARKERS[action]} {name} -> {moved_to}", style=COLOURS[action])
     if gone is None:
         return Text(f"  {name}")
     text = Text(f"{MARKERS['removed']} ")
@@ -53,7 +55,7 @@ def _change_cell(plan: Plan, name: str | None, gone: Gone | None,
     if name is not None:
         lines += [(str(o), COLOURS.get(o.action, "")) for o in history(plan, name)]
         if moved_from is not None:
-            lines.append((f"(base position {moved_from})", COLOURS["moved"]))
+            lines.append((f"(base position {moved_from})", COLOURS[first_action(plan, name)]))
     if gone is not None and all(o.index != gone.rewrite.index for o in history(plan, name or "")):
         lines.append((f"{gone.name} {gone}", COLOURS["removed"]))
     return styled(lines)
@@ -70,12 +72,17 @@ def legend() -> Text:
 
 
 def rewrite_list(plan: Plan, width: int = 120) -> Text:
-    """The applied rewrites, one numbered line each (``  ddp #1: replace ...``), wrapped."""
+    """The rewrites, one numbered line each (``  ddp #1: replace ...``), with their reasons,
+    wrapped."""
     if not plan.rewrites:
         return Text("no rewrites applied: the plan is the base graph's order")
-    lines = [Text(f"rewrites applied by {plan.strategy}:")]
-    lines += [hanging(Text(f"  {rewrite_label(a)}: {a.description}"), width)
-              for a in plan.rewrites]
+    counted = rewrite_count(plan)
+    if counted.endswith("applied"):
+        lines = [Text(f"rewrites applied by {plan.strategy}:")]
+    else:
+        lines = [Text(f"rewrites of {plan.strategy} ({counted.partition(': ')[2]}):")]
+    lines += [hanging(Text(f"  {line}"), width)
+              for applied in plan.rewrites for line in rewrite_lines(applied)]
     return Text("\n").join(lines)
 
 
@@ -89,7 +96,8 @@ def plan_diff(plan: Plan, width: int | None = None) -> RenderableType:
 
 def _rows(plan: Plan) -> list[list[Text]]:
     gone = gone_steps(plan)
-    moved = {n for n in plan.order if any(o.action == "moved" for o in history(plan, n))}
+    moved = {n for n in plan.order
+             if any(o.action in ("moved", "placed") for o in history(plan, n))}
     base_at = {name: i for i, name in enumerate(plan.base_order, 1)}
     planned_at = {name: i for i, name in enumerate(plan.order, 1)}
     rows = []
@@ -100,7 +108,8 @@ def _rows(plan: Plan) -> list[list[Text]]:
         moved_from = base_at.get(planned) if planned in moved and base is None else None
         rows.append([
             Text(str(base_at[base]) if base else ""),
-            _base_cell(base, gone.get(base), moved_to) if base else Text(""),
+            _base_cell(base, gone.get(base), moved_to,
+                       first_action(plan, base) if moved_to else "moved") if base else Text(""),
             Text(str(planned_at[planned]) if planned else ""),
             _planned_cell(plan, planned) if planned else Text(""),
             _change_cell(plan, planned, gone.get(base) if base else None, moved_from),
@@ -119,4 +128,6 @@ class PlanDiff:
         title = f"plan diff: base graph -> {self.plan.strategy or 'no strategy'}"
         table = fitted_table(("#", "base", "#", "plan", "change"), _rows(self.plan), width,
                              shrink_first=(4,), right=(0, 2), title=title)
-        yield Group(table, legend(), Text(""), rewrite_list(self.plan, width))
+        model = [hanging(Text(line), width) for line in model_lines(self.plan)]
+        yield Group(table, legend(), Text(""), rewrite_list(self.plan, width),
+                    *([Text(""), *model] if model else []))

@@ -25,6 +25,8 @@ def explain_step(plan: Plan, name: str) -> str:
         raise unknown_step(name, known, "explain")
     lines = [f"{name} is not in the plan: the base graph has it, the strategy took it out"]
     lines.append(f"  {gone}")
+    if gone.rewrite.why:
+        lines.append(f"    why: {gone.rewrite.why}")
     if gone.into is not None:
         lines.append(f"  its work is done by {gone.into} (explain {gone.into} for its place)")
     return "\n".join(lines)

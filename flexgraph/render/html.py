@@ -5,7 +5,9 @@ The page holds everything it shows: its style, its picture (SVG laid out here,
 and loads nothing, so it opens offline and from a run's folder. It shows what
 the strategy changed and why (the picture, then every rewrite in words), and,
 given an estimate or a run's records, what each step holds on each rank
-(:mod:`._page_memory`). A ``--compare`` page puts the candidates side by side.
+(:mod:`._page_memory`). Where the plan knows the model's facts, a table gives
+the model's state after each step. A ``--compare`` page puts the candidates
+side by side.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from html import escape
 from typing import Any
 
 from flexgraph.core.plan import Plan
+from flexgraph.core.states import FACTS
 from flexgraph.render._page_memory import estimate_table
 from flexgraph.render._page_model import PageModel, page_model
 from flexgraph.render._page_svg import COLOURS, plan_svg
@@ -40,6 +43,7 @@ svg.plan text.why{fill:#495057}svg.plan text.does{fill:#495057;font-style:italic
 svg.plan .gone text{text-decoration:line-through}
 svg.plan .link{fill:none;stroke:#adb5bd;stroke-width:1.2}
 svg.plan .link.moved{stroke:#e67700;stroke-width:2.2}
+svg.plan .link.placed{stroke:#f08c00;stroke-width:2.2;stroke-dasharray:6 3}
 svg.plan .link.fused{stroke:#1864ab;stroke-width:1.8}
 svg.plan .link.replaced{stroke:#862e9c;stroke-width:1.8}
 svg.plan .edge{fill:none;stroke:#5c7cfa;stroke-width:1.3;display:none}
@@ -110,24 +114,29 @@ def _title(model: PageModel) -> str:
 
 def _summary(model: PageModel) -> str:
     applied = [c for c in model.rewrites if c.action != "skipped"]
-    touched = sorted({n for n, cs in model.changes.items()})
+    touched = sorted(n for n, cs in model.changes.items() if any(c.label for c in cs))
+    placed = sorted(n for n, cs in model.changes.items() if any(not c.label for c in cs))
     if not model.rewrites:
         return "No strategy rewrites: the plan runs the base graph as declared."
     who = model.strategy or "the rewrites"
+    held = sum(1 for c in applied if c.held)
+    held_said = f" ({held} conditional, their condition held)" if held else ""
     skipped = f"; {len(model.skipped)} conditional ones skipped" if model.skipped else ""
+    placed_said = (f"; placed by their needs, not at their anchors: {', '.join(placed)}"
+                   if placed else "")
     return (f"{who} changed {len(touched)} steps ({', '.join(touched)}) with "
-            f"{len(applied)} rewrites{skipped}. Each change is drawn at its step with its "
-            "reason; the list below says them again in order.")
+            f"{len(applied)} rewrites{held_said}{skipped}{placed_said}. Each change is drawn "
+            "at its step with its reason; the list below says them again in order.")
 
 
 def _rewrite_list(model: PageModel) -> str:
     items = []
     for change in model.rewrites:
         cls = ' class="skipped"' if change.action == "skipped" else ""
-        why = ""
+        why = f' <span class="why">(applied: {escape(change.held)})</span>' if change.held else ""
         if change.why:
             word = "skipped: " if change.action == "skipped" else "why: "
-            why = f' <span class="why">({escape(word + change.why)})</span>'
+            why += f' <span class="why">({escape(word + change.why)})</span>'
         colour = COLOURS.get(change.action, COLOURS["configured"])[1]
         items.append(f'<li{cls}><b style="color:{colour}">{escape(change.label)} '
                      f"{escape(change.action)}</b>: {escape(change.text)}{why}</li>")
@@ -147,10 +156,32 @@ CONTROLS = ('<div class="controls"><button data-zoom="1.25">zoom in</button>'
             '<div id="edge-info" aria-live="polite"></div></div>')
 
 
-def _picture(model: PageModel, heading: str) -> str:
+def _model_table(model: PageModel, prefix: str) -> str:
+    """The model after each step that has it: its facts, what the step changed, its needs."""
+    if not model.has_state:
+        return ""
+    rows, seen = [], set()
+    for _, box in model.rows:
+        if box is None or not (box.facts or box.lost):
+            continue
+        seen.update(box.facts)
+        changed = " ".join([*(f"+{f}" for f in box.gained), *(f"-{f}" for f in box.lost)])
+        cells = [str(box.position), box.name + (" (yours)" if box.user else ""),
+                 ", ".join(box.facts), changed, ", ".join(box.needs)]
+        rows.append(f'<tr id="model-{escape(prefix + box.name)}">'
+                    + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    meanings = escape("; ".join(f"{f}: {FACTS[f]}" for f in sorted(seen) if f in FACTS))
+    return ("<h2>The model after each step</h2><div class=\"scroll\"><table><thead><tr>"
+            "<th>#</th><th>step</th><th>the model after it</th><th>changed</th>"
+            f"<th>needs</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+            + (f'<p class="summary">{meanings}.</p>' if meanings else ""))
+
+
+def _picture(model: PageModel, heading: str, prefix: str = "") -> str:
     return (f"<h2>{escape(heading)}</h2>"
             f'<div class="picture">{plan_svg(model, _title(model))}</div>'
-            f"<h2>The rewrites, in order</h2>{_rewrite_list(model)}")
+            f"<h2>The rewrites, in order</h2>{_rewrite_list(model)}"
+            + _model_table(model, prefix))
 
 
 def _page(title: str, body: str) -> str:
@@ -263,7 +294,7 @@ def compare_page(report: Mapping[str, Any],
                                       compact=True)
                      + "</div>")
         pictures.append(f"<details><summary>{escape(label)}: what it changed, and why"
-                        f"</summary>{_picture(model, label)}</details>")
+                        f"</summary>{_picture(model, label, f'{label}-')}</details>")
     where = (f"against {size_text(device['bytes'])} of device memory ({device['source']})"
              if device else "")
     body = (f"<h1>{escape(title)}</h1><p class=\"summary\">{len(cards)} candidates, "

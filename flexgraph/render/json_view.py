@@ -2,10 +2,10 @@
 
 Fields are only ever added under one ``"schema"`` version, never renamed or
 removed. Keys come in the order below, so a plan always gives the same bytes.
-Schema ``flexgraph.plan/1``::
+Schema ``flexgraph.plan/2``::
 
     {
-      "schema": "flexgraph.plan/1",
+      "schema": "flexgraph.plan/2",
       "strategy": "ddp",                # or null
       "steps": [                        # in execution order
         {
@@ -15,18 +15,29 @@ Schema ``flexgraph.plan/1``::
           "after": ["load_checkpoint"], "before": [],
           "params": {"device": "cpu"},  # bound keyword arguments, JSON-safe
           "stage": 3,                   # 0-based index into "stages"
-          "origin": "base"              # or the latest origin: {"action": "replaced",
+          "origin": "base",             # "base", "user" (a step the user added), or the
+                                        # latest origin: {"action": "replaced",
                                         #  "strategy": "ddp", "index": 0, "rewrite": "..."}
-        }
+          "user": false,                # the user added it (custom_steps)
+          "gives": ["on_device"],       # facts about the model it makes true
+          "ends": ["unwrapped"],        # ... and false
+          "needs": [],                  # facts it declares it needs of the model it receives
+          "implied_needs": [],          # what a user's name anchors mean in the base graph
+          "state": ["initialised", "loaded", "on_device", "whole"]  # the model's facts
+        }                               # after this step, null before the model exists
       ],
-      "rewrites": [                     # in the order applied
+      "rewrites": [                     # in the order applied, skipped ones included
         {
           "index": 0,                   # 0-based position in the strategy
           "strategy": "ddp",            # or "derived" (from the run's inputs, applied first)
           "kind": "replace",            # insert|remove|prune|replace|move|fuse|configure
           "description": "replace wrap_model with (...)",
           "touched": {"wrap_model": "replaced"},  # step -> action
-          "consumed": {}                # step taken out -> the step in its place, or null
+          "consumed": {},               # step taken out -> the step in its place, or null
+          "why": "...",                 # its reason ("" when it gives none)
+          "applied": true,              # false: a conditional rewrite that did not apply
+          "skipped": null,              # why it did not ("init_weights is planned")
+          "steps": ["wrap_model"]       # the steps it names or brings in
         }
       ],
       "stages": [["setup_env"], ["build_model"]],  # topological generations
@@ -38,9 +49,15 @@ Schema ``flexgraph.plan/1``::
       "notes": {"load_checkpoint": "..."}  # only if any: step -> what it will do
     }                                      # with the run's inputs
 
-An origin's ``action`` is ``inserted``, ``moved``, ``replaced``, ``fused`` or
-``configured``. ``params`` values JSON cannot hold (non-finite floats included)
-are written as their ``repr``; see :func:`json_safe`.
+An origin's ``action`` is ``inserted``, ``moved``, ``replaced``, ``fused``,
+``configured``, or ``placed`` (a user's step placed by its needs rather than
+at its anchors: ``strategy`` is ``"need"``, ``index`` null and ``rewrite``
+says where and why). ``params`` values JSON cannot hold (non-finite floats
+included) are written as their ``repr``; see :func:`json_safe`.
+
+``flexgraph.plan/1`` had no facts, reasons or user marks, and its ``origin``
+was never ``"user"``; its readers (a portable checkpoint's manifest, resume's
+plan-change log) read only the fields both versions share.
 '''
 
 from __future__ import annotations
@@ -50,10 +67,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from flexgraph.core.plan import Plan
+from flexgraph.core.plan import Origin, Plan
 from flexgraph.render._changes import ordered_edges
 
-SCHEMA = "flexgraph.plan/1"
+SCHEMA = "flexgraph.plan/2"
 """The value of the ``"schema"`` key; bumped only for an incompatible change."""
 
 
@@ -78,8 +95,18 @@ def json_safe(value: Any) -> Any:
     return repr(value)
 
 
+def _origin(origin: Origin, user: str) -> Any:
+    if origin.action != "base":
+        return origin.to_dict()
+    return "user" if user else "base"
+
+
+def _state(state: tuple[str, ...] | None) -> list[str] | None:
+    return None if state is None else list(state)
+
+
 def plan_to_dict(plan: Plan, notes: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``plan`` as a JSON-ready dict in the ``flexgraph.plan/1`` schema.
+    """``plan`` as a JSON-ready dict in the ``flexgraph.plan/2`` schema.
 
     ``notes`` (a line per step on what it will do with the run's inputs) is
     added when not empty.
@@ -99,7 +126,13 @@ def plan_to_dict(plan: Plan, notes: Mapping[str, str] | None = None) -> dict[str
                 "before": list(step.before),
                 "params": json_safe(dict(step.params)),
                 "stage": stage_of[step.name],
-                "origin": "base" if origin.action == "base" else origin.to_dict(),
+                "origin": _origin(origin, step.user),
+                "user": bool(step.user),
+                "gives": list(step.gives),
+                "ends": list(step.ends),
+                "needs": list(step.needs),
+                "implied_needs": list(plan.implied.get(step.name, ())),
+                "state": _state(plan.states.get(step.name)),
             }
         )
     out = {
@@ -114,6 +147,10 @@ def plan_to_dict(plan: Plan, notes: Mapping[str, str] | None = None) -> dict[str
                 "description": applied.description,
                 "touched": dict(applied.touched),
                 "consumed": dict(applied.consumed),
+                "why": applied.why,
+                "applied": applied.applied,
+                "skipped": applied.skipped,
+                "steps": list(applied.steps),
             }
             for applied in plan.rewrites
         ],

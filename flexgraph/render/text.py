@@ -1,8 +1,11 @@
 """The plan as a table: the view ``flexgraph plan`` prints by default.
 
 One row per step in execution order; a touched step's origin is in its
-action's colour and in words, so a pipe loses nothing. Cells are
-:class:`rich.text.Text`, never markup, so a ``[`` in a name prints as itself.
+action's colour and in words, so a pipe loses nothing, and ``user`` marks the
+user's steps. The caption lists each rewrite with its reason (or why it was
+skipped), each step placed by its needs, and the model's state after each
+step that makes or changes it. Cells are :class:`rich.text.Text`, never
+markup, so a ``[`` in a name prints as itself.
 
 The table fits itself to the width it is drawn at and never breaks an
 identifier (:mod:`._wrap`): function references break after a dot or their
@@ -19,27 +22,35 @@ from rich.table import Table
 from rich.text import Text
 
 from flexgraph.core.plan import Plan
-from flexgraph.render._changes import COLOURS, history, rewrite_label
+from flexgraph.render._changes import (
+    COLOURS,
+    history,
+    is_user,
+    model_lines,
+    rewrite_count,
+    rewrite_lines,
+)
 from flexgraph.render._table_style import TABLE_STYLE
 from flexgraph.render._wrap import fitted_table, styled, table_width, wrap
 
 COLUMNS = ("#", "stage", "step", "fn", "requires", "provides", "updates", "origin")
+
 
 def _names(names: tuple[str, ...]) -> Text:
     return Text("\n".join(names))
 
 
 def origin_text(plan: Plan, name: str) -> Text:
-    """``base`` (dim), or one coloured line per origin of ``name`` (``"replaced by ddp #1"``).
+    """``base`` (dim), ``user``, then one coloured line per origin (``"replaced by ddp #1"``).
 
     The rewrite itself is spelled out in the caption, on one line rather than
     folded in a column.
     """
-    entries = history(plan, name)
-    if not entries:
+    lines = [("user", COLOURS["user"])] if is_user(plan, name) else []
+    lines += [(origin.short, COLOURS.get(origin.action, "")) for origin in history(plan, name)]
+    if not lines:
         return Text("base", style=COLOURS["base"])
-    return styled([(f"{o.action} by {o.strategy} #{(o.index or 0) + 1}",
-                    COLOURS.get(o.action, "")) for o in entries])
+    return styled(lines)
 
 
 STAGE_NOTE = ("stage: 1 + the longest chain of steps the step waits for; steps of one stage "
@@ -48,23 +59,33 @@ STAGE_NOTE = ("stage: 1 + the longest chain of steps the step waits for; steps o
 
 
 def plan_caption(plan: Plan, width: int | None = None) -> Text:
-    """The counts line, the stage note, then one ``ddp #1: <rewrite>`` line per applied rewrite.
+    """The counts line, the stage note, each rewrite (``ddp #1: <rewrite>``) with its reason
+    or why it was skipped, each step placed by its needs, then the model after each step
+    that changes it.
 
     With ``width``, each line is wrapped to it (continuations indented).
     """
-    lines = [f"{len(plan.order)} steps in {len(plan.stages)} stages; "
-             f"{len(plan.rewrites)} rewrites applied", STAGE_NOTE]
-    lines += [f"  {rewrite_label(a)}: {a.description}" for a in plan.rewrites]
+    lines = [f"{len(plan.order)} steps in {len(plan.stages)} stages; {rewrite_count(plan)}",
+             STAGE_NOTE]
+    lines += [f"  {line}" for applied in plan.rewrites for line in rewrite_lines(applied)]
+    lines += [f"  {name} {origin}" for name in plan.order for origin in history(plan, name)
+              if origin.action == "placed"]
+    lines += model_lines(plan)
     if width is None:
         return Text("\n".join(lines))
     return Text("\n").join(hanging(Text(line), width) for line in lines)
 
 
 def hanging(line: Text, width: int) -> Text:
-    """``line`` wrapped to ``width``, its continuation lines indented by four spaces."""
-    first, *rest = wrap(line, width).split("\n")
-    rest = wrap(Text("\n").join(rest), width - 4).split("\n") if rest else []
-    return Text("\n").join([first, *(Text("    ") + r for r in rest)])
+    """``line`` wrapped to ``width``, its continuation lines indented four spaces past it."""
+    indent = len(line.plain) - len(line.plain.lstrip(" ")) + 4
+    first = wrap(line, width).split("\n")[0]
+    rest = line[len(first.plain):]
+    rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")):]
+    if not rest.plain:
+        return first
+    return Text("\n").join([first, *(Text(" " * indent) + r
+                                     for r in wrap(rest, width - indent).split("\n"))])
 
 
 def plan_title(plan: Plan) -> str:

@@ -7,8 +7,9 @@ The forms, one key naming the kind (see :data:`REWRITE_KINDS`)::
     {replace: X, with: {step fields}}      # the new step's name defaults to X
     {move: X, after: Y}                    # or before: Y
     {fuse: [A, B], into: NAME}             # or into: {step fields}
-    {configure: X, params: {...}}
+    {configure: X, params: {...}}          # gives: [...], ends: [...]: facts it changes
 
+Every form also takes ``why``: what the rewrite is for, shown beside it in plans.
 A strategy is ``name: [rewrites]`` or ``name: {doc: ..., rewrites: [...]}``.
 Every front end uses these functions, so the forms fail the same way everywhere.
 """
@@ -41,14 +42,17 @@ from flexgraph.spec.errors import (
 from flexgraph.spec.steps import step_from_mapping
 
 REWRITE_FIELDS: Mapping[str, tuple[str, ...]] = {
-    "insert": ("after", "before"),
-    "remove": (),
-    "replace": ("with",),
-    "move": ("after", "before"),
-    "fuse": ("into",),
-    "configure": ("params",),
+    "insert": ("after", "before", "why"),
+    "remove": ("why",),
+    "replace": ("with", "why"),
+    "move": ("after", "before", "why"),
+    "fuse": ("into", "why"),
+    "configure": ("params", "gives", "ends", "why"),
 }
 """Besides its kind, the keys each rewrite takes."""
+
+OPTIONAL = ("after", "before", "why", "gives", "ends")
+"""The keys a rewrite may leave out."""
 
 STRATEGY_FIELDS = ("rewrites", "doc", "world_size")
 
@@ -61,21 +65,24 @@ def _name(data: Mapping[str, Any], key: str, where: Where) -> str | None:
 def _build(kind: str, data: Mapping[str, Any], where: Where) -> Rewrite:
     cls = REWRITE_KINDS[kind]
     anchor = {"after": _name(data, "after", where), "before": _name(data, "before", where)}
+    why = text(data.get("why", ""), where, "why")
     if kind == "insert":
-        return cls(step_from_mapping(data[kind], where), **anchor)
+        return cls(step_from_mapping(data[kind], where), **anchor, why=why)
     if kind == "move":
-        return cls(text(data[kind], where, kind), **anchor)
+        return cls(text(data[kind], where, kind), **anchor, why=why)
     if kind == "remove":
-        return cls(text(data[kind], where, kind))
+        return cls(text(data[kind], where, kind), why=why)
     if kind == "replace":
         old = text(data[kind], where, kind)
-        return cls(old, step_from_mapping(data["with"], where, default_name=old))
+        return cls(old, step_from_mapping(data["with"], where, default_name=old), why=why)
     if kind == "fuse":
         members = names(sequence(data[kind], where, kind), where, kind)
         into = data["into"]
         fused = into if isinstance(into, str) else step_from_mapping(into, where)
-        return cls(members, fused)
-    return cls(text(data[kind], where, kind), plain(mapping(data["params"], where, "params")))
+        return cls(members, fused, why=why)
+    facts = {field: names(data.get(field), where, field) for field in ("gives", "ends")}
+    return cls(text(data[kind], where, kind), plain(mapping(data["params"], where, "params")),
+               **facts, why=why)
 
 
 def rewrite_from_mapping(data: object, where: Where) -> Rewrite:
@@ -100,7 +107,7 @@ def rewrite_from_mapping(data: object, where: Where) -> Rewrite:
         )
     kind = kinds[0]
     where = where.at(f"({kind})")
-    required = [k for k in REWRITE_FIELDS[kind] if k not in ("after", "before")]
+    required = [k for k in REWRITE_FIELDS[kind] if k not in OPTIONAL]
     check_keys(data, where, (kind, *REWRITE_FIELDS[kind]), (kind, *required))
     try:
         return _build(kind, data, where)

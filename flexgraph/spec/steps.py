@@ -16,8 +16,12 @@ from flexgraph.core.step import Step, StepDefinitionError
 from flexgraph.spec.checks import Where, check_keys, mapping, names, plain, sequence, text
 from flexgraph.spec.errors import SpecTypeError, SpecValueError, restate
 
-STEP_FIELDS = ("name", "fn", "requires", "provides", "updates", "after", "before", "params", "doc")
+STEP_FIELDS = ("name", "fn", "requires", "provides", "updates", "after", "before", "params", "doc",
+               "needs", "gives", "ends")
 """The keys a step mapping may have; ``name`` and ``fn`` are required."""
+
+NAME_FIELDS = ("requires", "provides", "updates", "after", "before", "needs", "gives", "ends")
+"""The step fields that hold a name or a list of names."""
 
 
 def _fn(value: object, where: Where) -> Callable[..., Any] | str:
@@ -51,7 +55,7 @@ def step_from_mapping(data: object, where: Where, default_name: str | None = Non
         raise SpecTypeError(f"{where}: field 'name' must be a string, not {name!r}")
     fields: dict[str, Any] = {
         field: names(data.get(field), where, field)
-        for field in ("requires", "provides", "updates", "after", "before")
+        for field in NAME_FIELDS
     }
     fields["fn"] = _fn(data["fn"], where)
     fields["params"] = plain(mapping(data.get("params") or {}, where, "params"))
@@ -62,10 +66,14 @@ def step_from_mapping(data: object, where: Where, default_name: str | None = Non
         raise restate(exc, str(where)) from exc
 
 
-def steps_from_list(value: object, where: Where, field: str) -> list[Step]:
-    """Build the steps of a ``steps:`` (or ``custom_steps``) list, each at ``field[i]``."""
+def steps_from_list(value: object, where: Where, field: str, user: str = "") -> list[Step]:
+    """Build the steps of a ``steps:`` (or ``custom_steps``) list, each at ``field[i]``.
+
+    ``user`` marks them as a user's steps, added where it says (:attr:`Step.user`).
+    """
     items = sequence(value, where, field)
-    return [step_from_mapping(item, where.at(f"{field}[{i}]")) for i, item in enumerate(items)]
+    steps = [step_from_mapping(item, where.at(f"{field}[{i}]")) for i, item in enumerate(items)]
+    return [s.evolve(user=user) for s in steps] if user else steps
 
 
 def graph_of(steps: Sequence[Step], inputs: Sequence[str], where: Where) -> Graph:

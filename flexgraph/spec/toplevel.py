@@ -43,8 +43,12 @@ def inputs_from_data(value: object, where: Where) -> dict[str, Any]:
 
 
 def extend_graph(graph: Graph, value: object, where: Where, field: str) -> Graph:
-    """``graph.extend(steps)`` for the step list ``value``; refusals name ``field``."""
-    extra = steps_from_list(value, where, field)
+    """``graph.extend(steps)`` for the user's step list ``value``; refusals name ``field``.
+
+    The steps are marked the user's (:attr:`Step.user` is ``field``): their
+    anchors may name a strategy's steps, placed when the plan is made.
+    """
+    extra = steps_from_list(value, where, field, user=field)
     try:
         return graph.extend(extra)
     except FlexgraphError as exc:

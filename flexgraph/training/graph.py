@@ -9,7 +9,10 @@ Declared order (ties in a plan follow it):
 
 ``init_weights``, ``load_checkpoint``, ``wrap_model`` (and ``compile``) all
 update ``model``; that chain is what strategies rearrange. Everything that reads
-the model (the optimizer, resume, the loop) runs after the whole chain.
+the model (the optimizer, resume, the loop) runs after the whole chain. Each of
+them says what it makes of the model (``gives``: built ``whole`` and
+``unwrapped``, ``initialised``, ``loaded``, ``on_device``, ``compiled``; see
+docs/design.rst, "Model states and needs").
 
 The seams strategies use instead of branching: ``build_model`` takes a device
 (``'meta'`` included) and an init context; ``build_checkpointer`` takes the
@@ -103,9 +106,10 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     cfg = cfg or {}
     steps = [
         _step("setup_env", "seed, pick the device", requires="cfg", provides="env"),
-        _step("build_model", "build cfg.model", requires=("cfg", "env"), provides="model"),
+        _step("build_model", "build cfg.model", requires=("cfg", "env"), provides="model",
+              gives=("whole", "unwrapped")),
         _step("init_weights", "model.init_weights() when it has one", requires="env",
-              updates="model"),
+              updates="model", gives="initialised"),
         _step("build_hooks", "default and custom hooks",
               requires=("cfg", "settings", "run_context"), provides="hooks"),
         _step(
@@ -119,13 +123,16 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
             "load_from: weights only",
             requires=("settings", "run_context", "hooks", "checkpointer"),
             updates="model",
+            gives="loaded",
         ),
-        _step("wrap_model", "move the model to its device", requires="env", updates="model"),
+        _step("wrap_model", "move the model to its device", requires="env", updates="model",
+              gives="on_device"),
     ]
     if cfg.get("compile"):
         options = cfg["compile"] if isinstance(cfg["compile"], Mapping) else {}
         steps.append(
-            _step("compile", "torch.compile", updates="model", params={"options": dict(options)})
+            _step("compile", "torch.compile", updates="model", params={"options": dict(options)},
+                  gives="compiled")
         )
     steps += [
         _step(

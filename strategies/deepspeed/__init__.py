@@ -47,6 +47,8 @@ STEPS = "flexgraph.strategies.deepspeed.steps"
 CHECKPOINTS = "flexgraph.strategies.deepspeed.checkpoint"
 STATE = "flexgraph.strategies.deepspeed.state"
 PARTITIONS = "flexgraph.strategies.deepspeed.partitions"
+ENGINE_OWNS = ("the engine owns the parameters and the optimizer's master copies of them; "
+               "weights loaded before it are overwritten or never reach the optimizer")
 RUN_IMPORTS = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")
 """What the ranks import: DeepSpeed, and the optimizer module its ``initialize`` imports to
 check the optimizer (compiling its kernels imports torch's inductor, 1.4 s a rank)."""
@@ -136,7 +138,8 @@ def deepspeed(
     initialize = Step(
         "deepspeed_initialize", f"{STEPS}:initialize",
         requires=("cfg", "settings", "run_context", "env"), provides=tuple(outputs),
-        updates="model",
+        updates="model", ends="unwrapped",
+        gives=("in_engine", "on_device") + (("partitioned",) if stage == 3 else ()),
         params={"config": ds,
                 "inputs_to_half": None if inputs_to_half is None else list(inputs_to_half)},
         doc="deepspeed.initialize: the engine and its ZeRO optimizer")
@@ -145,38 +148,48 @@ def deepspeed(
             "setup_env", f"{STEPS}:setup_env", requires="cfg", provides="env",
             params={"device": device, "precision": precision(ds),
                     "tensor_parallel": "tensor_parallel" in ds, **dict(dist_cfg or {})},
-            doc="check the precision, join the process group")),
+            doc="check the precision, join the process group"),
+            why="the precision is checked against the accelerator before any process group "
+                "exists"),
     ]
     if stage == 3:
         rewrites += [
             Configure("build_model", {"init_context": f"{STEPS}:zero_init",
-                                      "init_options": {"config": ds}}),
+                                      "init_options": {"config": ds}},
+                      gives=("partitioned",), ends=("whole",),
+                      why="zero.Init partitions each parameter as it is created: no rank "
+                          "holds the model whole"),
             IfPresent("init_weights", Replace("init_weights", Step(
                 "init_weights", f"{PARTITIONS}:init_on_rank0", requires="env",
-                updates="model", doc="model.init_weights() on rank 0's whole copy, then "
-                                     "into the partitions"))),
+                updates="model", gives="initialised",
+                doc="model.init_weights() on rank 0's whole copy, then into the partitions"),
+                why="MMEngine's initialisers need whole tensors: they run on rank 0's copy, "
+                    "gathered one parameter at a time, then go into every rank's partitions")),
             IfAbsent("init_weights", Insert(Step(
                 "follow_init_draws", f"{PARTITIONS}:follow_init_draws", requires="env",
                 updates="model", doc="init_weights' random draws, into scratch tensors "
-                                     "(the files set every weight)"), after="build_model")),
+                                     "(the files set every weight)"), after="build_model",
+                why="the files set every weight; init's random draws still happen, so the "
+                    "random streams stay a one-device run's")),
         ]
-    rewrites += [Fuse(tuple(fused), initialize)]
+    rewrites += [Fuse(tuple(fused), initialize, why=(
+        "deepspeed.initialize builds the engine and its ZeRO optimizer in one call"))]
     if stage < 3:
-        rewrites.append(Move("load_checkpoint", after="deepspeed_initialize"))
+        rewrites.append(Move("load_checkpoint", after="deepspeed_initialize", why=ENGINE_OWNS))
     rewrites += [
         Replace("build_train_step", Step(
             "build_train_step", f"{STEPS}:build_train_step", requires=("model", "optim_wrapper"),
-            provides="train_step", doc="the engine's backward and step")),
+            provides="train_step", doc="the engine's backward and step"),
+            why="the engine owns backward and the optimizer step"),
         Configure("build_checkpointer", {
             "io": f"{CHECKPOINTS}:DeepSpeedCheckpointIO",
             "io_options": {"exclude_frozen_parameters": bool(exclude_frozen_parameters)},
-            "access": f"{STATE}:DeepSpeedStateAccess", "checkpoint_format": checkpoint_format}),
+            "access": f"{STATE}:DeepSpeedStateAccess", "checkpoint_format": checkpoint_format},
+            why="checkpoints go through the engine: fp32 master weights and optimizer moments "
+                "by parameter name"),
     ]
     checks = (
-        Precedes("deepspeed_initialize", "load_checkpoint",
-                 "the engine owns the parameters and the optimizer's master copies of "
-                 "them; weights loaded before it are overwritten or never reach the "
-                 "optimizer") if stage < 3 else
+        Precedes("deepspeed_initialize", "load_checkpoint", ENGINE_OWNS) if stage < 3 else
         Precedes("load_checkpoint", "deepspeed_initialize",
                  "under ZeRO-3 the weights go into the partitions zero.Init made, each "
                  "rank reading its own elements, and the engine takes its fp32 master "

@@ -55,6 +55,14 @@ STEPS = "flexgraph.strategies.fsdp.steps"
 SOURCE_RANK = 0
 """The rank that builds and initialises the model whole when init_weights runs."""
 
+INIT_WHOLE = ("MMEngine's initialisers (init_cfg: Pretrained, TruncNormal, ...) copy whole "
+              "tensors, which fails on shards; and a sharded init draws other random numbers "
+              "than a single-device run")
+LOAD_INTO_SHARDS = ("the sharded checkpoint IO loads into this rank's shards, which exist only "
+                    "once the model is sharded")
+NO_STORAGE = ("the sharded checkpoint IO loads into this rank's shards, which have no storage "
+              "before materialize")
+
 
 def fsdp(
     model_wrapper: Mapping[str, Any] | None = None,
@@ -111,13 +119,21 @@ def fsdp(
     shard = shard_options(model_wrapper)
     rewrites = [join_process_group(device, dist_cfg)]
     if skip_init_weights:
-        rewrites.append(IfPresent("init_weights", Remove("init_weights")))
+        rewrites.append(IfPresent("init_weights", Remove("init_weights"), why=(
+            "skip_init_weights=True: the weights come from load_from, nothing initialises "
+            "them")))
     # Both orders are written out; which applies depends on whether init_weights is
     # still planned (a derived rewrite prunes it when the files cover the model).
     rewrites += [
-        Configure("build_model", {"device": "meta"}),
-        IfPresent("init_weights", Configure("build_model", {"source_rank": SOURCE_RANK})),
-        IfPresent("init_weights", Configure("init_weights", {"source_rank": SOURCE_RANK})),
+        Configure("build_model", {"device": "meta"}, ends=("whole",), why=(
+            "no rank but the source builds the model's storage: each gets its shards later")),
+        IfPresent("init_weights", Configure("build_model", {"source_rank": SOURCE_RANK}, why=(
+            "rank 0 builds the model whole, on the CPU, as a single-device run does, so the "
+            "constructors draw the same random numbers"))),
+        IfPresent("init_weights", Configure(
+            "init_weights", {"source_rank": SOURCE_RANK}, ends=("initialised",), why=(
+                "rank 0 alone initialises, on its whole copy: the other ranks hold the model on "
+                "meta until fully_shard hands them their initialised shards"))),
     ]
     first = "build_model"
     if activation_checkpointing is not None:
@@ -125,44 +141,48 @@ def fsdp(
             "activation_checkpointing", f"{STEPS}:checkpoint_blocks", updates="model",
             params={"options": dict(activation_checkpointing),
                     "auto_wrap_policy": shard["auto_wrap_policy"]},
-            doc="recompute the chosen blocks' activations in backward"), after=first))
+            doc="recompute the chosen blocks' activations in backward"), after=first,
+            why="blocks are wrapped for recomputation before they are sharded"))
         first = "activation_checkpointing"
+    sharded = {"updates": "model", "ends": ("whole", "unwrapped")}
     rewrites += [
         IfPresent("init_weights", Insert(Step(
-            "fully_shard", f"{STEPS}:shard_from_source", requires="env", updates="model",
+            "fully_shard", f"{STEPS}:shard_from_source", requires="env",
             params={**shard, "source_rank": SOURCE_RANK},
+            gives=("sharded", "on_device", "initialised"), **sharded,
             doc="fully_shard each wrap unit and the root; rank 0 scatters each rank its "
-                "shards, unit by unit"), after="init_weights")),
+                "shards, unit by unit"), after="init_weights", why=(
+                "every rank keeps only its shards of each wrap unit and of the root, which "
+                "rank 0 scatters once it has initialised the whole model"))),
         IfAbsent("init_weights", Insert(Step(
-            "fully_shard", f"{STEPS}:shard", requires="env", updates="model", params=shard,
-            doc="fully_shard each wrap unit and the root (shards on the meta device)"),
-            after=first)),
-        IfPresent("compile", Move("compile", before="fully_shard")),
+            "fully_shard", f"{STEPS}:shard", requires="env", params=shard, gives="sharded",
+            **sharded, doc="fully_shard each wrap unit and the root (shards on the meta device)"),
+            after=first, why=("nothing to initialise: every rank shards the model as built, on "
+                              "meta, and no rank ever holds it whole"))),
+        IfPresent("compile", Move("compile", before="fully_shard",
+                                  why="FSDP2 expects the model compiled before it is sharded")),
         IfAbsent("init_weights", Insert(Step(
             "materialize", f"{STEPS}:materialize", requires="env", updates="model",
-            doc="storage for this rank's shards, buffers"), after="fully_shard")),
+            gives="on_device", doc="storage for this rank's shards, buffers"),
+            after="fully_shard", why=NO_STORAGE)),
         Configure("build_checkpointer", {"io": checkpoint_io(state_dict_cfg),
-                                         "checkpoint_format": checkpoint_format}),
+                                         "checkpoint_format": checkpoint_format},
+                  why="each rank reads and writes its own shards"),
         IfAbsent("init_weights", Insert(Step(
             "check_initialised", f"{STEPS}:check_initialised", requires="env",
             updates="model", doc="refuse parameters neither init nor load_from set"),
-            after="load_checkpoint")),
+            after="load_checkpoint", why=(
+                "nothing initialised the model: a parameter load_from did not set would "
+                "train from garbage"))),
     ]
     checks = [
         Precedes("fully_shard", "build_optim_wrapper",
                  "an optimizer built before sharding holds the full parameters that "
                  "fully_shard replaces with shards, and would update tensors the model "
                  "no longer uses"),
-        Precedes("fully_shard", "load_checkpoint",
-                 "the sharded checkpoint IO loads into this rank's shards, which exist "
-                 "only once the model is sharded"),
-        Precedes("materialize", "load_checkpoint",
-                 "the sharded checkpoint IO loads into this rank's shards, which have no "
-                 "storage before materialize", first_optional=True),
-        Precedes("init_weights", "fully_shard",
-                 "MMEngine's initialisers (init_cfg: Pretrained, TruncNormal, ...) copy whole "
-                 "tensors, which fails on shards; and a sharded init draws other random "
-                 "numbers than a single-device run", first_optional=True),
+        Precedes("fully_shard", "load_checkpoint", LOAD_INTO_SHARDS),
+        Precedes("materialize", "load_checkpoint", NO_STORAGE, first_optional=True),
+        Precedes("init_weights", "fully_shard", INIT_WHOLE, first_optional=True),
     ]
     memory = {k: v for k, v in shard.items() if k != "hybrid_mesh" or isinstance(v, tuple)}
     return Strategy(FSDP.name, rewrites, doc="fully sharded data parallel (FSDP2)",

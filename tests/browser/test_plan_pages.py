@@ -62,6 +62,13 @@ def test_every_step_rewrite_and_reason_is_in_the_rendered_page(pages, tmp_path, 
         assert name in dom.text, name
     for applied in plan.rewrites:
         assert " ".join(applied.description.split()) in dom.text, applied.description
+        if applied.applied:
+            assert " ".join(applied.why.split()) in dom.text, applied.why
+        else:
+            assert f"(skipped: {applied.skipped})" in dom.text
+    for name in plan.order:  # the model after each step
+        if plan.states.get(name):
+            assert dom.rows[f"model-{name}"][2] == ", ".join(plan.states[name]), name
     for check in spec.resolve_strategy(strategy).checks:
         if check.first in plan.order and check.then in plan.order:
             assert " ".join(check.why.split()) in dom.text, check.why
@@ -74,6 +81,34 @@ def test_the_fsdp_page_says_what_fsdp_changed_and_why(pages, tmp_path):
     assert ("why: runs before build_optim_wrapper: an optimizer built before sharding holds "
             "the full parameters") in dom.text
     assert "fsdp #1 replaced: replace setup_env with" in dom.text
+    assert ("fsdp #5 insert : insert fully_shard after init_weights, when init_weights is "
+            "planned (applied: init_weights is planned)") in dom.text
+    assert ("fsdp #6 skipped: insert fully_shard after build_model, when init_weights is not "
+            "planned (skipped: init_weights is planned)") in dom.text
+    assert dom.rows["model-fully_shard"][2:4] == ["initialised, on_device, sharded",
+                                                  "+initialised +on_device +sharded -unwrapped"]
+
+
+def test_a_step_of_the_users_is_marked_and_drawn_where_its_needs_placed_it(tmp_path):
+    (tmp_path / "mysteps.py").write_text("def count_and_freeze(model):\n    pass\n")
+    (tmp_path / "cfg.py").write_text(
+        f"_base_ = [{str(ROOT / QUICKSTART)!r}]\n"
+        "custom_steps = [dict(name='count_and_freeze', fn='mysteps:count_and_freeze', "
+        "updates='model', after='load_checkpoint', before='wrap_model', needs=['loaded'])]\n")
+    page = tmp_path / "deepspeed.html"
+    flexgraph("plan", "cfg.py", "--strategy", "deepspeed", "--format", "html", "-o", str(page),
+              cwd=tmp_path)
+    dom = DomText(dump_dom(page, tmp_path / "profile"))
+    mine = dom.rows["model-count_and_freeze"]
+    assert mine[1:] == ["count_and_freeze (yours)",
+                        "in_engine, initialised, loaded, on_device, whole", "", "loaded"]
+    after = dom.rows["model-load_checkpoint"][0]
+    assert int(mine[0]) > int(after)  # after the load, which the engine moved
+    assert f"{mine[0]} > count_and_freeze (yours)" in dom.text
+    assert ("placed: after load_checkpoint, where the model has loaded (its anchors "
+            "contradict:") in dom.text
+    assert "the config's own step" in dom.text
+    assert "placed by their needs, not at their anchors: count_and_freeze" in dom.text
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])

@@ -125,7 +125,7 @@ def test_json(spec):
     result = flexgraph("plan", spec, "--format", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["schema"] == "flexgraph.plan/1"
+    assert data["schema"] == "flexgraph.plan/2"
     assert data["strategy"] == "demo"
     assert [s["name"] for s in data["steps"]] == [
         "setup_env", "build_model", "init_weights", "freeze_backbone", "shard_model",
@@ -386,3 +386,42 @@ def test_the_text_and_json_views_say_which_reader_reads_load_from(tmp_path, caps
     assert f"\nload_checkpoint: {note}\n" in capsys.readouterr().out
     assert cli_main.main(["plan", str(config), "--strategy", "ddp", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["notes"] == {"load_checkpoint": note}
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.py"
+
+
+@pytest.mark.parametrize(("strategy", "step", "origin"), [
+    ("fsdp", "fully_shard", "  inserted by fsdp #5: insert fully_shard after init_weights"),
+    ("deepspeed", "load_checkpoint",
+     "  moved by deepspeed #3: move load_checkpoint after deepspeed_initialize"),
+])
+def test_explain_gives_the_reason_a_strategy_touched_a_step(capsys, strategy, step, origin):
+    """Every touched step of every built-in strategy: tests/strategies/test_step_needs.py."""
+    assert cli_main.main(["plan", str(QUICKSTART), "--strategy", strategy,
+                          "--explain", step]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(origin))
+    assert lines[at + 1].startswith("    why: ") and len(lines[at + 1]) > 20, lines
+
+
+def test_explain_says_where_a_users_step_was_placed_by_need_and_why(tmp_path, monkeypatch,
+                                                                    capsys):
+    (tmp_path / "mysteps.py").write_text("def count_and_freeze(model):\n    pass\n")
+    config = tmp_path / "cfg.py"
+    config.write_text(f"_base_ = [{str(QUICKSTART)!r}]\n"
+                      "custom_steps = [dict(name='count_and_freeze', fn='mysteps:count_and_freeze',"
+                      " updates='model', after='load_checkpoint', before='wrap_model', "
+                      "needs=['loaded'])]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli_main.main(["plan", str(config), "--strategy", "deepspeed",
+                          "--explain", "count_and_freeze"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:4] == [
+        "  the user's step (custom_steps)",
+        "  placed by need: after load_checkpoint, where the model has loaded (its anchors "
+        "contradict: deepspeed_initialize runs before load_checkpoint under 'deepspeed' "
+        "(deepspeed_initialize -> load_checkpoint) (deepspeed #3: move load_checkpoint after "
+        "deepspeed_initialize: the engine owns the parameters and the optimizer's master copies "
+        "of them; weights loaded before it are overwritten or never reach the optimizer))",
+        "  needs of the model: loaded (declared)"]

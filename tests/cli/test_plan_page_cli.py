@@ -43,4 +43,4 @@ def test_output_takes_every_format(tmp_path):
                            "-f", "json", "-o", str(out)], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout == ""
-    assert '"schema": "flexgraph.plan/1"' in out.read_text()
+    assert '"schema": "flexgraph.plan/2"' in out.read_text()

@@ -1,4 +1,4 @@
-"""plan_json: the stable ``flexgraph.plan/1`` schema."""
+"""plan_json: the stable ``flexgraph.plan/2`` schema."""
 
 from __future__ import annotations
 
@@ -15,15 +15,16 @@ from tests.render.demo_plan import base_graph, demo_strategy
 TOP_KEYS = ["schema", "strategy", "steps", "rewrites", "stages", "base_order", "edges"]
 STEP_KEYS = [
     "name", "fn", "requires", "provides", "updates", "after", "before", "params", "stage",
-    "origin",
+    "origin", "user", "gives", "ends", "needs", "implied_needs", "state",
 ]
-REWRITE_KEYS = ["index", "strategy", "kind", "description", "touched", "consumed"]
+REWRITE_KEYS = ["index", "strategy", "kind", "description", "touched", "consumed", "why",
+                "applied", "skipped", "steps"]
 
 
 def test_top_level_keys_in_schema_order(plan):
     data = json.loads(plan_json(plan))
     assert list(data) == TOP_KEYS
-    assert data["schema"] == SCHEMA == "flexgraph.plan/1"
+    assert data["schema"] == SCHEMA == "flexgraph.plan/2"
     assert data["strategy"] == "demo"
 
 
@@ -117,7 +118,7 @@ def test_non_finite_floats_are_strings(value):
 
 def test_json_is_indented_and_deterministic(plan):
     text = plan_json(plan)
-    assert text.startswith('{\n  "schema": "flexgraph.plan/1",\n')
+    assert text.startswith('{\n  "schema": "flexgraph.plan/2",\n')
     assert text == plan_json(plan)
 
 

@@ -5,15 +5,15 @@ Its rendering in a real browser is tested in tests/browser.
 
 from __future__ import annotations
 
-import copy
 import re
 from html.parser import HTMLParser
 
-from flexgraph import Graph, Insert, Move, Step, Strategy, make_plan
+from flexgraph import Configure, Graph, IfPresent, Insert, Move, Step, Strategy, make_plan
 from flexgraph.core.checks import Precedes
 from flexgraph.render import plan_to_dict
 from flexgraph.render._align import Row, aligned_rows
 from flexgraph.render.html import compare_page, plan_page
+from tests.render.test_needs_views import ENGINE, needs_plan
 
 
 class _Text(HTMLParser):
@@ -75,46 +75,41 @@ def test_a_plan_and_its_json_draw_the_same_page(plan):
     assert "demo #4 fused" in text and "= build_param_schedulers" in text
 
 
-def _plan2(plan) -> dict:
-    """The demo plan's JSON as the next schema gives it: model facts, needs, reasons,
-    a skipped conditional and a user's step."""
-    data = copy.deepcopy(plan_to_dict(plan))
-    data["schema"] = "flexgraph.plan/2"
-    facts = {"build_model": (["whole", "unwrapped"], []), "init_weights": (["initialised"], []),
-             "shard_model": (["sharded", "on_device"], ["whole", "unwrapped"])}
-    for step in data["steps"]:
-        gives, ends = facts.get(step["name"], ([], []))
-        step["gives"], step["ends"] = gives, ends
-    freeze = next(s for s in data["steps"] if s["name"] == "freeze_backbone")
-    freeze["origin"], freeze["needs"] = "user", ["initialised"]
-    data["rewrites"][1]["why"] = "the sharded load reads this rank's rows"
-    data["rewrites"].append({"index": 6, "strategy": "demo", "kind": "insert",
-                             "description": "insert materialize after shard_model",
-                             "touched": {}, "consumed": {},
-                             "skipped": "init_weights is planned"})
-    return data
-
-
-def test_a_later_schemas_facts_needs_reasons_and_skips_are_drawn(plan):
-    text, _ = page_text(plan_page(_plan2(plan)))
-    assert "model +whole +unwrapped" in text
-    assert "model +sharded +on_device -whole -unwrapped" in text
-    assert "needs initialised" in text
-    assert "why: the sharded load reads this rank's rows" in text
-    assert "demo #7 skipped: insert materialize after shard_model (skipped: init_weights is " \
-           "planned)" in text
-    assert "u freeze_backbone" in text
+def test_the_model_after_each_step_the_users_steps_and_the_conditionals_are_drawn():
+    strategy = Strategy("engine", [*ENGINE.rewrites, IfPresent(
+        "init_weights", Configure("init_weights", {"seed": 1}), why="one seed")])
+    text, _ = page_text(plan_page(needs_plan(strategy)))
+    assert "1 build_model unwrapped, whole +unwrapped +whole" in text
+    assert "3 engine in_engine, initialised, whole +in_engine -unwrapped" in text
+    assert "5 freeze (yours) in_engine, initialised, loaded, whole loaded" in text
+    assert "in_engine: inside DeepSpeed's engine" in text
+    assert "model +in_engine -unwrapped" in text and "needs loaded" in text
+    assert "5 > freeze (yours)" in text and "7 u count" in text
+    assert "placed: after load_checkpoint, where the model has loaded (its anchors " \
+           "contradict: engine runs before load_checkpoint" in text
+    assert text.count("the config's own step") == 2
+    assert "engine #1 replace : replace wrap_model with engine (m:engine) (why: the engine " \
+           "wraps the model)" in text
+    assert "engine #3 skipped : move compile before engine, when compile is planned (skipped: " \
+           "compile is not planned)" in text
+    assert "engine #5 configure : configure init_weights: seed=1, when init_weights is planned " \
+           "(applied: init_weights is planned) (why: one seed)" in text
+    assert "(1 conditional, their condition held); 2 conditional ones skipped; placed by " \
+           "their needs, not at their anchors: freeze." in text
 
 
 def test_without_those_fields_nothing_of_them_is_drawn(plan):
-    text, _ = page_text(plan_page(plan))
-    assert "model +" not in text and "needs " not in text and " skipped" not in text
+    data = plan_to_dict(plan)  # as an older run's plan.json (flexgraph.plan/1) has it
+    for step in data["steps"]:
+        for key in ("state", "needs", "implied_needs", "user", "gives", "ends"):
+            del step[key]
+    text, _ = page_text(plan_page(data))
+    assert "model +" not in text and "the model after it" not in text
+    assert "(yours)" not in text and " skipped" not in text
 
 
 def test_a_conditional_rewrite_that_changed_nothing_is_shown_skipped_with_its_condition():
     graph = Graph.of([Step("a", "m:a", provides="x"), Step("b", "m:b", requires="x")])
-    from flexgraph import IfPresent
-
     strategy = Strategy("s", [IfPresent("c", Move("b", after="a"))])
     text, _ = page_text(plan_page(make_plan(graph, strategy)))
     assert "s #1 skipped: move b after a, when c is planned (skipped: c is not planned)" in text

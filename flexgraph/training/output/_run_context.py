@@ -155,7 +155,7 @@ class RunContext:
         How many processes train (1 alone).
     plan : mapping, optional
         The plan being run, as ``flexgraph plan --format json`` prints it (its
-        ``flexgraph.plan/1`` dict); the work_dir's ``plan.json``, a portable
+        ``flexgraph.plan/2`` dict); the work_dir's ``plan.json``, a portable
         checkpoint's manifest and resume's plan-change log all use it.
         ``None``: no plan was given.
     record : RunRecord, optional

@@ -44,3 +44,55 @@ def test_sync_bn_layers_on_a_cpu_group_train_as_batchnorm_with_one_warning(tmp_p
     if strategy == "DDPStrategy":  # as MMEngine's Runner wraps without model_wrapper_cfg
         info = json.loads((tmp_path / "work" / "inspect-rank1.json").read_text())
         assert info["broadcast_buffers"] is False
+
+
+SHARED_MODEL = '''
+import json
+import os
+
+from digits import DigitsMLP
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS, MODELS
+from torch import nn
+
+
+@MODELS.register_module(force=True)
+class SharedLayer(DigitsMLP):
+    """One layer applied twice, under two names, as MMDetection's heads share convolutions
+    across levels."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        shared = nn.Linear(10, 10)
+        self.net.extend([shared, shared])
+
+
+@HOOKS.register_module(force=True)
+class SavedKeys(Hook):
+    def before_save_checkpoint(self, runner, checkpoint):
+        with open(os.path.join(runner.work_dir, f"keys-rank{runner.rank}.json"), "w") as f:
+            json.dump(sorted(checkpoint["state_dict"]), f)
+'''
+
+
+def test_every_strategy_s_checkpoint_hooks_see_ddp_s_keys_shared_layers_included(tmp_path):
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    (folder / "shared_model.py").write_text(SHARED_MODEL)
+    keys = {}
+    for work, strategy in (("ddp", "'DDPStrategy'"), ("fsdp", "'FSDPStrategy'"),
+                           ("zero2", "'DeepSpeedStrategy', zero_optimization=dict(stage=2)"),
+                           ("zero3", "'DeepSpeedStrategy', zero_optimization=dict(stage=3)")):
+        config = write_config(folder, extra=(
+            "custom_imports = dict(imports=['digits', 'killer', 'shared_model'])\n"
+            "model = dict(type='SharedLayer')\n"
+            f"strategy = dict(type={strategy})\n"
+            "custom_hooks = [dict(type='SavedKeys')]\n"
+            "default_hooks = dict(checkpoint=dict(interval=2, by_epoch=False))\n"
+            "train_cfg = dict(by_epoch=False, max_iters=2, val_interval=2)\n"))
+        launch_two(config, work, tmp_path)
+        keys[work] = [json.loads((tmp_path / work / f"keys-rank{rank}.json").read_text())
+                      for rank in (0, 1)]
+    assert {"net.4.weight", "net.5.weight"} <= set(keys["ddp"][0])
+    for work, seen in keys.items():
+        assert seen == [keys["ddp"][0]] * 2, work

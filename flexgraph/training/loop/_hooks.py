@@ -7,7 +7,9 @@ A user's ``mmengine.hooks.Hook`` subclass must run unchanged, so hooks receive a
 ``runner.iter`` is the index of the current iteration (completed iterations
 before it), during ``*_train_epoch`` hooks ``runner.epoch`` is the index of the
 current epoch, so ``Hook.every_n_train_iters`` / ``every_n_epochs`` /
-``is_last_train_iter`` work as written.
+``is_last_train_iter`` work as written. A hook whose code reads an attribute
+of MMEngine's Runner that the view lacks is refused by name when it is built
+(:func:`refuse_unknown_reads`).
 
 :class:`Hooks` precomputes, for every hook point, a tuple of the bound methods
 of only those hooks that override it. A point nobody overrides is an empty

@@ -33,6 +33,8 @@ def ddp(
     ----------
     model_wrapper : Mapping, optional
         ``type`` and options; MMEngine's wrapper for a ``BaseModel``, else torch's.
+        ``broadcast_buffers`` is ``False`` unless given, as under MMEngine's Runner:
+        each rank keeps its own BatchNorm statistics.
     sync_bn : str, optional
         ``'torch'`` converts BatchNorm to SyncBatchNorm (CUDA only).
     dist_cfg : Mapping, optional
@@ -98,7 +100,7 @@ def wrap_ddp(
         if not str(env.device).startswith("cuda"):
             raise ConfigError("sync_bn needs CUDA devices; drop strategy.sync_bn for a CPU run")
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    options = dict(model_wrapper)
+    options = {"broadcast_buffers": False, **model_wrapper}
     default = "MMDistributedDataParallel" if isinstance(model, BaseModel) else (
         "DistributedDataParallel"
     )

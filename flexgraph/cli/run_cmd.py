@@ -375,6 +375,9 @@ def prepare_run(args: argparse.Namespace, config: Any, handed_down: LaunchEnv, p
     if args.launcher != "none":
         resume = resume_after_requeue(resume, os.environ)
     spec = load_config(config, _cfg_options(args, resume), entry=args.entry)
+    if args.work_dir and spec.cfg is None and "work_dir" not in spec.graph.artifacts:
+        raise UsageError(f"--work-dir: no step of the pipeline {spec.source} takes a "
+                         f"work_dir; drop the flag, or give a step the input work_dir")
     where = _choose_launch(args, spec)
     rank, world = int(os.environ.get("RANK", 0)), _world_size(args)
     strategy, auto, estimate = _choose_strategy(args, spec, world, handed_down,

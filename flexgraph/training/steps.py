@@ -125,11 +125,36 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
                                                 init_options=init_options)
         if source_rank is not None:
             _follow_source(env, source_rank, None)
-        return model
+        return _revert_sync_bn_on_cpu(model, env)
     model, drawn = drawn_by(lambda: components.build_model_from_cfg(
         cfg, env, device=None, init_context=None, init_options=init_options))
     _follow_source(env, source_rank, drawn)
-    return model
+    return _revert_sync_bn_on_cpu(model, env)
+
+
+def _revert_sync_bn_on_cpu(model: nn.Module, env: Env) -> nn.Module:
+    """SyncBatchNorm layers cannot sync on a CPU process group: BatchNorm, with a warning.
+
+    MMEngine's ``revert_sync_batchnorm``, which its Runner applies to any run
+    without distribution; each rank then normalises by its own batch.
+    """
+    if env.world_size < 2 or str(env.device).startswith("cuda"):
+        return model
+    names = [name for name, module in model.named_modules()
+             if type(module).__name__ == "SyncBatchNorm"]  # torch's and mmcv's
+    if not names:
+        return model
+    if env.rank == 0:
+        import warnings
+
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        warnings.warn(f"SyncBatchNorm layers ({names[0]!r}{more}) cannot sync on a CPU process "
+                      f"group: converted to BatchNorm (MMEngine's revert_sync_batchnorm), "
+                      f"each rank normalising by its own batch; run on GPUs to sync them",
+                      UserWarning, stacklevel=2)
+    from mmengine.model import revert_sync_batchnorm
+
+    return revert_sync_batchnorm(model)
 
 
 def _follow_source(env: Env, source_rank: int, drawn: SourceDraws | None) -> None:

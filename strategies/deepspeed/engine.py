@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from flexgraph.strategies.deepspeed.options import amp_sections, precision
 from flexgraph.strategies.deepspeed.params import named_parameter_errors
 from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
@@ -81,6 +82,8 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
     """The DeepSpeed config with what flexgraph derives filled in; returns (config, filled).
 
     Batch sizes come from ``train_dataloader.batch_size`` and the world size;
+    an ``AmpOptimWrapper``'s precision becomes the ``bf16`` / ``fp16`` section
+    (:func:`~flexgraph.strategies.deepspeed.options.amp_sections});
     ``optim_wrapper.clip_grad`` / ``accumulative_counts`` become
     ``gradient_clipping`` / ``gradient_accumulation_steps`` (no ``clip_grad``:
     ``gradient_clipping=0``, no clipping, where DeepSpeed's default clips at
@@ -94,6 +97,12 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
     config = json.loads(json.dumps(config))  # a deep, plain copy
     before = json.loads(json.dumps(config))
     optim_cfg = dict(cfg.get("optim_wrapper") or {})
+    for name, amp in amp_sections(optim_cfg).items():
+        if precision(config) not in ("fp32", name):
+            raise ConfigError(f"strategy 'deepspeed': {precision(config)} contradicts "
+                              f"optim_wrapper's AmpOptimWrapper ({name}); set one of them")
+        if precision(config) == "fp32":
+            config[name] = amp
     loader = cfg.get("train_dataloader") or cfg.get("val_dataloader") or {}
     accumulation = int(optim_cfg.get("accumulative_counts", 1))
     if accumulation != 1 or config.get("gradient_accumulation_steps") in (None, AUTO):

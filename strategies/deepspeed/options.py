@@ -4,6 +4,9 @@
   dict or a JSON file), MMEngine's ``zero_optimization.cpu_offload`` translated,
   ZeRO bucket sizes left unset made ``'auto'``.
 * :func:`precision`: the one precision the config enables.
+* :func:`amp_sections`: an ``AmpOptimWrapper``'s ``dtype`` and ``loss_scale`` as
+  DeepSpeed's ``bf16`` / ``fp16`` section; :func:`wrapper_options` what of an
+  ``optim_wrapper`` DeepSpeed's wrapper takes.
 
 Plan time: nothing here imports DeepSpeed or torch; what only the run knows
 (batch sizes, ``'auto'`` sizes) is filled in by
@@ -13,6 +16,7 @@ Plan time: nothing here imports DeepSpeed or torch; what only the run knows
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,7 @@ from flexgraph.strategies.names import DEEPSPEED
 
 from flexgraph.core.strategy import StrategyOptionError
 
-__all__ = ["deepspeed_config", "precision"]
+__all__ = ["amp_sections", "deepspeed_config", "precision", "wrapper_options"]
 
 _AUTO_KEYS = {0: (), 1: ("reduce_bucket_size", "allgather_bucket_size"),
               2: ("reduce_bucket_size", "allgather_bucket_size"),
@@ -135,3 +139,78 @@ def deepspeed_config(config: str | Mapping[str, Any] | None = None,
     merged.setdefault("steps_per_print", 10**12)  # DeepSpeed's own progress lines: off
     precision(merged)
     return merged
+
+
+#: what a DeepSpeed run takes of an ``optim_wrapper`` (clipping and accumulation become
+#: DeepSpeed config keys, an AmpOptimWrapper's precision its fp16/bf16 section)
+_TAKEN = frozenset({"type", "optimizer", "paramwise_cfg", "constructor", "clip_grad",
+                    "accumulative_counts"})
+_WRAPPERS = ("OptimWrapper", "DeepSpeedOptimWrapper", "AmpOptimWrapper")
+#: torch's GradScaler defaults, which an AmpOptimWrapper's dynamic scaling starts from
+_SCALER = {"init_scale": 2.0 ** 16, "growth_factor": 2.0, "backoff_factor": 0.5,
+           "growth_interval": 2000}
+
+
+def _wrapper_type(optim_cfg: Mapping[str, Any]) -> str:
+    kind = optim_cfg.get("type", "OptimWrapper")
+    return str(getattr(kind, "__name__", kind)).rpartition(".")[2]
+
+
+def wrapper_options(optim_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The ``optim_wrapper`` options a DeepSpeed run builds its optimizer from, and the
+    keys dropped because they mean nothing to DeepSpeed's wrapper.
+
+    An AmpOptimWrapper's ``dtype`` and ``loss_scale`` are not dropped: they are
+    its precision (:func:`amp_sections`).
+
+    Raises
+    ------
+    StrategyOptionError
+        A wrapper type other than ``OptimWrapper``, ``AmpOptimWrapper`` or
+        ``DeepSpeedOptimWrapper``.
+    """
+    kind = _wrapper_type(optim_cfg)
+    if kind not in _WRAPPERS:
+        raise _refuse(f"optim_wrapper.type={kind!r}", "does not apply: DeepSpeed does "
+                      "precision, clipping and accumulation itself; use "
+                      "type='DeepSpeedOptimWrapper' and the strategy's fp16/bf16 keys")
+    translated = {"dtype", "loss_scale"} if kind == "AmpOptimWrapper" else set()
+    dropped = sorted(set(optim_cfg) - _TAKEN - translated)
+    return {k: v for k, v in optim_cfg.items() if k in _TAKEN}, dropped
+
+
+def amp_sections(optim_cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """An ``AmpOptimWrapper``'s precision as DeepSpeed's: ``{'bf16': ...}``, ``{'fp16': ...}``
+    or ``{}`` (another wrapper).
+
+    ``dtype='bfloat16'`` is ``bf16``; float16 (the default) is ``fp16`` with
+    ``loss_scale``: ``'dynamic'`` or a dict of GradScaler options (dynamic
+    scaling from ``init_scale``, growing after ``growth_interval`` steps without
+    overflow, halving on each one), or a number (a static scale).
+
+    Raises
+    ------
+    StrategyOptionError
+        A dtype other than float16 and bfloat16, or scaling DeepSpeed cannot do
+        (growth other than doubling, an ``init_scale`` that is not a power of 2).
+    """
+    if _wrapper_type(optim_cfg) != "AmpOptimWrapper":
+        return {}
+    dtype = str(optim_cfg.get("dtype") or "float16").rpartition(".")[2]
+    if dtype == "bfloat16":
+        return {"bf16": {"enabled": True}}
+    if dtype not in ("float16", "half"):
+        raise _refuse(f"optim_wrapper.dtype={dtype!r}", "must be 'float16' or 'bfloat16'")
+    scale = optim_cfg.get("loss_scale", "dynamic")
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        return {"fp16": {"enabled": True, "loss_scale": float(scale)}}
+    options = {**_SCALER, **(scale if isinstance(scale, Mapping) else {})}
+    power = math.log2(options["init_scale"]) if options["init_scale"] > 0 else 0.5
+    if (scale != "dynamic" and not isinstance(scale, Mapping)) or set(options) - set(_SCALER) \
+            or (options["growth_factor"], options["backoff_factor"]) != (2.0, 0.5) \
+            or not power.is_integer():
+        raise _refuse(f"optim_wrapper.loss_scale={scale!r}", "DeepSpeed scales dynamically "
+                      "from a power of 2, doubling and halving: give 'dynamic', a number, "
+                      "or dict(init_scale=2.**N, growth_interval=...)")
+    return {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": int(power),
+                     "loss_scale_window": int(options["growth_interval"]), "hysteresis": 1}}

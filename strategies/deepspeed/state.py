@@ -175,7 +175,9 @@ class DeepSpeedStateAccess(StateAccess):
 
     def model_state(self, model: Any) -> dict[str, torch.Tensor]:
         module = model.engine.module
-        out = {name: saved_shape(p, _full_weight(p)) for name, p in module.named_parameters()}
+        # every name of a shared parameter, as in a state_dict (hooks look each one up)
+        out = {name: saved_shape(p, _full_weight(p))
+               for name, p in module.named_parameters(remove_duplicate=False)}
         out.update({name: b.detach().cpu().clone() for name, b in _buffers(module)})
         return out
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -34,7 +35,6 @@ def _import_deepspeed() -> Any:
         raise ConfigError(f"strategy 'deepspeed' needs DeepSpeed: pip install deepspeed "
                           f"({exc})") from None
     import logging
-    import warnings
 
     deepspeed.utils.logger.setLevel(logging.WARNING)  # its INFO lines go per rank, per step
     # DeepSpeed calls collectives torch has renamed; nothing a user can act on.
@@ -47,11 +47,15 @@ def setup_env(cfg: Any, *, precision: str = "fp32", tensor_parallel: bool = Fals
               device: str | None = None, backend: str | None = None,
               timeout: float | None = None) -> Any:
     """Check the precision against the accelerator, then join the process group."""
+    from flexgraph.strategies.deepspeed.options import amp_sections
+
     from flexgraph.training.errors import ConfigError
     from flexgraph.training.runtime import setup_process_group
 
     deepspeed = _import_deepspeed()
     accelerator = deepspeed.accelerator.get_accelerator()
+    if precision == "fp32":  # an AmpOptimWrapper's precision becomes DeepSpeed's
+        precision = next(iter(amp_sections(cfg.get("optim_wrapper") or {})), precision)
     if precision == "fp16" and not accelerator.is_fp16_supported():
         raise ConfigError(
             f"strategy 'deepspeed': fp16 is not supported on this machine's accelerator "
@@ -88,8 +92,6 @@ def _leave_out_shm_all_reduce(deepspeed: Any) -> None:
 
 def _warn_about_stale_build_locks() -> None:
     """Say so (once per machine) when an interrupted op build would make this run hang."""
-    import warnings
-
     from flexgraph.strategies.deepspeed.engine import stale_build_locks
 
     if os.environ.get("LOCAL_RANK", "0") != "0":
@@ -125,25 +127,23 @@ def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:
     return stack
 
 
-def _optimizer(cfg: Any, model: Any) -> Any:
-    """The torch optimizer the config's optim_wrapper describes (paramwise_cfg included)."""
+def _optimizer(cfg: Any, model: Any, *, warn: bool) -> Any:
+    """The torch optimizer the config's optim_wrapper describes (paramwise_cfg included);
+    ``warn``: about the keys DeepSpeed's wrapper does not take."""
+    from flexgraph.strategies.deepspeed.options import wrapper_options
     from mmengine.config import ConfigDict
 
     from flexgraph.training.components import build_optim_wrapper
-    from flexgraph.training.errors import ConfigError
 
     ow_cfg = cfg.get("optim_wrapper")
     if ow_cfg is None:
         return None
-    plain = dict(ow_cfg)
-    kind = plain.pop("type", "OptimWrapper")
-    kind = getattr(kind, "__name__", kind)
-    if str(kind).rpartition(".")[2] not in ("OptimWrapper", "DeepSpeedOptimWrapper"):
-        raise ConfigError(f"strategy 'deepspeed': optim_wrapper type {kind!r} does not apply; "
-                          f"DeepSpeed does precision, clipping and accumulation itself: use "
-                          f"type='DeepSpeedOptimWrapper' (or none) and the strategy's "
-                          f"fp16/bf16 keys")
-    for moved in ("clip_grad", "accumulative_counts"):  # became DeepSpeed config keys
+    plain, dropped = wrapper_options(ow_cfg)
+    if dropped and warn:
+        warnings.warn(f"{', '.join('optim_wrapper.' + key for key in dropped)}: dropped, "
+                      f"DeepSpeed's optimizer wrapper does not take them (its precision is "
+                      f"the strategy's fp16/bf16 keys)", UserWarning, stacklevel=2)
+    for moved in ("type", "clip_grad", "accumulative_counts"):  # became DeepSpeed config keys
         plain.pop(moved, None)
     with _full_shapes(model):
         return build_optim_wrapper(ConfigDict(optim_wrapper=plain), model).optimizer
@@ -200,7 +200,7 @@ def initialize(cfg: Any, settings: Any, run_context: Any, env: Any, model: Any, 
     deepspeed = _import_deepspeed()
     numel = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     resolved, filled = fill_config(config, cfg=cfg, world_size=env.world_size, numel=numel)
-    optimizer = _optimizer(cfg, model)
+    optimizer = _optimizer(cfg, model, warn=env.is_main)
     logger = run_context.logger
     allow_torch_optimizer(resolved, optimizer, logger.info if env.is_main else lambda _: None)
     scalars = scalars_as_vectors(model)  # DeepSpeed broadcasts them as bytes

@@ -68,7 +68,7 @@ def fsdp(
     model_wrapper: Mapping[str, Any] | None = None,
     skip_init_weights: bool = False,
     state_dict_cfg: str | Mapping[str, Any] = "local",
-    activation_checkpointing: Mapping[str, Any] | None = None,
+    activation_checkpointing: Mapping[str, Any] | bool | None = None,
     dist_cfg: Mapping[str, Any] | None = None,
     device: str | None = None,
     checkpoint_format: str | None = None,
@@ -88,9 +88,9 @@ def fsdp(
         whole, as when the run finds that its files cover the model.
     state_dict_cfg : str or Mapping, default 'local'
         ``'local'``: sharded checkpoints; ``'full'``: one file.
-    activation_checkpointing : Mapping, optional
-        ``dict(check_fn=...)``; without one, the wrap policy's units are
-        checkpointed.
+    activation_checkpointing : Mapping or bool, optional
+        ``dict(check_fn=...)``; without one (or ``True``), the wrap policy's
+        units are checkpointed.
     dist_cfg, device : optional
         As for :func:`~flexgraph.strategies.ddp.ddp`: the process group's
         ``backend`` and ``timeout``, the device to train on.
@@ -116,6 +116,11 @@ def fsdp(
     if not isinstance(skip_init_weights, bool):
         raise refuse(FSDP.name, f"skip_init_weights={skip_init_weights!r}",
                      "must be True or False")
+    if isinstance(activation_checkpointing, bool):  # True: the wrap policy's units
+        activation_checkpointing = {} if activation_checkpointing else None
+    elif not isinstance(activation_checkpointing, (Mapping, type(None))):
+        raise refuse(FSDP.name, f"activation_checkpointing={activation_checkpointing!r}",
+                     "must be True or dict(check_fn=...)")
     shard = shard_options(model_wrapper)
     rewrites = [join_process_group(device, dist_cfg)]
     if skip_init_weights:

@@ -132,7 +132,11 @@ ROWS = [
         "zero_optimization.stage=4", "must be 0, 1, 2 or 3"),
     cfg("strategy = dict(type='DeepSpeedStrategy', fp16=dict(enabled=True), "
         "bf16=dict(enabled=True))", "fp16 and bf16", "choose one precision"),
+    cfg("strategy = dict(type='FSDPStrategy', activation_checkpointing='yes')",
+        "activation_checkpointing='yes'", "True or dict(check_fn=...)"),
     # the rest of the run's keys
+    cfg("param_schedular = [dict(type='LinearLR')]", "'param_schedular'",
+        "did you mean 'param_scheduler'"),
     cfg("randomness = dict(seed='x')", "randomness.seed", "got 'x'"),
     cfg("randomness = dict(deterministic='yes')", "randomness.deterministic",
         "True or False"),
@@ -188,3 +192,14 @@ def test_bad_input_is_one_or_two_lines_exit_2_and_writes_nothing(row, tmp_path, 
     assert not (tmp_path / "work").exists(), "refused before the run's record was opened"
     written = sorted(p.name for p in Path(tmp_path).rglob("*") if p.name != "cfg.py")
     assert written == [], "no checkpoint, no half-written work_dir"
+
+
+def test_work_dir_on_a_pipeline_without_one_is_one_line(tmp_path, capsys):
+    """A plain pipeline has no work_dir unless a step takes one: the flag is refused, not
+    ignored."""
+    status = main(["run", str(ROOT / "examples" / "textstats_pipeline.py"), "--work-dir",
+                   str(tmp_path / "work")])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--work-dir: no step of the pipeline" in err and "drop the flag" in err, err
+    assert not (tmp_path / "work").exists()

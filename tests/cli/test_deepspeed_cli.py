@@ -190,6 +190,27 @@ def test_one_process_trains_without_a_launcher(tmp_path):
     assert sorted(train_losses(tmp_path / "one")) == [1, 2, 3]
 
 
+def test_an_amp_config_trains_in_deepspeed_s_bf16_and_says_so(tmp_path):
+    """MMEngine's AMP settings become DeepSpeed's precision section, logged; a change of
+    wrapper type from the command line drops the keys it does not take, with a warning."""
+    config = write_config(tmp_path / "amp", extra=(
+        "strategy = dict(type='DeepSpeedStrategy', zero_optimization=dict(stage=1))\n"
+        "train_cfg = dict(by_epoch=False, max_iters=3)\n"
+        "optim_wrapper = dict(type='AmpOptimWrapper', dtype='bfloat16')\n"))
+    done = flexgraph_run(str(config), "--work-dir", "amp", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads((tmp_path / "amp" / "deepspeed_config.json").read_text())
+    assert written["bf16"] == {"enabled": True} and "fp16" not in written
+    assert "filled in: bf16={'enabled': True}" in done.stdout + done.stderr
+    done = flexgraph_run(str(config), "--work-dir", "changed", "--cfg-options",
+                         "optim_wrapper.type=DeepSpeedOptimWrapper",
+                         "optim_wrapper.loss_scale=dynamic", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "optim_wrapper.dtype, optim_wrapper.loss_scale: dropped" in done.stderr
+    assert "bf16" not in json.loads((tmp_path / "changed" / "deepspeed_config.json")
+                                    .read_text())
+
+
 def _run_seed_fp16(tmp_path: Path):
     return flexgraph_run(str(SEED / "deepspeed_zero3_fp16.py"), "--work-dir", "work",
                          "--nproc-per-node", "2", "--cfg-options", "train_cfg.max_epochs=1",

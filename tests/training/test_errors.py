@@ -94,6 +94,15 @@ def test_unknown_type_suggests_close_names(make_cfg):
                   last="build_optim_wrapper")
 
 
+def test_the_registration_hint_names_mmengine_s_registry_constant(make_cfg):
+    """``@MODELS.register_module()``, as the registry is imported, not its name ``model``."""
+    with pytest.raises(UnknownComponentError, match=r"@MODELS\.register_module\(\)"):
+        run_steps(make_cfg(model=dict(type="NoSuchNet")), last="build_model")
+    with pytest.raises(UnknownComponentError, match=r"@OPTIMIZERS\.register_module\(\)"):
+        run_steps(make_cfg(optim_wrapper=dict(optimizer=dict(type="NoSuchOptim", lr=0.1))),
+                  last="build_optim_wrapper")
+
+
 def test_dotted_path_and_class_objects_work_as_type(make_cfg):
     ctx = run_steps(make_cfg(model=dict(type="torch.nn.Linear", in_features=2, out_features=1)),
                     last="build_model")

@@ -116,10 +116,20 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "",
                 f"{where}type={type_!r} is not in the {in_scope}{registry.name!r} registry "
                 f"and is not an importable 'package.module.Name'"
                 f"{did_you_mean(type_, registered_names(scoped))}; register it with "
-                f"@{registry.name.upper().replace(' ', '_')}.register_module() in a module "
+                f"@{_registry_constant(registry)}.register_module() in a module "
                 f"listed in custom_imports, or give the full import path"
             )
     return obj
+
+
+def _registry_constant(registry: Registry) -> str:
+    """The name of ``registry``'s root in ``mmengine.registry`` (``MODELS``, not ``model``)."""
+    from mmengine.registry import root
+
+    while registry.parent is not None:
+        registry = registry.parent
+    return next((name for name, value in vars(root).items() if value is registry),
+                registry.name.upper().replace(" ", "_"))
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from typing import Any
 
 from flexgraph.core.errors import did_you_mean
 from flexgraph.training.config._access import section, type_name
-from flexgraph.training.config._keys import DEFAULT_HOOK_TYPES
+from flexgraph.training.config._keys import DEFAULT_HOOK_TYPES, near_miss
 from flexgraph.training.errors import ConfigError
 
 __all__ = ["check_sections"]
@@ -72,6 +72,7 @@ def check_sections(cfg: Any) -> None:
     """
     if cfg is None or not hasattr(cfg, "get"):
         return
+    _check_top_level_keys(cfg)
     _check_train_cfg(section(cfg, "train_cfg"))
     _check_default_hooks(section(cfg, "default_hooks"))
     _check_custom_hooks(section(cfg, "custom_hooks"))
@@ -165,6 +166,15 @@ def _mapping(value: Any, where: str, example: str) -> Mapping[str, Any]:
 
 
 # -- the sections ---------------------------------------------------------------------------
+
+def _check_top_level_keys(cfg: Any) -> None:
+    """A misspelled section would train without it (``param_schedular``: a constant rate)."""
+    for key in cfg:
+        meant = near_miss(key)
+        if meant is not None:
+            raise ConfigError(f"config key {key!r} is not one flexgraph knows: did you mean "
+                              f"{meant!r}? (a variable of your own: name it '_{key}')")
+
 
 def _check_train_cfg(train_cfg: Any) -> None:
     if train_cfg is None:

@@ -1,8 +1,8 @@
 """Which config keys flexgraph acts on, and a warning for each one it does not.
 
 A key MMEngine's Runner acts on and flexgraph does not is reported by name with
-the reason, rather than ignored in silence; an unknown key only when it is
-close to a known one (a typo).
+the reason, rather than ignored in silence; a key close to a known section (a
+typo: ``param_schedular``) is refused (:func:`near_miss`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 from flexgraph.training.config._access import section, type_name
 from flexgraph.training.errors import UnusedConfigWarning
 
-__all__ = ["ACTED_ON", "DEFAULT_HOOK_TYPES", "NOT_ACTED_ON", "unused_keys", "warn_unused_keys"]
+__all__ = ["ACTED_ON", "DEFAULT_HOOK_TYPES", "NOT_ACTED_ON", "near_miss", "unused_keys",
+           "warn_unused_keys"]
 
 #: Top-level keys flexgraph acts on (MMEngine's meaning, where MMEngine has the key).
 #: ``visualizer`` is built as MMEngine builds it, every option and backend included.
@@ -89,6 +90,19 @@ _LOOP_TYPES = {"val_cfg": "ValLoop", "test_cfg": "TestLoop"}
 _TYPO_CUTOFF = 0.85  # difflib ratio: 'param_schedular' ~ 0.93, 'train_pipeline' < 0.7
 
 
+def near_miss(key: str) -> str | None:
+    """The key flexgraph acts on that ``key`` misspells (``param_schedular``), if any.
+
+    Only keys flexgraph acts on are worth suggesting: MMPreTrain's ``test_pipeline``
+    is as close to the unsupported ``tta_pipeline``.
+    """
+    if key in ACTED_ON or key in NOT_ACTED_ON or key.startswith("_"):
+        return None
+    close = difflib.get_close_matches(key, sorted(ACTED_ON), n=1, cutoff=_TYPO_CUTOFF)
+    # a longer name of its own (MMDetection's 'val_evaluator_abs') is no typo
+    return close[0] if close and abs(len(close[0]) - len(key)) <= 2 else None
+
+
 def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
     """One message per config key flexgraph does not act on, naming the key and why.
 
@@ -106,13 +120,6 @@ def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
         value = cfg.get(key)
         if key in NOT_ACTED_ON and value not in (None, False, {}, []):
             yield f"config key {key!r} is not used by flexgraph: {NOT_ACTED_ON[key]}"
-        elif key not in ACTED_ON and key not in NOT_ACTED_ON and not key.startswith("_"):
-            # Only keys flexgraph acts on are worth suggesting: MMPreTrain's
-            # ``test_pipeline`` is as close to the unsupported ``tta_pipeline``.
-            close = difflib.get_close_matches(key, sorted(ACTED_ON), n=1,
-                                              cutoff=_TYPO_CUTOFF)
-            if close:
-                yield f"config key {key!r} is not used by flexgraph (did you mean {close[0]!r}?)"
     yield from _conditional(cfg)
     for name, rules in _SECTION_OPTIONS.items():
         options = section(cfg, name, {})

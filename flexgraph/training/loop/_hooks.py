@@ -7,7 +7,9 @@ A user's ``mmengine.hooks.Hook`` subclass must run unchanged, so hooks receive a
 ``runner.iter`` is the index of the current iteration (completed iterations
 before it), during ``*_train_epoch`` hooks ``runner.epoch`` is the index of the
 current epoch, so ``Hook.every_n_train_iters`` / ``every_n_epochs`` /
-``is_last_train_iter`` work as written.
+``is_last_train_iter`` work as written. A hook whose code reads an attribute
+of MMEngine's Runner that the view lacks is refused by name when it is built
+(:func:`refuse_unknown_reads`).
 
 :class:`Hooks` precomputes, for every hook point, a tuple of the bound methods
 of only those hooks that override it. A point nobody overrides is an empty
@@ -154,11 +156,19 @@ class RunnerView:
         missing ``experiment_name`` (the timestamp alone without either).
     hooks : Hooks
         The dispatcher this view belongs to.
+    train_loop, val_loop, test_loop
+        MMEngine's loops as hooks use them: ``dataloader`` (and ``evaluator``,
+        ``run_iter`` of the evaluation loops).
+    _resume : bool
+        MMEngine's: whether the config asks to resume (a loaded checkpoint then
+        restores the run, not only the weights).
     """
 
     def __init__(self, cfg: Any, *, work_dir: str, log_dir: str, experiment_name: str,
-                 timestamp: str, logger: MMLogger, message_hub: MessageHub) -> None:
+                 timestamp: str, logger: MMLogger, message_hub: MessageHub,
+                 resume: bool = False) -> None:
         self.cfg = cfg
+        self._resume = resume
         self.work_dir = work_dir
         self.log_dir = log_dir
         self.timestamp = timestamp
@@ -260,11 +270,103 @@ class RunnerView:
         """MMEngine hooks read ``runner.train_loop.max_iters`` etc.; we are that too."""
         return self
 
+    _train_loop = train_loop
+
+    @property
+    def dataloader(self) -> Any:
+        """``runner.train_loop.dataloader``: the training dataloader."""
+        return self.train_dataloader
+
+    @property
+    def val_loop(self) -> EvalLoopView:
+        """MMEngine's ``runner.val_loop``: its dataloader, evaluator and ``run_iter``."""
+        return EvalLoopView(self, "val")
+
+    @property
+    def test_loop(self) -> EvalLoopView:
+        """MMEngine's ``runner.test_loop``."""
+        return EvalLoopView(self, "test")
+
+    @property
+    def _log_dir(self) -> str:
+        return self.log_dir
+
     def call_hook(self, fn_name: str, **kwargs: Any) -> None:
         """MMEngine's ``Runner.call_hook``, for hooks that call other hooks."""
         self.hooks.call(fn_name, **kwargs)
 
     hooks: Hooks
+
+
+class EvalLoopView:
+    """What hooks see as ``runner.val_loop`` / ``runner.test_loop`` (MMEngine's ValLoop's parts)."""
+
+    def __init__(self, runner: RunnerView, mode: str) -> None:
+        self.runner, self.mode = runner, mode
+        self.dataloader = getattr(runner, f"{mode}_dataloader")
+        self.evaluator = getattr(runner, f"{mode}_evaluator")
+
+    @torch.no_grad()
+    def run_iter(self, idx: int, data_batch: Any) -> None:
+        """One batch as MMEngine's ``ValLoop.run_iter``: hooks, ``val_step``, the evaluator."""
+        self.runner.call_hook(f"before_{self.mode}_iter", batch_idx=idx, data_batch=data_batch)
+        outputs = getattr(self.runner.model, f"{self.mode}_step")(data_batch)
+        self.evaluator.process(data_samples=outputs, data_batch=data_batch)
+        self.runner.call_hook(f"after_{self.mode}_iter", batch_idx=idx, data_batch=data_batch,
+                              outputs=outputs)
+
+
+#: Runner attributes flexgraph does not give hooks, and what does their work instead.
+_NOT_GIVEN = {
+    "log_processor": "flexgraph writes the log lines itself (default_hooks.logger)",
+    "save_checkpoint": "flexgraph saves through default_hooks.checkpoint",
+    "train_loop.stop_training": "flexgraph's loop does not stop early",
+}
+
+
+def refuse_unknown_reads(hook: Any, what: str, runner: RunnerView) -> None:
+    """Refuse, by name, a hook whose code reads a Runner attribute the view lacks.
+
+    Read from the source of the hook's classes (``runner.x``, ``runner.train_loop.x``),
+    so that it fails when built rather than with an ``AttributeError`` mid-run.
+    """
+    known = {*dir(runner), "hooks"}
+    loops = {"train_loop": known, "_train_loop": known,
+             "val_loop": {*dir(EvalLoopView), "dataloader", "evaluator"}}
+    loops["test_loop"] = loops["val_loop"]
+    for cls in type(hook).__mro__:
+        for name, inner in _runner_reads(cls):
+            if inner and name in loops and inner not in loops[name]:
+                name = f"{name}.{inner}"
+            elif name in known:
+                continue
+            why = _NOT_GIVEN.get(name, "MMEngine's Runner has it, flexgraph's view does not")
+            raise ConfigError(f"{what}: {cls.__name__} reads runner.{name}: {why}; "
+                              f"remove the hook or override that method")
+
+
+@functools.cache
+def _runner_reads(cls: type) -> frozenset[tuple[str, str]]:
+    """``(name, inner)`` of each ``runner.name[.inner]`` in ``cls``'s own source."""
+    import ast
+    import inspect
+    import textwrap
+
+    if cls in (Hook, object):
+        return frozenset()
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return frozenset()
+    reads = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "runner":
+            reads.add((node.attr, ""))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                and isinstance(node.value.value, ast.Name) and node.value.value.id == "runner":
+            reads.add((node.value.attr, node.attr))
+    return frozenset(reads)
 
 
 def _overrides(hook: Any, point: str) -> bool:
@@ -414,6 +516,7 @@ _NO_VISUALIZER_YET = "Visualizer.get_current_instance()"  # MMEngine's words for
 def _hook_from_cfg(cfg: Any, what: str, runner: RunnerView) -> Any:
     """Build one hook; one that asks for the current Visualizer gets the run's."""
     if not isinstance(cfg, dict) and not hasattr(cfg, "items"):
+        refuse_unknown_reads(cfg, what, runner)
         return cfg  # an already-built hook object
     args = dict(cfg)
     priority = args.pop("priority", None)
@@ -426,6 +529,7 @@ def _hook_from_cfg(cfg: Any, what: str, runner: RunnerView) -> Any:
         hook = build_from_cfg(args, HOOKS, what=what)
     if priority is not None:
         hook.priority = priority
+    refuse_unknown_reads(hook, what, runner)
     return hook
 
 
@@ -513,6 +617,7 @@ def _runner_view(cfg: Any, settings: RunSettings, run_context: RunContext) -> Ru
         timestamp=run_context.timestamp,
         logger=run_context.logger,
         message_hub=run_context.message_hub,
+        resume=settings.resume is not None,
     )
     run_number = next(_RUN_NUMBERS)
     build = functools.partial(build_visualizer, cfg, name=runner.experiment_name,

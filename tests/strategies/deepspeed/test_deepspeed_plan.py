@@ -243,3 +243,44 @@ def test_stale_op_build_locks_are_found_and_fresh_ones_left_alone(tmp_path, monk
     found = stale_build_locks(now)
     assert [(lock.parent.name, round(age)) for lock, age in found] == [
         ("deepspeed_shm_comm", 2 * STALE_LOCK_SECONDS)], "a build in progress is not stale"
+
+
+@pytest.mark.parametrize(("amp", "section"), [
+    (dict(dtype="bfloat16"), {"bf16": {"enabled": True}}),
+    (dict(loss_scale=512.0), {"fp16": {"enabled": True, "loss_scale": 512.0}}),
+    (dict(), {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16,
+                       "loss_scale_window": 2000, "hysteresis": 1}}),
+    (dict(dtype="float16", loss_scale=dict(init_scale=2.0 ** 10, growth_interval=100)),
+     {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 10,
+               "loss_scale_window": 100, "hysteresis": 1}}),
+])
+def test_an_amp_optim_wrapper_s_precision_becomes_deepspeed_s(amp, section):
+    """torch's GradScaler defaults, where AmpOptimWrapper's dynamic scaling starts."""
+    config, filled = _fill({}, optim_wrapper=dict(type="AmpOptimWrapper", optimizer={}, **amp))
+    (name, expected), = section.items()
+    assert config[name] == expected and filled[name] == expected, "and logged as filled in"
+    assert _fill({name: {"enabled": True, "loss_scale": 8}},
+                 optim_wrapper=dict(type="AmpOptimWrapper", optimizer={}, **amp)
+                 )[0][name] == {"enabled": True, "loss_scale": 8}, "the strategy's wins"
+
+
+def test_amp_settings_deepspeed_cannot_honour_are_refused_by_name():
+    with pytest.raises(ConfigError, match="bf16 contradicts optim_wrapper's AmpOptimWrapper "
+                                          r"\(fp16\)"):
+        _fill({"bf16": {"enabled": True}}, optim_wrapper=dict(type="AmpOptimWrapper"))
+    with pytest.raises(StrategyOptionError, match="loss_scale.*growth_factor"):
+        _fill({}, optim_wrapper=dict(type="AmpOptimWrapper",
+                                     loss_scale=dict(growth_factor=3.0)))
+    with pytest.raises(StrategyOptionError, match="dtype='float32'"):
+        _fill({}, optim_wrapper=dict(type="AmpOptimWrapper", dtype="float32"))
+
+
+def test_keys_deepspeed_s_wrapper_does_not_take_are_named_to_be_dropped():
+    from flexgraph.strategies.deepspeed.options import wrapper_options
+
+    taken, dropped = wrapper_options(dict(type="DeepSpeedOptimWrapper", optimizer={},
+                                          loss_scale="dynamic", dtype="bfloat16"))
+    assert dropped == ["dtype", "loss_scale"] and set(taken) == {"type", "optimizer"}
+    assert wrapper_options(dict(type="AmpOptimWrapper", optimizer={}, loss_scale=8))[1] == []
+    with pytest.raises(StrategyOptionError, match="optim_wrapper.type='ApexOptimWrapper'"):
+        wrapper_options(dict(type="ApexOptimWrapper"))

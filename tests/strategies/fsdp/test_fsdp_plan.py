@@ -62,6 +62,12 @@ def test_checkpointing_then_init_then_compile_then_shard():
     assert "compile" not in plan().order, "compile is only moved when the config asks for it"
 
 
+def test_activation_checkpointing_true_checkpoints_the_wrap_units_and_false_nothing():
+    steps = {s.name: s for s in plan(activation_checkpointing=True).steps}
+    assert steps["activation_checkpointing"].params["options"] == {}
+    assert "activation_checkpointing" not in plan(activation_checkpointing=False).order
+
+
 @pytest.mark.parametrize("how", ["skip_init_weights", "pruned"])
 def test_without_init_weights_no_rank_builds_the_whole_model(how):
     """skip_init_weights=True, or a run whose files cover the model (a derived prune)."""

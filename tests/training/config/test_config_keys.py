@@ -8,7 +8,7 @@ import sys
 import pytest
 from mmengine.config import Config
 
-from flexgraph.training.config import checkpoint_policy, unused_keys
+from flexgraph.training.config import check_sections, checkpoint_policy, unused_keys
 from flexgraph.training.errors import ConfigError, UnusedConfigWarning
 from tests.training.training_helpers import build_hooks, run_steps
 
@@ -33,7 +33,6 @@ MMENGINE_EXTRAS = dict(
                         filename_tmpl="ep{}.pth", save_optimizer=False),
         visualization=dict(type="SomeVisualizationHook", draw=True),
     ),
-    param_schedular=dict(type="MultiStepLR", milestones=[1]),  # a typo
     # a config's own variables: MMEngine's Runner does not read them either
     train_pipeline=[dict(type="LoadImage")], data_root="data/", dataset_type="Toy",
     test_pipeline=[dict(type="LoadImage")],  # as close to tta_pipeline as a typo would be
@@ -49,10 +48,17 @@ def test_each_key_flexgraph_does_not_act_on_is_named():
         "auto_scale_lr", "train_cfg.dynamic_intervals", "val_cfg.fp16",
         "default_hooks.logger.interval_exp_name", "default_hooks.logger.out_dir",
         "default_hooks.checkpoint.out_dir", "default_hooks.checkpoint.filename_tmpl",
-        "default_hooks.checkpoint.save_optimizer", "param_schedular",
+        "default_hooks.checkpoint.save_optimizer",
     }
-    assert any("did you mean 'param_scheduler'" in m for m in messages)
-    assert all(": " in m or "did you mean" in m for m in messages), "each says why"
+    assert all(": " in m for m in messages), "each says why"
+
+
+def test_a_near_miss_of_a_known_section_is_refused():
+    """A misspelled ``param_scheduler`` would train at a constant rate: an error, naming both."""
+    with pytest.raises(ConfigError, match=r"'param_schedular' .* did you mean 'param_scheduler'"):
+        check_sections(Config({**MMENGINE_EXTRAS, "param_schedular": dict(type="MultiStepLR")}))
+    # a config's own: train_pipeline, test_pipeline, MMDetection's val_evaluator_abs
+    check_sections(Config({**MMENGINE_EXTRAS, "val_evaluator_abs": dict(type="Metric")}))
 
 
 def test_what_flexgraph_acts_on_raises_no_warning(make_cfg):

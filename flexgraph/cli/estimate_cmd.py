@@ -80,7 +80,7 @@ def _per_node(given: int | None, world_size: int) -> int:
     return max(1, min(given or world_size, world_size))
 
 
-def _config_candidate(spec: Any, strategy: Strategy, amp: str | None) -> Any:
+def _config_candidate(strategy: Strategy, amp: str | None) -> Any:
     from flexgraph.training.estimate import Candidate
 
     return Candidate(label=strategy.name, strategy=strategy, amp=amp, name=strategy.name)
@@ -108,7 +108,7 @@ def estimate_report(spec: Any, strategy: Strategy | None, args: argparse.Namespa
     else:
         from flexgraph.core.strategy import get_strategy
 
-        candidates = [_config_candidate(spec, strategy or get_strategy("single"), amp)]
+        candidates = [_config_candidate(strategy or get_strategy("single"), amp)]
     result = estimate(spec.cfg, candidates, world_size=world,
                       device=target_device(args.device_memory),
                       weights_loaded=_weights_loaded(spec.cfg))

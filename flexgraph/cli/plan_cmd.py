@@ -151,34 +151,9 @@ def _reader_note(key: str, path: Path) -> str:
     return f"{key} {str(path)!r} is read as {found.name}"
 
 
-def load_plan(config: str, strategy: str | None, cfg_options: list[str]) -> Plan:
-    """Load ``config`` through the spec layer and plan it.
-
-    Parameters
-    ----------
-    config : str
-        Path of the YAML spec or Python config.
-    strategy : str or None
-        Strategy name; ``None`` keeps the config's choice, ``"none"`` plans the
-        base graph without any strategy.
-    cfg_options : list of str
-        ``K=V`` overrides (see :mod:`flexgraph.cli.options`).
-
-    Returns
-    -------
-    Plan
-
-    Raises
-    ------
-    FlexgraphError
-        The spec layer's or the engine's error for bad input.
-    """
-    return load_spec_and_plan(config, strategy, cfg_options)[1]
-
-
 def load_spec_and_plan(config: str, strategy: str | None, cfg_options: list[str]
                        ) -> tuple[Spec, Plan]:
-    """:func:`load_plan`, with the spec it planned."""
+    """Load ``config`` through the spec layer and plan it: the spec, and its plan."""
     spec = load_config(config, parse_cfg_options(cfg_options))
     return spec, make_run_plan(spec, _strategy_of(spec, strategy))
 

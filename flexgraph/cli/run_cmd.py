@@ -73,9 +73,6 @@ from flexgraph.training.output import (
     open_progress,
 )
 
-LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port",
-                "max_restarts")
-
 
 class PlanMismatchError(FlexgraphError, RuntimeError):
     """A launched process planned something other than what its launcher printed."""

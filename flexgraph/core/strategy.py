@@ -10,7 +10,7 @@ found by name: entry points of the group ``flexgraph.strategies``, each a factor
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -185,16 +185,3 @@ def same_strategy(first: str, second: str) -> bool:
 
     return ref(known[first]) == ref(known[second])
 
-
-def strategy_names(extra: Iterable[str] = ()) -> list[str]:
-    """Sorted names of every findable strategy, plus ``extra`` (a spec's own).
-
-    Parameters
-    ----------
-    extra : iterable of str, default ()
-
-    Returns
-    -------
-    list of str
-    """
-    return sorted(set(known_strategies()) | set(extra))

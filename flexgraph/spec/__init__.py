@@ -22,11 +22,8 @@ from flexgraph.spec.errors import (
 )
 from flexgraph.spec.load import load_spec
 from flexgraph.spec.model import Spec
-from flexgraph.spec.rewrites import rewrite_from_mapping, strategy_from_data
-from flexgraph.spec.steps import STEP_FIELDS, step_from_mapping
 
 __all__ = [
-    "STEP_FIELDS",
     "Spec",
     "SpecConfigError",
     "SpecError",
@@ -42,7 +39,4 @@ __all__ = [
     "SpecTypeError",
     "SpecValueError",
     "load_spec",
-    "rewrite_from_mapping",
-    "step_from_mapping",
-    "strategy_from_data",
 ]

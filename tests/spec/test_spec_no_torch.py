@@ -51,9 +51,9 @@ def test_checking_the_training_plans_functions_does_not_import_torch(tmp_path: P
     config = tmp_path / "cfg.py"
     config.write_text("model = dict(type='AnyModel')\n")
     run_clean(
-        "from flexgraph.cli.plan_cmd import load_plan\n"
+        "from flexgraph.cli.plan_cmd import load_spec_and_plan\n"
         "from flexgraph.core.references import check_references\n"
-        f"plan = load_plan({str(config)!r}, 'ddp', [])\n"
+        f"_, plan = load_spec_and_plan({str(config)!r}, 'ddp', [])\n"
         "assert 'flexgraph.strategies.ddp:wrap_ddp' in [s.fn for s in plan.steps]\n"
         "assert check_references(plan) == [], check_references(plan)"
     )

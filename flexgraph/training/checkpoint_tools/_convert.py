@@ -224,11 +224,10 @@ def _fill_directory_crcs(f: Any, offset: int, crcs: dict[str, int]) -> None:
 # -- safetensors --------------------------------------------------------------------------
 
 def write_safetensors(path: Path, weights: Mapping[str, torch.Tensor],
-                      fetch: Callable[[str], torch.Tensor], *,
-                      metadata: Mapping[str, str] | None = None) -> None:
+                      fetch: Callable[[str], torch.Tensor]) -> None:
     """Write a safetensors file of ``weights`` (meta tensors will do), fetching each tensor only to
     write it."""
-    header: dict[str, Any] = {"__metadata__": dict(metadata or {"format": "pt"})}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, tensor in weights.items():
         if tensor.dtype not in SAFETENSORS_DTYPES:

@@ -12,7 +12,7 @@ from flexgraph.training.config._access import (
     section,
     type_name,
 )
-from flexgraph.training.config._build import build_from_cfg, registered_names, resolve_type
+from flexgraph.training.config._build import build_from_cfg, resolve_type
 from flexgraph.training.config._keys import unused_keys, warn_unused_keys
 from flexgraph.training.config._settings import (
     CheckpointPolicy,
@@ -51,7 +51,6 @@ __all__ = [
     "is_pretrained",
     "names_pretrained",
     "read_settings",
-    "registered_names",
     "resolve_type",
     "resume_source",
     "section",

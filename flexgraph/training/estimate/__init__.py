@@ -8,30 +8,25 @@ is traced there, and each strategy's memory model (``Strategy.memory_model``, se
 
 from flexgraph.training.estimate._auto import (
     AUTO_MARGIN,
-    AUTO_ORDER,
     AutoChoice,
     NothingFitsError,
     auto_candidates,
     choose_strategy,
-    setup_refusal,
 )
 from flexgraph.training.estimate._candidates import (
-    PRECISIONS,
     Candidate,
     parse_candidate,
     parse_candidates,
 )
-from flexgraph.training.estimate._census import Census, take_census
+from flexgraph.training.estimate._census import take_census
 from flexgraph.training.estimate._config import amp_precision, optimizer_states
 from flexgraph.training.estimate._device import (
-    DeviceMemoryError,
     device_memory,
     host_memory,
     parse_size,
     target_device,
 )
 from flexgraph.training.estimate._estimate import (
-    PARTS,
     SCHEMA,
     CandidateEstimate,
     Estimate,
@@ -49,25 +44,19 @@ from flexgraph.training.estimate._parts import (
     whole_model_setup,
     whole_model_steps,
 )
-from flexgraph.training.estimate._trace import StepTrace, UntraceableModelError, trace_step
+from flexgraph.training.estimate._trace import UntraceableModelError, trace_step
 
 __all__ = [
     "AUTO_MARGIN",
-    "AUTO_ORDER",
     "Allocation",
-    "PARTS",
-    "PRECISIONS",
     "SCHEMA",
     "AutoChoice",
     "Candidate",
     "CandidateError",
     "CandidateEstimate",
-    "Census",
-    "DeviceMemoryError",
     "Estimate",
     "NothingFitsError",
     "SetupMemory",
-    "StepTrace",
     "StrategyMemory",
     "UntraceableModelError",
     "amp_precision",
@@ -83,7 +72,6 @@ __all__ = [
     "parse_candidates",
     "parse_size",
     "replicated_states",
-    "setup_refusal",
     "take_census",
     "target_device",
     "trace_step",

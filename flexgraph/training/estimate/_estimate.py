@@ -37,7 +37,6 @@ from ._trace import StepTrace, UntraceableModelError, trace_step
 __all__ = ["SCHEMA", "CandidateEstimate", "Estimate", "build_meta_model", "estimate"]
 
 SCHEMA = "flexgraph.estimate/1"
-PARTS = ("parameters", "gradients", "optimizer", "activations", "buffers")
 
 
 @attrs.frozen

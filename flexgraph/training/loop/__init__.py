@@ -8,36 +8,26 @@ evaluation pass runs the val or test loader through the model and the metrics.
 """
 
 from flexgraph.training.loop._checkpoint_hook import (
-    BEST_INFO_PREFIXES,
     BuiltinCheckpointHook,
-    CheckpointTarget,
 )
 from flexgraph.training.loop._evaluate import build_evaluator, run_evaluation
 from flexgraph.training.loop._hooks import (
     HOOK_POINTS,
     PRIORITIES,
     Hooks,
-    RunnerView,
     build_hooks,
-    build_visualizer,
-    share_dataset_meta,
 )
 from flexgraph.training.loop._preemption import StopRequest
 from flexgraph.training.loop._train_loop import TrainLoop
 
 __all__ = [
-    "BEST_INFO_PREFIXES",
     "BuiltinCheckpointHook",
-    "CheckpointTarget",
     "HOOK_POINTS",
     "Hooks",
     "PRIORITIES",
-    "RunnerView",
     "StopRequest",
     "TrainLoop",
     "build_evaluator",
     "build_hooks",
-    "build_visualizer",
     "run_evaluation",
-    "share_dataset_meta",
 ]

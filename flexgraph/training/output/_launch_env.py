@@ -50,7 +50,6 @@ __all__ = [
     "AUTO_CHOICE_VAR",
     "AUTO_REASON_VAR",
     "LAUNCHER_PID_VAR",
-    "LAUNCH_VARS",
     "PLAN_DIGEST_VAR",
     "PRELOAD_VAR",
     "PROGRESS_DIR_VAR",
@@ -77,8 +76,6 @@ _FIELDS = {
     "auto_reason": AUTO_REASON_VAR,
     "run_estimate": RUN_ESTIMATE_VAR,
 }
-LAUNCH_VARS = (*_FIELDS.values(), PRELOAD_VAR)
-"""Every variable a flexgraph launcher sets for the processes it starts."""
 
 
 @attrs.frozen

@@ -274,15 +274,13 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
     return lock
 
 
-def check_work_dir_owner(work_dir: str | os.PathLike[str], run_id: str, *,
-                         stale_after: float = STALE_AFTER) -> None:
+def check_work_dir_owner(work_dir: str | os.PathLike[str], run_id: str) -> None:
     """Refuse to start a rank of ``run_id`` in a ``work_dir`` that another live run owns.
 
     Parameters
     ----------
     work_dir : str or PathLike
     run_id : str
-    stale_after : float, default STALE_AFTER
 
     Raises
     ------
@@ -296,7 +294,7 @@ def check_work_dir_owner(work_dir: str | os.PathLike[str], run_id: str, *,
     try:
         owner = _read(fd)
         if owner and owner.get("run") != run_id and _alive(owner, os_locked=False,
-                                                           stale_after=stale_after):
+                                                           stale_after=STALE_AFTER):
             raise _busy(Path(work_dir), owner)
     finally:
         os.close(fd)

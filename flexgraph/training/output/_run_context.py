@@ -197,8 +197,7 @@ class RunContext:
                                    eq=False, repr=False)
 
     @classmethod
-    def of_this_process(cls, plan: Mapping[str, Any] | None = None, *,
-                        log_level: str | int = "INFO", log_dir: str | None = None
+    def of_this_process(cls, *, log_level: str | int = "INFO", log_dir: str | None = None
                         ) -> RunContext:
         """The context of a run that no command set up: this process as its launcher placed it.
 
@@ -208,8 +207,6 @@ class RunContext:
 
         Parameters
         ----------
-        plan : mapping, optional
-            The plan's JSON dict, for the manifests of portable checkpoints.
         log_level : str or int, optional
             The console logger's level (the config's ``log_level``).
         log_dir : str, optional
@@ -223,6 +220,6 @@ class RunContext:
         from flexgraph.training.runtime import launch_rank, launch_world_size
 
         timestamp = _now()
-        return cls(rank=launch_rank(), world_size=launch_world_size(), plan=plan,
+        return cls(rank=launch_rank(), world_size=launch_world_size(),
                    timestamp=timestamp, logger=console_logger(timestamp, log_level),
                    log_dir=log_dir)

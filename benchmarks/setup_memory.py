@@ -13,7 +13,8 @@ processes:
   ``torch.distributed.run`` starts the hand-written scripts, which can end
   itself after its first forward):
   ``DDP``; ``FSDP`` (one unit per block: a size-based wrap policy of one
-  block's parameters); ``FSDP, load_from`` (the same, with ``load_from`` a
+  block's parameters); ``FSDP, no wrap policy`` (``FSDPStrategy``'s default:
+  the root the only unit); ``FSDP, load_from`` (the same, with ``load_from`` a
   ``torch.save`` file of the model as a one-device run initialises it, so
   its weights are the other rows'); ``ZeRO-3`` and ``ZeRO-3, load_from``
   (``DeepSpeedStrategy`` with ``zero_optimization=dict(stage=3)``).
@@ -70,7 +71,7 @@ ranks hold about 10 GiB together. Run it on a machine that is not busy
 otherwise (``uptime``); ``--size 20M`` is a quick run. Run::
 
     python benchmarks/setup_memory.py [--size 450M] [--blocks 24] [--nproc 4]
-        [--rounds 3] [--rows ddp,fsdp,fsdp-load,zero3,zero3-load,mmengine,accelerate,
+        [--rounds 3] [--rows ddp,fsdp,fsdp-root,fsdp-load,zero3,zero3-load,mmengine,accelerate,
         ds-whole,ds-zero-init]
         [--keep]
 """
@@ -119,6 +120,7 @@ def all_rows(width: int) -> dict[str, Row]:
     rows = [
         Row("ddp", "flexgraph DDP", dict(type="DDPStrategy")),
         Row("fsdp", "flexgraph FSDP", fsdp),
+        Row("fsdp-root", "flexgraph FSDP, no wrap policy", dict(type="FSDPStrategy")),
         Row("fsdp-load", "flexgraph FSDP, load_from", fsdp, loads=True),
         Row("zero3", "flexgraph ZeRO-3", zero3),
         Row("zero3-load", "flexgraph ZeRO-3, load_from", zero3, loads=True),

@@ -15,7 +15,8 @@ The order, and why (each line is a rewrite below)::
     compile                  (when planned) before sharding, as FSDP2 expects
     fully_shard              each wrap-policy unit, innermost first, then the
                              root; rank 0 then scatters each rank its shards,
-                             one unit at a time, and every rank takes rank 0's
+                             unit by unit, no more than one parameter's worth
+                             at a time, and every rank takes rank 0's
                              random-number states, as a one-device run goes on
     load_checkpoint          through the sharded checkpoint IO: each rank reads
                              its own rows of a full file (mapped) or its own
@@ -24,8 +25,9 @@ The order, and why (each line is a rewrite below)::
                              would hold the full tensors fully_shard replaced)
 
 What setup costs each rank: rank 0 holds the whole model through
-``init_weights`` and until each unit is sent (plus its own shards); every other
-rank holds its shards and one unit's share of the scatter, never the model.
+``init_weights`` and until each parameter is sent (plus its own shards); every
+other rank holds its shards and one parameter's share of the scatter, never
+the model, with or without a wrap policy.
 
 When the files the run loads (``load_from``, ``init_cfg`` ``Pretrained``)
 cover every entry of the model's ``state_dict``, the run prunes

@@ -4,7 +4,7 @@
   then the root (``fully_shard``), on a hybrid mesh for HYBRID_SHARD.
 * :func:`shard_from_source`: the same, for a model that one rank built and
   initialised whole and the others built on the meta device: that rank
-  scatters each rank its shards, one unit at a time.
+  scatters each rank its shards, unit by unit, one parameter's worth at a time.
 * :func:`materialize`: storage for this rank's shards of a model built on the
   meta device (no ``init_weights`` planned: files cover the model, or
   ``skip_init_weights=True``).
@@ -95,10 +95,10 @@ def shard_from_source(env: Any, model: Any, *, source_rank: int = 0,
     meta device and holds no weight. Every rank shards (``options`` are
     :func:`shard`'s): the source's shards are cut from its whole tensors, the
     others' get storage (:func:`materialize`). Then the source sends each
-    rank its shards one wrap unit at a time, a ``scatter`` of each rank's rows
+    rank its shards, a ``scatter`` of each rank's rows of a run of parameters
     (:func:`_scatter_units`), so that no other rank ever holds more than its
-    shards and one unit's share, and the source lets go of each unit's whole
-    tensors once sent. Buffers (replicated, small) are broadcast. The random
+    shards and one parameter's worth, and the source lets go of each
+    parameter's whole tensor once sent. Buffers (replicated, small) are broadcast. The random
     generators already stand where a DDP rank's would (``init_weights`` with
     ``source_rank`` saw to it, ``diff_rank_seed`` or not).
     """
@@ -130,13 +130,29 @@ def _units(model: Any) -> list[list[str]]:
     return [names for names in owned.values() if names]
 
 
+def _chunks(names: list[str], numel: dict[str, int], limit: int) -> list[list[str]]:
+    """``names`` cut into runs of at most ``limit`` elements (a larger parameter alone)."""
+    chunks: list[list[str]] = []
+    size = limit + 1
+    for name in names:
+        if size + numel[name] > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(name)
+        size += numel[name]
+    return chunks
+
+
 def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: Any) -> None:
     """Each rank's rows of every parameter, from ``whole`` on ``source_rank``, unit by unit.
 
-    One ``scatter`` per unit (and dtype): the source packs each rank's rows of
-    the unit's parameters into one flat buffer (padded to the longest rank's),
-    every rank unpacks its own into its local shards. ``whole`` is emptied
-    unit by unit as it goes.
+    Within a unit, one ``scatter`` per run of parameters (of one dtype) no
+    larger together than the model's largest parameter: the source packs each
+    rank's rows of the run into one flat buffer (padded to the longest
+    rank's), every rank unpacks its own into its local shards. So neither the
+    source nor any other rank holds more than one parameter's worth in
+    flight, whatever the units' sizes (without a wrap policy the root is the
+    only unit). ``whole`` is emptied as it goes.
     """
     import torch
     import torch.distributed as dist
@@ -146,27 +162,30 @@ def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: 
     rows: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(rows, {name: local_rows(p) for name, p in params.items()})
     source = dist.get_rank() == source_rank
+    numel = {name: p.numel() for name, p in params.items()}
+    limit = max(numel.values(), default=0)
     for names in _units(model):
         for dtype in dict.fromkeys(params[n].dtype for n in names):
             group = [n for n in names if params[n].dtype == dtype]
-            sizes = [sum((r[n][1] - r[n][0]) * _row_numel(params[n]) for n in group)
-                     for r in rows]
-            received = torch.empty(max(sizes), dtype=dtype, device=device)
-            packed = None
-            if source:
-                packed = [_packed([whole[n] for n in group], [r[n] for n in group],
-                                  max(sizes)).to(device) for r in rows]
-            dist.scatter(received, packed, src=source_rank)
-            del packed
-            offset = 0
-            with torch.no_grad():
-                for n in group:
-                    local = local_tensor(params[n])
-                    count = local.numel()
-                    local.copy_(received[offset:offset + count].view_as(local))
-                    offset += count
-        for n in names:
-            whole.pop(n, None)
+            for chunk in _chunks(group, numel, limit):
+                sizes = [sum((r[n][1] - r[n][0]) * _row_numel(params[n]) for n in chunk)
+                         for r in rows]
+                received = torch.empty(max(sizes), dtype=dtype, device=device)
+                packed = None
+                if source:
+                    packed = [_packed([whole[n] for n in chunk], [r[n] for n in chunk],
+                                      max(sizes)).to(device) for r in rows]
+                    for n in chunk:
+                        whole.pop(n)
+                dist.scatter(received, packed, src=source_rank)
+                del packed
+                offset = 0
+                with torch.no_grad():
+                    for n in chunk:
+                        local = local_tensor(params[n])
+                        count = local.numel()
+                        local.copy_(received[offset:offset + count].view_as(local))
+                        offset += count
 
 
 def _row_numel(tensor: Any) -> int:

@@ -6,13 +6,15 @@ The order, and why (each line is a rewrite below)::
                          process group exists (fp16 on a CPU without it stops here)
     build_model          under deepspeed.zero.Init for stage 3: each parameter is
                          partitioned as it is created, no rank holds the model
-    init_weights         (stage 3) on rank 0's whole copy of the model, gathered
-                         one parameter at a time, then into every rank's
-                         partitions one parameter at a time: no other rank
-                         holds the whole model (.partitions)
+    init_weights         (stage 3) a one-device run's weights, bit for bit: rank 0
+                         records that run's build and init_weights on
+                         parameters without values, then makes each parameter
+                         again from the record and scatters it into every
+                         rank's partitions, one at a time: no rank holds the
+                         model (.partitions)
                          (pruned when the loaded files set every weight: then
-                         follow_init_draws makes its random draws into scratch
-                         tensors, so the streams stay a one-device run's)
+                         follow_init_draws makes the setup's random draws into
+                         scratch tensors, so the streams stay a one-device run's)
     load_checkpoint      (stage 3) before the engine, into the partitions: each
                          rank reads only its own elements of each parameter
     deepspeed_initialize wrap_model + build_optim_wrapper (+ the schedulers when
@@ -39,9 +41,9 @@ the rewrites bring in), :mod:`.engine` (the engine in MMEngine's shapes, the
 config completed at run time), :mod:`.checkpoint` (DeepSpeed's own checkpoints,
 read safely), :mod:`.state` (portable checkpoints: the state by parameter name),
 :mod:`.params` (ZeRO-3's parameters a forward cannot get, named), :mod:`.partitions`
-(ZeRO-3's setup: whole values into the partitions one parameter at a time), :mod:`.inspect`
-(``flexgraph ckpt inspect`` of DeepSpeed's directories) and :mod:`.memory` (what
-a rank holds, for ``flexgraph plan --estimate``).
+(ZeRO-3's setup: a one-device run's values into the partitions one parameter at a
+time), :mod:`.inspect` (``flexgraph ckpt inspect`` of DeepSpeed's directories)
+and :mod:`.memory` (what a rank holds, for ``flexgraph plan --estimate``).
 """
 
 from __future__ import annotations
@@ -168,13 +170,16 @@ def deepspeed(
             Configure("build_model", {"init_context": f"{STEPS}:zero_init",
                                       "init_options": {"config": ds}}),
             IfPresent("init_weights", Replace("init_weights", Step(
-                "init_weights", f"{PARTITIONS}:init_on_rank0", requires="env",
-                updates="model", doc="model.init_weights() on rank 0's whole copy, then "
-                                     "into the partitions"))),
+                "init_weights", "flexgraph.training.steps:init_from_record",
+                requires=("cfg", "env"), updates="model",
+                params={"place": f"{PARTITIONS}:into_partitions"},
+                doc="a one-device run's init_weights, made one parameter at a time on rank 0 "
+                    "from its record, into the partitions"))),
             IfAbsent("init_weights", Insert(Step(
-                "follow_init_draws", f"{PARTITIONS}:follow_init_draws", requires="env",
-                updates="model", doc="init_weights' random draws, into scratch tensors "
-                                     "(the files set every weight)"), after="build_model")),
+                "follow_init_draws", f"{PARTITIONS}:follow_init_draws",
+                requires=("cfg", "env"), updates="model",
+                doc="the one-device setup's random draws, into scratch tensors (the files "
+                    "set every weight)"), after="build_model")),
         ]
     rewrites += [Fuse(tuple(fused), initialize)]
     if stage < 3:

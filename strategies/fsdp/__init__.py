@@ -2,47 +2,42 @@
 
 The order, and why (each line is a rewrite below)::
 
-    build_model              rank 0 builds the model whole, on the CPU, as a
-                             single-device run builds it (the constructors
-                             draw the same random numbers); every other rank
-                             builds it on the meta device (no storage)
+    build_model              every rank on the meta device: no rank builds the
+                             model whole, and the build draws nothing
     activation_checkpointing (when asked) wraps blocks before they are sharded
-    init_weights             on rank 0 alone: the model's own init (MMEngine's
-                             init_cfg: Pretrained, TruncNormal, ...) on whole
-                             tensors, so the weights are bit-identical to a
-                             single-device run's; MMEngine's initialisers
-                             cannot write into shards
     compile                  (when planned) before sharding, as FSDP2 expects
     fully_shard              each wrap-policy unit, innermost first, then the
-                             root; rank 0 then scatters each rank its shards,
-                             unit by unit, no more than one parameter's worth
-                             at a time, and every rank takes rank 0's
-                             random-number states, as a one-device run goes on
+                             root: shards on the meta device
+    materialize              storage for this rank's shards (NaN until set)
+    init_weights             a one-device run's weights, bit for bit: rank 0
+                             records that run's build and init_weights on
+                             parameters without values (MMEngine's init_cfg,
+                             Pretrained, reset_parameters, constructors'
+                             initialisers), then makes the parameters again
+                             from the record, unit by unit, one parameter's
+                             worth at a time, and sends each rank its rows;
+                             every rank ends with the one-device run's
+                             random-number states
     load_checkpoint          through the sharded checkpoint IO: each rank reads
                              its own rows of a full file (mapped) or its own
                              shards of a DCP checkpoint
     build_optim_wrapper      on the sharded parameters (built before sharding it
                              would hold the full tensors fully_shard replaced)
 
-What setup costs each rank: rank 0 holds the whole model through
-``init_weights`` and until each parameter is sent (plus its own shards); every
-other rank holds its shards and one parameter's share of the scatter, never
-the model, with or without a wrap policy.
+What setup costs each rank: its shards, and one parameter's worth in flight
+(rank 0: also what that parameter's values are made from), with or without a
+wrap policy; no rank holds the model. A module whose ``init_weights`` cannot
+run on parameters without values (it reaches their memory without torch's
+dispatch: ``.numpy()``, a C extension) is initialised whole on rank 0, and the
+plan names it (``init_weights``' note, where the run builds the model:
+``flexgraph run``, ``flexgraph plan --estimate``).
 
 When the files the run loads (``load_from``, ``init_cfg`` ``Pretrained``)
 cover every entry of the model's ``state_dict``, the run prunes
-``init_weights`` before these rewrites (a derived rewrite with its reason,
-see :mod:`flexgraph.training.checkpoint`), and no rank builds the model whole::
-
-    build_model              on the meta device, every rank
-    fully_shard              each unit, then the root: shards on meta
-    materialize              storage for this rank's shards (NaN until loaded)
-    load_checkpoint          each rank reads only its own rows of each file
-    check_initialised        refuses a parameter the files did not set
-
-``skip_init_weights=True`` asks for the second order whatever the files hold
-(the weights come from ``load_from``; ``check_initialised`` refuses what they
-lack).
+``init_weights`` (a derived rewrite with its reason, see
+:mod:`flexgraph.training.checkpoint`); ``skip_init_weights=True`` prunes it
+whatever the files hold. ``check_initialised``, after ``load_checkpoint``,
+refuses a parameter that neither ``init_weights`` nor the files set.
 
 Checkpoints are portable directories (torch.distributed.checkpoint, every rank
 writes its own shards, keyed by parameter name, with a manifest), which every
@@ -71,7 +66,7 @@ from flexgraph.strategies.fsdp.options import checkpoint_io, shard_options
 from flexgraph.strategies.names import FSDP
 
 from flexgraph.core.checks import Precedes
-from flexgraph.core.rewrite import Configure, IfAbsent, IfPresent, Insert, Move, Remove
+from flexgraph.core.rewrite import Configure, IfPresent, Insert, Move, Remove, Replace
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
 
@@ -79,7 +74,7 @@ __all__ = ["fsdp"]
 
 STEPS = "flexgraph.strategies.fsdp.steps"
 SOURCE_RANK = 0
-"""The rank that builds and initialises the model whole when init_weights runs."""
+"""The rank that records the one-device setup and makes each parameter for all."""
 
 
 def fsdp(
@@ -101,9 +96,8 @@ def fsdp(
     model_wrapper : Mapping, optional
         Wrap policy, sharding strategy, mixed precision, CPU offload.
     skip_init_weights : bool, default False
-        Build the model on the meta device and take the weights from
-        ``load_from`` (nothing initialises them): no rank builds the model
-        whole, as when the run finds that its files cover the model.
+        Take the weights from ``load_from`` (nothing initialises them), as
+        when the run finds that its files cover the model.
     state_dict_cfg : str or Mapping, default 'local'
         ``'local'``: sharded checkpoints; ``'full'``: one file.
     activation_checkpointing : Mapping, optional
@@ -138,13 +132,7 @@ def fsdp(
     rewrites = [join_process_group(device, dist_cfg)]
     if skip_init_weights:
         rewrites.append(IfPresent("init_weights", Remove("init_weights")))
-    # Both orders are written out; which applies depends on whether init_weights is
-    # still planned (a derived rewrite prunes it when the files cover the model).
-    rewrites += [
-        Configure("build_model", {"device": "meta"}),
-        IfPresent("init_weights", Configure("build_model", {"source_rank": SOURCE_RANK})),
-        IfPresent("init_weights", Configure("init_weights", {"source_rank": SOURCE_RANK})),
-    ]
+    rewrites.append(Configure("build_model", {"device": "meta"}))
     first = "build_model"
     if activation_checkpointing is not None:
         rewrites.append(Insert(Step(
@@ -154,25 +142,26 @@ def fsdp(
             doc="recompute the chosen blocks' activations in backward"), after=first))
         first = "activation_checkpointing"
     rewrites += [
-        IfPresent("init_weights", Insert(Step(
-            "fully_shard", f"{STEPS}:shard_from_source", requires="env", updates="model",
-            params={**shard, "source_rank": SOURCE_RANK},
-            doc="fully_shard each wrap unit and the root; rank 0 scatters each rank its "
-                "shards, unit by unit"), after="init_weights")),
-        IfAbsent("init_weights", Insert(Step(
+        Insert(Step(
             "fully_shard", f"{STEPS}:shard", requires="env", updates="model", params=shard,
             doc="fully_shard each wrap unit and the root (shards on the meta device)"),
-            after=first)),
+            after=first),
         IfPresent("compile", Move("compile", before="fully_shard")),
-        IfAbsent("init_weights", Insert(Step(
-            "materialize", f"{STEPS}:materialize", requires="env", updates="model",
-            doc="storage for this rank's shards, buffers"), after="fully_shard")),
+        Insert(Step("materialize", f"{STEPS}:materialize", requires="env", updates="model",
+                    doc="storage for this rank's shards, buffers"), after="fully_shard"),
+        IfPresent("init_weights", Replace("init_weights", Step(
+            "init_weights", "flexgraph.training.steps:init_from_record",
+            requires=("cfg", "env"), updates="model",
+            params={"place": f"{STEPS}:scatter_rows", "source_rank": SOURCE_RANK},
+            doc="a one-device run's init_weights, made unit by unit on rank 0 from its "
+                "record, each rank sent its rows"))),
+        IfPresent("init_weights", Move("init_weights", after="materialize")),
         Configure("build_checkpointer", {"io": checkpoint_io(state_dict_cfg),
                                          "checkpoint_format": checkpoint_format}),
-        IfAbsent("init_weights", Insert(Step(
+        Insert(Step(
             "check_initialised", f"{STEPS}:check_initialised", requires="env",
             updates="model", doc="refuse parameters neither init nor load_from set"),
-            after="load_checkpoint")),
+            after="load_checkpoint"),
     ]
     checks = [
         Precedes("fully_shard", "build_optim_wrapper",
@@ -184,11 +173,10 @@ def fsdp(
                  "only once the model is sharded"),
         Precedes("materialize", "load_checkpoint",
                  "the sharded checkpoint IO loads into this rank's shards, which have no "
-                 "storage before materialize", first_optional=True),
-        Precedes("init_weights", "fully_shard",
-                 "MMEngine's initialisers (init_cfg: Pretrained, TruncNormal, ...) copy whole "
-                 "tensors, which fails on shards; and a sharded init draws other random "
-                 "numbers than a single-device run", first_optional=True),
+                 "storage before materialize"),
+        Precedes("materialize", "init_weights",
+                 "init_weights writes each rank's rows into its shards, which have no "
+                 "storage before materialize"),
     ]
     memory = {k: v for k, v in shard.items() if k != "hybrid_mesh" or isinstance(v, tuple)}
     return Strategy(FSDP.name, rewrites, doc="fully sharded data parallel (FSDP2)",

@@ -2,12 +2,11 @@
 
 * :func:`shard`: ``fully_shard`` on every wrap-policy unit, innermost first,
   then the root (``fully_shard``), on a hybrid mesh for HYBRID_SHARD.
-* :func:`shard_from_source`: the same, for a model that one rank built and
-  initialised whole and the others built on the meta device: that rank
-  scatters each rank its shards, unit by unit, one parameter's worth at a time.
 * :func:`materialize`: storage for this rank's shards of a model built on the
-  meta device (no ``init_weights`` planned: files cover the model, or
-  ``skip_init_weights=True``).
+  meta device.
+* :func:`scatter_rows`: how ``init_weights`` (a one-device run's weights made
+  on one rank from a record of that run) sends each rank its rows, unit by
+  unit.
 * :func:`checkpoint_blocks`: MMEngine's ``activation_checkpointing``.
 * :func:`check_initialised`: parameters neither init nor ``load_from`` set,
   refused on every rank together.
@@ -86,36 +85,6 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     return model
 
 
-def shard_from_source(env: Any, model: Any, *, source_rank: int = 0,
-                      **options: Any) -> Any:
-    """:func:`shard`, the weights coming from the one rank that built the model whole.
-
-    ``source_rank`` built and initialised the whole model (``build_model`` and
-    ``init_weights`` configured with it); every other rank built it on the
-    meta device and holds no weight. Every rank shards (``options`` are
-    :func:`shard`'s): the source's shards are cut from its whole tensors, the
-    others' get storage (:func:`materialize`). Then the source sends each
-    rank its shards, a ``scatter`` of each rank's rows of a run of parameters
-    (:func:`_scatter_units`), so that no other rank ever holds more than its
-    shards and one parameter's worth, and the source lets go of each
-    parameter's whole tensor once sent. Buffers (replicated, small) are broadcast. The random
-    generators already stand where a DDP rank's would (``init_weights`` with
-    ``source_rank`` saw to it, ``diff_rank_seed`` or not).
-    """
-    from flexgraph.strategies.fsdp.shards import materialize_module
-
-    from flexgraph.training.runtime import broadcast_buffers
-
-    source = env.rank == source_rank
-    whole = {name: p.detach() for name, p in model.named_parameters()} if source else {}
-    shard(env, model, **options)
-    if not source:
-        materialize_module(model, env.device)
-    _scatter_units(model, whole, source_rank, env.device)
-    broadcast_buffers(model, rank=source_rank)
-    return model
-
-
 def _units(model: Any) -> list[list[str]]:
     """Parameter names by the FSDP module (wrap unit, or the root) that manages them,
     innermost unit first."""
@@ -143,8 +112,10 @@ def _chunks(names: list[str], numel: dict[str, int], limit: int) -> list[list[st
     return chunks
 
 
-def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: Any) -> None:
-    """Each rank's rows of every parameter, from ``whole`` on ``source_rank``, unit by unit.
+def scatter_rows(env: Any, model: Any, values: Any, source_rank: int) -> None:
+    """Each rank's rows of every parameter, made by ``values(names)`` on ``source_rank``
+    (whole tensors by name; ``None`` elsewhere), unit by unit: ``init_weights``'
+    placer (:func:`~flexgraph.training.steps.init_from_record`).
 
     Within a unit, one ``scatter`` per run of parameters (of one dtype) no
     larger together than the model's largest parameter: the source packs each
@@ -152,7 +123,7 @@ def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: 
     rank's), every rank unpacks its own into its local shards. So neither the
     source nor any other rank holds more than one parameter's worth in
     flight, whatever the units' sizes (without a wrap policy the root is the
-    only unit). ``whole`` is emptied as it goes.
+    only unit).
     """
     import torch
     import torch.distributed as dist
@@ -170,13 +141,13 @@ def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: 
             for chunk in _chunks(group, numel, limit):
                 sizes = [sum((r[n][1] - r[n][0]) * _row_numel(params[n]) for n in chunk)
                          for r in rows]
-                received = torch.empty(max(sizes), dtype=dtype, device=device)
+                received = torch.empty(max(sizes), dtype=dtype, device=env.device)
                 packed = None
                 if source:
-                    packed = [_packed([whole[n] for n in chunk], [r[n] for n in chunk],
-                                      max(sizes)).to(device) for r in rows]
-                    for n in chunk:
-                        whole.pop(n)
+                    made = values(chunk)
+                    packed = [_packed([made[n] for n in chunk], [r[n] for n in chunk],
+                                      max(sizes)).to(env.device) for r in rows]
+                    del made
                 dist.scatter(received, packed, src=source_rank)
                 del packed
                 offset = 0
@@ -235,10 +206,9 @@ def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
 def materialize(env: Any, model: Any) -> Any:
     """Storage on ``env.device`` for this rank's shards; see ``materialize_module``.
 
-    Only where no ``init_weights`` is planned (pruned because the run's files
-    cover the model, or ``skip_init_weights``): the weights come from the
-    files, so nothing is initialised here, and a parameter they lack is found
-    (it holds NaN) and refused by :func:`check_initialised`.
+    Every parameter holds NaN until ``init_weights`` or the files set it; where
+    no ``init_weights`` is planned, one the files lack is found and refused by
+    :func:`check_initialised`.
     """
     from flexgraph.strategies.fsdp.shards import materialize_module
 
@@ -257,9 +227,9 @@ def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
 def check_initialised(env: Any, model: Any) -> Any:
     """Refuse, by name and on every rank together, parameters nothing initialised.
 
-    Only where no ``init_weights`` is planned: ``materialize`` fills new
-    storage with NaN, so a parameter that neither a ``reset_parameters()`` nor
-    the loaded files set is found here, before it trains on garbage.
+    ``materialize`` fills new storage with NaN, so a parameter that neither
+    ``init_weights`` nor the loaded files set is found here, before it trains
+    on garbage.
     """
     import torch
     from flexgraph.strategies.fsdp.shards import uninitialised_parameters
@@ -272,8 +242,8 @@ def check_initialised(env: Any, model: Any) -> Any:
     if names:
         raise ConfigError(
             f"{len(names)} parameters were never initialised after materialize (e.g. "
-            f"{names[0]!r}): their module has no reset_parameters(), init_weights is not "
-            f"planned (skip_init_weights=True, or pruned because the files cover the model) "
-            f"and the loaded files did not set them (a hook dropped them?); give the module "
-            f"a reset_parameters() or load them from a checkpoint")
+            f"{names[0]!r}): init_weights is not planned (skip_init_weights=True, pruned "
+            f"because the files cover the model, or removed) and the loaded files did not "
+            f"set them (a hook dropped them?); plan init_weights or load them from a "
+            f"checkpoint")
     return model

@@ -147,17 +147,20 @@ def init_from_record(cfg: Any, env: Env, model: nn.Module, *, place: str,
     ``source_rank`` records the one-device setup, ``build_model`` and
     ``init_weights``, on parameters without values
     (:func:`~flexgraph.training.components.record_one_device_setup`, its
-    ``Pretrained`` files loaded as ``load_from`` loads), then the strategy
-    puts each rank's part of every parameter in place: ``place``
+    ``Pretrained`` files loaded as ``load_from`` loads) and sends every rank
+    the record without the real tensors it holds
+    (:meth:`~flexgraph.training.runtime.SetupRecord.portable`). Then the
+    strategy puts each rank's part of every parameter in place: ``place``
     (``"module:attr"``) is called on every rank as ``place(env, model,
-    values, source_rank)``, where ``values(names)`` makes those parameters'
-    whole CPU values from the record on the source (``None`` elsewhere) and
-    the placer sends each rank its part, a bounded amount at a time. The
-    buffers are the record's, broadcast. ``whole``: modules whose
-    ``init_weights`` runs on real parameters on the source (those the plan
-    found it cannot record). Every rank ends with a one-device run's
-    random-number states: the source's, or under ``randomness.diff_rank_seed``
-    its own, advanced by the same draws.
+    record, source_rank)``; the placer has the ranks make the parameters'
+    whole values from the record in turn
+    (:meth:`~flexgraph.training.runtime.SetupRecord.made_in_turn`) and send
+    each rank its part, a bounded amount at a time. The buffers are the
+    record's, broadcast. ``whole``: modules whose ``init_weights`` runs on
+    real parameters on the source (those the plan found it cannot record).
+    Every rank ends with a one-device run's random-number states: the
+    source's, or under ``randomness.diff_rank_seed`` its own, advanced by the
+    same draws.
     """
     import torch
 
@@ -175,9 +178,10 @@ def init_from_record(cfg: Any, env: Env, model: nn.Module, *, place: str,
         return made
 
     made = rank0_does(record, share_result=False, rank=source_rank)
-    drawn, initialised = broadcast_from_rank0(
-        None if made is None else (made.drawn, made.initialised), rank=source_rank)
-    resolve_fn(place)(env, model, None if made is None else made.values, source_rank)
+    shared = broadcast_from_rank0(None if made is None else made.portable(), rank=source_rank)
+    resolve_fn(place)(env, model, shared if made is None else made, source_rank)
+    drawn, initialised = shared.drawn, shared.initialised
+    del shared
     if made is not None:
         buffers = dict(model.named_buffers())
         values = made.values([name for name in made.buffers if name in buffers])

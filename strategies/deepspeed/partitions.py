@@ -10,15 +10,16 @@ initialisers see empty partitions. So the ``init_weights`` step
    (MMEngine's ``init_cfg``, ``Pretrained``, the constructors' own
    initialisers), on parameters without values
    (:func:`~flexgraph.training.components.record_one_device_setup`);
-2. rank 0 makes each parameter's one-device value again from the record,
-   one at a time, and scatters it into every rank's partition (each rank
-   receives its partition alone); the buffers are the record's, broadcast;
+2. every rank gets the record (without the real tensors it holds) and the
+   ranks make each parameter's one-device value again from it in turn, one
+   at a time, each maker scattering it into every rank's partition (each
+   rank receives its partition alone); the buffers are the record's,
+   broadcast;
 3. every rank ends with a one-device run's random-number states: rank 0's,
    or under ``randomness.diff_rank_seed`` its own generator advanced by the
    draws rank 0 recorded (:func:`~flexgraph.training.runtime.follow_source_draws`).
 
-So no rank holds more than its partitions and one parameter's worth (rank 0:
-also what that parameter is made from).
+So no rank holds more than its partitions and a parameter's worth in flight.
 
 When the files the run loads set every weight, ``init_weights`` is pruned
 (a derived rewrite) and no rank initialises: :func:`follow_init_draws`
@@ -41,16 +42,21 @@ from flexgraph.training.checkpoint import Slices
 __all__ = ["PARTITIONS", "follow_init_draws", "into_partitions"]
 
 
-def into_partitions(env: Any, model: nn.Module, values: Any, source_rank: int) -> None:
-    """Each parameter's value, made by ``values([name])`` on ``source_rank`` (``None``
-    elsewhere), scattered into every rank's partition, one parameter at a time:
-    ``init_weights``' placer (:func:`~flexgraph.training.steps.init_from_record`)."""
+def into_partitions(env: Any, model: nn.Module, record: Any, source_rank: int) -> None:
+    """Each parameter's one-device value into every rank's partition, one parameter at a
+    time, the ranks making the values from ``record`` in turn
+    (:meth:`~flexgraph.training.runtime.SetupRecord.made_in_turn`), each maker
+    scattering what it made: ``init_weights``' placer
+    (:func:`~flexgraph.training.steps.init_from_record`)."""
     from flexgraph.training.runtime import return_freed_memory
 
-    for name, param in model.named_parameters():
-        value = None if values is None else values([name])[name]
-        _into_partition(param, value, source_rank)
-        del value
+    params = dict(model.named_parameters())
+    turns = record.made_in_turn([[name] for name in params], source=source_rank,
+                                rank=torch.distributed.get_rank(),
+                                world=torch.distributed.get_world_size())
+    for (name, param), (maker, made) in zip(params.items(), turns, strict=True):
+        _into_partition(param, None if made is None else made[name], maker)
+        del made
     return_freed_memory(None)
 
 

@@ -13,9 +13,10 @@ The order, and why (each line is a rewrite below)::
                              records that run's build and init_weights on
                              parameters without values (MMEngine's init_cfg,
                              Pretrained, reset_parameters, constructors'
-                             initialisers), then makes the parameters again
-                             from the record, unit by unit, one parameter's
-                             worth at a time, and sends each rank its rows;
+                             initialisers) and sends every rank the record;
+                             the ranks make the parameters again from it in
+                             turn, unit by unit, one parameter's worth at a
+                             time, each maker sending every rank its rows;
                              every rank ends with the one-device run's
                              random-number states
     load_checkpoint          through the sharded checkpoint IO: each rank reads
@@ -24,8 +25,8 @@ The order, and why (each line is a rewrite below)::
     build_optim_wrapper      on the sharded parameters (built before sharding it
                              would hold the full tensors fully_shard replaced)
 
-What setup costs each rank: its shards, and one parameter's worth in flight
-(rank 0: also what that parameter's values are made from), with or without a
+What setup costs each rank: its shards, and a parameter's worth in flight
+(while making it, also what its values are made from), with or without a
 wrap policy; no rank holds the model. A module whose ``init_weights`` cannot
 run on parameters without values (it reaches their memory without torch's
 dispatch: ``.numpy()``, a C extension) is initialised whole on rank 0, and the

@@ -112,18 +112,19 @@ def _chunks(names: list[str], numel: dict[str, int], limit: int) -> list[list[st
     return chunks
 
 
-def scatter_rows(env: Any, model: Any, values: Any, source_rank: int) -> None:
-    """Each rank's rows of every parameter, made by ``values(names)`` on ``source_rank``
-    (whole tensors by name; ``None`` elsewhere), unit by unit: ``init_weights``'
-    placer (:func:`~flexgraph.training.steps.init_from_record`).
+def scatter_rows(env: Any, model: Any, record: Any, source_rank: int) -> None:
+    """Each rank's rows of every parameter, unit by unit: ``init_weights``' placer
+    (:func:`~flexgraph.training.steps.init_from_record`).
 
-    Within a unit, one ``scatter`` per run of parameters (of one dtype) no
-    larger together than the model's largest parameter: the source packs each
-    rank's rows of the run into one flat buffer (padded to the longest
-    rank's), every rank unpacks its own into its local shards. So neither the
-    source nor any other rank holds more than one parameter's worth in
-    flight, whatever the units' sizes (without a wrap policy the root is the
-    only unit).
+    Within a unit, the parameters go in runs (of one dtype) no larger
+    together than the model's largest parameter; the ranks make the runs'
+    values from ``record`` in turn
+    (:meth:`~flexgraph.training.runtime.SetupRecord.made_in_turn`), and the
+    maker of each packs every rank's rows of it into one flat buffer (padded
+    to the longest rank's) and scatters them; every rank unpacks its own into
+    its local shards. So no rank holds more than its shards and a few runs'
+    worth in flight, whatever the units' sizes (without a wrap policy the
+    root is the only unit).
     """
     import torch
     import torch.distributed as dist
@@ -132,31 +133,29 @@ def scatter_rows(env: Any, model: Any, values: Any, source_rank: int) -> None:
     params = dict(model.named_parameters())
     rows: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(rows, {name: local_rows(p) for name, p in params.items()})
-    source = dist.get_rank() == source_rank
     numel = {name: p.numel() for name, p in params.items()}
     limit = max(numel.values(), default=0)
-    for names in _units(model):
-        for dtype in dict.fromkeys(params[n].dtype for n in names):
-            group = [n for n in names if params[n].dtype == dtype]
-            for chunk in _chunks(group, numel, limit):
-                sizes = [sum((r[n][1] - r[n][0]) * _row_numel(params[n]) for n in chunk)
-                         for r in rows]
-                received = torch.empty(max(sizes), dtype=dtype, device=env.device)
-                packed = None
-                if source:
-                    made = values(chunk)
-                    packed = [_packed([made[n] for n in chunk], [r[n] for n in chunk],
-                                      max(sizes)).to(env.device) for r in rows]
-                    del made
-                dist.scatter(received, packed, src=source_rank)
-                del packed
-                offset = 0
-                with torch.no_grad():
-                    for n in chunk:
-                        local = local_tensor(params[n])
-                        count = local.numel()
-                        local.copy_(received[offset:offset + count].view_as(local))
-                        offset += count
+    runs = [chunk for names in _units(model)
+            for dtype in dict.fromkeys(params[n].dtype for n in names)
+            for chunk in _chunks([n for n in names if params[n].dtype == dtype], numel, limit)]
+    turns = record.made_in_turn(runs, source=source_rank, rank=dist.get_rank(),
+                                world=dist.get_world_size())
+    for run, (maker, made) in zip(runs, turns, strict=True):
+        sizes = [sum((r[n][1] - r[n][0]) * _row_numel(params[n]) for n in run) for r in rows]
+        received = torch.empty(max(sizes), dtype=params[run[0]].dtype, device=env.device)
+        packed = None if made is None else [
+            _packed([made[n] for n in run], [r[n] for n in run], max(sizes)).to(env.device)
+            for r in rows]
+        del made
+        dist.scatter(received, packed, src=maker)
+        del packed
+        offset = 0
+        with torch.no_grad():
+            for n in run:
+                local = local_tensor(params[n])
+                count = local.numel()
+                local.copy_(received[offset:offset + count].view_as(local))
+                offset += count
 
 
 def _row_numel(tensor: Any) -> int:

@@ -30,6 +30,7 @@ the source's draws from its own.
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -96,6 +97,7 @@ class Draw:
         _overload(self.op)(*args, **kwargs)
 
 
+@functools.cache
 def _overload(name: str) -> Any:
     """``'aten::uniform_.default'`` -> ``torch.ops.aten.uniform_.default``."""
     namespace, _, rest = name.partition("::")
@@ -111,7 +113,7 @@ def _uses_default_generator(kwargs: dict[str, Any]) -> bool:
 def _draw_of(func: Any, args: Any, kwargs: dict[str, Any]) -> Draw:
     shapes = tree_map(lambda v: TensorShape.of(v) if isinstance(v, torch.Tensor) else v,
                       (tuple(args), dict(kwargs)))
-    return Draw(func.name() + "." + func._overloadname, *shapes)
+    return Draw(f"{func._schema.name}.{func._overloadname}", *shapes)
 
 
 VALUE_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default)

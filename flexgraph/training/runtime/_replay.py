@@ -13,7 +13,9 @@ then makes any parameters' values: it replays the operations their final
 values depend on (and no other: a draw or fill that covers a tensor whole
 ends what came before it), each draw from its recorded state, on whole CPU
 tensors. The values are the one-device run's, bit for bit, since every kernel
-gets the same inputs and generator state.
+gets the same inputs and generator state. A copy of the record without the
+real tensors it holds (:meth:`SetupRecord.portable`) travels to the other
+ranks, so that they make values too (:meth:`SetupRecord.made_in_turn`).
 
 The values code reads while recording (``.item()``, ``bool()``: a
 rejection-sampling loop, a check of a weight's mean) are made for real, from
@@ -60,6 +62,7 @@ from flexgraph.training.runtime._draws import (
     Draw,
     SourceDraws,
     _draw_of,
+    _overload,
     _uses_default_generator,
     host_generators_moved,
 )
@@ -97,12 +100,15 @@ class View:
 
 @attrs.frozen(eq=False)
 class Held:
-    """A real tensor an operation took, kept by reference with its version counter."""
+    """A real tensor an operation took, kept by reference with its version counter
+    (``None`` in a record sent to another rank: only the recording rank holds it)."""
 
-    tensor: torch.Tensor
+    tensor: torch.Tensor | None
     version: int
 
     def value(self) -> torch.Tensor:
+        if self.tensor is None:
+            raise ReplayError("a tensor the setup read is held by the rank that recorded it")
         if self.tensor._version != self.version:
             raise ReplayError("a tensor the setup read (a buffer, a constant) changed after "
                               "the read, so the read cannot be made again")
@@ -113,15 +119,16 @@ class Held:
 class Op:
     """One recorded operation.
 
-    ``func`` ``None``: a parameter's first contents (``args[0]``: a
-    :class:`Held` value, or ``None`` for memory fresh from ``torch.empty``).
+    ``func``: the ATen overload's name; ``None``: a parameter's first contents
+    (``args[0]``: a :class:`Held` value, or ``None`` for memory fresh from
+    ``torch.empty``).
     ``writes``: storages written in place; ``reads``: storages read (a
     written one included unless ``overwrites``); ``makes``: per output, the
     view of the storage it makes, or ``None``; ``state``: the CPU
     generator's state before a draw.
     """
 
-    func: Any
+    func: str | None
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     writes: tuple[int, ...]
@@ -296,7 +303,7 @@ class _Log:
         args, kwargs = tree_map(real, (op.args, op.kwargs))
         if op.state is not None:
             torch.set_rng_state(op.state)
-        out = op.func(*args, **kwargs)
+        out = _overload(op.func)(*args, **kwargs)
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         for made, tensor in zip(op.makes, outputs, strict=False):
             if made is None:
@@ -452,7 +459,8 @@ class _Recorder(TorchDispatchMode):
         if not overwrites:
             reads = tuple(dict.fromkeys((*reads, *writes)))
         args, kwargs = tree_map(self.shape, (tuple(args), dict(kwargs)))
-        self.log.add(Op(func, args, kwargs, writes, reads, tuple(makes), state, overwrites))
+        self.log.add(Op(f"{func._schema.name}.{func._overloadname}", args, kwargs, writes, reads,
+                        tuple(makes), state, overwrites))
 
 
 def _numel(size: tuple[int, ...]) -> int:
@@ -507,16 +515,60 @@ class SetupRecord:
     whole: tuple[str, ...]
     drawn: SourceDraws
 
+    def _live(self, names: Sequence[str]) -> tuple[dict[str, View | Held], list[int]]:
+        entries = {name: self.params.get(name, self.buffers.get(name)) for name in names}
+        views = [e for e in entries.values() if isinstance(e, View)]
+        live, _ = self.log.live([(v.storage, len(self.log.ops)) for v in views], {})
+        return entries, live
+
+    def reads_held(self, names: Sequence[str]) -> bool:
+        """Whether making ``names`` reads a real tensor the record holds (which a
+        :meth:`portable` copy leaves with the recording rank)."""
+        entries, live = self._live(names)
+        held = [*entries.values(), *(a for i in live for a in tree_leaves(
+            (self.log.ops[i].args, self.log.ops[i].kwargs)))]
+        return any(isinstance(h, Held) for h in held)
+
+    def made_in_turn(self, runs: Sequence[Sequence[str]], *, source: int, rank: int,
+                     world: int) -> Iterator[tuple[int, dict[str, torch.Tensor] | None]]:
+        """For each run of names, in order: the rank that makes it and, on that rank, its
+        values (``None`` elsewhere).
+
+        A run that reads a held tensor is ``source``'s (whose record holds it);
+        the others go round the ranks. Each rank makes its runs among every
+        ``world`` consecutive ones before they are handed out, so the ranks
+        make them at the same time, each holding one run's values at a time.
+        Every rank gets the same makers (from its own copy of the record).
+        """
+        makers = [source if self.reads_held(run) else index % world
+                  for index, run in enumerate(runs)]
+        for start in range(0, len(runs), world):
+            group = range(start, min(start + world, len(runs)))
+            made = {i: self.values(runs[i]) for i in group if makers[i] == rank}
+            for i in group:
+                yield makers[i], made.pop(i, None)
+
+    def portable(self) -> SetupRecord:
+        """This record without the real tensors it holds (small; it pickles), for the other
+        ranks: they make what needs none of them (:meth:`held_by_source`)."""
+        def drop(value: Any) -> Any:
+            return Held(None, value.version) if isinstance(value, Held) else value
+
+        log = _Log()
+        log.__dict__.update(self.log.__dict__)
+        log.ops = [attrs.evolve(op, args=tree_map(drop, op.args), kwargs=tree_map(drop, op.kwargs))
+                   for op in self.log.ops]
+        return attrs.evolve(self, log=log, params={k: drop(v) for k, v in self.params.items()},
+                            buffers={k: drop(v) for k, v in self.buffers.items()})
+
     def values(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
         """The parameters (or buffers) ``names``' values after the setup, as one device has
         them: whole CPU tensors, made from the record (the generators are put back)."""
-        entries = {name: self.params.get(name, self.buffers.get(name)) for name in names}
+        entries, live = self._live(names)
         views = {name: e for name, e in entries.items() if isinstance(e, View)}
         bases: dict[int, torch.Tensor] = {}
         state = torch.get_rng_state()
         try:
-            live, _ = self.log.live([(v.storage, len(self.log.ops)) for v in views.values()],
-                                    {})
             with torch.no_grad():
                 self.log.run(live, bases, {v.storage for v in views.values()})
         finally:

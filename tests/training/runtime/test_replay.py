@@ -198,3 +198,27 @@ def test_a_draw_from_a_generator_of_its_own_is_refused():
     with pytest.raises(ReplayError) as failed:
         record_setup(Own, lambda m: None)
     assert failed.value.module == ""
+
+
+def test_a_portable_record_makes_what_needs_no_held_tensor_and_the_turns_agree():
+    model, _ = _one_device(6)
+    torch.manual_seed(6)
+    _, record = record_setup(Net, lambda m: m.init_weights())
+    copy = pickle.loads(pickle.dumps(record.portable()))  # as it travels to the others
+    runs = [[name] for name in record.params]
+    held = [run for run in runs if copy.reads_held(run)]
+    assert ["token"] in held and ["scale"] in held, "made from data: the recording rank's"
+    assert ["a.weight"] not in held
+    for run in runs:
+        if run not in held:
+            assert torch.equal(copy.values(run)[run[0]], model.get_parameter(run[0]).detach())
+    with pytest.raises(ReplayError, match="held by the rank that recorded it"):
+        copy.values(["token"])
+    for rank, mine in ((0, record), (1, copy), (2, copy)):
+        turns = list(mine.made_in_turn(runs, source=0, rank=rank, world=3))
+        assert [maker for maker, _ in turns] == [
+            0 if run in held else i % 3 for i, run in enumerate(runs)]
+        for run, (maker, made) in zip(runs, turns, strict=True):
+            assert (made is not None) == (maker == rank)
+            if made is not None:
+                assert torch.equal(made[run[0]], model.get_parameter(run[0]).detach())

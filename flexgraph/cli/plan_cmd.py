@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from flexgraph.core.strategy import Strategy
     from flexgraph.spec import Spec
 
-FORMATS = ("text", "json", "dot", "mermaid")
+FORMATS = ("text", "json", "dot", "mermaid", "html")
 
 NO_STRATEGY = "none"
 """``--strategy none``: plan the base graph even when the config names a strategy."""
@@ -63,8 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-f",
         choices=FORMATS,
         default="text",
-        help="text (table, default), json (schema flexgraph.plan/1), dot (Graphviz), mermaid",
+        help="text (table, default), json (schema flexgraph.plan/1), dot (Graphviz), mermaid, "
+        "html (one self-contained page; with --estimate or --compare, memory per step)",
     )
+    parser.add_argument("--output", "-o", metavar="FILE",
+                        help="write to FILE instead of stdout (written only if the plan is made)")
     view = parser.add_mutually_exclusive_group()
     view.add_argument(
         "--diff",
@@ -207,13 +210,26 @@ def render(plan: Plan, args: argparse.Namespace, notes: dict[str, str] | None = 
 
 def plan_command(args: argparse.Namespace) -> int:
     """Run ``flexgraph plan``; return the exit status (errors propagate to main)."""
+    if args.output:  # what stdout would get, written to the file once the plan is made
+        import contextlib
+        import io
+
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            status = _plan_command(args)
+        Path(args.output).write_text(buffer.getvalue(), encoding="utf-8")
+        return status
+    return _plan_command(args)
+
+
+def _plan_command(args: argparse.Namespace) -> int:
     if args.format != "text" and (args.diff or args.explain):
         flag = "--diff" if args.diff else "--explain"
         raise UsageError(f"{flag} prints text; drop --format {args.format}")
     estimating = args.estimate or args.compare
     if estimating and (args.diff or args.explain or args.format in ("dot", "mermaid")):
-        raise UsageError("--estimate and --compare print a table (text) or JSON; drop "
-                         "--diff / --explain / --format dot|mermaid")
+        raise UsageError("--estimate and --compare print a table (text), JSON or a page "
+                         "(html); drop --diff / --explain / --format dot|mermaid")
     if args.estimate and args.compare:
         raise UsageError("--compare estimates every candidate it names; drop --estimate")
     if args.strategy == estimate_cmd.AUTO:
@@ -226,6 +242,11 @@ def plan_command(args: argparse.Namespace) -> int:
     for unchecked in check_references(plan):
         print(f"note: {unchecked}", file=sys.stderr)
     notes = {**checkpoint_notes(spec.cfg, plan), **pruning_notes(spec.cfg, strategy, plan)}
+    if args.format == "html":
+        from flexgraph.cli.plan_page import page_of_plan
+
+        sys.stdout.write(page_of_plan(plan, strategy, args.config))
+        return 0
     render(plan, args, notes)
     return 0
 
@@ -256,14 +277,25 @@ def _plan_estimate(args: argparse.Namespace) -> int:
     """``--estimate`` (the plan's strategy) or ``--compare`` (the candidates named)."""
     with imports_kept_from_collector() as imports_done:
         spec = _load_for_estimate(args, imports_done)
-        strategy, derived = None, {}
+        strategy, derived, plan = None, {}, None
         if not args.compare:
             strategy = choose_strategy(spec, args.strategy, args.world_size or 1)
             # the plan estimated is one that plans, with what the run derives from its files
-            _, derived = derived_plan(spec, strategy, _load_from(spec))
+            plan, derived = derived_plan(spec, strategy, _load_from(spec))
         report = estimate_cmd.estimate_report(spec, strategy, args)
         if derived:
             report["plan"] = derived
+        if args.format == "html":
+            from flexgraph.cli import plan_page
+
+            if args.compare:
+                load_from = _load_from(spec)
+                sys.stdout.write(plan_page.page_of_candidates(
+                    spec, report, args.config, args.compare,
+                    lambda s: derived_plan(spec, s, load_from)[0]))
+            else:
+                sys.stdout.write(plan_page.page_of_plan(plan, strategy, args.config, report))
+            return 0
         _print_estimate(report, args)
     return 0
 
@@ -287,6 +319,13 @@ def _plan_auto(args: argparse.Namespace) -> int:
         plan_dict = json.loads(views.plan_json(plan))
         plan_dict["estimate"] = report
         sys.stdout.write(json.dumps(plan_dict, indent=2, sort_keys=True) + "\n")
+        return 0
+    if args.format == "html":  # the chosen candidate's page
+        from flexgraph.cli.plan_page import page_of_plan
+
+        chosen = [r for r in report["candidates"] if r["candidate"] == report["auto"]["choice"]]
+        sys.stdout.write(page_of_plan(plan, strategy, args.config,
+                                      {**report, "candidates": chosen}))
         return 0
     render(plan, args)
     print_renderable(views.estimate_view(report))

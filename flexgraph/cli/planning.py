@@ -16,9 +16,11 @@ rewrites a rank derives from the files it loads, which a launcher never reads.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,14 +52,17 @@ def _standard_graph(cfg: Any, entry: str) -> Graph:
     return standard_graph(cfg, entry=entry)
 
 
-def load_config(config: str, cfg_options: Mapping[str, Any] | None = None, *,
-                entry: str = "train") -> Spec:
-    """The spec of ``config``, as ``flexgraph plan`` and ``flexgraph run`` both load it.
+def load_config(config: str | os.PathLike[str] | Any,
+                cfg_options: Mapping[str, Any] | None = None, *, entry: str = "train") -> Spec:
+    """The spec of ``config``, as ``flexgraph plan``, ``flexgraph run`` and
+    :class:`~flexgraph.runner.Runner` load it.
 
     Parameters
     ----------
-    config : str
-        Path of the YAML spec, pipeline script or cfg.py.
+    config : str, PathLike or Config
+        Path of the YAML spec, pipeline script or cfg.py, or an MMEngine
+        ``Config`` already read (a copy of it is planned: ``cfg_options`` never
+        change the caller's).
     cfg_options : mapping, optional
         Config keys to override, parsed (:func:`~flexgraph.cli.options.parse_cfg_options`,
         plus what ``run``'s own flags set).
@@ -73,10 +78,18 @@ def load_config(config: str, cfg_options: Mapping[str, Any] | None = None, *,
     FlexgraphError
         The spec layer's error for a config it cannot load.
     """
-    from flexgraph.spec import load_spec
+    default_graph = functools.partial(_standard_graph, entry=entry)
+    if isinstance(config, (str, os.PathLike)):
+        from flexgraph.spec import load_spec
 
-    return load_spec(Path(config), cfg_options=dict(cfg_options or {}) or None,
-                     default_graph=functools.partial(_standard_graph, entry=entry))
+        return load_spec(Path(config), cfg_options=dict(cfg_options or {}) or None,
+                         default_graph=default_graph)
+    from flexgraph.spec.cfg_front import config_spec
+
+    cfg = copy.deepcopy(config)
+    if cfg_options:
+        cfg.merge_from_dict(dict(cfg_options))
+    return config_spec(cfg, cfg.filename or "<config>", default_graph)
 
 
 def choose_strategy(spec: Spec, name: str | None, world_size: int = 1) -> Strategy | None:

@@ -43,7 +43,7 @@ import argparse
 import functools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -60,6 +60,7 @@ from flexgraph.cli.planning import (
 )
 from flexgraph.cli.slurm import LAUNCHERS, resume_after_requeue
 from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.executor import RunResult
 from flexgraph.core.plan import Plan
 from flexgraph.core.references import check_references, resolve_functions, resolve_unchecked
 from flexgraph.core.strategy import Strategy
@@ -293,24 +294,6 @@ def _check_launched_plan(digest: str, handed_down: LaunchEnv, rank: int) -> None
         )
 
 
-class _StartupReport:
-    """Executor hook: prints the setup steps' timings right before the last step."""
-
-    def __init__(self, plan: Any, console: Any) -> None:
-        self.last = plan.order[-1]
-        self.console = console
-        self.records: list[Any] = []
-
-    def after_step(self, step: Any, context: Any, record: Any) -> None:
-        self.records.append(record)
-
-    def before_step(self, step: Any, context: Any) -> None:
-        if step.name == self.last and self.records:
-            from flexgraph.render import timings_table
-
-            self.console.print(timings_table(self.records))
-
-
 def run_command(args: argparse.Namespace) -> int:
     """Run the config; return the exit status."""
     handed_down = LaunchEnv.read(os.environ)  # what a launcher handed this rank, if any
@@ -348,39 +331,14 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
     int
         The exit status.
     """
-    handed_down = handed_down or LaunchEnv()
     # What loading and planning import stays out of the collector's scans (see collector.py).
     with imports_kept_from_collector() as imports_done:
-        resume = args.resume
-        if args.launcher != "none":
-            resume = resume_after_requeue(resume, os.environ)
-        spec = load_config(args.config, _cfg_options(args, resume), entry=args.entry)
-        where = _choose_launch(args, spec)
-        rank, world = int(os.environ.get("RANK", 0)), _world_size(args)
-        strategy, auto, estimate = _choose_strategy(args, spec, world, handed_down,
-                                                    where["launched"])
-        targets = () if args.entry == "train" else (args.entry,)
-        digest = plan_digest(spec, strategy, targets)
-        launching = where["launches_ranks"] and not args.dry_run
-        if not launching:
-            _check_launched_plan(digest, handed_down, rank)
-        settings = _read_settings(spec)
-        if launching or settings is None:  # a launcher builds no model: it derives nothing
-            plan, derived = make_run_plan(spec, strategy, targets=targets), {}
-        else:
-            plan, derived = derived_plan(spec, strategy, settings.weights_to_load(), targets)
-        unchecked = check_references(plan)  # fail fast: a typo is found before any import,
-        if launching:
-            resolve_unchecked(unchecked)  # then what only an import settles, before any rank
-        else:
-            resolve_functions(plan)  # or every function, before any step runs
-        imports_done()
-        estimate = _run_estimate(args, spec, strategy, world, handed_down, estimate)
-        launch = LaunchFacts(**where, resume=resume, auto=auto, estimate=estimate,
-                             progress=progress, handed_down=handed_down)
-        if launching:
-            return _launch_ranks(args, strategy, plan, digest, launch, settings)
-        return _execute(args, hooks, spec, plan, derived, settings, _Place(rank, world, launch))
+        prepared = prepare_run(args, args.config, handed_down or LaunchEnv(), progress,
+                               imports_done)
+        if prepared.launching:
+            return _launch_ranks(args, prepared.strategy, prepared.plan, prepared.digest,
+                                 prepared.place.launch, prepared.settings)
+        return _execute(args, hooks, prepared)
 
 
 @attrs.frozen
@@ -390,6 +348,58 @@ class _Place:
     rank: int
     world_size: int
     launch: LaunchFacts
+
+
+@attrs.frozen
+class PreparedRun:
+    """What a process settled before anything runs: the spec, its strategy and plan
+    (``derived``: what the run's files changed in it), the settings, the digest
+    handed to ranks, whether this process only launches, and its place."""
+
+    spec: Any
+    strategy: Strategy | None
+    plan: Plan
+    derived: dict[str, Any]
+    settings: Any
+    digest: str
+    launching: bool
+    place: _Place
+
+
+def prepare_run(args: argparse.Namespace, config: Any, handed_down: LaunchEnv, progress: Any,
+                imports_done: Callable[[], None]) -> PreparedRun:
+    """Load ``config`` (a path, or a Config already read), choose the strategy, plan and
+    check it, as ``flexgraph run`` does; ``imports_done`` is called once the plan's
+    functions are imported (:func:`~flexgraph.cli.collector.imports_kept_from_collector`)."""
+    resume = args.resume
+    if args.launcher != "none":
+        resume = resume_after_requeue(resume, os.environ)
+    spec = load_config(config, _cfg_options(args, resume), entry=args.entry)
+    where = _choose_launch(args, spec)
+    rank, world = int(os.environ.get("RANK", 0)), _world_size(args)
+    strategy, auto, estimate = _choose_strategy(args, spec, world, handed_down,
+                                                where["launched"])
+    targets = () if args.entry == "train" else (args.entry,)
+    digest = plan_digest(spec, strategy, targets)
+    launching = where["launches_ranks"] and not args.dry_run
+    if not launching:
+        _check_launched_plan(digest, handed_down, rank)
+    settings = _read_settings(spec)
+    if launching or settings is None:  # a launcher builds no model: it derives nothing
+        plan, derived = make_run_plan(spec, strategy, targets=targets), {}
+    else:
+        plan, derived = derived_plan(spec, strategy, settings.weights_to_load(), targets)
+    unchecked = check_references(plan)  # fail fast: a typo is found before any import,
+    if launching:
+        resolve_unchecked(unchecked)  # then what only an import settles, before any rank
+    else:
+        resolve_functions(plan)  # or every function, before any step runs
+    imports_done()
+    estimate = _run_estimate(args, spec, strategy, world, handed_down, estimate)
+    launch = LaunchFacts(**where, resume=resume, auto=auto, estimate=estimate,
+                         progress=progress, handed_down=handed_down)
+    return PreparedRun(spec, strategy, plan, derived, settings, digest, launching,
+                       _Place(rank, world, launch))
 
 
 def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None, world: int,
@@ -413,20 +423,14 @@ def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None
                                      host_memory=args.host_memory, per_node=args.nproc_per_node)
 
 
-def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
-             derived: dict[str, Any], settings: Any, place: _Place) -> int:
-    """Run the plan in this process, in its work_dir (a training config's)."""
-    from flexgraph.cli.work_dir_owner import own_work_dir, run_id
+def _execute(args: argparse.Namespace, hooks: Sequence[Any], prepared: PreparedRun) -> int:
+    """Run the plan here (:func:`execute_run`); a stop on a signal is said and requeued,
+    and a launched rank ends at once."""
     from flexgraph.training.errors import TrainingStopped
 
-    launch = place.launch
-    stop_signals = settings.stop.signals if settings is not None else ()
-    this_run = run_id(handed_down=launch.handed_down.run_id)
+    settings, launch = prepared.settings, prepared.place.launch
     try:
-        with own_work_dir(None if args.dry_run else settings, owner=place.rank == 0,
-                          this_run=this_run) as lock:
-            status = _execute_here(args, hooks, spec, plan, derived, settings, place,
-                                   this_run, lock)
+        execute_run(args, hooks, prepared)
     except TrainingStopped as stop:
         if "TORCHELASTIC_RUN_ID" in os.environ:  # its launcher says it and asks to requeue
             raise
@@ -435,7 +439,7 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Pl
         # said before the requeue: SLURM cancels the job's step as it requeues it, and
         # what the step's tasks write after that never reaches the job's output
         status = report_stop(stop)
-        _requeue(args, stop.signal_name, stop_signals)
+        _requeue(args, stop.signal_name, settings.stop.signals if settings is not None else ())
         return status
     # launch.launched was taken before the plan ran: a strategy's setup_env may describe a
     # world of one in the environment
@@ -446,8 +450,22 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Pl
         if launch.progress is not None:
             launch.progress.finished()  # its launcher tells a finished rank from a vanished one
         leave_process_group()
-        end_launched_rank(status)
-    return status
+        end_launched_rank(0)
+    return 0
+
+
+def execute_run(args: argparse.Namespace, hooks: Sequence[Any],
+                prepared: PreparedRun) -> RunResult | None:
+    """Run the plan in this process, in its work_dir (a training config's), which it owns
+    meanwhile; the steps' result (``None`` for a dry run)."""
+    from flexgraph.cli.work_dir_owner import own_work_dir, run_id
+
+    place = prepared.place
+    this_run = run_id(handed_down=place.launch.handed_down.run_id)
+    with own_work_dir(None if args.dry_run else prepared.settings, owner=place.rank == 0,
+                      this_run=this_run) as lock:
+        return _execute_here(args, hooks, prepared.spec, prepared.plan, prepared.derived,
+                             prepared.settings, place, this_run, lock)
 
 
 def _remove_watch_folder(settings: Any, this_run: str, lock: Any) -> None:
@@ -511,7 +529,7 @@ def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[
 
 def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
                   derived: dict[str, Any], settings: Any, place: _Place, this_run: str,
-                  lock: Any) -> int:
+                  lock: Any) -> RunResult | None:
     """Run the plan in this process: the summary, the work_dir's record (a training
     config's), the run's context, made once here, then the steps.
 
@@ -548,7 +566,11 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
         from flexgraph.training.output import MeasuredPeaks
 
         peaks = MeasuredPeaks()
-    hooks = [_StartupReport(plan, console), *hooks]
+    from flexgraph.training.output import StepTimings
+
+    # a training's setup is printed before it trains, a pipeline's every step at its end
+    timings = StepTimings(plan, console, after_last=spec.cfg is None)
+    hooks = [timings, *hooks]
     if record is None:
         result = _run_steps(args, hooks, peaks, plan, inputs)
     else:
@@ -557,6 +579,8 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
                                   this_run, lock)
             if peaks is not None:
                 _record_memory(record, console, launch.estimate, peaks, place.rank)
+            if place.rank == 0:
+                _write_run_page(spec, plan, record, timings, launch.estimate, console)
         except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto
             record.note(str(stop))
             raise
@@ -567,12 +591,12 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
             record.close()
     if args.dry_run:
         console.print("dry run: nothing executed")
-        return 0
+        return None
     for artifact in plan.steps[-1].outputs:  # what the run was for: the last step's outputs
         value = repr(result.context[artifact])
         console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",
                       markup=False, highlight=False)
-    return 0
+    return result
 
 
 def _open_record(args: argparse.Namespace, spec: Any, settings: Any, plan_record: Any,
@@ -630,6 +654,24 @@ def _run_watched(args: argparse.Namespace, hooks: Sequence[Any], peaks: Any, pla
         watchdog.stop()
     _remove_watch_folder(settings, this_run, lock)
     return result
+
+
+def _write_run_page(spec: Any, plan: Plan, record: Any, timings: Any, estimate: Any,
+                    console: Any) -> None:
+    """The run folder's ``plan.html`` and ``timings.txt``: every rank's steps, measured.
+
+    A report of a run that went well: one that cannot be written is said, not an error.
+    """
+    from flexgraph.training.output import write_run_page
+
+    strategy = spec.resolve_strategy(plan.strategy) if plan.strategy else None
+    try:
+        write_run_page(record.run_dir, plan, timings.by_rank, estimate=estimate,
+                       checks=strategy.checks if strategy is not None else ())
+    except OSError as exc:
+        line = f"warning: the run's timings and page were not written: {exc}"
+        console.print(line, markup=False, highlight=False)
+        record.note(line)
 
 
 def _record_memory(record: Any, console: Any, estimate: Any, peaks: Any, rank: int) -> None:

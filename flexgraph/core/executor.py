@@ -7,7 +7,6 @@ time and memory are recorded; a failure is a :class:`StepFailedError`.
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 import time
@@ -49,7 +48,8 @@ class StepRecord:
         Wall time of the step's function.
     rss_mib, peak_rss_mib : float or None
         Resident memory right after the step (``None`` without ``/proc``), and
-        the process's peak when it ended.
+        the process's high-water mark of it then (VmHWM, read with it; elsewhere
+        ``ru_maxrss``), never below it.
     """
 
     name: str
@@ -70,18 +70,20 @@ class ExecutorHook(Protocol):
     def on_error(self, step: Step, context: Mapping[str, Any], error: BaseException) -> None: ...
 
 
-def _peak_rss_mib() -> float:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+def memory_mib() -> tuple[float | None, float]:
+    """(resident memory, its high-water mark) of this process in MiB.
 
-
-def _rss_mib() -> float | None:
+    Both from one read of ``/proc/self/status`` (VmRSS, VmHWM), so the mark is
+    never below the resident figure; ``ru_maxrss`` lags behind it. Without
+    ``/proc``: no resident figure, and ``ru_maxrss`` as the mark.
+    """
     try:
-        with open("/proc/self/statm", "rb") as f:
-            pages = int(f.read().split()[1])
-    except OSError:
-        return None
-    return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+        with open("/proc/self/status", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+        return int(fields[b"VmRSS"].split()[0]) / 1024, int(fields[b"VmHWM"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return None, peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 @attrs.define
@@ -151,8 +153,7 @@ class Executor:
                 ) from exc
             record.seconds = time.perf_counter() - start
             record.status = "ok"
-            record.rss_mib = _rss_mib()
-            record.peak_rss_mib = _peak_rss_mib()
+            record.rss_mib, record.peak_rss_mib = memory_mib()
             context.update(outputs)
             self._fire("after_step", step, context, record)
         return RunResult(context, records)

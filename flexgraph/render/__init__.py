@@ -1,4 +1,4 @@
-"""Views of a plan: text table, diff, JSON, Graphviz dot, Mermaid, timings, estimate.
+"""Views of a plan: text table, diff, JSON, Graphviz dot, Mermaid, HTML page, timings, estimate.
 
 Everything here reads a :class:`flexgraph.Plan` (or the executor's records, or
 an estimate's dict) and returns text or a rich renderable; nothing plans, runs
@@ -11,6 +11,7 @@ from flexgraph.render.diff import plan_diff
 from flexgraph.render.dot import plan_dot
 from flexgraph.render.estimate import estimate_json, estimate_view
 from flexgraph.render.explain import explain_step
+from flexgraph.render.html import compare_page, plan_page
 from flexgraph.render.json_view import SCHEMA, plan_json, plan_to_dict
 from flexgraph.render.mermaid import plan_mermaid
 from flexgraph.render.text import plan_table
@@ -18,6 +19,7 @@ from flexgraph.render.timings import timings_table
 
 __all__ = [
     "SCHEMA",
+    "compare_page",
     "derivation_lines",
     "estimate_json",
     "estimate_view",
@@ -26,6 +28,7 @@ __all__ = [
     "plan_dot",
     "plan_json",
     "plan_mermaid",
+    "plan_page",
     "plan_table",
     "plan_to_dict",
     "pruned_steps",

@@ -7,7 +7,7 @@ rewrite took a base step out, so the table, diff, dot and Mermaid views agree.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -111,11 +111,17 @@ def edge_artifacts(plan: Plan, edge: Edge) -> tuple[str, ...]:
     """
     source = plan.graph.by_name[edge.source]
     target = plan.graph.by_name[edge.target]
+    return passed_artifacts(source.outputs, target.inputs, edge.reason)
+
+
+def passed_artifacts(outputs: Sequence[str], inputs: Sequence[str],
+                     reason: str) -> tuple[str, ...]:
+    """The ``outputs`` of an edge's source that its target reads, as its ``reason`` says."""
     return tuple(
         artifact
-        for artifact in source.outputs
-        if artifact in target.inputs
-        and re.search(rf"\b(?:requires|updates) {re.escape(artifact)}(?:,|;| |$)", edge.reason)
+        for artifact in outputs
+        if artifact in inputs
+        and re.search(rf"\b(?:requires|updates) {re.escape(artifact)}(?:,|;| |$)", reason)
     )
 
 

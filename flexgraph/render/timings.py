@@ -21,9 +21,12 @@ def _mib(value: float | None) -> Text:
     return Text("-" if value is None else f"{value:.1f}")
 
 
-def timings_table(records: Sequence[StepRecord]) -> Table:
-    """The records as a table, with a total row (seconds summed, steps ok, highest peak)."""
-    table = Table(title="step timings", **TABLE_STYLE)
+def timings_table(records: Sequence[StepRecord], title: str = "step timings") -> Table:
+    """The records as a table, with a total row (seconds summed, steps ok, highest peak).
+
+    ``peak RSS`` is the process's high-water mark of resident memory when the step ended.
+    """
+    table = Table(title=title, **TABLE_STYLE)
     table.add_column("step", no_wrap=True)
     table.add_column("origin", overflow="fold")
     table.add_column("status", no_wrap=True)

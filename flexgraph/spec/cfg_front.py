@@ -106,8 +106,12 @@ def load_cfg_spec(
     default_graph: DefaultGraph | None = None,
 ) -> Spec:
     """Load an MMEngine-style config as a :class:`Spec` (see the module docstring)."""
+    return config_spec(read_config(path, shown, cfg_options), shown, default_graph)
+
+
+def config_spec(cfg: Any, shown: str, default_graph: DefaultGraph | None = None) -> Spec:
+    """The :class:`Spec` of a Config already read (``shown`` names it in messages)."""
     where = Where(shown)
-    cfg = read_config(path, shown, cfg_options)
     data = {key: plain(cfg.get(key)) for key in ("strategies", "strategy", "inputs")}
     declared = inputs_from_data(data["inputs"], where)
     graph = _base_graph(cfg, where, list(declared), default_graph)

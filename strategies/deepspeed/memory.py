@@ -34,11 +34,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from flexgraph.training.estimate import (
+    Allocation,
     CandidateError,
     SetupMemory,
     StrategyMemory,
     bytes_per,
+    trains_on,
     whole_model_setup,
+    whole_model_steps,
 )
 
 _STAGES = {"zero0": (0, False), "zero1": (1, False), "zero2": (2, False), "zero3": (3, False),
@@ -183,27 +186,65 @@ def _stepped(census: Any, config: Mapping[str, Any], zero: Mapping[str, Any], st
     return largest, partition
 
 
+def _zero3_parts(census: Any, world_size: int, target_device: str, config: Mapping[str, Any]
+                 ) -> tuple[int, int, int, int]:
+    """ZeRO-3's setup on the host: (partitions, one module whole, a parameter gathered twice,
+    the whole model in the compute precision)."""
+    low = bytes_per(_precision(config))
+    on_host = target_device == "cpu"
+    partitions = census.total * low // max(world_size, 1) if on_host else 0
+    built = low * census.largest_layer if on_host else 0  # one module whole as zero.Init makes it
+    gathered = 2 * low * census.largest_param if on_host else 0  # and the collective's buffer
+    return partitions, built, gathered, census.total * low
+
+
+def _stage(config: Mapping[str, Any]) -> int:
+    return int(dict(config.get("zero_optimization") or {}).get("stage", 0))
+
+
 def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
                    config: Mapping[str, Any]) -> SetupMemory:
     """Stages 0-2: the whole model on every rank; stage 3: partitions, rank 0 whole to init."""
-    stage = int(dict(config.get("zero_optimization") or {}).get("stage", 0))
-    if stage < 3:
+    if _stage(config) < 3:
         return whole_model_setup(census, notes=("the engine takes the model from there",))
-    low = bytes_per(_precision(config))
-    n = max(world_size, 1)
-    on_host = target_device == "cpu"
-    partitions = census.total * low // n if on_host else 0
-    built = low * census.largest_layer if on_host else 0  # one module whole as zero.Init makes it
-    where = "its partitions" if on_host else "nothing of the model (its partitions are the GPU's)"
+    partitions, built, gathered, whole = _zero3_parts(census, world_size, target_device, config)
+    where = ("its partitions" if target_device == "cpu"
+             else "nothing of the model (its partitions are the GPU's)")
     notes = [f"each rank: {where}, plus one module whole as zero.Init makes it"]
     if weights_loaded:
         notes.append("init_weights pruned: each rank reads its own elements of the file, and "
                      "rank 0 holds what the others do")
         return SetupMemory(rank0=partitions + built, others=partitions + built,
                            notes=tuple(notes))
-    # a parameter gathered, with the collective's own buffer of it
-    gathered = 2 * low * census.largest_param if on_host else 0
     others = partitions + max(built, gathered)
     notes += ["then one parameter gathered at a time (twice: the collective's buffer)",
               "rank 0: the whole model on the host too, while init_weights runs on it"]
-    return SetupMemory(rank0=census.total * low + others, others=others, notes=tuple(notes))
+    return SetupMemory(rank0=whole + others, others=others, notes=tuple(notes))
+
+
+def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   memory: StrategyMemory, config: Mapping[str, Any]) -> tuple[Allocation, ...]:
+    """Stages 0-2: built whole, the engine makes the trained states at ``deepspeed_initialize``;
+    stage 3: partitions from ``build_model`` on, rank 0 whole while ``init_weights`` runs."""
+    engine = "deepspeed_initialize"
+    if _stage(config) < 3:
+        return whole_model_steps(census, memory, target_device, placed_at=engine,
+                                 states=memory.optimizer)
+    partitions, built, gathered, whole = _zero3_parts(census, world_size, target_device, config)
+    where = trains_on(target_device)
+    held = whole // max(world_size, 1)  # this rank's partitions, where it trains
+    steps = [Allocation("build_model", partitions, "this rank's partitions, made by zero.Init"),
+             Allocation("build_model", built, "one module whole as zero.Init makes it",
+                        transient=True)]
+    if where == "device":
+        steps.append(Allocation("build_model", held, "this rank's partitions", memory="device"))
+    if not weights_loaded:
+        steps += [Allocation("init_weights", whole + max(built, gathered), "the whole model "
+                             "on the host while init runs, and a parameter gathered",
+                             ranks="rank0", transient=True),
+                  Allocation("init_weights", gathered, "one parameter gathered at a time",
+                             ranks="others", transient=True)]
+    steps.append(Allocation(engine, memory.parameters + memory.optimizer - held,
+                            "the gathered-layer allowance, master weights and optimizer states",
+                            memory=where))
+    return tuple(steps)

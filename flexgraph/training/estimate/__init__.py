@@ -39,18 +39,22 @@ from flexgraph.training.estimate._estimate import (
     estimate,
 )
 from flexgraph.training.estimate._parts import (
+    Allocation,
     CandidateError,
     SetupMemory,
     StrategyMemory,
     bytes_per,
     replicated_states,
+    trains_on,
     whole_model_setup,
+    whole_model_steps,
 )
 from flexgraph.training.estimate._trace import StepTrace, UntraceableModelError, trace_step
 
 __all__ = [
     "AUTO_MARGIN",
     "AUTO_ORDER",
+    "Allocation",
     "PARTS",
     "PRECISIONS",
     "SCHEMA",
@@ -83,5 +87,7 @@ __all__ = [
     "take_census",
     "target_device",
     "trace_step",
+    "trains_on",
     "whole_model_setup",
+    "whole_model_steps",
 ]

@@ -24,7 +24,14 @@ from ._candidates import Candidate, memory_module
 from ._census import Census, take_census
 from ._config import first_batch, optimizer_states, step_temporaries
 from ._device import target_device
-from ._parts import SetupMemory, StrategyMemory, whole_model_setup
+from ._parts import (
+    Allocation,
+    SetupMemory,
+    StrategyMemory,
+    trains_on,
+    whole_model_setup,
+    whole_model_steps,
+)
 from ._trace import StepTrace, UntraceableModelError, trace_step
 
 __all__ = ["SCHEMA", "CandidateEstimate", "Estimate", "build_meta_model", "estimate"]
@@ -51,6 +58,10 @@ class CandidateEstimate:
     step_note : str, optional
         What those assume.
     setup : SetupMemory, optional
+    steps : tuple of Allocation, default ()
+        What each step of its plan allocates (setup, and the model placed).
+    trains_on : {'host', 'device'}, default 'device'
+        Where the training step's tensors live.
     """
 
     label: str
@@ -61,6 +72,8 @@ class CandidateEstimate:
     step_temporaries: int = 0
     step_note: str | None = None
     setup: SetupMemory | None = None
+    steps: tuple[Allocation, ...] = ()
+    trains_on: str = "device"
 
     @property
     def parts(self) -> dict[str, int | None]:
@@ -166,6 +179,8 @@ class Estimate:
                 "setup": None if c.setup is None else {
                     "rank0_bytes": c.setup.rank0, "other_bytes": c.setup.others,
                     "notes": list(c.setup.notes)},
+                "steps": {"trains_on": c.trains_on,
+                          "allocations": [a.as_dict() for a in c.steps]},
             } for c in self.candidates],
             "seconds": round(self.seconds, 3),
         }
@@ -226,7 +241,7 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
     model = build_meta_model(cfg)
     census = take_census(model)
     states, optimizer_name = optimizer_states(cfg)
-    memories, models, setups = [], [], []
+    memories, models, setups, steps = [], [], [], []
     for candidate in candidates:
         module = memory_module(candidate.strategy)
         options = dict(candidate.strategy.memory_options)
@@ -234,9 +249,10 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
             census, world_size=world_size, amp=candidate.amp, optimizer_states=states,
             **options))
         models.append(_traced_model(module, cfg, options))
-        setups.append(_setup_of(module, census, options, world_size=world_size,
-                                target_device=device, weights_loaded=weights_loaded
-                                and "init_weights" in candidate.strategy.prunable))
+        facts = {"world_size": world_size, "target_device": device, "weights_loaded":
+                 weights_loaded and "init_weights" in candidate.strategy.prunable}
+        setups.append(_setup_of(module, census, options, **facts))
+        steps.append(_steps_of(module, census, options, memory=memories[-1], **facts))
     traces: dict[tuple[str, str], StepTrace] = {}
     untraceable = None
     batch = first_batch(cfg)
@@ -251,9 +267,10 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
             untraceable = str(exc)
     rows = tuple(CandidateEstimate(label=c.label, strategy=c.strategy.name, memory=m,
                                    trace=traces.get((m.compute, key)), world_size=world_size,
-                                   setup=setup, **_step_of(cfg, m, device))
-                 for c, m, (key, _), setup in zip(candidates, memories, models, setups,
-                                                  strict=True))
+                                   setup=setup, steps=placed, trains_on=trains_on(device),
+                                   **_step_of(cfg, m, device))
+                 for c, m, (key, _), setup, placed in zip(candidates, memories, models,
+                                                          setups, steps, strict=True))
     return Estimate(census=census, candidates=rows, world_size=world_size,
                     batch_size=_batch_size(cfg), optimizer=optimizer_name,
                     untraceable=untraceable, seconds=time.perf_counter() - start,
@@ -268,6 +285,16 @@ def _setup_of(module: Any, census: Census, options: dict[str, Any], **facts: Any
         return whole_model_setup(census, notes=(f"{module.__name__} does not say what its "
                                                 f"setup holds",))
     return setup(census, **facts, **options)
+
+
+def _steps_of(module: Any, census: Census, options: dict[str, Any], *,
+              memory: StrategyMemory, **facts: Any) -> tuple[Allocation, ...]:
+    """What each step allocates, by the strategy's memory model; without ``estimate_steps``,
+    the whole model on every rank from ``build_model``."""
+    steps = getattr(module, "estimate_steps", None)
+    if steps is None:
+        return whole_model_steps(census, memory, facts["target_device"])
+    return tuple(steps(census, memory=memory, **facts, **options))
 
 
 def _step_of(cfg: Any, memory: StrategyMemory, device: str) -> dict[str, Any]:

@@ -13,6 +13,12 @@ A strategy's memory model is a module of its own (:attr:`Strategy.memory_model`)
 ``traced_model(model, **memory_options)``
     optional, where the strategy changes the model's step (FSDP's activation
     checkpointing): the changed meta model to trace, or ``None`` if unchanged.
+``estimate_steps(census, *, world_size, target_device, weights_loaded, memory, **memory_options)``
+    optional: the :class:`Allocation` of each step of its plan that allocates
+    (its setup, and the model's move to the device; ``memory`` is its
+    :class:`StrategyMemory`), for the plan page's memory per step. Its setup's
+    steps add up to :func:`estimate_setup`'s figures; the training step gets the
+    rest of the peak. Without it, every rank builds the model whole.
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ from flexgraph.training.errors import ConfigError
 
 from ._census import Census
 
-__all__ = ["CandidateError", "SetupMemory", "StrategyMemory", "replicated_states",
-           "whole_model_setup"]
+__all__ = ["Allocation", "CandidateError", "SetupMemory", "StrategyMemory",
+           "replicated_states", "whole_model_setup", "whole_model_steps"]
 
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -100,6 +106,84 @@ class SetupMemory:
     def node(self, processes: int) -> int:
         """What a node holding rank 0 and ``processes - 1`` other ranks holds."""
         return self.rank0 + max(processes - 1, 0) * self.others
+
+
+@attrs.frozen
+class Allocation:
+    """Bytes a step allocates (negative: frees) on some ranks, in host or device memory.
+
+    Parameters
+    ----------
+    step : str
+    bytes : int
+    what : str
+        What they are, in words.
+    ranks : {'all', 'rank0', 'others'}, default 'all'
+    memory : {'host', 'device'}, default 'host'
+    transient : bool, default False
+        Held only while the step runs.
+    """
+
+    step: str
+    bytes: int
+    what: str
+    ranks: str = "all"
+    memory: str = "host"
+    transient: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return attrs.asdict(self)
+
+
+def trains_on(target_device: str) -> str:
+    """Where the training step's tensors live: ``'host'`` on the CPU, else ``'device'``.
+
+    Parameters
+    ----------
+    target_device : str
+
+    Returns
+    -------
+    str
+    """
+    return "host" if target_device == "cpu" else "device"
+
+
+def whole_model_steps(census: Census, memory: StrategyMemory, target_device: str, *,
+                      placed_at: str = "wrap_model", extra: int = 0, extra_what: str = "",
+                      states: int = 0) -> tuple[Allocation, ...]:
+    """Every rank builds the whole model on the host; ``placed_at`` makes it the trained one.
+
+    Parameters
+    ----------
+    census : Census
+    memory : StrategyMemory
+        Its ``parameters`` are what the rank trains.
+    target_device : str
+    placed_at : str, default 'wrap_model'
+        The step that moves the model to the device (and adds ``extra`` and ``states``).
+    extra : int, default 0
+        Bytes allocated there besides the parameters (DDP's buckets), ``extra_what``.
+    extra_what : str, default ''
+    states : int, default 0
+        Optimizer state bytes allocated there (DeepSpeed's engine makes them).
+
+    Returns
+    -------
+    tuple of Allocation
+    """
+    where = trains_on(target_device)
+    steps = [Allocation("build_model", census.param_bytes, "the whole model (fp32), as built")]
+    if where == "device" or memory.parameters != census.param_bytes:
+        steps += [Allocation(placed_at, -census.param_bytes, "the model as built, replaced"),
+                  Allocation(placed_at, memory.parameters, "the parameters as trained",
+                             memory=where)]
+    if extra:
+        steps.append(Allocation(placed_at, extra, extra_what, memory=where))
+    if states:
+        steps.append(Allocation(placed_at, states, "master weights and optimizer states",
+                                memory=where))
+    return tuple(steps)
 
 
 def whole_model_setup(census: Census, *, extra: int = 0,

@@ -50,6 +50,8 @@ class RunEstimate:
     world_size : int
     setup_rank0_bytes, setup_other_bytes : int, optional
         Setup's host memory on rank 0 and on each other rank.
+    steps : dict, optional
+        What each step allocates (the report row's ``steps``), for the run's page.
     """
 
     candidate: str
@@ -58,6 +60,7 @@ class RunEstimate:
     world_size: int
     setup_rank0_bytes: int | None = None
     setup_other_bytes: int | None = None
+    steps: dict[str, Any] | None = None
 
     @classmethod
     def from_report(cls, report: dict[str, Any], label: str) -> RunEstimate:
@@ -65,7 +68,15 @@ class RunEstimate:
         row = next(r for r in report["candidates"] if r["candidate"] == label)
         setup = row.get("setup") or {}
         return cls(label, int(row["peak_bytes"]), str(row["phase"]), int(report["world_size"]),
-                   setup.get("rank0_bytes"), setup.get("other_bytes"))
+                   setup.get("rank0_bytes"), setup.get("other_bytes"), row.get("steps"))
+
+    def as_report(self) -> dict[str, Any]:
+        """This estimate as a ``flexgraph.estimate/1`` report of one candidate (the page's)."""
+        setup = None if self.setup_rank0_bytes is None else {
+            "rank0_bytes": self.setup_rank0_bytes, "other_bytes": self.setup_other_bytes}
+        return {"world_size": self.world_size, "candidates": [{
+            "candidate": self.candidate, "peak_bytes": self.peak_bytes, "phase": self.phase,
+            "setup": setup, "steps": self.steps}]}
 
     def to_json(self) -> str:
         """This estimate as the launcher hands it to its ranks."""

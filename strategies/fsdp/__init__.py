@@ -29,9 +29,9 @@ What setup costs each rank: its shards, and a parameter's worth in flight
 (while making it, also what its values are made from), with or without a
 wrap policy; no rank holds the model. A module whose ``init_weights`` cannot
 run on parameters without values (it reaches their memory without torch's
-dispatch: ``.numpy()``, a C extension) is initialised whole on rank 0, and the
-plan names it (``init_weights``' note, where the run builds the model:
-``flexgraph run``, ``flexgraph plan --estimate``).
+dispatch: ``.numpy()``, a C extension; a shape from values; a generator of its
+own) is initialised whole on rank 0 and sent; ``flexgraph plan --estimate``
+names it before the run, and the run's log again.
 
 When the files the run loads (``load_from``, ``init_cfg`` ``Pretrained``)
 cover every entry of the model's ``state_dict``, the run prunes

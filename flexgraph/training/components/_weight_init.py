@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 from torch import nn
 
 from flexgraph.training.errors import InitWeightsError
@@ -163,11 +164,13 @@ def record_one_device_setup(cfg: Any, env: Any, *, load_pretrained: LoadPretrain
     from flexgraph.training.runtime import ReplayError, capture_rng, record_setup, restore_rng
 
     before = capture_rng()
+    reasons: tuple[str, ...] = ()
     while True:
         try:
-            return record_setup(lambda: build_model_from_cfg(cfg, env),
-                                lambda model: initialise(model, load_pretrained=load_pretrained),
-                                whole=whole)[1]
+            record = record_setup(lambda: build_model_from_cfg(cfg, env),
+                                  lambda model: initialise(model, load_pretrained=load_pretrained),
+                                  whole=whole)[1]
+            return attrs.evolve(record, reasons=reasons)
         except ReplayError as exc:
             if "" in whole or exc.module in whole:
                 raise (exc.__cause__ or exc) from None  # real parameters fail too: the setup's
@@ -176,4 +179,5 @@ def record_one_device_setup(cfg: Any, env: Any, *, load_pretrained: LoadPretrain
             MMLogger.get_current_instance().warning(
                 f"init_weights: {where} cannot run on parameters without values ({exc}); "
                 f"{exc.module or 'the model'} is initialised whole on this rank")
-            whole = ("",) if not exc.module else (*whole, exc.module)
+            whole, reasons = ((("",), (str(exc),)) if not exc.module
+                              else ((*whole, exc.module), (*reasons, str(exc))))

@@ -506,6 +506,8 @@ class SetupRecord:
         The modules whose ``init_weights`` ran on real parameters.
     drawn : SourceDraws
         The draws made, and the generators' states after them.
+    reasons : tuple of str
+        Why each of ``whole`` could not be recorded, in its order.
     """
 
     log: _Log
@@ -514,6 +516,7 @@ class SetupRecord:
     initialised: tuple[str, ...]
     whole: tuple[str, ...]
     drawn: SourceDraws
+    reasons: tuple[str, ...] = ()
 
     def _live(self, names: Sequence[str]) -> tuple[dict[str, View | Held], list[int]]:
         entries = {name: self.params.get(name, self.buffers.get(name)) for name in names}

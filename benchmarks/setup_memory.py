@@ -65,6 +65,14 @@ peaks of the ZeRO-3 rows on every rank; then the goals, met or not:
 Below the goals, each flexgraph ZeRO-3 row's time as a ratio to the faster
 hand-written ZeRO-3 row's, where those ran.
 
+``--limit FRACTION`` then runs DDP, the MMEngine-way and Accelerate-way
+scripts, FSDP (with and without a wrap policy) and ZeRO-3 once more, each
+rank in a memory cgroup of its own (``_memory_limit.py``; v1 or v2, written
+as root) that lets it hold FRACTION (below 1) of the model's bytes beyond
+what it held after its imports: the rows whose ranks hold the model whole are
+killed by the kernel, and the report says so; flexgraph's FSDP and ZeRO-3
+reach the first iteration. Without writable cgroups it stops with the reason.
+
 Every rank runs one intra-op thread (``OMP_NUM_THREADS=1``). The largest
 configuration needs about 1.7 GiB per whole copy of the model: DDP's four
 ranks hold about 10 GiB together. Run it on a machine that is not busy
@@ -73,7 +81,7 @@ otherwise (``uptime``); ``--size 20M`` is a quick run. Run::
     python benchmarks/setup_memory.py [--size 450M] [--blocks 24] [--nproc 4]
         [--rounds 3] [--rows ddp,fsdp,fsdp-root,fsdp-load,zero3,zero3-load,mmengine,accelerate,
         ds-whole,ds-zero-init]
-        [--keep]
+        [--keep] [--limit 0.9]
 """
 
 from __future__ import annotations
@@ -90,7 +98,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _memory_limit as memory_limit
 import attrs
+from _memory_limit import ALLOWANCE_ENV, NAME_ENV
 from _memory_workload import block_parameter_count
 from _setup_workload import BATCH, CLASSES, LR, RECORD_NAME, SEED, width_for
 
@@ -151,10 +161,11 @@ class Outcome:
     seconds: float | None = None
     forward_seconds: float | None = None
     note: str = ""
+    killed: tuple[int, ...] = ()
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def _env(limit: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(limit or {}))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     return env
 
@@ -201,8 +212,37 @@ def write_weights(args: argparse.Namespace, path: Path) -> None:
 
 
 def run_row(row: Row, args: argparse.Namespace, root: Path, weights: Path,
-            round_: int) -> Outcome:
-    work_dir = root / f"{row.key}-{round_}"
+            round_: int, allowance: int | None = None) -> Outcome:
+    """One run of ``row``; with an ``allowance`` (bytes), each rank in its own memory cgroup
+    limited to what it holds after its imports plus that (:mod:`_memory_limit`)."""
+    if allowance is None:
+        return _run(row, args, root / f"{row.key}-{round_}", weights, round_, None)
+    name = f"setup-memory-{os.getpid()}-{row.key}"
+    prefix = memory_limit.prefix(name)
+    try:
+        outcome = _run(row, args, root / name, weights, round_,
+                       {NAME_ENV: prefix, ALLOWANCE_ENV: str(allowance)})
+    finally:
+        killed = tuple(r for r in range(args.nproc) if _killed_and_removed(prefix, r))
+    return attrs.evolve(outcome, killed=killed)
+
+
+def _killed_and_removed(prefix: str, rank: int) -> bool:
+    """Whether the limit killed the rank; its cgroup removed (once its processes are gone)."""
+    if not Path(f"{prefix}-rank{rank}").is_dir():
+        return False
+    killed = memory_limit.oom_killed(prefix, rank)
+    for _ in range(50):
+        try:
+            memory_limit.remove(prefix, rank)
+            break
+        except OSError:
+            time.sleep(0.1)
+    return killed
+
+
+def _run(row: Row, args: argparse.Namespace, work_dir: Path, weights: Path, round_: int,
+         limit: dict[str, str] | None) -> Outcome:
     work_dir.mkdir(parents=True)
     if row.script is None:
         config = work_dir / "cfg.py"
@@ -219,7 +259,7 @@ def run_row(row: Row, args: argparse.Namespace, root: Path, weights: Path,
     start = time.time()
     with open(log, "w") as out:
         try:
-            code = subprocess.run(argv, cwd=work_dir, env=_env(), stdout=out,
+            code = subprocess.run(argv, cwd=work_dir, env=_env(limit), stdout=out,
                                   stderr=subprocess.STDOUT, timeout=args.timeout).returncode
         except subprocess.TimeoutExpired:
             code = None
@@ -385,6 +425,39 @@ def goals(by_key: dict[str, Summary], ddp_peak: float | None,
     ]
 
 
+LIMIT_THROUGH = ("fsdp", "fsdp-root", "zero3")
+"""Under ``--limit``: the rows that must reach the first iteration."""
+LIMIT_KILLED = ("ddp", "mmengine", "accelerate")
+"""Under ``--limit``: the rows whose ranks hold the model whole, which the limit must kill."""
+
+
+def limited_report(rows: dict[str, Row], outcomes: dict[str, Outcome], allowance: int,
+                   model_bytes: int) -> list[str]:
+    """What each row did under the limit, and the goal."""
+    lines = [f"under a memory limit per rank: its resident memory after imports + "
+             f"{allowance / 2**30:.2f} GiB ({allowance / model_bytes:.2f}x the model's "
+             f"{model_bytes / 2**30:.2f} GiB), each rank in its own memory cgroup"]
+    through, killed = [], []
+    for key, outcome in outcomes.items():
+        if outcome.records:
+            peak = max(r["setup_peak_mib"] for r in outcome.records)
+            what = f"reached the first iteration (largest rank peak {_gib(peak)} GiB)"
+            through.append(key)
+        elif outcome.killed:
+            what = f"killed by the limit (rank {', '.join(map(str, outcome.killed))})"
+            killed.append(key)
+        else:
+            what = outcome.note
+        lines.append(f"  {rows[key].label:<52} {what}")
+    asked = [k for k in (*LIMIT_THROUGH, *LIMIT_KILLED) if k in outcomes]
+    wrong = [rows[k].label for k in asked
+             if k not in (through if k in LIMIT_THROUGH else killed)]
+    lines.append("goal: under the limit, flexgraph FSDP and ZeRO-3 reach the first iteration, "
+                 "DDP and the MMEngine-way and Accelerate-way scripts are killed: "
+                 + _verdict(not wrong if asked else None, wrong))
+    return lines
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="450M", help="parameters, e.g. 450M (default) or 20M")
@@ -394,6 +467,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows", default=None, help="comma-separated row keys (default: all)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     parser.add_argument("--keep", action="store_true", help="keep the work dirs (printed)")
+    parser.add_argument("--limit", type=float, default=None, metavar="FRACTION",
+                        help="then run the rows of LIMIT_THROUGH and LIMIT_KILLED (those "
+                             "--rows names) once more, each rank limited to its memory after "
+                             "imports plus FRACTION (< 1) of the model's bytes")
     args = parser.parse_args(argv)
     args.width = width_for(parse_size(args.size), args.blocks)
     from _memory_workload import parameter_count
@@ -407,6 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = all_rows(args.width, args.nproc)
     keys = args.rows.split(",") if args.rows else list(rows)
     unknown = [k for k in keys if k not in rows]
+    why = None if args.limit is None else memory_limit.why_not()
+    if why:
+        print(f"--limit: {why}", file=sys.stderr)
+        return 2
     if unknown:
         print(f"unknown rows {unknown}; the rows are {', '.join(rows)}", file=sys.stderr)
         return 2
@@ -419,8 +500,14 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds):
             for key in round_order(keys, round_):
                 outcomes[key].append(run_row(rows[key], args, root, weights, round_))
-        summaries = [summarise(rows[k], outcomes[k]) for k in keys]
-        print("\n".join(report(summaries, args)))
+        summaries = [summarise(rows[k], outcomes[k]) for k in keys if outcomes[k]]
+        lines = report(summaries, args) if args.rounds else []
+        if args.limit is not None:
+            allowance = int(args.limit * args.params * 4)
+            limited = {k: run_row(rows[k], args, root, weights, 0, allowance)
+                       for k in (*LIMIT_KILLED, *LIMIT_THROUGH) if k in keys}
+            lines += ["", *limited_report(rows, limited, allowance, args.params * 4)]
+        print("\n".join(lines))
     finally:
         if args.keep:
             print(f"work dirs kept in {root}", file=sys.stderr)

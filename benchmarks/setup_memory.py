@@ -66,7 +66,7 @@ Below the goals, each flexgraph ZeRO-3 row's time as a ratio to the faster
 hand-written ZeRO-3 row's, where those ran.
 
 ``--limit FRACTION`` then runs DDP, the MMEngine-way and Accelerate-way
-scripts, FSDP (with and without a wrap policy) and ZeRO-3 once more, each
+scripts, FSDP (one unit per block) and ZeRO-3 once more, each
 rank in a memory cgroup of its own (``_memory_limit.py``; v1 or v2, written
 as root) that lets it hold FRACTION (below 1) of the model's bytes beyond
 what it held after its imports: the rows whose ranks hold the model whole are
@@ -425,8 +425,9 @@ def goals(by_key: dict[str, Summary], ddp_peak: float | None,
     ]
 
 
-LIMIT_THROUGH = ("fsdp", "fsdp-root", "zero3")
-"""Under ``--limit``: the rows that must reach the first iteration."""
+LIMIT_THROUGH = ("fsdp", "zero3")
+"""Under ``--limit``: the rows that must reach the first iteration (without a wrap policy,
+FSDP's forward gathers the root unit, the whole model, on every rank)."""
 LIMIT_KILLED = ("ddp", "mmengine", "accelerate")
 """Under ``--limit``: the rows whose ranks hold the model whole, which the limit must kill."""
 

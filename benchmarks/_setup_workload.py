@@ -13,6 +13,9 @@ while the config is read, before any step runs), the hand-written scripts
 * ``SetupRows`` (``DATASETS``): seeded random rows, the same in every process;
 * ``SetupRecorder`` (``HOOKS``): each rank's record (:class:`SetupRecord`).
 
+Under ``setup_memory.py --limit`` the rank enters its own memory cgroup as
+this module is imported, its imports done (:mod:`_memory_limit`).
+
 What a rank records (``setup-rank<R>.json`` in its work_dir):
 
 * ``setup_peak_mib``: its peak resident memory from process start to the
@@ -46,10 +49,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _memory_limit import enter_from_env
 from _memory_workload import ResidualBlock, ResidualMLP, SyntheticRows
 from mmengine.hooks import Hook
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, HOOKS, MODELS
+
+enter_from_env()  # under --limit: this rank's own memory cgroup, from here on
 
 CLASSES = 10
 BATCH = 4  # rows per rank in the one iteration that is run

@@ -13,7 +13,8 @@ processes:
   ``torch.distributed.run`` starts the hand-written scripts, which can end
   itself after its first forward):
   ``DDP``; ``FSDP`` (one unit per block: a size-based wrap policy of one
-  block's parameters); ``FSDP, load_from`` (the same, with ``load_from`` a
+  block's parameters); ``FSDP, no wrap policy`` (``FSDPStrategy``'s default:
+  the root the only unit); ``FSDP, load_from`` (the same, with ``load_from`` a
   ``torch.save`` file of the model as a one-device run initialises it, so
   its weights are the other rows'); ``ZeRO-3`` and ``ZeRO-3, load_from``
   (``DeepSpeedStrategy`` with ``zero_optimization=dict(stage=3)``).
@@ -64,15 +65,23 @@ peaks of the ZeRO-3 rows on every rank; then the goals, met or not:
 Below the goals, each flexgraph ZeRO-3 row's time as a ratio to the faster
 hand-written ZeRO-3 row's, where those ran.
 
+``--limit FRACTION`` then runs DDP, the MMEngine-way and Accelerate-way
+scripts, FSDP (one unit per block) and ZeRO-3 once more, each
+rank in a memory cgroup of its own (``_memory_limit.py``; v1 or v2, written
+as root) that lets it hold FRACTION (below 1) of the model's bytes beyond
+what it held after its imports: the rows whose ranks hold the model whole are
+killed by the kernel, and the report says so; flexgraph's FSDP and ZeRO-3
+reach the first iteration. Without writable cgroups it stops with the reason.
+
 Every rank runs one intra-op thread (``OMP_NUM_THREADS=1``). The largest
 configuration needs about 1.7 GiB per whole copy of the model: DDP's four
 ranks hold about 10 GiB together. Run it on a machine that is not busy
 otherwise (``uptime``); ``--size 20M`` is a quick run. Run::
 
     python benchmarks/setup_memory.py [--size 450M] [--blocks 24] [--nproc 4]
-        [--rounds 3] [--rows ddp,fsdp,fsdp-load,zero3,zero3-load,mmengine,accelerate,
+        [--rounds 3] [--rows ddp,fsdp,fsdp-root,fsdp-load,zero3,zero3-load,mmengine,accelerate,
         ds-whole,ds-zero-init]
-        [--keep]
+        [--keep] [--limit 0.9]
 """
 
 from __future__ import annotations
@@ -89,13 +98,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _memory_limit as memory_limit
 import attrs
+from _memory_limit import ALLOWANCE_ENV, NAME_ENV
 from _memory_workload import block_parameter_count
 from _setup_workload import BATCH, CLASSES, LR, RECORD_NAME, SEED, width_for
 
 HERE = Path(__file__).resolve().parent
 MEMORY_GOAL = 0.40
-TIME_GOAL = 1.1
 GiB = 1024.0  # MiB per GiB
 
 
@@ -111,14 +121,22 @@ class Row:
     script_args: tuple[str, ...] = ()
 
 
-def all_rows(width: int) -> dict[str, Row]:
+def all_rows(width: int, nproc: int) -> dict[str, Row]:
     policy = dict(type="torch.distributed.fsdp.wrap.size_based_auto_wrap_policy",
                   min_num_params=block_parameter_count(width))
     fsdp = dict(type="FSDPStrategy", model_wrapper=dict(auto_wrap_policy=policy))
+    hybrid = dict(sharding_strategy="HYBRID_SHARD", device_mesh=(2, max(nproc // 2, 1)))
+    hsdp = dict(type="FSDPStrategy", model_wrapper=dict(auto_wrap_policy=policy, **hybrid))
     zero3 = dict(type="DeepSpeedStrategy", zero_optimization=dict(stage=3))
     rows = [
         Row("ddp", "flexgraph DDP", dict(type="DDPStrategy")),
         Row("fsdp", "flexgraph FSDP", fsdp),
+        Row("fsdp-root", "flexgraph FSDP, no wrap policy", dict(type="FSDPStrategy")),
+        Row("hsdp", f"flexgraph HSDP {hybrid['device_mesh'][0]}x{hybrid['device_mesh'][1]}",
+            hsdp),
+        Row("hsdp-root", f"flexgraph HSDP {hybrid['device_mesh'][0]}x"
+                         f"{hybrid['device_mesh'][1]}, no wrap policy",
+            dict(type="FSDPStrategy", model_wrapper=hybrid)),
         Row("fsdp-load", "flexgraph FSDP, load_from", fsdp, loads=True),
         Row("zero3", "flexgraph ZeRO-3", zero3),
         Row("zero3-load", "flexgraph ZeRO-3, load_from", zero3, loads=True),
@@ -143,10 +161,11 @@ class Outcome:
     seconds: float | None = None
     forward_seconds: float | None = None
     note: str = ""
+    killed: tuple[int, ...] = ()
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def _env(limit: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(limit or {}))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     return env
 
@@ -193,8 +212,37 @@ def write_weights(args: argparse.Namespace, path: Path) -> None:
 
 
 def run_row(row: Row, args: argparse.Namespace, root: Path, weights: Path,
-            round_: int) -> Outcome:
-    work_dir = root / f"{row.key}-{round_}"
+            round_: int, allowance: int | None = None) -> Outcome:
+    """One run of ``row``; with an ``allowance`` (bytes), each rank in its own memory cgroup
+    limited to what it holds after its imports plus that (:mod:`_memory_limit`)."""
+    if allowance is None:
+        return _run(row, args, root / f"{row.key}-{round_}", weights, round_, None)
+    name = f"setup-memory-{os.getpid()}-{row.key}"
+    prefix = memory_limit.prefix(name)
+    try:
+        outcome = _run(row, args, root / name, weights, round_,
+                       {NAME_ENV: prefix, ALLOWANCE_ENV: str(allowance)})
+    finally:
+        killed = tuple(r for r in range(args.nproc) if _killed_and_removed(prefix, r))
+    return attrs.evolve(outcome, killed=killed)
+
+
+def _killed_and_removed(prefix: str, rank: int) -> bool:
+    """Whether the limit killed the rank; its cgroup removed (once its processes are gone)."""
+    if not Path(f"{prefix}-rank{rank}").is_dir():
+        return False
+    killed = memory_limit.oom_killed(prefix, rank)
+    for _ in range(50):
+        try:
+            memory_limit.remove(prefix, rank)
+            break
+        except OSError:
+            time.sleep(0.1)
+    return killed
+
+
+def _run(row: Row, args: argparse.Namespace, work_dir: Path, weights: Path, round_: int,
+         limit: dict[str, str] | None) -> Outcome:
     work_dir.mkdir(parents=True)
     if row.script is None:
         config = work_dir / "cfg.py"
@@ -211,7 +259,7 @@ def run_row(row: Row, args: argparse.Namespace, root: Path, weights: Path,
     start = time.time()
     with open(log, "w") as out:
         try:
-            code = subprocess.run(argv, cwd=work_dir, env=_env(), stdout=out,
+            code = subprocess.run(argv, cwd=work_dir, env=_env(limit), stdout=out,
                                   stderr=subprocess.STDOUT, timeout=args.timeout).returncode
         except subprocess.TimeoutExpired:
             code = None
@@ -320,37 +368,95 @@ def against_deepspeed(by_key: dict[str, Summary]) -> list[str]:
             if s is not None and s.seconds is not None]
 
 
+RANDOM_SHARDED = ("fsdp", "fsdp-root", "hsdp", "hsdp-root")
+"""The FSDP and HSDP rows whose weights come from random init."""
+INIT_STEPS = ("before build_model", "setup_env", "build_model", "init_weights")
+"""The setup steps through ``init_weights``, whose peaks ZeRO-3's memory goal reads."""
+TIME_GOALS = {"fsdp": 0.63, "fsdp-root": 0.63, "zero3": 1.14}
+"""Time to the first iteration, at most this times DDP's (FSDP's and ZeRO-3's before the
+random init was made without a whole model)."""
+
+
+def _verdict(ok: bool | None, culprits: list[str] = ()) -> str:
+    found = "not measured" if ok is None else ("met" if ok else "not met")
+    return found + (f" (over: {', '.join(culprits)})" if culprits else "")
+
+
+def _through_init(summary: Summary) -> float | None:
+    """The largest peak of any rank in the steps up to and including ``init_weights``."""
+    peaks = [p[name] for p in summary.step_peaks for name in INIT_STEPS if name in p]
+    return max(peaks) if peaks else None
+
+
 def goals(by_key: dict[str, Summary], ddp_peak: float | None,
           ddp_time: float | None) -> list[str]:
-    def verdict(ok: bool | None) -> str:
-        return "not measured" if ok is None else ("met" if ok else "not met")
-
-    fsdp, loaded = by_key.get("fsdp"), by_key.get("fsdp-load")
     limit = None if ddp_peak is None else MEMORY_GOAL * ddp_peak
-    others = None if limit is None or not fsdp or fsdp.others_mib is None else \
-        fsdp.others_mib <= limit
+    random = [by_key[k] for k in RANDOM_SHARDED if k in by_key and by_key[k].rank0_mib]
+    over = [s.row.label for s in random if limit and max(s.rank0_mib, s.others_mib) > limit]
+    sharded = None if limit is None or not random else not over
+    loaded = by_key.get("fsdp-load")
     every = None if limit is None or not loaded or loaded.rank0_mib is None else \
         max(loaded.rank0_mib, loaded.others_mib) <= limit
-    sharded = [by_key.get(key) for key in ("fsdp", "fsdp-load", "zero3", "zero3-load")]
-    timed = [s for s in sharded if s and s.seconds is not None]
-    fast = None if not timed or not ddp_time else all(s.seconds <= TIME_GOAL * ddp_time
-                                                      for s in timed)
-    slow = [s.row.label for s in timed if ddp_time and s.seconds > TIME_GOAL * ddp_time]
+    zero3 = by_key.get("zero3")
+    through = None if zero3 is None else _through_init(zero3)
+    partitions = None if limit is None or through is None else through <= limit
+    timed = [(by_key[k], bound) for k, bound in TIME_GOALS.items()
+             if k in by_key and by_key[k].seconds is not None]
+    slow = [f"{s.row.label} {s.seconds / ddp_time:.2f}x > {bound:.2f}x" for s, bound in timed
+            if ddp_time and s.seconds > bound * ddp_time]
+    fast = None if not timed or not ddp_time else not slow
     ddp = by_key.get("ddp")
     measured = [s for s in by_key.values() if s.losses]
     same = None if not ddp or not ddp.losses else all(
         s.losses == ddp.losses for s in measured)
     differing = [s.row.label for s in measured if ddp and ddp.losses and s.losses != ddp.losses]
     return [
-        f"goal: FSDP ranks other than 0 <= {MEMORY_GOAL:.2f}x DDP's rank peak: "
-        f"{verdict(others)}",
+        f"goal: FSDP and HSDP from random init, with and without a wrap policy, every rank "
+        f"<= {MEMORY_GOAL:.2f}x DDP's rank peak: {_verdict(sharded, over)}",
         f"goal: FSDP with load_from, every rank <= {MEMORY_GOAL:.2f}x DDP's rank peak: "
-        f"{verdict(every)}",
-        f"goal: FSDP and ZeRO-3 rows' time to the first iteration <= {TIME_GOAL}x DDP's: "
-        f"{verdict(fast)}" + (f" (over: {', '.join(slow)})" if slow else ""),
+        f"{_verdict(every)}",
+        f"goal: ZeRO-3 from random init, every rank through init_weights <= "
+        f"{MEMORY_GOAL:.2f}x DDP's rank peak: {_verdict(partitions)}",
+        "goal: time to the first iteration, FSDP <= "
+        f"{TIME_GOALS['fsdp']:.2f}x DDP's, ZeRO-3 <= {TIME_GOALS['zero3']:.2f}x: "
+        f"{_verdict(fast, slow)}",
         "goal: first iteration's fp32 loss equal to DDP's on every rank, in every row: "
-        f"{verdict(same)}" + (f" (differs: {', '.join(differing)})" if differing else ""),
+        f"{_verdict(same, differing)}",
     ]
+
+
+LIMIT_THROUGH = ("fsdp", "zero3")
+"""Under ``--limit``: the rows that must reach the first iteration (without a wrap policy,
+FSDP's forward gathers the root unit, the whole model, on every rank)."""
+LIMIT_KILLED = ("ddp", "mmengine", "accelerate")
+"""Under ``--limit``: the rows whose ranks hold the model whole, which the limit must kill."""
+
+
+def limited_report(rows: dict[str, Row], outcomes: dict[str, Outcome], allowance: int,
+                   model_bytes: int) -> list[str]:
+    """What each row did under the limit, and the goal."""
+    lines = [f"under a memory limit per rank: its resident memory after imports + "
+             f"{allowance / 2**30:.2f} GiB ({allowance / model_bytes:.2f}x the model's "
+             f"{model_bytes / 2**30:.2f} GiB), each rank in its own memory cgroup"]
+    through, killed = [], []
+    for key, outcome in outcomes.items():
+        if outcome.records:
+            peak = max(r["setup_peak_mib"] for r in outcome.records)
+            what = f"reached the first iteration (largest rank peak {_gib(peak)} GiB)"
+            through.append(key)
+        elif outcome.killed:
+            what = f"killed by the limit (rank {', '.join(map(str, outcome.killed))})"
+            killed.append(key)
+        else:
+            what = outcome.note
+        lines.append(f"  {rows[key].label:<52} {what}")
+    asked = [k for k in (*LIMIT_THROUGH, *LIMIT_KILLED) if k in outcomes]
+    wrong = [rows[k].label for k in asked
+             if k not in (through if k in LIMIT_THROUGH else killed)]
+    lines.append("goal: under the limit, flexgraph FSDP and ZeRO-3 reach the first iteration, "
+                 "DDP and the MMEngine-way and Accelerate-way scripts are killed: "
+                 + _verdict(not wrong if asked else None, wrong))
+    return lines
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -362,6 +468,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows", default=None, help="comma-separated row keys (default: all)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     parser.add_argument("--keep", action="store_true", help="keep the work dirs (printed)")
+    parser.add_argument("--limit", type=float, default=None, metavar="FRACTION",
+                        help="then run the rows of LIMIT_THROUGH and LIMIT_KILLED (those "
+                             "--rows names) once more, each rank limited to its memory after "
+                             "imports plus FRACTION (< 1) of the model's bytes")
     args = parser.parse_args(argv)
     args.width = width_for(parse_size(args.size), args.blocks)
     from _memory_workload import parameter_count
@@ -372,9 +482,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rows = all_rows(args.width)
+    rows = all_rows(args.width, args.nproc)
     keys = args.rows.split(",") if args.rows else list(rows)
     unknown = [k for k in keys if k not in rows]
+    why = None if args.limit is None else memory_limit.why_not()
+    if why:
+        print(f"--limit: {why}", file=sys.stderr)
+        return 2
     if unknown:
         print(f"unknown rows {unknown}; the rows are {', '.join(rows)}", file=sys.stderr)
         return 2
@@ -387,8 +501,14 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds):
             for key in round_order(keys, round_):
                 outcomes[key].append(run_row(rows[key], args, root, weights, round_))
-        summaries = [summarise(rows[k], outcomes[k]) for k in keys]
-        print("\n".join(report(summaries, args)))
+        summaries = [summarise(rows[k], outcomes[k]) for k in keys if outcomes[k]]
+        lines = report(summaries, args) if args.rounds else []
+        if args.limit is not None:
+            allowance = int(args.limit * args.params * 4)
+            limited = {k: run_row(rows[k], args, root, weights, 0, allowance)
+                       for k in (*LIMIT_KILLED, *LIMIT_THROUGH) if k in keys}
+            lines += ["", *limited_report(rows, limited, allowance, args.params * 4)]
+        print("\n".join(lines))
     finally:
         if args.keep:
             print(f"work dirs kept in {root}", file=sys.stderr)

@@ -60,13 +60,14 @@ from flexgraph.training.output import RunContext, TrainOutput
 from flexgraph.training.resume import resume_training
 from flexgraph.training.runtime import (
     Env,
-    SourceDraws,
+    broadcast_buffers,
     broadcast_from_rank0,
-    drawn_by,
+    capture_rng,
     follow_source_draws,
     make_env,
     meta_parameters,
     rank0_does,
+    restore_rng,
 )
 
 __all__ = [
@@ -96,8 +97,7 @@ def setup_env(cfg: Any, *, device: str | None = None) -> Env:
 
 def build_model(cfg: Any, env: Env, *, device: str | None = None,
                 init_context: str | None = None,
-                init_options: Mapping[str, Any] | None = None,
-                source_rank: int | None = None) -> nn.Module:
+                init_options: Mapping[str, Any] | None = None) -> nn.Module:
     """Build ``cfg.model`` through MMEngine's ``MODELS`` registry.
 
     Parameters
@@ -111,24 +111,21 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
         ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` returning
         a context manager to build the model in (DeepSpeed's ``zero.Init``
         partitions parameters as they are created).
-    source_rank
-        The rank that builds the model whole, on the CPU, as a one-device run
-        builds it (its constructors draw the same random numbers), for the
-        others: they build with ``device`` (``'meta'``), and the strategy hands
-        them their part of the source's weights later. Their generators then
-        stand where they would had they built it whole (:func:`_follow_source`).
-        ``None``: every rank builds with ``device``.
+
+    A build on the meta device or in an init context leaves the random
+    generators as they were: its draws are not a one-device run's (an
+    initialiser skips a parameter without values), and the strategy's
+    ``init_weights`` makes that run's draws (a recorded setup).
     """
-    if source_rank is None or env.rank != source_rank:
+    if device != "meta" and init_context is None:
+        return _revert_sync_bn_on_cpu(components.build_model_from_cfg(cfg, env, device=device), env)
+    before = capture_rng()
+    try:
         model = components.build_model_from_cfg(cfg, env, device=device,
                                                 init_context=init_context,
                                                 init_options=init_options)
-        if source_rank is not None:
-            _follow_source(env, source_rank, None)
-        return _revert_sync_bn_on_cpu(model, env)
-    model, drawn = drawn_by(lambda: components.build_model_from_cfg(
-        cfg, env, device=None, init_context=None, init_options=init_options))
-    _follow_source(env, source_rank, drawn)
+    finally:
+        restore_rng(before)
     return _revert_sync_bn_on_cpu(model, env)
 
 
@@ -157,40 +154,75 @@ def _revert_sync_bn_on_cpu(model: nn.Module, env: Env) -> nn.Module:
     return revert_sync_batchnorm(model)
 
 
-def _follow_source(env: Env, source_rank: int, drawn: SourceDraws | None) -> None:
-    """Every rank's generators where a DDP rank's would be after what ``source_rank`` did
-    for all (``drawn``, given there; a collective): its states, or under
-    ``randomness.diff_rank_seed`` this rank's own, advanced by the same draws."""
-    drawn = broadcast_from_rank0(drawn, rank=source_rank)
-    if env.rank != source_rank:
-        follow_source_draws(drawn, diff_rank_seed=env.diff_rank_seed,
-                            warn=env.rank == (1 if source_rank == 0 else 0))
-
-
-def init_weights(env: Env, model: nn.Module, *, source_rank: int | None = None) -> nn.Module:
+def init_weights(env: Env, model: nn.Module) -> nn.Module:
     """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one.
 
     An initialiser that fails fails the run (see :func:`initialise`), where
     MMEngine would only log it. A ``Pretrained`` ``init_cfg`` loads its
     checkpoint as ``load_from`` loads a whole model's weights (see
-    :func:`~flexgraph.training.checkpoint.load_pretrained`).
-
-    ``source_rank``: only that rank initialises, the one that built the model
-    whole (``build_model``'s ``source_rank``); the others hold parameters on
-    the meta device, which the strategy fills from it afterwards. A failure
-    there is raised on every rank. The others' random generators then stand
-    where a DDP rank's would after ``init_weights``: the source's states, or
-    under ``randomness.diff_rank_seed`` their own, advanced by the draws the
-    source made (:func:`~flexgraph.training.runtime.follow_source_draws`), so
-    that training's dropout draws what it draws under DDP.
+    :func:`~flexgraph.training.checkpoint.load_pretrained`). Strategies that
+    hold no model whole replace this step with their own (FSDP's, ZeRO-3's).
     """
-    if source_rank is not None:
-        # what the source drew (shapes, a few bytes each) goes to every rank, not the model
-        drawn = rank0_does(lambda: drawn_by(lambda: _initialise(model))[1],
-                           share_result=False, rank=source_rank)
-        _follow_source(env, source_rank, drawn)
-        return model
     return _initialise(model)
+
+
+def init_from_record(cfg: Any, env: Env, model: nn.Module, *, place: str,
+                     whole: Sequence[str] = (), source_rank: int = 0) -> nn.Module:
+    """``init_weights`` for a model no rank holds whole: a one-device run's weights.
+
+    ``source_rank`` records the one-device setup, ``build_model`` and
+    ``init_weights``, on parameters without values
+    (:func:`~flexgraph.training.components.record_one_device_setup`, its
+    ``Pretrained`` files loaded as ``load_from`` loads) and sends every rank
+    the record without the real tensors it holds
+    (:meth:`~flexgraph.training.runtime.SetupRecord.portable`). Then the
+    strategy puts each rank's part of every parameter in place: ``place``
+    (``"module:attr"``) is called on every rank as ``place(env, model,
+    record, source_rank)``; the placer has the ranks make the parameters'
+    whole values from the record in turn
+    (:meth:`~flexgraph.training.runtime.SetupRecord.made_in_turn`) and send
+    each rank its part, a bounded amount at a time. The buffers are the
+    record's, broadcast. ``whole``: modules whose ``init_weights`` runs on
+    real parameters on the source (those the plan found it cannot record).
+    Every rank ends with a one-device run's random-number states: the
+    source's, or under ``randomness.diff_rank_seed`` its own, advanced by the
+    same draws.
+    """
+    import torch
+
+    def record() -> Any:
+        made = components.record_one_device_setup(cfg, env, load_pretrained=load_pretrained,
+                                                  whole=tuple(whole))
+        names = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+        odd = sorted(names ^ set(made.params))
+        if odd:
+            raise ConfigError(
+                f"init_weights: parameter {odd[0]!r} is in the "
+                f"{'model built for the run' if odd[0] in names else 'one-device setup'} "
+                f"only; init_weights must write into the parameters the constructors made "
+                f"(nn.init.*_(module.weight), weight.data.copy_(...)), not add or replace them")
+        return made
+
+    made = rank0_does(record, share_result=False, rank=source_rank)
+    shared = broadcast_from_rank0(None if made is None else made.portable(), rank=source_rank)
+    resolve_fn(place)(env, model, shared if made is None else made, source_rank)
+    drawn, initialised = shared.drawn, shared.initialised
+    del shared
+    if made is not None:
+        buffers = dict(model.named_buffers())
+        values = made.values([name for name in made.buffers if name in buffers])
+        with torch.no_grad():
+            for name, value in values.items():
+                buffers[name].copy_(value)
+        restore_rng(made.drawn.rng)
+    del made
+    broadcast_buffers(model, rank=source_rank)
+    for name in initialised:
+        model.get_submodule(name)._is_init = True
+    if env.rank != source_rank:
+        follow_source_draws(drawn, diff_rank_seed=env.diff_rank_seed,
+                            warn=env.rank == (1 if source_rank == 0 else 0))
+    return model
 
 
 def _initialise(model: nn.Module) -> nn.Module:

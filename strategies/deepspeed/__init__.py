@@ -6,10 +6,15 @@ The order, and why (each line is a rewrite below)::
                          process group exists (fp16 on a CPU without it stops here)
     build_model          under deepspeed.zero.Init for stage 3: each parameter is
                          partitioned as it is created, no rank holds the model
-    init_weights         (stage 3) on rank 0's whole copy, one parameter at a
-                         time, then into every rank's partitions; when pruned,
-                         follow_init_draws draws into scratch tensors so the
-                         random streams stay a one-device run's
+    init_weights         (stage 3) a one-device run's weights, bit for bit: rank 0
+                         records that run's build and init_weights on
+                         parameters without values, then makes each parameter
+                         again from the record and scatters it into every
+                         rank's partitions, one at a time: no rank holds the
+                         model (.partitions)
+                         (pruned when the loaded files set every weight: then
+                         follow_init_draws makes the setup's random draws into
+                         scratch tensors, so the streams stay a one-device run's)
     load_checkpoint      (stage 3) before the engine, into the partitions: each
                          rank reads only its own elements of each parameter
     deepspeed_initialize wrap_model + build_optim_wrapper (+ the schedulers when
@@ -160,15 +165,19 @@ def deepspeed(
                       why="zero.Init partitions each parameter as it is created: no rank "
                           "holds the model whole"),
             IfPresent("init_weights", Replace("init_weights", Step(
-                "init_weights", f"{PARTITIONS}:init_on_rank0", requires="env",
-                updates="model", gives="initialised",
-                doc="model.init_weights() on rank 0's whole copy, then into the partitions"),
-                why="MMEngine's initialisers need whole tensors: they run on rank 0's copy, "
-                    "gathered one parameter at a time, then go into every rank's partitions")),
+                "init_weights", "flexgraph.training.steps:init_from_record",
+                requires=("cfg", "env"), updates="model", gives="initialised",
+                params={"place": f"{PARTITIONS}:into_partitions"},
+                doc="a one-device run's init_weights, made one parameter at a time on rank 0 "
+                    "from its record, into the partitions"),
+                why="MMEngine's initialisers need whole tensors and a one-device run's random "
+                    "draws: rank 0 records that run's init and makes each parameter again from "
+                    "the record, one at a time, into every rank's partitions")),
             IfAbsent("init_weights", Insert(Step(
-                "follow_init_draws", f"{PARTITIONS}:follow_init_draws", requires="env",
-                updates="model", doc="init_weights' random draws, into scratch tensors "
-                                     "(the files set every weight)"), after="build_model",
+                "follow_init_draws", f"{PARTITIONS}:follow_init_draws",
+                requires=("cfg", "env"), updates="model",
+                doc="the one-device setup's random draws, into scratch tensors (the files "
+                    "set every weight)"), after="build_model",
                 why="the files set every weight; init's random draws still happen, so the "
                     "random streams stay a one-device run's")),
         ]

@@ -23,9 +23,9 @@ prefetch bucket) are modelled from the config, ``'auto'`` sizes as flexgraph fil
 
 Setup: stages 0 to 2 build the whole model on every rank, in fp32. Stage 3 builds
 under ``zero.Init``: each rank holds its partitions plus one module whole while it
-is made, then one parameter gathered at a time (twice: the collective's buffer);
-rank 0 also holds the whole model on the host while ``init_weights`` runs on it,
-unless ``load_from`` covers the model and ``init_weights`` is pruned.
+is made, then, at ``init_weights``, one parameter at a time made from the
+one-device record and scattered (twice: the scatter's buffer); no rank holds
+the model.
 """
 
 from __future__ import annotations
@@ -188,13 +188,13 @@ def _stepped(census: Any, config: Mapping[str, Any], zero: Mapping[str, Any], st
 
 def _zero3_parts(census: Any, world_size: int, target_device: str, config: Mapping[str, Any]
                  ) -> tuple[int, int, int, int]:
-    """ZeRO-3's setup on the host: (partitions, one module whole, a parameter gathered twice,
+    """ZeRO-3's setup on the host: (partitions, one module whole, a parameter made and scattered,
     the whole model in the compute precision)."""
     low = bytes_per(_precision(config))
     on_host = target_device == "cpu"
     partitions = census.total * low // max(world_size, 1) if on_host else 0
     built = low * census.largest_layer if on_host else 0  # one module whole as zero.Init makes it
-    gathered = 2 * low * census.largest_param if on_host else 0  # and the collective's buffer
+    gathered = 2 * low * census.largest_param if on_host else 0  # and the scatter's buffer
     return partitions, built, gathered, census.total * low
 
 
@@ -204,28 +204,27 @@ def _stage(config: Mapping[str, Any]) -> int:
 
 def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
                    config: Mapping[str, Any]) -> SetupMemory:
-    """Stages 0-2: the whole model on every rank; stage 3: partitions, rank 0 whole to init."""
+    """Stages 0-2: the whole model on every rank; stage 3: partitions, no rank whole."""
     if _stage(config) < 3:
         return whole_model_setup(census, notes=("the engine takes the model from there",))
-    partitions, built, gathered, whole = _zero3_parts(census, world_size, target_device, config)
+    partitions, built, gathered, _ = _zero3_parts(census, world_size, target_device, config)
     where = ("its partitions" if target_device == "cpu"
              else "nothing of the model (its partitions are the GPU's)")
     notes = [f"each rank: {where}, plus one module whole as zero.Init makes it"]
     if weights_loaded:
-        notes.append("init_weights pruned: each rank reads its own elements of the file, and "
-                     "rank 0 holds what the others do")
+        notes.append("init_weights pruned: each rank reads its own elements of the file")
         return SetupMemory(rank0=partitions + built, others=partitions + built,
                            notes=tuple(notes))
-    others = partitions + max(built, gathered)
-    notes += ["then one parameter gathered at a time (twice: the collective's buffer)",
-              "rank 0: the whole model on the host too, while init_weights runs on it"]
-    return SetupMemory(rank0=whole + others, others=others, notes=tuple(notes))
+    held = partitions + max(built, gathered)
+    notes.append("then one parameter at a time made from the one-device record and "
+                 "scattered; no rank holds the model")
+    return SetupMemory(rank0=held, others=held, notes=tuple(notes))
 
 
 def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
                    memory: StrategyMemory, config: Mapping[str, Any]) -> tuple[Allocation, ...]:
     """Stages 0-2: built whole, the engine makes the trained states at ``deepspeed_initialize``;
-    stage 3: partitions from ``build_model`` on, rank 0 whole while ``init_weights`` runs."""
+    stage 3: partitions from ``build_model`` on, one parameter in flight at ``init_weights``."""
     engine = "deepspeed_initialize"
     if _stage(config) < 3:
         return whole_model_steps(census, memory, target_device, placed_at=engine,
@@ -239,11 +238,8 @@ def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_
     if where == "device":
         steps.append(Allocation("build_model", held, "this rank's partitions", memory="device"))
     if not weights_loaded:
-        steps += [Allocation("init_weights", whole + max(built, gathered), "the whole model "
-                             "on the host while init runs, and a parameter gathered",
-                             ranks="rank0", transient=True),
-                  Allocation("init_weights", gathered, "one parameter gathered at a time",
-                             ranks="others", transient=True)]
+        steps.append(Allocation("init_weights", gathered, "one parameter made from the "
+                                "record and scattered", transient=True))
     steps.append(Allocation(engine, memory.parameters + memory.optimizer - held,
                             "the gathered-layer allowance, master weights and optimizer states",
                             memory=where))

@@ -1,6 +1,6 @@
 """What DeepSpeed needs from models that torch alone takes as they are.
 
-MMDetection's models are ordinary torch modules, yet three of their habits
+MMDetection's models are ordinary torch modules, yet some of their habits
 stop DeepSpeed before the first step:
 
 * :func:`scalars_as_vectors`, :func:`scalars_restored`: 0-d parameters (the
@@ -18,16 +18,6 @@ stop DeepSpeed before the first step:
   ``new_empty(): argument 'size' ...``. Data arguments go to torch's own
   constructor instead, as they would without ZeRO; sizes (numpy integers
   made ints) still reach DeepSpeed's.
-* :func:`initialisers_gathered`: under ``zero.Init`` each module's parameters
-  are partitioned as soon as its own constructor returns, so an initialiser
-  that a parent's constructor then calls on them (mmcv's ``ConvModule`` runs
-  ``kaiming_init`` on its conv: ATSS's and Faster R-CNN's heads and FPN) sees
-  an empty tensor, which ``torch.nn.init`` leaves alone without drawing. The
-  random numbers drawn after it then come from other states than in a
-  one-device build, and every randomly initialised weight of the model
-  differed from DDP's. ``torch.nn.init``'s initialisers gather such a
-  parameter, write it on rank 0 and partition it again, as DeepSpeed does
-  for ``Module.apply``.
 * :func:`norm_statistics_cast`: in bf16 (or fp16) DeepSpeed casts the
   parameters and, since 0.19, keeps every buffer as it was unless
   ``data_types.buffer_dtype`` says otherwise. A BatchNorm layer then holds
@@ -47,7 +37,6 @@ Nothing here is imported at plan time.
 from __future__ import annotations
 
 import contextlib
-import functools
 import numbers
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -57,9 +46,8 @@ from torch import nn
 
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["allow_torch_optimizer", "data_constructors_kept", "initialisers_gathered",
-           "norm_statistics_cast", "saved_shape", "scalar_safe_init", "scalars_as_vectors",
-           "scalars_restored"]
+__all__ = ["allow_torch_optimizer", "data_constructors_kept", "norm_statistics_cast",
+           "saved_shape", "scalar_safe_init", "scalars_as_vectors", "scalars_restored"]
 
 UNTESTED = "zero_allow_untested_optimizer"
 SAVED_SHAPE = "flexgraph_saved_shape"
@@ -183,47 +171,6 @@ def _whole(value: Any) -> int | None:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
     return None
-
-
-INITIALISERS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
-                "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
-                "kaiming_normal_", "orthogonal_", "sparse_")
-"""``torch.nn.init``'s in-place initialisers (each takes the tensor first)."""
-
-
-@contextlib.contextmanager
-def initialisers_gathered(deepspeed: Any) -> Iterator[None]:
-    """Inside ``zero.Init``: ``torch.nn.init``'s initialisers write partitioned parameters
-    whole, drawing what a one-device build draws.
-
-    Every rank builds the same modules in the same order, so every rank calls
-    the same initialiser on the same parameter: it is gathered there
-    (``GatheredParameters(modifier_rank=0)``, one parameter), written, and
-    partitioned again with rank 0's values, as DeepSpeed's own
-    ``Module.apply`` does. Callers that bound an initialiser before the build
-    (``from torch.nn.init import normal_``) keep the original.
-    """
-    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-
-    originals = {name: getattr(nn.init, name) for name in INITIALISERS}
-
-    def whole(initialiser: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(initialiser)
-        def initialise(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if getattr(tensor, "ds_status", None) != ZeroParamStatus.NOT_AVAILABLE:
-                return initialiser(tensor, *args, **kwargs)
-            with deepspeed.zero.GatheredParameters([tensor], modifier_rank=0):
-                return initialiser(tensor, *args, **kwargs)
-
-        return initialise
-
-    for name, initialiser in originals.items():
-        setattr(nn.init, name, whole(initialiser))
-    try:
-        yield
-    finally:
-        for name, initialiser in originals.items():
-            setattr(nn.init, name, initialiser)
 
 
 def norm_statistics_cast(model: nn.Module, config: dict[str, Any]) -> int:

@@ -4,7 +4,8 @@
   process group joined (DeepSpeed's too).
 * :func:`zero_init` (stage 3, ``build_model``'s init context): the model
   partitioned as it is built (its ``init_weights`` step is
-  :func:`flexgraph.strategies.deepspeed.partitions.init_on_rank0`).
+  :func:`flexgraph.training.steps.init_from_record`, placing with
+  :func:`flexgraph.strategies.deepspeed.partitions.into_partitions`).
 * :func:`initialize`: ``deepspeed.initialize``, the engine and its ZeRO
   optimizer in MMEngine's shapes (:mod:`flexgraph.strategies.deepspeed.engine`).
 * :func:`build_train_step`: the engine's backward and step.
@@ -108,22 +109,18 @@ def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:
     Given the run's DeepSpeed config (batch sizes filled in: DeepSpeed checks
     them), so parameters are created in the training precision and placement.
     ``torch.Tensor(data)`` keeps torch's meaning inside it, and 0-d parameters
-    are partitioned too, and ``torch.nn.init``'s initialisers write a partitioned
-    parameter whole (:mod:`flexgraph.strategies.deepspeed.models`).
+    are partitioned too (:mod:`flexgraph.strategies.deepspeed.models`). The
+    constructors' initialisers see empty partitions: ``init_weights`` makes
+    their values (:mod:`flexgraph.strategies.deepspeed.partitions`).
     """
     from flexgraph.strategies.deepspeed.engine import fill_config
-    from flexgraph.strategies.deepspeed.models import (
-        data_constructors_kept,
-        initialisers_gathered,
-        scalar_safe_init,
-    )
+    from flexgraph.strategies.deepspeed.models import data_constructors_kept, scalar_safe_init
 
     deepspeed = _import_deepspeed()
     resolved, _ = fill_config(config, cfg=cfg, world_size=env.world_size, numel=0)
     stack = contextlib.ExitStack()
     stack.enter_context(scalar_safe_init(deepspeed)(config_dict_or_path=resolved))
     stack.enter_context(data_constructors_kept())
-    stack.enter_context(initialisers_gathered(deepspeed))
     return stack
 
 

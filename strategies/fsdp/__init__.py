@@ -2,37 +2,51 @@
 
 The order, and why (each line is a rewrite below)::
 
-    build_model              rank 0 builds the model whole on the CPU, drawing
-                             what a single-device run draws; the others build
-                             it on the meta device
+    build_model              every rank on the meta device: no rank builds the
+                             model whole, and the build draws nothing
     activation_checkpointing (when asked) wraps blocks before they are sharded
-    init_weights             on rank 0 alone, on whole tensors: bit-identical to
-                             a single-device run, and MMEngine's initialisers
-                             cannot write into shards
     compile                  (when planned) before sharding, as FSDP2 expects
     fully_shard              each wrap-policy unit, innermost first, then the
-                             root; rank 0 scatters the shards one unit at a
-                             time, and every rank takes rank 0's RNG states
-    load_checkpoint          each rank reads its own rows of a full file or its
-                             own shards of a DCP checkpoint
-    build_optim_wrapper      on the sharded parameters, not the full tensors
+                             root: shards on the meta device
+    materialize              storage for this rank's shards (NaN until set)
+    init_weights             a one-device run's weights, bit for bit: rank 0
+                             records that run's build and init_weights on
+                             parameters without values (MMEngine's init_cfg,
+                             Pretrained, reset_parameters, constructors'
+                             initialisers) and sends every rank the record;
+                             the ranks make the parameters again from it in
+                             turn, unit by unit, one parameter's worth at a
+                             time, each maker sending every rank its rows;
+                             every rank ends with the one-device run's
+                             random-number states
+    load_checkpoint          through the sharded checkpoint IO: each rank reads
+                             its own rows of a full file (mapped) or its own
+                             shards of a DCP checkpoint
+    build_optim_wrapper      on the sharded parameters (built before sharding it
+                             would hold the full tensors fully_shard replaced)
 
-So rank 0 holds the whole model until each unit is sent; the others never do.
+What setup costs each rank: its shards, and a parameter's worth in flight
+(while making it, also what its values are made from), with or without a
+wrap policy; no rank holds the model. A module whose ``init_weights`` cannot
+run on parameters without values (it reaches their memory without torch's
+dispatch: ``.numpy()``, a C extension; a shape from values; a generator of its
+own) is initialised whole on rank 0 and sent; ``flexgraph plan --estimate``
+names it before the run, and the run's log again.
 
-When the loaded files cover every ``state_dict`` entry (or with
-``skip_init_weights=True``), ``init_weights`` is pruned and no rank builds the
-model whole::
+When the files the run loads (``load_from``, ``init_cfg`` ``Pretrained``)
+cover every entry of the model's ``state_dict``, the run prunes
+``init_weights`` (a derived rewrite with its reason, see
+:mod:`flexgraph.training.checkpoint`); ``skip_init_weights=True`` prunes it
+whatever the files hold. ``check_initialised``, after ``load_checkpoint``,
+refuses a parameter that neither ``init_weights`` nor the files set.
 
-    build_model              on the meta device, every rank
-    fully_shard              each unit, then the root: shards on meta
-    materialize              storage for this rank's shards (NaN until loaded)
-    load_checkpoint          each rank reads only its own rows of each file
-    check_initialised        refuses a parameter the files did not set
-
-Checkpoints are portable directories that every strategy resumes;
-``checkpoint_format='native'`` writes ``.dcp`` directories, ``state_dict_cfg='full'``
-one full file. Option names are MMEngine's where they carry over to FSDP2; a key
-with no FSDP2 meaning is refused by name.
+Checkpoints are portable directories (torch.distributed.checkpoint, every rank
+writes its own shards, keyed by parameter name, with a manifest), which every
+strategy resumes; ``checkpoint_format='native'`` writes the older ``.dcp``
+directories, ``state_dict_cfg='full'`` one full file instead.
+The option names are MMEngine's ``FSDPStrategy`` / ``MMFullyShardedDataParallel``
+ones where they carry over to FSDP2; a key with no FSDP2 meaning is refused by
+name rather than ignored.
 """
 
 from __future__ import annotations
@@ -45,7 +59,7 @@ from flexgraph.strategies.fsdp.options import checkpoint_io, shard_options
 from flexgraph.strategies.names import FSDP
 
 from flexgraph.core.checks import Precedes
-from flexgraph.core.rewrite import Configure, IfAbsent, IfPresent, Insert, Move, Remove
+from flexgraph.core.rewrite import Configure, IfPresent, Insert, Move, Remove, Replace
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
 
@@ -53,11 +67,11 @@ __all__ = ["fsdp"]
 
 STEPS = "flexgraph.strategies.fsdp.steps"
 SOURCE_RANK = 0
-"""The rank that builds and initialises the model whole when init_weights runs."""
+"""The rank that records the one-device setup and makes each parameter for all."""
 
-INIT_WHOLE = ("MMEngine's initialisers (init_cfg: Pretrained, TruncNormal, ...) copy whole "
-              "tensors, which fails on shards; and a sharded init draws other random numbers "
-              "than a single-device run")
+INIT_FROM_RECORD = ("MMEngine's initialisers copy whole tensors, which fails on shards, and a "
+                    "sharded init draws other random numbers than a single-device run: rank 0 "
+                    "records that run's init and makes each parameter again from the record")
 LOAD_INTO_SHARDS = ("the sharded checkpoint IO loads into this rank's shards, which exist only "
                     "once the model is sharded")
 NO_STORAGE = ("the sharded checkpoint IO loads into this rank's shards, which have no storage "
@@ -83,9 +97,8 @@ def fsdp(
     model_wrapper : Mapping, optional
         Wrap policy, sharding strategy, mixed precision, CPU offload.
     skip_init_weights : bool, default False
-        Build the model on the meta device and take the weights from
-        ``load_from`` (nothing initialises them): no rank builds the model
-        whole, as when the run finds that its files cover the model.
+        Take the weights from ``load_from`` (nothing initialises them), as
+        when the run finds that its files cover the model.
     state_dict_cfg : str or Mapping, default 'local'
         ``'local'``: sharded checkpoints; ``'full'``: one file.
     activation_checkpointing : Mapping or bool, optional
@@ -127,19 +140,8 @@ def fsdp(
         rewrites.append(IfPresent("init_weights", Remove("init_weights"), why=(
             "skip_init_weights=True: the weights come from load_from, nothing initialises "
             "them")))
-    # Both orders are written out; which applies depends on whether init_weights is
-    # still planned (a derived rewrite prunes it when the files cover the model).
-    rewrites += [
-        Configure("build_model", {"device": "meta"}, ends=("whole",), why=(
-            "no rank but the source builds the model's storage: each gets its shards later")),
-        IfPresent("init_weights", Configure("build_model", {"source_rank": SOURCE_RANK}, why=(
-            "rank 0 builds the model whole, on the CPU, as a single-device run does, so the "
-            "constructors draw the same random numbers"))),
-        IfPresent("init_weights", Configure(
-            "init_weights", {"source_rank": SOURCE_RANK}, ends=("initialised",), why=(
-                "rank 0 alone initialises, on its whole copy: the other ranks hold the model on "
-                "meta until fully_shard hands them their initialised shards"))),
-    ]
+    rewrites.append(Configure("build_model", {"device": "meta"}, ends=("whole",), why=(
+        "no rank builds the model whole: every rank builds on meta and gets its shards later")))
     first = "build_model"
     if activation_checkpointing is not None:
         rewrites.append(Insert(Step(
@@ -151,34 +153,33 @@ def fsdp(
         first = "activation_checkpointing"
     sharded = {"updates": "model", "ends": ("whole", "unwrapped")}
     rewrites += [
-        IfPresent("init_weights", Insert(Step(
-            "fully_shard", f"{STEPS}:shard_from_source", requires="env",
-            params={**shard, "source_rank": SOURCE_RANK},
-            gives=("sharded", "on_device", "initialised"), **sharded,
-            doc="fully_shard each wrap unit and the root; rank 0 scatters each rank its "
-                "shards, unit by unit"), after="init_weights", why=(
-                "every rank keeps only its shards of each wrap unit and of the root, which "
-                "rank 0 scatters once it has initialised the whole model"))),
-        IfAbsent("init_weights", Insert(Step(
+        Insert(Step(
             "fully_shard", f"{STEPS}:shard", requires="env", params=shard, gives="sharded",
             **sharded, doc="fully_shard each wrap unit and the root (shards on the meta device)"),
-            after=first, why=("nothing to initialise: every rank shards the model as built, on "
-                              "meta, and no rank ever holds it whole"))),
+            after=first, why="every rank keeps only its shards of each wrap unit and of the root"),
         IfPresent("compile", Move("compile", before="fully_shard",
                                   why="FSDP2 expects the model compiled before it is sharded")),
-        IfAbsent("init_weights", Insert(Step(
-            "materialize", f"{STEPS}:materialize", requires="env", updates="model",
-            gives="on_device", doc="storage for this rank's shards, buffers"),
-            after="fully_shard", why=NO_STORAGE)),
+        Insert(Step("materialize", f"{STEPS}:materialize", requires="env", updates="model",
+                    gives="on_device", doc="storage for this rank's shards, buffers"),
+               after="fully_shard", why=NO_STORAGE),
+        IfPresent("init_weights", Replace("init_weights", Step(
+            "init_weights", "flexgraph.training.steps:init_from_record",
+            requires=("cfg", "env"), updates="model", gives="initialised",
+            params={"place": f"{STEPS}:scatter_rows", "source_rank": SOURCE_RANK},
+            doc="a one-device run's init_weights, made unit by unit on rank 0 from its "
+                "record, each rank sent its rows"), why=INIT_FROM_RECORD)),
+        IfPresent("init_weights", Move("init_weights", after="materialize", why=(
+            "init_weights writes each rank's rows into its shards, which have no storage "
+            "before materialize"))),
         Configure("build_checkpointer", {"io": checkpoint_io(state_dict_cfg),
                                          "checkpoint_format": checkpoint_format},
                   why="each rank reads and writes its own shards"),
-        IfAbsent("init_weights", Insert(Step(
+        Insert(Step(
             "check_initialised", f"{STEPS}:check_initialised", requires="env",
             updates="model", doc="refuse parameters neither init nor load_from set"),
             after="load_checkpoint", why=(
-                "nothing initialised the model: a parameter load_from did not set would "
-                "train from garbage"))),
+                "the shards start as NaN: a parameter neither init_weights nor load_from set "
+                "would train from garbage")),
     ]
     checks = [
         Precedes("fully_shard", "build_optim_wrapper",
@@ -186,8 +187,10 @@ def fsdp(
                  "fully_shard replaces with shards, and would update tensors the model "
                  "no longer uses"),
         Precedes("fully_shard", "load_checkpoint", LOAD_INTO_SHARDS),
-        Precedes("materialize", "load_checkpoint", NO_STORAGE, first_optional=True),
-        Precedes("init_weights", "fully_shard", INIT_WHOLE, first_optional=True),
+        Precedes("materialize", "load_checkpoint", NO_STORAGE),
+        Precedes("materialize", "init_weights",
+                 "init_weights writes each rank's rows into its shards, which have no "
+                 "storage before materialize"),
     ]
     memory = {k: v for k, v in shard.items() if k != "hybrid_mesh" or isinstance(v, tuple)}
     return Strategy(FSDP.name, rewrites, doc="fully sharded data parallel (FSDP2)",

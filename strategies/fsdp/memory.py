@@ -8,10 +8,11 @@ parameters gathered for the whole step; units are the ones ``fully_shard`` would
 get (:mod:`flexgraph.strategies.fsdp.units`). With ``reshard_after_forward=False``
 every unit stays gathered from its forward to its backward.
 
-Setup: rank 0 builds and initialises the whole model and sends each rank its
-shards one unit at a time; the others build on meta and hold their shards plus
-one unit. When ``load_from`` covers the model, ``init_weights`` is pruned and
-rank 0 holds what the others do. On a GPU the shards are the GPU's (unless ``cpu_offload``).
+Setup: every rank builds on meta and holds its shards; ``init_weights`` makes
+one parameter's worth at a time from the one-device record (on the host) and
+scatters its rows, so no rank holds the model. When ``load_from`` covers the
+model, ``init_weights`` is pruned and each rank reads one unit's rows at a time.
+On a GPU the shards are the GPU's (unless ``cpu_offload``).
 """
 
 from __future__ import annotations
@@ -115,42 +116,43 @@ def _setup_parts(census: Any, world_size: int, target_device: str, auto_wrap_pol
     return shards, unit, max(largest, root), where
 
 
+def _in_flight(census: Any) -> int:
+    """One run of parameters made on the host from the record, and packed to be scattered."""
+    return 2 * 4 * census.largest_param
+
+
 def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
                    auto_wrap_policy: Any = None, cpu_offload: bool = False,
                    hybrid_mesh: Any = None, **_: Any) -> SetupMemory:
-    """Shards plus one unit on every rank; rank 0 the whole model too, to initialise it."""
+    """Shards plus what is in flight, on every rank alike: no rank holds the model."""
     shards, unit, unit_params, where = _setup_parts(census, world_size, target_device,
                                                     auto_wrap_policy, cpu_offload, hybrid_mesh)
-    others = shards + unit
-    notes = [f"each rank: {where}, plus one unit ({unit_params:,} parameters) as it arrives"]
     if weights_loaded:
-        notes.append("init_weights pruned: rank 0 holds what the others do")
-        return SetupMemory(rank0=others, others=others, notes=tuple(notes))
-    notes.append("rank 0: the whole model too, built and initialised as on one device")
-    return SetupMemory(rank0=census.param_bytes + others, others=others, notes=tuple(notes))
+        notes = (f"each rank: {where}, plus one unit ({unit_params:,} parameters) as it is "
+                 f"read", "init_weights pruned")
+        return SetupMemory(rank0=shards + unit, others=shards + unit, notes=notes)
+    held = shards + _in_flight(census)
+    notes = (f"each rank: {where}, plus one parameter's worth ({census.largest_param:,} at "
+             f"most) made from the one-device record and scattered; no rank holds the model",)
+    return SetupMemory(rank0=held, others=held, notes=notes)
 
 
 def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
                    memory: StrategyMemory, auto_wrap_policy: Any = None,
                    cpu_offload: bool = False, hybrid_mesh: Any = None, **_: Any
                    ) -> tuple[Allocation, ...]:
-    """Rank 0 builds the model whole, ``fully_shard`` scatters the shards, then rank 0 frees it;
-    without ``init_weights`` every rank builds on meta and ``materialize`` gives the shards."""
+    """Every rank builds on meta, ``materialize`` gives its shards, then ``init_weights``
+    (or ``load_checkpoint``) fills them a bounded amount at a time."""
     shards, unit, _, _ = _setup_parts(census, world_size, target_device, auto_wrap_policy,
                                       cpu_offload, hybrid_mesh)
-    sharded_at = "materialize" if weights_loaded else "fully_shard"
-    placed = [Allocation(sharded_at, shards, "this rank's shards")]
+    steps = [Allocation("build_model", 0, "on the meta device: no storage"),
+             Allocation("materialize", shards, "this rank's shards")]
     if target_device != "cpu" and memory.parameters:
-        placed.append(Allocation(sharded_at, memory.parameters, "this rank's shards",
-                                 memory="device"))
+        steps.append(Allocation("materialize", memory.parameters, "this rank's shards",
+                                memory="device"))
     if weights_loaded:
-        return (Allocation("build_model", 0, "on the meta device: no storage"), *placed,
-                Allocation("load_checkpoint", unit, "one unit's rows as they are read",
-                           transient=True))
-    return (Allocation("build_model", census.param_bytes, "the whole model (fp32), to "
-                       "initialise it as on one device", ranks="rank0"),
-            Allocation("build_model", 0, "on the meta device: no storage", ranks="others"),
-            *placed,
-            Allocation("fully_shard", unit, "one unit as rank 0 sends it", transient=True),
-            Allocation("fully_shard", -census.param_bytes, "the whole model, once every unit "
-                       "is sent", ranks="rank0"))
+        return (*steps, Allocation("load_checkpoint", unit, "one unit's rows as they are read",
+                                   transient=True))
+    return (*steps, Allocation("init_weights", _in_flight(census), "one parameter's worth "
+                               "made from the record and packed for the scatter",
+                               transient=True))

@@ -2,12 +2,11 @@
 
 * :func:`shard`: ``fully_shard`` on every wrap-policy unit, innermost first,
   then the root (``fully_shard``), on a hybrid mesh for HYBRID_SHARD.
-* :func:`shard_from_source`: the same, for a model that one rank built and
-  initialised whole and the others built on the meta device: that rank
-  scatters each rank its shards, one unit at a time.
 * :func:`materialize`: storage for this rank's shards of a model built on the
-  meta device (no ``init_weights`` planned: files cover the model, or
-  ``skip_init_weights=True``).
+  meta device.
+* :func:`scatter_rows`: how ``init_weights`` (a one-device run's weights made
+  on one rank from a record of that run) sends each rank its rows, unit by
+  unit.
 * :func:`checkpoint_blocks`: MMEngine's ``activation_checkpointing``.
 * :func:`check_initialised`: parameters neither init nor ``load_from`` set,
   refused on every rank together.
@@ -86,36 +85,6 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     return model
 
 
-def shard_from_source(env: Any, model: Any, *, source_rank: int = 0,
-                      **options: Any) -> Any:
-    """:func:`shard`, the weights coming from the one rank that built the model whole.
-
-    ``source_rank`` built and initialised the whole model (``build_model`` and
-    ``init_weights`` configured with it); every other rank built it on the
-    meta device and holds no weight. Every rank shards (``options`` are
-    :func:`shard`'s): the source's shards are cut from its whole tensors, the
-    others' get storage (:func:`materialize`). Then the source sends each
-    rank its shards one wrap unit at a time, a ``scatter`` of each rank's rows
-    (:func:`_scatter_units`), so that no other rank ever holds more than its
-    shards and one unit's share, and the source lets go of each unit's whole
-    tensors once sent. Buffers (replicated, small) are broadcast. The random
-    generators already stand where a DDP rank's would (``init_weights`` with
-    ``source_rank`` saw to it, ``diff_rank_seed`` or not).
-    """
-    from flexgraph.strategies.fsdp.shards import materialize_module
-
-    from flexgraph.training.runtime import broadcast_buffers
-
-    source = env.rank == source_rank
-    whole = {name: p.detach() for name, p in model.named_parameters()} if source else {}
-    shard(env, model, **options)
-    if not source:
-        materialize_module(model, env.device)
-    _scatter_units(model, whole, source_rank, env.device)
-    broadcast_buffers(model, rank=source_rank)
-    return model
-
-
 def _units(model: Any) -> list[list[str]]:
     """Parameter names by the FSDP module (wrap unit, or the root) that manages them,
     innermost unit first."""
@@ -130,13 +99,32 @@ def _units(model: Any) -> list[list[str]]:
     return [names for names in owned.values() if names]
 
 
-def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: Any) -> None:
-    """Each rank's rows of every parameter, from ``whole`` on ``source_rank``, unit by unit.
+def _chunks(names: list[str], numel: dict[str, int], limit: int) -> list[list[str]]:
+    """``names`` cut into runs of at most ``limit`` elements (a larger parameter alone)."""
+    chunks: list[list[str]] = []
+    size = limit + 1
+    for name in names:
+        if size + numel[name] > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(name)
+        size += numel[name]
+    return chunks
 
-    One ``scatter`` per unit (and dtype): the source packs each rank's rows of
-    the unit's parameters into one flat buffer (padded to the longest rank's),
-    every rank unpacks its own into its local shards. ``whole`` is emptied
-    unit by unit as it goes.
+
+def scatter_rows(env: Any, model: Any, record: Any, source_rank: int) -> None:
+    """Each rank's rows of every parameter, unit by unit: ``init_weights``' placer
+    (:func:`~flexgraph.training.steps.init_from_record`).
+
+    Within a unit, the parameters go in runs (of one dtype) no larger
+    together than the model's largest parameter; the ranks make the runs'
+    values from ``record`` in turn
+    (:meth:`~flexgraph.training.runtime.SetupRecord.made_in_turn`), and the
+    maker of each packs every rank's rows of it into one flat buffer (padded
+    to the longest rank's) and scatters them; every rank unpacks its own into
+    its local shards. So no rank holds more than its shards and a few runs'
+    worth in flight, whatever the units' sizes (without a wrap policy the
+    root is the only unit).
     """
     import torch
     import torch.distributed as dist
@@ -145,28 +133,29 @@ def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: 
     params = dict(model.named_parameters())
     rows: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(rows, {name: local_rows(p) for name, p in params.items()})
-    source = dist.get_rank() == source_rank
-    for names in _units(model):
-        for dtype in dict.fromkeys(params[n].dtype for n in names):
-            group = [n for n in names if params[n].dtype == dtype]
-            sizes = [sum((r[n][1] - r[n][0]) * _row_numel(params[n]) for n in group)
-                     for r in rows]
-            received = torch.empty(max(sizes), dtype=dtype, device=device)
-            packed = None
-            if source:
-                packed = [_packed([whole[n] for n in group], [r[n] for n in group],
-                                  max(sizes)).to(device) for r in rows]
-            dist.scatter(received, packed, src=source_rank)
-            del packed
-            offset = 0
-            with torch.no_grad():
-                for n in group:
-                    local = local_tensor(params[n])
-                    count = local.numel()
-                    local.copy_(received[offset:offset + count].view_as(local))
-                    offset += count
-        for n in names:
-            whole.pop(n, None)
+    numel = {name: p.numel() for name, p in params.items()}
+    limit = max(numel.values(), default=0)
+    runs = [chunk for names in _units(model)
+            for dtype in dict.fromkeys(params[n].dtype for n in names)
+            for chunk in _chunks([n for n in names if params[n].dtype == dtype], numel, limit)]
+    turns = record.made_in_turn(runs, source=source_rank, rank=dist.get_rank(),
+                                world=dist.get_world_size())
+    for run, (maker, made) in zip(runs, turns, strict=True):
+        sizes = [sum((r[n][1] - r[n][0]) * _row_numel(params[n]) for n in run) for r in rows]
+        received = torch.empty(max(sizes), dtype=params[run[0]].dtype, device=env.device)
+        packed = None if made is None else [
+            _packed([made[n] for n in run], [r[n] for n in run], max(sizes)).to(env.device)
+            for r in rows]
+        del made
+        dist.scatter(received, packed, src=maker)
+        del packed
+        offset = 0
+        with torch.no_grad():
+            for n in run:
+                local = local_tensor(params[n])
+                count = local.numel()
+                local.copy_(received[offset:offset + count].view_as(local))
+                offset += count
 
 
 def _row_numel(tensor: Any) -> int:
@@ -216,10 +205,9 @@ def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
 def materialize(env: Any, model: Any) -> Any:
     """Storage on ``env.device`` for this rank's shards; see ``materialize_module``.
 
-    Only where no ``init_weights`` is planned (pruned because the run's files
-    cover the model, or ``skip_init_weights``): the weights come from the
-    files, so nothing is initialised here, and a parameter they lack is found
-    (it holds NaN) and refused by :func:`check_initialised`.
+    Every parameter holds NaN until ``init_weights`` or the files set it; where
+    no ``init_weights`` is planned, one the files lack is found and refused by
+    :func:`check_initialised`.
     """
     from flexgraph.strategies.fsdp.shards import materialize_module
 
@@ -238,9 +226,9 @@ def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
 def check_initialised(env: Any, model: Any) -> Any:
     """Refuse, by name and on every rank together, parameters nothing initialised.
 
-    Only where no ``init_weights`` is planned: ``materialize`` fills new
-    storage with NaN, so a parameter that neither a ``reset_parameters()`` nor
-    the loaded files set is found here, before it trains on garbage.
+    ``materialize`` fills new storage with NaN, so a parameter that neither
+    ``init_weights`` nor the loaded files set is found here, before it trains
+    on garbage.
     """
     import torch
     from flexgraph.strategies.fsdp.shards import uninitialised_parameters
@@ -253,8 +241,8 @@ def check_initialised(env: Any, model: Any) -> Any:
     if names:
         raise ConfigError(
             f"{len(names)} parameters were never initialised after materialize (e.g. "
-            f"{names[0]!r}): their module has no reset_parameters(), init_weights is not "
-            f"planned (skip_init_weights=True, or pruned because the files cover the model) "
-            f"and the loaded files did not set them (a hook dropped them?); give the module "
-            f"a reset_parameters() or load them from a checkpoint")
+            f"{names[0]!r}): init_weights is not planned (skip_init_weights=True, pruned "
+            f"because the files cover the model, or removed) and the loaded files did not "
+            f"set them (a hook dropped them?); plan init_weights or load them from a "
+            f"checkpoint")
     return model

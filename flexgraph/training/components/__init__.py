@@ -29,7 +29,7 @@ from flexgraph.training.components._optim import (
     build_param_schedulers,
     first_param_group,
 )
-from flexgraph.training.components._weight_init import initialise
+from flexgraph.training.components._weight_init import initialise, record_one_device_setup
 
 __all__ = [
     "per_rank_batch",
@@ -50,6 +50,7 @@ __all__ = [
     "loss_of",
     "make_eval_step",
     "make_train_step",
+    "record_one_device_setup",
     "unwrap_model",
     "uses_step_api",
 ]

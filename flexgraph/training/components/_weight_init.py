@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 from torch import nn
 
 from flexgraph.training.errors import InitWeightsError
@@ -127,3 +128,55 @@ def initialise(model: nn.Module, *, load_pretrained: LoadPretrained | None = Non
             f"parameters (e.g. {name!r}: {error}); MMEngine logs this and trains on the "
             f"previous values. Check the checkpoint against the model, or initialise the "
             f"model before it is sharded or cast")
+
+
+def record_one_device_setup(cfg: Any, env: Any, *, load_pretrained: LoadPretrained | None = None,
+                            whole: tuple[str, ...] = ()) -> Any:
+    """``cfg.model`` built and initialised as one device does it, recorded without values.
+
+    See :func:`~flexgraph.training.runtime.record_setup`; the generators end
+    where the one-device setup leaves them. A module whose ``init_weights``
+    cannot be recorded (a failure that real parameters do not have) is
+    recorded again with its parameters real, and said in the log.
+
+    Parameters
+    ----------
+    cfg : Config or Mapping
+    env : Env
+    load_pretrained : callable, optional
+        What a ``Pretrained`` ``init_cfg`` loads with.
+    whole : tuple of str
+        Modules initialised on real parameters from the start (``''``: the model).
+
+    Returns
+    -------
+    SetupRecord
+
+    Raises
+    ------
+    InitWeightsError, CheckpointError, ConfigError
+        What the one-device setup raises.
+    """
+    from mmengine.logging import MMLogger
+
+    from flexgraph.training.components._model import build_model_from_cfg
+    from flexgraph.training.runtime import ReplayError, capture_rng, record_setup, restore_rng
+
+    before = capture_rng()
+    reasons: tuple[str, ...] = ()
+    while True:
+        try:
+            record = record_setup(lambda: build_model_from_cfg(cfg, env),
+                                  lambda model: initialise(model, load_pretrained=load_pretrained),
+                                  whole=whole)[1]
+            return attrs.evolve(record, reasons=reasons)
+        except ReplayError as exc:
+            if "" in whole or exc.module in whole:
+                raise (exc.__cause__ or exc) from None  # real parameters fail too: the setup's
+            restore_rng(before)
+            where = f"{exc.module}'s init_weights" if exc.module else "the model's constructors"
+            MMLogger.get_current_instance().warning(
+                f"init_weights: {where} cannot run on parameters without values ({exc}); "
+                f"{exc.module or 'the model'} is initialised whole on this rank")
+            whole, reasons = ((("",), (str(exc),)) if not exc.module
+                              else ((*whole, exc.module), (*reasons, str(exc))))

@@ -241,6 +241,7 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
     census = take_census(model)
     states, optimizer_name = optimizer_states(cfg)
     memories, models, setups, steps = [], [], [], []
+    whole = None  # recorded once, for the first candidate that needs it
     for candidate in candidates:
         module = memory_module(candidate.strategy)
         options = dict(candidate.strategy.memory_options)
@@ -252,6 +253,9 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
                  weights_loaded and "init_weights" in candidate.strategy.prunable}
         setups.append(_setup_of(module, census, options, **facts))
         steps.append(_steps_of(module, census, options, memory=memories[-1], **facts))
+        if not facts["weights_loaded"] and _replays_init(candidate.strategy):
+            whole = initialised_whole(cfg, census) if whole is None else whole
+            setups[-1], steps[-1] = _with_whole(setups[-1], steps[-1], whole)
     traces: dict[tuple[str, str], StepTrace] = {}
     untraceable = None
     batch = first_batch(cfg)
@@ -274,6 +278,47 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
                     batch_size=_batch_size(cfg), optimizer=optimizer_name,
                     untraceable=untraceable, seconds=time.perf_counter() - start,
                     weights_loaded=weights_loaded)
+
+
+def _replays_init(strategy: Any) -> bool:
+    """Whether ``strategy`` makes ``init_weights`` from the one-device record (no rank whole)."""
+    steps = [getattr(getattr(r, "rewrite", r), "step", None) for r in strategy.rewrites]
+    return any(str(getattr(s, "fn", "")).endswith(":init_from_record") for s in steps)
+
+
+def initialised_whole(cfg: Any, census: Census) -> tuple[tuple[str, int, str], ...]:
+    """The modules whose ``init_weights`` the one-device record cannot follow, as
+    ``(name, parameter bytes, why)``: rank 0 initialises them whole and sends them.
+
+    The setup is recorded on parameters without values, as the run's rank 0
+    records it (``Pretrained`` files not read); the generators are put back.
+    """
+    from flexgraph.training.components import record_one_device_setup
+    from flexgraph.training.runtime import capture_rng, restore_rng
+
+    before = capture_rng()
+    try:
+        record = record_one_device_setup(cfg, None, load_pretrained=lambda *_: None)
+    finally:
+        restore_rng(before)
+    modules = dict(census.model.named_modules())
+    return tuple((name, sum(p.numel() * p.element_size() for p in modules[name].parameters()),
+                  why) for name, why in zip(record.whole, record.reasons, strict=True))
+
+
+def _with_whole(setup: SetupMemory, steps: tuple[Allocation, ...],
+                whole: tuple[tuple[str, int, str], ...]
+                ) -> tuple[SetupMemory, tuple[Allocation, ...]]:
+    """Rank 0's setup with the modules it initialises whole, each named with why."""
+    held = sum(size for _, size, _ in whole)
+    notes = tuple(f"init_weights: {name or 'the model'} cannot be made from the one-device "
+                  f"record ({why}); it alone is initialised whole on rank 0 and sent"
+                  for name, _, why in whole)
+    if not whole:
+        return setup, steps
+    return (attrs.evolve(setup, rank0=setup.rank0 + held, notes=(*setup.notes, *notes)),
+            (*steps, Allocation("init_weights", held, "the modules initialised whole",
+                                ranks="rank0", transient=True)))
 
 
 def _setup_of(module: Any, census: Census, options: dict[str, Any], **facts: Any

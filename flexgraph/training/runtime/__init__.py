@@ -2,18 +2,16 @@
 
 :class:`Env` is built once by the strategy's ``setup_env`` step; the rest
 answers rank and world size without one, lets rank 0 act for every rank and
-the ranks agree on a failure, and captures and replays random draws.
+the ranks agree on a failure, captures and replays random draws, and records
+a one-device setup to make its parameters again one part at a time.
 """
 
 from flexgraph.training.runtime._distributed import leave_process_group, setup_process_group
 from flexgraph.training.runtime._draws import (
     Draw,
     SourceDraws,
-    drawn_by,
     follow_source_draws,
     host_generators_moved,
-    parameters_without_values,
-    recording_draws,
     replay_draws,
 )
 from flexgraph.training.runtime._env import (
@@ -40,6 +38,7 @@ from flexgraph.training.runtime._group import (
     world_size,
 )
 from flexgraph.training.runtime._materialize import meta_parameters, parameters_on_meta
+from flexgraph.training.runtime._replay import ReplayError, SetupRecord, record_setup
 from flexgraph.training.runtime._rng import (
     capture_rng,
     gather_rng_states,
@@ -50,13 +49,14 @@ __all__ = [
     "DEFAULT_MMAP_THRESHOLD",
     "Draw",
     "Env",
+    "ReplayError",
+    "SetupRecord",
     "SourceDraws",
     "agreed",
     "barrier",
     "broadcast_buffers",
     "broadcast_from_rank0",
     "capture_rng",
-    "drawn_by",
     "first_error_of_all_ranks",
     "follow_source_draws",
     "gather_rng_states",
@@ -68,11 +68,10 @@ __all__ = [
     "leave_process_group",
     "make_env",
     "meta_parameters",
-    "parameters_without_values",
     "parameters_on_meta",
     "rank0_does",
     "rank_seed",
-    "recording_draws",
+    "record_setup",
     "replay_draws",
     "restore_rng",
     "return_freed_memory",

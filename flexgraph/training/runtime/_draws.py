@@ -1,63 +1,46 @@
-"""The random draws a piece of code makes, recorded on one rank and made again on another.
+"""The random draws a piece of code makes, noted as shapes and made again on another rank.
 
-When one rank initialises the model for all (ZeRO-3's setup: rank 0 holds the
-whole model, the others only their partitions), the other ranks skip the
-initialisers, and with them the random numbers those draw. Under
-``randomness.diff_rank_seed`` every rank has a generator of its own, which a
-DDP run advances through the same initialisers on every rank, so each rank
-ends setup at the state its own seed reaches after them: the dropout masks of
-training depend on it. Copying rank 0's state would make every rank draw the
-same masks.
+When one rank initialises the model for all (a sharded setup: one rank
+records the one-device setup and makes each parameter from the record), the
+other ranks skip the initialisers, and with them the random numbers those
+draw. Under ``randomness.diff_rank_seed`` every rank has a generator of its
+own, which a DDP run advances through the same initialisers on every rank, so
+each rank ends setup at the state its own seed reaches after them: the
+dropout masks of training depend on it. Copying rank 0's state would make
+every rank draw the same masks.
 
 A generator's advance depends on what was drawn (the operation, how many
 elements of which dtype, on which device), never on the values in the tensor it
-writes. So rank 0 records each random operation the initialisers call
-(:func:`recording_draws`, a dispatch mode: every ATen operation tagged
-``nondeterministic_seeded`` that uses the default generator), as shapes, and
-the other ranks make the same draws into scratch tensors of those shapes, one
-at a time (:func:`replay_draws`): their generators end where a DDP rank's
-would, and none holds more than the largest tensor drawn.
-
-When no rank initialises (every weight comes from a file, so ``init_weights``
-is pruned), a one-device run still draws the initialisers' random numbers
-before it loads: :func:`parameters_without_values` gives a model parameters
-that have shapes and no values (torch's fake tensors; a ``meta`` tensor would
-not do, as torch's initialisers skip those), on which each random operation
-also draws into a scratch tensor on the CPU, where a one-device run
-initialises, so the generator ends where that run's does, holding one tensor
-at a time. Reads of their values (MMEngine's initialisers compare each
-parameter's mean before and after) give zeros.
+writes. So the recording rank notes each random operation (every ATen
+operation tagged ``nondeterministic_seeded`` that uses the default generator)
+as a :class:`Draw` of shapes, and the other ranks make the same draws into
+scratch tensors of those shapes, one at a time (:func:`replay_draws`): their
+generators end where a DDP rank's would, and none holds more than the largest
+tensor drawn.
 
 Python's ``random`` and numpy's generators are not seen here (MMEngine's
 initialisers draw from torch alone); :func:`host_generators_moved` tells
 whether code drew from them.
 
-:func:`drawn_by` (on the rank that initialises) and :func:`follow_source_draws`
-(on the others) put these together for any strategy whose setup has one rank
-initialise for all (FSDP's, ZeRO-3's): without ``diff_rank_seed`` every rank
-takes the source's states, with it each replays the source's draws from its
-own.
+:func:`follow_source_draws` puts these together for any strategy whose setup
+has one rank initialise for all (FSDP's, ZeRO-3's): without
+``diff_rank_seed`` every rank takes the source's states, with it each replays
+the source's draws from its own.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import random
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-__all__ = ["VALUE_READS", "Draw", "SourceDraws", "TensorShape", "drawn_by", "fake_parameter",
-           "follow_source_draws", "host_generators_moved", "parameters_without_values",
-           "recording_draws", "replay_draws", "stood_in"]
-
-T = TypeVar("T")
-
+__all__ = ["VALUE_READS", "Draw", "SourceDraws", "TensorShape", "follow_source_draws",
+           "host_generators_moved", "replay_draws"]
 
 @attrs.frozen
 class TensorShape:
@@ -114,6 +97,7 @@ class Draw:
         _overload(self.op)(*args, **kwargs)
 
 
+@functools.cache
 def _overload(name: str) -> Any:
     """``'aten::uniform_.default'`` -> ``torch.ops.aten.uniform_.default``."""
     namespace, _, rest = name.partition("::")
@@ -126,145 +110,14 @@ def _uses_default_generator(kwargs: dict[str, Any]) -> bool:
     return generator is None or generator is torch.default_generator
 
 
-def _is_draw(func: Any, kwargs: dict[str, Any]) -> bool:
-    return torch.Tag.nondeterministic_seeded in func.tags and _uses_default_generator(kwargs)
-
-
 def _draw_of(func: Any, args: Any, kwargs: dict[str, Any]) -> Draw:
     shapes = tree_map(lambda v: TensorShape.of(v) if isinstance(v, torch.Tensor) else v,
                       (tuple(args), dict(kwargs)))
-    return Draw(func.name() + "." + func._overloadname, *shapes)
-
-
-class _DrawRecorder(TorchDispatchMode):
-    """Notes every seeded random operation on the default generators, then runs it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.draws: list[Draw] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if _is_draw(func, kwargs):
-            self.draws.append(_draw_of(func, args, kwargs))
-        return func(*args, **kwargs)
-
-
-@contextlib.contextmanager
-def recording_draws() -> Iterator[list[Draw]]:
-    """Record the random draws made inside: yields the list, filled as they happen.
-
-    Returns
-    -------
-    contextlib.AbstractContextManager
-        A context manager whose value is the list of :class:`Draw`, in order.
-    """
-    recorder = _DrawRecorder()
-    with recorder:
-        yield recorder.draws
-
-
-class _DrawsForFakes(TorchDispatchMode):
-    """Above torch's fake-tensor mode: a random operation also draws for real, into a
-    scratch tensor; a value read gives 0. ``states``: where to note the CPU generator's
-    state before each draw (``None``: nowhere); ``draws``: where to note the draws."""
-
-    def __init__(self, states: list[torch.Tensor] | None = None,
-                 draws: list[Draw] | None = None) -> None:
-        super().__init__()
-        self.states = states
-        self.draws = draws
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-        kwargs = kwargs or {}
-        if _is_draw(func, kwargs):
-            draw = _draw_of(func, args, kwargs)
-            if self.states is not None:
-                self.states.append(torch.get_rng_state())
-            if self.draws is not None:
-                self.draws.append(draw)
-            with unset_fake_temporarily():
-                draw.make()
-        if func in VALUE_READS:
-            return 0  # .item() / bool() of a value that does not exist
-        return func(*args, **kwargs)
+    return Draw(f"{func._schema.name}.{func._overloadname}", *shapes)
 
 
 VALUE_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default)
 """The operations that hand a tensor's value to Python (``.item()``, ``bool()``)."""
-
-
-@contextlib.contextmanager
-def stood_in(model: torch.nn.Module, stand_in: Callable[[torch.nn.Parameter], torch.nn.Parameter]
-             ) -> Iterator[dict[int, torch.nn.Parameter]]:
-    """Every parameter of ``model`` replaced by ``stand_in(param)`` for the duration (one
-    stand-in per parameter: a shared one stays shared), the originals put back after.
-
-    Yields the stand-ins by the ``id`` of the parameter each stands in for.
-    """
-    stand_ins: dict[int, torch.nn.Parameter] = {}
-    swapped = []
-    for module in model.modules():
-        for name, param in list(module._parameters.items()):
-            if param is None:
-                continue
-            if id(param) not in stand_ins:
-                stand_ins[id(param)] = stand_in(param)
-            swapped.append((module, name, param))
-            module._parameters[name] = stand_ins[id(param)]
-    try:
-        yield stand_ins
-    finally:
-        for module, name, param in swapped:
-            module._parameters[name] = param
-
-
-def fake_parameter(param: torch.nn.Parameter, shape: Any) -> torch.nn.Parameter:
-    """A parameter of ``shape`` and ``param``'s dtype without values (call it inside a
-    ``FakeTensorMode``)."""
-    return torch.nn.Parameter(torch.empty(tuple(shape), dtype=param.dtype),
-                              requires_grad=param.requires_grad)
-
-
-@contextlib.contextmanager
-def parameters_without_values(model: torch.nn.Module,
-                              shape_of: Callable[[torch.nn.Parameter], Any] | None = None,
-                              *, states: list[torch.Tensor] | None = None,
-                              draws: list[Draw] | None = None) -> Iterator[None]:
-    """Code inside runs on ``model`` with parameters that have shapes and no values, and
-    draws the random numbers it would draw on real ones.
-
-    Each parameter stands in as a fake tensor of its shape (torch's
-    ``FakeTensorMode``: the CPU as its device, no storage), and every random
-    operation also draws into a scratch tensor of its shape on the CPU, one at
-    a time. The original parameters are put back after (a shared one stays
-    shared); buffers stay what they are. ``shape_of(param)``: a parameter's
-    whole shape, where its own is not (ZeRO-3's partitioned placeholders).
-    ``states`` and ``draws`` record the run, for making it again part by part.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The model whose parameters stand in without values.
-    shape_of : callable, optional
-        A parameter's whole shape, where its own is not.
-    states : list of torch.Tensor, optional
-        Where the CPU generator's state before each draw is appended.
-    draws : list of Draw, optional
-        Where each draw is appended.
-    """
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    shape_of = shape_of or (lambda param: param.shape)
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with contextlib.ExitStack() as stack:
-        with fake:  # the stand-ins made fake
-            stack.enter_context(stood_in(
-                model, lambda param: fake_parameter(param, shape_of(param))))
-        with fake, _DrawsForFakes(states, draws):
-            yield
 
 
 def replay_draws(draws: list[Draw]) -> None:
@@ -317,29 +170,6 @@ class SourceDraws:
     draws: list[Draw]
     rng: dict[str, Any]
     host_draws: bool
-
-
-def drawn_by(action: Callable[[], T]) -> tuple[T, SourceDraws]:
-    """Run ``action``, recording the random numbers it draws.
-
-    Parameters
-    ----------
-    action : callable
-        What the initialising rank does (``init_weights`` on its whole model).
-
-    Returns
-    -------
-    tuple of (object, SourceDraws)
-        ``action``'s result, and what the other ranks need to follow it
-        (:func:`follow_source_draws`).
-    """
-    from flexgraph.training.runtime._rng import capture_rng
-
-    before = capture_rng()
-    with recording_draws() as draws:
-        result = action()
-    return result, SourceDraws(draws=list(draws), rng=capture_rng(),
-                               host_draws=host_generators_moved(before))
 
 
 def follow_source_draws(done: SourceDraws, *, diff_rank_seed: bool, warn: bool = True) -> None:

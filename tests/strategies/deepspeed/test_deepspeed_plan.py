@@ -34,7 +34,10 @@ def test_zero3_builds_under_zero_init_loads_into_the_partitions_then_fuses_initi
     assert steps["build_model"].params["init_context"] == \
         "flexgraph.strategies.deepspeed.steps:zero_init"
     assert steps["init_weights"].fn_name == \
-        "flexgraph.strategies.deepspeed.partitions:init_on_rank0"
+        "flexgraph.training.steps:init_from_record"
+    assert steps["init_weights"].params["place"] == \
+        "flexgraph.strategies.deepspeed.partitions:into_partitions"
+    assert "cfg" in steps["init_weights"].requires, "it records the one-device setup"
     assert p.origin("deepspeed_initialize").short == "fused by deepspeed #5"
     assert p.origin("load_checkpoint").short == "base"
     assert steps["build_train_step"].fn_name == \

@@ -26,39 +26,39 @@ def plan(strategy=None, cfg=None, entry="train", **options):
     return make_plan(standard_graph(cfg, entry=entry), strategy, targets=targets)
 
 
-def test_fsdp_initialises_whole_on_rank0_then_shards_then_loads_into_the_shards():
+def test_fsdp_shards_on_meta_then_initialises_into_the_shards_then_loads_into_them():
     order = plan().order
-    assert order[:7] == ("setup_env", "build_model", "init_weights", "fully_shard",
-                         "build_hooks", "build_checkpointer", "load_checkpoint")
-    assert "materialize" not in order, "rank 0's weights reach the others by the scatter"
+    assert order[:7] == ("setup_env", "build_model", "fully_shard", "materialize",
+                         "init_weights", "build_hooks", "build_checkpointer")
     assert order.index("load_checkpoint") < order.index("build_optim_wrapper")
     steps = {s.name: s for s in plan().steps}
-    assert steps["build_model"].params == {"device": "meta", "source_rank": 0}, \
-        "rank 0 builds on the CPU, as a single device builds it; the others on meta"
-    assert steps["init_weights"].params == {"source_rank": 0}
-    assert steps["fully_shard"].fn_name == "flexgraph.strategies.fsdp.steps:shard_from_source"
-    assert steps["fully_shard"].params["source_rank"] == 0
+    assert steps["build_model"].params == {"device": "meta"}, "no rank builds the model whole"
+    assert steps["fully_shard"].fn_name == "flexgraph.strategies.fsdp.steps:shard"
+    assert steps["init_weights"].fn_name == "flexgraph.training.steps:init_from_record"
+    assert steps["init_weights"].params == {
+        "place": "flexgraph.strategies.fsdp.steps:scatter_rows", "source_rank": 0}
+    assert "cfg" in steps["init_weights"].requires, "it records the one-device setup"
     assert steps["load_checkpoint"].fn_name == "flexgraph.training.steps:load_checkpoint", \
         "the standard step: it loads through the checkpointer's IO, which the strategy sets"
     assert "checkpointer" in steps["load_checkpoint"].requires
     assert steps["build_checkpointer"].params["io"].endswith(":DistributedCheckpointIO")
 
 
-def test_the_plan_says_which_rewrite_placed_fully_shard_and_configured_init():
+def test_the_plan_says_which_rewrite_placed_fully_shard_and_moved_init():
     p = plan()
-    assert str(p.origin("fully_shard")) == "inserted by fsdp #5: insert fully_shard after " \
-                                           "init_weights, when init_weights is planned"
-    assert str(p.origin("init_weights")) == "configured by fsdp #4: configure init_weights: " \
-                                            "source_rank=0, when init_weights is planned"
+    assert str(p.origin("fully_shard")) == "inserted by fsdp #3: insert fully_shard after " \
+                                           "build_model"
+    assert str(p.origin("init_weights")) == "moved by fsdp #7: move init_weights after " \
+                                            "materialize, when init_weights is planned"
     assert p.origin("load_checkpoint").action == "base"
 
 
-def test_checkpointing_then_init_then_compile_then_shard():
+def test_checkpointing_then_compile_then_shard_then_init():
     p = plan(cfg={"compile": True}, activation_checkpointing={})
     order = p.order
-    assert order.index("activation_checkpointing") < order.index("init_weights") \
-        < order.index("compile") < order.index("fully_shard")
-    assert p.origin("compile").short == "moved by fsdp #8"
+    assert order.index("activation_checkpointing") < order.index("compile") \
+        < order.index("fully_shard") < order.index("materialize") < order.index("init_weights")
+    assert p.origin("compile").short == "moved by fsdp #5"
     assert "compile" not in plan().order, "compile is only moved when the config asks for it"
 
 
@@ -101,7 +101,7 @@ def test_mmengine_options_map_onto_fully_shard():
     params = {s.name: s for s in p.steps}["fully_shard"].params
     assert params == {"auto_wrap_policy": SIZE_POLICY, "reshard_after_forward": False,
                       "mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"},
-                      "cpu_offload": False, "source_rank": 0}
+                      "cpu_offload": False}
     full = {s.name: s for s in plan(state_dict_cfg="full").steps}
     assert full["build_checkpointer"].params["io"].endswith(":FullStateFileIO")
 
@@ -144,10 +144,10 @@ def test_an_optimizer_built_before_sharding_is_refused_with_the_reason():
         plan(bad)
 
 
-def test_weights_initialised_on_shards_are_refused():
-    bad = get_strategy("fsdp").then(Move("fully_shard", before="init_weights"))
-    with pytest.raises(PlanCheckError, match="fully_shard must run after init_weights: "
-                                             "MMEngine's initialisers"):
+def test_weights_initialised_before_the_shards_have_storage_are_refused():
+    bad = get_strategy("fsdp").then(Move("init_weights", before="materialize"))
+    with pytest.raises(PlanCheckError, match="init_weights must run after materialize: "
+                                             "init_weights writes each rank's rows"):
         plan(bad)
 
 
@@ -158,10 +158,10 @@ def test_loading_before_the_shards_exist_is_refused():
         plan(bad)
 
 
-def test_skip_init_weights_refuses_what_nothing_initialised_after_the_load():
-    p = plan(get_strategy("fsdp", skip_init_weights=True))
+@pytest.mark.parametrize("skip", [True, False])
+def test_what_nothing_initialised_is_refused_after_the_load(skip):
+    p = plan(get_strategy("fsdp", skip_init_weights=skip))
     assert p.order.index("load_checkpoint") + 1 == p.order.index("check_initialised")
-    assert "check_initialised" not in plan().order, "a model initialised whole has no holes"
 
 
 def test_the_val_entry_is_cut_after_the_rewrites_and_keeps_the_sharded_loader():
@@ -176,12 +176,12 @@ def test_the_val_entry_is_cut_after_the_rewrites_and_keeps_the_sharded_loader():
 
 def test_user_rewrites_after_fsdp_keep_its_checks():
     ok = get_strategy("fsdp").then(Configure("build_model", {"init_options": {}}))
-    assert plan(ok).order[3] == "fully_shard"
+    assert plan(ok).order[2] == "fully_shard"
 
 
-def test_init_weights_removed_after_fsdp_is_not_refused():
-    """Precedes(init_weights, fully_shard) guards the order when both are planned; without
-    init_weights, rank 0's model as its constructors made it is what the others get."""
+def test_init_weights_removed_after_fsdp_leaves_the_check_of_what_nothing_set():
+    """Precedes(materialize, init_weights) guards the order when init_weights is planned;
+    without it, check_initialised refuses the parameters the files did not set."""
     p = plan(get_strategy("fsdp").then(Remove("init_weights")))
     assert "init_weights" not in p.order
-    assert {s.name: s for s in p.steps}["fully_shard"].params["source_rank"] == 0
+    assert "check_initialised" in p.order

@@ -47,30 +47,30 @@ def test_single_and_ddp_hold_the_whole_model_on_every_rank() -> None:
     assert loaded.others == census.param_bytes
 
 
-def test_zero3_partitions_with_rank_0_whole_while_it_initialises() -> None:
+def test_zero3_partitions_and_no_rank_holds_the_model() -> None:
     fp32 = {"zero_optimization": {"stage": 3}}
     census, cpu = _setup("deepspeed.memory", config=fp32)
     partitions = census.total * 4 // 4
-    assert cpu.others == partitions + 4 * max(census.largest_layer, 2 * census.largest_param)
-    assert cpu.rank0 == census.total * 4 + cpu.others
+    assert cpu.rank0 == cpu.others == partitions + 4 * max(census.largest_layer,
+                                                           2 * census.largest_param)
     _, loaded = _setup("deepspeed.memory", loaded=True, config=fp32)
     assert loaded.rank0 == loaded.others == partitions + 4 * census.largest_layer
     _, gpu = _setup("deepspeed.memory", "cuda", config=fp32)  # partitions are the GPU's
-    assert (gpu.rank0, gpu.others) == (census.total * 4, 0)
+    assert (gpu.rank0, gpu.others) == (0, 0)
     _, bf16 = _setup("deepspeed.memory", config={**fp32, "bf16": {"enabled": True}})
-    assert bf16.rank0 - bf16.others == census.total * 2  # zero.Init builds in bf16
+    assert bf16.rank0 == bf16.others == census.total * 2 // 4 + 2 * max(
+        census.largest_layer, 2 * census.largest_param)  # zero.Init builds in bf16
     _, zero2 = _setup("deepspeed.memory", config={"zero_optimization": {"stage": 2}})
     assert zero2.rank0 == zero2.others == census.param_bytes
 
 
-def test_fsdp_shards_plus_one_unit_with_rank_0_whole_while_it_initialises() -> None:
+def test_fsdp_shards_plus_one_parameter_in_flight_and_no_rank_holds_the_model() -> None:
     census, fsdp = _setup("fsdp.memory")  # no wrap policy: the root is the only unit
-    assert fsdp.others == census.total * 4 // 4 + census.total * 4
-    assert fsdp.rank0 == census.param_bytes + fsdp.others
-    _, loaded = _setup("fsdp.memory", loaded=True)
-    assert loaded.rank0 == loaded.others
+    assert fsdp.rank0 == fsdp.others == census.total * 4 // 4 + 2 * 4 * census.largest_param
+    _, loaded = _setup("fsdp.memory", loaded=True)  # one unit's rows read at a time
+    assert loaded.rank0 == loaded.others == census.total * 4 // 4 + census.total * 4
     _, gpu = _setup("fsdp.memory", "cuda")
-    assert (gpu.rank0, gpu.others) == (census.param_bytes, 0)
+    assert gpu.rank0 == gpu.others == 2 * 4 * census.largest_param
 
 
 def test_a_node_holds_rank_0_and_its_other_ranks() -> None:
@@ -98,7 +98,7 @@ def test_plan_estimate_gives_setup_per_rank_and_its_verdict(tiny_vit) -> None:
     whole = report["parameters"]["bytes"]
     assert ddp["rank0_bytes"] == ddp["other_bytes"] == whole
     assert ddp["node_bytes"] == 4 * whole and ddp["fits"] is True
-    assert (zero3["rank0_bytes"], zero3["other_bytes"]) == (whole, 0)  # on GPUs
+    assert (zero3["rank0_bytes"], zero3["other_bytes"]) == (0, 0)  # on GPUs: no rank whole
     table = _plan(str(tiny_vit), "--compare", "ddp,deepspeed:zero3", "--world-size", "8",
                   "--device-memory", "16GB", "--host-memory", "1GB")
     text = " ".join(table.stdout.split())
@@ -108,7 +108,7 @@ def test_plan_estimate_gives_setup_per_rank_and_its_verdict(tiny_vit) -> None:
 @pytest.mark.slow
 def test_strategy_auto_refuses_a_candidate_whose_setup_does_not_fit_the_node(tiny_vit) -> None:
     """8 ranks on one node of 120 MB: the whole model on every rank (DDP, ZeRO-1/2) does not
-    fit, FSDP's (rank 0 alone whole) does."""
+    fit, FSDP's (no rank whole) does."""
     done = _plan(str(tiny_vit), "--strategy", "auto", "--world-size", "8",
                  "--device-memory", "16GB", "--host-memory", "120MB", "--format", "json")
     assert done.returncode == 0, done.stderr

@@ -69,11 +69,18 @@ def test_the_steps_add_up_to_the_setup_and_the_peak(tmp_path, strategy, device, 
         assert held["train"][rank, trains_on(device)] == PEAK
 
 
-def test_fsdp_rank_0_holds_the_whole_model_at_init_weights_and_frees_it_once_sharded(tmp_path):
-    plan, setup, held, said, _ = _walk(tmp_path, "fsdp", "cpu", False)
-    whole = take_census(_Model()).param_bytes
-    assert held["init_weights"]["rank0", "host"] == whole
-    assert held["init_weights"]["others", "host"] == 0
-    after = plan.order[plan.order.index("fully_shard") + 1]
-    assert held[after]["rank0", "host"] == held[after]["others", "host"] == whole // 4
-    assert any("the whole model (fp32), to initialise it" in line for line in said["build_model"])
+def test_fsdp_no_rank_holds_the_whole_model_at_any_step_of_setup(tmp_path):
+    plan, setup, held, said, before_optimizer = _walk(tmp_path, "fsdp", "cpu", False)
+    census = take_census(_Model())
+    assert held["build_model"]["rank0", "host"] == 0
+    shards = held["materialize"]["rank0", "host"]
+    assert shards == held["materialize"]["others", "host"] == census.param_bytes // 4
+    assert held["init_weights"]["rank0", "host"] == shards + 8 * census.largest_param
+    assert all(held[n]["rank0", "host"] == held[n]["others", "host"] for n in before_optimizer)
+    assert any("made from the record" in line for line in said["init_weights"])
+
+
+def test_zero3_no_rank_holds_the_whole_model_at_init_weights(tmp_path):
+    _, setup, held, _, _ = _walk(tmp_path, "zero3", "cpu", False)
+    assert held["init_weights"]["rank0", "host"] == held["init_weights"]["others", "host"]
+    assert setup.rank0 == setup.others

@@ -37,6 +37,7 @@ from typing import Any
 
 import attrs
 import torch
+from flexgraph.strategies.deepspeed.copies import copies_refused
 from torch import nn
 
 from flexgraph.training.checkpoint import Slices
@@ -52,6 +53,7 @@ class _Initialised:
     initialised_modules: tuple[str, ...]
 
 
+@copies_refused
 def init_on_rank0(env: Any, model: nn.Module) -> nn.Module:
     """``model.init_weights()`` on rank 0's whole copy, then into every rank's partitions.
 
@@ -192,6 +194,7 @@ def _follow_rank0_rng(env: Any, done: _Initialised) -> None:
         follow_source_draws(done.drawn, diff_rank_seed=env.diff_rank_seed, warn=env.rank == 1)
 
 
+@copies_refused
 def follow_init_draws(env: Any, model: nn.Module) -> nn.Module:
     """``init_weights`` pruned: every rank's generators advance as it would advance them.
 

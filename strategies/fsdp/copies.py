@@ -1,0 +1,118 @@
+"""Second copies of a sharded model's weights, and the writes sharding loses.
+
+MMEngine's averaged models (``EMAHook``, MMDetection's ``ExpMomentumEMA``,
+MMPreTrain's EMA) deep-copy the model they average, which FSDP2 refuses.
+:func:`allow_sharded_copies` makes ``copy.deepcopy`` of the sharded model give
+a :class:`ShardedCopy`: the same names, each parameter a copy of this rank's
+shard (a DTensor laid out like the model's), each buffer a copy. Averaging it
+(``lerp_`` on DTensors of one layout), swapping it with the model's weights
+for validation and saving it touch local shards only, no rank holds it whole.
+
+:func:`check_forward_writes` catches what cannot work: an in-place write in
+``forward`` to a parameter (a momentum encoder updated in place, as MoCo v3
+does) lands in the unsharded copy that FSDP frees after the forward.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from torch import nn
+
+from flexgraph.training.errors import TrainingError
+
+__all__ = ["ShardedCopy", "allow_sharded_copies", "check_forward_writes", "watch_forward_writes"]
+
+
+class ShardedCopy(nn.Module):
+    """A module's parameters and buffers, copied as this rank's shards, under the same names.
+
+    It has the source's names, order and tied parameters, so MMEngine's averaged
+    models update, swap and save it as they do a copy of a whole model; it holds
+    no layers and cannot run.
+    """
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a copy of a sharded model holds this rank's shards only: it can be "
+                           "averaged, swapped and saved, not run; run the model itself")
+
+
+def sharded_copy(module: nn.Module, memo: dict[int, Any] | None = None) -> ShardedCopy:
+    """``module``'s parameters and buffers as a :class:`ShardedCopy` (shards stay shards)."""
+    memo = {} if memo is None else memo
+    if id(module) in memo:
+        return memo[id(module)]
+    node = memo[id(module)] = ShardedCopy()
+    for name, param in module._parameters.items():
+        if param is not None and id(param) not in memo:
+            memo[id(param)] = nn.Parameter(param.detach().clone(), requires_grad=False)
+        node.register_parameter(name, None if param is None else memo[id(param)])
+    for name, buffer in module._buffers.items():
+        node.register_buffer(name, None if buffer is None else buffer.detach().clone(),
+                             persistent=name not in module._non_persistent_buffers_set)
+    for name, child in module._modules.items():
+        node.add_module(name, None if child is None else sharded_copy(child, memo))
+    return node
+
+
+def allow_sharded_copies(model: nn.Module) -> None:
+    """Let ``copy.deepcopy`` of ``model`` or of any of its sharded modules give a
+    :class:`ShardedCopy` (FSDP2 refuses to deep-copy them)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            # deepcopy looks __deepcopy__ up on the instance: this model alone changes
+            module.__dict__["__deepcopy__"] = functools.partial(sharded_copy, module)
+
+
+def _fsdp_params(model: nn.Module) -> dict[str, Any]:
+    """Each sharded parameter's name and FSDP's record of it."""
+    from torch.distributed.fsdp import FSDPModule
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    found: dict[str, Any] = {}
+    for module in model.modules():
+        group = module._get_fsdp_state()._fsdp_param_group if isinstance(
+            module, FSDPModule) else None
+        for fsdp_param in group.fsdp_params if group is not None else ():
+            found[names.get(id(fsdp_param.sharded_param), "?")] = fsdp_param
+    return found
+
+
+def check_forward_writes(model: nn.Module) -> None:
+    """Refuse a model whose ``forward`` wrote in place to a sharded parameter.
+
+    FSDP gathers each parameter into an unsharded copy for the forward and frees
+    it after; a write to that copy (a momentum encoder updated in place) is lost,
+    and the model trains other weights than under DDP. FSDP fills the copies
+    without counting a write, so any counted write is the model's own.
+
+    Raises
+    ------
+    TrainingError
+        Naming the first such parameter and what to use instead.
+    """
+    written = [name for name, fsdp_param in _fsdp_params(model).items()
+               if getattr(fsdp_param, "_unsharded_param", None) is not None
+               and fsdp_param._unsharded_param._version != 0]
+    if written:
+        more = f" and {len(written) - 1} more" if len(written) > 1 else ""
+        raise TrainingError(
+            f"FSDP: the forward wrote in place to parameter {written[0]!r}{more} (a momentum "
+            f"encoder updated in place?); FSDP frees that write with the gathered copy, so "
+            f"those weights never change; use DDPStrategy or DeepSpeed ZeRO-1/2, which keep "
+            f"the weights whole")
+
+
+def watch_forward_writes(model: nn.Module) -> None:
+    """Run :func:`check_forward_writes` after the first training forward."""
+
+    def after_forward(module: nn.Module, args: Any, output: Any) -> None:
+        if module.training:
+            handle.remove()
+            check_forward_writes(module)
+
+    handle = model.register_forward_hook(after_forward)
+

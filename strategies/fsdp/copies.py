@@ -68,16 +68,17 @@ def allow_sharded_copies(model: nn.Module) -> None:
 
 
 def _fsdp_params(model: nn.Module) -> dict[str, Any]:
-    """Each sharded parameter's name and FSDP's record of it."""
+    """Each sharded parameter's dotted name and FSDP's record of it."""
     from torch.distributed.fsdp import FSDPModule
 
-    names = {id(p): n for n, p in model.named_parameters()}
+    names = {id(m): n for n, m in model.named_modules()}
     found: dict[str, Any] = {}
     for module in model.modules():
         group = module._get_fsdp_state()._fsdp_param_group if isinstance(
             module, FSDPModule) else None
         for fsdp_param in group.fsdp_params if group is not None else ():
-            found[names.get(id(fsdp_param.sharded_param), "?")] = fsdp_param
+            info = fsdp_param._module_info
+            found[".".join(filter(None, (names[id(info.module)], info.param_name)))] = fsdp_param
     return found
 
 

@@ -8,9 +8,10 @@ shard (a DTensor laid out like the model's), each buffer a copy. Averaging it
 (``lerp_`` on DTensors of one layout), swapping it with the model's weights
 for validation and saving it touch local shards only, no rank holds it whole.
 
-:func:`check_forward_writes` catches what cannot work: an in-place write in
-``forward`` to a parameter (a momentum encoder updated in place, as MoCo v3
-does) lands in the unsharded copy that FSDP frees after the forward.
+:func:`refuse_stale_parameters` and :func:`check_forward_writes` catch what
+cannot work: a model that updates its own weights in place (a momentum encoder,
+as MoCo v3's) writes either into parameters it holds on to that ``fully_shard``
+replaced, or into the gathered copy FSDP frees after the forward.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from torch import nn
 
 from flexgraph.training.errors import TrainingError
 
-__all__ = ["ShardedCopy", "allow_sharded_copies", "check_forward_writes", "watch_forward_writes"]
+__all__ = ["ShardedCopy", "allow_sharded_copies", "check_forward_writes",
+           "refuse_stale_parameters", "watch_forward_writes"]
 
 
 class ShardedCopy(nn.Module):
@@ -82,22 +84,37 @@ def _fsdp_params(model: nn.Module) -> dict[str, Any]:
     return found
 
 
+def _written(fsdp_param: Any) -> bool:
+    """Whether this rank's rows of the gathered parameter differ from its shard."""
+    import torch
+
+    gathered = getattr(fsdp_param, "_unsharded_param", None)
+    if gathered is None or gathered.untyped_storage().size() == 0:
+        return False  # not gathered now: nothing to compare
+    gathered = gathered.to_local() if hasattr(gathered, "to_local") else gathered
+    info = fsdp_param.mesh_info
+    rows = torch.chunk(gathered.detach(), info.shard_mesh_size, dim=0)
+    mine = fsdp_param.sharded_param.to_local().detach()
+    if info.shard_mesh_rank >= len(rows):
+        return False
+    return not torch.equal(rows[info.shard_mesh_rank], mine.to(gathered.dtype))
+
+
 def check_forward_writes(model: nn.Module) -> None:
-    """Refuse a model whose ``forward`` wrote in place to a sharded parameter.
+    """Refuse a model whose ``forward`` wrote to a gathered parameter.
 
     FSDP gathers each parameter into an unsharded copy for the forward and frees
     it after; a write to that copy (a momentum encoder updated in place) is lost,
-    and the model trains other weights than under DDP. FSDP fills the copies
-    without counting a write, so any counted write is the model's own.
+    and the model trains other weights than under DDP. Called while the copies
+    are gathered (after a unit's forward, before FSDP frees them), it compares
+    this rank's rows of each with its shard, which only the optimizer changes.
 
     Raises
     ------
     TrainingError
         Naming the first such parameter and what to use instead.
     """
-    written = [name for name, fsdp_param in _fsdp_params(model).items()
-               if getattr(fsdp_param, "_unsharded_param", None) is not None
-               and fsdp_param._unsharded_param._version != 0]
+    written = [name for name, fsdp_param in _fsdp_params(model).items() if _written(fsdp_param)]
     if written:
         more = f" and {len(written) - 1} more" if len(written) > 1 else ""
         raise TrainingError(
@@ -108,12 +125,41 @@ def check_forward_writes(model: nn.Module) -> None:
 
 
 def watch_forward_writes(model: nn.Module) -> None:
-    """Run :func:`check_forward_writes` after the first training forward."""
+    """Run :func:`check_forward_writes` after each sharded unit's first training forward,
+    before FSDP frees its gathered parameters."""
+    from torch.distributed.fsdp import FSDPModule
 
     def after_forward(module: nn.Module, args: Any, output: Any) -> None:
         if module.training:
-            handle.remove()
+            handles.pop(id(module)).remove()
             check_forward_writes(module)
 
-    handle = model.register_forward_hook(after_forward)
+    handles = {id(m): m.register_forward_hook(after_forward, prepend=True)
+               for m in model.modules() if isinstance(m, FSDPModule)}
 
+
+def refuse_stale_parameters(model: nn.Module) -> None:
+    """Refuse a sharded model whose modules hold on to parameters ``fully_shard`` replaced.
+
+    MMEngine's averaged models (MoCo v3's momentum encoder) keep their
+    parameters in a dict of their own (``avg_parameters``) and update those in
+    place; after sharding they are no longer the model's, so the updates never
+    reach the weights the forward uses.
+
+    Raises
+    ------
+    TrainingError
+        Naming the module and its attribute, and what to use instead.
+    """
+    current = {id(p) for p in model.parameters()}
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            items = value.values() if isinstance(value, dict) else value if isinstance(
+                value, (list, tuple)) else ()
+            if not attr.startswith("_") and any(
+                    isinstance(v, nn.Parameter) and id(v) not in current for v in items):
+                raise TrainingError(
+                    f"FSDP: {name or 'the model'} ({type(module).__name__}) keeps parameters "
+                    f"of its own in {attr!r}, which fully_shard replaced: what it writes into "
+                    f"them (a momentum encoder's update) never reaches the weights trained; "
+                    f"use DDPStrategy or DeepSpeed ZeRO-1/2, which keep the weights whole")

@@ -16,6 +16,7 @@ from flexgraph.strategies.fsdp.copies import (
     ShardedCopy,
     allow_sharded_copies,
     check_forward_writes,
+    refuse_stale_parameters,
     watch_forward_writes,
 )
 from torch import nn
@@ -35,10 +36,9 @@ class Momentum(nn.Module):
         self.tied = self.encoder  # the same module twice: one copy of its weights
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            for mine, theirs in zip(self.momentum.parameters(), self.encoder.parameters(),
-                                    strict=True):
-                mine.mul_(0.9).add_(theirs, alpha=0.1)
+        for mine, theirs in zip(self.momentum.parameters(), self.encoder.parameters(),
+                                strict=True):
+            mine.data.lerp_(theirs.data, 0.1)  # as MMEngine's averaged models write
         return self.encoder(x) + self.momentum(x)
 
 
@@ -120,3 +120,22 @@ def test_zero3_sends_a_momentum_encoder_to_whole_weights_not_to_fsdp():
     message = str(info.value)
     assert "'momentum.weight' and 1 more are empty" in message
     assert "stage 1 or 2, or DDPStrategy" in message and "FSDP" not in message
+
+
+def test_a_momentum_encoder_holding_its_own_parameters_is_refused_at_setup(group):
+    from mmengine.model import ExponentialMovingAverage
+    from torch.distributed.fsdp import fully_shard
+
+    class MoCoLike(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = nn.Linear(4, 4)
+            self.momentum_encoder = ExponentialMovingAverage(self.encoder)
+
+    model = MoCoLike()
+    fully_shard(model)
+    with pytest.raises(TrainingError, match=r"^FSDP: momentum_encoder \(ExponentialMovingAverage"
+                                            r"\) keeps parameters of its own in 'avg_parameters'"
+                                            r".*DDPStrategy"):
+        refuse_stale_parameters(model)
+    refuse_stale_parameters(_sharded(nn.Linear(2, 2)))  # a model without: nothing to say

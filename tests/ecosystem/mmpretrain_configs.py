@@ -2,7 +2,7 @@
 
 ConvNeXt-T (with its ``EMAHook``), DeiT-T, ResNet-18, MoCo v3 and SimSiam, read
 from the installed package, are written out as configs of their own with: 32 px
-images of 5 classes in ImageNet's folder layout (:func:`~tests.ecosystem.mae_finetune.write_images`),
+images of 5 classes in ImageNet's folder layout (``mae_finetune.write_images``),
 batch 4, 2 epochs (schedulers that would begin later dropped), a checkpoint
 every epoch, fp32 (``AmpOptimWrapper`` becomes ``OptimWrapper``); the
 self-supervised two also get ResNet-18 for ResNet-50 and BN for SyncBN, which a
@@ -55,7 +55,7 @@ def _shrunk_images(value: Any) -> Any:
 
 
 def write_config(root: Path, model: str, strategy: str, data: Path) -> Path:
-    """The installed config of ``model`` shrunk, under ``strategy``, as ``root/model-strategy.py``."""
+    """The installed config of ``model``, shrunk, under ``strategy``: ``root/model-strategy.py``."""
     import mmpretrain
     from mmengine.config import Config
 

@@ -40,7 +40,8 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     see :func:`_hybrid_mesh`.
 
     0-d parameters, which ``fully_shard`` refuses, are replicated instead
-    (:mod:`flexgraph.strategies.fsdp.scalars`).
+    (:mod:`flexgraph.strategies.fsdp.scalars`). Second copies of the weights
+    (EMA, momentum encoders) are then seen to (:mod:`flexgraph.strategies.fsdp.copies`).
 
     ``broadcast_from_rank0``: every rank first takes rank 0's parameters and
     buffers, as DDP does when it wraps. Ranks seeded apart

@@ -35,6 +35,17 @@ class ShardedCopy(nn.Module):
     no layers and cannot run.
     """
 
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # a whole tensor (a DDP checkpoint's average, resumed here) is cut to this rank's shard
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        for name, mine in self._parameters.items():
+            value = state_dict.get(prefix + name)
+            if isinstance(mine, DTensor) and value is not None and not isinstance(value, DTensor):
+                state_dict[prefix + name] = distribute_tensor(
+                    value.to(mine.device), mine.device_mesh, mine.placements, src_data_rank=None)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a copy of a sharded model holds this rank's shards only: it can be "
                            "averaged, swapped and saved, not run; run the model itself")

@@ -139,3 +139,15 @@ def test_a_momentum_encoder_holding_its_own_parameters_is_refused_at_setup(group
                                             r".*DDPStrategy"):
         refuse_stale_parameters(model)
     refuse_stale_parameters(_sharded(nn.Linear(2, 2)))  # a model without: nothing to say
+
+
+def test_a_whole_average_loads_into_the_sharded_copy_as_shards(group):
+    from mmengine.model import ExponentialMovingAverage
+
+    model = _sharded(nn.Linear(4, 4))
+    ema = ExponentialMovingAverage(model)
+    whole = {"module.weight": torch.arange(16.0).reshape(4, 4), "module.bias": torch.ones(4),
+             "steps": torch.tensor(3)}
+    ema.load_state_dict(whole)  # what EMAHook does resuming a DDP checkpoint
+    assert torch.equal(ema.module.weight.full_tensor(), whole["module.weight"])
+    assert int(ema.steps) == 3

@@ -57,6 +57,10 @@ def _empty_message(names: list[str], maker: str | None) -> str:
             "already partitioned")
     which = (f"parameters {names[0]!r} and {len(names) - 1} more are" if len(names) > 1
              else f"parameter {names[0]!r} is")
+    if maker is None:  # a copy the model makes of itself: a momentum encoder, a teacher
+        return (f"ZeRO-3: {which} empty (0 elements): {made}; a model that copies or "
+                f"writes its own weights trains only where they are whole: use "
+                f"zero_optimization.stage 1 or 2, or DDPStrategy")
     return (f"ZeRO-3: {which} empty (0 elements): {made}; fix: build "
             f"each layer itself (nn.ModuleList([nn.TransformerEncoderLayer(...) for _ in "
             f"range(n)]) instead of nn.TransformerEncoder(layer, n)), {_OTHER_WAYS}")

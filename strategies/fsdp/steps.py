@@ -39,7 +39,8 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     see :func:`_hybrid_mesh`.
 
     0-d parameters, which ``fully_shard`` refuses, are replicated instead
-    (:mod:`flexgraph.strategies.fsdp.scalars`).
+    (:mod:`flexgraph.strategies.fsdp.scalars`). Second copies of the weights
+    (EMA, momentum encoders) are then seen to (:mod:`flexgraph.strategies.fsdp.copies`).
 
     ``broadcast_from_rank0``: every rank first takes rank 0's parameters and
     buffers, as DDP does when it wraps. Ranks seeded apart
@@ -47,6 +48,11 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     rank 0's, which are a single-device run's.
     """
     import torch
+    from flexgraph.strategies.fsdp.copies import (
+        allow_sharded_copies,
+        refuse_stale_parameters,
+        watch_forward_writes,
+    )
     from flexgraph.strategies.fsdp.scalars import replicate_scalars, scalar_parameters
     from flexgraph.strategies.fsdp.units import resolve_wrap_policy, wrap_units
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -82,6 +88,9 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     for unit in wrap_units(model, wrap):
         fully_shard(unit, **options)
     fully_shard(model, **options)
+    refuse_stale_parameters(model)
+    allow_sharded_copies(model)
+    watch_forward_writes(model)
     return model
 
 

@@ -96,10 +96,28 @@ class TorchStateAccess(StateAccess):
                   optimizer_state: dict[str, Any] | None, *, full: bool,
                   strict: bool = True) -> None:
         options = StateDictOptions(full_state_dict=full, strict=strict)
+        if not full:
+            model_state = _sharded_like(get_model_state_dict(model), model_state)
         set_model_state_dict(model, model_state, options=options)
         if optim_wrapper is not None and optimizer_state is not None:
             set_optimizer_state_dict(model, optimizers_of(optim_wrapper), optimizer_state,
                                      options=StateDictOptions(full_state_dict=full))
+
+
+def _sharded_like(templates: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with each whole tensor cut to this rank's shard where the model's is a
+    DTensor: a hook swapped it in (EMAHook's trained weights, a whole hook extra)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    def cut(key: str, value: Any) -> Any:
+        like = templates.get(key)
+        if not isinstance(like, DTensor) or not torch.is_tensor(value) or isinstance(
+                value, DTensor):
+            return value
+        return distribute_tensor(value.to(like.device), like.device_mesh, like.placements,
+                                 src_data_rank=None)  # every rank holds it: no message
+
+    return {key: cut(key, value) for key, value in state.items()}
 
 
 def positions_to_names(saved: dict[str, Any], names: list[list[str]]) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from flexgraph.training.config import (
     TrainSchedule,
     build_from_cfg,
     resolve_type,
+    resume_source,
     section,
     type_name,
     warn_unused_keys,
@@ -187,6 +188,7 @@ class RunnerView:
         self._visualizer: Any = None
         self._default_visualizer: Callable[[], Any] | None = None
         self.seed: int | None = None
+        self._resume = cfg is not None and resume_source(cfg) is not None  # MMEngine's
         self.epoch = 0
         self.iter = 0
         self.max_epochs = 0

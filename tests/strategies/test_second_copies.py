@@ -1,0 +1,153 @@
+"""Second copies of the weights under sharding: copies laid out like the model, lost writes.
+
+FSDP2 on a one-process gloo group shards like any other: each parameter a
+DTensor, gathered for the forward into a copy FSDP frees after it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from flexgraph.strategies.deepspeed.copies import REFUSAL, refuse_copies
+from flexgraph.strategies.deepspeed.params import refuse_empty_parameters
+from flexgraph.strategies.fsdp.copies import (
+    ShardedCopy,
+    allow_sharded_copies,
+    check_forward_writes,
+    refuse_stale_parameters,
+    watch_forward_writes,
+)
+from torch import nn
+
+from flexgraph.training.errors import TrainingError
+from tests.strategies.deepspeed.test_deepspeed_params import _as_zero3
+
+
+class Momentum(nn.Module):
+    """MoCo v3's habit: ``forward`` moves a momentum copy towards the encoder, in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(4, 4)
+        self.momentum = nn.Linear(4, 4).requires_grad_(False)
+        self.register_buffer("seen", torch.zeros(()))
+        self.tied = self.encoder  # the same module twice: one copy of its weights
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for mine, theirs in zip(self.momentum.parameters(), self.encoder.parameters(),
+                                strict=True):
+            mine.data.lerp_(theirs.data, 0.1)  # as MMEngine's averaged models write
+        return self.encoder(x) + self.momentum(x)
+
+
+@pytest.fixture
+def group():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _sharded(model: nn.Module) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    fully_shard(model)
+    allow_sharded_copies(model)
+    return model
+
+
+def test_a_deep_copy_is_laid_out_like_the_model_and_averages_locally(group):
+    from mmengine.model import ExponentialMovingAverage
+    from torch.distributed.tensor import DTensor
+
+    torch.manual_seed(0)
+    model = _sharded(Momentum())
+    ema = ExponentialMovingAverage(model, momentum=0.5)  # MMEngine deep-copies here
+    assert isinstance(ema.module, ShardedCopy)
+    assert list(ema.module.state_dict()) == list(model.state_dict())
+    assert [n for n, _ in ema.module.named_parameters()] == \
+           [n for n, _ in model.named_parameters()], "tied weights once, in the model's order"
+    for (name, mine), theirs in zip(ema.module.named_parameters(), model.parameters(),
+                                    strict=True):
+        assert isinstance(mine, DTensor) and mine.placements == theirs.placements, name
+        assert mine.to_local().data_ptr() != theirs.to_local().data_ptr(), "a copy"
+    ema.update_parameters(model)
+    before = model.encoder.weight.to_local().detach().clone()
+    with torch.no_grad():
+        model.encoder.weight.to_local().add_(2.0)
+    ema.update_parameters(model)
+    expected = torch.lerp(before, before + 2.0, 0.5)  # on this rank's shards, as DDP's
+    assert torch.equal(ema.module.encoder.weight.to_local(), expected)
+    with pytest.raises(RuntimeError, match="holds this rank's shards only"):
+        ema(torch.ones(1, 4))
+
+
+def test_an_in_place_write_in_forward_to_a_sharded_parameter_is_refused(group):
+    model = _sharded(Momentum())
+    check_forward_writes(model)  # nothing written yet
+    watch_forward_writes(model)
+    with pytest.raises(TrainingError, match=r"^FSDP: the forward wrote in place to parameter "
+                                            r"'momentum.weight' and 1 more .*DDPStrategy"):
+        model(torch.ones(2, 4)).sum().backward()
+
+
+def test_a_forward_that_writes_nothing_passes_every_iteration(group):
+    model = _sharded(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
+    watch_forward_writes(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        model(torch.randn(3, 4)).sum().backward()
+        optimizer.step()
+        check_forward_writes(model)
+
+
+def test_zero3_refuses_a_deep_copy_of_the_partitioned_model_by_name():
+    model = nn.Linear(2, 2)
+    refuse_copies(model)
+    with pytest.raises(TrainingError) as info:
+        copy.deepcopy(model)
+    assert str(info.value) == REFUSAL and "ZeRO-1/2" in REFUSAL
+    assert isinstance(copy.deepcopy(nn.Linear(2, 2)), nn.Linear), "other models copy as ever"
+
+
+def test_zero3_sends_a_momentum_encoder_to_whole_weights_not_to_fsdp():
+    model = _as_zero3(Momentum(), empty=("momentum.weight", "momentum.bias"))
+    with pytest.raises(Exception) as info:
+        refuse_empty_parameters(model)
+    message = str(info.value)
+    assert "'momentum.weight' and 1 more are empty" in message
+    assert "stage 1 or 2, or DDPStrategy" in message and "FSDP" not in message
+
+
+def test_a_momentum_encoder_holding_its_own_parameters_is_refused_at_setup(group):
+    from mmengine.model import ExponentialMovingAverage
+    from torch.distributed.fsdp import fully_shard
+
+    class MoCoLike(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = nn.Linear(4, 4)
+            self.momentum_encoder = ExponentialMovingAverage(self.encoder)
+
+    model = MoCoLike()
+    fully_shard(model)
+    with pytest.raises(TrainingError, match=r"^FSDP: momentum_encoder \(ExponentialMovingAverage"
+                                            r"\) keeps parameters of its own in 'avg_parameters'"
+                                            r".*DDPStrategy"):
+        refuse_stale_parameters(model)
+    refuse_stale_parameters(_sharded(nn.Linear(2, 2)))  # a model without: nothing to say
+
+
+def test_a_whole_average_loads_into_the_sharded_copy_as_shards(group):
+    from mmengine.model import ExponentialMovingAverage
+
+    model = _sharded(nn.Linear(4, 4))
+    ema = ExponentialMovingAverage(model)
+    whole = {"module.weight": torch.arange(16.0).reshape(4, 4), "module.bias": torch.ones(4),
+             "steps": torch.tensor(3)}
+    ema.load_state_dict(whole)  # what EMAHook does resuming a DDP checkpoint
+    assert torch.equal(ema.module.weight.full_tensor(), whole["module.weight"])
+    assert int(ema.steps) == 3

@@ -35,12 +35,15 @@ see :mod:`flexgraph.training.checkpoint`), and no rank builds the model whole::
     build_model              on the meta device, every rank
     fully_shard              each unit, then the root: shards on meta
     materialize              storage for this rank's shards (NaN until loaded)
-    load_checkpoint          each rank reads only its own rows of each file
-    check_initialised        refuses a parameter the files did not set
+    load_checkpoint          each rank reads only its own rows of each file;
+                             a contract refuses a parameter the files did not set
 
 ``skip_init_weights=True`` asks for the second order whatever the files hold
-(the weights come from ``load_from``; ``check_initialised`` refuses what they
-lack).
+(the weights come from ``load_from``; the same contract refuses what they lack).
+
+Contracts (:mod:`.contracts`) check, as the run goes, that no rank but the
+source built the model whole, that each unit has one dtype on every rank
+before ``fully_shard``, and that every parameter was set.
 
 Checkpoints are portable directories (torch.distributed.checkpoint, every rank
 writes its own shards, keyed by parameter name, with a manifest), which every
@@ -72,10 +75,12 @@ from flexgraph.core.checks import Precedes
 from flexgraph.core.rewrite import Configure, IfAbsent, IfPresent, Insert, Move, Remove
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
+from flexgraph.training.graph import NO_META
 
 __all__ = ["fsdp"]
 
 STEPS = "flexgraph.strategies.fsdp.steps"
+CONTRACTS = "flexgraph.strategies.fsdp.contracts"
 SOURCE_RANK = 0
 """The rank that builds and initialises the model whole when init_weights runs."""
 
@@ -149,7 +154,8 @@ def fsdp(
     # Both orders are written out; which applies depends on whether init_weights is
     # still planned (a derived rewrite prunes it when the files cover the model).
     rewrites += [
-        Configure("build_model", {"device": "meta"}, ends=("whole",), why=(
+        Configure("build_model", {"device": "meta"}, ends=("whole",),
+                  contracts=(f"{CONTRACTS}:source_alone_whole",), why=(
             "no rank but the source builds the model's storage: each gets its shards later")),
         IfPresent("init_weights", Configure("build_model", {"source_rank": SOURCE_RANK}, why=(
             "rank 0 builds the model whole, on the CPU, as a single-device run does, so the "
@@ -168,12 +174,13 @@ def fsdp(
             doc="recompute the chosen blocks' activations in backward"), after=first,
             why="blocks are wrapped for recomputation before they are sharded"))
         first = "activation_checkpointing"
-    sharded = {"updates": "model", "ends": ("whole", "unwrapped")}
+    sharded = {"updates": "model", "ends": ("whole", "unwrapped"),
+               "expects": f"{CONTRACTS}:dtypes_uniform"}
     rewrites += [
         IfPresent("init_weights", Insert(Step(
             "fully_shard", f"{STEPS}:shard_from_source", requires="env",
             params={**shard, "source_rank": SOURCE_RANK},
-            gives=("sharded", "on_device", "initialised"), **sharded,
+            gives=("sharded", "on_device", "initialised"), contracts=NO_META, **sharded,
             doc="fully_shard each wrap unit and the root; rank 0 scatters each rank its "
                 "shards, unit by unit"), after="init_weights", why=(
                 "every rank keeps only its shards of each wrap unit and of the root, which "
@@ -187,15 +194,13 @@ def fsdp(
                                   why="FSDP2 expects the model compiled before it is sharded")),
         IfAbsent("init_weights", Insert(Step(
             "materialize", f"{STEPS}:materialize", requires="env", updates="model",
-            gives="on_device", doc="storage for this rank's shards, buffers"),
+            gives="on_device", contracts=NO_META, doc="storage for this rank's shards, buffers"),
             after="fully_shard", why=NO_STORAGE)),
         Configure("build_checkpointer", {"io": checkpoint_io(state_dict_cfg),
                                          "checkpoint_format": checkpoint_format},
                   why="each rank reads and writes its own shards"),
-        IfAbsent("init_weights", Insert(Step(
-            "check_initialised", f"{STEPS}:check_initialised", requires="env",
-            updates="model", doc="refuse parameters neither init nor load_from set"),
-            after="load_checkpoint", why=(
+        IfAbsent("init_weights", Configure(
+            "load_checkpoint", contracts=(f"{CONTRACTS}:every_parameter_set",), why=(
                 "nothing initialised the model: a parameter load_from did not set would "
                 "train from garbage"))),
     ]

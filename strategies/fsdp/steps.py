@@ -9,8 +9,6 @@
   meta device (no ``init_weights`` planned: files cover the model, or
   ``skip_init_weights=True``).
 * :func:`checkpoint_blocks`: MMEngine's ``activation_checkpointing``.
-* :func:`check_initialised`: parameters neither init nor ``load_from`` set,
-  refused on every rank together.
 
 Each imports torch when it runs, never when the plan is made.
 """
@@ -219,7 +217,8 @@ def materialize(env: Any, model: Any) -> Any:
     Only where no ``init_weights`` is planned (pruned because the run's files
     cover the model, or ``skip_init_weights``): the weights come from the
     files, so nothing is initialised here, and a parameter they lack is found
-    (it holds NaN) and refused by :func:`check_initialised`.
+    (it holds NaN) and refused by the contract
+    :func:`~flexgraph.strategies.fsdp.contracts.every_parameter_set`.
     """
     from flexgraph.strategies.fsdp.shards import materialize_module
 
@@ -232,29 +231,4 @@ def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
     from flexgraph.strategies.fsdp.units import checkpoint_selected
 
     checkpoint_selected(model, options, auto_wrap_policy)
-    return model
-
-
-def check_initialised(env: Any, model: Any) -> Any:
-    """Refuse, by name and on every rank together, parameters nothing initialised.
-
-    Only where no ``init_weights`` is planned: ``materialize`` fills new
-    storage with NaN, so a parameter that neither a ``reset_parameters()`` nor
-    the loaded files set is found here, before it trains on garbage.
-    """
-    import torch
-    from flexgraph.strategies.fsdp.shards import uninitialised_parameters
-
-    from flexgraph.training.errors import ConfigError
-
-    bad: list[list[str]] = [[] for _ in range(env.world_size)]
-    torch.distributed.all_gather_object(bad, uninitialised_parameters(model))
-    names = sorted({name for rank in bad for name in rank})
-    if names:
-        raise ConfigError(
-            f"{len(names)} parameters were never initialised after materialize (e.g. "
-            f"{names[0]!r}): their module has no reset_parameters(), init_weights is not "
-            f"planned (skip_init_weights=True, or pruned because the files cover the model) "
-            f"and the loaded files did not set them (a hook dropped them?); give the module "
-            f"a reset_parameters() or load them from a checkpoint")
     return model

@@ -73,6 +73,7 @@ from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
 from flexgraph.training.checkpoint._weights import (
     WeightsLoaded,
     apply_weights,
+    local_checksums,
     matching_weights,
 )
 
@@ -110,6 +111,7 @@ __all__ = [
     "load_into_slices",
     "load_pretrained",
     "load_weights",
+    "local_checksums",
     "matching_weights",
     "optimizer_keyed_by",
     "optimizers_of",

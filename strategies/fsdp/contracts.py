@@ -35,15 +35,17 @@ def every_parameter_set(env: Any, model: Any) -> str | None:
 
 
 def source_alone_whole(env: Any, model: Any) -> str | None:
-    """No rank but the source holds the model's weights after ``build_model``."""
-    if env.rank == SOURCE_RANK:
-        return None
+    """No rank but the source holds the model's weights after ``build_model`` (a collective
+    of one flag a rank, so every rank stops together)."""
     made = [n for n, p in model.named_parameters() if p.device.type != "meta"]
-    if not made:
+    every: list[Any] = [None] * env.world_size
+    torch.distributed.all_gather_object(every, made[:1])
+    whole = [rank for rank, names in enumerate(every) if names and rank != SOURCE_RANK]
+    if not whole:
         return None
-    return (f"rank {env.rank} built the model whole ({len(made)} parameters with storage, e.g. "
-            f"{made[0]!r}): every rank holds all of it before sharding; fix: leave build_model "
-            f"on device='meta' as the strategy configures it")
+    return (f"rank {whole[0]} built the model whole (parameters with storage, e.g. "
+            f"{every[whole[0]][0]!r}): every rank holds all of it before sharding; fix: leave "
+            f"build_model on device='meta' as the strategy configures it")
 
 
 def _signature(model: Any, params: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
@@ -79,9 +81,10 @@ def dtypes_uniform(env: Any, model: Any, params: Mapping[str, Any]) -> str | Non
     other = next((rank for rank, theirs in enumerate(every) if theirs != mine), None)
     if other is None:
         return None
-    unit, dtypes = next(((u, d) for (u, d), t in zip(mine, every[other], strict=False)
-                         if (u, d) != tuple(t)), mine[0])
-    return (f"ranks {env.rank} and {other} hold unit {unit!r} in different dtypes (this rank "
-            f"{'/'.join(dtypes)}, rank {other} not); their shards would be exchanged in sizes "
-            f"the ranks do not agree on, and the run would hang; fix: cast the model the same "
-            f"way on every rank")
+    pairs = zip(mine, every[other], strict=False)
+    unit, dtypes, theirs = next(((u, d, t[1]) for (u, d), t in pairs if [u, d] != list(t)),
+                                (mine[0][0], mine[0][1], "?"))
+    return (f"ranks {env.rank} and {other} hold unit {unit!r} in different dtypes "
+            f"({'/'.join(dtypes) or 'none'} and {'/'.join(theirs) or 'none'}); their shards "
+            f"would be exchanged in sizes the ranks do not agree on, and the run would hang; "
+            f"fix: cast the model the same way on every rank")

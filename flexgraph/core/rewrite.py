@@ -464,10 +464,9 @@ class Configure(Rewrite):
         return (self.name,)
 
     def describe(self) -> str:
-        bound = [f"{k}={_short(v)}" for k, v in self.params.items()]
-        checks = [ref.rpartition(":")[2] for ref in self.expects + self.contracts]
-        return f"configure {self.name}: " + ", ".join(bound + (
-            [f"checks {', '.join(checks)}"] if checks else []))
+        bound = ", ".join(f"{k}={_short(v)}" for k, v in self.params.items())
+        checks = ", ".join(ref.rpartition(":")[2] for ref in self.expects + self.contracts)
+        return f"configure {self.name}: {bound or f'checks {checks}'}"
 
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:
         step = graph.step(self.name, self.describe())

@@ -21,8 +21,8 @@ The order, and why (each line is a rewrite below)::
     load_checkpoint      (stages 0-2) after it, through DeepSpeed's checkpoint IO:
                          the engine owns the parameters (and their fp32 master
                          copies), so weights go in through it
-                         (a contract checks the masters hold the loaded weights)
-    build_train_step     the engine's backward and step
+    build_train_step     the engine's backward and step (a contract checks first
+                         that its master copies hold the model's weights)
     build_checkpointer   portable checkpoints: fp32 master weights and Adam moments
                          by parameter name through DeepSpeed's safe_get_full_*
                          (checkpoint_format='native': DeepSpeed's own directories)
@@ -195,16 +195,12 @@ def deepspeed(
     rewrites += [Fuse(tuple(fused), initialize, why=(
         "deepspeed.initialize builds the engine and its ZeRO optimizer in one call"))]
     if stage < 3:
-        rewrites += [
-            Move("load_checkpoint", after="deepspeed_initialize", why=ENGINE_OWNS),
-            Configure("load_checkpoint", contracts=(ENGINE_HOLDS_MODEL,), why=(
-                "weights that reach the module but not the engine's master copies are undone "
-                "by the first optimizer step")),
-        ]
+        rewrites.append(Move("load_checkpoint", after="deepspeed_initialize", why=ENGINE_OWNS))
     rewrites += [
         Replace("build_train_step", Step(
             "build_train_step", f"{STEPS}:build_train_step", requires=("model", "optim_wrapper"),
-            provides="train_step", doc="the engine's backward and step"),
+            provides="train_step", expects=ENGINE_HOLDS_MODEL,
+            doc="the engine's backward and step"),
             why="the engine owns backward and the optimizer step"),
         Configure("build_checkpointer", {
             "io": f"{CHECKPOINTS}:DeepSpeedCheckpointIO",

@@ -5,11 +5,10 @@ reference fails with nothing run); hooks fire around each step; each step's wall
 time and memory are recorded; a failure is a :class:`StepFailedError`.
 
 A step's *contracts* are cheap checks of the artifacts, run before the step
-(``expects``: what it receives) and after it (``contracts``). A contract is a
-function whose parameters name artifacts (``params``: the step's bound
-params); it returns ``None`` when it holds,
-else what is wrong and the fix, and the run stops with a
-:class:`ContractError` naming the step and the contract.
+(``expects``: what it receives) and after it (``contracts``), resolved with the
+functions. A contract's parameters name artifacts (``params``: the step's
+bound params); it returns ``None`` when it holds, else what is wrong and the
+fix, and the run stops with a :class:`ContractError` naming step and contract.
 """
 
 from __future__ import annotations

@@ -54,13 +54,15 @@ def plain(tmp_path_factory) -> dict:
     return {bug: [rank[bug] for rank in ranks] for bug in ranks[0]}
 
 
-def refused_run(tmp_path: Path, bug: str, extra: str = "") -> str:
-    """The one error line of ``flexgraph run`` on two ranks with the user's rewrite of ``bug``."""
+def refused_run(tmp_path: Path, bug: str, extra: str = "",
+                strategy: str = "") -> str:
+    """The one error line of ``flexgraph run`` on two ranks with the user's rewrite of ``bug``
+    (or ``strategy``, a config's ``strategy`` value)."""
     config = tmp_path / "cfg.py"
     config.write_text(
         f"_base_ = [{str(QUICKSTART)!r}]\n"
         "custom_imports = dict(imports=['digits', 'user_setups'], allow_failed_imports=False)\n"
-        f"strategy = dict(type='bug_{bug}')\n"
+        f"strategy = {strategy or f'dict(type={bug!r})'}\n"
         "train_cfg = dict(by_epoch=False, max_iters=2, val_interval=100)\n"
         "val_dataloader = None\nval_cfg = None\nval_evaluator = None\nvisualizer = None\n"
         + extra)
@@ -108,7 +110,7 @@ def test_megatron_bridge_3397_a_load_past_the_optimizer_copies(plain, tmp_path):
                for r in plain["megatron_bridge_3397"])
     checkpoint = tmp_path / "weights.pth"
     _save_digits_weights(checkpoint)
-    line = refused_run(tmp_path, "megatron_bridge_3397", f"load_from = {str(checkpoint)!r}\n")
+    line = refused_run(tmp_path, "bug_megatron_bridge_3397", f"load_from = {str(checkpoint)!r}\n")
     for words in ("step 'build_train_step' broke contract 'engine_holds_model' before it ran",
                   "master copy", "first optimizer step", "fix:"):
         assert words in line, line
@@ -118,7 +120,7 @@ def test_roblox_fai_rl_66_zero3_config_after_the_model(plain, tmp_path):
     """Roblox/FAI-RL#66: ZeRO-3's config made after the model: every rank holds all of it."""
     assert all(r["held_before_engine"] == r["total"] and r["trained"]
                for r in plain["roblox_fai_rl_66"])
-    line = refused_run(tmp_path, "roblox_fai_rl_66")
+    line = refused_run(tmp_path, "bug_roblox_fai_rl_66")
     for words in ("step 'build_model' broke contract 'partitioned'",
                   "whole on every rank", "outside deepspeed.zero.Init", "fix:"):
         assert words in line, line
@@ -139,7 +141,7 @@ def test_accelerate_4021_ranks_disagree_on_dtypes_before_sharding(plain, tmp_pat
     (gloo hands them garbage; NCCL hangs)."""
     source, other = plain["accelerate_4021"]
     assert source["rank_matches_source"] and not other["rank_matches_source"]
-    line = refused_run(tmp_path, "accelerate_4021")
+    line = refused_run(tmp_path, "bug_accelerate_4021")
     for words in ("step 'fully_shard' broke contract 'dtypes_uniform' before it ran",
                   "hold unit '<root>' in different dtypes", "bfloat16", "hang", "fix:"):
         assert words in line, line
@@ -158,7 +160,7 @@ def test_accelerate_3979_an_upcast_after_sharding(plain):
 def test_ms_swift_9982_every_rank_loads_the_whole_model(plain, tmp_path):
     """ms-swift#9982: efficient loading asked for, not applied: every rank holds all of it."""
     assert all(r["held_before_sharding"] == r["total"] for r in plain["ms_swift_9982"])
-    line = refused_run(tmp_path, "ms_swift_9982")
+    line = refused_run(tmp_path, "bug_ms_swift_9982")
     for words in ("step 'build_model' broke contract 'source_alone_whole'",
                   "rank 1 built the model whole", "fix:"):
         assert words in line, line
@@ -173,7 +175,19 @@ def test_accelerate_fsdp2_optimizer_built_before_sharding(plain):
         make_plan(standard_graph(), early)
 
 
-def _save_digits_weights(path: Path) -> None:
+def test_a_weight_the_files_left_unset_is_refused_after_the_load(tmp_path):
+    """FSDP's contract for a model nothing initialised: what load_from lacks holds NaN."""
+    checkpoint = tmp_path / "first_layer.pth"
+    _save_digits_weights(checkpoint, keep="net.0.")
+    line = refused_run(tmp_path, "", f"load_from = {str(checkpoint)!r}\n",
+                       strategy="dict(type='FSDPStrategy', skip_init_weights=True)")
+    for words in ("step 'load_checkpoint' broke contract 'every_parameter_set'",
+                  "2 parameters were never initialised", "'net.3.bias'", "fix:"):
+        assert words in line, line
+
+
+def _save_digits_weights(path: Path, keep: str = "") -> None:
     code = ("import sys, torch, digits; torch.manual_seed(1); "
-            "torch.save({'state_dict': digits.DigitsMLP().state_dict()}, sys.argv[1])")
+            "torch.save({'state_dict': {k: v for k, v in digits.DigitsMLP().state_dict().items()"
+            f" if k.startswith({keep!r})}}}}, sys.argv[1])")
     subprocess.run([sys.executable, "-c", code, str(path)], env=ENV, check=True, timeout=120)

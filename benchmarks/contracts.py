@@ -116,9 +116,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="startup rounds")
     parser.add_argument("--rows", default="ddp,fsdp-load,zero3-load")
     parser.add_argument("--skip-setup", action="store_true")
+    parser.add_argument("--skip-startup", action="store_true")
     args, rest = parser.parse_known_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    time_startup(args.runs)
+    if not args.skip_startup:
+        time_startup(args.runs)
     if not args.skip_setup:
         setup = setup_memory.parse_args(rest)
         setup.rows = args.rows

@@ -108,7 +108,7 @@ def _spent(output: str) -> float:
 def _report(what: str, rounds) -> None:
     print(f"{what}: on {rounds.of('on').median:.3f} s, off {rounds.of('off').median:.3f} s, "
           f"on/off {rounds.ratio('on', 'off')}; time in contracts / time to the first "
-          f"iteration {rounds.of('timed'):.4f}", flush=True)
+          f"iteration {rounds.of('timed'):.1e}", flush=True)
 
 
 def main() -> None:

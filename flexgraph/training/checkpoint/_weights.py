@@ -76,7 +76,19 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def local_checksums(model: torch.nn.Module, names: Any) -> dict[str, float]:
-    """The float64 sum of this rank's part of each floating ``state_dict`` entry in ``names``."""
+    """The float64 sum of this rank's part of each floating ``state_dict`` entry in ``names``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The user's module (each rank holding its shards or partitions).
+    names : iterable of str
+        ``state_dict`` keys; others are left out.
+
+    Returns
+    -------
+    dict of str to float
+    """
     entries = model.state_dict(keep_vars=True)
     with torch.no_grad():
         return {name: float(_local(entries[name]).sum(dtype=torch.float64))

@@ -29,14 +29,14 @@ def partitioned(env: Any, model: Any) -> str | None:
     whole on each; an empty one holds no value anywhere.
     """
     module = _module(model)
+    empty = empty_parameters(module)
+    if empty:
+        return empty
     whole = [n for n, p in module.named_parameters() if not hasattr(p, "ds_id")]
     if whole:
         return (f"{len(whole)} parameters are whole on every rank, not partitioned (e.g. "
                 f"{whole[0]!r}): the model was built outside deepspeed.zero.Init, so every rank "
                 f"held all of it; fix: keep build_model's init_context as the strategy sets it")
-    empty = empty_parameters(module)
-    if empty:
-        return empty
     world = env.world_size
     over = [(n, p) for n, p in module.named_parameters()
             if p.ds_tensor.numel() != math.ceil(p.ds_numel / world)]

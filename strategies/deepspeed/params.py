@@ -90,8 +90,8 @@ def empty_parameters(model: nn.Module) -> str | None:
         docstring); the contract :func:`~flexgraph.strategies.deepspeed.contracts.partitioned`
         stops the run with it.
     """
-    empty = [name for name, p in model.named_parameters()
-             if hasattr(p, "ds_id") and getattr(p, "ds_numel", 1) == 0]
+    empty = [name for name, p in model.named_parameters()  # a copy: no ds_id, no elements
+             if getattr(p, "ds_numel", 1) == 0 or not hasattr(p, "ds_id") and p.numel() == 0]
     return _empty_message(empty, _copying_ancestor(model, empty[0])) if empty else None
 
 

@@ -6,7 +6,13 @@ Importing flexgraph never imports torch.
 
 from flexgraph.core.checks import PlanCheckError, Precedes, Runs
 from flexgraph.core.errors import FlexgraphError
-from flexgraph.core.executor import Executor, RunResult, StepFailedError, StepRecord
+from flexgraph.core.executor import (
+    ContractError,
+    Executor,
+    RunResult,
+    StepFailedError,
+    StepRecord,
+)
 from flexgraph.core.graph import (
     AmbiguousOrderError,
     CycleError,
@@ -53,6 +59,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AmbiguousOrderError",
     "Configure",
+    "ContractError",
     "CycleError",
     "DuplicateProducerError",
     "DuplicateStepError",

@@ -3,10 +3,17 @@
 Every step's function is resolved before the first step runs (a misspelt
 reference fails with nothing run); hooks fire around each step; each step's wall
 time and memory are recorded; a failure is a :class:`StepFailedError`.
+
+A step's *contracts* are cheap checks of the artifacts, run before the step
+(``expects``: what it receives) and after it (``contracts``), resolved with the
+functions. A contract's parameters name artifacts (``params``: the step's
+bound params); it returns ``None`` when it holds, else what is wrong and the
+fix, and the run stops with a :class:`ContractError` naming step and contract.
 """
 
 from __future__ import annotations
 
+import inspect
 import resource
 import sys
 import time
@@ -18,7 +25,7 @@ import attrs
 from flexgraph.core.errors import FlexgraphError, did_you_mean
 from flexgraph.core.graph import MissingInputError
 from flexgraph.core.plan import Plan
-from flexgraph.core.references import resolve_functions
+from flexgraph.core.references import resolve_fn, resolve_functions
 from flexgraph.core.step import Step, run_step
 
 
@@ -32,6 +39,19 @@ class StepFailedError(FlexgraphError, RuntimeError):
         super().__init__(message)
         self.step = step
         self.origin = origin
+
+
+class ContractError(FlexgraphError, RuntimeError):
+    """A step's contract does not hold; ``step`` and ``contract`` name them."""
+
+    def __init__(self, message: str, step: str = "", contract: str = "") -> None:
+        super().__init__(message)
+        self.step = step
+        self.contract = contract
+
+
+def _contract_name(ref: str) -> str:
+    return ref.rpartition(":")[2]
 
 
 @attrs.define
@@ -131,10 +151,13 @@ class Executor:
                 f"the plan needs input {missing[0]!r}, which the run was not given{hint}"
             )
         functions = resolve_functions(plan)
+        contracts = {ref: resolve_fn(ref) for step in plan.steps
+                     for ref in step.expects + step.contracts}
         records = [StepRecord(name, plan.origin(name).short) for name in plan.order]
         if dry_run:
             return RunResult(context, records)
         for step, record in zip(plan.steps, records, strict=True):
+            self.check_contracts(step, step.expects, contracts, context, "before it ran")
             self._fire("before_step", step, context)
             start = time.perf_counter()
             try:
@@ -155,5 +178,20 @@ class Executor:
             record.status = "ok"
             record.rss_mib, record.peak_rss_mib = memory_mib()
             context.update(outputs)
+            self.check_contracts(step, step.contracts, contracts, context, "after it ran")
             self._fire("after_step", step, context, record)
         return RunResult(context, records)
+
+    def check_contracts(self, step: Step, refs: tuple[str, ...],
+                        functions: Mapping[str, Any], context: Mapping[str, Any],
+                        when: str) -> None:
+        """Run ``step``'s contracts ``refs`` over ``context``; the first broken one stops it."""
+        available = {**context, "params": step.params}
+        for ref in refs:
+            check = functions[ref]
+            names = inspect.signature(check).parameters
+            problem = check(**{name: available[name] for name in names if name in available})
+            if problem:
+                raise ContractError(
+                    f"step {step.name!r} broke contract {_contract_name(ref)!r} {when}: "
+                    f"{problem}", step=step.name, contract=_contract_name(ref))

@@ -447,6 +447,8 @@ class Configure(Rewrite):
     gives, ends : tuple of str, optional
         Facts the configured step now gives, or ends, instead of its own.
     why : str, optional
+    contracts, expects : tuple of str, optional
+        Checks added to the step's own (:class:`~flexgraph.core.step.Step`).
     """
 
     name: str
@@ -454,6 +456,8 @@ class Configure(Rewrite):
     gives: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     ends: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     why: str = ""
+    contracts: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    expects: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def touches(self) -> tuple[str, ...]:
@@ -461,7 +465,8 @@ class Configure(Rewrite):
 
     def describe(self) -> str:
         bound = ", ".join(f"{k}={_short(v)}" for k, v in self.params.items())
-        return f"configure {self.name}: {bound}"
+        checks = ", ".join(ref.rpartition(":")[2] for ref in self.expects + self.contracts)
+        return f"configure {self.name}: {bound or f'checks {checks}'}"
 
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:
         step = graph.step(self.name, self.describe())
@@ -469,7 +474,9 @@ class Configure(Rewrite):
             f for f in self.gives if f not in step.gives]
         ends = [f for f in step.ends if f not in self.gives] + [
             f for f in self.ends if f not in step.ends]
-        configured = step.evolve(params={**step.params, **self.params}, gives=gives, ends=ends)
+        configured = step.evolve(params={**step.params, **self.params}, gives=gives, ends=ends,
+                                 contracts=step.contracts + self.contracts,
+                                 expects=step.expects + self.expects)
         steps = [configured if s.name == self.name else s for s in graph.steps]
         return Graph(steps, graph.chains, graph.inputs), {self.name: "configured"}
 

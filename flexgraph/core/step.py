@@ -11,6 +11,11 @@ A step that makes or changes the ``model`` says which facts about it it
 :mod:`flexgraph.core.states`); a step may say what it ``needs`` of the model
 it receives, and the plan places it where those facts hold.
 
+A step may list *contracts*: ``"module:function"`` references of cheap
+checks of the artifacts, run by the executor after the step (``contracts``)
+or before it, on what it receives (``expects``); see
+:mod:`flexgraph.core.executor`.
+
 The calling contract: the function gets one keyword argument per name in
 ``requires`` and ``updates``, plus the bound ``params``. It returns nothing for
 no outputs, the value itself for one, and a mapping (or a tuple in declared
@@ -136,6 +141,9 @@ class Step:
     needs : str or tuple of str
         Facts that must hold in the ``model`` this step receives; the plan
         places the step where they do, or refuses it saying why.
+    contracts, expects : str or tuple of str
+        ``"module:function"`` references of the checks run after this step,
+        and before it (:class:`~flexgraph.core.executor.ContractError`).
     user : str
         Where a user added this step to a graph they did not write
         (``"custom_steps"``), empty for the graph's own steps. Plans mark such
@@ -164,6 +172,8 @@ class Step:
     ends: tuple[str, ...] = attrs.field(default=(), converter=_names)
     needs: tuple[str, ...] = attrs.field(default=(), converter=_names)
     user: str = attrs.field(default="", eq=False)
+    contracts: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    expects: tuple[str, ...] = attrs.field(default=(), converter=_names)
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -12,7 +12,8 @@ update ``model``; that chain is what strategies rearrange. Everything that reads
 the model (the optimizer, resume, the loop) runs after the whole chain. Each of
 them says what it makes of the model (``gives``: built ``whole`` and
 ``unwrapped``, ``initialised``, ``loaded``, ``on_device``, ``compiled``; see
-docs/design.rst, "Model states and needs").
+docs/design.rst, "Model states and needs"), and the contracts checked after it
+(:mod:`flexgraph.training.contracts`).
 
 The seams strategies use instead of branching: ``build_model`` takes a device
 (``'meta'`` included) and an init context; ``build_checkpointer`` takes the
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
     from flexgraph.training.output import RunContext
 
 STEPS = "flexgraph.training.steps"
+CONTRACTS = "flexgraph.training.contracts"
+NO_META = f"{CONTRACTS}:no_meta_parameters"
+OPTIMIZER_HOLDS_MODEL = f"{CONTRACTS}:optimizer_holds_model"
+WEIGHTS_AS_READ = f"{CONTRACTS}:weights_as_read"
 
 # The config, the settings read from it once, and what the run knows beyond its config
 # (the plan, the work_dir's record, the launch: see standard_inputs).
@@ -124,9 +129,10 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
             requires=("settings", "run_context", "hooks", "checkpointer"),
             updates="model",
             gives="loaded",
+            contracts=(NO_META, WEIGHTS_AS_READ),
         ),
         _step("wrap_model", "move the model to its device", requires="env", updates="model",
-              gives="on_device"),
+              gives="on_device", contracts=NO_META),
     ]
     if cfg.get("compile"):
         options = cfg["compile"] if isinstance(cfg["compile"], Mapping) else {}
@@ -146,6 +152,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
             "optimizer in mmengine's OptimWrapper",
             requires=("cfg", "env", "model"),
             provides="optim_wrapper",
+            contracts=OPTIMIZER_HOLDS_MODEL,
         ),
         _step(
             "build_param_schedulers",

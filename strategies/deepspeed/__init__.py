@@ -23,7 +23,8 @@ The order, and why (each line is a rewrite below)::
     load_checkpoint      (stages 0-2) after it, through DeepSpeed's checkpoint IO:
                          the engine owns the parameters (and their fp32 master
                          copies), so weights go in through it
-    build_train_step     the engine's backward and step
+    build_train_step     the engine's backward and step (a contract checks first
+                         that its master copies hold the model's weights)
     build_checkpointer   portable checkpoints: fp32 master weights and Adam moments
                          by parameter name through DeepSpeed's safe_get_full_*
                          (checkpoint_format='native': DeepSpeed's own directories)
@@ -52,6 +53,8 @@ STEPS = "flexgraph.strategies.deepspeed.steps"
 CHECKPOINTS = "flexgraph.strategies.deepspeed.checkpoint"
 STATE = "flexgraph.strategies.deepspeed.state"
 PARTITIONS = "flexgraph.strategies.deepspeed.partitions"
+PARTITIONED = "flexgraph.strategies.deepspeed.contracts:partitioned"
+ENGINE_HOLDS_MODEL = "flexgraph.strategies.deepspeed.contracts:engine_holds_model"
 ENGINE_OWNS = ("the engine owns the parameters and the optimizer's master copies of them; "
                "weights loaded before it are overwritten or never reach the optimizer")
 RUN_IMPORTS = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")
@@ -145,6 +148,7 @@ def deepspeed(
         requires=("cfg", "settings", "run_context", "env"), provides=tuple(outputs),
         updates="model", ends="unwrapped",
         gives=("in_engine", "on_device") + (("partitioned",) if stage == 3 else ()),
+        contracts=(ENGINE_HOLDS_MODEL,) + ((PARTITIONED,) if stage == 3 else ()),
         params={"config": ds,
                 "inputs_to_half": None if inputs_to_half is None else list(inputs_to_half)},
         doc="deepspeed.initialize: the engine and its ZeRO optimizer")
@@ -161,7 +165,7 @@ def deepspeed(
         rewrites += [
             Configure("build_model", {"init_context": f"{STEPS}:zero_init",
                                       "init_options": {"config": ds}},
-                      gives=("partitioned",), ends=("whole",),
+                      gives=("partitioned",), ends=("whole",), contracts=(PARTITIONED,),
                       why="zero.Init partitions each parameter as it is created: no rank "
                           "holds the model whole"),
             IfPresent("init_weights", Replace("init_weights", Step(
@@ -188,7 +192,8 @@ def deepspeed(
     rewrites += [
         Replace("build_train_step", Step(
             "build_train_step", f"{STEPS}:build_train_step", requires=("model", "optim_wrapper"),
-            provides="train_step", doc="the engine's backward and step"),
+            provides="train_step", expects=ENGINE_HOLDS_MODEL,
+            doc="the engine's backward and step"),
             why="the engine owns backward and the optimizer step"),
         Configure("build_checkpointer", {
             "io": f"{CHECKPOINTS}:DeepSpeedCheckpointIO",

@@ -9,8 +9,8 @@ parameter named by an id of its own, from deep inside the first training step.
 A hand-written ``deepspeed.initialize`` script fails the same way: the limit is
 DeepSpeed's; the message is ours:
 
-* :func:`refuse_empty_parameters` runs right after ``deepspeed.initialize``,
-  before any checkpoint is loaded or batch drawn. ``torch.nn.TransformerEncoder``
+* :func:`empty_parameters`, checked right after ``deepspeed.initialize`` (a
+  contract), before any checkpoint is loaded or batch drawn. ``torch.nn.TransformerEncoder``
   (and ``TransformerDecoder``) builds its layers as ``copy.deepcopy`` of the
   layer it is given; under ``deepspeed.zero.Init`` that layer is already
   partitioned, so each copy's parameters are copies of the empty placeholders
@@ -37,7 +37,7 @@ from torch import nn
 
 from flexgraph.core.errors import FlexgraphError
 
-__all__ = ["ZeroParameterError", "named_parameter_errors", "refuse_empty_parameters"]
+__all__ = ["ZeroParameterError", "empty_parameters", "named_parameter_errors"]
 
 _OTHER_WAYS = "or use zero_optimization.stage 1 or 2, or FSDPStrategy, which handles this model"
 
@@ -78,24 +78,25 @@ def _copying_ancestor(model: nn.Module, name: str) -> str | None:
     return None
 
 
-def refuse_empty_parameters(model: nn.Module) -> None:
-    """Refuse, before training, parameters ZeRO-3 holds no value of anywhere.
+def empty_parameters(model: nn.Module) -> str | None:
+    """What is wrong with parameters ZeRO-3 holds no value of anywhere, or ``None``.
 
     Parameters
     ----------
     model : nn.Module
-        The user's model, after ``deepspeed.initialize`` (the engine's ``module``).
-        Without ZeRO-3 its parameters carry no ``ds_numel``, and nothing is refused.
+        The user's model under ZeRO-3. Without it its parameters carry no
+        ``ds_numel``, and none is empty.
 
-    Raises
-    ------
-    ZeroParameterError
-        A partitioned parameter has no elements at all (see the module docstring).
+    Returns
+    -------
+    str or None
+        The parameters with no elements at all, and the fixes (see the module
+        docstring); the contract :func:`~flexgraph.strategies.deepspeed.contracts.partitioned`
+        stops the run with it.
     """
-    empty = [name for name, p in model.named_parameters()
-             if hasattr(p, "ds_id") and getattr(p, "ds_numel", 1) == 0]
-    if empty:
-        raise ZeroParameterError(_empty_message(empty, _copying_ancestor(model, empty[0])))
+    empty = [name for name, p in model.named_parameters()  # a copy: no ds_id, no elements
+             if getattr(p, "ds_numel", 1) == 0 or not hasattr(p, "ds_id") and p.numel() == 0]
+    return _empty_message(empty, _copying_ancestor(model, empty[0])) if empty else None
 
 
 def _summary(exc: AssertionError) -> dict[str, Any] | None:

@@ -192,7 +192,6 @@ def initialize(cfg: Any, settings: Any, run_context: Any, env: Any, model: Any, 
         scalars_as_vectors,
         scalars_restored,
     )
-    from flexgraph.strategies.deepspeed.params import refuse_empty_parameters
 
     deepspeed = _import_deepspeed()
     numel = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
@@ -204,7 +203,6 @@ def initialize(cfg: Any, settings: Any, run_context: Any, env: Any, model: Any, 
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=resolved)
     scalars_restored(scalars, engine.optimizer)
     normalised = norm_statistics_cast(engine.module, resolved)
-    refuse_empty_parameters(engine.module)  # before any checkpoint or batch
     safe_checkpoint_engine(engine)
     write_config_file(resolved, settings.work_dir)
     wrapped = EngineModel(engine, inputs_to_half)

@@ -37,8 +37,11 @@ When the files the run loads (``load_from``, ``init_cfg`` ``Pretrained``)
 cover every entry of the model's ``state_dict``, the run prunes
 ``init_weights`` (a derived rewrite with its reason, see
 :mod:`flexgraph.training.checkpoint`); ``skip_init_weights=True`` prunes it
-whatever the files hold. ``check_initialised``, after ``load_checkpoint``,
-refuses a parameter that neither ``init_weights`` nor the files set.
+whatever the files hold.
+
+Contracts (:mod:`.contracts`) check, as the run goes, that no rank built the
+model whole, that each unit has one dtype on every rank before
+``fully_shard``, and, after ``load_checkpoint``, that every parameter was set.
 
 Checkpoints are portable directories (torch.distributed.checkpoint, every rank
 writes its own shards, keyed by parameter name, with a manifest), which every
@@ -62,10 +65,12 @@ from flexgraph.core.checks import Precedes
 from flexgraph.core.rewrite import Configure, IfPresent, Insert, Move, Remove, Replace
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
+from flexgraph.training.graph import NO_META
 
 __all__ = ["fsdp"]
 
 STEPS = "flexgraph.strategies.fsdp.steps"
+CONTRACTS = "flexgraph.strategies.fsdp.contracts"
 SOURCE_RANK = 0
 """The rank that records the one-device setup and makes each parameter for all."""
 
@@ -140,7 +145,8 @@ def fsdp(
         rewrites.append(IfPresent("init_weights", Remove("init_weights"), why=(
             "skip_init_weights=True: the weights come from load_from, nothing initialises "
             "them")))
-    rewrites.append(Configure("build_model", {"device": "meta"}, ends=("whole",), why=(
+    rewrites.append(Configure("build_model", {"device": "meta"}, ends=("whole",),
+                              contracts=(f"{CONTRACTS}:source_alone_whole",), why=(
         "no rank builds the model whole: every rank builds on meta and gets its shards later")))
     first = "build_model"
     if activation_checkpointing is not None:
@@ -151,7 +157,8 @@ def fsdp(
             doc="recompute the chosen blocks' activations in backward"), after=first,
             why="blocks are wrapped for recomputation before they are sharded"))
         first = "activation_checkpointing"
-    sharded = {"updates": "model", "ends": ("whole", "unwrapped")}
+    sharded = {"updates": "model", "ends": ("whole", "unwrapped"),
+               "expects": f"{CONTRACTS}:dtypes_uniform"}
     rewrites += [
         Insert(Step(
             "fully_shard", f"{STEPS}:shard", requires="env", params=shard, gives="sharded",
@@ -160,7 +167,8 @@ def fsdp(
         IfPresent("compile", Move("compile", before="fully_shard",
                                   why="FSDP2 expects the model compiled before it is sharded")),
         Insert(Step("materialize", f"{STEPS}:materialize", requires="env", updates="model",
-                    gives="on_device", doc="storage for this rank's shards, buffers"),
+                    gives="on_device", contracts=NO_META,
+                    doc="storage for this rank's shards, buffers"),
                after="fully_shard", why=NO_STORAGE),
         IfPresent("init_weights", Replace("init_weights", Step(
             "init_weights", "flexgraph.training.steps:init_from_record",
@@ -174,12 +182,9 @@ def fsdp(
         Configure("build_checkpointer", {"io": checkpoint_io(state_dict_cfg),
                                          "checkpoint_format": checkpoint_format},
                   why="each rank reads and writes its own shards"),
-        Insert(Step(
-            "check_initialised", f"{STEPS}:check_initialised", requires="env",
-            updates="model", doc="refuse parameters neither init nor load_from set"),
-            after="load_checkpoint", why=(
-                "the shards start as NaN: a parameter neither init_weights nor load_from set "
-                "would train from garbage")),
+        Configure("load_checkpoint", contracts=(f"{CONTRACTS}:every_parameter_set",), why=(
+            "the shards start as NaN: a parameter neither init_weights nor load_from set "
+            "would train from garbage")),
     ]
     checks = [
         Precedes("fully_shard", "build_optim_wrapper",

@@ -8,8 +8,6 @@
   on one rank from a record of that run) sends each rank its rows, unit by
   unit.
 * :func:`checkpoint_blocks`: MMEngine's ``activation_checkpointing``.
-* :func:`check_initialised`: parameters neither init nor ``load_from`` set,
-  refused on every rank together.
 
 Each imports torch when it runs, never when the plan is made.
 """
@@ -214,9 +212,9 @@ def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
 def materialize(env: Any, model: Any) -> Any:
     """Storage on ``env.device`` for this rank's shards; see ``materialize_module``.
 
-    Every parameter holds NaN until ``init_weights`` or the files set it; where
-    no ``init_weights`` is planned, one the files lack is found and refused by
-    :func:`check_initialised`.
+    Every parameter holds NaN until ``init_weights`` or the files set it; one
+    that neither sets is refused by the contract
+    :func:`~flexgraph.strategies.fsdp.contracts.every_parameter_set`.
     """
     from flexgraph.strategies.fsdp.shards import materialize_module
 
@@ -229,29 +227,4 @@ def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
     from flexgraph.strategies.fsdp.units import checkpoint_selected
 
     checkpoint_selected(model, options, auto_wrap_policy)
-    return model
-
-
-def check_initialised(env: Any, model: Any) -> Any:
-    """Refuse, by name and on every rank together, parameters nothing initialised.
-
-    ``materialize`` fills new storage with NaN, so a parameter that neither
-    ``init_weights`` nor the loaded files set is found here, before it trains
-    on garbage.
-    """
-    import torch
-    from flexgraph.strategies.fsdp.shards import uninitialised_parameters
-
-    from flexgraph.training.errors import ConfigError
-
-    bad: list[list[str]] = [[] for _ in range(env.world_size)]
-    torch.distributed.all_gather_object(bad, uninitialised_parameters(model))
-    names = sorted({name for rank in bad for name in rank})
-    if names:
-        raise ConfigError(
-            f"{len(names)} parameters were never initialised after materialize (e.g. "
-            f"{names[0]!r}): init_weights is not planned (skip_init_weights=True, pruned "
-            f"because the files cover the model, or removed) and the loaded files did not "
-            f"set them (a hook dropped them?); plan init_weights or load them from a "
-            f"checkpoint")
     return model

@@ -296,8 +296,9 @@ def test_zero3_refuses_a_transformer_encoder_before_training_naming_its_paramete
     assert done.returncode == 2, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    # refused right after deepspeed.initialize: before load_checkpoint, resume and train
-    assert "step 'deepspeed_initialize'" in errors[0]
+    # refused right after the model is built under zero.Init: before the engine, the load
+    # and training
+    assert "step 'build_model' broke contract 'partitioned'" in errors[0]
     for words in ("'encoder.layers.0.self_attn.in_proj_weight'", "'encoder' (TransformerEncoder)",
                   "nn.ModuleList", "zero_optimization.stage 1 or 2", "FSDPStrategy"):
         assert words in errors[0], words

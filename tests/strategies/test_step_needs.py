@@ -33,7 +33,7 @@ STRATEGIES = {
     "zero3_pruned": ({"type": "deepspeed", "zero_optimization": {"stage": 3}}, PRUNED),
 }
 MODEL_STEPS = ("build_model", "init_weights", "load_checkpoint", "wrap_model", "compile",
-               "activation_checkpointing", "fully_shard", "materialize", "check_initialised",
+               "activation_checkpointing", "fully_shard", "materialize",
                "deepspeed_initialize", "follow_init_draws")
 PAIRS = [(x, y) for x in MODEL_STEPS for y in MODEL_STEPS if x != y]
 BASE = standard_graph({"compile": True})

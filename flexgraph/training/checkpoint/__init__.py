@@ -49,7 +49,12 @@ from flexgraph.training.checkpoint._pretrained import load_pretrained
 from flexgraph.training.checkpoint._sharded import Slices, load_into_slices
 from flexgraph.training.checkpoint._space import human_bytes, tensor_bytes
 from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
-from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights
+from flexgraph.training.checkpoint._weights import (
+    WeightsLoaded,
+    apply_weights,
+    local_checksums,
+    matching_weights,
+)
 
 CHECKPOINT_FORMATS = ("native", "portable")
 """What a strategy's ``checkpoint_format`` option takes: its own format, or the portable one."""
@@ -83,6 +88,8 @@ __all__ = [
     "load_into_slices",
     "load_pretrained",
     "load_weights",
+    "local_checksums",
+    "matching_weights",
     "optimizer_keyed_by",
     "optimizers_of",
     "portable_tensors",

@@ -40,7 +40,8 @@ from flexgraph.training.checkpoint._io import (
 )
 from flexgraph.training.checkpoint._space import device_full_error
 from flexgraph.training.checkpoint._state import from_plain, to_plain
-from flexgraph.training.checkpoint._weights import WeightsLoaded
+from flexgraph.training.checkpoint._weights import WeightsLoaded, local_checksums
+from flexgraph.training.components import unwrap_model
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,
@@ -239,6 +240,7 @@ class Checkpointer:
         self.restorers = tuple(r for r in restorers if r.format != self.io.format)
         self.saved: list[str] = []  # names this run (and the runs it resumed) wrote
         self._pending: _PendingSave | None = None  # written, not yet in place
+        self.loaded: WeightsLoaded | None = None  # the last load_weights, with its checksums
 
     # -- write --------------------------------------------------------------------
     def snapshot(self, *, model: torch.nn.Module, optim_wrapper: Any,
@@ -414,7 +416,12 @@ class Checkpointer:
         held = held or format_of(path)
         loader = self.weight_loader_for(held)
         read_as = refuse_unloadable(loader, path, held, what="load_from")
-        return loader.loader_of(read_as).load_weights(path, model, held=read_as, on_read=on_read)
+        loaded = loader.loader_of(read_as).load_weights(path, model, held=read_as,
+                                                        on_read=on_read)
+        target = unwrap_model(model)
+        self.loaded = attrs.evolve(loaded, checksums=local_checksums(
+            target, loaded.went_in(target.state_dict(keep_vars=True))))
+        return self.loaded
 
     def weight_loader_for(self, held: CheckpointFormat | None) -> WeightLoader:
         """The IO that loads weights of format ``held``: the run's own, else the first restorer that

@@ -17,7 +17,8 @@ from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.runtime import meta_parameters
 
-__all__ = ["WeightsLoaded", "apply_weights", "matching_weights", "model_weights", "weights_in"]
+__all__ = ["WeightsLoaded", "apply_weights", "local_checksums", "matching_weights",
+           "model_weights", "weights_in"]
 
 
 _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
@@ -35,11 +36,20 @@ class WeightsLoaded:
         The checkpoint's keys the model has no place for.
     mismatched : tuple of str, default ()
         The tensors of another shape (left as they were), one line each.
+    checksums : mapping of str to float, default {}
+        Of each tensor that went in, this rank's part as the load left it
+        (:func:`local_checksums`); a contract compares them after the step.
     """
 
     missing: tuple[str, ...] = ()
     unexpected: tuple[str, ...] = ()
     mismatched: tuple[str, ...] = ()
+    checksums: Mapping[str, float] = attrs.field(factory=dict, eq=False)
+
+    def went_in(self, keys: Any) -> list[str]:
+        """Those of the model's ``keys`` the load put in: not missing, not of another shape."""
+        skipped = set(self.missing) | {line.partition(":")[0] for line in self.mismatched}
+        return [k for k in keys if k not in skipped]
 
     def __bool__(self) -> bool:
         """Whether anything was left out."""
@@ -51,6 +61,33 @@ class WeightsLoaded:
             ("missing keys", self.missing), ("unexpected keys", self.unexpected),
             ("tensors of another shape, left as they were:", self.mismatched)) if keys]
         return "; ".join(parts)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of ``tensor``: a DTensor's local shard, a ZeRO-3 partition, else itself."""
+    if hasattr(tensor, "ds_tensor"):
+        return tensor.ds_tensor
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def local_checksums(model: torch.nn.Module, names: Any) -> dict[str, float]:
+    """The float64 sum of this rank's part of each floating ``state_dict`` entry in ``names``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The user's module (each rank holding its shards or partitions).
+    names : iterable of str
+        ``state_dict`` keys; others are left out.
+
+    Returns
+    -------
+    dict of str to float
+    """
+    entries = model.state_dict(keep_vars=True)
+    with torch.no_grad():
+        return {name: float(_local(entries[name]).sum(dtype=torch.float64))
+                for name in names if name in entries and entries[name].is_floating_point()}
 
 
 def model_weights(model: torch.nn.Module) -> dict[str, Any]:

@@ -50,7 +50,8 @@ def test_the_plan_says_which_rewrite_placed_fully_shard_and_moved_init():
                                            "build_model"
     assert str(p.origin("init_weights")) == "moved by fsdp #7: move init_weights after " \
                                             "materialize, when init_weights is planned"
-    assert p.origin("load_checkpoint").action == "base"
+    assert str(p.origin("load_checkpoint")) == "configured by fsdp #9: configure " \
+                                               "load_checkpoint: checks every_parameter_set"
 
 
 def test_checkpointing_then_compile_then_shard_then_init():
@@ -160,8 +161,9 @@ def test_loading_before_the_shards_exist_is_refused():
 
 @pytest.mark.parametrize("skip", [True, False])
 def test_what_nothing_initialised_is_refused_after_the_load(skip):
+    every_set = "flexgraph.strategies.fsdp.contracts:every_parameter_set"
     p = plan(get_strategy("fsdp", skip_init_weights=skip))
-    assert p.order.index("load_checkpoint") + 1 == p.order.index("check_initialised")
+    assert every_set in p.graph.step("load_checkpoint").contracts
 
 
 def test_the_val_entry_is_cut_after_the_rewrites_and_keeps_the_sharded_loader():
@@ -181,7 +183,8 @@ def test_user_rewrites_after_fsdp_keep_its_checks():
 
 def test_init_weights_removed_after_fsdp_leaves_the_check_of_what_nothing_set():
     """Precedes(materialize, init_weights) guards the order when init_weights is planned;
-    without it, check_initialised refuses the parameters the files did not set."""
+    without it, a contract of load_checkpoint refuses the parameters the files did not set."""
     p = plan(get_strategy("fsdp").then(Remove("init_weights")))
     assert "init_weights" not in p.order
-    assert "check_initialised" in p.order
+    assert ("flexgraph.strategies.fsdp.contracts:every_parameter_set"
+            in p.graph.step("load_checkpoint").contracts)

@@ -139,7 +139,7 @@ def _name(model: nn.Module) -> str:
 def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[Any, Any]:
     """Split a plain model's output into ``(loss to minimise, values to log)``.
 
-    The logged value is the detached loss for a tensor output, or a dict with the
+    The logged value is the loss itself for a tensor output, or a dict with the
     total under ``'loss'`` and every tensor key of a dict output.
 
     Parameters
@@ -155,7 +155,7 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
     -------
     tuple
         ``(loss, logged)``: the scalar loss to back-propagate, and what the loop
-        logs (the detached loss, or a dict of the detached values).
+        logs (the loss, or a dict of the values).
 
     Raises
     ------
@@ -176,8 +176,8 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
                 f"from forward(), not a scalar loss; reduce it to the loss to minimise "
                 f"(e.g. F.cross_entropy(logits, y)) or return a dict of losses"
             )
-        loss = output.reshape(())
-        return loss, loss.detach()
+        loss = output if output.ndim == 0 else output.reshape(())
+        return loss, loss
     if isinstance(output, Mapping):
         logged = {k: v.mean() for k, v in output.items() if isinstance(v, torch.Tensor)}
         parts = [v for k, v in logged.items() if "loss" in k]

@@ -20,7 +20,8 @@ iteration when a run resumes.
 
 Only rank 0 writes or prints. On a terminal, a progress bar
 (:mod:`flexgraph.training.output._bar`) is redrawn by the loop's ticks a few
-times a second, with the log lines above it; otherwise the log lines alone are
+times a second (less often where redrawing would take a noticeable share of
+the CPU), with the log lines above it; otherwise the log lines alone are
 printed.
 """
 
@@ -45,9 +46,12 @@ from flexgraph.training.output._workdir import FILE_ONLY
 __all__ = ["METRICS_FILE", "TrainOutput"]
 
 METRICS_FILE = "metrics.jsonl"
-# How often the loop's ticks redraw the bar (rich's own refresh thread stays off: it
-# would take the interpreter's lock from the training thread at its own pace).
+# How often the loop's ticks redraw the bar, at most (rich's own refresh thread stays
+# off: it would take the interpreter's lock from the training thread at its own pace);
+# and the share of the process's CPU time redrawing may take at most, which a run that
+# gets only part of a CPU would otherwise exceed.
 _REFRESH_PER_SECOND = 4
+_BAR_CPU_SHARE = 0.005
 _NEVER = 2**62
 
 
@@ -55,26 +59,33 @@ class _ScalarFiles:
     """The scalar files MMEngine's default visualizer (a ``LocalVisBackend``) writes in
     ``vis_data``, written without building it (a Visualizer slows a run's start):
     ``scalars.json`` and the ``file_path`` MMEngine's LoggerHook names, one JSON
-    object a line with its ``step``."""
+    object a line with its ``step``. They stay open from the first line to
+    :meth:`close`."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
+        self._files: dict[str, Any] = {}
 
     def add_scalars(self, scalar_dict: dict[str, float], step: int = 0,
                     file_path: str | None = None) -> None:
         """What ``Visualizer.add_scalars`` hands a ``LocalVisBackend``."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         line = json.dumps({**scalar_dict, "step": step}) + "\n"
         for name in ("scalars.json", file_path):
             if name:
-                with open(self.folder / name, "a", encoding="utf-8") as f:
-                    f.write(line)
+                if name not in self._files:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                    self._files[name] = open(self.folder / name, "a", encoding="utf-8")  # noqa: SIM115
+                self._files[name].write(line)
+                self._files[name].flush()
+
+    def close(self) -> None:
+        files, self._files = self._files, {}
+        for f in files.values():
+            f.close()
 
 
-def _json_line(record: Mapping[str, Any]) -> str:
-    """One record of ``metrics.jsonl``: a line of JSON without spaces (NaN and the
-    infinities as Python's ``json`` writes them)."""
-    return json.dumps(record, default=str, separators=(",", ":")) + "\n"
+# metrics.jsonl's records: JSON without spaces (NaN and the infinities as ``json`` writes them)
+_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 def _numbers(values: list[Any]) -> list[dict[str, float]]:
@@ -208,6 +219,8 @@ class TrainOutput:
         self._start_iter = 0
         self._next_iter = 1
         self._t0 = self._t_tick = time.perf_counter()
+        self._cpu_tick = time.process_time()
+        self._redraw_cpu = 0.0  # what the last redraw took, in CPU seconds
         self._tick_iter = 0
         self._progress_record = progress  # for a launcher; None when alone
 
@@ -233,6 +246,7 @@ class TrainOutput:
         self._start_iter = self._tick_iter = start_iter
         self._next_iter = start_iter + 1
         self._t0 = self._t_tick = time.perf_counter()
+        self._cpu_tick = time.process_time()
         if not self.is_main:
             return
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -259,6 +273,8 @@ class TrainOutput:
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
+        if isinstance(self._scalars, _ScalarFiles):
+            self._scalars.close()
         self._scalars = None
         if self.visualizer is not None:
             self.visualizer.close()
@@ -321,7 +337,7 @@ class TrainOutput:
     def _write(self, records: list[dict[str, Any]]) -> None:
         """Append ``records`` to ``metrics.jsonl`` (rank 0, while open)."""
         if self._jsonl is not None:
-            self._jsonl.write("".join(map(_json_line, records)))
+            self._jsonl.write("".join(f"{_RECORD_ENCODER.encode(r)}\n" for r in records))
             self._jsonl.flush()
 
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
@@ -372,19 +388,24 @@ class TrainOutput:
     def tick(self, iters_done: int) -> int:
         """Redraw the progress bar; return the iteration count of the next tick.
 
-        Ticks come about ``_REFRESH_PER_SECOND`` times a second at the speed
-        of the iterations since the last one.
+        At the speed of the iterations since the last tick, ticks come about
+        ``_REFRESH_PER_SECOND`` times a second, or less often where the last
+        redraw would take more than ``_BAR_CPU_SHARE`` of the CPU time.
         """
         if self._bar is None:
             return _NEVER
-        now = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         done, self._tick_iter = iters_done - self._tick_iter, iters_done
-        stride = 1
-        if done > 0 and now > self._t_tick:
-            stride = int(done / ((now - self._t_tick) * _REFRESH_PER_SECOND))
-        self._t_tick = now
+        stride = 1.0
+        if done > 0 and wall > self._t_tick:
+            stride = done / ((wall - self._t_tick) * _REFRESH_PER_SECOND)
+            if cpu > self._cpu_tick:
+                stride = max(stride, done * self._redraw_cpu / ((cpu - self._cpu_tick)
+                                                                * _BAR_CPU_SHARE))
         self._redraw(iters_done)
-        return iters_done + max(1, min(stride, 10_000))
+        self._t_tick, self._cpu_tick = time.perf_counter(), time.process_time()
+        self._redraw_cpu = self._cpu_tick - cpu
+        return iters_done + max(1, min(int(stride), 10_000))
 
     def _redraw(self, iters_done: int) -> None:
         """The bar at ``iters_done``, with the lines pending above it (one write)."""

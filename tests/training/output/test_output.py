@@ -15,6 +15,7 @@ from mmengine.visualization import Visualizer
 
 from flexgraph.training.config import LogProcessorPolicy
 from flexgraph.training.output import TrainOutput
+from flexgraph.training.output._train_output import _BAR_CPU_SHARE
 
 
 def _visualizer(tmp_path, *backends):
@@ -248,6 +249,12 @@ def test_a_dict_of_the_loss_alone_is_recorded_as_a_bare_loss_is(tmp_path):
     assert [r.get("acc") for r in outputs[2]] == [None, 0.5, None, None]
 
 
+def _spend_cpu(seconds: float) -> None:
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+
+
 class _CountingBar:
     """A bar that counts its redraws."""
 
@@ -281,8 +288,47 @@ def test_the_bar_is_redrawn_a_few_times_a_second_whatever_the_speed(tmp_path):
     assert 2 <= bar.redraws <= 2 * 4 * elapsed + 3, (bar.redraws, elapsed)
     slow = 800
     assert out.tick(slow) > slow + 1  # after the fast iterations: a stride of many
-    time.sleep(0.3)
+    _spend_cpu(0.3)
     slow += 1
     assert out.tick(slow) == slow + 1  # after a slow one: the next iteration
+    out._bar = None
+    out.close()
+
+
+class _CostlyBar:
+    """A bar whose every redraw costs 5 ms of CPU (a real one: about 1 ms)."""
+
+    def __init__(self) -> None:
+        self.redraws = 0
+
+    def show(self, *args: object, **kwargs: object) -> None:
+        self.redraws += 1
+        _spend_cpu(0.005)
+
+    def stop(self) -> None:
+        pass
+
+
+def test_the_bars_redraws_stay_under_their_share_of_the_cpu_time(tmp_path):
+    """Four ticks a second would spend 2% of this loop's CPU time on 5 ms redraws
+    (more on a busy machine, where a second of wall time holds less CPU time);
+    once a redraw's cost is known, the stride stretches until the redraws take
+    at most _BAR_CPU_SHARE of the loop's CPU time."""
+    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
+                      message_hub=MessageHub.get_instance("test_output_share"), log_interval=10**6,
+                      max_iters=10**6, max_epochs=1, by_epoch=False, epoch_length=10**6,
+                      interactive=False)
+    out.open(0)
+    out._bar = bar = _CostlyBar()
+    assert out.tick(0) == 1  # the first redraw, before the speed is known
+    _spend_cpu(0.00025)
+    next_tick = out.tick(1)  # the speed and a redraw's cost known from here
+    start, redraws = time.process_time(), bar.redraws
+    for it in range(2, 4002):  # 0.25 ms of CPU an iteration: one CPU second in all
+        _spend_cpu(0.00025)
+        if it >= next_tick:
+            next_tick = out.tick(it)
+    later = (bar.redraws - redraws) * 0.005 / (time.process_time() - start)
+    assert later <= 1.5 * _BAR_CPU_SHARE, (bar.redraws, later)
     out._bar = None
     out.close()

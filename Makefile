@@ -60,8 +60,7 @@ lint: install
 
 # The documentation (docs/): HTML with warnings as errors, then the pages' doctests.
 # A fresh environment (-E) each time, so every page's warnings surface again. The
-# plan pictures are drawn by Graphviz's dot (Debian's graphviz; .ci/run installs it);
-# without it they show as dot text, except under CI, where that is an error.
+# plan pages are drawn by flexgraph itself (flexgraph plan --format html).
 docs: install
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 	$(BIN)/sphinx-build -E -W --keep-going -q -b doctest docs docs/_build/doctest

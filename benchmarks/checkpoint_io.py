@@ -148,7 +148,9 @@ def ways_to_checkpoint(model: State, where: Path) -> dict[str, Callable[[], dict
     Each returns its ``save`` and ``load`` seconds; the baseline also the
     seconds of its save up to the fsync (``write``: the bare save).
     """
-    from flexgraph.training.checkpoint import DistributedCheckpointIO, FileCheckpointIO
+    from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO
+
+    from flexgraph.training.checkpoint import FileCheckpointIO
 
     weights = model.state_dict()
     meta = {"meta": {"iter": 1, "epoch": 0}}
@@ -307,7 +309,7 @@ print('MEMORY', peak_anon[0] - base_anon, status('VmHWM') - base_peak)
 
 def convert_memory(args: argparse.Namespace, where: Path) -> list[tuple[str, int, int]]:
     """(conversion, anonymous memory growth, peak RSS growth) in bytes, a process each."""
-    from flexgraph.training.checkpoint import DistributedCheckpointIO
+    from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO
 
     model = State(args.size_gb, args.tensors)
     io = DistributedCheckpointIO()
@@ -335,11 +337,11 @@ def convert_memory(args: argparse.Namespace, where: Path) -> list[tuple[str, int
 def rank_worker(args: argparse.Namespace) -> None:
     """One of the two ranks of (b); rank 0 prints ``TIMES <sharded> <gathered> <ratio>``."""
     import torch.distributed as dist
+    from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import fully_shard
 
     from flexgraph.cli.stopping import end_launched_rank
-    from flexgraph.training.checkpoint import DistributedCheckpointIO
     from flexgraph.training.runtime import leave_process_group
 
     torch.set_num_threads(1)

@@ -21,10 +21,19 @@ torch"``, both in fresh processes (medians, after one untimed round that
 leaves every module's bytecode cached, as an installed package has it), for
 ViT-huge/14 (632 M parameters, batch 128) and a 7B Llama-style decoder (4096
 tokens), and for ``--compare`` of the four candidates in docs/guide/memory.rst on ViT-huge
-(three traces: fp32, AMP fp16, DeepSpeed's fp16); the goal is within 3x, with
-a peak RSS under 1 GiB (``--estimate-repeats 0`` skips it).
+(three traces: fp32, AMP fp16, DeepSpeed's fp16), as a table and as a page
+(``--format html``); the goal is within 3x, with a peak RSS under 1 GiB
+(``--estimate-repeats 0`` skips it).
 
-    python benchmarks/plan_speed.py [--repeats N] [--estimate-repeats N] [--profile]
+The plan page (``--format html``): its size and the time headless Chromium
+takes to show it (from navigation until it has loaded, run its script and been
+laid out, as the page itself reads it), for the quickstart under every built-in strategy,
+goals 300 KB and 1 s; and what ``--format html`` adds to ``flexgraph plan``'s
+time (fresh processes, interleaved with the text table's), goal 10%
+(``--page-repeats 0`` skips them).
+
+    python benchmarks/plan_speed.py [--repeats N] [--estimate-repeats N] [--page-repeats N]
+                                    [--profile]
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import cProfile
 import functools
 import os
 import pstats
+import re
 import subprocess
 import sys
 import tempfile
@@ -67,7 +77,17 @@ ESTIMATED = {
     # the comparison of MMEngine's PR #1183 (docs/guide/memory.rst): four candidates, three traces
     "ViT-huge/14, --compare 4": [str(VIT_HUGE), "--compare",
                                  "ddp,ddp:fp16,deepspeed:zero1:fp16,deepspeed:zero3:fp16"],
+    "ViT-huge/14, --compare 4, page": [
+        str(VIT_HUGE), "--compare", "ddp,ddp:fp16,deepspeed:zero1:fp16,deepspeed:zero3:fp16",
+        "--format", "html", "-o", os.devnull],
 }
+QUICKSTART = ROOT / "examples" / "quickstart.py"
+BUILT_IN = ("single", "ddp", "fsdp", "deepspeed")
+TORCH_FREE = "model = dict(type='AnyModel')\nstrategy = dict(type='FSDPStrategy')\n"
+"""The standard graph under FSDP, from a config that imports nothing: planning's own time."""
+LAID_OUT = ('<script>addEventListener("load",function(){document.body.getBoundingClientRect();'
+            'document.body.setAttribute("data-laid-out",performance.now())})</script>')
+"""Appended to a copy of the page: when it had loaded, run its script and been laid out."""
 GROUP = 5
 
 
@@ -120,8 +140,10 @@ def import_seconds() -> float:
                                 check=True).stdout)
 
 
-def _timed_process(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one fresh process running ``argv``."""
+def _timed_process(argv: list[str], env: dict[str, str] | None = None
+                   ) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (bytes) and CPU seconds (user + system) of one fresh process
+    running ``argv``; the CPU time is what other work on a shared machine disturbs least."""
     start = time.perf_counter()
     child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env=env)
@@ -130,7 +152,7 @@ def _timed_process(argv: list[str], env: dict[str, str] | None = None) -> tuple[
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode:
         raise subprocess.CalledProcessError(child.returncode, argv)
-    return seconds, usage.ru_maxrss * 1024  # kilobytes on Linux
+    return seconds, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime  # KiB on Linux
 
 
 def estimate_ratios(repeats: int) -> None:
@@ -155,12 +177,71 @@ def estimate_ratios(repeats: int) -> None:
     torch_s = rounds.of("import torch", 0).median
     print(f"\nimport torch: {torch_s:.2f} s (median of {repeats} fresh processes, "
           f"interleaved with the estimates)")
-    print(f"{'plan of':<24} {'seconds':>8} {'/ import torch':>15} {'peak RSS (MiB)':>15}")
+    print(f"{'plan of':<32} {'seconds':>8} {'/ import torch':>15} {'CPU / its CPU':>14} "
+          f"{'peak RSS (MiB)':>15}")
     for label in ESTIMATED:
         seconds = rounds.of(label, 0).median
         ratio = rounds.ratio(label, "import torch", 0).median
+        cpu = rounds.ratio(label, "import torch", 2).median
         rss = rounds.of(label, 1).max
-        print(f"{label:<24} {seconds:>8.2f} {ratio:>15.2f} {rss / 2**20:>15.0f}")
+        print(f"{label:<32} {seconds:>8.2f} {ratio:>15.2f} {cpu:>14.2f} {rss / 2**20:>15.0f}")
+
+
+def _shown_seconds(chromium: str, page: Path, profile: Path) -> float:
+    """Seconds from navigation until ``page`` had loaded and was laid out, in headless Chromium."""
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--no-first-run", f"--user-data-dir={profile}",
+                          "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    return float(re.search(r'data-laid-out="([\d.]+)"', dom)[1]) / 1e3
+
+
+def page_figures(repeats: int) -> None:
+    """The page's size and time to show in Chromium, and what ``--format html`` adds to plan."""
+    import shutil
+
+    from flexgraph.cli.plan_cmd import load_spec_and_plan
+    from flexgraph.render.html import plan_page
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    with tempfile.TemporaryDirectory() as folder:
+        pages, ways = {}, {}
+        for strategy in BUILT_IN:
+            spec, plan = load_spec_and_plan(str(QUICKSTART), strategy, [])
+            page = plan_page(plan, checks=spec.resolve_strategy(strategy).checks)
+            pages[strategy] = len(page.encode())
+            timed_copy = Path(folder, f"{strategy}.html")
+            timed_copy.write_text(page.replace("</body>", LAID_OUT + "</body>"))
+            ways[strategy] = functools.partial(_shown_seconds, chromium, timed_copy,
+                                               Path(folder, "profile"))
+        print(f"\nthe plan page of {QUICKSTART.name}, in headless Chromium ({repeats} rounds)")
+        print(f"{'strategy':<10} {'bytes':>8} {'loaded and laid out (s)':>40}")
+        rounds = interleave(ways, repeats) if chromium else None
+        for strategy, size in pages.items():
+            shown = format(rounds.of(strategy), ".3f") if rounds else "no chromium"
+            print(f"{strategy:<10} {size:>8,} {shown:>40}")
+        config = Path(folder, "cfg.py")
+        config.write_text(TORCH_FREE)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        commands = {}
+        for label, target in (("quickstart", str(QUICKSTART)), ("torch-free cfg", str(config))):
+            base = [sys.executable, "-m", "flexgraph", "plan", target, "--strategy", "fsdp"]
+            commands[f"{label}: table"] = base
+            commands[f"{label}: page"] = [*base, "--format", "html", "-o", os.devnull]
+        plans = interleave({label: functools.partial(_timed_process, argv, env)
+                            for label, argv in commands.items()}, repeats)
+        print(f"\nflexgraph plan --strategy fsdp, fresh processes ({repeats} rounds)")
+        for label in ("quickstart", "torch-free cfg"):
+            table, page = plans.of(f"{label}: table", 0), plans.of(f"{label}: page", 0)
+            print(f"{label:<16} table {table.median:.3f} s, page {page.median:.3f} s: page / "
+                  f"table {plans.ratio(f'{label}: page', f'{label}: table', 0)}, in CPU "
+                  f"time {plans.ratio(f'{label}: page', f'{label}: table', 2)}")
+        spec, plan = load_spec_and_plan(str(QUICKSTART), "fsdp", [])
+        checks = spec.resolve_strategy("fsdp").checks
+        drawn = interleave({"page": functools.partial(timed, functools.partial(
+            plan_page, plan, checks=checks))}, repeats)
+        print(f"drawing the fsdp page in the process: "
+              f"{drawn.of('page', 'cpu').median * 1e3:.1f} ms of CPU (median)")
 
 
 def reference_check_seconds(n: int, repeats: int) -> float:
@@ -192,6 +273,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the 1,000-step plan")
     parser.add_argument("--estimate-repeats", type=int, default=5,
                         help="fresh processes per --estimate timing (0: skip)")
+    parser.add_argument("--page-repeats", type=int, default=7,
+                        help="rounds of the plan page's timings (0: skip)")
     args = parser.parse_args()
 
     graphs = {n: (generated_graph(n), generated_strategy(n)) for n in SIZES}
@@ -216,6 +299,8 @@ def main() -> int:
     checked = reference_check_seconds(SIZES[-1], args.repeats)
     print(f"checking {SIZES[-1]} function references (10 modules, cold): "
           f"{checked * 1e3:.1f} ms, {checked / imported:.2f} of the import")
+    if args.page_repeats:
+        page_figures(args.page_repeats)
     if args.estimate_repeats:
         estimate_ratios(args.estimate_repeats)
     if args.profile:

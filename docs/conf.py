@@ -2,8 +2,8 @@
 
 Built by ``make docs`` (HTML and the doctests, warnings as errors). The API
 pages are autodoc over the package faces, so they list what each face's
-``__all__`` lists; the plan pictures are drawn when the docs are built, by
-``_ext/plan_pictures.py`` running ``flexgraph plan --format dot``.
+``__all__`` lists; the plan pages are drawn when the docs are built, by
+``_ext/plan_pictures.py`` running ``flexgraph plan --format html``.
 """
 
 import sys
@@ -22,7 +22,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.doctest",
-    "sphinx.ext.graphviz",
     "sphinx.ext.viewcode",
     "plan_pictures",
 ]
@@ -49,8 +48,6 @@ autodoc_class_signature = "separated"
 # a CheckpointIO method): shown on its base, not again with the base's text.
 autodoc_inherit_docstrings = False
 autodoc_default_options = {"members": True, "show-inheritance": True}
-
-graphviz_output_format = "svg"
 
 # The faces re-export the objects of the modules behind them (flexgraph.Plan is
 # flexgraph.core.plan.Plan), so an unqualified type in a docstring can name more

@@ -1,13 +1,4 @@
-"""What more than one strategy uses: shared rewrites, option checks, memory-model checks.
-
-* :func:`join_process_group`: the ``setup_env`` of a strategy that runs one
-  process per device (DDP, FSDP): it joins the process group.
-* :func:`format_rewrites`: ``checkpoint_format='portable'`` for a strategy
-  whose own format is MMEngine's one ``.pth`` file (single device, DDP).
-* :func:`refuse`: the error for an option a strategy cannot take, naming the
-  strategy and the option (FSDP, DeepSpeed).
-* :func:`refuse_stages`: the error for a ``--compare`` candidate with a stage,
-  for a strategy that has none (the memory models of single, DDP, FSDP).
+"""What more than one strategy uses: shared rewrites, option and stage refusals.
 
 Nothing here imports torch: the rewrites are built when a plan is made.
 """
@@ -30,9 +21,8 @@ def join_process_group(device: str | None, dist_cfg: Mapping[str, Any] | None) -
     Parameters
     ----------
     device : str or None
-        The strategy's ``device`` option (default: CUDA when available, else CPU).
     dist_cfg : mapping or None
-        MMEngine's ``dist_cfg``: ``backend``, ``timeout`` in seconds.
+        MMEngine's: ``backend``, ``timeout`` in seconds.
 
     Returns
     -------
@@ -47,18 +37,13 @@ def join_process_group(device: str | None, dist_cfg: Mapping[str, Any] | None) -
 def format_rewrites(checkpoint_format: str) -> list[Configure]:
     """``checkpoint_format='portable'`` for a strategy whose own format is one ``.pth`` file.
 
-    That file stays the default: MMEngine's own tools read it, and every
-    flexgraph strategy resumes it (its optimizer state renumbered by name).
-
     Parameters
     ----------
-    checkpoint_format : str
-        ``'native'`` (MMEngine's ``.pth``) or ``'portable'``.
+    checkpoint_format : {'native', 'portable'}
 
     Returns
     -------
     list of Configure
-        Nothing for ``'native'``; otherwise the checkpointer configured.
     """
     if checkpoint_format == "native":
         return []
@@ -66,40 +51,28 @@ def format_rewrites(checkpoint_format: str) -> list[Configure]:
 
 
 def refuse(strategy: str, key: str, why: str) -> StrategyOptionError:
-    """The error for option ``key`` of ``strategy``: ``strategy 'fsdp': KEY WHY``.
+    """The error, for the caller to raise, refusing option ``key``: ``strategy 'fsdp': KEY WHY``.
 
     Parameters
     ----------
-    strategy : str
-        The strategy's registry name.
-    key : str
-        The option as the config writes it (``model_wrapper.type``), with its
-        value where that is the culprit.
+    strategy, key : str
     why : str
         Why it is refused, and what to write instead.
 
     Returns
     -------
     StrategyOptionError
-        For the caller to raise.
     """
     return StrategyOptionError(f"strategy {strategy!r}: {key} {why}")
 
 
 def refuse_stages(strategy: str, stage: str | None) -> None:
-    """Refuse a ``--compare`` candidate's stage for ``strategy``, which has none.
+    """Raise ``CandidateError`` for a ``--compare`` candidate's stage: ``strategy`` has none.
 
     Parameters
     ----------
     strategy : str
-        The strategy's registry name.
     stage : str or None
-        The candidate's ``STAGE`` (``NAME[:STAGE][:PRECISION]``); ``None`` passes.
-
-    Raises
-    ------
-    CandidateError
-        ``stage`` is given.
     """
     if stage is None:
         return

@@ -1,13 +1,8 @@
 """DDPStrategy: one process per device, gradients averaged by DistributedDataParallel.
 
-As rewrites: ``setup_env`` is replaced by one that joins the process group
-(gloo on CPU, NCCL on CUDA) and ``wrap_model`` by one that wraps the model.
-``load_checkpoint`` stays before ``wrap_model``: every rank loads the full
-state dict into the bare model, so there are no ``module.`` prefixes to strip
-and the wrapper's first broadcast already carries the loaded weights.
-
-Processes are launched by ``torch.distributed.run`` (``flexgraph run
---nproc-per-node N`` or ``torchrun``); a run started without it is a world of one.
+``load_checkpoint`` stays before ``wrap_model``: every rank loads into the bare
+model, so no ``module.`` prefixes are stripped and the wrapper's first
+broadcast carries the loaded weights.
 """
 
 from __future__ import annotations
@@ -32,32 +27,21 @@ def ddp(
     device: str | None = None,
     checkpoint_format: str = "native",
 ) -> Strategy:
-    """DistributedDataParallel over a torch.distributed process group.
-
-    The parameters follow MMEngine's ``DDPStrategy``.
+    """DistributedDataParallel over a torch.distributed process group (MMEngine's ``DDPStrategy``).
 
     Parameters
     ----------
     model_wrapper : Mapping, optional
-        A dict with ``type`` and wrapper options; default MMEngine's
-        ``MMDistributedDataParallel`` for MMEngine models and torch's
-        ``DistributedDataParallel`` otherwise.
+        ``type`` and options; MMEngine's wrapper for a ``BaseModel``, else torch's.
     sync_bn : str, optional
         ``'torch'`` converts BatchNorm to SyncBatchNorm (CUDA only).
     dist_cfg : Mapping, optional
-        The process group: ``backend`` (NCCL on CUDA, gloo on the CPU by default)
-        and ``timeout`` in seconds.
     device : str, optional
-        The device to train on (default: this rank's GPU when CUDA is available,
-        else the CPU).
     checkpoint_format : {'native', 'portable'}, default 'native'
-        ``'native'``: MMEngine's one ``.pth`` file, which MMEngine itself reads and
-        every flexgraph strategy resumes; ``'portable'``: by parameter name.
 
     Returns
     -------
     Strategy
-        ``ddp``: ``setup_env`` joins the process group, ``wrap_model`` wraps.
     """
     return Strategy(
         DDP.name,
@@ -91,23 +75,13 @@ def wrap_ddp(
     Parameters
     ----------
     model : torch.nn.Module
-        The model, built and initialised.
     env : Env
-        This rank's environment (its device).
     model_wrapper : Mapping
-        The wrapper's config: ``type`` and its options (see :func:`ddp`).
     sync_bn : str, optional
-        ``'torch'`` converts BatchNorm to SyncBatchNorm first.
 
     Returns
     -------
     torch.nn.Module
-        The wrapped model, on ``env.device``.
-
-    Raises
-    ------
-    ConfigError
-        ``sync_bn`` on a CPU run.
     """
     import torch
     from mmengine.model import BaseModel

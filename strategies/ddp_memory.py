@@ -14,10 +14,12 @@ from flexgraph.strategies.common import refuse_stages
 from flexgraph.strategies.names import DDP
 
 from flexgraph.training.estimate import (
+    Allocation,
     SetupMemory,
     StrategyMemory,
     replicated_states,
     whole_model_setup,
+    whole_model_steps,
 )
 
 
@@ -49,3 +51,11 @@ def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_
         return whole_model_setup(census)
     buckets, note = _buckets(census, model_wrapper)
     return whole_model_setup(census, extra=buckets, notes=(note + ", allocated as it wraps",))
+
+
+def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   memory: StrategyMemory, model_wrapper: Mapping[str, Any] | None = None
+                   ) -> tuple[Allocation, ...]:
+    """Built whole on every rank; wrapping it moves it to the device and adds the buckets."""
+    buckets, note = _buckets(census, model_wrapper)
+    return whole_model_steps(census, memory, target_device, extra=buckets, extra_what=note)

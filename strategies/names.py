@@ -1,23 +1,14 @@
 """Each built-in strategy's names, in one table.
 
-A strategy answers to four names: its registry name (``--strategy fsdp``, a
-config's ``strategy=dict(type='fsdp')``, and the name plans attribute rewrites
-to), MMEngine's type name for it (``FSDPStrategy``, so MMEngine configs plan
-unchanged), its factory (the function both names build the strategy with) and
-its memory model (the module ``flexgraph plan --estimate`` imports). They are
-all read from here: each factory takes its :attr:`Strategy.name` and
-:attr:`Strategy.memory_model` from its row, and the entry points of the group
-``flexgraph.strategies`` in ``pyproject.toml``, through which the registry
-finds every strategy, are :func:`entry_points` of this table
-(``tests/strategies/test_names.py`` and ``tests/test_packaging.py`` hold them
-equal). A third-party strategy declares entry points of its own in that group.
+Every factory takes its name and memory model from its row, and the
+``flexgraph.strategies`` entry points in ``pyproject.toml`` are
+:func:`entry_points` of this table (tests hold them equal). A third-party
+strategy declares entry points of its own in that group.
 
 Examples
 --------
 >>> FSDP.alias, FSDP.memory_model
 ('FSDPStrategy', 'flexgraph.strategies.fsdp.memory')
->>> entry_points()["DDPStrategy"]
-'flexgraph.strategies.ddp:ddp'
 """
 
 from __future__ import annotations
@@ -36,17 +27,13 @@ class StrategyNames:
     Parameters
     ----------
     name : str
-        Its registry name: ``--strategy``, a config's ``strategy=dict(type=...)``,
-        and the :attr:`Strategy.name` plans print.
+        Its registry name (``--strategy``, ``strategy=dict(type=...)``).
     alias : str
-        MMEngine's type name for the same strategy (``'DDPStrategy'``),
-        registered beside ``name``.
+        MMEngine's type name for it, so MMEngine configs plan unchanged.
     factory : str
-        ``'module:function'``: the function building its
-        :class:`~flexgraph.Strategy`, which both names point to.
+        ``'module:function'`` building its :class:`~flexgraph.Strategy`.
     memory_model : str
-        The module of its memory model (``candidate_options`` and
-        ``estimate_memory``): its :attr:`Strategy.memory_model`.
+        The module with its ``candidate_options`` and ``estimate_memory``.
     """
 
     name: str
@@ -72,7 +59,6 @@ def entry_points() -> dict[str, str]:
     Returns
     -------
     dict of str to str
-        Each name and each alias -> its factory (``'module:function'``), as
-        ``pyproject.toml`` lists them.
+        Each name and alias -> its factory.
     """
     return {key: row.factory for row in BUILT_IN for key in (row.name, row.alias)}

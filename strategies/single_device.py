@@ -1,8 +1,4 @@
-"""SingleDeviceStrategy: one process, one device.
-
-The standard graph already is the single-device graph, so this strategy only
-binds the device when one is asked for.
-"""
+"""SingleDeviceStrategy: one process, one device; the standard graph already is its graph."""
 
 from __future__ import annotations
 
@@ -19,15 +15,11 @@ def single_device(device: str | None = None, checkpoint_format: str = "native") 
     Parameters
     ----------
     device : str, optional
-        The device to train on.
     checkpoint_format : {'native', 'portable'}, default 'native'
-        ``'native'``: MMEngine's ``.pth``; ``'portable'``: by parameter name,
-        resumable under every strategy.
 
     Returns
     -------
     Strategy
-        ``single``: the base graph, configured.
     """
     rewrites = [Configure("setup_env", {"device": device})] if device else []
     rewrites += format_rewrites(checkpoint_format)

@@ -9,10 +9,12 @@ from flexgraph.strategies.common import refuse_stages
 from flexgraph.strategies.names import SINGLE
 
 from flexgraph.training.estimate import (
+    Allocation,
     SetupMemory,
     StrategyMemory,
     replicated_states,
     whole_model_setup,
+    whole_model_steps,
 )
 
 
@@ -34,3 +36,9 @@ def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_
                    **_: Any) -> SetupMemory:
     """The whole model, built and initialised on the host."""
     return whole_model_setup(census)
+
+
+def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   memory: StrategyMemory, **_: Any) -> tuple[Allocation, ...]:
+    """Built whole on the host; ``wrap_model`` moves it to the device."""
+    return whole_model_steps(census, memory, target_device)

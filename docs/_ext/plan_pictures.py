@@ -1,47 +1,43 @@
-"""Plan pictures drawn when the docs are built: ``flexgraph plan --format dot``, shown by graphviz.
+"""Plan pages drawn when the docs are built: ``flexgraph plan --format html``, embedded.
 
 The directive ``flexgraph-plan`` runs the ``flexgraph plan`` of the interpreter
-that builds the docs (``python -m flexgraph``, from the repository root) and
-hands its dot text to :mod:`sphinx.ext.graphviz`, so a picture is always the
-plan the code makes today, never a stale image::
+that builds the docs (``python -m flexgraph``, from the repository root), writes
+the page it prints next to the built pages (``_plans/``) and embeds it at full
+size, with a link to open it alone, so a picture is always the plan the code
+makes today, never a stale image::
 
     .. flexgraph-plan:: examples/quickstart.py
        :strategy: fsdp
        :cfg-options: strategy.skip_init_weights=True
        :caption: The quickstart under FSDP
 
-A plan that fails (a renamed example, an unknown strategy) fails the build
-at the directive's line, with the command and its error. Planning imports no
-torch: each picture costs a fraction of a second.
-
-Drawing needs Graphviz's ``dot`` (Debian's ``graphviz``). Where it is missing,
-a developer's build shows each plan as its dot text instead, and says so once;
-under CI (``CI`` set in the environment) a missing ``dot`` fails the build, so
-the published pictures are never quietly left out.
+A plan that fails (a renamed example, an unknown strategy) fails the build at
+the directive's line, with the command and its error. Planning imports no torch
+and the page is drawn by flexgraph itself: no program beyond the docs' own
+Python packages is needed.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import hashlib
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 from typing import ClassVar
 
 from docutils import nodes
-from docutils.parsers.rst import directives
+from docutils.parsers.rst import Directive, directives
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
-from sphinx.ext.graphviz import Graphviz
-from sphinx.util import logging
 
-logger = logging.getLogger(__name__)
+PAGES = "_plans"
+"""The folder of the built docs that holds the pages."""
 
 
-def plan_dot(root: Path, config: str, strategy: str | None, cfg_options: list[str]) -> str:
-    """Return the dot text ``flexgraph plan CONFIG --format dot`` prints.
+def plan_page(root: Path, config: str, strategy: str | None, cfg_options: list[str]) -> str:
+    """Return the page ``flexgraph plan CONFIG --format html`` prints.
 
     Parameters
     ----------
@@ -57,14 +53,14 @@ def plan_dot(root: Path, config: str, strategy: str | None, cfg_options: list[st
     Returns
     -------
     str
-        The ``digraph`` text.
+        The HTML page.
 
     Raises
     ------
     ExtensionError
         ``flexgraph plan`` exited non-zero; the message holds its command and stderr.
     """
-    command = [sys.executable, "-m", "flexgraph", "plan", config, "--format", "dot"]
+    command = [sys.executable, "-m", "flexgraph", "plan", config, "--format", "html"]
     if strategy:
         command += ["--strategy", strategy]
     if cfg_options:
@@ -76,51 +72,47 @@ def plan_dot(root: Path, config: str, strategy: str | None, cfg_options: list[st
     return done.stdout
 
 
-class FlexgraphPlan(Graphviz):
-    """``.. flexgraph-plan:: CONFIG``: the graphviz directive, its dot from ``flexgraph plan``."""
+class FlexgraphPlan(Directive):
+    """``.. flexgraph-plan:: CONFIG``: the plan page of CONFIG, embedded at full size."""
 
     has_content = False
     required_arguments = 1
-    optional_arguments = 0
     option_spec: ClassVar = {
-        **Graphviz.option_spec,
         "strategy": directives.unchanged,
         "cfg-options": directives.unchanged,
+        "caption": directives.unchanged,
+        "height": directives.positive_int,
     }
 
-    def run(self):
-        root = Path(self.env.app.confdir).parent
+    def run(self) -> list[nodes.Node]:
+        env = self.state.document.settings.env
+        root = Path(env.app.confdir).parent
         config = self.arguments[0]
-        self.env.note_dependency(str(root / config))
+        env.note_dependency(str(root / config))
+        strategy, options = self.options.get("strategy"), self.options.get("cfg-options", "")
         try:
-            dot = plan_dot(root, config, self.options.get("strategy"),
-                           self.options.get("cfg-options", "").split())
+            page = plan_page(root, config, strategy, options.split())
         except ExtensionError as error:  # an error at this directive's line fails the build
             raise self.error(str(error)) from None
-        if shutil.which(self.config.graphviz_dot) is None:
-            return self._without_dot(config, dot)
-        self.arguments = []
-        self.options.setdefault("alt", f"flexgraph plan {config} "
-                                       f"--strategy {self.options.get('strategy', '(its own)')}")
-        self.content = StringList(dot.splitlines(), source=f"flexgraph plan {config}")
-        return super().run()
-
-    def _without_dot(self, config: str, dot: str) -> list[nodes.Node]:
-        """The plan as dot text, where Graphviz cannot draw it (never under CI)."""
-        missing = (f"Graphviz's {self.config.graphviz_dot!r} is not installed "
-                   "(apt-get install graphviz)")
-        if os.environ.get("CI"):
-            raise self.error(f"{missing}: the plan pictures cannot be drawn")
-        if not getattr(self.env, "_flexgraph_plan_said_no_dot", False):
-            logger.info("flexgraph-plan: %s; plans are shown as dot text", missing)
-            self.env._flexgraph_plan_said_no_dot = True
-        block = nodes.literal_block(dot, dot, language="text")
+        key = hashlib.sha256(f"{config} {strategy} {options}".encode()).hexdigest()[:8]
+        name = f"{Path(config).stem}-{strategy or 'config'}-{key}.html"
+        folder = Path(env.app.outdir) / PAGES
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(page, encoding="utf-8")
+        src = "../" * env.docname.count("/") + f"{PAGES}/{name}"
         caption = self.options.get("caption", f"flexgraph plan {config}")
-        return [nodes.paragraph(text=f"{caption} (as dot text: {missing})"), block]
+        title = f"flexgraph plan {config} --strategy {strategy or '(its own)'}"
+        html = (f'<figure class="flexgraph-plan"><iframe src="{src}" title="{escape(title)}" '
+                f'style="width:100%;height:{self.options.get("height", 720)}px;'
+                'border:1px solid #ccc" loading="lazy"></iframe>'
+                f'<figcaption><a href="{src}">open this page alone</a></figcaption></figure>')
+        said = nodes.container(classes=["flexgraph-plan-caption"])
+        self.state.nested_parse(StringList([caption], source=f"flexgraph plan {config}"),
+                                self.content_offset, said)
+        return [nodes.raw("", html, format="html"), *said.children]
 
 
 def setup(app: Sphinx) -> dict[str, object]:
-    """Register the ``flexgraph-plan`` directive (graphviz must be loaded too)."""
-    app.setup_extension("sphinx.ext.graphviz")
+    """Register the ``flexgraph-plan`` directive."""
     app.add_directive("flexgraph-plan", FlexgraphPlan)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -56,7 +56,9 @@ def print_renderable(renderable: RenderableType, file: IO[str] | None = None) ->
 
     On a terminal this is ``Console.print``. Otherwise the renderable is drawn
     on a plain console (see :func:`stdout_console`) and written with the
-    padding rich adds at line ends removed.
+    padding rich adds at line ends removed. Lines are never cropped: a table
+    that cannot fit without breaking a name is drawn wider, and wraps where
+    it is shown.
 
     Parameters
     ----------
@@ -66,8 +68,8 @@ def print_renderable(renderable: RenderableType, file: IO[str] | None = None) ->
     file = file if file is not None else sys.stdout
     console = stdout_console(file)
     if console.is_terminal:
-        console.print(renderable)
+        console.print(renderable, crop=False)
         return
     buffer = io.StringIO()
-    stdout_console(buffer).print(renderable)
+    stdout_console(buffer).print(renderable, crop=False)
     file.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))

@@ -11,9 +11,13 @@ from __future__ import annotations
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.executor import StepFailedError
 
-__all__ = ["DEBUG_HINT", "describe_error"]
+__all__ = ["DEBUG_HINT", "UsageError", "describe_error"]
 
 DEBUG_HINT = "(run with --debug to see the traceback)"
+
+
+class UsageError(FlexgraphError, ValueError):
+    """Flags that argparse accepts one by one but not together (exit 2)."""
 
 
 def _one_line(text: str) -> str:

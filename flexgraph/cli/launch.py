@@ -142,23 +142,23 @@ class _RankErrorHandler(ErrorHandler):
         os.replace(partial, path)
 
 
-def run_as_rank(run: Callable[[Sequence[Any]], int], launch: LaunchFacts, *,
+def run_as_rank(run: Callable[[], int], report: RankReport, *, to_launcher: bool,
                 debug: bool) -> int:
-    """Run ``run(hooks)`` as one rank of a launched group (``launch``: how it was started).
+    """Run ``run()`` as one rank of a launched group; ``report`` is its executor hook.
 
-    A failure is written to the rank's torch elastic error file. Under this
-    launcher the rank then exits with the failure's status and prints nothing
-    (``debug``, ``--debug``: its traceback), since the launcher reports it once
-    for all ranks; under plain ``torchrun`` it propagates and is printed as usual.
+    A failure is written to the rank's torch elastic error file. Under
+    flexgraph's launcher (``to_launcher``) the rank then exits with the
+    failure's status and prints nothing (``debug``, ``--debug``: its
+    traceback), since the launcher reports it once for all ranks; under plain
+    ``torchrun`` it propagates and is printed as usual.
     """
-    report = RankReport(launch.progress)
     handler = _RankErrorHandler(report)
     handler.initialize()  # torch's: a fatal signal (segfault) prints its traceback
     try:
-        return run([report])
+        return run()
     except Exception as exc:
         handler.record_exception(exc)
-        if launch.handed_down.launcher_pid is None:
+        if not to_launcher:
             raise
         if debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)

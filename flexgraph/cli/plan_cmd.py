@@ -21,33 +21,27 @@ the source alone cannot settle is listed on stderr as a ``note:``.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flexgraph import render as views
 from flexgraph.cli import estimate_cmd
-from flexgraph.cli.choice import default_strategy
 from flexgraph.cli.collector import imports_kept_from_collector
 from flexgraph.cli.console import print_renderable
+from flexgraph.cli.errors import UsageError
 from flexgraph.cli.options import parse_cfg_options
-from flexgraph.core.errors import FlexgraphError
-from flexgraph.core.graph import Graph
+from flexgraph.cli.planning import choose_strategy, derived_plan, load_config, make_run_plan
 from flexgraph.core.plan import Plan
 from flexgraph.core.references import check_references
 
 if TYPE_CHECKING:
+    from flexgraph.core.strategy import Strategy
     from flexgraph.spec import Spec
 
-FORMATS = ("text", "json", "dot", "mermaid")
-
-
-class UsageError(FlexgraphError, ValueError):
-    """Flags that argparse accepts one by one but not together (exit 2)."""
-
+FORMATS = ("text", "json", "dot", "mermaid", "html")
 
 NO_STRATEGY = "none"
 """``--strategy none``: plan the base graph even when the config names a strategy."""
@@ -69,8 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-f",
         choices=FORMATS,
         default="text",
-        help="text (table, default), json (schema flexgraph.plan/1), dot (Graphviz), mermaid",
+        help="text (table, default), json (schema flexgraph.plan/1), dot (Graphviz), mermaid, "
+        "html (one self-contained page; with --estimate or --compare, memory per step)",
     )
+    parser.add_argument("--output", "-o", metavar="FILE",
+                        help="write to FILE instead of stdout (written only if the plan is made)")
     view = parser.add_mutually_exclusive_group()
     view.add_argument(
         "--diff",
@@ -89,46 +86,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="override config keys, mmengine style (a.b=1 c=[1,2]); repeatable",
     )
     estimate_cmd.add_arguments(parser)
-
-
-def _standard_graph(cfg: Any, entry: str) -> Graph:
-    """The standard training graph, imported only for a cfg.py without ``steps``.
-
-    Lazily, because the training package may import torch: a YAML spec or a
-    pipeline script never needs it, and planning one must stay light.
-    """
-    from flexgraph.training.graph import standard_graph
-
-    return standard_graph(cfg, entry=entry)
-
-
-def load_config(config: str, cfg_options: Mapping[str, Any] | None = None, *,
-                entry: str = "train") -> Spec:
-    """The spec of ``config``, as ``flexgraph plan`` and ``flexgraph run`` both load it.
-
-    Parameters
-    ----------
-    config : str
-        Path of the YAML spec, pipeline script or cfg.py.
-    cfg_options : mapping, optional
-        Config keys to override, parsed (:func:`~flexgraph.cli.options.parse_cfg_options`,
-        plus what ``run``'s own flags set).
-    entry : {"train", "val", "test"}, optional
-        The standard graph's last step, for a training config without ``steps``.
-
-    Returns
-    -------
-    Spec
-
-    Raises
-    ------
-    FlexgraphError
-        The spec layer's error for a config it cannot load.
-    """
-    from flexgraph.spec import load_spec
-
-    return load_spec(Path(config), cfg_options=dict(cfg_options or {}) or None,
-                     default_graph=functools.partial(_standard_graph, entry=entry))
 
 
 def checkpoint_notes(cfg: Any, plan: Plan) -> dict[str, str]:
@@ -178,42 +135,6 @@ def pruning_notes(cfg: Any, strategy: Any, plan: Plan) -> dict[str, str]:
                             f"state_dict entry (flexgraph plan --estimate says whether)"}
 
 
-def derived_plan(spec: Spec, strategy: Any, plan: Plan, load_from: str | None,
-                 targets: tuple[str, ...] = ()) -> tuple[Plan, dict[str, Any]]:
-    """``plan`` with the rewrites a run derives from its files, and what to say about them.
-
-    What ``flexgraph run`` does before it runs, and ``plan --estimate`` shows
-    (see :func:`flexgraph.training.checkpoint.derive_from_weights`): imports
-    torch, builds the model on the meta device, reads each file's index.
-
-    Parameters
-    ----------
-    spec, strategy, plan:
-        The spec, its strategy (a :class:`~flexgraph.Strategy`) and the plan made of them.
-    load_from:
-        What ``load_checkpoint`` loads (``RunSettings.weights_to_load()``).
-    targets:
-        The plan's targets (an entry point's), kept in the derived plan.
-
-    Returns
-    -------
-    tuple of (Plan, dict)
-        The plan (``plan`` itself when nothing is derived), and
-        ``{"pruned": {step: reason}, "notes": {step: line}}`` with the empty
-        parts left out.
-    """
-    if spec.cfg is None or strategy is None or not strategy.prunable:
-        return plan, {}
-    from flexgraph.render import pruned_steps
-    from flexgraph.training.checkpoint import derive_from_weights
-
-    derivation = derive_from_weights(spec.cfg, load_from, strategy.prunable)
-    if derivation.rewrites:
-        plan = spec.plan(strategy, targets=targets, derived=derivation.rewrites)
-    said = {"pruned": pruned_steps(plan), "notes": dict(derivation.notes)}
-    return plan, {k: v for k, v in said.items() if v}
-
-
 def _load_from(spec: Spec) -> str | None:
     from flexgraph.training.config import read_settings
 
@@ -259,19 +180,12 @@ def load_spec_and_plan(config: str, strategy: str | None, cfg_options: list[str]
                        ) -> tuple[Spec, Plan]:
     """:func:`load_plan`, with the spec it planned."""
     spec = load_config(config, parse_cfg_options(cfg_options))
-    return spec, _plan_of(spec, strategy)
+    return spec, make_run_plan(spec, _strategy_of(spec, strategy))
 
 
-def _plan_of(spec: Spec, strategy: str | None) -> Plan:
-    if strategy != NO_STRATEGY:
-        return spec.plan(strategy=strategy or default_strategy(spec))
-    from flexgraph.core.plan import make_plan
-    from flexgraph.spec.errors import restate
-
-    try:
-        return make_plan(spec.graph)
-    except FlexgraphError as exc:
-        raise restate(exc, str(spec.source)) from exc
+def _strategy_of(spec: Spec, name: str | None) -> Strategy | None:
+    """The strategy ``--strategy`` names (``none``: no strategy at all)."""
+    return None if name == NO_STRATEGY else choose_strategy(spec, name)
 
 
 def render(plan: Plan, args: argparse.Namespace, notes: dict[str, str] | None = None) -> None:
@@ -296,25 +210,43 @@ def render(plan: Plan, args: argparse.Namespace, notes: dict[str, str] | None = 
 
 def plan_command(args: argparse.Namespace) -> int:
     """Run ``flexgraph plan``; return the exit status (errors propagate to main)."""
+    if args.output:  # what stdout would get, written to the file once the plan is made
+        import contextlib
+        import io
+
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            status = _plan_command(args)
+        Path(args.output).write_text(buffer.getvalue(), encoding="utf-8")
+        return status
+    return _plan_command(args)
+
+
+def _plan_command(args: argparse.Namespace) -> int:
     if args.format != "text" and (args.diff or args.explain):
         flag = "--diff" if args.diff else "--explain"
         raise UsageError(f"{flag} prints text; drop --format {args.format}")
     estimating = args.estimate or args.compare
     if estimating and (args.diff or args.explain or args.format in ("dot", "mermaid")):
-        raise UsageError("--estimate and --compare print a table (text) or JSON; drop "
-                         "--diff / --explain / --format dot|mermaid")
+        raise UsageError("--estimate and --compare print a table (text), JSON or a page "
+                         "(html); drop --diff / --explain / --format dot|mermaid")
     if args.estimate and args.compare:
         raise UsageError("--compare estimates every candidate it names; drop --estimate")
     if args.strategy == estimate_cmd.AUTO:
         return _plan_auto(args)
     if estimating:
         return _plan_estimate(args)
-    spec, plan = load_spec_and_plan(args.config, args.strategy, args.cfg_options)
+    spec = load_config(args.config, parse_cfg_options(args.cfg_options))
+    strategy = _strategy_of(spec, args.strategy)
+    plan = make_run_plan(spec, strategy)
     for unchecked in check_references(plan):
         print(f"note: {unchecked}", file=sys.stderr)
-    strategy = None if args.strategy == NO_STRATEGY else spec.resolve_strategy(
-        args.strategy or default_strategy(spec))
     notes = {**checkpoint_notes(spec.cfg, plan), **pruning_notes(spec.cfg, strategy, plan)}
+    if args.format == "html":
+        from flexgraph.cli.plan_page import page_of_plan
+
+        sys.stdout.write(page_of_plan(plan, strategy, args.config))
+        return 0
     render(plan, args, notes)
     return 0
 
@@ -345,16 +277,25 @@ def _plan_estimate(args: argparse.Namespace) -> int:
     """``--estimate`` (the plan's strategy) or ``--compare`` (the candidates named)."""
     with imports_kept_from_collector() as imports_done:
         spec = _load_for_estimate(args, imports_done)
-        strategy, derived = None, {}
+        strategy, derived, plan = None, {}, None
         if not args.compare:
-            strategy = spec.resolve_strategy(args.strategy or default_strategy(
-                spec, args.world_size or 1))
+            strategy = choose_strategy(spec, args.strategy, args.world_size or 1)
             # the plan estimated is one that plans, with what the run derives from its files
-            _, derived = derived_plan(spec, strategy, spec.plan(strategy),
-                                      _load_from(spec))
+            plan, derived = derived_plan(spec, strategy, _load_from(spec))
         report = estimate_cmd.estimate_report(spec, strategy, args)
         if derived:
             report["plan"] = derived
+        if args.format == "html":
+            from flexgraph.cli import plan_page
+
+            if args.compare:
+                load_from = _load_from(spec)
+                sys.stdout.write(plan_page.page_of_candidates(
+                    spec, report, args.config, args.compare,
+                    lambda s: derived_plan(spec, s, load_from)[0]))
+            else:
+                sys.stdout.write(plan_page.page_of_plan(plan, strategy, args.config, report))
+            return 0
         _print_estimate(report, args)
     return 0
 
@@ -369,7 +310,7 @@ def _plan_auto(args: argparse.Namespace) -> int:
         strategy, report, _ = estimate_cmd.choose_auto(
             spec, args.world_size or 1, args.device_memory, host_memory=args.host_memory,
             per_node=args.nproc_per_node)
-    plan, derived = derived_plan(spec, strategy, spec.plan(strategy), _load_from(spec))
+    plan, derived = derived_plan(spec, strategy, _load_from(spec))
     if derived:
         report["plan"] = derived
     if args.format == "json":
@@ -378,6 +319,13 @@ def _plan_auto(args: argparse.Namespace) -> int:
         plan_dict = json.loads(views.plan_json(plan))
         plan_dict["estimate"] = report
         sys.stdout.write(json.dumps(plan_dict, indent=2, sort_keys=True) + "\n")
+        return 0
+    if args.format == "html":  # the chosen candidate's page
+        from flexgraph.cli.plan_page import page_of_plan
+
+        chosen = [r for r in report["candidates"] if r["candidate"] == report["auto"]["choice"]]
+        sys.stdout.write(page_of_plan(plan, strategy, args.config,
+                                      {**report, "candidates": chosen}))
         return 0
     render(plan, args)
     print_renderable(views.estimate_view(report))

@@ -23,30 +23,44 @@ the training stack's imports (0.5 to 1.5 s of CPU, measured on the test
 configs). A module that is found but fails to import is reported by the ranks,
 as one process reports it (exit 2, never restarted).
 
-The launched copies read the same config with the same arguments and the same
-world size, so they plan what the launcher planned; to make that a checked
-fact rather than a hope, the launcher hands them the digest of its plan
-(``FLEXGRAPH_PLAN_DIGEST``) and a copy whose plan differs refuses to run.
+Each process plans once (:mod:`flexgraph.cli.planning`): a process that runs the
+plan derives the rewrites its files call for first, then plans with them; a
+launcher, which builds no model, plans without them. The launched copies read
+the same config with the same arguments and the same world size, so they plan
+what the launcher planned; to make that a checked fact rather than a hope, the
+launcher hands them the digest of what its plan is made of
+(``FLEXGRAPH_PLAN_DIGEST``: :func:`~flexgraph.cli.planning.plan_digest`), and a
+copy whose digest differs refuses to run before it derives or plans anything.
+
+The run's context (:class:`~flexgraph.training.output.RunContext`) is made
+once, in the process that runs the plan, from the facts gathered on the way:
+the launch, the plan, the work_dir's record.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import functools
 import json
 import os
-import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
-from flexgraph.cli.choice import default_strategy
 from flexgraph.cli.collector import imports_kept_from_collector
+from flexgraph.cli.errors import UsageError
 from flexgraph.cli.forked_ranks import START_METHODS
-from flexgraph.cli.plan_cmd import load_config
+from flexgraph.cli.planning import (
+    choose_strategy,
+    derived_plan,
+    load_config,
+    make_run_plan,
+    plan_digest,
+)
 from flexgraph.cli.slurm import LAUNCHERS, resume_after_requeue
 from flexgraph.core.errors import FlexgraphError
+from flexgraph.core.executor import RunResult
 from flexgraph.core.plan import Plan
 from flexgraph.core.references import check_references, resolve_functions, resolve_unchecked
 from flexgraph.core.strategy import Strategy
@@ -188,27 +202,26 @@ def _world_size(args: argparse.Namespace) -> int:
     return args.nproc_per_node * nodes
 
 
-def _load(args: argparse.Namespace, launch: LaunchFacts) -> tuple[Any, Strategy | None,
-                                                                    RunContext]:
-    """Load the spec, take this process's place in the launch, and choose the strategy
-    (checked against the world size).
+def _read_settings(spec: Any) -> Any:
+    """A training config's settings, read once and checked before anything is planned
+    (``None`` for a pipeline): what the run derives from its files, its work_dir, its
+    stop signals."""
+    if spec.cfg is None:
+        return None
+    from flexgraph.training.config import check_paths, read_settings
 
-    Returns the spec, the strategy and the run's context as far as it is known
-    before planning: the rank, the world size and the launch's facts.
-    """
-    resume = args.resume
-    if args.launcher != "none":
-        resume = resume_after_requeue(resume, os.environ)
-    spec = load_config(args.config, _cfg_options(args, resume), entry=args.entry)
-    launch = _choose_launch(args, spec, attrs.evolve(launch, resume=resume))
-    context = RunContext(rank=int(os.environ.get("RANK", 0)), world_size=_world_size(args),
-                         launch=launch)
-    world = context.world_size
+    settings = read_settings(spec.cfg)
+    check_paths(settings)
+    return settings
+
+
+def _choose_strategy(args: argparse.Namespace, spec: Any, world: int, handed_down: LaunchEnv,
+                     launched: bool) -> tuple[Strategy | None, AutoChoice | None, Any]:
+    """The strategy (checked against the world size), and for ``--strategy auto`` its
+    choice and the estimate it was chosen by."""
     if args.strategy == "auto" and spec.cfg is not None:
-        strategy, auto, estimate = _choose_auto(args, spec, context)
-        return spec, strategy, attrs.evolve(
-            context, launch=attrs.evolve(launch, auto=auto, estimate=estimate))
-    strategy = spec.resolve_strategy(args.strategy or default_strategy(spec, world))
+        return _choose_auto(args, spec, world, handed_down, launched)
+    strategy = choose_strategy(spec, args.strategy, world)
     if strategy is not None and strategy.world_size == "one" and world > 1:
         from flexgraph.core.strategy import StrategyOptionError
 
@@ -216,11 +229,11 @@ def _load(args: argparse.Namespace, launch: LaunchFacts) -> tuple[Any, Strategy 
             f"strategy {strategy.name!r} runs one process but the world size is {world}; "
             "use --strategy ddp"
         )
-    return spec, strategy, context
+    return strategy, None, None
 
 
-def _choose_auto(args: argparse.Namespace, spec: Any, context: RunContext
-                 ) -> tuple[Strategy, AutoChoice, Any]:
+def _choose_auto(args: argparse.Namespace, spec: Any, world: int, handed_down: LaunchEnv,
+                 launched: bool) -> tuple[Strategy, AutoChoice, Any]:
     """``--strategy auto``: estimate, choose, and say so (the launcher's ranks take its choice).
 
     Returns the strategy, the choice (the work_dir's config records its
@@ -232,21 +245,20 @@ def _choose_auto(args: argparse.Namespace, spec: Any, context: RunContext
     from flexgraph.cli.console import stdout_console
     from flexgraph.render import estimate_view
 
-    handed_down = context.launch.handed_down
     strategy, report, candidate = estimate_cmd.choose_auto(
-        spec, context.world_size, args.device_memory, chosen=handed_down.auto_choice,
+        spec, world, args.device_memory, chosen=handed_down.auto_choice,
         host_memory=args.host_memory, per_node=args.nproc_per_node)
     estimate = RunEstimate.from_report(report, candidate.label) if report else None
     auto = AutoChoice(label=candidate.label, strategy={"type": candidate.name, **candidate.options},
                       reason=report.get("auto", {}).get("reason") or handed_down.auto_reason)
-    if report and not context.launch.launched:
+    if report and not launched:
         stdout_console().print(estimate_view(report))
     return strategy, auto, estimate
 
 
-def _choose_launch(args: argparse.Namespace, spec: Any, launch: LaunchFacts) -> LaunchFacts:
-    """Take this process's place from SLURM where it launched it (see
-    :mod:`flexgraph.cli.slurm`); say what launched it and where this process stands."""
+def _choose_launch(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
+    """This process's place in the launch (the :class:`LaunchFacts` of it): taken from
+    SLURM where it launched it (see :mod:`flexgraph.cli.slurm`); what launched it."""
     from flexgraph.cli.slurm import become_slurm_rank, choose_launcher, slurm_node
 
     launched_by, node = None, None
@@ -267,46 +279,19 @@ def _choose_launch(args: argparse.Namespace, spec: Any, launch: LaunchFacts) -> 
               "master_port": node.master_port} if node else
              {"node_rank": args.node_rank, "master_addr": args.master_addr,
               "master_port": args.master_port})
-    return attrs.evolve(launch, launched_by=launched_by, launches_ranks=_is_launcher(args),
-                        launched=_is_launched(), **place)
+    return {"launched_by": launched_by, "launches_ranks": _is_launcher(args),
+            "launched": _is_launched(), **place}
 
 
-def plan_digest(plan_text: str) -> str:
-    """A digest of everything the plan says (its ``flexgraph plan -f json`` text).
-
-    Object addresses in parameter reprs (``<... at 0x7f...>``) differ between
-    processes without meaning anything, so they are left out.
-    """
-    return hashlib.sha256(re.sub(r" at 0x[0-9a-fA-F]+", "", plan_text).encode()).hexdigest()[:16]
-
-
-def _check_launched_plan(plan_text: str, context: RunContext) -> None:
+def _check_launched_plan(digest: str, handed_down: LaunchEnv, rank: int) -> None:
     """Refuse to run a plan other than the one the launcher handed down the digest of."""
-    expected = context.launch.handed_down.plan_digest
-    if expected and plan_digest(plan_text) != expected:
+    expected = handed_down.plan_digest
+    if expected and digest != expected:
         raise PlanMismatchError(
-            f"rank {context.rank} planned differently from its launcher (plan digest "
-            f"{plan_digest(plan_text)}, launcher's {expected}); the config or the files it "
-            f"imports differ between the launcher and this process"
+            f"rank {rank} planned differently from its launcher (plan digest {digest}, "
+            f"launcher's {expected}); the config or the files it imports differ between "
+            f"the launcher and this process"
         )
-
-
-class _StartupReport:
-    """Executor hook: prints the setup steps' timings right before the last step."""
-
-    def __init__(self, plan: Any, console: Any) -> None:
-        self.last = plan.order[-1]
-        self.console = console
-        self.records: list[Any] = []
-
-    def after_step(self, step: Any, context: Any, record: Any) -> None:
-        self.records.append(record)
-
-    def before_step(self, step: Any, context: Any) -> None:
-        if step.name == self.last and self.records:
-            from flexgraph.render import timings_table
-
-            self.console.print(timings_table(self.records))
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -316,17 +301,18 @@ def run_command(args: argparse.Namespace) -> int:
         from flexgraph.cli.watchdog import die_with_parent
 
         die_with_parent()
-    launch = LaunchFacts(handed_down=handed_down, progress=open_progress(
-        handed_down.progress_dir, int(os.environ.get("RANK", 0))))
-    if _is_launched():  # a rank: its errors go to its launcher (flexgraph.cli.launch)
-        from flexgraph.cli.launch import run_as_rank
+    progress = open_progress(handed_down.progress_dir, int(os.environ.get("RANK", 0)))
+    if not _is_launched():
+        return _run(args, (), handed_down, progress)
+    from flexgraph.cli.launch import RankReport, run_as_rank
 
-        return run_as_rank(lambda hooks: _run(args, hooks, launch), launch, debug=args.debug)
-    return _run(args, launch=launch)
+    report = RankReport(progress)  # a rank: its errors go to its launcher (flexgraph.cli.launch)
+    return run_as_rank(functools.partial(_run, args, [report], handed_down, progress), report,
+                       to_launcher=handed_down.launcher_pid is not None, debug=args.debug)
 
 
 def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
-         launch: LaunchFacts | None = None) -> int:
+         handed_down: LaunchEnv | None = None, progress: Any = None) -> int:
     """Plan, then launch the ranks or run the plan here.
 
     Parameters
@@ -335,86 +321,116 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
         The parsed command line (read only).
     hooks : sequence, default ()
         Executor hooks (a launched rank's report).
-    launch : LaunchFacts, optional
-        What is known of the launch before the config is read (what a launcher
-        handed down, the progress record); ``None``: nothing (no launcher).
+    handed_down : LaunchEnv, optional
+        What a launcher handed this process (``None``: no launcher).
+    progress : Progress, optional
+        The progress record this rank keeps for its launcher.
 
     Returns
     -------
     int
         The exit status.
     """
-    from flexgraph.render.json_view import plan_json
-
     # What loading and planning import stays out of the collector's scans (see collector.py).
     with imports_kept_from_collector() as imports_done:
-        spec, strategy, context = _load(args, launch or LaunchFacts())
-        plan = spec.plan(strategy, targets=() if args.entry == "train" else (args.entry,))
-        unchecked = check_references(plan)  # fail fast: a typo is found before any import,
-        if context.launch.launches_ranks and not args.dry_run:
-            resolve_unchecked(unchecked)  # then what only an import settles, before any rank
-        else:
-            resolve_functions(plan)  # or every function, before any step runs
-        imports_done()
-        plan_text = plan_json(plan)  # once: the launch's digest, each rank's check, the record
-        estimate = _run_estimate(args, spec, strategy, context)
-        context = attrs.evolve(context, plan=json.loads(plan_text),
-                               launch=attrs.evolve(context.launch, estimate=estimate))
-        return _execute(args, hooks, spec, strategy, plan, plan_text, context)
+        prepared = prepare_run(args, args.config, handed_down or LaunchEnv(), progress,
+                               imports_done)
+        if prepared.launching:
+            return _launch_ranks(args, prepared.strategy, prepared.plan, prepared.digest,
+                                 prepared.place.launch, prepared.settings)
+        return _execute(args, hooks, prepared)
 
 
-def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None,
-                  context: RunContext) -> RunEstimate | None:
+@attrs.frozen
+class _Place:
+    """This process's place in the run: its rank, the world size, its launch's facts."""
+
+    rank: int
+    world_size: int
+    launch: LaunchFacts
+
+
+@attrs.frozen
+class PreparedRun:
+    """What a process settled before anything runs: the spec, its strategy and plan
+    (``derived``: what the run's files changed in it), the settings, the digest
+    handed to ranks, whether this process only launches, and its place."""
+
+    spec: Any
+    strategy: Strategy | None
+    plan: Plan
+    derived: dict[str, Any]
+    settings: Any
+    digest: str
+    launching: bool
+    place: _Place
+
+
+def prepare_run(args: argparse.Namespace, config: Any, handed_down: LaunchEnv, progress: Any,
+                imports_done: Callable[[], None]) -> PreparedRun:
+    """Load ``config`` (a path, or a Config already read), choose the strategy, plan and
+    check it, as ``flexgraph run`` does; ``imports_done`` is called once the plan's
+    functions are imported (:func:`~flexgraph.cli.collector.imports_kept_from_collector`)."""
+    resume = args.resume
+    if args.launcher != "none":
+        resume = resume_after_requeue(resume, os.environ)
+    spec = load_config(config, _cfg_options(args, resume), entry=args.entry)
+    where = _choose_launch(args, spec)
+    rank, world = int(os.environ.get("RANK", 0)), _world_size(args)
+    strategy, auto, estimate = _choose_strategy(args, spec, world, handed_down,
+                                                where["launched"])
+    targets = () if args.entry == "train" else (args.entry,)
+    digest = plan_digest(spec, strategy, targets)
+    launching = where["launches_ranks"] and not args.dry_run
+    if not launching:
+        _check_launched_plan(digest, handed_down, rank)
+    settings = _read_settings(spec)
+    if launching or settings is None:  # a launcher builds no model: it derives nothing
+        plan, derived = make_run_plan(spec, strategy, targets=targets), {}
+    else:
+        plan, derived = derived_plan(spec, strategy, settings.weights_to_load(), targets)
+    unchecked = check_references(plan)  # fail fast: a typo is found before any import,
+    if launching:
+        resolve_unchecked(unchecked)  # then what only an import settles, before any rank
+    else:
+        resolve_functions(plan)  # or every function, before any step runs
+    imports_done()
+    estimate = _run_estimate(args, spec, strategy, world, handed_down, estimate)
+    launch = LaunchFacts(**where, resume=resume, auto=auto, estimate=estimate,
+                         progress=progress, handed_down=handed_down)
+    return PreparedRun(spec, strategy, plan, derived, settings, digest, launching,
+                       _Place(rank, world, launch))
+
+
+def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None, world: int,
+                  handed_down: LaunchEnv, estimate: RunEstimate | None) -> RunEstimate | None:
     """The estimate this run's memory is measured against, or ``None`` (no cost then).
 
-    ``--strategy auto`` has one already; ``--estimate`` makes one; a launched
-    rank takes its launcher's.
+    ``--strategy auto`` has one already (``estimate``); ``--estimate`` makes
+    one; a launched rank takes its launcher's.
     """
     if args.dry_run or spec.cfg is None:
         return None
-    handed_down = context.launch.handed_down.run_estimate
-    if handed_down:
-        return RunEstimate.from_json(handed_down)
-    if context.launch.estimate is not None or not args.estimate:
-        return context.launch.estimate
+    if handed_down.run_estimate:
+        return RunEstimate.from_json(handed_down.run_estimate)
+    if estimate is not None or not args.estimate:
+        return estimate
     if args.entry != "train":
-        from flexgraph.cli.plan_cmd import UsageError
-
         raise UsageError(f"--estimate is of a training step; drop it with --entry {args.entry}")
     from flexgraph.cli import estimate_cmd
 
-    return estimate_cmd.run_estimate(spec, strategy, context.world_size, args.device_memory,
+    return estimate_cmd.run_estimate(spec, strategy, world, args.device_memory,
                                      host_memory=args.host_memory, per_node=args.nproc_per_node)
 
 
-def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
-             strategy: Strategy | None, plan: Plan, plan_text: str, context: RunContext) -> int:
-    """Launch the ranks, or run the plan in this process (with the work_dir's record)."""
-    from flexgraph.cli.work_dir_owner import own_work_dir, run_id
-    from flexgraph.render.json_view import plan_json
+def _execute(args: argparse.Namespace, hooks: Sequence[Any], prepared: PreparedRun) -> int:
+    """Run the plan here (:func:`execute_run`); a stop on a signal is said and requeued,
+    and a launched rank ends at once."""
     from flexgraph.training.errors import TrainingStopped
-    from flexgraph.training.graph import standard_inputs
 
-    inputs = dict(spec.inputs)
-    if spec.cfg is not None:  # its settings, read once: every step and the launcher take them
-        inputs.update(standard_inputs(spec.cfg, context))
-    settings = inputs.get("settings")
-    stop_signals = settings.stop.signals if settings is not None else ()
-    record_settings = None if args.dry_run or spec.cfg is None else settings
-    launch = context.launch
-    if launch.launches_ranks and not args.dry_run:
-        return _launch_ranks(args, strategy, plan, plan_text, launch, record_settings,
-                             stop_signals)
-    _check_launched_plan(plan_text, context)
-    plan, notes = _derive(args, spec, strategy, plan, settings)
-    if notes.plan_changed:
-        plan_text = plan_json(plan)
-        context = attrs.evolve(context, plan=json.loads(plan_text))
-    this_run = run_id(handed_down=launch.handed_down.run_id)
+    settings, launch = prepared.settings, prepared.place.launch
     try:
-        with own_work_dir(record_settings, owner=context.rank == 0, this_run=this_run) as lock:
-            status = _execute_watched(args, hooks, spec, plan, plan_text, inputs, context,
-                                      record_settings, this_run, lock, notes.lines)
+        execute_run(args, hooks, prepared)
     except TrainingStopped as stop:
         if "TORCHELASTIC_RUN_ID" in os.environ:  # its launcher says it and asks to requeue
             raise
@@ -423,7 +439,7 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         # said before the requeue: SLURM cancels the job's step as it requeues it, and
         # what the step's tasks write after that never reaches the job's output
         status = report_stop(stop)
-        _requeue(args, stop.signal_name, stop_signals)
+        _requeue(args, stop.signal_name, settings.stop.signals if settings is not None else ())
         return status
     # launch.launched was taken before the plan ran: a strategy's setup_env may describe a
     # world of one in the environment
@@ -434,70 +450,22 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], spec: Any,
         if launch.progress is not None:
             launch.progress.finished()  # its launcher tells a finished rank from a vanished one
         leave_process_group()
-        end_launched_rank(status)
-    return status
+        end_launched_rank(0)
+    return 0
 
 
-@attrs.frozen
-class _Derived:
-    """What the run's inputs changed in its plan: whether they did, and the lines saying so."""
+def execute_run(args: argparse.Namespace, hooks: Sequence[Any],
+                prepared: PreparedRun) -> RunResult | None:
+    """Run the plan in this process, in its work_dir (a training config's), which it owns
+    meanwhile; the steps' result (``None`` for a dry run)."""
+    from flexgraph.cli.work_dir_owner import own_work_dir, run_id
 
-    plan_changed: bool = False
-    lines: tuple[str, ...] = ()
-
-
-def _derive(args: argparse.Namespace, spec: Any, strategy: Strategy | None, plan: Plan,
-            settings: Any) -> tuple[Plan, _Derived]:
-    """The plan with the rewrites derived from the run's inputs (``init_weights`` pruned when
-    the files it loads cover the model), and the lines the log gets about them.
-
-    Made here, in each process that runs the plan, never in a launcher: the launcher's
-    plan digest is of the strategy's plan, which every rank checks before deriving; the
-    ranks derive the same rewrites from the same config and files.
-    """
-    if settings is None:
-        return plan, _Derived()
-    from flexgraph.cli.plan_cmd import derived_plan
-    from flexgraph.render import derivation_lines
-
-    targets = () if args.entry == "train" else (args.entry,)
-    derived, said = derived_plan(spec, strategy, plan, settings.weights_to_load(), targets)
-    if derived is not plan:
-        resolve_functions(derived)
-    return derived, _Derived(plan_changed=derived is not plan,
-                             lines=tuple(derivation_lines(said)))
-
-
-def _execute_watched(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
-                     plan_text: str, inputs: dict[str, Any], context: RunContext,
-                     settings: Any, this_run: str, lock: Any, derived: Sequence[str] = ()
-                     ) -> int:
-    """:func:`_execute_here` under the progress watchdog (:mod:`flexgraph.cli.watchdog`),
-    when the run has a work_dir and ``env_cfg.stall_timeout`` is not 0; the watch folder
-    of a run that ended well is removed by the work_dir's owner."""
-    from flexgraph.cli.watchdog import start_watchdog
-    from flexgraph.training.errors import TrainingStopped
-
-    watchdog = None
-    if settings is not None:
-        watchdog = start_watchdog(settings, context, this_run,
-                                  release=lock.release if lock is not None else None)
-    if watchdog is None:
-        status = _execute_here(args, hooks, spec, plan, plan_text, inputs, context, derived)
-        _remove_watch_folder(settings, this_run, lock)
-        return status
-    try:
-        status = _execute_here(args, [*hooks, watchdog], spec, plan, plan_text, inputs,
-                               context, derived)
-    except TrainingStopped:
-        raise
-    except Exception as exc:
-        watchdog.failed(exc)  # ends the process here when another rank failed first
-        raise
-    finally:
-        watchdog.stop()
-    _remove_watch_folder(settings, this_run, lock)
-    return status
+    place = prepared.place
+    this_run = run_id(handed_down=place.launch.handed_down.run_id)
+    with own_work_dir(None if args.dry_run else prepared.settings, owner=place.rank == 0,
+                      this_run=this_run) as lock:
+        return _execute_here(args, hooks, prepared.spec, prepared.plan, prepared.derived,
+                             prepared.settings, place, this_run, lock)
 
 
 def _remove_watch_folder(settings: Any, this_run: str, lock: Any) -> None:
@@ -508,11 +476,13 @@ def _remove_watch_folder(settings: Any, this_run: str, lock: Any) -> None:
 
 
 def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Plan,
-                  plan_text: str, launch: LaunchFacts, record_settings: Any,
-                  stop_signals: Sequence[str]) -> int:
-    """Start the ranks (:mod:`flexgraph.cli.launch`), handing them this launch's facts."""
+                  digest: str, launch: LaunchFacts, settings: Any) -> int:
+    """Start the ranks (:mod:`flexgraph.cli.launch`), handing them this launch's facts and
+    the digest of what the plan is made of."""
     from flexgraph.cli.launch import launch as launch_ranks
     from flexgraph.cli.work_dir_owner import own_work_dir, run_id
+
+    stop_signals = settings.stop.signals if settings is not None else ()
 
     if launch.node_rank == 0 and launch.launched_by != "torch elastic":
         print(f"flexgraph: launching with {launch.launched_by}", flush=True)
@@ -521,22 +491,22 @@ def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Pla
     rendezvous = (f"{launch.master_addr}:{launch.master_port}" if args.nnodes != "1"
                   else None)
     this_run = run_id(rendezvous, handed_down=launch.handed_down.run_id)
-    with own_work_dir(record_settings, owner=launch.node_rank == 0, this_run=this_run,
+    with own_work_dir(settings, owner=launch.node_rank == 0, this_run=this_run,
                       launcher=True):
         auto, estimate = launch.auto, launch.estimate
         handed_down = LaunchEnv(
-            plan_digest=plan_digest(plan_text),
-            run_id=this_run if record_settings is not None else None,
+            plan_digest=digest,
+            run_id=this_run if settings is not None else None,
             auto_choice=auto.label if auto else None,
             auto_reason=auto.reason if auto else None,
             run_estimate=estimate.to_json() if estimate is not None else None)
         status = launch_ranks(args, launch, handed_down, stop_signals,
                               preload=_rank_imports(plan, strategy), on_stop=stopped_by.append,
-                              settings=record_settings, run_id=this_run)
-        if status == 0 and record_settings is not None and launch.node_rank == 0:
+                              settings=settings, run_id=this_run)
+        if status == 0 and settings is not None and launch.node_rank == 0:
             from flexgraph.cli.watch_folder import remove_run
 
-            remove_run(record_settings.work_dir, this_run)
+            remove_run(settings.work_dir, this_run)
     for signal_name in stopped_by:  # the work_dir released first: SLURM ends the job now
         _requeue(args, signal_name, stop_signals)
     return status
@@ -558,57 +528,59 @@ def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[
 
 
 def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
-                  plan_text: str, inputs: dict[str, Any], context: RunContext,
-                  derived: Sequence[str] = ()) -> int:
-    """Run the plan in this process, with the work_dir's record (a training config's).
+                  derived: dict[str, Any], settings: Any, place: _Place, this_run: str,
+                  lock: Any) -> RunResult | None:
+    """Run the plan in this process: the summary, the work_dir's record (a training
+    config's), the run's context, made once here, then the steps.
 
-    ``derived``: lines saying what the run's inputs changed in the plan (a pruned
+    ``derived``: what the run's files changed in the plan (a pruned
     ``init_weights`` and its reason), printed and logged under the summary.
     """
     from flexgraph.cli.console import stdout_console
-    from flexgraph.core.executor import Executor
+    from flexgraph.render import derivation_lines
     from flexgraph.training.errors import TrainingStopped
 
-    settings = inputs.get("settings")
     console = stdout_console()
-    console.quiet = context.rank != 0
-    launch = context.launch
+    console.quiet = place.rank != 0
+    launch = place.launch
     launched = f", launched by {launch.launched_by}" if launch.launched_by else ""
     summary = (f"flexgraph: {len(plan.order)} steps, strategy {plan.strategy or 'none'}"
                f"{launched}: " + " -> ".join(plan.order))
     console.print(summary)
-    for line in derived:  # one line each, never folded: they name files and entries
+    lines = derivation_lines(derived)
+    for line in lines:  # one line each, never folded: they name files and entries
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    inputs, context, record = dict(spec.inputs), None, None
+    if spec.cfg is not None:  # a YAML or Python pipeline has no work_dir and no context
+        from flexgraph.render import plan_to_dict
+        from flexgraph.training.graph import standard_inputs
+
+        plan_record = plan_to_dict(plan)  # the plan's one serialised form, for all its readers
+        if not args.dry_run:  # the work_dir's log, config and plan: only now the plan is valid
+            record = _open_record(args, spec, settings, plan_record, place, [summary, *lines])
+        context = RunContext(rank=place.rank, world_size=place.world_size, plan=plan_record,
+                             record=record, launch=launch)
+        inputs.update(standard_inputs(spec.cfg, context, settings=settings))
     peaks = None
     if launch.estimate is not None:
         from flexgraph.training.output import MeasuredPeaks
 
         peaks = MeasuredPeaks()
-    executor = Executor([_StartupReport(plan, console), *hooks,
-                         *([peaks] if peaks is not None else [])])
-    if args.dry_run or spec.cfg is None:  # a YAML or Python pipeline has no work_dir
-        result = executor.run(plan, inputs, dry_run=args.dry_run)
-    else:  # the work_dir's log, config and plan: only now that the plan is valid
-        from flexgraph.training.output import open_run_record
+    from flexgraph.training.output import StepTimings
 
-        auto = launch.auto
-        record_cfg = spec.cfg
-        if auto and "strategy" in record_cfg:  # replaced whole, not merged into
-            record_cfg = record_cfg.copy()
-            del record_cfg["strategy"]
-        record = open_run_record(record_cfg, settings, plan_text, rank=context.rank,
-                                 strategy=auto.strategy if auto else args.strategy)
-        context = attrs.evolve(context, record=record)
-        record.note(summary)
-        for line in derived:
-            record.note(line)
-        if auto:
-            record.note(f"strategy auto chose {auto.label}"
-                        + (f": {auto.reason}" if auto.reason else ""))
+    # a training's setup is printed before it trains, a pipeline's every step at its end
+    timings = StepTimings(plan, console, after_last=spec.cfg is None)
+    hooks = [timings, *hooks]
+    if record is None:
+        result = _run_steps(args, hooks, peaks, plan, inputs)
+    else:
         try:
-            result = executor.run(plan, {**inputs, "run_context": context})
+            result = _run_watched(args, hooks, peaks, plan, inputs, settings, context,
+                                  this_run, lock)
             if peaks is not None:
-                _record_memory(record, console, launch.estimate, peaks, context.rank)
+                _record_memory(record, console, launch.estimate, peaks, place.rank)
+            if place.rank == 0:
+                _write_run_page(spec, plan, record, timings, launch.estimate, console)
         except TrainingStopped as stop:  # not a failure: the run goes on with --resume auto
             record.note(str(stop))
             raise
@@ -619,12 +591,87 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
             record.close()
     if args.dry_run:
         console.print("dry run: nothing executed")
-        return 0
+        return None
     for artifact in plan.steps[-1].outputs:  # what the run was for: the last step's outputs
         value = repr(result.context[artifact])
         console.print(f"{artifact}: {value if len(value) <= 300 else value[:297] + '...'}",
                       markup=False, highlight=False)
-    return 0
+    return result
+
+
+def _open_record(args: argparse.Namespace, spec: Any, settings: Any, plan_record: Any,
+                 place: _Place, lines: Sequence[str]) -> Any:
+    """The work_dir's record of the run (log file, config, plan), with ``lines`` noted."""
+    from flexgraph.training.output import open_run_record
+
+    auto = place.launch.auto
+    record_cfg = spec.cfg
+    if auto and "strategy" in record_cfg:  # replaced whole, not merged into
+        record_cfg = record_cfg.copy()
+        del record_cfg["strategy"]
+    plan_text = json.dumps(plan_record, indent=2, allow_nan=False)  # as flexgraph plan -f json
+    record = open_run_record(record_cfg, settings, plan_text, rank=place.rank,
+                             strategy=auto.strategy if auto else args.strategy)
+    for line in lines:
+        record.note(line)
+    if auto:
+        record.note(f"strategy auto chose {auto.label}"
+                    + (f": {auto.reason}" if auto.reason else ""))
+    return record
+
+
+def _run_steps(args: argparse.Namespace, hooks: Sequence[Any], peaks: Any, plan: Plan,
+               inputs: dict[str, Any]) -> Any:
+    from flexgraph.core.executor import Executor
+
+    executor = Executor([*hooks, *([peaks] if peaks is not None else [])])
+    return executor.run(plan, inputs, dry_run=args.dry_run)
+
+
+def _run_watched(args: argparse.Namespace, hooks: Sequence[Any], peaks: Any, plan: Plan,
+                 inputs: dict[str, Any], settings: Any, context: RunContext, this_run: str,
+                 lock: Any) -> Any:
+    """The steps under the progress watchdog (:mod:`flexgraph.cli.watchdog`), unless
+    ``env_cfg.stall_timeout`` is 0; the watch folder of a run that ended well is removed
+    by the work_dir's owner."""
+    from flexgraph.cli.watchdog import start_watchdog
+    from flexgraph.training.errors import TrainingStopped
+
+    watchdog = start_watchdog(settings, context, this_run,
+                              release=lock.release if lock is not None else None)
+    if watchdog is None:
+        result = _run_steps(args, hooks, peaks, plan, inputs)
+        _remove_watch_folder(settings, this_run, lock)
+        return result
+    try:
+        result = _run_steps(args, [*hooks, watchdog], peaks, plan, inputs)
+    except TrainingStopped:
+        raise
+    except Exception as exc:
+        watchdog.failed(exc)  # ends the process here when another rank failed first
+        raise
+    finally:
+        watchdog.stop()
+    _remove_watch_folder(settings, this_run, lock)
+    return result
+
+
+def _write_run_page(spec: Any, plan: Plan, record: Any, timings: Any, estimate: Any,
+                    console: Any) -> None:
+    """The run folder's ``plan.html`` and ``timings.txt``: every rank's steps, measured.
+
+    A report of a run that went well: one that cannot be written is said, not an error.
+    """
+    from flexgraph.training.output import write_run_page
+
+    strategy = spec.resolve_strategy(plan.strategy) if plan.strategy else None
+    try:
+        write_run_page(record.run_dir, plan, timings.by_rank, estimate=estimate,
+                       checks=strategy.checks if strategy is not None else ())
+    except OSError as exc:
+        line = f"warning: the run's timings and page were not written: {exc}"
+        console.print(line, markup=False, highlight=False)
+        record.note(line)
 
 
 def _record_memory(record: Any, console: Any, estimate: Any, peaks: Any, rank: int) -> None:

@@ -1,19 +1,9 @@
-"""Plan checks: what a strategy's order must keep true, whoever rewrites it later.
+"""Plan checks: orders and choices a strategy relies on, stated as data.
 
-A strategy's rewrites put steps in an order for a reason (FSDP shards before it
-builds the optimizer, because the optimizer must hold the sharded parameters).
-A later rewrite (a user's, or a strategy built on top of this one) can undo that
-order without breaking the graph's own rules: no cycle, no missing input. A
-check states the reason as data, so :func:`~flexgraph.core.plan.make_plan`
-refuses such a plan with a message that says *why* the order matters, instead
-of letting it fail at run time with a shape error deep inside torch.
-
-Two kinds suffice for the orders strategies depend on:
-
-- :class:`Precedes`: one step must run before another (a path between them in
-  the plan's DAG, not a tie-break of the order);
-- :class:`Runs`: a step must run a given function (a whole-model loader in
-  place of the sharded one is a silent no-op on sharded weights).
+A strategy's order has reasons (FSDP shards before it builds the optimizer,
+which must hold the sharded parameters). A later rewrite can undo it without
+breaking the graph's own rules; a check makes :func:`~flexgraph.core.plan.make_plan`
+refuse such a plan, saying why, instead of failing at run time.
 """
 
 from __future__ import annotations
@@ -26,51 +16,25 @@ from flexgraph.core.graph import Graph
 
 
 class PlanCheckError(FlexgraphError, ValueError):
-    """A plan breaks an order or a choice its strategy depends on; says why.
+    """A plan breaks an order or a choice its strategy depends on.
 
-    Raised by :func:`~flexgraph.make_plan` once all rewrites are applied. The
-    message names the strategy, what is wrong, the check's reason and the fix:
-    ``strategy 'fsdp': build_optim_wrapper must run after fully_shard: <why>;
-    move build_optim_wrapper after fully_shard``.
+    The message names the strategy, the problem, the check's reason and the fix.
     """
 
 
 @attrs.frozen
 class Precedes:
-    """``first`` must run before ``then``; ``why`` says what breaks otherwise.
+    """``first`` must run before ``then`` (a path of derived edges, not a tie-break).
 
-    When ``then`` is not in the plan (an entry point that builds no optimizer)
-    there is nothing to protect; when ``first`` is missing but ``then`` is
-    there, the plan is refused, unless ``first_optional`` says that a plan
-    without ``first`` is one the strategy expects (a pruned ``init_weights``).
+    Nothing is checked when ``then`` is not planned; a plan without ``first`` is
+    refused unless ``first_optional``.
 
     Parameters
     ----------
     first, then : str
-        Step names. The plan must hold a path of derived edges from ``first``
-        to ``then``; coming earlier in the order by a tie-break is not enough.
     why : str
         What goes wrong otherwise, put in the error message.
     first_optional : bool, optional
-        Whether a plan without ``first`` passes (the order is checked only
-        when both are planned).
-
-    Examples
-    --------
-    >>> from flexgraph import Graph, Remove, Step, Strategy, make_plan
-    >>> graph = Graph.of([Step("shard", "m:shard", updates="model"),
-    ...                   Step("optim", "m:optim", requires="model", provides="opt")],
-    ...                  inputs=["model"])
-    >>> sharded = Strategy("sharded", checks=[
-    ...     Precedes("shard", "optim", why="the optimizer must hold the shards")])
-    >>> make_plan(graph, sharded).order
-    ('shard', 'optim')
-    >>> try:
-    ...     make_plan(graph, sharded.then(Remove("shard")))
-    ... except PlanCheckError as error:  # doctest: +NORMALIZE_WHITESPACE
-    ...     print(error)
-    strategy 'sharded': optim needs shard before it, and the plan has no shard:
-    the optimizer must hold the shards; keep shard in the plan
     """
 
     first: str
@@ -83,19 +47,7 @@ class Precedes:
         return f"{self.first} runs before {self.then}"
 
     def verify(self, graph: Graph, dag: nx.DiGraph) -> tuple[str, str] | None:
-        """``None`` when the plan keeps the order, else (what is wrong, the fix).
-
-        Parameters
-        ----------
-        graph : Graph
-            The rewritten graph.
-        dag : networkx.DiGraph
-            Its derived edges (:meth:`Graph.digraph`).
-
-        Returns
-        -------
-        tuple of (str, str), or None
-        """
+        """``None`` when the plan keeps the order, else (what is wrong, the fix)."""
         if self.then not in graph:
             return None
         if self.first not in graph:
@@ -111,16 +63,12 @@ class Precedes:
 
 @attrs.frozen
 class Runs:
-    """Step ``step`` must run ``fn`` (a ``"module:attr"`` reference).
-
-    When ``step`` is not in the plan there is nothing to check.
+    """Step ``step``, when planned, must run ``fn`` (its :attr:`Step.fn_name`).
 
     Parameters
     ----------
     step : str
-        The step name.
     fn : str
-        The ``"module:qualname"`` its function must have (:attr:`Step.fn_name`).
     why : str
         What goes wrong otherwise, put in the error message.
     """
@@ -134,19 +82,7 @@ class Runs:
         return f"{self.step} runs {self.fn}"
 
     def verify(self, graph: Graph, dag: nx.DiGraph) -> tuple[str, str] | None:
-        """``None`` when the step runs ``fn``, else (what is wrong, the fix).
-
-        Parameters
-        ----------
-        graph : Graph
-            The rewritten graph.
-        dag : networkx.DiGraph
-            Unused; the signature is that of every check.
-
-        Returns
-        -------
-        tuple of (str, str), or None
-        """
+        """``None`` when the step runs ``fn``, else (what is wrong, the fix)."""
         del dag
         if self.step not in graph:
             return None
@@ -162,24 +98,14 @@ Check = Precedes | Runs
 
 def verify_checks(strategy_name: str, checks: tuple[Check, ...], graph: Graph,
                   dag: nx.DiGraph) -> None:
-    """Raise :class:`PlanCheckError` for the first check ``graph`` breaks.
+    """Raise :class:`PlanCheckError` for the first of ``checks`` that ``graph`` breaks.
 
     Parameters
     ----------
     strategy_name : str
-        The strategy whose checks these are, named in the error.
     checks : tuple of Check
-        The strategy's checks.
     graph : Graph
-        The rewritten graph.
     dag : networkx.DiGraph
-        Its ordering edges.
-
-    Raises
-    ------
-    PlanCheckError
-        A check the graph breaks: the problem, why the strategy needs it, and the
-        fix.
     """
     for check in checks:
         found = check.verify(graph, dag)

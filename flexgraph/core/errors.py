@@ -1,14 +1,7 @@
 """The root of flexgraph's exception tree, and the did-you-mean every lookup appends.
 
-:class:`FlexgraphError` is the base class of every error flexgraph raises on
-purpose; the classes themselves live beside the code that raises them (graph
-errors in :mod:`flexgraph.core.graph`, step errors in :mod:`flexgraph.core.step`
-and :mod:`flexgraph.core.references`, spec errors in :mod:`flexgraph.spec.errors`,
-training errors in :mod:`flexgraph.training.errors`, ...). Each of them also
-derives from the builtin that fits (``ValueError`` for bad input,
-``LookupError`` for a name that is not found), so callers can catch either.
-Messages name the culprit; where a name was looked up, :func:`did_you_mean`
-suggests close matches.
+Each error class lives beside the code that raises it and also derives from the
+builtin that fits (``ValueError``, ``LookupError``), so callers can catch either.
 """
 
 from __future__ import annotations
@@ -20,23 +13,8 @@ from collections.abc import Iterable
 class FlexgraphError(Exception):
     """Base class of every error flexgraph raises on purpose.
 
-    ``flexgraph plan`` and ``flexgraph run`` print such an error as one line
-    and exit with status 2, bad input (a :class:`~flexgraph.StepFailedError`
-    only when its cause is a FlexgraphError too; a step that raised anything
-    else exits 1); ``--debug`` adds the traceback. Catch it to handle every
-    anticipated failure at once; catch a subclass, or the builtin it also
-    derives from, to handle one kind.
-
-    Examples
-    --------
-    >>> from flexgraph import Graph, MissingInputError, Step
-    >>> issubclass(MissingInputError, FlexgraphError)
-    True
-    >>> try:
-    ...     Graph.of([Step("a", "m:f"), Step("a", "m:g")])
-    ... except FlexgraphError as error:
-    ...     print(error)
-    two steps are named 'a'; step names must be unique
+    The CLI prints one as a single line and exits 2 (1 when a step raised
+    anything else); ``--debug`` adds the traceback.
     """
 
 
@@ -46,22 +24,12 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     Parameters
     ----------
     name : str
-        The name that was looked up and not found.
     known : iterable of str
-        The names that exist.
 
     Returns
     -------
     str
-        `` (did you mean 'x'?)`` (up to three names, joined by ``or``), or
-        ``''`` when none is close.
-
-    Examples
-    --------
-    >>> did_you_mean("biuld_model", ["build_model", "init_weights"])
-    " (did you mean 'build_model'?)"
-    >>> did_you_mean("xyz", ["build_model"])
-    ''
+        `` (did you mean 'x'?)`` (up to three names), or ``''`` when none is close.
     """
     close = difflib.get_close_matches(name, sorted(set(known)), n=3, cutoff=0.6)
     if not close:

@@ -1,19 +1,12 @@
 """The executor: runs a plan's steps in order over a context of artifacts.
 
-It fires hooks around each step, records each step's wall time and memory, and
-on failure raises :class:`StepFailedError` naming the step and its origin, with
-the original exception chained. Before the first step it resolves every step's
-function, so a misspelled reference fails before anything has run. A dry run
-checks the inputs and the functions and executes nothing.
-
-Memory: ``peak_rss_mib`` is the process's peak resident set size when the step
-ended (``getrusage``), so the step that raised the peak shows the jump;
-``rss_mib`` is the resident size right after it.
+Every step's function is resolved before the first step runs (a misspelt
+reference fails with nothing run); hooks fire around each step; each step's wall
+time and memory are recorded; a failure is a :class:`StepFailedError`.
 """
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 import time
@@ -30,21 +23,9 @@ from flexgraph.core.step import Step, run_step
 
 
 class StepFailedError(FlexgraphError, RuntimeError):
-    """A step raised; the original exception is chained as ``__cause__``.
+    """A step raised; its ``step`` and ``origin`` name it, the original error is ``__cause__``.
 
-    The message names the step, its origin and the original error:
-    ``step 'train' (base) failed: ValueError: ...``. Raised by
-    :meth:`Executor.run`; an exception that is not an :class:`Exception`
-    (``KeyboardInterrupt``, a stop on a signal) passes through unwrapped.
-
-    Parameters
-    ----------
-    message : str
-    step : str, optional
-        The step that raised; kept as the ``step`` attribute.
-    origin : str, optional
-        Where its place in the plan came from (``str(Origin)``); kept as the
-        ``origin`` attribute.
+    ``KeyboardInterrupt`` and other non-:class:`Exception` errors pass unwrapped.
     """
 
     def __init__(self, message: str, step: str = "", origin: str = "") -> None:
@@ -59,20 +40,16 @@ class StepRecord:
 
     Parameters
     ----------
-    name : str
-        The step.
-    origin : str
-        Its origin, short form (:attr:`Origin.short`).
+    name, origin : str
+        The step, and its :attr:`Origin.short`.
     status : str
-        ``"planned"`` (not run: a dry run, or after a failure), ``"ok"`` or
-        ``"failed"``.
+        ``"planned"`` (not run), ``"ok"`` or ``"failed"``.
     seconds : float
         Wall time of the step's function.
-    rss_mib : float or None
-        Resident memory right after the step, in MiB (``None`` where
-        ``/proc`` cannot be read, and for a step that did not finish).
-    peak_rss_mib : float or None
-        The process's peak resident memory when the step ended, in MiB.
+    rss_mib, peak_rss_mib : float or None
+        Resident memory right after the step (``None`` without ``/proc``), and
+        the process's high-water mark of it then (VmHWM, read with it; elsewhere
+        ``ru_maxrss``), never below it.
     """
 
     name: str
@@ -93,46 +70,32 @@ class ExecutorHook(Protocol):
     def on_error(self, step: Step, context: Mapping[str, Any], error: BaseException) -> None: ...
 
 
-def _peak_rss_mib() -> float:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+def memory_mib() -> tuple[float | None, float]:
+    """(resident memory, its high-water mark) of this process in MiB.
 
-
-def _rss_mib() -> float | None:
+    Both from one read of ``/proc/self/status`` (VmRSS, VmHWM), so the mark is
+    never below the resident figure; ``ru_maxrss`` lags behind it. Without
+    ``/proc``: no resident figure, and ``ru_maxrss`` as the mark.
+    """
     try:
-        with open("/proc/self/statm", "rb") as f:
-            pages = int(f.read().split()[1])
-    except OSError:
-        return None
-    return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+        with open("/proc/self/status", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+        return int(fields[b"VmRSS"].split()[0]) / 1024, int(fields[b"VmHWM"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return None, peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 @attrs.define
 class RunResult:
-    """The final context of artifacts and one record per step, in order.
-
-    Parameters
-    ----------
-    context : dict
-        Artifact name -> value: the inputs, updated by every step's outputs.
-    records : list of StepRecord
-        One per step, in execution order.
-    """
+    """The final context of artifacts and one record per step, in order."""
 
     context: dict[str, Any]
     records: list[StepRecord]
 
 
 class Executor:
-    """Run plans. ``hooks`` are objects with any of the :class:`ExecutorHook` methods.
-
-    Parameters
-    ----------
-    hooks : iterable of object, optional
-        Each may define ``before_step(step, context)``,
-        ``after_step(step, context, record)`` and
-        ``on_error(step, context, error)``; they are called in this order for
-        every step.
+    """Runs plans; each of ``hooks`` may define any :class:`ExecutorHook` method.
 
     Examples
     --------
@@ -156,34 +119,9 @@ class Executor:
     def run(
         self, plan: Plan, context: Mapping[str, Any] | None = None, *, dry_run: bool = False
     ) -> RunResult:
-        """Run ``plan`` over ``context`` (the graph's inputs) and return the result.
+        """Run ``plan`` over ``context`` (the graph's inputs, and anything to pass through).
 
-        Every step's function is resolved before the first step runs. Each step
-        is called with its inputs from the context, and its outputs go back
-        into the context for the steps after it.
-
-        Parameters
-        ----------
-        plan : Plan
-        context : mapping, optional
-            Values of the graph's inputs (``{"cfg": cfg}``); other entries
-            are passed through to the result's context.
-        dry_run : bool, optional
-            Check the inputs and resolve the functions, run nothing: every
-            record stays ``"planned"``.
-
-        Returns
-        -------
-        RunResult
-
-        Raises
-        ------
-        MissingInputError
-            ``context`` lacks one of the graph's inputs.
-        StepFunctionError
-            A step's function cannot be resolved (raised before any step runs).
-        StepFailedError
-            A step raised; ``__cause__`` is the original error.
+        ``dry_run`` checks the inputs and resolves the functions, running nothing.
         """
         context = dict(context or {})
         missing = sorted(a for a in plan.graph.inputs if a not in context)
@@ -215,8 +153,7 @@ class Executor:
                 ) from exc
             record.seconds = time.perf_counter() - start
             record.status = "ok"
-            record.rss_mib = _rss_mib()
-            record.peak_rss_mib = _peak_rss_mib()
+            record.rss_mib, record.peak_rss_mib = memory_mib()
             context.update(outputs)
             self._fire("after_step", step, context, record)
         return RunResult(context, records)

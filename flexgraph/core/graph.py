@@ -1,27 +1,15 @@
 """Graphs: a set of steps, with the edges between them derived, never stored.
 
-A :class:`Graph` keeps three things:
+A :class:`Graph` keeps its steps in declaration order (the tie-break, so a graph
+always gives the same plan), its inputs, and for each artifact updated in place
+the chain of its updaters, which strategies rearrange.
 
-- ``steps``: the steps in declaration order. That order breaks ties when the
-  plan is made, so the same graph always gives the same plan.
-- ``chains``: for each artifact that steps update in place, the order of its
-  updaters (``model``: ``init_weights``, ``load_checkpoint``, ``wrap_model``).
-  This is data because it is what strategies rearrange: a move splices a step
-  out of a chain and in at its new place, re-linking its neighbours.
-- ``inputs``: artifacts supplied from outside (``cfg``), which need no producer.
-
-Edges are derived from those (see :func:`derive_edges`):
-
-1. producer -> first updater -> ... -> last updater, per artifact;
-2. producer or last updater -> every consumer (a step that ``requires`` the
-   artifact), unless the consumer is ordered ``before`` some updater, in which
-   case it follows only the updaters ahead of that one;
-3. the explicit ``after`` / ``before`` edges of each step.
-
-Steps declared together in one list chain in list order (explicit edges among
-them win). A step added to an existing graph that updates an artifact already
-updated there must say where it goes (``after`` / ``before`` a member of the
-chain); otherwise :class:`AmbiguousOrderError`.
+Edges (:func:`derive_edges`): producer -> first updater -> ... -> last updater;
+producer or last updater -> each consumer, unless the consumer is ordered
+``before`` an updater (then it follows only those ahead of it); and each step's
+``after`` / ``before``. Steps declared together chain in list order; a step
+added later to a chain must name its place (``after`` / ``before`` a member),
+or :class:`AmbiguousOrderError`.
 """
 
 from __future__ import annotations
@@ -41,84 +29,36 @@ T = TypeVar("T")
 
 
 class GraphError(FlexgraphError, ValueError):
-    """Base class of the ways a graph can be invalid.
-
-    Raised while a graph is built or combined, and by validation
-    (:func:`flexgraph.make_plan` validates the base graph and the graph after
-    every rewrite; a rewrite's error starts with the strategy and the rewrite).
-    """
+    """Base class of the ways a graph can be invalid."""
 
 
 class DuplicateStepError(GraphError):
-    """Two steps share one name.
-
-    Raised when a graph is built, combined (``|``, :meth:`Graph.extend`), or
-    given a step by an ``Insert``, ``Replace`` or ``Fuse`` under a name it
-    already has.
-    """
+    """Two steps share one name."""
 
 
 class UnknownStepError(GraphError, LookupError):
-    """A name refers to a step the graph does not have.
-
-    The message suggests close names: ``no step named 'biuld_model' (did you
-    mean 'build_model'?)``. Raised by :meth:`Graph.step` and everything that
-    looks a step up through it (rewrites, ``after`` / ``before`` edges,
-    :meth:`Plan.origin`).
-    """
+    """A name refers to a step the graph does not have; the message suggests close names."""
 
 
 class DuplicateProducerError(GraphError):
-    """Two steps provide the same artifact (or a step provides a graph input).
-
-    Raised by validation; the message names both steps and suggests making the
-    second an updater of the artifact instead.
-    """
+    """Two steps provide the same artifact (or a step provides a graph input)."""
 
 
 class MissingInputError(GraphError):
-    """A step needs an artifact that nothing provides and no input supplies.
-
-    Raised by validation (the message names the step and the artifact, and
-    suggests close artifact names), and by :meth:`Executor.run` when the run's
-    context lacks one of the graph's inputs.
-    """
+    """A step (or the run) needs an artifact that nothing provides and no input supplies."""
 
 
 class AmbiguousOrderError(GraphError):
-    """Two steps update one artifact and nothing says which runs first.
-
-    Raised when a step added to an existing graph updates an artifact the
-    graph already updates, without ``after`` / ``before`` naming a member of
-    that artifact's chain; the message names both steps, the artifact and the
-    chain to choose from.
-    """
+    """Two steps update one artifact and nothing says which runs first."""
 
 
 class CycleError(GraphError):
-    """The derived edges form a cycle; the message prints its path.
-
-    Each edge of the path comes with its reason, e.g. ``cycle: a -> b -> a (b
-    requires x; a requires y)``.
-    """
+    """The derived edges form a cycle; the message gives its path and each edge's reason."""
 
 
 @attrs.frozen
 class Edge:
-    """A derived edge ``source -> target`` and the reason it exists.
-
-    Graphs never store edges: :meth:`Graph.edges` derives them, and
-    :attr:`Plan.edges` holds those of the planned graph.
-
-    Parameters
-    ----------
-    source, target : str
-        Step names: ``source`` runs before ``target``.
-    reason : str
-        Why, in words (``"b requires x"``, ``"b updates x after a"``,
-        ``"a says before=b"``); edges that exist for several reasons join them
-        with ``"; "`` in :meth:`Graph.digraph`.
-    """
+    """A derived edge: ``source`` runs before ``target``, for ``reason`` (in words)."""
 
     source: str
     target: str
@@ -139,37 +79,25 @@ def _freeze_chains(chains: Mapping[str, Iterable[str]]) -> Mapping[str, tuple[st
 class Graph:
     """An immutable set of steps in declaration order, with updater chains.
 
-    Build one with :meth:`of` (or ``Graph.of([...])``), then compose with
-    :meth:`add`, :meth:`extend`, ``|`` (union), :meth:`remove` and
-    :meth:`upstream`. Each operation returns a new graph. A graph is iterable
-    (its steps, in declaration order), sized, and ``name in graph`` asks for a
-    step by name.
+    Build one with :meth:`of`; :meth:`add`, :meth:`extend`, ``|``,
+    :meth:`remove` and :meth:`upstream` return new graphs. Iterating gives the
+    steps; ``name in graph`` asks for a step by name.
 
     Parameters
     ----------
     steps : iterable of Step
-        In declaration order, which breaks ties when a plan is made.
+        In declaration order.
     chains : mapping of str to sequence of str
-        For each artifact that steps update in place, its updaters in order.
-        :meth:`of` derives them; pass them directly only to rebuild a graph.
+        Each updated artifact's updaters in order (:meth:`of` derives them).
     inputs : iterable of str, optional
-        Artifacts supplied from outside (``cfg``), which need no producer.
-
-    Raises
-    ------
-    DuplicateStepError
-        Two steps share one name.
+        Artifacts supplied from outside.
 
     Examples
     --------
     >>> from flexgraph.core.step import Step
     >>> g = Graph.of([Step("a", "m:f", provides="x"), Step("b", "m:g", updates="x")])
-    >>> [s.name for s in g]
-    ['a', 'b']
     >>> g.edges()
     [Edge(source='a', target='b', reason='b updates x, made by a')]
-    >>> "b" in g.remove("b")
-    False
     """
 
     steps: tuple[Step, ...] = attrs.field(converter=tuple)
@@ -191,80 +119,17 @@ class Graph:
 
     @classmethod
     def of(cls, steps: Iterable[Step] = (), inputs: Iterable[str] = ()) -> Graph:
-        """Make a graph from steps declared together, chained in list order.
-
-        Parameters
-        ----------
-        steps : iterable of Step
-            The steps, in declaration order. Updaters of one artifact chain in
-            this order, unless their own ``after`` / ``before`` say otherwise.
-        inputs : iterable of str, optional
-            Artifacts supplied from outside.
-
-        Returns
-        -------
-        Graph
-
-        Raises
-        ------
-        DuplicateStepError
-            Two steps share one name.
-        """
+        """Make a graph from steps declared together; updaters chain in list order."""
         steps = tuple(steps)
         graph = cls(steps, {}, inputs)
         return attrs.evolve(graph, chains=_chains_in_order(steps))
 
     def add(self, step: Step) -> Graph:
-        """Return a graph with ``step`` appended (see :meth:`extend`).
-
-        Parameters
-        ----------
-        step : Step
-
-        Returns
-        -------
-        Graph
-
-        Raises
-        ------
-        DuplicateStepError
-            The graph has a step of that name.
-        AmbiguousOrderError
-            ``step`` updates an artifact the graph already updates, and its
-            ``after`` / ``before`` name no member of that artifact's chain.
-        UnknownStepError
-            ``step`` joins an updater chain and its ``after`` / ``before`` names
-            a step that does not exist (elsewhere, validation reports such a
-            name).
-        """
+        """A graph with ``step`` appended (see :meth:`extend`)."""
         return self.extend([step])
 
     def extend(self, steps: Iterable[Step] | Graph) -> Graph:
-        """Return a graph with ``steps`` appended, declared together.
-
-        A new step that updates an artifact this graph already updates is spliced
-        into that chain next to the member it names in ``after`` / ``before``.
-
-        Parameters
-        ----------
-        steps : iterable of Step, or Graph
-            New steps, chained among themselves as :meth:`of` chains them.
-
-        Returns
-        -------
-        Graph
-
-        Raises
-        ------
-        DuplicateStepError
-            A new step has the name of one in this graph.
-        AmbiguousOrderError
-            A new updater of an artifact names no member of its chain in
-            ``after`` / ``before``.
-        UnknownStepError
-            A new step joins an updater chain of this graph and its ``after`` /
-            ``before`` names a step that does not exist.
-        """
+        """A graph with ``steps`` appended, chained among themselves as :meth:`of` does."""
         other = steps if isinstance(steps, Graph) else Graph.of(steps)
         return self | other
 
@@ -293,23 +158,7 @@ class Graph:
         return attrs.evolve(merged, chains=chains)
 
     def remove(self, *names: str) -> Graph:
-        """Return a graph without ``names``; ordering references to them are dropped.
-
-        Parameters
-        ----------
-        *names : str
-            Steps to take out. Other steps' ``after`` / ``before`` entries that
-            name them go too; the updater chains close over the gap.
-
-        Returns
-        -------
-        Graph
-
-        Raises
-        ------
-        UnknownStepError
-            One of ``names`` is not a step of this graph.
-        """
+        """A graph without ``names``; references to them go, chains close over the gap."""
         for name in names:
             self.step(name)
         gone = set(names)
@@ -325,23 +174,7 @@ class Graph:
         return Graph(steps, chains, self.inputs)
 
     def upstream(self, *targets: str) -> Graph:
-        """Return the subgraph of ``targets`` and every step they depend on.
-
-        Parameters
-        ----------
-        *targets : str
-            Step names; each is kept with all its ancestors along the derived
-            edges.
-
-        Returns
-        -------
-        Graph
-
-        Raises
-        ------
-        UnknownStepError
-            One of ``targets`` is not a step of this graph.
-        """
+        """The subgraph of ``targets`` and every step they depend on."""
         dag = self.digraph()
         keep = set()
         for target in targets:
@@ -350,7 +183,7 @@ class Graph:
         return self.remove(*(s.name for s in self.steps if s.name not in keep))
 
     def with_inputs(self, *artifacts: str) -> Graph:
-        """Return a graph that also takes ``artifacts`` from outside."""
+        """A graph that also takes ``artifacts`` from outside."""
         return attrs.evolve(self, inputs=self.inputs | set(artifacts))
 
     # lookup -----------------------------------------------------------------
@@ -366,24 +199,7 @@ class Graph:
         return MappingProxyType({s.name: i for i, s in enumerate(self.steps)})
 
     def step(self, name: str, context: str = "") -> Step:
-        """Return the step called ``name``, or raise with a did-you-mean.
-
-        Parameters
-        ----------
-        name : str
-        context : str, optional
-            What was looking, put at the start of the error message (a
-            rewrite passes its description).
-
-        Returns
-        -------
-        Step
-
-        Raises
-        ------
-        UnknownStepError
-            No step is called ``name``; the message suggests close names.
-        """
+        """The step called ``name``, else :class:`UnknownStepError` led by ``context``."""
         try:
             return self.by_name[name]
         except KeyError:
@@ -419,14 +235,11 @@ class Graph:
     # edges ------------------------------------------------------------------
 
     def edges(self) -> list[Edge]:
-        """The derived edges, each with its reason (see the module docstring)."""
+        """The derived edges, each with its reason."""
         return derive_edges(self)
 
     def digraph(self, edges: Iterable[Edge] | None = None) -> nx.DiGraph:
-        """The derived edges (or ``edges``, if given) as a networkx DiGraph.
-
-        Each edge has the attribute ``reason``; parallel edges join theirs.
-        """
+        """The derived edges (or ``edges``) as a DiGraph; parallel edges join their ``reason``."""
         dag = nx.DiGraph()
         dag.add_nodes_from(self.names)
         for e in self.edges() if edges is None else edges:
@@ -443,9 +256,8 @@ class Graph:
     ) -> int:
         """Where ``step`` goes in ``chain`` given its own ordering edges.
 
-        A name in the step's ``after`` / ``before`` that is no step at all is
-        reported as such first: read as "no edge", it would surface as an
-        ordering ambiguity, which hides the typo.
+        An unknown name in its ``after`` / ``before`` is reported first: read as
+        "no edge" it would surface as an ambiguous order, hiding the typo.
         """
         for field in ("after", "before"):
             for name in getattr(step, field):
@@ -468,11 +280,7 @@ class Graph:
         )
 
     def splice(self, step: Step, index: int) -> Graph:
-        """Insert ``step`` at declaration ``index`` and into its chains.
-
-        In each chain the step goes next to a member it names in ``after`` /
-        ``before``; failing that, where its declaration index puts it.
-        """
+        """Insert ``step`` at declaration ``index``, and into its chains next to its anchor."""
         steps = list(self.steps)
         steps.insert(index, step)
         placed = Graph(steps, self.chains, self.inputs)
@@ -521,10 +329,10 @@ def _chains_in_order(steps: tuple[Step, ...]) -> dict[str, tuple[str, ...]]:
 
 
 def derive_edges(graph: Graph, edge: Callable[[str, str, str], T] = Edge) -> list[T]:
-    """Derive every edge of ``graph``; see the module docstring for the rules.
+    """Derive every edge of ``graph`` (the rules are in the module docstring).
 
-    ``edge(source, target, reason)`` makes each one; the checks pass a plain
-    tuple, which is much cheaper than an :class:`Edge`.
+    ``edge(source, target, reason)`` makes each one; validation passes a plain
+    tuple, which is cheaper than an :class:`Edge`.
     """
     edges: list[T] = []
     by_name = graph.by_name

@@ -1,15 +1,10 @@
 """Plans: a strategy applied to a graph, validated, ordered, and attributed.
 
-:func:`make_plan` validates the base graph, then applies the strategy's rewrites
-one at a time and validates after each, so a rewrite that breaks the graph is
-refused with the strategy, the rewrite and the problem named. The result is a
-:class:`Plan`: a deterministic order (ties broken by declaration order), the
-stages (topological generations: steps in one stage do not depend on each
-other), and for every step where it came from.
-
-``targets`` cut the plan down to what those steps need *after* the rewrites,
-so an entry point (``val``, ``test``) keeps whatever the strategy made the
-model depend on (DeepSpeed's ``deepspeed_initialize``, FSDP's ``materialize``)
+:func:`make_plan` validates the base graph and the graph after each rewrite,
+so a rewrite that breaks it is refused naming the strategy and the rewrite.
+A :class:`Plan`'s order is deterministic (ties follow declaration order) and
+records where every step came from. ``targets`` cut the plan *after* the
+rewrites, so an entry point (``val``) keeps what the strategy made it depend on
 without the strategy knowing which entry runs.
 """
 
@@ -32,25 +27,17 @@ from flexgraph.core.validate import check, validate
 
 @attrs.frozen
 class Origin:
-    """Where a step's place in the plan comes from.
-
-    ``str(origin)`` is ``"base"`` or the action with its rewrite, e.g.
-    ``"inserted by fsdp #2: insert fully_shard after init_weights"``.
+    """Where a step's place in the plan comes from; ``str()`` gives it in words.
 
     Parameters
     ----------
     action : str
-        ``"base"`` for steps the base graph declared and untouched by the
-        strategy, else what a rewrite did (``"inserted"``, ``"moved"``,
-        ``"replaced"``, ``"fused"``, ``"configured"``).
+        ``"base"``, or what a rewrite did (``"inserted"``, ``"moved"``, ...).
     strategy : str, optional
-        The strategy whose rewrite it was (``"derived"`` for a rewrite derived
-        from the run's inputs, see :func:`make_plan`).
+        The rewrite's strategy (``"derived"`` for a derived rewrite).
     index : int, optional
-        The rewrite's position in the strategy (or among the derived
-        rewrites), from 0.
+        The rewrite's position, from 0.
     rewrite : str, optional
-        The rewrite's one-line description.
     """
 
     action: str = "base"
@@ -71,7 +58,7 @@ class Origin:
         return f"{self.action} by {self.strategy} #{self.index + 1}"
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (see the plan JSON schema in docs/guide/plans.rst)."""
+        """JSON-ready form."""
         return attrs.asdict(self)
 
 
@@ -88,7 +75,7 @@ class AppliedRewrite:
     kind: str
     touched: Mapping[str, str]
     consumed: Mapping[str, str | None] = attrs.field(factory=dict)
-    """Steps this rewrite took out of the graph -> the step in their place (None if removed)."""
+    """Steps this rewrite took out -> the step in their place (None if removed)."""
 
 
 def _order(graph: Graph, dag: nx.DiGraph) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
@@ -104,25 +91,18 @@ class Plan:
 
     Parameters
     ----------
-    base : Graph
-        The graph as given, before any rewrite.
-    graph : Graph
-        The graph after the strategy's rewrites (and the cut to ``targets``).
+    base, graph : Graph
+        The graph as given, and after the rewrites (cut to ``targets``).
     strategy : str or None
-        The strategy's name.
     order : tuple of str
-        Execution order: a topological order of the derived edges, ties broken
-        by declaration order, so the same inputs always give the same order.
+        Execution order.
     stages : tuple of tuple of str
         Topological generations: no step in a stage depends on another in it.
     base_order : tuple of str
-        The base graph's own order, shown beside ``order`` in diffs.
     rewrites : tuple of AppliedRewrite
-        Each rewrite as applied, with what it did to which step.
     history : mapping of str to tuple of Origin
-        For each step some rewrite touched, every such origin, oldest first.
+        Each touched step's origins, oldest first.
     edges : tuple of Edge
-        The planned graph's derived edges, with their reasons.
     """
 
     base: Graph
@@ -141,47 +121,13 @@ class Plan:
         return tuple(self.graph.by_name[n] for n in self.order)
 
     def origin(self, name: str) -> Origin:
-        """The last rewrite that placed or changed ``name``, or ``BASE``.
-
-        Parameters
-        ----------
-        name : str
-            A step of the plan.
-
-        Returns
-        -------
-        Origin
-            ``Origin("base")`` for a step no rewrite touched.
-
-        Raises
-        ------
-        UnknownStepError
-            The plan has no such step.
-        """
+        """The last rewrite that placed or changed step ``name``, or ``BASE``."""
         self.graph.step(name)
         history = self.history.get(name, ())
         return history[-1] if history else BASE
 
     def explain(self, name: str) -> str:
-        """Say why ``name`` sits where it does: its origin and its edges.
-
-        Parameters
-        ----------
-        name : str
-            A step of the plan.
-
-        Returns
-        -------
-        str
-            Several lines: the step's position and function, every rewrite that
-            touched it, and the steps it runs after and before, each with the
-            edge's reason (what ``flexgraph plan --explain`` prints).
-
-        Raises
-        ------
-        UnknownStepError
-            The plan has no such step.
-        """
+        """Why ``name`` sits where it does, in lines: its origins and edges (``--explain``)."""
         step = self.graph.step(name)
         position = self.order.index(name)
         lines = [f"{name} is step {position + 1} of {len(self.order)} ({step.fn_name})"]
@@ -221,16 +167,12 @@ def _consumed(before: Graph, after: Graph, touched: Mapping[str, str]) -> dict[s
 
 
 DERIVED = "derived"
-"""What a plan names its derived rewrites by, where a strategy's rewrites have its name."""
+"""The strategy name a plan gives derived rewrites."""
 
 
 def _apply_all(rewrites: tuple[Rewrite, ...], owner: str, where: str, current: Graph,
                applied: list[AppliedRewrite], history: dict[str, list[Origin]]) -> Graph:
-    """Apply ``rewrites`` in order (validating after each), recording them as ``owner``'s.
-
-    ``where`` starts an error's message: ``strategy 'fsdp', rewrite`` or
-    ``derived rewrite``, followed by the rewrite's number.
-    """
+    """Apply ``rewrites``, validating after each; ``where`` starts an error's message."""
     shape = _shape(current)
     for index, rewrite in enumerate(rewrites):
         before = current
@@ -269,37 +211,21 @@ def make_plan(
     Parameters
     ----------
     graph : Graph
-        The base graph.
     strategy : Strategy, optional
-        Its rewrites are applied in order, the graph validated after each; its
-        checks are verified on the result.
+        Its rewrites are applied in order; its checks are verified on the result.
     targets : tuple of str, optional
-        Cut the rewritten graph to these steps and everything they depend on
-        (and the base order shown beside it likewise): an entry point keeps
-        what the strategy made it depend on.
+        Cut the rewritten graph to these steps and what they depend on.
     derived : sequence of Rewrite, optional
-        Rewrites derived from the run's inputs rather than from the strategy
-        (a :class:`~flexgraph.core.rewrite.Prune` with its reason), applied to
-        the base graph before the strategy's rewrites, so that the strategy
-        rewrites the graph the run needs. The plan lists them as
-        ``derived #1``, ``derived #2``, ... ahead of the strategy's.
+        Rewrites found from the run's inputs (a :class:`~flexgraph.core.rewrite.Prune`),
+        applied before the strategy's and listed as ``derived #1``, ...
 
     Returns
     -------
     Plan
 
-    Raises
-    ------
-    PlanCheckError
-        The rewritten graph breaks one of the strategy's checks.
-    FlexgraphError
-        The subclass that fits (cycle, missing input, unknown step, ...). When
-        a rewrite caused it, the message starts with the strategy (or
-        ``derived``) and the rewrite.
-
     Examples
     --------
-    >>> from flexgraph import Graph, Insert, Prune, Step, Strategy
+    >>> from flexgraph import Graph, Insert, Step, Strategy
     >>> graph = Graph.of([Step("load", "m:load", provides="data"),
     ...                   Step("train", "m:train", requires="data")])
     >>> clean = Strategy("clean", [Insert(Step("clean", "m:clean", updates="data"),
@@ -309,14 +235,6 @@ def make_plan(
     ('load', 'clean', 'train')
     >>> print(plan.origin("clean"))
     inserted by clean #1: insert clean after load
-    >>> make_plan(graph, clean, targets=("clean",)).order
-    ('load', 'clean')
-    >>> graph = Graph.of([Step("load", "m:load", provides="data"),
-    ...                   Step("check", "m:check", updates="data"),
-    ...                   Step("train", "m:train", requires="data")])
-    >>> plan = make_plan(graph, derived=[Prune("check", "the data was checked upstream")])
-    >>> plan.order, [f"{r.strategy} #{r.index + 1}: {r.description}" for r in plan.rewrites]
-    (('load', 'train'), ['derived #1: prune check (the data was checked upstream)'])
     """
     base_dag = validate(graph)
     base_order, _ = _order(graph, base_dag)

@@ -1,28 +1,11 @@
 """Function references (``"module:attr"``): checked without importing, or resolved up front.
 
-A step's function may be text, so that planning never imports the module it
-lives in (importing runs arbitrary code, and the training steps import torch).
-Two promises rest on this module:
-
-- ``flexgraph plan`` checks references *without importing them*
-  (:func:`check_references`). Each module is found the way the import system
-  would find it, but one dotted part at a time: every finder on
-  ``sys.meta_path`` is asked for ``a``, then for ``a.b`` with ``a``'s search
-  locations, and so on, so no package's ``__init__`` runs
-  (``importlib.util.find_spec`` would import the parents). The module's source
-  is then read with :mod:`ast` for the names bound at its top level
-  (:mod:`flexgraph.core.source_names`). What that cannot settle (a compiled
-  module, a star import, a module ``__getattr__``) is returned as
-  :class:`Unchecked`, with the reason; what is definitely wrong raises.
-- ``flexgraph run`` imports every function of the plan before the first step
-  runs (:func:`resolve_functions`), so a misspelling costs nothing: no step has
-  run and nothing was written. Its launcher, which runs no step, imports only
-  what the static check left open (:func:`resolve_unchecked`) before it starts
-  any rank.
-
-Every failure has its own class under :class:`StepFunctionError` (a
-:class:`~flexgraph.core.errors.FlexgraphError` and an ``ImportError``), and
-names the step, the reference and, for an unknown name, the close ones.
+``flexgraph plan`` checks them without importing (:func:`check_references`):
+modules are found one dotted part at a time, so no package's ``__init__`` runs,
+and their source is read with :mod:`ast`; what that cannot settle comes back as
+:class:`Unchecked`. ``flexgraph run`` imports every function before the first
+step (:func:`resolve_functions`). Each failure is a :class:`StepFunctionError`
+naming the step, the reference and close names.
 """
 
 from __future__ import annotations
@@ -42,16 +25,7 @@ from flexgraph.core.source_names import binds_dynamically, module_names
 
 
 class StepFunctionError(FlexgraphError, ImportError):
-    """A step's function reference cannot be resolved (base of the classes below).
-
-    Raised by ``flexgraph plan``'s static check of the references and, before
-    the first step runs, by :meth:`flexgraph.Executor.run`, so a misspelt
-    reference fails with nothing run and nothing written. The subclass says
-    which part is wrong: :class:`FunctionReferenceFormError`,
-    :class:`UnknownModuleError`, :class:`ModuleImportError`,
-    :class:`UnknownFunctionError` or :class:`NotCallableError`; the message
-    starts with the step and suggests close names for an unknown one.
-    """
+    """A step's function reference cannot be resolved (base of the classes below)."""
 
 
 class FunctionReferenceFormError(StepFunctionError):
@@ -59,15 +33,15 @@ class FunctionReferenceFormError(StepFunctionError):
 
 
 class UnknownModuleError(StepFunctionError):
-    """No module of the referenced name can be found (the message suggests close names)."""
+    """No module of the referenced name can be found."""
 
 
 class ModuleImportError(StepFunctionError):
-    """The module exists, but importing it failed (its own import, its syntax, its code)."""
+    """The module exists, but importing it failed."""
 
 
 class UnknownFunctionError(StepFunctionError):
-    """The module has no attribute of the referenced name (the message suggests close ones)."""
+    """The module has no attribute of the referenced name."""
 
 
 class NotCallableError(StepFunctionError):
@@ -87,13 +61,7 @@ class Unchecked:
 
 
 def split_ref(ref: str) -> tuple[str, str]:
-    """``"pkg.mod:attr"`` (or ``"pkg.mod.attr"``) as ``("pkg.mod", "attr")``.
-
-    Raises
-    ------
-    FunctionReferenceFormError
-        Either half is missing.
-    """
+    """``"pkg.mod:attr"`` (or ``"pkg.mod.attr"``) as ``("pkg.mod", "attr")``."""
     module, sep, attr = ref.partition(":")
     if not sep:
         module, _, attr = ref.rpartition(".")
@@ -127,15 +95,10 @@ def _submodules(path: list[str] | None) -> list[str]:
 
 
 def find_module(name: str) -> ModuleSpec:
-    """The spec of module ``name``, found without executing any of it or its parents.
+    """The spec of module ``name``, found without running it or its parents.
 
-    Modules already imported are taken from ``sys.modules`` (``os.path`` is
-    found there, not in ``os``'s folder).
-
-    Raises
-    ------
-    UnknownModuleError
-        ``name`` or one of its parents cannot be found, or a parent is not a package.
+    Modules already imported are taken from ``sys.modules`` (``os.path`` is not
+    in ``os``'s folder).
     """
     parts = name.split(".")
     path: list[str] | None = None
@@ -185,20 +148,10 @@ def _source_of(spec: ModuleSpec) -> tuple[str | None, str]:
 
 
 def check_reference(ref: str, specs: dict[str, ModuleSpec] | None = None) -> str | None:
-    """Check ``ref`` without importing it.
+    """``None`` when ``ref``'s module binds its name at top level, else why that is unsettled.
 
-    ``specs`` caches the modules found (by name) across calls.
-
-    Returns
-    -------
-    str or None
-        ``None`` when the module exists and binds the name at top level; else
-        why that could not be settled statically.
-
-    Raises
-    ------
-    StepFunctionError
-        A subclass, when the reference is definitely wrong.
+    Raises a :class:`StepFunctionError` when ``ref`` is definitely wrong;
+    ``specs`` caches the modules found across calls.
     """
     module, attr = split_ref(ref)
     specs = {} if specs is None else specs
@@ -244,21 +197,10 @@ def _functions(step: Any, into: str = "") -> Iterable[tuple[str, Any]]:
 
 
 def check_references(plan: Any) -> list[Unchecked]:
-    """Check every text reference of ``plan.steps`` without importing (see the module doc).
+    """Check every text reference of ``plan.steps`` (fused members included), importing none.
 
-    Functions given as callables need no check; the members of a fused step are
-    checked as steps of their own.
-
-    Returns
-    -------
-    list of Unchecked
-        The references that could not be settled statically, in plan order.
-
-    Raises
-    ------
-    StepFunctionError
-        For the first reference that is definitely wrong; the message starts
-        with the step.
+    Returns the :class:`Unchecked` ones in plan order; raises for the first
+    definitely wrong one.
     """
     unchecked = []
     specs: dict[str, ModuleSpec] = {}
@@ -290,15 +232,7 @@ def _unknown_module(ref: str, module: str, exc: ModuleNotFoundError) -> StepFunc
 
 
 def resolve_fn(ref: Callable[..., Any] | str) -> Callable[..., Any]:
-    """Import a ``"module:attr"`` reference (``"module.attr"`` also works).
-
-    Raises
-    ------
-    StepFunctionError
-        A subclass per failure: the form, an unknown module (with close
-        names), a module whose import fails, an unknown attribute (with close
-        names), something not callable.
-    """
+    """Import a ``"module:attr"`` reference (a callable is returned as it is)."""
     if callable(ref):
         return ref
     module_name, attr = split_ref(ref)
@@ -323,19 +257,7 @@ def resolve_fn(ref: Callable[..., Any] | str) -> Callable[..., Any]:
 
 
 def resolve_functions(plan: Any) -> dict[str, Callable[..., Any]]:
-    """Import every function of ``plan.steps``, before any of them runs.
-
-    Returns
-    -------
-    dict
-        Step name -> its function.
-
-    Raises
-    ------
-    StepFunctionError
-        For the first step whose function cannot be resolved; the message
-        starts with the step.
-    """
+    """Step name -> function, for every step of ``plan``, imported before any runs."""
     functions = {}
     for step in plan.steps:
         for label, fn in _functions(step):  # a fused step's members are imported too
@@ -344,12 +266,7 @@ def resolve_functions(plan: Any) -> dict[str, Callable[..., Any]]:
 
 
 def resolve_unchecked(unchecked: Iterable[Unchecked]) -> None:
-    """Import only what :func:`check_references` could not settle.
-
-    For a process that runs no step (``flexgraph run``'s launcher): every other
-    reference is known to exist, and its ranks import them all before their
-    first step. Raises as :func:`resolve_functions` does.
-    """
+    """Import only what :func:`check_references` left unchecked (a process that runs no step)."""
     for item in unchecked:
         _resolve_for(item.where, item.ref)
 

@@ -1,13 +1,8 @@
-"""Rewrites: one edit of a graph, as data.
+"""Rewrites: one edit of a graph, as data; a strategy is a list of them.
 
-A strategy is a list of these. Each rewrite names the steps it touches, refuses
-to touch one that does not exist (with a did-you-mean), says in one line what it
-does (:meth:`Rewrite.describe`), and returns the new graph together with what it
-did to which step, so that a plan can say where each step came from.
-
-The rewrites keep the updater chains of :mod:`flexgraph.core.graph` ordered:
-``Move`` splices a step out of its chains (its neighbours are re-linked) and in
-at its new place, and replaces its own ordering edges with the new anchor.
+A rewrite refuses a step that does not exist (with a did-you-mean), describes
+itself in one line, and returns the new graph with what it did to which step,
+so a plan can say where each step came from.
 """
 
 from __future__ import annotations
@@ -23,16 +18,11 @@ from flexgraph.core.step import Step, run_step
 
 
 class RewriteDefinitionError(FlexgraphError, ValueError):
-    """A rewrite is malformed (e.g. a move with neither after nor before).
-
-    Raised when the rewrite is made, before any graph is seen: an ``Insert``
-    or ``Move`` with neither or both of ``after`` / ``before``, a ``Move`` of a
-    step next to itself, a ``Fuse`` of fewer than two steps.
-    """
+    """A rewrite is malformed (a move with neither after nor before, a one-step fuse)."""
 
 
 Touched = Mapping[str, str]
-"""Step name -> what the rewrite did to it: inserted, moved, replaced, ..."""
+"""Step name -> what the rewrite did to it (inserted, moved, replaced, ...)."""
 
 
 def _detach(graph: Graph, name: str) -> Graph:
@@ -43,7 +33,6 @@ def _detach(graph: Graph, name: str) -> Graph:
 
 
 def _rename_references(graph: Graph, old: set[str], new: str) -> Graph:
-    """Point other steps' ``after`` / ``before`` at ``new`` instead of ``old``."""
 
     def renamed(names: tuple[str, ...], owner: str) -> tuple[str, ...]:
         out = []
@@ -59,12 +48,7 @@ def _rename_references(graph: Graph, old: set[str], new: str) -> Graph:
 
 
 def _substitute(graph: Graph, gone: set[str], new: Step, index: int) -> Graph:
-    """Put ``new`` at declaration ``index`` in place of the steps ``gone``.
-
-    In each chain that held one of ``gone``, ``new`` takes the place of the
-    first of them if it updates that artifact; artifacts only ``new`` updates
-    are spliced in as an insert would.
-    """
+    """Put ``new`` at declaration ``index`` in place of the steps ``gone``, chains included."""
     chains = {}
     for artifact, chain in graph.chains.items():
         members = [n for n in chain if n in gone]
@@ -96,11 +80,7 @@ def _anchor(after: str | None, before: str | None, what: str) -> None:
 
 
 class Rewrite:
-    """Base class of the rewrites: one edit of a graph, as data.
-
-    A subclass defines :meth:`apply`, :meth:`describe` and :attr:`touches`;
-    ``str(rewrite)`` is its description. Rewrites are values: applying one
-    returns a new graph and leaves the old one as it was.
+    """Base class of the rewrites: :meth:`apply`, :meth:`describe` and :attr:`touches`.
 
     Examples
     --------
@@ -108,38 +88,13 @@ class Rewrite:
     >>> graph = Graph.of([Step("load", "m:load", provides="data"),
     ...                   Step("train", "m:train", requires="data")])
     >>> rewrite = Insert(Step("clean", "m:clean", updates="data"), after="load")
-    >>> print(rewrite)
-    insert clean after load
     >>> new, touched = rewrite.apply(graph)
     >>> new.names, touched
     (('load', 'clean', 'train'), {'clean': 'inserted'})
     """
 
     def apply(self, graph: Graph) -> tuple[Graph, Touched]:
-        """Return ``graph`` with this edit made, and what it did to which step.
-
-        Parameters
-        ----------
-        graph : Graph
-
-        Returns
-        -------
-        graph : Graph
-            The new graph. It is not validated here: :func:`flexgraph.make_plan`
-            validates it before the next rewrite.
-        touched : mapping of str to str
-            Step name -> what the rewrite did to it (``"inserted"``,
-            ``"moved"``, ``"replaced"``, ``"fused"``, ``"configured"``,
-            ``"removed"``, ``"pruned"``); plans record it as the step's origin.
-
-        Raises
-        ------
-        UnknownStepError
-            The rewrite names a step the graph does not have; the message
-            starts with the rewrite's description and suggests close names.
-        DuplicateStepError
-            The rewrite would add a step under a name the graph already has.
-        """
+        """``graph`` with this edit made (not yet validated), and the :data:`Touched` steps."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -153,7 +108,7 @@ class Rewrite:
 
     @property
     def kind(self) -> str:
-        """``insert``, ``remove``, ``prune``, ``replace``, ``move``, ``fuse`` or ``configure``."""
+        """The rewrite's keyword: ``insert``, ``move``, ..."""
         return type(self).__name__.lower()
 
     def __str__(self) -> str:
@@ -166,23 +121,15 @@ def _where(after: str | None, before: str | None) -> str:
 
 @attrs.frozen
 class Insert(Rewrite):
-    """Add ``step`` right after ``after`` (or right before ``before``).
+    """Add ``step`` right after ``after`` or right before ``before`` (exactly one).
 
-    The anchor becomes one of the step's own ordering edges, and the step takes
-    the declaration slot next to it; a step that updates an artifact joins that
-    artifact's updater chain next to the anchor.
+    The anchor becomes one of the step's ordering edges; an updater joins its
+    artifact's chain next to it.
 
     Parameters
     ----------
     step : Step
-        The new step.
     after, before : str, optional
-        The step it goes next to; exactly one of them.
-
-    Raises
-    ------
-    RewriteDefinitionError
-        Neither or both of ``after`` / ``before`` are given.
     """
 
     step: Step
@@ -221,13 +168,11 @@ def _place(graph: Graph, step: Step, after: str | None, before: str | None) -> G
 
 @attrs.frozen
 class Remove(Rewrite):
-    """Drop a step; other steps' ordering references to it go too.
+    """Drop step ``name``; other steps' ordering references to it go too.
 
     Parameters
     ----------
     name : str
-        The step to drop. Whatever needed what it provided must get it
-        elsewhere, or the plan is refused with a :class:`~flexgraph.MissingInputError`.
     """
 
     name: str
@@ -246,27 +191,15 @@ class Remove(Rewrite):
 
 @attrs.frozen
 class Prune(Rewrite):
-    """Drop a step the run does not need, and say why: a rewrite derived from the inputs.
+    """Drop step ``name``, which the run does not need, for ``reason`` (a few words).
 
-    A strategy's rewrites are fixed once the config is read. Some facts come
-    later, from what the config names: whether the weights ``load_from`` loads
-    leave anything for ``init_weights`` to do needs the model's parameter
-    names and the checkpoint's index. A run that finds such a fact prunes the
-    step before the strategy's rewrites
-    (:func:`~flexgraph.make_plan`'s ``derived``); the plan lists the prune,
-    with its reason, as a rewrite of its own (``derived #1``).
+    A derived rewrite (:func:`~flexgraph.make_plan`'s ``derived``): its reason
+    is in the run's inputs (``load_from`` covers every weight), not the config.
 
     Parameters
     ----------
     name : str
-        The step to drop.
     reason : str
-        Why the run does not need it, in a few words (shown in parentheses).
-
-    Examples
-    --------
-    >>> print(Prune("init_weights", "every state_dict entry comes from load_from 'x.pth'"))
-    prune init_weights (every state_dict entry comes from load_from 'x.pth')
     """
 
     name: str
@@ -286,17 +219,12 @@ class Prune(Rewrite):
 
 @attrs.frozen
 class Replace(Rewrite):
-    """Swap a step for another in place.
-
-    The new step takes the old one's declaration slot, its place in every chain
-    it still updates, and the ordering references other steps make to it.
+    """Put ``step`` in the place of step ``name``: its slot, chains and references.
 
     Parameters
     ----------
     name : str
-        The step to replace.
     step : Step
-        Its replacement, under the same name or a new one.
     """
 
     name: str
@@ -321,23 +249,14 @@ class Replace(Rewrite):
 
 @attrs.frozen
 class Move(Rewrite):
-    """Move a step right after ``after`` (or right before ``before``).
+    """Move step ``name`` right after ``after`` or right before ``before`` (exactly one).
 
-    The step is spliced out of its chains and in at the new place; its own
-    ``after`` / ``before`` are replaced by the new anchor.
+    Its own ``after`` / ``before`` are replaced by the new anchor.
 
     Parameters
     ----------
     name : str
-        The step to move.
     after, before : str, optional
-        The step it goes next to; exactly one of them.
-
-    Raises
-    ------
-    RewriteDefinitionError
-        Neither or both of ``after`` / ``before`` are given, or the anchor is
-        the step itself.
     """
 
     name: str
@@ -367,18 +286,12 @@ class Move(Rewrite):
 
 @attrs.frozen
 class FusedSteps:
-    """The function of a fused step: runs the member steps in order.
-
-    Called with the fused step's inputs, it returns what the step contract asks
-    of a step with these ``outputs``: the value itself for one output, a mapping
-    for several.
+    """The function of a fused step: runs ``members`` in order, returns ``outputs``.
 
     Parameters
     ----------
     members : tuple of Step
-        The steps fused, in the order they run.
     outputs : tuple of str
-        The fused step's outputs (what it provides, then what it updates).
     """
 
     members: tuple[Step, ...]
@@ -398,22 +311,17 @@ class FusedSteps:
 
 
 def fused_step(name: str, members: Sequence[Step]) -> Step:
-    """A step that runs ``members`` in order, with their combined interface.
-
-    Artifacts one member provides and a later one reads stay inside.
+    """A step named ``name`` that runs ``members`` in order.
 
     Parameters
     ----------
     name : str
-        The fused step's name.
     members : sequence of Step
-        The steps to run, in order.
 
     Returns
     -------
     Step
-        One step requiring, providing and updating what the members do together,
-        ordered after and before what they are (outside the group).
+        The members' combined interface, less what one provides to another.
     """
     member_names = {s.name for s in members}
     provides = tuple(dict.fromkeys(a for s in members for a in s.provides))
@@ -437,38 +345,14 @@ def fused_step(name: str, members: Sequence[Step]) -> Step:
 
 @attrs.frozen
 class Fuse(Rewrite):
-    """Replace several steps by one, at the place of the earliest of them.
-
-    ``into`` is either a :class:`Step` (e.g. ``deepspeed_initialize``, which does
-    the work of ``wrap_model`` and ``build_optim_wrapper`` in one call) or a
-    name, in which case the fused step runs the members in order.
+    """Replace steps ``names`` (at least two) by one, at the place of the earliest.
 
     Parameters
     ----------
     names : sequence of str
-        The steps to fuse, at least two.
     into : Step or str
-        The step that does their work, or the name of one that runs them in
-        declaration order; artifacts one member provides and a later one reads
-        stay inside it.
-
-    Raises
-    ------
-    RewriteDefinitionError
-        Fewer than two steps are named.
-
-    Examples
-    --------
-    >>> from flexgraph import Graph, Step
-    >>> graph = Graph.of([Step("wrap", "m:wrap", updates="model"),
-    ...                   Step("optim", "m:optim", requires="model", provides="opt")],
-    ...                  inputs=["model"])
-    >>> fused, touched = Fuse(["wrap", "optim"], "wrap_and_optim").apply(graph)
-    >>> fused.names, touched
-    (('wrap_and_optim',), {'wrap_and_optim': 'fused'})
-    >>> step = fused.by_name["wrap_and_optim"]
-    >>> step.updates, step.provides, step.fn_name
-    (('model',), ('opt',), 'fused(m:wrap, m:optim)')
+        The step that does their work (``deepspeed_initialize``), or the name of
+        a :func:`fused_step` that runs them in order.
     """
 
     names: tuple[str, ...] = attrs.field(converter=tuple)
@@ -502,13 +386,7 @@ class Fuse(Rewrite):
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    """``repr(value)``, with a long mapping or sequence shown as its outline.
-
-    Names and numbers are never cut.
-
-    A description is one line; the full values are in the plan's step params
-    (``--format json``, ``--explain``).
-    """
+    """``repr(value)``, a long mapping or sequence cut to its outline (one-line descriptions)."""
     text = repr(value)
     if len(text) <= limit:
         return text
@@ -521,20 +399,12 @@ def _short(value: Any, limit: int = 60) -> str:
 
 @attrs.frozen
 class Configure(Rewrite):
-    """Bind parameters of a step (merged over the ones it has).
+    """Bind ``params`` to step ``name``'s function, over the ones it has.
 
     Parameters
     ----------
     name : str
-        The step to configure.
     params : mapping
-        Keyword arguments for its function; each replaces a bound one of the
-        same name. The step's place in the graph does not change.
-
-    Examples
-    --------
-    >>> print(Configure("build_model", {"device": "meta"}))
-    configure build_model: device='meta'
     """
 
     name: str
@@ -559,18 +429,12 @@ class Configure(Rewrite):
 class IfPresent(Rewrite):
     """``rewrite``, applied only when the optional step ``step`` is in the graph.
 
-    For orders a strategy needs only when an optional step was asked for (FSDP
-    compiles before sharding, when the config compiles at all). Everywhere else
-    a rewrite naming an absent step is refused; this says so explicitly, and
-    the other steps ``rewrite`` names must still exist.
+    Elsewhere a rewrite naming an absent step is refused; this says it may be.
 
     Parameters
     ----------
     step : str
-        The optional step.
     rewrite : Rewrite
-        Applied when ``step`` is in the graph; otherwise the graph is left as
-        it is and no step is touched.
     """
 
     step: str
@@ -597,19 +461,10 @@ class IfPresent(Rewrite):
 class IfAbsent(IfPresent):
     """``rewrite``, applied only when the optional step ``step`` is *not* in the graph.
 
-    The other half of :class:`IfPresent`, for a strategy whose order depends on
-    whether a step survived: FSDP gives a meta-built model storage
-    (``materialize``) only when no ``init_weights`` will fill it, which is the
-    case when a derived :class:`Prune` found that the loaded weights cover
-    the model.
-
     Parameters
     ----------
     step : str
-        The optional step.
     rewrite : Rewrite
-        Applied when ``step`` is not in the graph; otherwise the graph is left
-        as it is and no step is touched.
     """
 
     def describe(self) -> str:

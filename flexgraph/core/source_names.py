@@ -1,14 +1,9 @@
 """What a Python source file binds at its top level, read with :mod:`ast`, never run.
 
-``flexgraph plan`` checks that a step's ``"module:function"`` names something
-the module defines without importing the module (see
-:mod:`flexgraph.core.references`). A name is bound at top level by ``def``,
-``class``, an assignment, ``import ... as`` or ``from ... import``, also inside
-top-level ``if`` / ``try`` / ``with`` / ``for`` blocks (a fallback definition in
-``except ImportError:`` counts). Some modules bind names the source does not
-show: a star import, a module ``__getattr__``, a function that declares it
-``global``, ``globals()`` or ``sys.modules`` tricks; those are reported, so that
-a missing name is called unchecked rather than wrong.
+Top-level blocks (``if``, ``try``, ``with``, ``for``) count. A module that may
+bind names its source does not show (a star import, a module ``__getattr__``,
+``global``, ``globals()``, ``sys.modules``) is reported, so a missing name is
+called unchecked rather than wrong.
 """
 
 from __future__ import annotations
@@ -107,11 +102,7 @@ _BINDING_CALLS = ("globals", "locals", "vars", "exec", "setattr")
 
 
 def _dynamic_binding(tree: ast.Module, name: str) -> str | None:
-    """How ``name`` may be bound where the top-level statements do not show it.
-
-    ``global name`` in a function (called at import), ``name :=`` or a
-    ``match`` capture, ``globals()`` / ``exec`` / ``setattr`` / ``sys.modules``.
-    """
+    """How ``name`` may be bound where the top-level statements do not show it, or ``None``."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Global) and name in node.names:
             return f"declares 'global {name}' in a function"
@@ -150,9 +141,6 @@ def module_names(path: str) -> ModuleNames:
 
 
 def binds_dynamically(path: str, name: str) -> str | None:
-    """How ``path`` may bind ``name`` unseen (see :func:`_dynamic_binding`), or ``None``.
-
-    A walk of the whole tree, so it is asked only when the top level lacks ``name``.
-    """
+    """How ``path`` may bind ``name`` unseen, or ``None``; walks the whole tree, so asked last."""
     with open(path, "rb") as f:
         return _dynamic_binding(ast.parse(f.read(), filename=path), name)

@@ -1,20 +1,15 @@
 """Steps: named units of work with declared inputs and outputs.
 
-A step is a plain function plus what it ``requires`` (artifacts it reads),
-``provides`` (artifacts it creates), ``updates`` (artifacts it reads and
-replaces in place, like ``init_weights`` on ``model``) and pure ordering edges
-``after`` / ``before``. Steps are immutable values: rewrites make new ones.
+A step is a function plus the artifacts it ``requires`` (reads), ``provides``
+(creates) and ``updates`` (reads and replaces, like ``init_weights`` on
+``model``), and ordering edges ``after`` / ``before``. The function may be a
+``"module:attr"`` reference, resolved only when the plan runs, so planning
+never imports the modules steps live in (nor torch).
 
-The function may be given as a callable or as a ``"module:attr"`` reference.
-References are resolved only when the plan runs (all of them before its first
-step, see :mod:`flexgraph.core.references`), so planning a graph never imports
-the modules its steps live in (planning the training graph must not import torch).
-
-Contract for the function: it is called with one keyword argument per name in
-``requires`` and ``updates``, plus the bound ``params``. It returns nothing when
-the step has no outputs, the value itself when it has exactly one, and a mapping
-(or a tuple in declared order) when it has several. Outputs are ``provides``
-followed by ``updates``.
+The calling contract: the function gets one keyword argument per name in
+``requires`` and ``updates``, plus the bound ``params``. It returns nothing for
+no outputs, the value itself for one, and a mapping (or a tuple in declared
+order) for several. Outputs are ``provides`` followed by ``updates``.
 """
 
 from __future__ import annotations
@@ -26,18 +21,12 @@ from typing import Any
 import attrs
 
 from flexgraph.core.errors import FlexgraphError
-from flexgraph.core.references import StepFunctionError as StepFunctionError  # its old home
+from flexgraph.core.references import StepFunctionError as StepFunctionError  # re-exported
 from flexgraph.core.references import resolve_fn
 
 
 class StepDefinitionError(FlexgraphError, ValueError):
-    """A step is malformed: bad name, an artifact declared twice, a bad fn.
-
-    Raised when a :class:`Step` is made: its name is not a Python identifier,
-    an artifact is not a non-empty string, an artifact is listed twice or in
-    two of ``requires`` / ``provides`` / ``updates``, or the step is ordered
-    relative to itself. The message names the step and the field.
-    """
+    """A step is malformed; the message names the step and the field."""
 
 
 def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -53,17 +42,15 @@ def _frozen_params(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 def fn_ref(fn: Callable[..., Any] | str) -> str:
-    """Return the ``"module:qualname"`` text that names ``fn``.
+    """The ``"module:qualname"`` text that names ``fn``.
 
     Parameters
     ----------
     fn : callable or str
-        A function, or already its reference text.
 
     Returns
     -------
     str
-        ``"module:qualname"`` (a fused step's own ``flexgraph_ref``).
     """
     if isinstance(fn, str):
         return fn
@@ -101,45 +88,27 @@ def _check(step: Step, attribute: attrs.Attribute, value: object) -> None:
 
 @attrs.frozen(eq=True)
 class Step:
-    """One named unit of work. Immutable; use :meth:`evolve` to change it.
+    """One named unit of work. Immutable; :meth:`evolve` makes a changed copy.
 
     Parameters
     ----------
     name : str
-        Public, stable name (configs, specs and rewrites refer to it).
+        Stable name, a Python identifier (configs, specs and rewrites use it).
     fn : callable or str
-        The function, or a ``"module:attr"`` reference resolved at run time.
-    requires, provides, updates : tuple of str
+    requires, provides, updates : str or tuple of str
         Artifacts read, created, and read-and-replaced.
-    after, before : tuple of str
-        Names of steps this one must run after / before (pure ordering).
+    after, before : str or tuple of str
+        Steps this one must run after / before.
     params : mapping
-        Keyword arguments bound to the function (``Configure`` edits them).
+        Keyword arguments bound to the function.
     doc : str
-        One line saying what the step does, shown in plans.
-
-    ``requires``, ``provides``, ``updates``, ``after`` and ``before`` also take
-    a single name, or ``None`` for none. Two steps are equal when every field
-    but ``doc`` is; a callable ``fn`` compares by its ``"module:qualname"``.
-
-    Raises
-    ------
-    StepDefinitionError
-        The name is not a Python identifier, an artifact is listed twice (or in
-        two of ``requires`` / ``provides`` / ``updates``), or the step is
-        ordered relative to itself.
-
-    See Also
-    --------
-    step : make a step from a function, its ``requires`` read off the signature.
+        One line shown in plans; not part of equality.
 
     Examples
     --------
     >>> s = Step("load", fn="json:loads", requires="text", provides="data")
     >>> s.inputs, s.outputs
     (('text',), ('data',))
-    >>> s.evolve(name="parse").name
-    'parse'
     """
 
     name: str = attrs.field(validator=_check)
@@ -170,22 +139,7 @@ class Step:
         return fn_ref(self.fn)
 
     def evolve(self, **changes: Any) -> Step:
-        """Return a copy with ``changes`` applied (attrs.evolve).
-
-        Parameters
-        ----------
-        **changes
-            New values of fields, by name (``after=("load_checkpoint",)``).
-
-        Returns
-        -------
-        Step
-
-        Raises
-        ------
-        StepDefinitionError
-            The changed step is malformed.
-        """
+        """A copy with ``changes`` (fields by name) applied."""
         return attrs.evolve(self, **changes)
 
 
@@ -200,32 +154,24 @@ def step(
     before: str | Iterable[str] | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Make a :class:`Step` from a plain function; usable as a bare or called decorator.
+    """Make a :class:`Step` from a function; usable as a bare or called decorator.
 
     Parameters
     ----------
     fn : callable, optional
-        The function. Given, ``step(fn, ...)`` returns the step; omitted,
-        ``step(...)`` returns a decorator that makes one.
+        The function; omitted, ``step(...)`` returns a decorator.
     name : str, optional
-        The step's name; defaults to the function's ``__name__``.
+        Defaults to the function's ``__name__``.
     requires : str or iterable of str, optional
-        Defaults to the function's parameters that have no default value and
-        are not in ``updates`` (positional-or-keyword and keyword-only ones).
+        Defaults to the function's parameters without a default, less ``updates``.
     provides, updates, after, before : str or iterable of str, optional
         As in :class:`Step`.
     params : mapping, optional
-        Keyword arguments bound to the function.
 
     Returns
     -------
     Step, or a decorator returning a Step
-        The step's ``doc`` is the first line of the function's docstring.
-
-    Raises
-    ------
-    StepDefinitionError
-        The step is malformed (see :class:`Step`).
+        Its ``doc`` is the first line of the function's docstring.
 
     Examples
     --------
@@ -235,8 +181,6 @@ def step(
     ...     return scale * (a + b)
     >>> add.name, add.requires, add.doc
     ('add', ('a', 'b'), 'Sum two numbers.')
-    >>> step(add.fn, name="add_twice", params={"scale": 2}).params["scale"]
-    2
     """
 
     def make(func: Callable[..., Any]) -> Step:
@@ -271,38 +215,26 @@ def step(
 
 
 class StepOutputError(FlexgraphError, TypeError):
-    """A step's function returned something that does not match its outputs.
-
-    A step with several outputs must return a mapping with exactly those keys,
-    or a tuple of that length in declared order; the message names the step,
-    what it returned and what was expected. Raised while the step runs, so the
-    executor reports it as the cause of a :class:`~flexgraph.StepFailedError`.
-    """
+    """A step's function returned something that does not match its outputs."""
 
 
 def run_step(
     step: Step, artifacts: Mapping[str, Any], func: Callable[..., Any] | None = None
 ) -> dict[str, Any]:
-    """Call ``step``'s function (``func``, if already resolved) on ``artifacts``.
+    """Call ``step``'s function on its inputs from ``artifacts``; see the calling contract.
 
     Parameters
     ----------
     step : Step
-        The step to run.
     artifacts : Mapping of str to Any
-        Every artifact so far; the step gets its inputs by name and its params.
+        Every artifact so far.
     func : callable, optional
-        ``step.fn`` already resolved (the executor resolves each once).
+        ``step.fn`` already resolved.
 
     Returns
     -------
     dict of str to Any
-        The step's outputs by name (empty for a step with none).
-
-    Raises
-    ------
-    StepOutputError
-        When the return value does not match ``step.outputs``.
+        The step's outputs by name; :class:`StepOutputError` when they do not fit.
     """
     func = func if func is not None else resolve_fn(step.fn)
     result = func(**{name: artifacts[name] for name in step.inputs}, **step.params)

@@ -1,15 +1,10 @@
 """Strategies: a named, ordered list of rewrites, and the registry that finds them.
 
-A strategy never branches inside another strategy's code and no step asks which
-strategy is active: the whole difference between, say, single-device and DDP
-training is the list of rewrites here (plus the functions of the steps those
-rewrites bring in).
-
-Strategies are found by name through a registry. Built-in and third-party
-strategies register as entry points in the group ``flexgraph.strategies``; each
-entry point is a factory ``factory(**options) -> Strategy``. Python code can
-also :func:`register_strategy` a factory, and specs can define strategies as
-data. The core knows no strategy by name.
+The whole difference between two strategies is their rewrites (and the step
+functions those bring in): no step asks which strategy is active. Strategies are
+found by name: entry points of the group ``flexgraph.strategies``, each a factory
+``factory(**options) -> Strategy``, and factories given to
+:func:`register_strategy`. The core knows no strategy by name.
 """
 
 from __future__ import annotations
@@ -29,19 +24,11 @@ ENTRY_POINT_GROUP = "flexgraph.strategies"
 
 
 class UnknownStrategyError(FlexgraphError, LookupError):
-    """No strategy of that name is registered; the message lists the known ones.
-
-    Raised by :func:`get_strategy`, with a did-you-mean for a close name.
-    """
+    """No strategy of that name is registered; the message lists the known ones."""
 
 
 class StrategyOptionError(FlexgraphError, ValueError):
-    """A strategy was given an option it does not take.
-
-    Raised by :func:`get_strategy` before the factory runs (the options are
-    checked against its signature), for a ``dict`` without ``type``, and for
-    options given to a strategy a spec defines as data.
-    """
+    """A strategy was given an option it does not take (checked before its factory runs)."""
 
 
 @attrs.frozen
@@ -51,50 +38,22 @@ class Strategy:
     Parameters
     ----------
     name : str
-        The name plans attribute rewrites to.
     rewrites : tuple of Rewrite
-        Applied in order; each is validated before the next.
     doc : str
         One line on what the strategy is for.
     world_size : str
-        ``"one"`` for strategies that run in a single process, ``"many"`` for
-        ones that expect a process group (the CLI uses it to pick a default).
+        ``"one"`` (one process) or ``"many"`` (expects a process group).
     checks : tuple of Check
-        Orders and choices the rewrites establish for a reason
-        (:mod:`flexgraph.core.checks`); the plan is refused, with the reason,
-        when the final graph breaks one, even through rewrites appended later.
+        Orders the plan must keep, even through rewrites appended later.
     run_imports : tuple of str
-        Modules its step functions import when they run, never when planning
-        (its library, e.g. ``deepspeed``): a launcher that forks its ranks from
-        one process imports them there once, for every rank.
+        Modules its steps import when run, imported once by a launcher that forks.
     memory_model : str or None
-        The module of its memory model (``flexgraph plan --estimate``): what it
-        keeps per rank, as ``estimate_memory(...)`` there says (see
-        ``flexgraph.training.estimate``). Named, not imported, so planning
-        stays free of torch.
+        The module whose ``estimate_memory`` says what a rank keeps (not imported).
     memory_options : mapping
-        Keyword arguments the factory binds for ``estimate_memory`` (its
-        stage, precision, bucket sizes).
+        Keyword arguments for that ``estimate_memory``.
     prunable : tuple of str
-        Steps a run may prune before this strategy's rewrites, when it finds
-        from its inputs that they have nothing to do (a derived
-        :class:`~flexgraph.core.rewrite.Prune`, see :func:`~flexgraph.make_plan`):
-        the strategy's rewrites then fit the graph without them (with
-        :class:`~flexgraph.core.rewrite.IfPresent` / ``IfAbsent``). FSDP's
-        ``("init_weights",)``: a model whose every weight comes from a file is
-        never built whole. Empty: the strategy keeps every step.
-
-    Raises
-    ------
-    ValueError
-        ``world_size`` is neither ``"one"`` nor ``"many"``.
-
-    Examples
-    --------
-    >>> from flexgraph import Configure
-    >>> on_gpu = Strategy("on_gpu", [Configure("setup_env", {"device": "cuda"})])
-    >>> [str(r) for r in on_gpu.then(Configure("build_model", {"device": "meta"})).rewrites]
-    ["configure setup_env: device='cuda'", "configure build_model: device='meta'"]
+        Steps a run may prune before these rewrites (a derived
+        :class:`~flexgraph.core.rewrite.Prune`); the rewrites fit either graph.
     """
 
     name: str
@@ -108,17 +67,7 @@ class Strategy:
     prunable: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def then(self, *rewrites: Rewrite) -> Strategy:
-        """Return this strategy with ``rewrites`` appended (its checks still apply).
-
-        Parameters
-        ----------
-        *rewrites : Rewrite
-
-        Returns
-        -------
-        Strategy
-            Same name, doc, world size and checks.
-        """
+        """This strategy with ``rewrites`` appended; its checks still apply."""
         return attrs.evolve(self, rewrites=self.rewrites + rewrites)
 
 
@@ -127,34 +76,26 @@ _registered: dict[str, StrategyFactory] = {}
 
 
 def register_strategy(name: str, factory: StrategyFactory, *aliases: str) -> None:
-    """Make ``factory`` findable as ``name`` (and ``aliases``) in this process.
+    """Make ``factory`` findable as ``name`` and ``aliases`` in this process.
 
-    Entry points of the group ``flexgraph.strategies`` register strategies for
-    every process; this is for code that defines one at run time (a test, a
-    script). A registered name shadows an entry point of the same name.
+    For strategies defined at run time; a registered name shadows an entry point.
 
     Parameters
     ----------
     name : str
-        The name :func:`get_strategy`, ``--strategy`` and a config's
-        ``strategy=dict(type=...)`` use.
     factory : callable
-        ``factory(**options) -> Strategy``; its signature says which options
-        the strategy takes.
+        ``factory(**options) -> Strategy``; its signature gives the options.
     *aliases : str
-        More names for the same factory (``"DDPStrategy"`` beside ``"ddp"``).
     """
     for key in (name, *aliases):
         _registered[key] = factory
 
 
 def _is_entry_point(found: Any) -> bool:
-    """Whether ``found`` is an entry point not loaded yet, of either metadata library.
+    """Whether ``found`` is an entry point not loaded yet.
 
-    Not an ``isinstance`` check against ``importlib.metadata.EntryPoint``: once
-    the ``importlib_metadata`` backport is imported (mmpretrain does, and so does
-    any config that lists it in ``custom_imports``), it installs its own finder,
-    and the standard library's ``entry_points()`` hands back the backport's class.
+    Not an ``isinstance`` check: once the ``importlib_metadata`` backport is
+    imported (mmpretrain does), ``entry_points()`` returns the backport's class.
     """
     return hasattr(found, "load") and isinstance(getattr(found, "value", None), str)
 
@@ -165,9 +106,6 @@ def known_strategies() -> dict[str, Any]:
     Returns
     -------
     dict
-        The ``flexgraph.strategies`` entry points by name, and the strategies
-        registered with :func:`register_strategy` (which win over an entry point
-        of the same name).
     """
     found: dict[str, Any] = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     found.update(_registered)
@@ -184,33 +122,15 @@ def get_strategy(
     Parameters
     ----------
     name : str, Strategy or mapping
-        A registered name or entry-point name; a mapping with ``type`` (the
-        name) and options, as an MMEngine config's ``strategy`` holds it; or a
-        :class:`Strategy`, returned as it is.
+        A registered name; a mapping with ``type`` and options (a config's
+        ``strategy``); or a :class:`Strategy`, returned as it is.
     extra : mapping of str to Strategy, optional
-        Strategies defined as data (a spec's ``strategies:``); they shadow
-        registered ones of the same name and take no options.
+        Strategies defined as data (a spec's); they shadow others and take no options.
     **options
-        Keyword arguments for the factory, over those of a mapping ``name``.
 
     Returns
     -------
     Strategy
-
-    Raises
-    ------
-    UnknownStrategyError
-        The name is not known; the message lists the known names.
-    StrategyOptionError
-        The factory does not take one of the options, a mapping has no
-        ``type``, or a strategy from ``extra`` was given options.
-
-    Examples
-    --------
-    >>> get_strategy("single").world_size
-    'one'
-    >>> get_strategy({"type": "DDPStrategy"}).name
-    'ddp'
     """
     if isinstance(name, Strategy):
         return name
@@ -244,17 +164,15 @@ def get_strategy(
 
 
 def same_strategy(first: str, second: str) -> bool:
-    """Whether two registered names are aliases of one factory (``fsdp``, ``FSDPStrategy``).
+    """Whether two names are aliases of one factory (``fsdp``, ``FSDPStrategy``).
 
     Parameters
     ----------
     first, second : str
-        Two strategy names.
 
     Returns
     -------
     bool
-        ``True`` when both name the same factory (or are the same unknown name).
     """
     known = known_strategies()
     if first not in known or second not in known:
@@ -269,16 +187,14 @@ def same_strategy(first: str, second: str) -> bool:
 
 
 def strategy_names(extra: Iterable[str] = ()) -> list[str]:
-    """Sorted names of every findable strategy, plus ``extra``.
+    """Sorted names of every findable strategy, plus ``extra`` (a spec's own).
 
     Parameters
     ----------
     extra : iterable of str, default ()
-        Names to add (a spec's own strategies).
 
     Returns
     -------
     list of str
-        Sorted, without duplicates.
     """
     return sorted(set(known_strategies()) | set(extra))

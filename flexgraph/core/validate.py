@@ -1,15 +1,8 @@
 """Validation of a graph: every rule a plan relies on, checked in one place.
 
-Run on the base graph and again after every rewrite, so that a strategy that
-breaks the graph is caught at the rewrite that broke it. Each failure raises
-its own class (see :mod:`flexgraph.core.graph`) with a message that names the
-culprit: the step, the artifact, the cycle's path.
-
-:func:`check` does the checking; :func:`validate` also builds the networkx DAG.
-Planning checks after every rewrite but builds the DAG once, at the end: the
-DAG (and the :class:`~flexgraph.core.graph.Edge` objects with their reasons) is
-most of the cost of a check (see benchmarks/plan_speed.py), and the cycle test
-needs only the bare edges.
+Run on the base graph and after every rewrite, so a strategy that breaks the
+graph is caught at the rewrite that broke it. :func:`check` checks;
+:func:`validate` also builds the DAG, which planning does once, at the end.
 """
 
 from __future__ import annotations
@@ -29,20 +22,7 @@ from flexgraph.core.graph import (
 
 
 def validate(graph: Graph) -> nx.DiGraph:
-    """Check ``graph`` and return its derived DAG.
-
-    Raises
-    ------
-    UnknownStepError
-        A step's ``after`` / ``before`` names a step that does not exist.
-    DuplicateProducerError
-        Two steps (or a step and an input) provide one artifact.
-    MissingInputError
-        A step needs an artifact nobody provides.
-    CycleError
-        The derived edges form a cycle; the message gives its path and why
-        each edge exists.
-    """
+    """Check ``graph`` (see :mod:`flexgraph.core.graph` for the errors) and return its DAG."""
     check(graph)
     return graph.digraph()
 

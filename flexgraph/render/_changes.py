@@ -1,21 +1,13 @@
-"""What a strategy did to each step, in the form every view needs.
+"""What a strategy did to each step, answered once for every view.
 
-The views (table, diff, dot, mermaid) all answer the same questions: which
-action placed or changed a step, how to mark it, and why a base step is no
-longer in the plan. Answering them once here keeps the views consistent: the
-same step is called "fused" with the same marker and colour everywhere.
-
-A plan records what each rewrite did to the steps it *produced*; a step that a
-``Replace`` or ``Fuse`` consumed under another name is not in the final graph,
-so :func:`gone_steps` recovers it from the rewrite's one-line description, whose
-form the rewrites in :mod:`flexgraph.core.rewrite` fix (step names are
-identifiers, so the parse is exact).
+Which action placed or changed a step, its marker and colour, and which
+rewrite took a base step out, so the table, diff, dot and Mermaid views agree.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -59,10 +51,10 @@ def history(plan: Plan, name: str) -> tuple[Origin, ...]:
 
 
 def first_action(plan: Plan, name: str) -> str:
-    """The action that put ``name`` where it is: its first rewrite's, or ``"base"``.
+    """The action that put ``name`` where it is (its first rewrite's), or ``"base"``.
 
-    A step inserted and later configured is marked as inserted: where it came
-    from matters more than that it was configured afterwards.
+    A step inserted and then configured is marked inserted: where it came from
+    matters more.
     """
     entries = history(plan, name)
     return entries[0].action if entries else "base"
@@ -70,11 +62,7 @@ def first_action(plan: Plan, name: str) -> str:
 
 @attrs.frozen
 class Gone:
-    """A base step the plan no longer has, and the rewrite that took it out.
-
-    ``action`` is ``"removed"``, ``"replaced"`` or ``"fused"``; ``into`` names
-    the step that took its place (``None`` for a removal).
-    """
+    """A base step the plan no longer has, the rewrite that took it, and its replacement."""
 
     name: str
     action: str
@@ -82,7 +70,6 @@ class Gone:
     into: str | None = None
 
     def __str__(self) -> str:
-        """``"removed by ddp #2: remove resume"``, the form of an Origin's text."""
         if self.rewrite.index < 0:
             return f"{self.action} by a rewrite the plan does not name"
         return f"{self.action} by {rewrite_label(self.rewrite)}: {self.rewrite.description}"
@@ -90,7 +77,7 @@ class Gone:
 
 _ACTION_OF_KIND = {"remove": "removed", "prune": "removed", "replace": "replaced",
                    "fuse": "fused"}
-"""A pruned step (a derived rewrite) is shown as removed, its reason in the rewrite's text."""
+"""A pruned step is shown as removed; its reason is in the rewrite's text."""
 
 
 def _consumed(applied: AppliedRewrite) -> list[tuple[str, str, str | None]]:
@@ -100,14 +87,7 @@ def _consumed(applied: AppliedRewrite) -> list[tuple[str, str, str | None]]:
 
 
 def gone_steps(plan: Plan) -> dict[str, Gone]:
-    """Base steps missing from the plan, by name, with the rewrite that took each.
-
-    Returns
-    -------
-    dict
-        Name -> :class:`Gone`, in base order. The last rewrite that took a step
-        out wins (a step removed, re-inserted and removed again names the last).
-    """
+    """Base steps missing from the plan, in base order, each with the last rewrite that took it."""
     taken: dict[str, Gone] = {}
     for applied in plan.rewrites:
         for name, action, into in _consumed(applied):
@@ -120,24 +100,28 @@ def gone_steps(plan: Plan) -> dict[str, Gone]:
 
 
 _UNKNOWN = AppliedRewrite(index=-1, strategy="?", description="?", kind="?", touched={})
-"""Stands in when no rewrite's record names a missing base step (a future kind)."""
+"""Stands in when no rewrite's record names a missing base step."""
 
 
 def edge_artifacts(plan: Plan, edge: Edge) -> tuple[str, ...]:
-    """The artifacts an edge's reason names (empty for a pure ordering edge).
+    """The artifacts an edge passes (empty for a pure ordering edge).
 
-    An edge carries an artifact when its source writes it (provides or updates)
-    and its reason says the target requires or updates it; reasons of merged
-    edges are joined with ``"; "``, so one edge may carry several. The source
-    writing the artifact is checked too, so a name in a reason is never mistaken.
+    Read from its reason, and only those the source writes, so a name in a
+    reason is never mistaken.
     """
     source = plan.graph.by_name[edge.source]
     target = plan.graph.by_name[edge.target]
+    return passed_artifacts(source.outputs, target.inputs, edge.reason)
+
+
+def passed_artifacts(outputs: Sequence[str], inputs: Sequence[str],
+                     reason: str) -> tuple[str, ...]:
+    """The ``outputs`` of an edge's source that its target reads, as its ``reason`` says."""
     return tuple(
         artifact
-        for artifact in source.outputs
-        if artifact in target.inputs
-        and re.search(rf"\b(?:requires|updates) {re.escape(artifact)}(?:,|;| |$)", edge.reason)
+        for artifact in outputs
+        if artifact in inputs
+        and re.search(rf"\b(?:requires|updates) {re.escape(artifact)}(?:,|;| |$)", reason)
     )
 
 
@@ -148,11 +132,7 @@ def ordered_edges(plan: Plan) -> list[Edge]:
 
 
 def pruned_steps(plan: Plan) -> dict[str, str]:
-    """Steps a derived rewrite pruned, by name, each with its reason (``Prune``).
-
-    The reason is the text in parentheses that ends the rewrite's description
-    (``prune init_weights (every state_dict entry comes from load_from 'x.pth')``).
-    """
+    """Steps a derived rewrite pruned, by name, each with its reason."""
     found = {}
     for applied in plan.rewrites:
         if applied.kind != "prune":
@@ -163,19 +143,10 @@ def pruned_steps(plan: Plan) -> dict[str, str]:
 
 
 def derivation_lines(derived: Mapping[str, Mapping[str, str]]) -> list[str]:
-    """What a run's files changed in its plan, as the log and ``--estimate`` print it.
+    """What a run's files changed in its plan, as lines for the log and ``--estimate``.
 
-    Parameters
-    ----------
-    derived : mapping
-        ``{"pruned": {step: reason}, "notes": {step: line}}`` (either part may
-        be absent), as :func:`flexgraph.cli.plan_cmd.derived_plan` returns it.
-
-    Returns
-    -------
-    list of str
-        ``pruned: init_weights (every state_dict entry comes from load_from 'x.pth')``
-        per pruned step, then ``step: note`` per note.
+    ``derived`` is ``{"pruned": {step: reason}, "notes": {step: line}}``, either
+    part optional (:func:`flexgraph.cli.planning.derived_plan`).
     """
     return ([f"pruned: {step} ({reason})" for step, reason in derived.get("pruned", {}).items()]
             + [f"{step}: {note}" for step, note in derived.get("notes", {}).items()])

@@ -1,9 +1,6 @@
-"""The one look of every table view: a rule under the header, no frame, text flush left.
+"""The one look of every table view (a rule under the header, no frame, flush left).
 
-The plan table, the diff and the timings can print one after another in the
-same terminal; passing them the same :class:`rich.table.Table` arguments keeps
-them alike, and as narrow as their text allows (no edge, no padding at the
-ends of a row, the padding of neighbouring cells collapsed into one).
+Tables printed one after another look alike and stay as narrow as their text.
 """
 
 from __future__ import annotations

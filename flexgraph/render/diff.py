@@ -1,25 +1,19 @@
-"""The plan next to the base graph: what the strategy changed, row by row.
+"""The plan next to the base graph, step by step (``flexgraph plan CONFIG --diff``).
 
-``flexgraph plan CONFIG --diff`` prints this. The left column is the base
-graph's order, the right column the planned order, one row per position, so a
-reader sees at a glance which steps a strategy inserted, moved, replaced, fused
-or configured, and which base steps it took out. A terminal shows the actions in
-colour (taken-out steps struck through); a pipe gets the same information from
-one-character markers, explained in a legend under the table:
-
-    + inserted   - removed   ~ moved   ! replaced   & fused   * configured
-
-and ``-> name`` after a base step that another step took the place of. Under
-the table comes the numbered list of the rewrites as applied (``ddp #1: ...``).
+Left the base order, right the planned order, aligned by step (:mod:`._align`):
+a step keeps its row, a step a rewrite moved has a row at its old place and
+one at its new place, each naming the other's position. Each step is marked
+with what the strategy did to it, in colour on a terminal and by the
+one-character markers of the legend in a pipe. The applied rewrites follow.
 """
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.text import Text
 
 from flexgraph.core.plan import Plan
+from flexgraph.render._align import aligned_rows
 from flexgraph.render._changes import (
     ACTIONS,
     COLOURS,
@@ -30,10 +24,15 @@ from flexgraph.render._changes import (
     history,
     rewrite_label,
 )
-from flexgraph.render._table_style import TABLE_STYLE
+from flexgraph.render._wrap import fitted_table, styled
+from flexgraph.render.text import hanging
 
 
-def _base_cell(name: str, gone: Gone | None) -> Text:
+def _base_cell(name: str, gone: Gone | None, moved_to: int | None) -> Text:
+    if moved_to is not None:
+        text = Text(f"{MARKERS['moved']} ", style=COLOURS["moved"])
+        text.append(name, style=COLOURS["moved"])
+        return text.append(f" -> {moved_to}", style=COLOURS["moved"])
     if gone is None:
         return Text(f"  {name}")
     text = Text(f"{MARKERS['removed']} ")
@@ -48,18 +47,16 @@ def _planned_cell(plan: Plan, name: str) -> Text:
     return Text(f"{MARKERS[action]} {name}", style="" if action == "base" else COLOURS[action])
 
 
-def _change_cell(plan: Plan, name: str | None, gone: Gone | None) -> Text:
-    text = Text()
+def _change_cell(plan: Plan, name: str | None, gone: Gone | None,
+                 moved_from: int | None) -> Text:
     lines: list[tuple[str, str]] = []
     if name is not None:
         lines += [(str(o), COLOURS.get(o.action, "")) for o in history(plan, name)]
+        if moved_from is not None:
+            lines.append((f"(base position {moved_from})", COLOURS["moved"]))
     if gone is not None and all(o.index != gone.rewrite.index for o in history(plan, name or "")):
         lines.append((f"{gone.name} {gone}", COLOURS["removed"]))
-    for i, (line, style) in enumerate(lines):
-        if i:
-            text.append("\n")
-        text.append(line, style=style)
-    return text
+    return styled(lines)
 
 
 def legend() -> Text:
@@ -72,56 +69,54 @@ def legend() -> Text:
     return text
 
 
-def rewrite_list(plan: Plan) -> Text:
-    """The applied rewrites, one numbered line each (``  ddp #1: replace ...``).
-
-    Parameters
-    ----------
-    plan : Plan
-
-    Returns
-    -------
-    rich.text.Text
-        A heading and one line per rewrite, or a line saying there were none.
-    """
+def rewrite_list(plan: Plan, width: int = 120) -> Text:
+    """The applied rewrites, one numbered line each (``  ddp #1: replace ...``), wrapped."""
     if not plan.rewrites:
         return Text("no rewrites applied: the plan is the base graph's order")
-    text = Text(f"rewrites applied by {plan.strategy}:")
-    for applied in plan.rewrites:
-        text.append(f"\n  {rewrite_label(applied)}: {applied.description}")
-    return text
+    lines = [Text(f"rewrites applied by {plan.strategy}:")]
+    lines += [hanging(Text(f"  {rewrite_label(a)}: {a.description}"), width)
+              for a in plan.rewrites]
+    return Text("\n").join(lines)
 
 
-def plan_diff(plan: Plan) -> RenderableType:
-    """Render the base order and the planned order side by side, then the rewrites.
+def plan_diff(plan: Plan, width: int | None = None) -> RenderableType:
+    """The base order and the planned order side by side, the legend, then the rewrites.
 
-    Parameters
-    ----------
-    plan : Plan
-
-    Returns
-    -------
-    rich.console.RenderableType
-        A group of: a table (``#``, ``base``, ``plan``, ``change``) with one row
-        per position, each planned step marked with what the strategy did to
-        it, each taken-out base step struck through (and marked ``-``); the
-        marker legend; the numbered list of applied rewrites. Deterministic.
+    The table fits the console's width unless ``width`` is given.
     """
+    return PlanDiff(plan, width)
+
+
+def _rows(plan: Plan) -> list[list[Text]]:
     gone = gone_steps(plan)
-    table = Table(title=f"plan diff: base graph -> {plan.strategy or 'no strategy'}",
-                  **TABLE_STYLE)
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("base", overflow="fold")
-    table.add_column("plan", overflow="fold")
-    table.add_column("change", overflow="fold")
-    for position in range(max(len(plan.base_order), len(plan.order))):
-        base = plan.base_order[position] if position < len(plan.base_order) else None
-        planned = plan.order[position] if position < len(plan.order) else None
-        taken = gone.get(base) if base is not None else None
-        table.add_row(
-            Text(str(position + 1)),
-            _base_cell(base, taken) if base is not None else Text(""),
-            _planned_cell(plan, planned) if planned is not None else Text(""),
-            _change_cell(plan, planned, taken),
-        )
-    return Group(table, legend(), Text(""), rewrite_list(plan))
+    moved = {n for n in plan.order if any(o.action == "moved" for o in history(plan, n))}
+    base_at = {name: i for i, name in enumerate(plan.base_order, 1)}
+    planned_at = {name: i for i, name in enumerate(plan.order, 1)}
+    rows = []
+    for row in aligned_rows(plan.base_order, plan.order,
+                            {n: g.into for n, g in gone.items()}, moved):
+        base, planned = row.base, row.planned
+        moved_to = planned_at[base] if base in moved and planned is None else None
+        moved_from = base_at.get(planned) if planned in moved and base is None else None
+        rows.append([
+            Text(str(base_at[base]) if base else ""),
+            _base_cell(base, gone.get(base), moved_to) if base else Text(""),
+            Text(str(planned_at[planned]) if planned else ""),
+            _planned_cell(plan, planned) if planned else Text(""),
+            _change_cell(plan, planned, gone.get(base) if base else None, moved_from),
+        ])
+    return rows
+
+
+class PlanDiff:
+    """:func:`plan_diff`'s renderable: fits the table to the width it is drawn at."""
+
+    def __init__(self, plan: Plan, width: int | None) -> None:
+        self.plan, self.width = plan, width
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = self.width or options.max_width
+        title = f"plan diff: base graph -> {self.plan.strategy or 'no strategy'}"
+        table = fitted_table(("#", "base", "#", "plan", "change"), _rows(self.plan), width,
+                             shrink_first=(4,), right=(0, 2), title=title)
+        yield Group(table, legend(), Text(""), rewrite_list(self.plan, width))

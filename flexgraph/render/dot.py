@@ -1,12 +1,10 @@
 """The plan as a Graphviz digraph, for ``dot -Tsvg`` and the like.
 
-Nodes are declared in execution order (Graphviz keeps declaration order among
-nodes of one rank, so the picture reads like the table). Each node shows the
-step and its function; a step a rewrite placed or changed is filled in its
-action's colour and carries its origin as a tooltip. Edges that pass an artifact
-are labelled with it; pure ordering edges (``after`` / ``before``) are dashed.
-Every identifier and label is a quoted, escaped string, so any step name or
-function reference gives valid dot.
+Nodes are declared in execution order (Graphviz keeps it within a rank, so the
+picture reads like the table); a step a rewrite touched is filled in its
+action's colour. Edges passing an artifact are labelled with it, pure ordering
+edges dashed. Every identifier is a quoted, escaped string, so any name gives
+valid dot.
 """
 
 from __future__ import annotations
@@ -28,17 +26,7 @@ NODE_STYLES: Mapping[str, str] = {
 
 
 def quote(text: str) -> str:
-    """Return ``text`` as a double-quoted dot string (backslashes and quotes escaped).
-
-    Parameters
-    ----------
-    text : str
-
-    Returns
-    -------
-    str
-        ``"..."``; line breaks become dot's ``\\n`` escape.
-    """
+    """``text`` as a double-quoted dot string (escaped; line breaks as ``\\n``)."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     return '"' + escaped.replace("\r\n", "\\n").replace("\n", "\\n") + '"'
 
@@ -48,18 +36,7 @@ def _label(*lines: str) -> str:
 
 
 def plan_dot(plan: Plan) -> str:
-    """Render ``plan`` as Graphviz dot text.
-
-    Parameters
-    ----------
-    plan : Plan
-
-    Returns
-    -------
-    str
-        A ``digraph`` (ending in a newline) with one node per step, labelled
-        ``name\\nfn``, and one edge per derived edge. Deterministic.
-    """
+    """``plan`` as Graphviz dot text: a node per step (``name\\nfn``), an edge per derived edge."""
     title = f"flexgraph plan: {plan.strategy or 'base graph'}"
     lines = [
         "digraph plan {",
@@ -81,7 +58,6 @@ def plan_dot(plan: Plan) -> str:
         lines.append(f"  {quote(step.name)} [{', '.join(attributes)}];")
     for edge in ordered_edges(plan):
         artifacts = edge_artifacts(plan, edge)
-        # an edge that passes artifacts is labelled with them; an ordering edge is dashed
         kind = f"label={quote(', '.join(artifacts))}" if artifacts else 'style="dashed"'
         attributes = f"{kind}, tooltip={quote(edge.reason)}"
         lines.append(f"  {quote(edge.source)} -> {quote(edge.target)} [{attributes}];")

@@ -1,11 +1,10 @@
 """Views of a memory estimate (the ``flexgraph.estimate/1`` object): text and JSON.
 
-They read the plain dict :meth:`Estimate.as_dict` makes (plus the device's
-memory and each candidate's verdict, added by the CLI), so this layer stays
-free of torch. Sizes print in GB (10^9 bytes), as GPU makers and monitors
-state a card's memory.
-
-The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
+They read the dict :meth:`Estimate.as_dict` makes (plus the CLI's device memory
+and verdicts), so this layer stays free of torch. Sizes print in decimal units
+(GB = 10^9 bytes, as GPU makers state a card's memory), each table in the unit
+of its largest figure, so a small model reads in KB or MB; parameter counts in
+thousands (K) or millions (M). The schema (bytes as integers)::
 
     {"schema": "flexgraph.estimate/1", "world_size": int, "batch_size": int|null,
      "optimizer": str, "seconds": float, "untraceable": str|null,
@@ -24,21 +23,27 @@ The JSON schema, ``flexgraph.estimate/1`` (bytes are integers)::
                      "step_temporaries_bytes": int,
                      "modelled": [str], "notes": [str], "reference_bytes": int|null,
                      "setup": {"rank0_bytes": int, "other_bytes": int, "node_bytes": int,
-                               "fits": bool, "notes": [str]}}],
+                               "fits": bool, "notes": [str]},
+                     "steps": {"trains_on": "host"|"device",
+                               "allocations": [{"step": str, "bytes": int, "what": str,
+                                                "ranks": "all"|"rank0"|"others",
+                                                "memory": "host"|"device",
+                                                "transient": bool}]}}],
      "auto": {"choice": str, "reason": str}   (only with --strategy auto),
      "plan": {"pruned": {step: reason}, "notes": {step: str}}
                                               (only when the run's files change the plan)}
 
-``parts`` are the peak's; when the optimizer step is the peak, ``activations``
-is 0 there and ``optimizer`` holds the step's temporaries
-(``step_temporaries_bytes``), while ``traced_activations_bytes`` keeps the
-traced step's activations at its own peak. ``activations`` and
-``traced_activations_bytes`` are null (and ``fits`` null) when the step could
-not be traced. ``setup`` is the host memory (RAM) rank 0 and each other rank
-hold while the model is set up, before the optimizer exists; ``node_bytes``
-is rank 0's plus ``processes_per_node - 1`` others', which ``fits`` compares
-with the node's host memory less the margin. ``weights_loaded``: every
-``state_dict`` entry comes from ``load_from``, so setup does not initialise.
+``parts`` are the peak's: when the optimizer step is the peak, ``activations``
+is 0 and ``optimizer`` holds the step's temporaries, while
+``traced_activations_bytes`` keeps the traced activations at their own peak;
+both are null (and ``fits`` too) when the step could not be traced. ``setup``
+is the host memory rank 0 and each other rank hold until the optimizer exists;
+``node_bytes`` adds ``processes_per_node - 1`` other ranks to rank 0, and its
+``fits`` compares that with the host memory less the margin.
+``weights_loaded``: ``load_from`` sets every ``state_dict`` entry. ``steps``:
+what each step of the candidate's plan allocates (negative: frees) on which
+ranks, the strategy's setup and its placing of the model; the plan page walks
+them along the plan, the training step taking the rest of the peak.
 """
 
 from __future__ import annotations
@@ -59,30 +64,54 @@ __all__ = ["estimate_json", "estimate_view"]
 _PARTS = ("parameters", "gradients", "optimizer", "activations", "buffers")
 
 
-def _gb(value: int | None) -> str:
-    return "-" if value is None else f"{value / 1e9:.2f}"
+UNITS = ((1e9, "GB"), (1e6, "MB"), (1e3, "KB"))
 
 
-def _count(value: int) -> str:
-    return f"{value / 1e6:,.1f} M"
+def size_unit(largest: float) -> tuple[float, str]:
+    """The decimal unit to print sizes up to ``largest`` bytes in: ``(bytes, name)``."""
+    return next(((size, name) for size, name in UNITS if largest >= size), UNITS[-1])
 
 
-def _parameters(estimate: Mapping[str, Any]) -> Table:
+def in_unit(value: int | None, unit: tuple[float, str]) -> str:
+    """``value`` bytes in ``unit`` (two decimals for GB, one below), ``-`` for none."""
+    if value is None:
+        return "-"
+    return f"{value / unit[0]:.{2 if unit[1] == 'GB' else 1}f}"
+
+
+def size_text(value: int | None) -> str:
+    """``value`` bytes in its own unit: ``"96.1 KB"``; ``"0"``, and ``"-"`` for none."""
+    if not value:
+        return "-" if value is None else "0"
+    return f"{in_unit(value, size_unit(value))} {size_unit(value)[1]}"
+
+
+def count_text(value: int) -> str:
+    """A parameter count: ``"9.6 K"``, ``"632.0 M"``, or the number itself below 1,000."""
+    for size, name in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if value >= size:
+            return f"{value / size:,.1f} {name}"
+    return str(value)
+
+
+def _parameters(estimate: Mapping[str, Any]) -> Group:
     params = estimate["parameters"]
-    table = Table(title=(f"parameters: {_count(params['total'])} total, "
-                         f"{_count(params['trainable'])} trainable, "
-                         f"{_count(params['frozen'])} frozen"), **TABLE_STYLE)
+    line = Text(f"parameters: {count_text(params['total'])} total, "
+                f"{count_text(params['trainable'])} trainable, "
+                f"{count_text(params['frozen'])} frozen")
+    table = Table(**TABLE_STYLE)
     table.add_column("module")
     table.add_column("parameters", justify="right")
     table.add_column("trainable", justify="right")
     for row in params["by_module"]:
-        table.add_row(row["module"], _count(row["total"]), _count(row["trainable"]))
-    return table
+        table.add_row(row["module"], count_text(row["total"]), count_text(row["trainable"]))
+    return Group(line, table)
 
 
-def _candidates(estimate: Mapping[str, Any]) -> Table:
+def _candidates(estimate: Mapping[str, Any]) -> Group:
     device = estimate.get("device_memory") or {}
-    title = (f"per-rank peak (GB), {estimate['world_size']} rank(s), batch "
+    unit = size_unit(max(row["peak_bytes"] for row in estimate["candidates"]))
+    title = (f"per-rank peak ({unit[1]}), {estimate['world_size']} rank(s), batch "
              f"{estimate['batch_size']} per rank, {estimate['optimizer']}")
     table = Table(title=title, **TABLE_STYLE)
     for name in ("candidate", "peak", *_PARTS, "phase"):
@@ -91,8 +120,8 @@ def _candidates(estimate: Mapping[str, Any]) -> Table:
     if device:
         table.add_column(f"fits {device['bytes'] / 1e9:.1f} GB")
     for row in estimate["candidates"]:
-        cells = [row["candidate"], _gb(row["peak_bytes"]),
-                 *(_gb(row["parts"][p]) for p in _PARTS), row["phase"]]
+        cells = [row["candidate"], in_unit(row["peak_bytes"], unit),
+                 *(in_unit(row["parts"][p], unit) for p in _PARTS), row["phase"]]
         if device:
             cells.append({True: "yes", False: "NO", None: "?"}[row.get("fits")])
         table.add_row(*cells)
@@ -103,28 +132,27 @@ def _candidates(estimate: Mapping[str, Any]) -> Table:
                      f"{1 - device['margin']:.0%} of it")
     for row in estimate["candidates"]:
         notes += [f"{row['candidate']}: {note}" for note in row["notes"]]
-    table.caption = "\n".join(notes)
-    return table
+    return Group(table, Text("\n".join(notes)))
 
 
-def _setup(estimate: Mapping[str, Any]) -> Table:
+def _setup(estimate: Mapping[str, Any]) -> Group:
     host = estimate.get("host_memory") or {}
     per_node = host.get("processes_per_node", estimate["world_size"])
-    table = Table(title=f"setup's host memory (GB), {per_node} rank(s) per node",
+    rows = [row for row in estimate["candidates"] if row.get("setup") is not None]
+    nodes = {row["candidate"]: row["setup"].get("node_bytes", row["setup"]["rank0_bytes"] + (
+        per_node - 1) * row["setup"]["other_bytes"]) for row in rows}
+    unit = size_unit(max(nodes.values()))
+    table = Table(title=f"setup's host memory ({unit[1]}), {per_node} rank(s) per node",
                   **TABLE_STYLE)
     for name in ("candidate", "rank 0", "each other rank", "node"):
         table.add_column(name, justify="left" if name == "candidate" else "right")
     if host:
         table.add_column(f"fits {host['bytes'] / 1e9:.1f} GB")
     notes = []
-    for row in estimate["candidates"]:
-        setup = row.get("setup")
-        if setup is None:
-            continue
-        node = setup.get("node_bytes", setup["rank0_bytes"]
-                         + (per_node - 1) * setup["other_bytes"])
-        cells = [row["candidate"], _gb(setup["rank0_bytes"]), _gb(setup["other_bytes"]),
-                 _gb(node)]
+    for row in rows:
+        setup = row["setup"]
+        cells = [row["candidate"], in_unit(setup["rank0_bytes"], unit),
+                 in_unit(setup["other_bytes"], unit), in_unit(nodes[row["candidate"]], unit)]
         if host:
             cells.append("yes" if setup.get("fits") else "NO")
         table.add_row(*cells)
@@ -136,14 +164,11 @@ def _setup(estimate: Mapping[str, Any]) -> Table:
     if estimate.get("weights_loaded"):
         notes.insert(0, "the files loaded set every state_dict entry: init_weights is "
                         "pruned where the strategy may (its notes say so)")
-    table.caption = "\n".join(notes)
-    return table
+    return Group(table, Text("\n".join(notes)))
 
 
 def estimate_view(estimate: Mapping[str, Any]) -> Group:
-    """The parameter census, one row per candidate (peak, parts, phase, verdict), each
-    candidate's setup on the host (rank 0, the other ranks, a node; its verdict), then what
-    the run's files change in its plan (a pruned ``init_weights``)."""
+    """The parameter census, the candidates' peaks, their setup on the host, and plan changes."""
     parts: list[Any] = [_parameters(estimate), Text(""), _candidates(estimate)]
     if any(row.get("setup") for row in estimate["candidates"]):
         parts += [Text(""), _setup(estimate)]

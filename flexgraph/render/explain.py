@@ -1,11 +1,7 @@
 """Why a step sits where it does: ``flexgraph plan CONFIG --explain STEP``.
 
-A thin layer over :meth:`flexgraph.Plan.explain`, which gives a planned step's
-position, origin and incoming and outgoing edges with their reasons. It adds
-the one case the plan cannot answer by itself: a base step the strategy took
-out (``explain('resume')`` says which rewrite removed, replaced or fused it
-instead of reporting an unknown step). A name neither graph has raises
-:class:`~flexgraph.UnknownStepError` with a did-you-mean over both.
+:meth:`flexgraph.Plan.explain`, plus the case a plan cannot answer alone: a base
+step the strategy took out (which rewrite removed, replaced or fused it).
 """
 
 from __future__ import annotations
@@ -16,24 +12,10 @@ from flexgraph.render._changes import gone_steps
 
 
 def explain_step(plan: Plan, name: str) -> str:
-    """Explain the place of step ``name`` in ``plan``.
+    """Lines on the place of ``name``, a planned step or a base step taken out.
 
-    Parameters
-    ----------
-    plan : Plan
-    name : str
-        A step of the plan, or a base step the strategy took out.
-
-    Returns
-    -------
-    str
-        Several lines of plain text (no trailing newline).
-
-    Raises
-    ------
-    UnknownStepError
-        Neither the plan nor the base graph has ``name``; the message suggests
-        close names.
+    Raises :class:`~flexgraph.UnknownStepError` (with close names) when neither
+    graph has it.
     """
     if name in plan.graph:
         return plan.explain(name)

@@ -1,60 +1,46 @@
-'''The plan as JSON: a stable schema for tools, CI checks and other languages.
+'''The plan as JSON (``flexgraph plan --format json``): a stable schema for tools and CI.
 
-``flexgraph plan CONFIG --format json`` prints :func:`plan_json`. The schema is
-versioned by its ``"schema"`` key; fields are only ever added under one
-version, never renamed or removed. Keys appear in the order below, lists in the
-order described, so the same plan always serialises to the same bytes.
-
+Fields are only ever added under one ``"schema"`` version, never renamed or
+removed. Keys come in the order below, so a plan always gives the same bytes.
 Schema ``flexgraph.plan/1``::
 
     {
       "schema": "flexgraph.plan/1",
-      "strategy": "ddp",                # or null when no strategy was applied
+      "strategy": "ddp",                # or null
       "steps": [                        # in execution order
         {
           "name": "wrap_model",
-          "fn": "module:qualname",      # the function reference, as text
-          "requires": ["cfg"],          # artifacts read
-          "provides": [],               # artifacts created
-          "updates": ["model"],         # artifacts read and replaced in place
-          "after": ["load_checkpoint"], # explicit ordering edges, by step name
-          "before": [],
+          "fn": "module:qualname",
+          "requires": ["cfg"], "provides": [], "updates": ["model"],
+          "after": ["load_checkpoint"], "before": [],
           "params": {"device": "cpu"},  # bound keyword arguments, JSON-safe
           "stage": 3,                   # 0-based index into "stages"
-          "origin": "base"              # or, for a step a rewrite placed/changed:
-                                        # {"action": "replaced", "strategy": "ddp",
-                                        #  "index": 0, "rewrite": "replace ..."}
+          "origin": "base"              # or the latest origin: {"action": "replaced",
+                                        #  "strategy": "ddp", "index": 0, "rewrite": "..."}
         }
       ],
-      "rewrites": [                     # in the order they were applied
+      "rewrites": [                     # in the order applied
         {
           "index": 0,                   # 0-based position in the strategy
-          "strategy": "ddp",            # "derived": a rewrite derived from the run's
-                                        # inputs (a prune, with its reason), applied
-                                        # before the strategy's
+          "strategy": "ddp",            # or "derived" (from the run's inputs, applied first)
           "kind": "replace",            # insert|remove|prune|replace|move|fuse|configure
           "description": "replace wrap_model with (...)",
           "touched": {"wrap_model": "replaced"},  # step -> action
-          "consumed": {}                # steps taken out -> the step in their place
-                                        # (null for a removal)
+          "consumed": {}                # step taken out -> the step in its place, or null
         }
       ],
       "stages": [["setup_env"], ["build_model"]],  # topological generations
-      "base_order": ["setup_env", "..."],          # the base graph's order
+      "base_order": ["setup_env", "..."],
       "edges": [                        # sorted by source, then target position
         {"source": "build_model", "target": "init_weights",
          "reason": "init_weights updates model, made by build_model"}
       ],
-      "notes": {                        # only when the caller has any: step -> what
-        "load_checkpoint": "load_from '...' is read as ..."  # it will do with the
-      }                                 # run's inputs (training: the reader of a path)
-    }
+      "notes": {"load_checkpoint": "..."}  # only if any: step -> what it will do
+    }                                      # with the run's inputs
 
-``origin`` is the step's latest origin: ``action`` is one of ``inserted``,
-``moved``, ``replaced``, ``fused``, ``configured``; ``index`` is 0-based (the
-text views print it 1-based, as ``ddp #1``). ``params`` values that JSON cannot
-hold are written as their ``repr`` (non-finite floats too); tuples become
-lists, sets sorted lists, mappings with non-string keys their ``repr``.
+An origin's ``action`` is ``inserted``, ``moved``, ``replaced``, ``fused`` or
+``configured``. ``params`` values JSON cannot hold (non-finite floats included)
+are written as their ``repr``; see :func:`json_safe`.
 '''
 
 from __future__ import annotations
@@ -72,19 +58,10 @@ SCHEMA = "flexgraph.plan/1"
 
 
 def json_safe(value: Any) -> Any:
-    """Return ``value`` as something :func:`json.dumps` writes deterministically.
+    """``value`` as something :func:`json.dumps` writes deterministically.
 
-    Parameters
-    ----------
-    value : object
-        A step parameter (any Python value).
-
-    Returns
-    -------
-    object
-        ``None``, bools, ints, finite floats and strings as they are; lists and
-        tuples as lists; sets as lists sorted by ``repr``; mappings with string
-        keys as dicts (recursively); anything else as its ``repr``.
+    Tuples become lists, sets lists sorted by ``repr``, mappings with string
+    keys dicts; anything else JSON cannot hold becomes its ``repr``.
     """
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -102,19 +79,10 @@ def json_safe(value: Any) -> Any:
 
 
 def plan_to_dict(plan: Plan, notes: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Return ``plan`` as a JSON-ready dict in the ``flexgraph.plan/1`` schema.
+    """``plan`` as a JSON-ready dict in the ``flexgraph.plan/1`` schema.
 
-    Parameters
-    ----------
-    plan : Plan
-    notes : mapping of str to str, optional
-        A line per step about what it will do with the run's inputs (``notes``;
-        left out when empty), in plan order.
-
-    Returns
-    -------
-    dict
-        See the module docstring for every key.
+    ``notes`` (a line per step on what it will do with the run's inputs) is
+    added when not empty.
     """
     stage_of = {name: i for i, stage in enumerate(plan.stages) for name in stage}
     steps = []
@@ -162,17 +130,5 @@ def plan_to_dict(plan: Plan, notes: Mapping[str, str] | None = None) -> dict[str
 
 
 def plan_json(plan: Plan, notes: Mapping[str, str] | None = None) -> str:
-    """Return ``plan`` as JSON text (indent 2, keys in schema order, no trailing newline).
-
-    Parameters
-    ----------
-    plan : Plan
-    notes : mapping of str to str, optional
-        See :func:`plan_to_dict`.
-
-    Returns
-    -------
-    str
-        :func:`plan_to_dict` serialised; byte-identical for equal plans.
-    """
+    """``plan`` as JSON text (indent 2, schema order, no trailing newline)."""
     return json.dumps(plan_to_dict(plan, notes), indent=2, allow_nan=False)

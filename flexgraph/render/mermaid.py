@@ -1,13 +1,9 @@
 """The plan as a Mermaid flowchart, which GitHub renders inside Markdown.
 
-Paste the output into a fenced ``mermaid`` block of an issue, a pull request or
-a README and the plan appears as a picture. Mermaid is stricter than dot about
-what may appear where, so node ids are generated (``s1_build_model``: the
-1-based position plus the name reduced to ASCII letters, digits and ``_``; the
-``s`` prefix keeps ids clear of keywords such as ``end`` and of the ``o`` / ``x``
-edge heads) and labels are always quoted with Mermaid's entity escapes.
-Each action gets a ``classDef``; edges passing an artifact are labelled with it,
-pure ordering edges are dotted.
+Node ids are generated (``s1_build_model``: the position plus the name in ASCII;
+the ``s`` keeps them clear of keywords such as ``end`` and of the ``o`` / ``x``
+edge heads) and labels are quoted with Mermaid's entity escapes, as Mermaid is
+stricter than dot. Edges passing an artifact are labelled, ordering edges dotted.
 """
 
 from __future__ import annotations
@@ -31,18 +27,7 @@ _ENTITIES = {"#": "#35;", '"': "#quot;", "<": "#lt;", ">": "#gt;", "&": "#amp;",
 
 
 def escape(text: str) -> str:
-    """Escape ``text`` for a quoted Mermaid label (``#``, quotes, ``<>&|``).
-
-    Parameters
-    ----------
-    text : str
-
-    Returns
-    -------
-    str
-        The text with each special character as a Mermaid entity code; line
-        breaks become ``<br/>``.
-    """
+    """Escape ``text`` for a quoted Mermaid label (entity codes; line breaks as ``<br/>``)."""
     escaped = "".join(_ENTITIES.get(char, char) for char in text)
     return "<br/>".join(escaped.splitlines()) if escaped else escaped
 
@@ -56,19 +41,7 @@ def node_ids(plan: Plan) -> dict[str, str]:
 
 
 def plan_mermaid(plan: Plan) -> str:
-    """Render ``plan`` as Mermaid ``flowchart TD`` text.
-
-    Parameters
-    ----------
-    plan : Plan
-
-    Returns
-    -------
-    str
-        One node per step (``name<br/>fn``) in execution order, one edge per
-        derived edge, a ``classDef`` and ``class`` line per action that occurs;
-        ends in a newline. Deterministic.
-    """
+    """``plan`` as Mermaid ``flowchart TD`` text, with a ``classDef`` per action that occurs."""
     ids = node_ids(plan)
     title = " ".join((plan.strategy or "base graph (no strategy)").split())
     lines = ["flowchart TD", f"    %% flexgraph plan: {title}"]

@@ -1,17 +1,9 @@
-"""Two plans side by side: what changed between the run that saved a checkpoint and this one.
+"""Two plans side by side: the one that saved a checkpoint and the one resuming it.
 
-At a resume the checkpoint's manifest holds the plan that wrote it (the
-``flexgraph.plan/1`` JSON); the run resuming it has its own. This view lays
-them out as :func:`~flexgraph.render.diff.plan_diff` lays out the base graph
-and the plan: one row per position, saved order left, current order right,
-each current step marked with the same one-character markers:
-
-    + inserted   - removed   ~ moved   ! replaced   * configured
-
-(``replaced``: the step runs another function; ``configured``: the same
-function with other parameters; ``moved``: its place among the steps both
-plans hold changed.) A title line names the strategies and world sizes.
-Both plans are plain dicts, so nothing here needs the objects that made them.
+Laid out as :func:`~flexgraph.render.diff.plan_diff` lays out a strategy's
+changes, from the two ``flexgraph.plan/1`` dicts alone: ``replaced`` means
+another function, ``configured`` other parameters, ``moved`` another place
+among the steps both plans hold.
 """
 
 from __future__ import annotations

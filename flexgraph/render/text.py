@@ -1,17 +1,14 @@
 """The plan as a table: the view ``flexgraph plan`` prints by default.
 
-One row per step in execution order, with the stage it belongs to, its function
-and its declared artifacts, and where it came from. Steps the strategy touched
-carry their origin in the colour of the action (and in words, so a pipe without
-colour loses nothing); base steps say ``base``, dimmed. Every cell is a
+One row per step in execution order; a touched step's origin is in its
+action's colour and in words, so a pipe loses nothing. Cells are
 :class:`rich.text.Text`, never markup, so a ``[`` in a name prints as itself.
 
-Eight columns rarely fit a terminal at their natural width, and rich's own
-squeezing folds names mid-word. So the table fits itself to the width it is
-drawn at, giving way in the order a reader minds least: function references
-break after their ``:``, then the origin column wraps between words, and only
-then does rich fold what is left. Artifacts are listed one per line, which
-keeps their columns as narrow as their longest name.
+The table fits itself to the width it is drawn at and never breaks an
+identifier (:mod:`._wrap`): function references break after a dot or their
+``:``, the origin column between words. Where even that is too wide, the
+``fn`` column, then ``stage``, are left out, and the caption says so; a
+table still wider than its width is drawn wider rather than break a name.
 """
 
 from __future__ import annotations
@@ -24,60 +21,50 @@ from rich.text import Text
 from flexgraph.core.plan import Plan
 from flexgraph.render._changes import COLOURS, history, rewrite_label
 from flexgraph.render._table_style import TABLE_STYLE
+from flexgraph.render._wrap import fitted_table, styled, table_width, wrap
 
 COLUMNS = ("#", "stage", "step", "fn", "requires", "provides", "updates", "origin")
-
-ORIGIN_MIN_WIDTH = 12
-"""The origin column wraps down to this width before rich squeezes the rest."""
-
 
 def _names(names: tuple[str, ...]) -> Text:
     return Text("\n".join(names))
 
 
-def _fn_text(ref: str, split: bool) -> Text:
-    """``module:qualname``, with a line break after each ``:`` when ``split``."""
-    return Text(ref.replace(":", ":\n") if split else ref, style="dim")
-
-
 def origin_text(plan: Plan, name: str) -> Text:
-    """Where ``name`` came from: ``base`` (dim) or one coloured line per rewrite.
+    """``base`` (dim), or one coloured line per origin of ``name`` (``"replaced by ddp #1"``).
 
-    Parameters
-    ----------
-    plan : Plan
-    name : str
-        A step of the plan.
-
-    Returns
-    -------
-    rich.text.Text
-        ``"base"``, or for each :class:`~flexgraph.core.plan.Origin` of the
-        step's history, oldest first, the start of its text up to the rewrite's
-        number (``"replaced by ddp #1"``); the rewrite itself is spelled out in
-        the table's caption, where it takes one line instead of a folded column.
+    The rewrite itself is spelled out in the caption, on one line rather than
+    folded in a column.
     """
     entries = history(plan, name)
     if not entries:
         return Text("base", style=COLOURS["base"])
-    text = Text()
-    for i, origin in enumerate(entries):
-        if i:
-            text.append("\n")
-        short = f"{origin.action} by {origin.strategy} #{(origin.index or 0) + 1}"
-        text.append(short, style=COLOURS.get(origin.action, ""))
-    return text
+    return styled([(f"{o.action} by {o.strategy} #{(o.index or 0) + 1}",
+                    COLOURS.get(o.action, "")) for o in entries])
 
 
-def plan_caption(plan: Plan) -> Text:
-    """The counts line, then one ``ddp #1: <rewrite>`` line per applied rewrite."""
-    text = Text(
-        f"{len(plan.order)} steps in {len(plan.stages)} stages; "
-        f"{len(plan.rewrites)} rewrites applied"
-    )
-    for applied in plan.rewrites:
-        text.append(f"\n  {rewrite_label(applied)}: {applied.description}")
-    return text
+STAGE_NOTE = ("stage: 1 + the longest chain of steps the step waits for; steps of one stage "
+              "need nothing from each other")
+"""What the ``stage`` column means, said under every table that has it."""
+
+
+def plan_caption(plan: Plan, width: int | None = None) -> Text:
+    """The counts line, the stage note, then one ``ddp #1: <rewrite>`` line per applied rewrite.
+
+    With ``width``, each line is wrapped to it (continuations indented).
+    """
+    lines = [f"{len(plan.order)} steps in {len(plan.stages)} stages; "
+             f"{len(plan.rewrites)} rewrites applied", STAGE_NOTE]
+    lines += [f"  {rewrite_label(a)}: {a.description}" for a in plan.rewrites]
+    if width is None:
+        return Text("\n".join(lines))
+    return Text("\n").join(hanging(Text(line), width) for line in lines)
+
+
+def hanging(line: Text, width: int) -> Text:
+    """``line`` wrapped to ``width``, its continuation lines indented by four spaces."""
+    first, *rest = wrap(line, width).split("\n")
+    rest = wrap(Text("\n").join(rest), width - 4).split("\n") if rest else []
+    return Text("\n").join([first, *(Text("    ") + r for r in rest)])
 
 
 def plan_title(plan: Plan) -> str:
@@ -85,108 +72,72 @@ def plan_title(plan: Plan) -> str:
     return f"plan: {plan.strategy}" if plan.strategy else "plan: base graph (no strategy)"
 
 
-def _fill(table: Table, plan: Plan, split_fn: bool) -> Table:
+def _cells(plan: Plan) -> list[list[Text]]:
     stage_of = {name: i for i, stage in enumerate(plan.stages, 1) for name in stage}
-    for header in COLUMNS:
-        table.add_column(header, justify="right" if header in ("#", "stage") else "left",
-                         overflow="fold")
-    table.columns[2].style = "bold"
-    for position, step in enumerate(plan.steps, 1):
-        table.add_row(
-            Text(str(position)),
-            Text(str(stage_of[step.name])),
-            Text(step.name),
-            _fn_text(step.fn_name, split_fn),
-            _names(step.requires),
-            _names(step.provides),
-            _names(step.updates),
-            origin_text(plan, step.name),
-        )
-    return table
+    return [[Text(str(position)), Text(str(stage_of[step.name])), Text(step.name, style="bold"),
+             Text(step.fn_name, style="dim"), _names(step.requires), _names(step.provides),
+             _names(step.updates), origin_text(plan, step.name)]
+            for position, step in enumerate(plan.steps, 1)]
 
 
-def _table(plan: Plan, split_fn: bool) -> Table:
-    table = Table(title=plan_title(plan), caption=plan_caption(plan), **TABLE_STYLE)
-    return _fill(table, plan, split_fn)
+SHRINK_FIRST = (COLUMNS.index("fn"), COLUMNS.index("origin"))
+"""The columns that give way first: references break after a dot or a colon, origins wrap."""
 
-
-def _column_width(table: Table, index: int) -> int:
-    column = table.columns[index]
-    lines = [str(column.header)]
-    lines += [line for cell in column.cells for line in str(cell).splitlines()]
-    return max(len(line) for line in lines)
-
-
-COLUMN_GAP = 2
-"""Spaces between two columns (padding collapsed, no edges, a blank divider)."""
-
-
-def _natural_width(table: Table) -> int:
-    """The table's width with no cell wrapped: cheap, from the cells' text."""
-    widths = [_column_width(table, i) for i in range(len(table.columns))]
-    return sum(widths) + COLUMN_GAP * (len(widths) - 1)
+LEFT_OUT_FIRST = ("fn", "stage")
+"""Left out, in this order, where the table cannot fit without breaking an identifier."""
 
 
 def fit_table(plan: Plan, width: int) -> Table:
-    """The plan table laid out for ``width`` columns (see the module docstring).
-
-    Parameters
-    ----------
-    plan : Plan
-    width : int
-        The width the table is about to be drawn at.
-
-    Returns
-    -------
-    rich.table.Table
-    """
-    table = _table(plan, split_fn=False)
-    if _natural_width(table) <= width:
-        return table
-    table = _table(plan, split_fn=True)
-    excess = _natural_width(table) - width
-    if excess > 0:
-        origin = COLUMNS.index("origin")
-        natural = _column_width(table, origin)
-        table.columns[origin].max_width = max(natural - excess, min(natural, ORIGIN_MIN_WIDTH))
+    """The plan table laid out for ``width`` columns (see the module docstring)."""
+    rows = _cells(plan)
+    kept = list(COLUMNS)
+    for left_out in ("", *LEFT_OUT_FIRST):
+        if left_out:
+            kept.remove(left_out)
+        keep = [COLUMNS.index(c) for c in kept]
+        table = fitted_table(kept, [[row[i] for i in keep] for row in rows], width,
+                             shrink_first=[keep.index(i) for i in SHRINK_FIRST if i in keep],
+                             right=(0, 1) if "stage" in kept else (0,), title=plan_title(plan))
+        if table_width(table) <= width:
+            break
+    caption = plan_caption(plan, width)
+    gone = [c for c in COLUMNS if c not in kept]
+    if gone:
+        caption.append(f"\n{' and '.join(gone)} left out to fit {width} columns "
+                       f"(--explain STEP shows a step whole)")
+    table.caption = caption
     return table
 
 
 class PlanTable(Table):
-    """The table of one plan; drawn, it fits itself to the width (see :func:`fit_table`).
+    """The table of one plan, which fits itself to the width it is drawn at.
 
-    As a :class:`~rich.table.Table` it holds the plan's rows at their natural
-    layout, so its columns and cells can be inspected like any table's.
+    Undrawn it holds the rows at their natural layout, to inspect like any table.
     """
 
     def __init__(self, plan: Plan) -> None:
         super().__init__(title=plan_title(plan), caption=plan_caption(plan), **TABLE_STYLE)
         self.plan = plan
-        _fill(self, plan, split_fn=False)
+        for header in COLUMNS:
+            self.add_column(header, justify="right" if header in ("#", "stage") else "left")
+        for row in _cells(plan):
+            self.add_row(*row)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield fit_table(self.plan, options.max_width)
+        table = fit_table(self.plan, options.max_width)  # wider only where a name is
+        yield from console.render(table, options.update_width(
+            max(options.max_width, table_width(table))))
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, fit_table(self.plan, options.max_width))
+        table = fit_table(self.plan, options.max_width)
+        return Measurement.get(console, options.update_width(
+            max(options.max_width, table_width(table))), table)
 
 
 def plan_table(plan: Plan) -> Table:
-    """Render ``plan`` as a table, one row per step in execution order.
+    """``plan`` as a table, one row per step in execution order (see the module docstring).
 
-    Parameters
-    ----------
-    plan : Plan
-        A plan from :func:`flexgraph.make_plan` or a spec.
-
-    Returns
-    -------
-    rich.table.Table
-        Columns ``#``, ``stage`` (both 1-based), ``step``, ``fn``, ``requires``,
-        ``provides``, ``updates``, ``origin``; titled with the strategy, with a
-        caption counting steps, stages and rewrites and listing the rewrites the
-        origins refer to. It fits itself to the console it is printed on (see
-        the module docstring); the same plan at the same width always gives the
-        same text.
+    Titled with the strategy; the caption counts steps, stages and rewrites,
+    says what a stage is, and lists the rewrites the origins refer to.
     """
     return PlanTable(plan)

@@ -1,8 +1,7 @@
 """What a run cost, step by step: the table ``flexgraph run`` prints at the end.
 
-Takes the executor's :class:`~flexgraph.StepRecord` list as it is, so the same
-table serves a finished run, a failed one (the failed step shows its time, the
-ones after it stay ``planned``) and a dry run (everything ``planned``).
+It takes the executor's records as they are, so a failed run and a dry run
+(steps still ``planned``) print too.
 """
 
 from __future__ import annotations
@@ -22,22 +21,12 @@ def _mib(value: float | None) -> Text:
     return Text("-" if value is None else f"{value:.1f}")
 
 
-def timings_table(records: Sequence[StepRecord]) -> Table:
-    """Render step records as a table with a total row.
+def timings_table(records: Sequence[StepRecord], title: str = "step timings") -> Table:
+    """The records as a table, with a total row (seconds summed, steps ok, highest peak).
 
-    Parameters
-    ----------
-    records : sequence of StepRecord
-        From :attr:`flexgraph.RunResult.records` (or a failed run's records).
-
-    Returns
-    -------
-    rich.table.Table
-        Columns ``step``, ``origin``, ``status``, ``seconds``, ``rss MiB``,
-        ``peak RSS MiB``; the total row sums the seconds, counts the steps that
-        ran ok, and gives the highest peak RSS. Missing memory reads as ``-``.
+    ``peak RSS`` is the process's high-water mark of resident memory when the step ended.
     """
-    table = Table(title="step timings", **TABLE_STYLE)
+    table = Table(title=title, **TABLE_STYLE)
     table.add_column("step", no_wrap=True)
     table.add_column("origin", overflow="fold")
     table.add_column("status", no_wrap=True)

@@ -1,11 +1,8 @@
 """Pipeline specs: YAML files, Python-API scripts and MMEngine-style cfg.py configs.
 
-All three load into the same :class:`Spec` (a graph, the strategies it defines
-as data, its strategy choice and its inputs), so everything above this layer
-(the CLI, the renderers) handles one type. See :func:`load_spec`.
-
-This layer imports the engine (and, lazily, PyYAML or mmengine.config) but
-never torch, the training layer, the strategies or the CLI.
+All three load (:func:`load_spec`) into one :class:`Spec`: a graph, the
+strategies it defines as data, its strategy choice and its inputs. This layer
+never imports torch, the training layer, the strategies or the CLI.
 """
 
 from flexgraph.spec.errors import (

@@ -1,17 +1,11 @@
 """MMEngine-style ``cfg.py`` configs, read with mmengine's own ``Config``.
 
-So the configs OpenMMLab users already have (``_base_``, ``custom_imports``,
-``--cfg-options``, ``strategy = dict(type='DeepSpeedStrategy', ...)``) work
-unchanged. flexgraph reads five keys and leaves the rest to the steps:
-
-- ``steps``: the graph, as in YAML; without it, ``default_graph(cfg)`` (the CLI
-  passes the standard training graph);
-- ``custom_steps``: steps *added* to that graph (``graph.extend``), so one that
-  updates an artifact already updated there must say ``after`` / ``before``;
-- ``strategies``, ``strategy`` and ``inputs``: as in YAML.
-
-The Config itself is the ``cfg`` input. mmengine is imported here, lazily:
-``mmengine.config`` does not import torch, and planning a config must not either.
+So OpenMMLab users' configs (``_base_``, ``custom_imports``, ``--cfg-options``,
+``strategy = dict(type='DeepSpeedStrategy', ...)``) work unchanged. flexgraph
+reads ``steps`` (the graph; without it ``default_graph(cfg)``), ``custom_steps``
+(steps added to that graph, so a new updater must say ``after`` / ``before``),
+``strategies``, ``strategy`` and ``inputs``; the Config itself is the ``cfg``
+input. ``mmengine.config`` is imported lazily; it does not import torch.
 """
 
 from __future__ import annotations
@@ -45,11 +39,10 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _location(exc: BaseException, path: Path, shown: str) -> str:
-    """Where in the config (or in one of its ``_base_`` files) ``exc`` arose.
+    """Where in the config (or one of its ``_base_`` files) ``exc`` arose.
 
-    mmengine runs each config file as module code compiled under its own name,
-    and parses each one with a local ``filename``; the deepest of either in the
-    traceback is the culprit.
+    mmengine runs each file as code under its own name: the deepest such frame
+    in the traceback is the culprit.
     """
     filename, line = None, None
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
@@ -113,8 +106,12 @@ def load_cfg_spec(
     default_graph: DefaultGraph | None = None,
 ) -> Spec:
     """Load an MMEngine-style config as a :class:`Spec` (see the module docstring)."""
+    return config_spec(read_config(path, shown, cfg_options), shown, default_graph)
+
+
+def config_spec(cfg: Any, shown: str, default_graph: DefaultGraph | None = None) -> Spec:
+    """The :class:`Spec` of a Config already read (``shown`` names it in messages)."""
     where = Where(shown)
-    cfg = read_config(path, shown, cfg_options)
     data = {key: plain(cfg.get(key)) for key in ("strategies", "strategy", "inputs")}
     declared = inputs_from_data(data["inputs"], where)
     graph = _base_graph(cfg, where, list(declared), default_graph)

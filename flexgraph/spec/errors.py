@@ -1,13 +1,9 @@
 """Every way a spec file can be wrong, one class per failure.
 
-All derive from :class:`SpecError` (a :class:`~flexgraph.core.errors.FlexgraphError`)
-and from the builtin that fits, so callers can catch either. Messages start with
-the file, then where in it (``steps[2] (tokenize)``), then the field, and suggest
-close names for unknown keys. The CLI prints them as one line and exits 2.
-
-Engine errors raised while building the graph (a duplicate step, an ambiguous
-order) keep their own class and gain the file and location as a prefix; see
-:func:`restate`.
+Each derives from :class:`SpecError` and the builtin that fits. Messages start
+with the file, then the place (``steps[2] (tokenize)``), then the field. Engine
+errors found while building the graph keep their class, the file put in front
+(:func:`restate`).
 """
 
 from __future__ import annotations
@@ -68,11 +64,7 @@ class SpecNoGraphError(SpecError, ValueError):
 
 
 def restate(exc: FlexgraphError, prefix: str) -> FlexgraphError:
-    """Return ``exc`` as the same class with ``prefix: `` in front of its message.
-
-    The original is chained by the caller (``raise restate(e, p) from e``), so
-    ``except DuplicateStepError`` still catches an error found in a spec.
-    """
+    """``exc`` as the same class with ``prefix: `` in front, so ``except`` clauses still match."""
     try:
         return type(exc)(f"{prefix}: {exc}")
     except TypeError:  # a subclass with a different constructor: keep it as is

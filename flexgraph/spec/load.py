@@ -1,10 +1,9 @@
 """``load_spec``: one entry point for the three kinds of pipeline file.
 
-The suffix decides: ``.yaml`` / ``.yml`` is a YAML spec; a ``.py`` file that
-binds a top-level ``pipeline`` (read with :mod:`ast`, not run) is a Python-API
-script, any other ``.py`` an MMEngine-style config. The file's folder goes to
-the front of ``sys.path`` first, so that ``"textstats:tokenize"`` functions,
-``custom_imports`` and a script's own imports find their sibling modules.
+``.yaml`` / ``.yml`` is a YAML spec; a ``.py`` file that binds a top-level
+``pipeline`` (read with :mod:`ast`, not run) is a Python-API script, any other
+``.py`` an MMEngine-style config. The file's folder goes first on ``sys.path``,
+so its functions, ``custom_imports`` and imports find their sibling modules.
 """
 
 from __future__ import annotations
@@ -33,9 +32,8 @@ def put_folder_on_path(path: Path) -> None:
 def base_files(path: Path, seen: set[Path] | None = None) -> list[Path]:
     """The ``_base_`` files a cfg.py builds on, nearest first (read with :mod:`ast`).
 
-    A base config's ``custom_imports`` name modules beside *that* file, so their
-    folders go on ``sys.path`` too (after the config's own). Bases given other
-    than as string literals are left to mmengine.
+    Their ``custom_imports`` name modules beside them, so their folders go on
+    ``sys.path`` too. Bases not given as string literals are left to mmengine.
     """
     seen = set() if seen is None else seen
     try:
@@ -64,32 +62,22 @@ def load_spec(
 ) -> Spec:
     """Load a YAML spec, a Python-API script or an MMEngine-style cfg.py.
 
+    A failure is a :class:`SpecError` subclass, or an engine error with the file
+    in front.
+
     Parameters
     ----------
     path : str or Path
-        The file. Messages show it as given.
+        The file; messages show it as given.
     cfg_options : dict, optional
-        ``--cfg-options``: merged into a cfg.py's Config (``merge_from_dict``);
-        for YAML and Python specs they override entries of ``inputs``.
+        ``--cfg-options``: merged into a cfg.py's Config; for YAML and Python
+        specs they override entries of ``inputs``.
     default_graph : callable, optional
         ``default_graph(cfg) -> Graph`` for configs without ``steps``.
 
     Returns
     -------
     Spec
-
-    Raises
-    ------
-    SpecError
-        A subclass per failure (missing file, unknown suffix, syntax, an unknown
-        or mistyped field, ...); the message names the file, step and field.
-    FlexgraphError
-        An engine error found while building the graph, with the file in front.
-
-    Examples
-    --------
-    >>> spec = load_spec("examples/textstats.yaml")  # doctest: +SKIP
-    >>> spec.plan().order  # doctest: +SKIP
     """
     path = Path(path)
     shown = str(path)

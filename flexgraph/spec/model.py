@@ -1,8 +1,7 @@
 """The :class:`Spec`: what every front end (YAML, Python script, cfg.py) produces.
 
-One value type for all three, so the CLI, the renderers and the tests never ask
-which kind of file a pipeline came from: they read ``spec.graph`` and
-``spec.inputs`` and call :meth:`Spec.plan`.
+So the CLI, the renderers and the tests never ask which kind of file a pipeline
+came from.
 """
 
 from __future__ import annotations
@@ -35,15 +34,14 @@ class Spec:
     Parameters
     ----------
     graph : Graph
-        The base graph (its ``inputs`` include the names of ``inputs``).
+        The base graph.
     strategies : mapping of str to Strategy
         Strategies defined as data in the spec; they shadow registered ones.
     strategy : str, mapping or None
         The spec's choice: a name, or ``dict(type=name, **options)``.
     inputs : mapping
-        Initial artifact values for running (a cfg.py's own Config is ``cfg``).
+        Initial artifact values (a cfg.py's own Config is ``cfg``).
     source : Path
-        The file it was loaded from.
     cfg : mmengine Config or None
         The config, for cfg.py specs.
     """
@@ -56,19 +54,11 @@ class Spec:
     cfg: Any = attrs.field(default=None, eq=False, repr=False)
 
     def resolve_strategy(self, strategy: StrategyChoice | Strategy = None) -> Strategy | None:
-        """The strategy to plan with: ``strategy`` (the CLI's) if given, else the spec's.
+        """The strategy to plan with: ``strategy`` (the CLI's), else the spec's, or ``None``.
 
-        A name given on the command line that names the spec's own strategy (an
-        alias included) keeps the options the spec gives it.
-
-        Names are looked up in the spec's own ``strategies`` first, then in the
-        registry. ``None`` when neither chose one.
-
-        Raises
-        ------
-        UnknownStrategyError, StrategyOptionError
-            From :func:`~flexgraph.core.strategy.get_strategy`; when the spec made
-            the choice, the message starts with the file.
+        The spec's own ``strategies`` come before the registry; a CLI name that
+        names the spec's choice (an alias included) keeps the spec's options. An
+        error in the spec's choice starts with the file.
         """
         chosen = strategy if strategy is not None else self.strategy
         if chosen is None:
@@ -88,17 +78,9 @@ class Spec:
         self, strategy: StrategyChoice | Strategy = None, targets: tuple[str, ...] = (),
         derived: Sequence[Rewrite] = (),
     ) -> Plan:
-        """Plan the graph under ``strategy`` (see :meth:`resolve_strategy`).
+        """Plan the graph under :meth:`resolve_strategy`'s choice with :func:`~flexgraph.make_plan`.
 
-        ``targets`` cut the rewritten graph to what those steps need (an entry
-        point such as ``val``); ``derived`` are rewrites derived from the run's
-        inputs, applied before the strategy's (see :func:`~flexgraph.make_plan`).
-
-        Raises
-        ------
-        FlexgraphError
-            The engine's error for a broken graph or rewrite, restated with the
-            file in front.
+        An engine error is restated with the file in front.
 
         Examples
         --------

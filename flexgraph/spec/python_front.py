@@ -1,16 +1,11 @@
 """Python-API scripts: a ``.py`` file that builds the graph with flexgraph's own API.
 
-Such a script assigns a top-level ``pipeline`` (a :class:`Graph`, a :class:`Spec`,
-or a function of no arguments returning one) and may assign ``strategies``
-(name -> :class:`Strategy`, or a list of rewrites), ``strategy`` (a name,
-``dict(type=...)`` or a Strategy) and ``inputs`` (initial artifacts). Whether a
-``.py`` file is such a script is decided by reading it (:func:`defines_pipeline`),
-never by running it: anything else is an MMEngine-style config.
-
-The script runs as if imported (``__name__`` is its file's stem, when that
-names no other module), so its ``if __name__ == "__main__":`` block (printing,
-running) stays out of loading, and the functions it decorates get readable,
-importable names in plans (``textstats_pipeline:fold_accents``).
+Such a script binds a top-level ``pipeline`` (a :class:`Graph`, a :class:`Spec`,
+or a function returning one) and may bind ``strategies``, ``strategy`` and
+``inputs``. That is decided by reading the file (:func:`defines_pipeline`),
+never by running it. The script runs as if imported (``__name__`` is its stem),
+so its ``__main__`` block stays out of loading and its functions get importable
+names in plans (``textstats_pipeline:fold_accents``).
 """
 
 from __future__ import annotations

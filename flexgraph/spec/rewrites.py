@@ -81,14 +81,8 @@ def _build(kind: str, data: Mapping[str, Any], where: Where) -> Rewrite:
 def rewrite_from_mapping(data: object, where: Where) -> Rewrite:
     """Build one :class:`Rewrite` from its mapping form (see the module docstring).
 
-    Raises
-    ------
-    SpecFieldError
-        No kind key, two kind keys, or a key the kind does not take.
-    SpecMissingFieldError, SpecTypeError
-        A required key is absent, or a value has the wrong type.
-    RewriteDefinitionError
-        The engine refused the rewrite (a move with both after and before).
+    A malformed mapping raises a :class:`~flexgraph.spec.errors.SpecError`
+    subclass; a rewrite the engine refuses, :class:`RewriteDefinitionError`.
     """
     data = mapping(data, where)
     kinds = [key for key in data if key in REWRITE_KINDS]

@@ -1,9 +1,8 @@
 """A step written as data (a YAML mapping, a cfg.py dict) turned into a :class:`Step`.
 
-One function for every front end, so that ``steps:`` in YAML, ``steps`` and
-``custom_steps`` in a cfg.py, and the step inside a rewrite all accept the same
-fields and fail the same way. Functions stay ``"module:attr"`` text: planning
-never imports them, so the text is only checked for its shape here.
+One function for every front end, so the step fields are read and refused the
+same way everywhere. Functions stay ``"module:attr"`` text, checked only for
+their shape: planning never imports them.
 """
 
 from __future__ import annotations
@@ -41,13 +40,6 @@ def step_from_mapping(data: object, where: Where, default_name: str | None = Non
     """Build a :class:`Step` from a mapping with the :data:`STEP_FIELDS`.
 
     ``default_name`` makes ``name`` optional (a Replace keeps the old name).
-
-    Raises
-    ------
-    SpecTypeError, SpecFieldError, SpecMissingFieldError, SpecValueError
-        The mapping is malformed; the message names the file, step and field.
-    StepDefinitionError
-        The engine refused the step (a bad name, one artifact declared twice).
     """
     data = mapping(data, where)
     name = data.get("name", default_name)

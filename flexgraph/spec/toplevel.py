@@ -1,8 +1,6 @@
-"""The top-level fields that YAML specs and cfg.py configs share.
+"""The top-level fields that YAML specs and cfg.py configs share, read in one place.
 
-``steps``, ``strategies``, ``strategy`` and ``inputs`` mean the same in both; a
-cfg.py adds ``custom_steps`` (steps appended to its graph). Keeping them here
-makes "the same pipeline, two syntaxes" true by construction.
+So "the same pipeline, two syntaxes" holds by construction.
 """
 
 from __future__ import annotations
@@ -56,8 +54,8 @@ def extend_graph(graph: Graph, value: object, where: Where, field: str) -> Graph
 def apply_options(inputs: Mapping[str, Any], options: Mapping[str, Any] | None) -> dict[str, Any]:
     """``inputs`` with ``--cfg-options`` applied (``a.b=1`` sets ``inputs['a']['b']``).
 
-    For YAML and Python specs the options override the initial artifacts; they do
-    not add graph inputs (a step cannot come to depend on a command-line flag).
+    They override initial artifacts but add no graph input: a step cannot come
+    to depend on a command-line flag.
     """
     result = dict(inputs)
     for key, value in (options or {}).items():

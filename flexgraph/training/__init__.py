@@ -1,54 +1,17 @@
 """flexgraph's training runtime: the standard graph, its steps, and what they run on.
 
-This layer turns an MMEngine-style config into a trained model through plain
-step functions (:mod:`flexgraph.training.steps`) that the standard graph
-(:func:`standard_graph`, :mod:`flexgraph.training.graph`) wires together. It
-uses torch and MMEngine's components (registries, optimizer wrappers,
-schedulers, evaluators, hooks) but not MMEngine's Runner, so that the order of
-setup is the graph's to decide. It never imports strategies or the CLI.
+An MMEngine-style config becomes a trained model through plain step functions
+(:mod:`flexgraph.training.steps`) wired by :func:`standard_graph`. It uses MMEngine's
+components but not its Runner, so that the order of setup is the graph's; it never imports
+strategies or the CLI. Each concern below the steps is a subpackage with a short face and
+private modules; they import each other only downward (:ref:`layers`).
 
-Below the steps and :mod:`~flexgraph.training.resume` (bringing a checkpoint
-into the run), each concern is a subpackage with a short face and private
-modules behind it (``flexgraph/training/<part>/_<name>.py``), listed here in
-the only direction they import each other (an import-linter contract in
-pyproject.toml keeps it):
+Checkpoint words: a run *saves* its checkpoints and *restores* one to continue
+(``resume``); it *loads* weights into a model (``load_from``). A *restorer* restores a run
+from a format, an *opener* reads any format one tensor at a time, and an *inspector*
+describes one offline (``flexgraph ckpt inspect``).
 
-- :mod:`~flexgraph.training.loop`: the training loop, the hooks and the
-  ``runner`` they see, evaluation passes, stopping on a signal;
-- :mod:`~flexgraph.training.checkpoint`: checkpoints during a run: the
-  checkpointer, its IOs (writer, restorer and weight loader), the state each
-  strategy gives and takes, weights loaded into a model;
-- :mod:`~flexgraph.training.components`: dataloaders, optimizer wrapper and
-  schedulers, the model's training and evaluation steps, ``init_weights``;
-- :mod:`~flexgraph.training.output`: log lines, progress, metrics, the run's
-  record in its work_dir;
-- :mod:`~flexgraph.training.runtime`: the process's place in the run, its
-  process group, its random streams, models on the meta device;
-- :mod:`~flexgraph.training.config`: the config's sections read into small
-  values, components built through MMEngine's registries;
-- :mod:`~flexgraph.training.formats`: checkpoint formats told by content, and
-  reading them without unpickling arbitrary objects (``torch.save`` files,
-  MMEngine's allow-list, DCP's metadata, safetensors headers, the openers);
-  its face imports no torch, so that ``flexgraph plan`` can say which format
-  a ``load_from`` or ``resume`` path holds;
-- :mod:`~flexgraph.training.errors`: the training failures.
-
-One part sits above the steps themselves, so that a run imports none of it:
-:mod:`~flexgraph.training.checkpoint_tools`, the offline tools behind
-``flexgraph ckpt`` (describing and converting a checkpoint of any format).
-:mod:`~flexgraph.training.graph` (the standard graph) stands beside the parts,
-importing no torch, for planning.
-
-The words for checkpoints: a run *saves* its checkpoints (the training state)
-and *restores* one to continue (``resume``); it *loads* weights from a path
-into a model (``load_from``). What reads one has one name per job: a
-*restorer* restores a run from a format (the checkpoint part), an *opener*
-opens a checkpoint of any format for reading one tensor at a time (the
-formats part), and an *inspector* describes one offline (``flexgraph ckpt
-inspect``).
-
-The names users and strategies need most are re-exported here, lazily:
-importing this package, or planning the standard graph, does not import torch.
+The names below are re-exported lazily: importing this package does not import torch.
 """
 
 from importlib import import_module

@@ -31,6 +31,7 @@ from flexgraph.core.graph import Graph
 from flexgraph.core.step import Step
 
 if TYPE_CHECKING:
+    from flexgraph.training.config import RunSettings
     from flexgraph.training.output import RunContext
 
 STEPS = "flexgraph.training.steps"
@@ -116,7 +117,7 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
         _step(
             "load_checkpoint",
             "load_from: weights only",
-            requires=("settings", "hooks", "checkpointer"),
+            requires=("settings", "run_context", "hooks", "checkpointer"),
             updates="model",
         ),
         _step("wrap_model", "move the model to its device", requires="env", updates="model"),
@@ -184,7 +185,8 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     return Graph.of([*steps, evaluate], inputs=INPUTS)
 
 
-def standard_inputs(cfg: Any, run_context: RunContext | None = None) -> dict[str, Any]:
+def standard_inputs(cfg: Any, run_context: RunContext | None = None, *,
+                    settings: RunSettings | None = None) -> dict[str, Any]:
     """The standard graph's inputs: ``cfg``, its :class:`RunSettings` read once, the run context.
 
     Reading the settings here, before the plan runs, is what makes a
@@ -196,10 +198,14 @@ def standard_inputs(cfg: Any, run_context: RunContext | None = None) -> dict[str
     cfg : mmengine.Config or mapping
         The run's config.
     run_context : RunContext, optional
-        What the run knows beyond its config (its plan, its record, the
+        What the run knows beyond its config (its plan, its record and log, the
         launch: :class:`~flexgraph.training.output.RunContext`). ``flexgraph
-        run`` passes its own; the default is this process alone, with no plan
-        and no record (a portable checkpoint's manifest then records no plan).
+        run`` passes its own; the default is this process alone: no plan, no
+        record, a console logger at the config's ``log_level`` (a portable
+        checkpoint's manifest then records no plan).
+    settings : RunSettings, optional
+        ``cfg``'s, already read and checked (``flexgraph run`` reads them before
+        it plans); by default read here.
 
     Returns
     -------
@@ -219,8 +225,10 @@ def standard_inputs(cfg: Any, run_context: RunContext | None = None) -> dict[str
     from flexgraph.training.config import check_paths, read_settings
     from flexgraph.training.output import RunContext
 
-    settings = read_settings(cfg)
-    check_paths(settings)
+    if settings is None:
+        settings = read_settings(cfg)
+        check_paths(settings)
     if run_context is None:
-        run_context = RunContext.of_this_process()
+        run_context = RunContext.of_this_process(log_level=settings.log_level,
+                                                 log_dir=settings.work_dir)
     return {"cfg": cfg, "settings": settings, "run_context": run_context}

@@ -1,17 +1,14 @@
-"""Bringing a checkpoint into the run: ``load_from`` weights and full ``resume``.
+"""Resuming a run: everything a checkpoint holds, so that training continues where it stopped.
 
-``load_from`` only seeds the model's weights (fine-tuning, evaluation), loading
-non-strictly like MMEngine, through the run's checkpointer: its IO, which the
-strategy configures, knows how weights go into the model it manages (whole,
-sharded, inside an engine) and which formats it reads, by content. There is
-one load sequence for every strategy (:func:`load_weights`). ``resume`` restores everything a
-checkpoint holds so that training continues exactly where it stopped: weights
-(strictly), optimizer, schedulers, the loop position, and this rank's RNG state
-(handed to the loop in :class:`LoopState`, because the loop must restore it at
-the matching point). It reads and applies through the run's checkpointer, so it
-works unchanged for every checkpoint IO.
+``resume`` restores weights (strictly), optimizer, schedulers, the loop
+position, and this rank's RNG state (handed to the loop in :class:`LoopState`,
+because the loop must restore it at the matching point). It asks once what
+each checkpoint path holds (:func:`~flexgraph.training.formats.format_of`) and
+reads and applies through the run's checkpointer's IO of that format, so it
+works unchanged for every checkpoint IO. (``load_from``, which only seeds the
+weights, is :func:`flexgraph.training.checkpoint.load_weights`.)
 
-Both fire ``after_load_checkpoint(runner, checkpoint)`` before applying the
+It fires ``after_load_checkpoint(runner, checkpoint)`` before applying the
 checkpoint, as MMEngine does, so a hook may still rewrite its contents.
 
 A group restarted by torch's elastic agent (``--max-restarts``) resumes on its
@@ -37,7 +34,7 @@ changing the per-process batch (see :func:`_hold_global_batch`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -49,103 +46,53 @@ from flexgraph.render.plan_change import plan_change_view
 from flexgraph.training.checkpoint import (
     Checkpointer,
     LoopState,
-    WeightSource,
     from_mmengine,
-    load_pretrained,
     restore_schedulers,
 )
-from flexgraph.training.components import (
-    epoch_length_of,
-    per_rank_batch,
-    set_per_rank_batch,
-    unwrap_model,
-)
+from flexgraph.training.components import epoch_length_of, per_rank_batch, set_per_rank_batch
 from flexgraph.training.config import RunSettings
 from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
-from flexgraph.training.formats import format_of
+from flexgraph.training.formats import CheckpointFormat, format_of
 from flexgraph.training.loop import Hooks
 from flexgraph.training.runtime import (
+    agreed,
     capture_rng,
-    first_error_of_all_ranks,
     seed_everything,
     this_rank,
     world_size,
 )
 
-__all__ = ["load_weights", "resume_training"]
+__all__ = ["resume_training"]
+
+Read = Callable[[Path, CheckpointFormat | None], dict[str, Any]]
+"""Reads a checkpoint path of a known format (or none) for resuming."""
 
 
-def load_weights(settings: RunSettings, hooks: Hooks, model: Any,
-                 checkpointer: Checkpointer,
-                 pretrained: Sequence[Mapping[str, Any]] = ()) -> Any:
-    """Load ``load_from`` into ``model`` (unless ``resume`` will load that file).
-
-    The one load sequence: the runner view gets the model, the run starts for
-    the hooks, the checkpointer's IO reads the file, ``after_load_checkpoint``
-    sees what it read, and the weights go in; keys left out are a warning, as
-    in MMEngine.
-
-    ``pretrained``: the ``init_cfg`` ``Pretrained`` files of a run whose
-    ``init_weights`` was pruned because its files cover the model
-    (:class:`~flexgraph.training.checkpoint.WeightSource` params), loaded
-    first, each into its module, through the same IO, without hooks (as
-    MMEngine's ``Pretrained`` calls none).
-
-    Raises
-    ------
-    CheckpointError
-        The path is in no format the run's IO loads, is damaged, or matches no
-        weight of the model.
-    """
-    for params in pretrained:
-        source = WeightSource.from_params(params)
-        target = unwrap_model(model)
-        load_pretrained(target.get_submodule(source.module) if source.module else target,
-                        source.path, source.prefix, loader=checkpointer)
-    path = settings.weights_to_load()
-    if path is None:
-        return model
-    runner = hooks.runner
-    runner.hold(model=model)
-    hooks.start_run()
-    loaded = checkpointer.load_weights(
-        path, model, on_read=lambda checkpoint: hooks.call("after_load_checkpoint",
-                                                           checkpoint=checkpoint))
-    if loaded:
-        runner.logger.warning(f"load_from {path}: {loaded.describe()}")
-    found = format_of(Path(path))
-    runner.logger.info(f"Loaded weights from {path}"
-                       + (f" (read as {found.name})" if found else ""))
-    return model
-
-
-def _read_resumable(checkpointer: Checkpointer, path: Path, model: Any, optim_wrapper: Any,
-                    convert: Callable[[Any], Any]) -> dict[str, Any]:
-    """Read ``path`` (``convert`` restates it: MMEngine's layout) and check that it holds a
-    training state; the ranks agree on failure."""
-    error = None
-    checkpoint: Any = None
-    try:
-        checkpoint = convert(checkpointer.read(path, model=model, optim_wrapper=optim_wrapper))
+def _read_resumable(checkpointer: Checkpointer, path: Path, held: CheckpointFormat | None,
+                    model: Any, optim_wrapper: Any, convert: Callable[[Any], Any]
+                    ) -> dict[str, Any]:
+    """Read ``path`` (of format ``held``; ``convert`` restates it: MMEngine's layout) and
+    check that it holds a training state; the ranks agree on failure."""
+    def read() -> dict[str, Any]:
+        checkpoint = convert(checkpointer.read(path, held=held, model=model,
+                                               optim_wrapper=optim_wrapper))
         meta = checkpoint.get("meta") if isinstance(checkpoint, dict) else None
         if not isinstance(meta, dict) or "iter" not in meta:
             raise CheckpointError(
                 f"{str(path)!r} has no training state to resume (no meta/iter); use "
                 f"load_from for a weights-only file, or resume from a flexgraph checkpoint")
-    except CheckpointError as exc:
-        error = exc
-    error = first_error_of_all_ranks(error, kind=CheckpointError)
-    if error is not None:
-        raise error
-    return checkpoint
+        return checkpoint
+
+    return agreed(read, kind=CheckpointError)
 
 
-def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[str, Any]],
-                      logger: Any, what: str) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint in the work_dir that reads whole, with its contents.
+def _newest_resumable(checkpointer: Checkpointer, read: Read, logger: Any, what: str
+                      ) -> tuple[Path, CheckpointFormat | None, dict[str, Any]] | None:
+    """The newest checkpoint in the work_dir that reads whole, with its format and contents.
 
     Incomplete and unreadable ones are skipped with a warning naming each;
-    ``None`` when the work_dir holds no checkpoint at all.
+    ``None`` when the work_dir holds no checkpoint at all. Each path's format
+    is asked once.
 
     Raises
     ------
@@ -156,17 +103,18 @@ def _newest_resumable(checkpointer: Checkpointer, read: Callable[[Path], dict[st
         strategy cannot place), which this run must not skip.
     """
     skipped: list[str] = []
-    for path, problem in checkpointer.candidates():
-        other = checkpointer.unreadable_format(path)
-        if other is not None:
+    for path in checkpointer.checkpoint_paths():
+        held = format_of(path)
+        if held is not None and checkpointer.restorer_for(held) is None:
             raise ForeignCheckpointError(
-                f"{what}: the newest checkpoint {str(path)!r} is {other.name}, which this "
+                f"{what}: the newest checkpoint {str(path)!r} is {held.name}, which this "
                 f"strategy cannot restore; resume it with the strategy that wrote it (set "
                 f"its checkpoint_format='portable' to write checkpoints every strategy "
                 f"resumes), or move it out of the work_dir to resume from an older one")
+        problem = checkpointer.problem(path, held)
         if problem is None:
             try:
-                return path, read(path)
+                return path, held, read(path, held)
             except ForeignCheckpointError:
                 raise  # another strategy's: skipping it would lose its progress
             except CheckpointError as exc:
@@ -240,14 +188,16 @@ def _log_plan_change(checkpoint: dict[str, Any], meta: dict[str, Any], logger: A
 
 def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrapper: Any,
                     param_schedulers: Any, checkpointer: Checkpointer, hooks: Hooks,
-                    train_dataloader: Any, plan: Mapping[str, Any] | None) -> LoopState:
+                    train_dataloader: Any, plan: Mapping[str, Any] | None, logger: Any,
+                    message_hub: Any) -> LoopState:
     """Restore the run from the checkpoint ``resume`` asks for.
 
     Returns a fresh :class:`LoopState` when not resuming, or when
     ``resume='auto'`` finds no checkpoint (logged, not an error: the first run
     of a restartable job has nothing to resume). ``plan`` is this run's plan
     (its JSON dict, the run context's): rank 0 logs what changed since the plan
-    that saved the checkpoint.
+    that saved the checkpoint. ``logger`` and ``message_hub`` are the run's
+    (:class:`~flexgraph.training.output.RunContext`'s).
 
     Raises
     ------
@@ -256,7 +206,6 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
         not fit this config (other schedulers, a position past the epoch).
     """
     source = settings.resume
-    runner = hooks.runner
     restart = settings.restart
     if source is None and not restart:
         return LoopState()
@@ -266,40 +215,45 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     epoch_length = epoch_length_of(train_dataloader) if train_dataloader is not None else None
     by_epoch = settings.train is not None and settings.train.by_epoch
 
-    def read(path: Path) -> dict[str, Any]:
-        return _read_resumable(checkpointer, path, model, optim_wrapper, lambda checkpoint:
+    def read(path: Path, held: CheckpointFormat | None) -> dict[str, Any]:
+        return _read_resumable(checkpointer, path, held, model, optim_wrapper, lambda checkpoint:
                                from_mmengine(checkpoint, by_epoch=by_epoch,
                                              train_dataloader=train_dataloader,
-                                             message_hub=runner.message_hub))
+                                             message_hub=message_hub))
+
+    def read_given(path: str) -> tuple[Any, CheckpointFormat | None, dict[str, Any]]:
+        held = format_of(Path(path))
+        return path, held, read(Path(path), held)
 
     if source == "auto" or restart:
-        found = _newest_resumable(checkpointer, read, runner.logger, what)
+        found = _newest_resumable(checkpointer, read, logger, what)
         if found is None and restart and source not in (None, "auto"):
-            found = source, read(Path(source))  # nothing saved since the first attempt
+            found = read_given(source)  # nothing saved since the first attempt
         if found is None:
-            runner.logger.info(f"{what}: no checkpoint in {checkpointer.work_dir}; "
+            logger.info(f"{what}: no checkpoint in {checkpointer.work_dir}; "
                                f"starting from scratch")
             return LoopState()
-        path, checkpoint = found
+        path, held, checkpoint = found
     else:
-        path, checkpoint = source, read(Path(source))
+        path, held, checkpoint = read_given(source)
     meta = checkpoint["meta"]
     if this_rank() == 0:
-        _log_plan_change(checkpoint, meta, runner.logger, plan)
-    runner.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers)
+        _log_plan_change(checkpoint, meta, logger, plan)
+    hooks.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers)
     hooks.start_run()
     hooks.call("after_load_checkpoint", checkpoint=checkpoint)
-    checkpointer.apply(checkpoint, path, model=model, optim_wrapper=optim_wrapper, strict=True)
+    checkpointer.apply(checkpoint, path, held=held, model=model, optim_wrapper=optim_wrapper,
+                       strict=True)
     restore_schedulers(param_schedulers, checkpoint.get("param_schedulers", []))
     checkpointer.restore_saved(checkpoint)
 
     if train_dataloader is not None:
-        _hold_global_batch(meta, train_dataloader, runner.logger, path)
+        _hold_global_batch(meta, train_dataloader, logger, path)
         epoch_length = epoch_length_of(train_dataloader)
     epoch, iteration, batch_idx = meta["epoch"], meta["iter"], meta.get("batch_idx", 0)
     data_pass = meta.get("data_pass", epoch)
     # What hooks recorded for a resumed run (MMEngine's runtime-info names: best scores).
-    runner.message_hub.update_info_dict(dict(meta.get("runtime_info") or {}))
+    message_hub.update_info_dict(dict(meta.get("runtime_info") or {}))
     if by_epoch and epoch_length is not None and batch_idx > epoch_length:
         raise CheckpointError(
             f"{str(path)!r} stopped after batch {batch_idx} of an epoch, but the "
@@ -308,7 +262,7 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     seed = meta.get("seed")
     sampler = getattr(train_dataloader, "sampler", None)
     if seed is not None and hasattr(sampler, "reseed") and sampler.seed != seed:
-        runner.logger.warning(f"resume: using the checkpoint's seed {seed} for the data "
+        logger.warning(f"resume: using the checkpoint's seed {seed} for the data "
                               f"order (this run was seeded with {sampler.seed})")
         sampler.reseed(seed)
     rank, ranks = this_rank(), world_size()
@@ -318,11 +272,11 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     else:
         held = (f"RNG states of {len(states)} ranks but this run has {ranks}" if states
                 else "no RNG state (MMEngine's checkpoints have none)")
-        runner.logger.warning(f"resume: the checkpoint holds {held}; reseeding instead, "
+        logger.warning(f"resume: the checkpoint holds {held}; reseeding instead, "
                               f"so random draws will differ")
         seed_everything({"seed": (seed or 0) + iteration, "diff_rank_seed": True}, rank)
         rng_state = capture_rng()
     restarted = f" (restart {restart} of the group)" if restart else ""
-    runner.logger.info(f"Resumed from {path}: epoch {epoch}, iter {iteration}{restarted}")
+    logger.info(f"Resumed from {path}: epoch {epoch}, iter {iteration}{restarted}")
     return LoopState(epoch=epoch, iter=iteration, batch_idx=batch_idx, data_pass=data_pass,
                      rng_state=rng_state, resumed_from=str(path))

@@ -11,8 +11,10 @@ Three inputs come from outside: ``cfg``, whose component configs steps build;
 it once before the plan runs (schedule, checkpoint, logger and stop policies,
 the work_dir, what to load and resume), so no step reads those sections
 itself; and ``run_context``, the :class:`~flexgraph.training.output.RunContext`
-(the plan being run, the work_dir's record and its logger, the launch's
-facts), which the steps that need any of it take as an argument.
+(the plan being run, the run's logger, timestamp, folder and message hub, the
+launch's facts), which the steps that need any of it take as an argument.
+Steps show hooks the artifacts through ``hooks.hold`` and read nothing back
+from the hooks' runner view (a test checks it).
 
 No step asks which strategy is active. Whatever differs between single-device
 and distributed runs comes from ``env`` (built by the strategy's process setup)
@@ -42,6 +44,7 @@ from flexgraph.training.checkpoint import (
     PortableCheckpointIO,
     TorchStateAccess,
     load_pretrained,
+    load_weights,
 )
 from flexgraph.training.components import initialise, make_train_step
 from flexgraph.training.config import RunSettings, section
@@ -51,11 +54,10 @@ from flexgraph.training.loop import (
     TrainLoop,
     build_evaluator,
     run_evaluation,
-    share_dataset_meta,
 )
 from flexgraph.training.loop import build_hooks as _build_hooks
 from flexgraph.training.output import RunContext, TrainOutput
-from flexgraph.training.resume import load_weights, resume_training
+from flexgraph.training.resume import resume_training
 from flexgraph.training.runtime import (
     Env,
     SourceDraws,
@@ -178,11 +180,8 @@ def _initialise(model: nn.Module) -> nn.Module:
 
 
 def build_hooks(cfg: Any, settings: RunSettings, run_context: RunContext) -> Hooks:
-    """``custom_hooks`` (+ non-builtin ``default_hooks``) and the runner view they see.
-
-    The runner view logs through the run record's logger when ``run_context``
-    has a record (``flexgraph run``).
-    """
+    """``custom_hooks`` (+ non-builtin ``default_hooks``) and the runner view they see,
+    which logs through the run context's logger."""
     return _build_hooks(cfg, settings, run_context)
 
 
@@ -220,8 +219,8 @@ def build_checkpointer(settings: RunSettings, run_context: RunContext, env: Env,
                         restorers=[r for r in restorers if r is not writer])
 
 
-def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,
-                    checkpointer: Checkpointer, *,
+def load_checkpoint(settings: RunSettings, run_context: RunContext, hooks: Hooks,
+                    model: nn.Module, checkpointer: Checkpointer, *,
                     pretrained: Sequence[Mapping[str, Any]] = ()) -> nn.Module:
     """Load ``load_from`` weights through the checkpointer's IO.
 
@@ -234,7 +233,8 @@ def load_checkpoint(settings: RunSettings, hooks: Hooks, model: nn.Module,
     its files cover the model and ``init_weights`` is pruned (a derived
     rewrite, :func:`~flexgraph.training.checkpoint.derive_from_weights`).
     """
-    return load_weights(settings, hooks, model, checkpointer, pretrained=pretrained)
+    return load_weights(checkpointer, settings.weights_to_load(), model, hooks,
+                        logger=run_context.logger, pretrained=pretrained)
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:
@@ -304,23 +304,21 @@ def resume(settings: RunSettings, run_context: RunContext, model: nn.Module, opt
     return resume_training(settings=settings, model=model, optim_wrapper=optim_wrapper,
                            param_schedulers=param_schedulers, checkpointer=checkpointer,
                            hooks=hooks, train_dataloader=train_dataloader,
-                           plan=run_context.plan)
+                           plan=run_context.plan, logger=run_context.logger,
+                           message_hub=run_context.message_hub)
 
 
 def _output(settings: RunSettings, run_context: RunContext, env: Env, hooks: Hooks,
             **schedule: Any) -> TrainOutput:
-    """The run's output; the visualizer's backends get its scalars (and it closes them).
-
-    Called once the runner view holds the run's dataloaders, whose datasets'
-    ``metainfo`` the visualizer gets here, as MMEngine's loops give it.
-    """
-    runner = hooks.runner
-    share_dataset_meta(runner)
-    return TrainOutput(work_dir=runner.work_dir, is_main=env.is_main, logger=runner.logger,
-                       message_hub=runner.message_hub, log_interval=settings.logger.interval,
-                       device=env.device, visualizer=runner.built_visualizer(),
-                       vis_dir=str(Path(runner.log_dir) / "vis_data"),
-                       timestamp=runner.timestamp, log_processor=settings.logger.processor,
+    """The run's output, through the run context's log; the hooks' visualizer, if built,
+    gets its scalars (and it closes it)."""
+    log_dir = run_context.log_dir or settings.work_dir
+    return TrainOutput(work_dir=settings.work_dir, is_main=env.is_main,
+                       logger=run_context.logger, message_hub=run_context.message_hub,
+                       log_interval=settings.logger.interval, device=env.device,
+                       visualizer=hooks.built_visualizer(),
+                       vis_dir=str(Path(log_dir) / "vis_data"),
+                       timestamp=run_context.timestamp, log_processor=settings.logger.processor,
                        metric_by_epoch=settings.logger.metric_by_epoch,
                        progress=run_context.launch.progress, **schedule)
 
@@ -336,12 +334,11 @@ def train(cfg: Any, settings: RunSettings, run_context: RunContext, env: Env, mo
     evaluator = None
     if val_dataloader is not None:
         evaluator = build_evaluator(section(cfg, "val_evaluator"))
-    runner = hooks.runner
-    runner.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers,
-                train_dataloader=train_dataloader, val_dataloader=val_dataloader,
-                val_evaluator=evaluator, seed=env.rank_seed, schedule=schedule)
+    hooks.hold(model=model, optim_wrapper=optim_wrapper, param_schedulers=param_schedulers,
+               train_dataloader=train_dataloader, val_dataloader=val_dataloader,
+               val_evaluator=evaluator, seed=env.rank_seed, schedule=schedule)
     if hasattr(optim_wrapper, "message_hub"):
-        optim_wrapper.message_hub = runner.message_hub  # grad norms land in this run's hub
+        optim_wrapper.message_hub = run_context.message_hub  # grad norms land in this run's hub
     output = _output(settings, run_context, env, hooks, max_iters=schedule.max_iters,
                      max_epochs=schedule.max_epochs, by_epoch=schedule.by_epoch,
                      epoch_length=schedule.epoch_length)
@@ -361,8 +358,7 @@ def _evaluate(mode: str, cfg: Any, settings: RunSettings, run_context: RunContex
     if dataloader is None:
         raise ConfigError(f"{mode} needs a {mode}_dataloader in the config")
     evaluator = build_evaluator(section(cfg, f"{mode}_evaluator"), what=f"{mode}_evaluator")
-    hooks.runner.hold(model=model, **{f"{mode}_dataloader": dataloader,
-                                      f"{mode}_evaluator": evaluator})
+    hooks.hold(model=model, **{f"{mode}_dataloader": dataloader, f"{mode}_evaluator": evaluator})
     output = _output(settings, run_context, env, hooks, max_iters=0, max_epochs=0, by_epoch=True,
                      epoch_length=0, interactive=False)
     output.open(0)

@@ -150,8 +150,9 @@ def deepspeed(
         fused.append("build_param_schedulers")
         outputs.append("param_schedulers")
     initialize = Step(
-        "deepspeed_initialize", f"{STEPS}:initialize", requires=("cfg", "env", "hooks"),
-        provides=tuple(outputs), updates="model",
+        "deepspeed_initialize", f"{STEPS}:initialize",
+        requires=("cfg", "settings", "run_context", "env"), provides=tuple(outputs),
+        updates="model",
         params={"config": ds,
                 "inputs_to_half": None if inputs_to_half is None else list(inputs_to_half)},
         doc="deepspeed.initialize: the engine and its ZeRO optimizer")

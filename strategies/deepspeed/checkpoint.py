@@ -41,13 +41,14 @@ from typing import Any
 
 import torch
 from flexgraph.strategies.deepspeed.engine import EngineModel
-from flexgraph.strategies.deepspeed.partitions import load_into_partitions
+from flexgraph.strategies.deepspeed.partitions import PARTITIONS
 
 from flexgraph.training.checkpoint import (
     CheckpointIO,
     OnRead,
     WeightsLoaded,
     apply_weights,
+    load_into_slices,
     tensor_bytes,
 )
 from flexgraph.training.errors import CheckpointError
@@ -56,6 +57,7 @@ from flexgraph.training.formats import (
     DEEPSPEED_DIRECTORY,
     SAFETENSORS_FILE,
     TORCH_SAVE_FILE,
+    CheckpointFormat,
     CheckpointSource,
     read_any_checkpoint,
     weights_layout,
@@ -182,13 +184,15 @@ class DeepSpeedCheckpointIO(CheckpointIO):
               strict: bool = True) -> None:
         """Nothing left to do: the engine loaded its state in :meth:`read`."""
 
-    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
+    def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
+                     on_read: OnRead) -> WeightsLoaded:
         """``load_from`` into the running engine (:func:`_load_weights_into_engine`), or,
         under ZeRO-3 before the engine exists, into the partitions ``zero.Init`` made
-        (:func:`~flexgraph.strategies.deepspeed.partitions.load_into_partitions`)."""
+        (:func:`~flexgraph.training.checkpoint.load_into_slices`, ZeRO-3's
+        :data:`~flexgraph.strategies.deepspeed.partitions.PARTITIONS`)."""
         if not isinstance(model, EngineModel):
-            return load_into_partitions(model, path, on_read)
-        return _load_weights_into_engine(model, path, on_read)
+            return load_into_slices(path, held, model, PARTITIONS, on_read=on_read)
+        return _load_weights_into_engine(model, path, held, on_read)
 
     def is_complete(self, path: Path) -> bool:
         return path.is_dir() and any(p.stat().st_size for p in path.glob("*model_states.pt"))
@@ -201,8 +205,8 @@ def _refresh_master_weights(engine: Any) -> None:
         refresh()
 
 
-def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
-                              ) -> WeightsLoaded:
+def _load_weights_into_engine(model: EngineModel, path: Path, held: CheckpointFormat,
+                              on_read: OnRead) -> WeightsLoaded:
     """``load_from`` into a running engine; returns the keys left out.
 
     A DeepSpeed tag without ZeRO-3 loads through the engine (weights only);
@@ -214,10 +218,10 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
     engine = model.engine
     partitioned = engine.zero_optimization_partition_weights()
     if partitioned:
-        loaded = load_into_partitions(model.module, path, on_read)
+        loaded = load_into_slices(path, held, model.module, PARTITIONS, on_read=on_read)
         _refresh_master_weights(engine)
         return loaded
-    if DEEPSPEED_DIRECTORY.recognise(path):
+    if held is DEEPSPEED_DIRECTORY:
         _, client_state = engine.load_checkpoint(
             str(path.parent), tag=path.name, load_module_strict=False,
             load_optimizer_states=False, load_lr_scheduler_states=False,
@@ -225,7 +229,7 @@ def _load_weights_into_engine(model: EngineModel, path: Path, on_read: OnRead
         on_read({"meta": dict((client_state or {}).get("meta") or {}), "state_dict": {}})
         _refresh_master_weights(engine)
         return WeightsLoaded()
-    checkpoint = read_any_checkpoint(path)  # a DeepSpeed tag through zero_to_fp32
+    checkpoint = read_any_checkpoint(path, held=held)
     on_read(checkpoint)
     loaded = apply_weights(model.module, checkpoint, str(path), strict=False)
     _refresh_master_weights(engine)

@@ -11,36 +11,21 @@ stage      parameters            gradients               optimizer states
 3          2P/N + 4 x largest    2P/N                    (4 + 4k)P/N
 =========  ====================  ======================  ==================
 
-(4P/N: the fp32 gradient partition, which stage 3 never holds whole: it
-converts one sub-group's gradients at a time, in the step; 4 + 4k: the fp32
-master weights and the states.) In fp32 the master partition is still a copy (DeepSpeed clones it),
-and the gradient partition is the master's gradient too: ``4P`` parameters,
-``4P/N`` gradients (stage 1: ``4P`` whole as well until the step), ``(4 +
-4k)P/N`` optimizer states; counted live on 2 CPU ranks, these are what
-DeepSpeed holds. The optimizer steps one flat fp32 partition per group (stage
-3: per ``sub_group_size``), whose size its temporaries take; DeepSpeed's own
-optimizer (an ``optimizer`` section) and an offloaded one take none here. For Adam,
-stage 2 is exactly what ``estimate_zero2_model_states_mem_needs_all_live``
-counts (``2P + int(18P/N)``), and DeepSpeed's figures are kept as the
-reference of the others: it counts stage 1 like stage 2, where stage 1 also
-keeps every fp16 gradient whole until the step, and stage 3 as ``4 x largest
-layer + int(18P/N)``, with a whole fp32 gradient partition. With the
-optimizer offloaded, its states and the fp32 gradients live in CPU memory.
-The buffers (the reduce buckets, double with ``overlap_comm``, the all-gather
-and stage 3's prefetch bucket, in fp16 / bf16) are modelled from the config:
-``'auto'`` sizes are flexgraph's (``numel / 16``, within 1e6..5e7 elements).
+4P/N is the fp32 gradient partition, which stage 3 never holds whole (it converts
+one sub-group at a time, in the step); 4 + 4k the fp32 master weights and states.
+In fp32 the master partition is still a copy (DeepSpeed clones it) and the
+gradient partition is the master's gradient too. For Adam, stage 2 is what
+``estimate_zero2_model_states_mem_needs_all_live`` counts; DeepSpeed's figures
+are kept as the reference of the others (it counts stage 1 like stage 2, and
+stage 3 with a whole fp32 gradient partition). Offloaded, the optimizer states and
+fp32 gradients live in CPU memory. The buffers (reduce buckets, the all-gather or
+prefetch bucket) are modelled from the config, ``'auto'`` sizes as flexgraph fills them.
 
-Setup (:func:`estimate_setup`, host memory before the engine exists): stages 0
-to 2 build the whole model on every rank, in fp32, and the engine takes it
-from there. Stage 3 builds under ``zero.Init``: each rank holds its partitions
-(``low x P/N``, in the config's precision) plus one module whole while it is
-made, then one parameter gathered at a time (twice its size: the gathered
-value and the collective's buffer); rank 0 alone also holds the
-whole model on the host while ``init_weights`` runs on it
-(:mod:`flexgraph.strategies.deepspeed.partitions`). When ``load_from`` covers
-the model, ``init_weights`` is pruned and rank 0 holds what the others do.
-On a GPU the partitions and the gathered parameters are the GPU's: the host
-holds rank 0's whole copy alone.
+Setup: stages 0 to 2 build the whole model on every rank, in fp32. Stage 3 builds
+under ``zero.Init``: each rank holds its partitions plus one module whole while it
+is made, then one parameter gathered at a time (twice: the collective's buffer);
+rank 0 also holds the whole model on the host while ``init_weights`` runs on it,
+unless ``load_from`` covers the model and ``init_weights`` is pruned.
 """
 
 from __future__ import annotations
@@ -49,11 +34,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from flexgraph.training.estimate import (
+    Allocation,
     CandidateError,
     SetupMemory,
     StrategyMemory,
     bytes_per,
+    trains_on,
     whole_model_setup,
+    whole_model_steps,
 )
 
 _STAGES = {"zero0": (0, False), "zero1": (1, False), "zero2": (2, False), "zero3": (3, False),
@@ -170,12 +158,9 @@ def _at_the_step(census: Any, stage: int, low: int, offload: bool, n: int, grads
                  stepped: tuple[int, int], reduce: int) -> tuple[int | None, int | None]:
     """(gradient bytes, buffer bytes) alive during the optimizer step, where they differ.
 
-    Counted live on 2 CPU ranks (``benchmarks/memory.py --estimate``): by the
-    step, stages 1 and 2 have reduced every gradient into the fp32 partition
-    and freed the rest (the whole fp32 ones in stage 1, the fp16 / bf16 ones)
-    and their buckets; stage 3 keeps its fp16 / bf16 gradient partition and
-    one reduce bucket, and converts the gradients to fp32 one sub-group at a
-    time, as it steps them.
+    By the step, stages 1 and 2 have reduced every gradient into the fp32 partition and
+    freed the rest and their buckets; stage 3 keeps its fp16 / bf16 gradient partition
+    and one reduce bucket, converting one sub-group to fp32 at a time.
     """
     if offload or stage == 0:
         return None, None
@@ -201,27 +186,65 @@ def _stepped(census: Any, config: Mapping[str, Any], zero: Mapping[str, Any], st
     return largest, partition
 
 
+def _zero3_parts(census: Any, world_size: int, target_device: str, config: Mapping[str, Any]
+                 ) -> tuple[int, int, int, int]:
+    """ZeRO-3's setup on the host: (partitions, one module whole, a parameter gathered twice,
+    the whole model in the compute precision)."""
+    low = bytes_per(_precision(config))
+    on_host = target_device == "cpu"
+    partitions = census.total * low // max(world_size, 1) if on_host else 0
+    built = low * census.largest_layer if on_host else 0  # one module whole as zero.Init makes it
+    gathered = 2 * low * census.largest_param if on_host else 0  # and the collective's buffer
+    return partitions, built, gathered, census.total * low
+
+
+def _stage(config: Mapping[str, Any]) -> int:
+    return int(dict(config.get("zero_optimization") or {}).get("stage", 0))
+
+
 def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
                    config: Mapping[str, Any]) -> SetupMemory:
     """Stages 0-2: the whole model on every rank; stage 3: partitions, rank 0 whole to init."""
-    stage = int(dict(config.get("zero_optimization") or {}).get("stage", 0))
-    if stage < 3:
+    if _stage(config) < 3:
         return whole_model_setup(census, notes=("the engine takes the model from there",))
-    low = bytes_per(_precision(config))
-    n = max(world_size, 1)
-    on_host = target_device == "cpu"
-    partitions = census.total * low // n if on_host else 0
-    built = low * census.largest_layer if on_host else 0  # one module whole as zero.Init makes it
-    where = "its partitions" if on_host else "nothing of the model (its partitions are the GPU's)"
+    partitions, built, gathered, whole = _zero3_parts(census, world_size, target_device, config)
+    where = ("its partitions" if target_device == "cpu"
+             else "nothing of the model (its partitions are the GPU's)")
     notes = [f"each rank: {where}, plus one module whole as zero.Init makes it"]
     if weights_loaded:
         notes.append("init_weights pruned: each rank reads its own elements of the file, and "
                      "rank 0 holds what the others do")
         return SetupMemory(rank0=partitions + built, others=partitions + built,
                            notes=tuple(notes))
-    # a parameter gathered, with the collective's own buffer of it (counted live on 4 CPU ranks)
-    gathered = 2 * low * census.largest_param if on_host else 0
     others = partitions + max(built, gathered)
     notes += ["then one parameter gathered at a time (twice: the collective's buffer)",
               "rank 0: the whole model on the host too, while init_weights runs on it"]
-    return SetupMemory(rank0=census.total * low + others, others=others, notes=tuple(notes))
+    return SetupMemory(rank0=whole + others, others=others, notes=tuple(notes))
+
+
+def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   memory: StrategyMemory, config: Mapping[str, Any]) -> tuple[Allocation, ...]:
+    """Stages 0-2: built whole, the engine makes the trained states at ``deepspeed_initialize``;
+    stage 3: partitions from ``build_model`` on, rank 0 whole while ``init_weights`` runs."""
+    engine = "deepspeed_initialize"
+    if _stage(config) < 3:
+        return whole_model_steps(census, memory, target_device, placed_at=engine,
+                                 states=memory.optimizer)
+    partitions, built, gathered, whole = _zero3_parts(census, world_size, target_device, config)
+    where = trains_on(target_device)
+    held = whole // max(world_size, 1)  # this rank's partitions, where it trains
+    steps = [Allocation("build_model", partitions, "this rank's partitions, made by zero.Init"),
+             Allocation("build_model", built, "one module whole as zero.Init makes it",
+                        transient=True)]
+    if where == "device":
+        steps.append(Allocation("build_model", held, "this rank's partitions", memory="device"))
+    if not weights_loaded:
+        steps += [Allocation("init_weights", whole + max(built, gathered), "the whole model "
+                             "on the host while init runs, and a parameter gathered",
+                             ranks="rank0", transient=True),
+                  Allocation("init_weights", gathered, "one parameter gathered at a time",
+                             ranks="others", transient=True)]
+    steps.append(Allocation(engine, memory.parameters + memory.optimizer - held,
+                            "the gathered-layer allowance, master weights and optimizer states",
+                            memory=where))
+    return tuple(steps)

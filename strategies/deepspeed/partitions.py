@@ -26,20 +26,22 @@ When the files the run loads set every weight, ``init_weights`` is pruned
 (a derived rewrite) and no rank holds the whole model: :func:`follow_init_draws`
 advances each rank's generators as ``init_weights`` would have, drawing into
 scratch tensors, and ``load_checkpoint`` (before the engine exists) puts the
-file's weights into the partitions (:func:`load_into_partitions`): each rank
-reads only its own elements of each parameter from the file.
+file's weights into the partitions, through the one sharded load with
+ZeRO-3's slices (:data:`PARTITIONS`): each rank reads only its own elements of
+each parameter from the file.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
 from torch import nn
 
-__all__ = ["follow_init_draws", "init_on_rank0", "load_into_partitions"]
+from flexgraph.training.checkpoint import Slices
+
+__all__ = ["PARTITIONS", "follow_init_draws", "init_on_rank0"]
 
 
 @attrs.frozen
@@ -64,7 +66,7 @@ def init_on_rank0(env: Any, model: nn.Module) -> nn.Module:
     InitWeightsError, CheckpointError
         From the initialisers, as a one-device run raises them.
     """
-    from flexgraph.training.runtime import rank0_does, return_freed_memory
+    from flexgraph.training.runtime import broadcast_buffers, rank0_does, return_freed_memory
 
     if not callable(getattr(model, "init_weights", None)):
         return model
@@ -72,11 +74,14 @@ def init_on_rank0(env: Any, model: nn.Module) -> nn.Module:
     whole = _whole_on_rank0(params)
     try:
         done = rank0_does(lambda: _initialise_whole(model, params, whole))
-        _into_partitions(params, whole)
+        for index, param in enumerate(params):
+            _into_partition(param, whole[index] if whole else None)
+            if whole:
+                whole[index] = whole[index].new_empty(0)  # freed as it goes
     finally:
         whole.clear()
         return_freed_memory(None)
-    _broadcast_buffers(model)
+    broadcast_buffers(model)
     for name, module in model.named_modules():
         if name in done.initialised_modules:
             module._is_init = True
@@ -159,37 +164,24 @@ def _initialise_whole(model: nn.Module, params: list[nn.Parameter],
                                                   if getattr(m, "_is_init", False)))
 
 
-def _into_partitions(params: list[nn.Parameter], whole: list[torch.Tensor]) -> None:
-    """Rank 0's ``whole`` values into every rank's partitions, one parameter at a time:
-    a scatter, each rank receiving its own partition (``GatheredParameters`` with a
-    modifier rank would all-gather the old values first, then broadcast the whole)."""
+def _into_partition(param: nn.Parameter, value: torch.Tensor | None) -> None:
+    """Rank 0's whole ``value`` (``None`` elsewhere) into every rank's partition of
+    ``param``: a scatter, each rank receiving its own partition (``GatheredParameters``
+    with a modifier rank would all-gather the old values first, then broadcast the whole)."""
     from flexgraph.training.runtime import this_rank
 
-    world = torch.distributed.get_world_size()
-    for index, param in enumerate(params):
-        part = _partition(param)
-        if part is None:
-            with _gathered([param], modifier_rank=0), torch.no_grad():
-                if this_rank() == 0:
-                    param.data.copy_(whole[index])
-        else:
-            chunks = None
+    part = _partition(param)
+    if part is None:
+        with _gathered([param], modifier_rank=0), torch.no_grad():
             if this_rank() == 0:
-                flat = part.new_zeros(world * part.numel())  # the last rank's padding: 0
-                flat[:param.ds_numel].copy_(whole[index].reshape(-1))
-                chunks = list(flat.split(part.numel()))
-            torch.distributed.scatter(part, chunks, src=0, group=param.ds_process_group)
-        if this_rank() == 0:
-            whole[index] = whole[index].new_empty(0)  # freed as it goes
-
-
-def _broadcast_buffers(model: nn.Module) -> None:
-    """Rank 0's buffers on every rank (ZeRO-3 keeps them whole; init_weights may set them)."""
-    for buffer in model.buffers():
-        carried = buffer.data if buffer.dtype != torch.bool else buffer.data.to(torch.uint8)
-        torch.distributed.broadcast(carried, src=0)
-        if carried is not buffer.data:
-            buffer.data.copy_(carried)
+                param.data.copy_(value)
+        return
+    chunks = None
+    if this_rank() == 0:
+        flat = part.new_zeros(torch.distributed.get_world_size() * part.numel())  # padding: 0
+        flat[:param.ds_numel].copy_(value.reshape(-1))
+        chunks = list(flat.split(part.numel()))
+    torch.distributed.scatter(part, chunks, src=0, group=param.ds_process_group)
 
 
 def _follow_rank0_rng(env: Any, done: _Initialised) -> None:
@@ -233,87 +225,23 @@ def follow_init_draws(env: Any, model: nn.Module) -> nn.Module:
     return model
 
 
-def load_into_partitions(module: nn.Module, path: Path, on_read: Any) -> Any:
-    """``path``'s weights into the ZeRO-3 partitions of ``module``, one parameter at a time.
-
-    A ``torch.save`` or safetensors file: every rank opens it mapped
-    (:func:`~flexgraph.training.formats.map_checkpoint`; ``after_load_checkpoint``,
-    i.e. ``on_read``, sees that checkpoint, its tensors read when touched) and
-    reads from the file only the elements of its own partition of each
-    parameter; no rank holds a whole parameter, no collective runs. Any other
-    format (DCP, a DeepSpeed directory, torch's legacy format): rank 0 reads one
-    tensor at a time (the hooks see its layout there, meta tensors standing for
-    the weights) and every rank takes its partition of it from rank 0. Buffers,
-    held whole on every rank, are read whole.
-
-    Returns
-    -------
-    WeightsLoaded
-        The keys left out, the same on every rank.
-    """
-    loaded = _agreed(lambda: _each_rank_reads_its_own(module, path, on_read))
-    return loaded if loaded is not None else _load_through_rank0(module, path, on_read)
-
-
-def _agreed(action: Any) -> Any:
-    """``action()`` on every rank; a rank's ``CheckpointError`` raised on all of them."""
-    from flexgraph.training.errors import CheckpointError
-    from flexgraph.training.runtime import first_error_of_all_ranks
-
-    result, error = None, None
-    try:
-        result = action()
-    except CheckpointError as exc:
-        error = exc
-    error = first_error_of_all_ranks(error, kind=CheckpointError)
-    if error is not None:
-        raise error
-    return result
-
-
-def _each_rank_reads_its_own(module: nn.Module, path: Path, on_read: Any) -> Any:
-    """The mapped read of :func:`load_into_partitions` (``None``: not a mappable file)."""
-    from flexgraph.training.formats import map_checkpoint
-
-    mapped = map_checkpoint(path)
-    if mapped is None:
-        return None
-    on_read(mapped.checkpoint)
-    weights, left_out = _matching(module, mapped.checkpoint, path)
-    with torch.no_grad():
-        for name, param in module.named_parameters():
-            if name in weights:
-                _read_own_partition(param, weights[name], mapped)
-        for name, buffer in module.named_buffers():
-            if name in weights:
-                mapped.read_rows(weights[name], 0, buffer.shape[0] if buffer.dim() else 1,
-                                 buffer)
-    return left_out
-
-
-def _matching(module: nn.Module, checkpoint: Any, path: Path) -> tuple[dict[str, Any], Any]:
-    from flexgraph.training.checkpoint import matching_weights
-
-    shapes = {n: tuple(getattr(p, "ds_shape", p.shape)) for n, p in
-              [*module.named_parameters(), *module.named_buffers()]}
-    return matching_weights(checkpoint, str(path), shapes, type(module).__name__)
-
-
-def _read_own_partition(param: nn.Parameter, tensor: torch.Tensor, mapped: Any) -> None:
-    """This rank's elements of ``tensor`` (a value of ``mapped``'s checkpoint) into
-    ``param``'s partition: a flat run of the parameter's elements, as DeepSpeed
-    partitions it (the last rank's padded). The rows that hold them are read from the
-    file, then cut to the run (at most two rows more than the partition)."""
-    partition = param.ds_tensor
+def _read_own(entry: torch.Tensor, tensor: torch.Tensor, mapped: Any) -> None:
+    """This rank's part of ``tensor`` (a value of ``mapped``'s checkpoint) into ``entry``:
+    its partition of a parameter, a buffer whole."""
+    if not hasattr(entry, "ds_tensor"):
+        mapped.read_rows(tensor, 0, entry.shape[0] if entry.dim() else 1, entry)
+        return
+    partition = entry.ds_tensor
     size = getattr(partition, "ds_numel", partition.numel())
-    start = size * torch.distributed.get_rank(group=param.ds_process_group)
-    stop = min(start + size, param.ds_numel)
+    start = size * torch.distributed.get_rank(group=entry.ds_process_group)
+    stop = min(start + size, entry.ds_numel)
     if start >= stop:
         return
     if tensor.dim() <= 1:
         mapped.read_rows(tensor, start, stop, partition.data[:stop - start].view(-1)
                          if tensor.dim() else partition.data[:1].view(()))
         return
+    # the rows that hold the run, read from the file, then cut to it (at most two rows more)
     row = tensor[0].numel()
     first, last = start // row, -(-stop // row)
     rows = torch.empty((last - first, *tensor.shape[1:]), dtype=partition.dtype)
@@ -321,33 +249,21 @@ def _read_own_partition(param: nn.Parameter, tensor: torch.Tensor, mapped: Any) 
     partition.data[:stop - start].copy_(rows.view(-1)[start - first * row:stop - first * row])
 
 
-def _load_through_rank0(module: nn.Module, path: Path, on_read: Any) -> Any:
-    """Rank 0 reads one tensor at a time; every rank takes its partition from it."""
-    from flexgraph.training.formats import open_checkpoint, tensor_paths
-    from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
+def _receive(entry: torch.Tensor, value: torch.Tensor | None) -> None:
+    """Rank 0's whole ``value`` into every rank's part of ``entry`` (a collective)."""
+    from flexgraph.training.runtime import this_rank
 
-    source = rank0_does(lambda: open_checkpoint(path), share_result=False)
-    checkpoint = source.layout if source is not None else {"meta": {}, "state_dict": {}}
-    on_read(checkpoint)
-    found = rank0_does(lambda: _matching(module, checkpoint, path), share_result=False)
-    weights, left_out = found if found is not None else ({}, None)
-    names = broadcast_from_rank0(sorted(weights))
-    left_out = broadcast_from_rank0(left_out)
-    paths = {} if source is None else {id(t): where for where, t in tensor_paths(source.layout)}
+    if hasattr(entry, "ds_tensor"):
+        _into_partition(entry, value)
+        return
+    if this_rank() == 0:
+        entry.copy_(value)
+    torch.distributed.broadcast(entry, src=0)
 
-    def value(name: str) -> torch.Tensor:
-        tensor = weights[name]
-        return source.fetch(paths[id(tensor)]) if id(tensor) in paths else tensor
 
-    for name, param in module.named_parameters():
-        if name in names:
-            with _gathered([param], modifier_rank=0), torch.no_grad():
-                if this_rank() == 0:
-                    param.data.copy_(value(name))
-    for name, buffer in module.named_buffers():
-        if name in names:
-            with torch.no_grad():
-                if this_rank() == 0:
-                    buffer.copy_(value(name))
-                torch.distributed.broadcast(buffer, src=0)
-    return left_out
+PARTITIONS = Slices(read_own=_read_own, receive=_receive,
+                    whole_shape=lambda entry: tuple(getattr(entry, "ds_shape", entry.shape)))
+"""ZeRO-3's slices, for the one sharded ``load_from``
+(:func:`~flexgraph.training.checkpoint.load_into_slices`): a parameter's partition
+is a flat run of its elements (``ds_tensor``; the rows that hold it are read from
+the file, or it is scattered from rank 0's whole value); a buffer is held whole."""

@@ -174,9 +174,14 @@ def _full_shapes(model: Any) -> Iterator[None]:
             param.data = placeholder
 
 
-def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[str, Any],
-               inputs_to_half: list[Any] | None = None) -> dict[str, Any]:
-    """``deepspeed.initialize``: the engine, as a model, and its optimizer wrapper."""
+def initialize(cfg: Any, settings: Any, run_context: Any, env: Any, model: Any, *,
+               config: Mapping[str, Any], inputs_to_half: list[Any] | None = None
+               ) -> dict[str, Any]:
+    """``deepspeed.initialize``: the engine, as a model, and its optimizer wrapper.
+
+    What it chose is logged through the run context's logger; the resolved
+    DeepSpeed config is written into the work_dir.
+    """
     from flexgraph.strategies.deepspeed.checkpoint import safe_checkpoint_engine
     from flexgraph.strategies.deepspeed.engine import (
         DeepSpeedOptimWrapper,
@@ -196,28 +201,28 @@ def initialize(cfg: Any, env: Any, hooks: Any, model: Any, *, config: Mapping[st
     numel = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
     resolved, filled = fill_config(config, cfg=cfg, world_size=env.world_size, numel=numel)
     optimizer = _optimizer(cfg, model)
-    allow_torch_optimizer(resolved, optimizer,
-                          hooks.runner.logger.info if env.is_main else lambda _: None)
+    logger = run_context.logger
+    allow_torch_optimizer(resolved, optimizer, logger.info if env.is_main else lambda _: None)
     scalars = scalars_as_vectors(model)  # DeepSpeed broadcasts them as bytes
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=resolved)
     scalars_restored(scalars, engine.optimizer)
     normalised = norm_statistics_cast(engine.module, resolved)
     refuse_empty_parameters(engine.module)  # before any checkpoint or batch
     safe_checkpoint_engine(engine)
-    write_config_file(resolved, hooks.runner.work_dir)
+    write_config_file(resolved, settings.work_dir)
     wrapped = EngineModel(engine, inputs_to_half)
     if env.is_main:
         if filled:
             chosen = ", ".join(f"{k}={v}" for k, v in sorted(filled.items()))
-            hooks.runner.logger.info(f"DeepSpeed config filled in: {chosen}")
+            logger.info(f"DeepSpeed config filled in: {chosen}")
         if normalised:
-            hooks.runner.logger.info(
+            logger.info(
                 f"DeepSpeed keeps buffers in their dtype: the running statistics of "
                 f"{normalised} normalisation layers are cast to their weights' "
                 f"{wrapped.compute_dtype}, as module.to(dtype) casts them "
                 f"(data_types.buffer_dtype chooses for every buffer instead)")
         if inputs_to_half is None and wrapped.compute_dtype is not None:
-            hooks.runner.logger.info(
+            logger.info(
                 f"DeepSpeed runs the model in {wrapped.compute_dtype}: floating-point "
                 f"inputs are cast to it (inputs_to_half=[...] names which instead)")
     outputs: dict[str, Any] = {"model": wrapped,

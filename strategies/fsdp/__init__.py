@@ -53,8 +53,10 @@ name rather than ignored.
 This face holds the factory, the list of rewrites. Behind it: :mod:`.options`
 (MMEngine's options checked and translated), :mod:`.steps` (the step functions
 the rewrites bring in), :mod:`.units` (which submodules are sharded, or
-checkpointed, after MMEngine's wrap policies) and :mod:`.memory` (what a rank
-holds, for ``flexgraph plan --estimate``).
+checkpointed, after MMEngine's wrap policies), :mod:`.shards` (this rank's
+shards: their storage, their rows, loading into them), :mod:`.checkpoint` (the
+sharded and full-file checkpoint IOs) and :mod:`.memory` (what a rank holds,
+for ``flexgraph plan --estimate``).
 """
 
 from __future__ import annotations

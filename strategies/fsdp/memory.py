@@ -1,24 +1,17 @@
 """FSDPStrategy's memory: fp32 shards, plus the units gathered while they compute.
 
 Per rank, ``P`` parameters over ``N`` ranks: parameters, gradients and the
-optimizer's ``k`` states are fp32 shards (``4P/N``, ``4P/N``, ``4kP/N``).
-While a unit computes, its parameters are all-gathered in the compute dtype
-(``mixed_precision.param_dtype``, else fp32) and the next unit's are prefetched,
-and in backward its gradients exist unsharded until the reduce-scatter: the
-buffers are modelled as two of the largest unit gathered plus its gradients,
-and the root's own parameters gathered for the whole step. Units are the ones
-``fully_shard`` would get (the wrap policy, :mod:`flexgraph.strategies.fsdp.units`);
-without a policy the root is the only unit and the whole model is gathered. With
-``reshard_after_forward=False`` (SHARD_GRAD_OP) every unit stays gathered
-from its forward to its backward. With ``activation_checkpointing`` the traced
-step checkpoints the same blocks as the run (:func:`traced_model`).
+optimizer's ``k`` states are fp32 shards (``4P/N``, ``4P/N``, ``4kP/N``). The
+buffers are modelled as two of the largest unit gathered in the compute dtype (one
+computing, one prefetched) plus its unsharded gradients, and the root's own
+parameters gathered for the whole step; units are the ones ``fully_shard`` would
+get (:mod:`flexgraph.strategies.fsdp.units`). With ``reshard_after_forward=False``
+every unit stays gathered from its forward to its backward.
 
-Setup (:func:`estimate_setup`, host memory before the optimizer exists): rank
-0 builds and initialises the whole model (fp32) and sends each rank its shards
-one unit at a time; the other ranks build on the meta device and hold their
-shards plus one unit. When ``load_from`` covers the model, ``init_weights``
-is pruned and rank 0 holds what the others do. On a GPU the shards are the
-GPU's (unless ``cpu_offload``).
+Setup: rank 0 builds and initialises the whole model and sends each rank its
+shards one unit at a time; the others build on meta and hold their shards plus
+one unit. When ``load_from`` covers the model, ``init_weights`` is pruned and
+rank 0 holds what the others do. On a GPU the shards are the GPU's (unless ``cpu_offload``).
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from typing import Any
 from flexgraph.strategies.common import refuse_stages
 from flexgraph.strategies.names import FSDP
 
-from flexgraph.training.estimate import SetupMemory, StrategyMemory, bytes_per
+from flexgraph.training.estimate import Allocation, SetupMemory, StrategyMemory, bytes_per
 
 _LOW = {"float16": "fp16", "bfloat16": "bf16", "float32": None}
 
@@ -110,21 +103,54 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
                           stepped=stepped)
 
 
-def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
-                   auto_wrap_policy: Any = None, cpu_offload: bool = False,
-                   hybrid_mesh: Any = None, **_: Any) -> SetupMemory:
-    """Shards plus one unit on every rank; rank 0 the whole model too, to initialise it."""
+def _setup_parts(census: Any, world_size: int, target_device: str, auto_wrap_policy: Any,
+                 cpu_offload: bool, hybrid_mesh: Any) -> tuple[int, int, int, str]:
+    """(this rank's shards on the host, one unit on the host, its parameters, where shards are)."""
     n = int(hybrid_mesh[1]) if isinstance(hybrid_mesh, (tuple, list)) else max(world_size, 1)
     on_host = target_device == "cpu" or bool(cpu_offload)
     largest, root = _unit_sizes(census.model, auto_wrap_policy)
     shards = census.total * 4 // n if on_host else 0
     unit = max(largest, root) * 4 if on_host else 0
-    others = shards + unit
     where = "its shards" if on_host else "nothing of the model (its shards are the GPU's)"
-    notes = [f"each rank: {where}, plus one unit ({max(largest, root):,} parameters) as it "
-             f"arrives"]
+    return shards, unit, max(largest, root), where
+
+
+def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   auto_wrap_policy: Any = None, cpu_offload: bool = False,
+                   hybrid_mesh: Any = None, **_: Any) -> SetupMemory:
+    """Shards plus one unit on every rank; rank 0 the whole model too, to initialise it."""
+    shards, unit, unit_params, where = _setup_parts(census, world_size, target_device,
+                                                    auto_wrap_policy, cpu_offload, hybrid_mesh)
+    others = shards + unit
+    notes = [f"each rank: {where}, plus one unit ({unit_params:,} parameters) as it arrives"]
     if weights_loaded:
         notes.append("init_weights pruned: rank 0 holds what the others do")
         return SetupMemory(rank0=others, others=others, notes=tuple(notes))
     notes.append("rank 0: the whole model too, built and initialised as on one device")
     return SetupMemory(rank0=census.param_bytes + others, others=others, notes=tuple(notes))
+
+
+def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
+                   memory: StrategyMemory, auto_wrap_policy: Any = None,
+                   cpu_offload: bool = False, hybrid_mesh: Any = None, **_: Any
+                   ) -> tuple[Allocation, ...]:
+    """Rank 0 builds the model whole, ``fully_shard`` scatters the shards, then rank 0 frees it;
+    without ``init_weights`` every rank builds on meta and ``materialize`` gives the shards."""
+    shards, unit, _, _ = _setup_parts(census, world_size, target_device, auto_wrap_policy,
+                                      cpu_offload, hybrid_mesh)
+    sharded_at = "materialize" if weights_loaded else "fully_shard"
+    placed = [Allocation(sharded_at, shards, "this rank's shards")]
+    if target_device != "cpu" and memory.parameters:
+        placed.append(Allocation(sharded_at, memory.parameters, "this rank's shards",
+                                 memory="device"))
+    if weights_loaded:
+        return (Allocation("build_model", 0, "on the meta device: no storage"), *placed,
+                Allocation("load_checkpoint", unit, "one unit's rows as they are read",
+                           transient=True))
+    return (Allocation("build_model", census.param_bytes, "the whole model (fp32), to "
+                       "initialise it as on one device", ranks="rank0"),
+            Allocation("build_model", 0, "on the meta device: no storage", ranks="others"),
+            *placed,
+            Allocation("fully_shard", unit, "one unit as rank 0 sends it", transient=True),
+            Allocation("fully_shard", -census.param_bytes, "the whole model, once every unit "
+                       "is sent", ranks="rank0"))

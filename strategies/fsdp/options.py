@@ -24,8 +24,8 @@ from flexgraph.core.strategy import StrategyOptionError
 
 __all__ = ["DCP_IO", "FROM_LAUNCH", "FULL_IO", "checkpoint_io", "shard_options"]
 
-DCP_IO = "flexgraph.training.checkpoint:DistributedCheckpointIO"
-FULL_IO = "flexgraph.training.checkpoint:FullStateFileIO"
+DCP_IO = "flexgraph.strategies.fsdp.checkpoint:DistributedCheckpointIO"
+FULL_IO = "flexgraph.strategies.fsdp.checkpoint:FullStateFileIO"
 _RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False,
             "HYBRID_SHARD": True, "_HYBRID_SHARD_ZERO2": False}
 _WRAPPER_KEYS = ("type", "auto_wrap_policy", "sharding_strategy", "mixed_precision",

@@ -102,7 +102,9 @@ def shard_from_source(env: Any, model: Any, *, source_rank: int = 0,
     generators already stand where a DDP rank's would (``init_weights`` with
     ``source_rank`` saw to it, ``diff_rank_seed`` or not).
     """
-    from flexgraph.training.runtime import materialize_module
+    from flexgraph.strategies.fsdp.shards import materialize_module
+
+    from flexgraph.training.runtime import broadcast_buffers
 
     source = env.rank == source_rank
     whole = {name: p.detach() for name, p in model.named_parameters()} if source else {}
@@ -110,7 +112,7 @@ def shard_from_source(env: Any, model: Any, *, source_rank: int = 0,
     if not source:
         materialize_module(model, env.device)
     _scatter_units(model, whole, source_rank, env.device)
-    _broadcast_buffers(model, source_rank)
+    broadcast_buffers(model, rank=source_rank)
     return model
 
 
@@ -138,8 +140,7 @@ def _scatter_units(model: Any, whole: dict[str, Any], source_rank: int, device: 
     """
     import torch
     import torch.distributed as dist
-
-    from flexgraph.training.runtime import local_rows, local_tensor
+    from flexgraph.strategies.fsdp.shards import local_rows, local_tensor
 
     params = dict(model.named_parameters())
     rows: list[Any] = [None] * dist.get_world_size()
@@ -182,16 +183,6 @@ def _packed(tensors: list[Any], rows: list[tuple[int, int]], length: int) -> Any
     return torch.nn.functional.pad(flat, (0, length - flat.numel()))
 
 
-def _broadcast_buffers(model: Any, source_rank: int) -> None:
-    """The source's buffers on every rank (replicated under FSDP; an init may set them)."""
-    import torch
-    import torch.distributed as dist
-
-    with torch.no_grad():
-        for buffer in model.buffers():
-            dist.broadcast(buffer, src=source_rank)
-
-
 def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
     """The 2-D mesh of hybrid sharding: parameters sharded within a row, rows replicated.
 
@@ -230,7 +221,7 @@ def materialize(env: Any, model: Any) -> Any:
     files, so nothing is initialised here, and a parameter they lack is found
     (it holds NaN) and refused by :func:`check_initialised`.
     """
-    from flexgraph.training.runtime import materialize_module
+    from flexgraph.strategies.fsdp.shards import materialize_module
 
     return materialize_module(model, env.device)
 
@@ -252,9 +243,9 @@ def check_initialised(env: Any, model: Any) -> Any:
     the loaded files set is found here, before it trains on garbage.
     """
     import torch
+    from flexgraph.strategies.fsdp.shards import uninitialised_parameters
 
     from flexgraph.training.errors import ConfigError
-    from flexgraph.training.runtime import uninitialised_parameters
 
     bad: list[list[str]] = [[] for _ in range(env.world_size)]
     torch.distributed.all_gather_object(bad, uninitialised_parameters(model))

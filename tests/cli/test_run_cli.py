@@ -105,7 +105,8 @@ def test_quickstart_with_two_processes_writes_metrics_once(plain_run):
     # (the quickstart's backends)
     (run_dir,) = [p for p in work.iterdir() if p.is_dir() and p.name[0].isdigit()]
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(
-        [f"{run_dir.name}.log", "config.py", "plan.json", "memory.json", "vis_data"])
+        [f"{run_dir.name}.log", "config.py", "plan.json", "memory.json", "vis_data",
+         "timings.txt", "plan.html"])
     vis_data = {p.name for p in (run_dir / "vis_data").iterdir()}
     events = {name for name in vis_data if name.startswith("events.out.tfevents.")}
     assert len(events) == 1 and vis_data - events == {f"{run_dir.name}.json", "scalars.json"}

@@ -176,7 +176,7 @@ def test_a_task_per_rank_takes_its_place_from_slurm_into_the_launch_facts(monkey
 
     _in_environment(monkeypatch, TASK)
     args = _parsed()
-    facts = _choose_launch(args, _Pipeline(), LaunchFacts(resume="auto"))
+    facts = LaunchFacts(resume="auto", **_choose_launch(args, _Pipeline()))
     assert facts.launched_by == f"slurm (4 tasks, rendezvous gpu07:{job_port('4242')})"
     assert (facts.launched, facts.launches_ranks, facts.resume) == (True, False, "auto")
     assert (os.environ["RANK"], os.environ["WORLD_SIZE"]) == ("3", "4"), "torch reads these"
@@ -191,7 +191,7 @@ def test_a_launcher_per_node_takes_its_node_rank_from_slurm_and_leaves_the_flags
     _in_environment(monkeypatch, {**TASK, "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2",
                                   "SLURM_NTASKS": "2"})
     args = _parsed("--nproc-per-node", "2", "--nnodes", "2")
-    facts = _choose_launch(args, _Pipeline(), LaunchFacts(resume="auto"))
+    facts = LaunchFacts(resume="auto", **_choose_launch(args, _Pipeline()))
     assert facts.launches_ranks and not facts.launched
     assert (facts.node_rank, facts.master_addr, facts.master_port) == \
         (1, "gpu07", job_port("4242"))

@@ -142,3 +142,13 @@ def test_string_functions_are_resolved_only_when_run() -> None:
                      inputs=["obj"])
     plan = make_plan(graph)
     assert Executor().run(plan, {"obj": [1]}).context["text"] == "[1]"
+
+
+def test_each_records_peak_is_the_high_water_mark_never_below_its_resident_memory() -> None:
+    big = Step("big", lambda: bytearray(64 * 2**20), provides="buffer")
+    drop = Step("drop", lambda buffer: None, requires="buffer")
+    result = Executor().run(make_plan(Graph.of([big, drop])), {})
+    for record in result.records:
+        assert record.peak_rss_mib >= record.rss_mib, record
+    first, second = result.records
+    assert second.peak_rss_mib >= first.peak_rss_mib >= first.rss_mib

@@ -5,40 +5,47 @@ from __future__ import annotations
 import re
 
 from flexgraph import Graph, Remove, Replace, Step, Strategy, make_plan
+from flexgraph.render import diff as diff_view
 from flexgraph.render import plan_diff
 
 
-def rows(text: str) -> dict[int, str]:
-    """Table rows by their 1-based position (continuation lines dropped)."""
-    found = {}
-    for line in text.splitlines():
-        if match := re.match(r"^\s*(\d+)\s+(.*)$", line):
-            found[int(match[1])] = match[2]
-    return found
+def rows(plan) -> list[tuple[str, str, str, str]]:
+    """(base #, base cell, planned #, planned cell) of each row, as plain text."""
+    return [tuple(cell.plain for cell in row[:4]) for row in diff_view._rows(plan)]
 
 
-def test_rows_pair_base_and_planned_positions(plan, plain):
-    table = rows(plain(plan_diff(plan)))
-    assert len(table) == max(len(plan.base_order), len(plan.order)) == 9
-    assert table[1].split() == ["setup_env", "setup_env"]
-    assert table[9].split() == ["train"]  # the base is one longer than the plan
+def test_rows_align_by_step_not_by_position(plan):
+    table = rows(plan)
+    assert table[0] == ("1", "  setup_env", "1", "  setup_env")
+    assert ("9", "  train", "8", "  train") in table  # the base is one longer than the plan
+    assert len(table) == 11
+
+
+def test_a_moved_step_has_a_row_at_each_place_naming_the_other(plan, plain):
+    table = rows(plan)
+    assert ("4", "~ load_checkpoint -> 6", "", "") in table
+    assert ("", "", "6", "~ load_checkpoint") in table
+    old = table.index(("4", "~ load_checkpoint -> 6", "", ""))
+    assert old < table.index(("", "", "6", "~ load_checkpoint"))
+    assert "(base position 4)" in plain(plan_diff(plan))
 
 
 def test_each_planned_step_is_marked_with_what_happened(plan, plain):
-    table = rows(plain(plan_diff(plan)))
-    assert "* build_model" in table[2] and "configured by demo #5" in table[2]
-    assert "+ freeze_backbone" in table[4] and "inserted by demo #1" in table[4]
-    assert "! shard_model" in table[5] and "replaced by demo #3" in table[5]
-    assert "~ load_checkpoint" in table[6] and "moved by demo #2" in table[6]
-    assert "& build_optim" in table[7] and "fused by demo #4" in table[7]
+    table = {row[3].strip(): row for row in rows(plan) if row[3]}
+    assert table["* build_model"][1] == "  build_model"
+    assert table["+ freeze_backbone"][1] == ""
+    assert table["! shard_model"][1] == "- wrap_model -> shard_model"
+    assert table["& build_optim"][1] == "- build_optim_wrapper -> build_optim"
+    out = plain(plan_diff(plan))
+    for said in ("configured by demo #5", "inserted by demo #1", "replaced by demo #3",
+                 "moved by demo #2", "fused by demo #4"):
+        assert said in out
 
 
 def test_taken_out_base_steps_are_marked_and_say_by_what(plan, plain):
-    table = rows(plain(plan_diff(plan)))
-    assert table[5].startswith("- wrap_model -> shard_model ")
-    assert table[6].startswith("- build_optim_wrapper -> build_optim ")
-    assert table[7].startswith("- resume ")
-    assert table[8].startswith("- build_param_schedulers -> build_optim ")
+    table = rows(plan)
+    assert ("7", "- resume", "", "") in table
+    assert ("8", "- build_param_schedulers -> build_optim", "", "") in table
     text = plain(plan_diff(plan))
     assert "resume removed by demo #6: remove resume" in text
 
@@ -67,27 +74,35 @@ def test_legend_explains_the_markers(plan, plain):
     assert "+ inserted   ~ moved   ! replaced   & fused   * configured   - removed" in text
 
 
-def test_a_replace_that_keeps_the_name_is_not_shown_as_removed(plain):
+def test_a_replace_that_keeps_the_name_is_not_shown_as_removed():
     graph = Graph.of([Step("a", "m:a", provides="x"), Step("b", "m:b", requires="x")])
     plan = make_plan(graph, Strategy("s", [Replace("a", Step("a", "m:a2", provides="x"))]))
-    table = rows(plain(plan_diff(plan)))
-    assert table[1].split()[:3] == ["a", "!", "a"]
+    assert rows(plan)[0] == ("1", "  a", "1", "! a")
 
 
 def test_without_a_strategy_nothing_is_marked(base_plan, plain):
     text = plain(plan_diff(base_plan))
     assert "plan diff: base graph -> no strategy" in text
     assert "no rewrites applied" in text
-    for position, row in rows(text).items():
-        name = base_plan.order[position - 1]
-        assert row.split() == [name, name]
+    assert rows(base_plan) == [(str(i), f"  {n}", str(i), f"  {n}")
+                               for i, n in enumerate(base_plan.order, 1)]
 
 
 def test_removing_the_last_step_leaves_an_empty_planned_cell(plain):
     graph = Graph.of([Step("a", "m:a", provides="x"), Step("b", "m:b", requires="x")])
     plan = make_plan(graph, Strategy("s", [Remove("b")]))
-    assert rows(plain(plan_diff(plan)))[2].split() == ["-", "b", "b", "removed", "by", "s",
-                                                       "#1:", "remove", "b"]
+    assert rows(plan)[1] == ("2", "- b", "", "")
+    last = plain(plan_diff(plan)).splitlines()[4]
+    assert last.split() == ["2", "-", "b", "b", "removed", "by", "s", "#1:", "remove", "b"]
+
+
+def test_the_change_column_never_breaks_a_name(plain):
+    graph = Graph.of([Step("a", "m:a", provides="x")])
+    long = "package.with_a_long_module_name.steps:do_the_thing_with_a_long_name"
+    plan = make_plan(graph, Strategy("s", [Replace("a", Step("a", long, provides="x"))]))
+    for width in (60, 80, 120):
+        words = set(re.findall(r"\w+", plain(plan_diff(plan), width=width)))
+        assert {"with_a_long_module_name", "do_the_thing_with_a_long_name"} <= words
 
 
 def test_is_deterministic(plan, plain):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import re
+
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
@@ -9,6 +12,7 @@ from rich.table import Table
 from flexgraph import Graph, Step, make_plan
 from flexgraph.render import plan_table
 from flexgraph.render import text as text_view
+from flexgraph.render._wrap import table_width
 
 COLUMNS = ["#", "stage", "step", "fn", "requires", "provides", "updates", "origin"]
 
@@ -84,28 +88,55 @@ def test_function_references_stay_whole_when_they_fit(plan, plain):
     assert "configured by demo #5" in wide
 
 
-def test_at_120_columns_references_break_after_the_colon_first(plan, plain):
+def _identifiers(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text))
+
+
+def test_no_width_breaks_an_identifier(plan):
+    def drawn(width: int) -> str:  # uncropped, as the CLI prints
+        console = Console(file=io.StringIO(), width=width, color_system=None)
+        console.print(plan_table(plan), crop=False)
+        return console.file.getvalue()
+
+    whole = _identifiers(drawn(400))
+    whole |= _identifiers("stage and fn left out to fit 40 60 80 100 columns (--explain STEP "
+                           "shows a step whole)")
+    for width in (40, 60, 80, 100, 120):
+        assert _identifiers(drawn(width)) <= whole, width
+
+
+def test_at_120_columns_references_break_after_a_dot_or_the_colon(plan, plain):
     lines = plain(plan_table(plan), width=120).splitlines()
-    row = next(i for i, line in enumerate(lines) if " setup_env " in line)
+    row = next(i for i, line in enumerate(lines) if " freeze_backbone " in line)
     assert lines[row].split()[3] == "demo.steps:"
-    assert lines[row + 1].split() == ["setup_env"]
+    assert lines[row + 1].split() == ["freeze_backbone"]
     assert max(len(line.rstrip()) for line in lines) <= 120
 
 
-def test_narrow_terminals_squeeze_but_keep_every_column(plan, plain):
-    for width in (80, 100):
-        lines = plain(plan_table(plan), width=width).splitlines()
-        assert lines[1].split() == COLUMNS
-        assert max(len(line.rstrip()) for line in lines) <= width
+def test_narrow_terminals_leave_out_fn_then_stage_and_say_so(plan, plain):
+    wide = plain(plan_table(plan), width=100).splitlines()
+    assert wide[1].split() == [c for c in COLUMNS if c != "fn"]
+    assert "fn left out to fit 100 columns" in "\n".join(wide)
+    assert max(len(line.rstrip()) for line in wide) <= 100
+    narrow = text_view.fit_table(plan, 80)
+    assert [str(c.header) for c in narrow.columns] == [c for c in COLUMNS
+                                                       if c not in ("fn", "stage")]
+    assert table_width(narrow) <= 80
 
 
-def test_the_width_estimate_agrees_with_rich(plan, base_plan):
+def test_the_stage_column_is_explained(plan, plain):
+    out = " ".join(plain(plan_table(plan)).split())
+    assert "stage: 1 + the longest chain of steps the step waits for" in out
+
+
+def test_the_fitted_width_is_what_rich_draws(plan, base_plan):
     console = Console(width=120)
     for each in (plan, base_plan):
-        for split in (False, True):
-            table = text_view._table(each, split)
+        for width in (80, 120, 200):
+            table = text_view.fit_table(each, width)
             measured = Measurement.get(console, console.options.update_width(10_000), table)
-            assert text_view._natural_width(table) == measured.maximum
+            assert table_width(table) == measured.maximum
+            assert width == 80 or table_width(table) <= width
 
 
 def test_rendering_is_deterministic(plan, plain):

@@ -38,7 +38,18 @@ __all__ = ["StateAccess", "TorchStateAccess", "optimizers_of", "positions_to_nam
 
 
 def optimizers_of(optim_wrapper: Any) -> list[torch.optim.Optimizer]:
-    """The torch optimizers inside an MMEngine wrapper (several for an OptimWrapperDict)."""
+    """The torch optimizers inside an MMEngine wrapper (several for an OptimWrapperDict).
+
+    Parameters
+    ----------
+    optim_wrapper : Any
+        MMEngine's ``OptimWrapper`` or ``OptimWrapperDict``.
+
+    Returns
+    -------
+    list of torch.optim.Optimizer
+        Its optimizers, in order.
+    """
     wrappers = getattr(optim_wrapper, "optim_wrappers", None)
     if wrappers is not None:
         return [w.optimizer for w in wrappers.values()]

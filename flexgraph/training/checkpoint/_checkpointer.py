@@ -452,19 +452,23 @@ class Checkpointer:
         return final
 
     # -- load and restore ------------------------------------------------------------
-    def load_weights(self, path: str | os.PathLike[str], model: Any, *,
-                     on_read: OnRead) -> WeightsLoaded:
+    def load_weights(self, path: str | os.PathLike[str], model: Any, *, on_read: OnRead,
+                     held: CheckpointFormat | None = None) -> WeightsLoaded:
         """Load the weights at ``path`` into ``model`` through the run's IO (``load_from``).
 
         Parameters
         ----------
         path
             A checkpoint in one of the ``weight_formats`` of the IO or of a
-            restorer (:meth:`weight_loader_for`), recognised by its content.
+            restorer (:meth:`weight_loader_for`).
         model
             The model as the run holds it at this step (whole, sharded, an engine).
         on_read
             Called with the checkpoint as read, before the weights go in.
+        held
+            What ``path`` holds, when the load asked
+            :func:`~flexgraph.training.formats.format_of` already (it is handed
+            down, never asked again); ``None``: asked here.
 
         Returns
         -------
@@ -480,64 +484,74 @@ class Checkpointer:
             the formats tried), is damaged, or holds no weight of the model.
         """
         path = Path(path)
-        loader = self.weight_loader_for(path)
-        refuse_unloadable(loader, path, what="load_from")
-        return loader.load_weights(path, model, on_read=on_read)
+        held = held or format_of(path)
+        loader = self.weight_loader_for(held)
+        read_as = refuse_unloadable(loader, path, held, what="load_from")
+        return loader.loader_of(read_as).load_weights(path, model, held=read_as, on_read=on_read)
 
-    def weight_loader_for(self, path: str | os.PathLike[str]) -> WeightLoader:
-        """The IO that loads ``load_from`` weights from ``path``: the run's own, else the
-        first restorer whose ``weight_formats`` list its format (a portable checkpoint under
-        a strategy that writes one file); ``io`` when none does (it refuses by name)."""
-        found = format_of(Path(path))
+    def weight_loader_for(self, held: CheckpointFormat | None) -> WeightLoader:
+        """The IO that loads ``load_from`` weights of format ``held``: the run's own, else the
+        first restorer whose ``weight_formats`` list it (a portable checkpoint under a
+        strategy that writes one file); ``io`` when none does (it refuses by name)."""
         return next((r for r in (self.io, *self.restorers)
-                     if isinstance(r, WeightLoader) and found in r.weight_formats), self.io)
+                     if isinstance(r, WeightLoader) and held in r.weight_formats), self.io)
 
-    def restorer_for(self, path: str | os.PathLike[str]) -> CheckpointRestorer:
-        """The IO that restores ``path``: the run's own, else the first restorer of its format.
-
-        ``io`` when none recognises it (its :meth:`CheckpointIO.problem` then
-        says what ``path`` is).
-        """
-        path = Path(path)
-        return next((r for r in (self.io, *self.restorers) if r.recognises(path)), self.io)
+    def restorer_for(self, held: CheckpointFormat | None) -> CheckpointRestorer | None:
+        """The IO that restores checkpoints of format ``held``: the run's own, else the first
+        restorer of it; ``None`` when none does (another strategy's format, or none)."""
+        return next((r for r in (self.io, *self.restorers) if r.format == held), None)
 
     def unreadable_format(self, path: str | os.PathLike[str]) -> CheckpointFormat | None:
         """The known format of ``path`` when no IO of this run restores it, else ``None``."""
-        path = Path(path)
-        if any(r.recognises(path) for r in (self.io, *self.restorers)):
-            return None
-        return self.io.foreign_format(path)
+        held = format_of(Path(path))
+        return held if held is not None and self.restorer_for(held) is None else None
 
-    def read(self, path: str | os.PathLike[str], *, model: Any = None,
-             optim_wrapper: Any = None) -> dict[str, Any]:
-        """The checkpoint at ``path`` as the IO of its format reads it (:meth:`restorer_for`)."""
+    def problem(self, path: Path, held: CheckpointFormat | None) -> str | None:
+        """What keeps ``path`` (of format ``held``) from being restored by this run, or ``None``.
+
+        Its restorer says whether it is whole; a path no IO of this run
+        restores is described by the run's IO (another strategy's format, or damaged).
+        """
+        restorer = self.restorer_for(held)
+        return restorer.incomplete(path) if restorer is not None else self.io.problem(path)
+
+    def read(self, path: str | os.PathLike[str], *, held: CheckpointFormat | None = None,
+             model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
+        """The checkpoint at ``path`` as the IO of its format reads it.
+
+        ``held``: what ``path`` holds, when the restore asked
+        :func:`~flexgraph.training.formats.format_of` already (``None``: asked
+        here). A path of no known format goes to the run's IO, which says what
+        is wrong with it.
+        """
         path = Path(path)
         if not path.exists():
             raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
-        other = self.unreadable_format(path)
-        if other is not None:
+        held = held or format_of(path)
+        restorer = self.restorer_for(held)
+        if restorer is None and held is not None:
             raise ForeignCheckpointError(
-                f"checkpoint {str(path)!r} is {other.name}, which this strategy cannot "
+                f"checkpoint {str(path)!r} is {held.name}, which this strategy cannot "
                 f"restore; resume it with the strategy that wrote it (with "
                 f"checkpoint_format='portable' it writes checkpoints every strategy resumes)")
-        return self.restorer_for(path).read(path, model=model, optim_wrapper=optim_wrapper)
+        return (restorer or self.io).read(path, model=model, optim_wrapper=optim_wrapper)
 
     def apply(self, checkpoint: dict[str, Any], path: str | os.PathLike[str], *,
-              model: torch.nn.Module, optim_wrapper: Any, strict: bool = True) -> None:
-        """Put a read checkpoint's model and optimizer state into place."""
-        self.restorer_for(path).apply(checkpoint, Path(path), model=model,
-                                      optim_wrapper=optim_wrapper, strict=strict)
+              model: torch.nn.Module, optim_wrapper: Any, strict: bool = True,
+              held: CheckpointFormat | None = None) -> None:
+        """Put a read checkpoint's model and optimizer state into place, by the IO of its
+        format (``held``, as :meth:`read` takes it)."""
+        held = held or format_of(Path(path))
+        (self.restorer_for(held) or self.io).apply(checkpoint, Path(path), model=model,
+                                                   optim_wrapper=optim_wrapper, strict=strict)
 
-    def candidates(self) -> list[tuple[Path, str | None]]:
-        """The checkpoints in ``work_dir``, newest first, each with its problem.
+    def checkpoint_paths(self) -> list[Path]:
+        """The checkpoints in ``work_dir``, newest first, of every format.
 
         The checkpoint the ``last_checkpoint`` pointer names comes first, then
-        the other ``epoch_*`` / ``iter_*`` ones, newest modified first: of every
-        format, whatever strategy wrote them, so that a work_dir another
-        strategy wrote is never taken for empty. Each comes with
-        :meth:`CheckpointIO.problem` (``None`` when this IO can restore it;
-        :meth:`CheckpointIO.foreign_format` tells another strategy's apart
-        from a damaged one).
+        the other ``epoch_*`` / ``iter_*`` ones, newest modified first: whatever
+        strategy wrote them, so that a work_dir another strategy wrote is never
+        taken for empty.
         """
         ordered: list[Path] = []
         pointer = self.work_dir / POINTER_NAME
@@ -552,7 +566,15 @@ class Checkpointer:
             seen = {p.resolve() for p in ordered}
             ordered += [p for p in sorted(found, key=lambda p: p.stat().st_mtime_ns,
                                           reverse=True) if p.resolve() not in seen]
-        return [(p, self.restorer_for(p).problem(p)) for p in ordered]
+        return ordered
+
+    def candidates(self) -> list[tuple[Path, str | None]]:
+        """:meth:`checkpoint_paths`, each with its :meth:`problem` (``None``: it can be restored).
+
+        :meth:`CheckpointRestorer.foreign_format` tells another strategy's
+        checkpoint apart from a damaged one.
+        """
+        return [(p, self.problem(p, format_of(p))) for p in self.checkpoint_paths()]
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint in ``work_dir``, or ``None``.

@@ -18,27 +18,45 @@ from typing import Any, ClassVar
 
 import torch
 
-from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
-from flexgraph.training.checkpoint._weights import (
-    WeightsLoaded,
-    apply_weights,
-    load_dcp_weights,
-    model_weights,
-)
+from flexgraph.training.checkpoint._dcp import load_dcp_weights
+from flexgraph.training.checkpoint._io import CheckpointIO, CheckpointRestorer, OnRead
+from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import (
     DCP_DIRECTORY,
     TORCH_SAVE_FILE,
+    CheckpointFormat,
     file_problem,
     read_any_checkpoint,
     read_checkpoint_file,
 )
 from flexgraph.training.runtime import this_rank
 
-__all__ = ["FileCheckpointIO", "copied_out", "load_optimizer_state", "optimizer_keyed_by"]
+__all__ = ["FileCheckpointIO", "OneFileChecks", "copied_out", "load_optimizer_state",
+           "optimizer_keyed_by"]
 
 
-class FileCheckpointIO(CheckpointIO):
+class OneFileChecks(CheckpointRestorer):
+    """When a one-file checkpoint (``torch.save``) is whole: what its restorers share.
+
+    The zip directory is checked; the CRCs are, when it is read.
+    """
+
+    format = TORCH_SAVE_FILE
+
+    def is_complete(self, path: Path) -> bool:
+        """A torch.save file is a zip archive: a truncated one has no central directory."""
+        return TORCH_SAVE_FILE.recognise(path)
+
+    def problem(self, path: Path) -> str | None:
+        found = file_problem(path, verify=False) if path.is_file() else None
+        return found or super().problem(path)
+
+    def incomplete(self, path: Path) -> str | None:
+        return file_problem(path, verify=False)
+
+
+class FileCheckpointIO(OneFileChecks, CheckpointIO):
     """One ``torch.save`` file holding everything, written by rank 0.
 
     For models every rank holds in full (single device, DDP): the state is the
@@ -83,21 +101,13 @@ class FileCheckpointIO(CheckpointIO):
         if optim_wrapper is not None and checkpoint.get("optimizer") is not None:
             load_optimizer_state(optim_wrapper, checkpoint["optimizer"], path)
 
-    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
-        if DCP_DIRECTORY.recognise(path):
-            on_read(dict(NOTHING_READ))
-            return load_dcp_weights(model, path)
-        checkpoint = read_any_checkpoint(path)
+    def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
+                     on_read: OnRead) -> WeightsLoaded:
+        if held is DCP_DIRECTORY:
+            return load_dcp_weights(path, model, on_read=on_read)
+        checkpoint = read_any_checkpoint(path, held=held)
         on_read(checkpoint)
         return apply_weights(model, checkpoint, str(path), strict=False)
-
-    def is_complete(self, path: Path) -> bool:
-        """A torch.save file is a zip archive: a truncated one has no central directory."""
-        return TORCH_SAVE_FILE.recognise(path)
-
-    def problem(self, path: Path) -> str | None:
-        found = file_problem(path, verify=False) if path.is_file() else None
-        return found or super().problem(path)  # CRCs are checked when it is read
 
 
 def copied_out(value: Any) -> Any:

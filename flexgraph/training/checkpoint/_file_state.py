@@ -17,16 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph.training.checkpoint._access import StateAccess, positions_to_names, restore_into
-from flexgraph.training.checkpoint._file import optimizer_keyed_by
-from flexgraph.training.checkpoint._io import CheckpointRestorer
+from flexgraph.training.checkpoint._file import OneFileChecks, optimizer_keyed_by
 from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import TORCH_SAVE_FILE, file_problem, read_checkpoint_file
+from flexgraph.training.formats import read_checkpoint_file
 
 __all__ = ["FileStateRestorer"]
 
 
-class FileStateRestorer(CheckpointRestorer):
+class FileStateRestorer(OneFileChecks):
     """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess`.
 
     A restorer alone: a strategy that writes another format never writes this
@@ -37,8 +36,6 @@ class FileStateRestorer(CheckpointRestorer):
     access
         How this strategy's model and optimizer take name-keyed state.
     """
-
-    format = TORCH_SAVE_FILE
 
     def __init__(self, access: StateAccess) -> None:
         self.access = access
@@ -72,10 +69,3 @@ class FileStateRestorer(CheckpointRestorer):
               optim_wrapper: Any, strict: bool = True) -> None:
         restore_into(self.access, checkpoint, repr(str(path)), model=model,
                      optim_wrapper=optim_wrapper, full=True, strict=strict)
-
-    def is_complete(self, path: Path) -> bool:
-        return TORCH_SAVE_FILE.recognise(path)
-
-    def problem(self, path: Path) -> str | None:
-        found = file_problem(path, verify=False) if path.is_file() else None
-        return found or super().problem(path)

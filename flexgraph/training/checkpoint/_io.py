@@ -26,10 +26,11 @@ before it is applied, as MMEngine's Runner does.
 
 Every IO also *loads* weights (``load_from``) into the model it manages, from
 each format it reads (:attr:`CheckpointIO.weight_formats`, recognised by
-content, see :mod:`flexgraph.training.formats`): a whole model
-loads a full file with ``load_state_dict``, a sharded one gets its shards from
-rank 0's file, an engine loads through the engine. The hooks see what was read
-(``on_read``) before it goes in, wherever the format allows.
+content once per load, see :mod:`flexgraph.training.formats`, and handed
+down as ``held``): a whole model loads a full file with ``load_state_dict``,
+a sharded one reads its own slices of the file, an engine loads through the
+engine. The hooks see what was read (``on_read``) before it goes in,
+wherever the format allows.
 
 The vocabulary: a run *saves* and *restores* its checkpoints (the training
 state); it *loads* weights from a path into a model.
@@ -254,6 +255,24 @@ class CheckpointRestorer(abc.ABC):
         if other is not None:
             return (f"checkpoint {str(path)!r} is {other.name}; this strategy restores "
                     f"{self.format.name}")
+        return self.incomplete(path)
+
+    def incomplete(self, path: Path) -> str | None:
+        """What keeps ``path``, known to hold this format, from being whole, or ``None``.
+
+        :meth:`problem` without asking what ``path`` holds: for a caller that
+        recognised it already.
+
+        Parameters
+        ----------
+        path
+            A checkpoint of this format.
+
+        Returns
+        -------
+        str or None
+            One line that names ``path``; ``None`` when it can be restored.
+        """
         return None if self.is_complete(path) else (
             f"checkpoint {str(path)!r} is incomplete (its save was interrupted?)")
 
@@ -311,7 +330,8 @@ class WeightLoader(abc.ABC):
     """What :meth:`load_weights` reads, in the order they are tried."""
 
     @abc.abstractmethod
-    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
+    def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
+                     on_read: OnRead) -> WeightsLoaded:
         """Load the weights at ``path`` (one of :attr:`weight_formats`) into ``model``.
 
         Non-strictly, as ``load_from`` does: the keys left out are returned.
@@ -324,6 +344,9 @@ class WeightLoader(abc.ABC):
         model
             The model as the run holds it at ``load_checkpoint`` (whole,
             sharded, an engine).
+        held
+            The format ``path`` holds, as the load recognised it
+            (:func:`refuse_unloadable`'s answer): never asked again.
         on_read
             Called with the checkpoint as read, before the weights go in
             (:data:`NOTHING_READ` where a format loads straight into the model).
@@ -339,6 +362,23 @@ class WeightLoader(abc.ABC):
         CheckpointError
             ``path`` is damaged, or none of its weights fits ``model``.
         """
+
+
+    def loader_of(self, held: CheckpointFormat) -> WeightLoader:
+        """The loader that reads ``held`` itself: this one, or the one it hands ``held`` to.
+
+        Parameters
+        ----------
+        held
+            One of :attr:`weight_formats`.
+
+        Returns
+        -------
+        WeightLoader
+            This loader, unless it passes ``held`` on (the portable IO passes
+            every other format to the strategy's own IO).
+        """
+        return self
 
 
 class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
@@ -395,14 +435,20 @@ class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
     (:func:`~flexgraph.training.formats.read_any_checkpoint`)."""
 
 
-def refuse_unloadable(io: WeightLoader, path: Path, *, what: str) -> None:
-    """Raise unless ``io`` can try to load weights from ``path``.
+def refuse_unloadable(io: WeightLoader, path: Path, held: CheckpointFormat | None, *,
+                      what: str) -> CheckpointFormat:
+    """Raise unless ``io`` can try to load weights from ``path``, which holds ``held``.
 
     A path of a known format the IO does not read, a directory of no known
     format and a missing path are refused here, in one line naming the path (and
-    the formats tried). A file of no known format goes on to the IO's loader,
-    which says what it is (empty, truncated, safetensors, a plain pickle, ...) or
-    refuses it as unsafe.
+    the formats tried). A file of no known format goes on to the IO's loader as
+    a ``torch.save`` file, whose reader says what it is (empty, truncated,
+    safetensors, a plain pickle, ...) or refuses it as unsafe.
+
+    Returns
+    -------
+    CheckpointFormat
+        The format the IO reads ``path`` as: ``held``, or a ``torch.save`` file.
 
     Raises
     ------
@@ -414,10 +460,10 @@ def refuse_unloadable(io: WeightLoader, path: Path, *, what: str) -> None:
     if not path.exists():
         raise CheckpointNotFoundError(f"{what} {str(path)!r} does not exist")
     formats = io.weight_formats
-    known = format_of(path)
-    if known is not None and known not in formats:
+    if held is not None and held not in formats:
         raise CheckpointError(unrecognised(path, formats, what=what))
-    if known is None and path.is_dir():
+    if held is None and path.is_dir():
         raise CheckpointError(directory_problem(path))
-    if known is None and TORCH_SAVE_FILE not in formats:
+    if held is None and TORCH_SAVE_FILE not in formats:
         raise CheckpointError(unrecognised(path, formats, what=what))
+    return held or TORCH_SAVE_FILE

@@ -40,9 +40,9 @@ from torch.distributed.checkpoint import FileSystemWriter
 
 from flexgraph.training.checkpoint._access import StateAccess, TorchStateAccess, restore_into
 from flexgraph.training.checkpoint._checkpointer import atomic_write, checkpoint_meta
-from flexgraph.training.checkpoint._dcp import _full_tensors
+from flexgraph.training.checkpoint._dcp import full_tensors
 from flexgraph.training.checkpoint._file import FileCheckpointIO
-from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead
+from flexgraph.training.checkpoint._io import NOTHING_READ, CheckpointIO, OnRead, WeightLoader
 from flexgraph.training.checkpoint._manifest import make_manifest, read_manifest
 from flexgraph.training.checkpoint._staging import StagedWriter, Staging
 from flexgraph.training.checkpoint._weights import WeightsLoaded
@@ -52,6 +52,7 @@ from flexgraph.training.formats import (
     MANIFEST_NAME,
     PORTABLE_DIRECTORY,
     PORTABLE_MARKER,
+    CheckpointFormat,
     SafeDCPStorage,
     dcp_load,
     dcp_problem,
@@ -326,7 +327,7 @@ class PortableCheckpointIO(CheckpointIO):
         import torch.distributed.checkpoint as dcp
 
         tensors, rest = _split(checkpoint)
-        rest = _full_tensors(rest)  # hook extras holding shards: extra.pth is rank 0's alone
+        rest = full_tensors(rest)  # hook extras holding shards: extra.pth is rank 0's alone
         manifest = make_manifest(rest.get("meta") or {}, tensors[MODEL],
                                  tensors.get(OPTIMIZER), world_size=world_size(), plan=self.plan)
         if not self.async_save:
@@ -338,7 +339,7 @@ class PortableCheckpointIO(CheckpointIO):
         return BackgroundWrite(future, path, rest, manifest)
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        problem = self.problem(path)
+        problem = self.incomplete(path)
         if problem is not None:
             raise CheckpointError(problem)
         checkpoint = dict(read_checkpoint_file(path / EXTRA_NAME))
@@ -361,10 +362,14 @@ class PortableCheckpointIO(CheckpointIO):
         restore_into(self.access, checkpoint, f"the portable checkpoint {str(path)!r}", model=model,
                      optim_wrapper=optim_wrapper, full=False, strict=strict)
 
-    def load_weights(self, path: Path, model: Any, *, on_read: OnRead) -> WeightsLoaded:
-        if not PORTABLE_DIRECTORY.recognise(path):
-            return self.weights.load_weights(path, model, on_read=on_read)
-        problem = self.problem(path)
+    def loader_of(self, held: CheckpointFormat) -> WeightLoader:
+        return self if held is PORTABLE_DIRECTORY else self.weights.loader_of(held)
+
+    def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
+                     on_read: OnRead) -> WeightsLoaded:
+        if held is not PORTABLE_DIRECTORY:
+            return self.weights.load_weights(path, model, held=held, on_read=on_read)
+        problem = self.incomplete(path)
         if problem is not None:
             raise CheckpointError(problem)
         on_read(dict(NOTHING_READ))
@@ -382,11 +387,9 @@ class PortableCheckpointIO(CheckpointIO):
                              unexpected=tuple(sorted(saved - set(model_part))))
 
     def is_complete(self, path: Path) -> bool:
-        return self.problem(path) is None
+        return self.incomplete(path) is None
 
-    def problem(self, path: Path) -> str | None:
-        if not self.recognises(path):
-            return super().problem(path)
+    def incomplete(self, path: Path) -> str | None:
         try:
             read_manifest(path)
         except CheckpointError as exc:

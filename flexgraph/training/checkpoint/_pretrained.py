@@ -31,7 +31,7 @@ from flexgraph.training.checkpoint._file import FileCheckpointIO
 from flexgraph.training.checkpoint._io import refuse_unloadable
 from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import DCP_DIRECTORY
+from flexgraph.training.formats import DCP_DIRECTORY, format_of
 
 __all__ = ["load_pretrained"]
 
@@ -68,8 +68,8 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None, *,
     prefix
         Load only the weights under ``prefix.``, renamed without it (``None``: all).
     loader
-        What loads the weights: anything with ``load_weights(path, model, *, on_read)``
-        (a :class:`~flexgraph.training.checkpoint.WeightLoader`, or the run's
+        What loads the weights: anything with ``load_weights(path, model, *, held,
+        on_read)`` (a :class:`~flexgraph.training.checkpoint.WeightLoader`, or the run's
         :class:`~flexgraph.training.checkpoint.Checkpointer`, which picks its IO
         by the file's format). Default: one whole-model file loader, as
         ``init_weights`` runs on whole tensors.
@@ -83,15 +83,16 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None, *,
     from mmengine.logging import print_log
 
     path = Path(checkpoint)
+    held = format_of(path)
     if loader is None:
         loader = FileCheckpointIO()
-        refuse_unloadable(loader, path, what=_WHAT)
-    if prefix is not None and DCP_DIRECTORY.recognise(path):
+        held = refuse_unloadable(loader, path, held, what=_WHAT)
+    if prefix is not None and held is DCP_DIRECTORY:
         raise CheckpointError(f"{_WHAT} {str(path)!r} is a torch.distributed.checkpoint "
                               f"directory, whose keys cannot be renamed on load: drop "
                               f"prefix={prefix!r}, or give a torch.save file")
     on_read = _under_prefix(path, prefix) if prefix is not None else (lambda checkpoint: None)
-    loaded = loader.load_weights(path, module, on_read=on_read)
+    loaded = loader.load_weights(path, module, held=held, on_read=on_read)
     if loaded:
         print_log(f"{_WHAT} {checkpoint}: {loaded.describe()}", logger="current",
                   level=logging.WARNING)

@@ -3,36 +3,22 @@
 A checkpoint's weights are the state dict of the user's module, never of a
 wrapper (DDP's ``module.`` prefix is stripped on the way in), under
 ``state_dict`` as MMEngine saves them, under ``model``, or a raw state dict.
-
-:func:`load_dcp_weights` loads a DCP checkpoint's model weights into any model
-torch's ``state_dict`` API understands, whole or sharded: DCP reshards on load,
-so a whole model (single device, DDP) reads every shard, and an FSDP2 model
-reads only its own. :func:`load_rows` does the same for a ``torch.save`` or
-safetensors file: each rank reads only the rows of each weight it holds.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    set_model_state_dict,
-)
 
 from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
-from flexgraph.training.formats import MappedCheckpoint, SafeDCPStorage, dcp_load, dcp_problem
-from flexgraph.training.runtime import local_rows, local_tensor, meta_parameters
+from flexgraph.training.runtime import meta_parameters
 
-__all__ = ["WeightsLoaded", "apply_weights", "load_dcp_weights", "load_rows",
-           "matching_weights", "model_weights", "weights_in"]
+__all__ = ["WeightsLoaded", "apply_weights", "matching_weights", "model_weights", "weights_in"]
 
 
 _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
@@ -215,83 +201,3 @@ def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int,
     return fitting, WeightsLoaded(missing=tuple(k for k in shapes if k not in weights),
                                   unexpected=tuple(sorted(set(weights) - set(shapes))),
                                   mismatched=mismatched)
-
-
-def load_rows(model: torch.nn.Module, mapped: MappedCheckpoint) -> WeightsLoaded:
-    """Load the weights of ``mapped`` into ``model``, each rank reading only its own rows.
-
-    For a sharded model (FSDP2's DTensor parameters): every entry of the
-    model's ``state_dict`` gets the rows of dimension 0 this rank holds
-    (:func:`~flexgraph.training.runtime.local_rows`), read from the file
-    (:meth:`~flexgraph.training.formats.MappedCheckpoint.read_rows`); plain
-    tensors (buffers) are read whole. As ``load_from`` loads: non-strictly
-    (missing and unexpected keys are returned), a ``module.`` prefix
-    stripped, a tensor of another shape left as it was, and a file none of
-    whose keys match refused. The model's ``load_state_dict`` hooks do not
-    run: the rows go straight into the shards.
-
-    Raises
-    ------
-    CheckpointError
-        None of the file's weights is one of the model's.
-    """
-    path = str(mapped.path)
-    weights = {k.removeprefix("module."): v
-               for k, v in weights_in(mapped.checkpoint, path).items()}
-    target = unwrap_model(model)
-    state = target.state_dict(keep_vars=True)
-    if not set(weights) & set(state):
-        raise CheckpointError(
-            f"none of the {len(weights)} weights in {path!r} match a parameter of "
-            f"{type(target).__name__} (e.g. {next(iter(weights), '?')!r}); is it the right file?")
-    mismatched = []
-    for key, tensor in state.items():
-        source = weights.get(key)
-        if source is None:
-            continue
-        if tuple(source.shape) != tuple(tensor.shape):
-            mismatched.append(f"{key}: copying a param with shape {tuple(source.shape)} from "
-                              f"checkpoint, the shape in current model is {tuple(tensor.shape)}.")
-            continue
-        start, stop = local_rows(tensor)
-        mapped.read_rows(source, start, stop, local_tensor(tensor).detach())
-    return WeightsLoaded(missing=tuple(k for k in state if k not in weights),
-                         unexpected=tuple(sorted(set(weights) - set(state))),
-                         mismatched=tuple(mismatched))
-
-
-def _holds_shards(state: Mapping[str, Any]) -> bool:
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(v, DTensor) for v in state.values())
-
-
-def load_dcp_weights(model: torch.nn.Module, path: Path) -> WeightsLoaded:
-    """Load the model weights of the DCP checkpoint ``path`` into ``model``.
-
-    Partially, as ``load_from`` allows (the checkpoint may lack some of the
-    model's keys, which are returned as missing); every rank reads what it holds.
-    """
-    problem = dcp_problem(path, need_extra=False)
-    if problem is not None:
-        raise CheckpointError(problem)
-    metadata = SafeDCPStorage(path).read_metadata()
-    # flexgraph's weights are under 'state_dict.'; another tool's bare state dict is not
-    keys = metadata.state_dict_metadata
-    under = "state_dict." if any(k.startswith("state_dict.") for k in keys) else ""
-    saved = {key.removeprefix(under) for key in metadata.state_dict_metadata
-             if key.startswith(under)}
-    current = get_model_state_dict(model)
-    wanted = {k: v for k, v in current.items() if k in saved}
-    if not wanted:
-        raise CheckpointError(
-            f"none of the weights in {str(path)!r} match a parameter of "
-            f"{type(model).__name__}; is it the right checkpoint?")
-    state = {"state_dict": wanted} if under else wanted
-    # Whole tensors are read by each rank alone: no rank waits for another (the one that
-    # initialises the model for all loads its Pretrained files by itself).
-    dcp_load(state, path, partial=True, alone=not _holds_shards(wanted))
-    set_model_state_dict(model, state["state_dict"] if under else state,
-                         options=StateDictOptions(strict=False))
-    return WeightsLoaded(missing=tuple(sorted(set(current) - set(wanted))),
-                         unexpected=tuple(sorted(saved - set(current))))

@@ -1,34 +1,20 @@
 """``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time.
 
-Offline, on the CPU, without building the model. The source is opened by its
-format's opener as a :class:`~flexgraph.training.formats.CheckpointSource`
-(recognised by content); each target format is written walking the source's
-layout and fetching one tensor at a time, so memory stays near the largest
-tensor (plus what an opener maps or buffers), never the whole checkpoint:
+The source is opened by its format's opener; each target is written walking its
+layout and fetching one tensor at a time, so memory stays near the largest tensor,
+never the whole checkpoint. Targets:
 
-* ``torch``: one consolidated ``torch.save`` file, flexgraph's and MMEngine's
-  layout (``state_dict`` keyed by parameter name, ``optimizer`` as the source
-  keys it, ``meta``, schedulers, ... where the source has them): the file for
-  inference or sharing, and what FSDP's ``state_dict_cfg='full'`` resumes from
-  a DCP checkpoint. The file's skeleton is written by ``torch.save`` itself
-  (``torch.serialization.skip_data``, fake tensors), then each tensor's bytes
-  are written into its record and the zip's CRC-32s filled in, so it is a file
-  ``torch.save`` could have written.
-* ``safetensors``: the model's weights only, written here rather than by the
-  library (whose writer takes every tensor at once): the header is known
-  before any tensor is read, so each tensor is fetched, written and dropped
-  in turn.
-* ``dcp``: a ``torch.distributed.checkpoint`` directory in
-  :class:`~flexgraph.training.checkpoint.DistributedCheckpointIO`'s layout
-  (``state_dict.<fqn>``, ``optimizer.state.<fqn>.<name>``, the rest in
-  ``extra.pth``), one shard file per tensor (DCP keeps every tensor of a shard
-  file alive until the file is written), each fetched only when it is written.
+* ``torch``: one ``torch.save`` file in flexgraph's and MMEngine's layout (what
+  FSDP's ``state_dict_cfg='full'`` resumes from); ``torch.save`` writes its
+  skeleton, then each tensor's bytes and CRC-32 are filled in.
+* ``safetensors``: the model's weights only, written here because the library's
+  writer takes every tensor at once.
+* ``dcp``: :class:`~flexgraph.strategies.fsdp.checkpoint.DistributedCheckpointIO`'s
+  layout, one shard file per tensor (DCP holds a shard file's tensors until it
+  is written). An optimizer state that numbers its parameters cannot be named
+  without the model, so it is left out, and said so.
 
-An optimizer state that numbers its parameters (single device, DDP, MMEngine)
-cannot be named without the model, so ``dcp`` leaves it out and says so.
-
-The result appears atomically: it is written under a temporary name beside the
-destination and renamed into place; an existing destination is refused.
+The result is written under a temporary name and renamed into place.
 """
 
 from __future__ import annotations
@@ -82,9 +68,9 @@ class Conversion:
     tensors
         How many tensors were written.
     largest_tensor_bytes
-        The largest of them: what the conversion held at once, beside the openers' buffers.
+        The largest of them: what the conversion held at once.
     left_out
-        What the target format could not hold, in one line each.
+        What the target could not hold, one line each.
     """
 
     source: str
@@ -121,12 +107,11 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
     Parameters
     ----------
     source
-        Any checkpoint ``flexgraph ckpt inspect`` reads (torch.save file, DCP
-        directory, safetensors file, DeepSpeed directory).
+        Any checkpoint ``flexgraph ckpt inspect`` reads.
     destination
         A path that does not exist yet.
     to
-        ``'torch'``, ``'safetensors'`` or ``'dcp'`` (see the module docstring).
+        One of :data:`TARGETS`.
 
     Returns
     -------
@@ -137,8 +122,7 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
     CheckpointExistsError
         ``destination`` exists.
     CheckpointError
-        ``to`` is unknown, the destination's folder does not exist, the source
-        cannot be read, or holds no weights.
+        ``to`` is unknown, or the destination's folder or the source is unusable.
     """
     if to not in TARGETS:
         raise CheckpointError(f"cannot convert to {to!r}: the formats are {', '.join(TARGETS)}")
@@ -191,11 +175,8 @@ def write_torch_file(path: Path, layout: dict[str, Any],
                      fetch: Callable[[KeyPath], torch.Tensor]) -> None:
     """A ``torch.save`` file of ``layout``, each tensor fetched only to be written.
 
-    ``torch.save`` writes the skeleton: the pickle, and a record of the right
-    size for every tensor with its bytes left empty. The records are named in
-    the order the pickler met the tensors (``data/0``, ``data/1``, ...), which
-    is the layout's order; each tensor's bytes are then written at its record's
-    offset, and its CRC-32 into the zip's data descriptor and central directory.
+    ``torch.save`` writes the pickle and an empty record per tensor, numbered in the
+    layout's order (``data/0``, ...); each tensor's bytes and CRC-32 are then filled in.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -274,13 +255,13 @@ def write_safetensors(path: Path, weights: Mapping[str, torch.Tensor],
     Parameters
     ----------
     path
-        Where to write (the caller renames it into place).
+        Where to write.
     weights
         Name -> a tensor of the right shape and dtype (a meta tensor will do).
     fetch
         Name -> the tensor's values on the CPU.
     metadata
-        The header's ``__metadata__`` (strings only); ``{'format': 'pt'}`` by default.
+        The header's ``__metadata__``; ``{'format': 'pt'}`` by default.
     """
     header: dict[str, Any] = {"__metadata__": dict(metadata or {"format": "pt"})}
     offset = 0

@@ -1,23 +1,9 @@
 """What a checkpoint holds, read offline on the CPU without building the model.
 
-``flexgraph ckpt inspect`` asks :func:`describe_checkpoint` for a
-:class:`CheckpointSummary`: the format (recognised by content, see
-:mod:`flexgraph.training.formats`), the strategy that wrote it, the
-world size, the step, the model's element count and dtypes, which parts of a
-training state are inside, and whether it is complete.
-
-Memory stays bounded by the metadata, never the whole checkpoint: a
-``torch.save`` file is opened with ``mmap=True`` (tensors stay on disk; only
-shapes and dtypes are read) and ``weights_only=True``; a DCP directory is
-described from its ``.metadata`` (shapes and dtypes of every tensor) and the
-small ``extra.pth`` beside it, never its shards.
-
-Each format has one :class:`CheckpointInspector`. flexgraph's own (a
-``torch.save`` file, a DCP directory, a safetensors file) are here; the
-portable layout's and a strategy's are added through the
-:data:`INSPECTOR_ENTRY_POINTS` group (DeepSpeed's directories:
-``flexgraph.strategies.deepspeed.inspect``), so this layer never imports a
-strategy.
+Only metadata is read: a ``torch.save`` file through ``mmap=True``, a DCP
+directory from its ``.metadata`` and ``extra.pth``, never its shards. Each format
+has one :class:`CheckpointInspector`; the portable layout's and strategies' come
+through :data:`INSPECTOR_ENTRY_POINTS`, so this layer never imports a strategy.
 """
 
 from __future__ import annotations
@@ -58,8 +44,7 @@ __all__ = [
 ]
 
 INSPECTOR_ENTRY_POINTS = "flexgraph.checkpoint_inspectors"
-"""The entry-point group through which the portable layout and strategies add the
-inspectors of their formats (each entry a :class:`CheckpointInspector`)."""
+"""The entry-point group of added inspectors (each a :class:`CheckpointInspector`)."""
 
 
 #: The parts of a training state, by the checkpoint key that holds each.
@@ -79,10 +64,7 @@ def _dtypes(value: Mapping[str, int]) -> dict[str, int]:
 
 @attrs.frozen
 class CheckpointSummary:
-    """What a checkpoint holds, as ``flexgraph ckpt inspect`` shows it.
-
-    Every field is plain data (``attrs.asdict`` gives the JSON form, and
-    ``CheckpointSummary(**that)`` the summary back).
+    """What a checkpoint holds, as ``flexgraph ckpt inspect`` shows it (plain data).
 
     Parameters
     ----------
@@ -91,8 +73,7 @@ class CheckpointSummary:
     format
         The :class:`CheckpointFormat`'s name.
     writer
-        What wrote it, as far as the content tells (``'flexgraph, FSDP (sharded)'``,
-        ``'MMEngine'``, ``'a plain state_dict'``).
+        What wrote it, as far as the content tells (``'MMEngine'``).
     complete
         Whether it holds a whole checkpoint of its format.
     problem
@@ -104,13 +85,11 @@ class CheckpointSummary:
     dtypes
         Elements of the model's tensors per dtype.
     contents
-        The parts of a training state inside (model, optimizer, schedulers,
-        loop state, RNG states, ...).
+        The parts of a training state inside (model, optimizer, ...).
     extras
-        Other top-level entries: what hooks added (``before_save_checkpoint``).
+        Other top-level entries (what hooks added).
     versions
-        ``flexgraph_version`` / ``torch_version`` / ``mmengine_version`` /
-        ``ds_version`` as recorded.
+        The library versions recorded.
     """
 
     path: str
@@ -136,16 +115,12 @@ class CheckpointSummary:
 class CheckpointInspector:
     """How ``flexgraph ckpt inspect`` describes checkpoints of one format.
 
-    Opening a checkpoint to read its tensors is another job, its format's
-    opener's (:func:`flexgraph.training.formats.open_checkpoint`).
-
     Parameters
     ----------
     format
-        The format it describes (recognised by content).
+        The format it describes.
     describe
-        ``path -> CheckpointSummary``; raises :class:`CheckpointError` naming
-        the path when it cannot read it.
+        ``path -> CheckpointSummary``; raises :class:`CheckpointError` naming the path.
     """
 
     format: CheckpointFormat
@@ -180,13 +155,12 @@ def state_parts(checkpoint: Mapping[str, Any], *, engine_keys: Iterable[str] = (
     checkpoint
         A checkpoint's top-level dict (keys only are looked at).
     engine_keys
-        Keys that belong to the format itself, neither parts nor hook extras
-        (DeepSpeed's ``module``, ``ds_config``, ...).
+        Keys of the format itself, neither parts nor extras (DeepSpeed's ``ds_config``).
 
     Returns
     -------
     (tuple of str, tuple of str)
-        The parts (``'model'``, ``'optimizer'``, ...) and the other keys, sorted.
+        The parts (``'model'``, ...) and the other keys, sorted.
     """
     skip = set(engine_keys)
     parts = tuple(name for key, name in _PARTS.items()
@@ -246,7 +220,6 @@ def _describe_file(path: Path) -> CheckpointSummary:
 
 
 def _describe_dcp(path: Path) -> CheckpointSummary:
-    """From ``.metadata`` (every tensor's shape and dtype) and ``extra.pth``; no shard is read."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     problem = dcp_problem(path, need_extra=False)
@@ -277,7 +250,7 @@ def _describe_dcp(path: Path) -> CheckpointSummary:
 
 
 def _describe_safetensors(path: Path) -> CheckpointSummary:
-    """From the file's JSON header alone: names, dtypes and shapes of its tensors."""
+    """From the file's JSON header alone."""
     header = safetensors_header(path)
     entries = [v for k, v in header.items() if k != "__metadata__" and isinstance(v, Mapping)]
     parameters, dtypes = _model_tensors(
@@ -314,8 +287,7 @@ def describe_checkpoint(path: str | Path) -> CheckpointSummary:
     Parameters
     ----------
     path
-        A ``torch.save`` file (flexgraph's, MMEngine's, a plain ``state_dict``),
-        a DCP directory, or a format a strategy reads (a DeepSpeed tag directory).
+        A checkpoint file or directory of any format an inspector reads.
 
     Returns
     -------
@@ -326,8 +298,7 @@ def describe_checkpoint(path: str | Path) -> CheckpointSummary:
     CheckpointNotFoundError
         ``path`` does not exist.
     CheckpointError
-        ``path`` is in none of the formats (one line naming them), or cannot be
-        read (it names the file and what is wrong).
+        ``path`` is in none of the formats, or cannot be read.
     """
     path = Path(path)
     if not path.exists():

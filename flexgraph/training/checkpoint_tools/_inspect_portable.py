@@ -1,9 +1,5 @@
-"""``flexgraph ckpt inspect`` for portable checkpoints: manifest, ``.metadata``, ``extra.pth``.
-
-No shard is read: the model's element counts and dtypes come from DCP's
-``.metadata``, the writer, world size and step from ``manifest.json``. A
-directory without its manifest is described as incomplete, with why.
-"""
+"""``flexgraph ckpt inspect`` for portable checkpoints, from manifest, ``.metadata`` and
+``extra.pth`` alone (no shard is read)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The run's components, built from the config as MMEngine builds them.
 
-Dataloaders (with a resumable position and MMEngine's random streams), the
-optimizer wrapper and parameter schedulers, CPU mixed precision, the model's
-training and evaluation steps (MMEngine's ``train_step`` contract or a plain
-module's forward), the model itself and its own ``init_weights``.
+The model and its weights' initialisation, its training and evaluation steps,
+the dataloaders, the optimizer wrapper and schedulers, CPU mixed precision.
 """
 
 from flexgraph.training.components._amp import CPUAmpOptimWrapper

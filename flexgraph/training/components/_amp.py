@@ -1,14 +1,7 @@
 """Mixed precision on the CPU, for configs that ask for MMEngine's ``AmpOptimWrapper``.
 
-MMEngine's ``AmpOptimWrapper`` refuses to be built without an accelerator
-("only available training on gpu"), so the configs people share (MMPreTrain's
-FSDP ViTs, DDP + fp16) could not even be tried on a laptop. On the CPU,
-flexgraph builds :class:`CPUAmpOptimWrapper` in its place: the same wrapper
-(state dict layout, ``loss_scale`` and ``dtype`` options, accumulation and
-clipping from ``OptimWrapper``) running the forward under
-``torch.autocast('cpu')``. The CPU autocasts to bfloat16 by default, which
-needs no loss scaling; ``dtype='float16'`` works too, with torch's CPU
-``GradScaler`` doing the scaling MMEngine's does on CUDA.
+MMEngine's refuses to be built without an accelerator; on the CPU flexgraph
+builds :class:`CPUAmpOptimWrapper` in its place, with the same state and options.
 """
 
 from __future__ import annotations
@@ -29,24 +22,13 @@ class CPUAmpOptimWrapper(AmpOptimWrapper):
     Parameters
     ----------
     loss_scale : {'dynamic'} or float or dict, default 'dynamic'
-        MMEngine's: ``'dynamic'``, an initial scale, or GradScaler keyword
-        arguments; used for float16 only.
+        Used for float16 only; bfloat16 needs no scaling.
     dtype : str or torch.dtype, optional
-        The autocast dtype; bfloat16 by default here (MMEngine's float16 needs a
-        CPU with fp16).
+        bfloat16 by default here.
     use_fsdp : bool, default False
-        Accepted for MMEngine's configs; torch's GradScaler handles sharded
-        gradients on the CPU.
+        Accepted for MMEngine's configs and ignored.
     **kwargs
-        The ``OptimWrapper`` keyword arguments (``optimizer``, ``accumulative_counts``,
-        ``clip_grad``).
-
-    Raises
-    ------
-    ValueError
-        ``dtype`` is a name MMEngine does not accept.
-    TypeError
-        ``loss_scale`` is none of the three kinds.
+        ``OptimWrapper``'s.
     """
 
     def __init__(self, loss_scale: Any = "dynamic", dtype: str | torch.dtype | None = None,

@@ -1,54 +1,10 @@
 """Dataloaders from MMEngine-style config, with a resumable position.
 
-The random streams are MMEngine's Runner's, draw for draw, so that a config
-trains bit-identically under both (``tests/training/test_mmengine_parity.py``):
-
-* the sampler gets the Runner's seed (``randomness.seed``), or, under
-  ``diff_rank_seed``, none, so that it draws one from the global numpy RNG
-  and shares rank 0's (``Runner.build_dataloader``);
-* without a ``worker_init_fn`` in the config, every worker is seeded by
-  MMEngine's ``default_worker_init_fn``: ``runner.seed + num_workers * rank +
-  worker_id`` (:attr:`~flexgraph.training.runtime.Env.rank_seed`), the same in
-  every epoch;
-* loaders have no generator of their own, so starting a pass draws one number
-  from the global torch RNG, where MMEngine's loop draws it (after
-  ``before_train_epoch``); a loader with ``persistent_workers`` draws only at
-  its first pass, as torch then reuses its iterator (:func:`epoch_batches`).
-
-Resuming bit-identically in the middle of an epoch needs two more things from
-the data side:
-
-* the order of an epoch depends only on the sampler's seed and the epoch
-  (MMEngine's ``DefaultSampler`` shuffles with ``seed + epoch``), not on how
-  much global RNG was consumed before it; a resumed run whose checkpoint has
-  another seed takes it over (:meth:`SkippableSampler.reseed`);
-* skipping the batches an interrupted epoch had already trained on must not
-  load them: :class:`SkippableSampler` drops their *indices* before the
-  dataloader sees them.
-
-What a pass draws from the global RNGs when it starts (and, for an iterable
-dataset, what loading its skipped batches draws) happens inside
-:func:`epoch_batches`, before the loop puts back the RNG state saved with the
-checkpoint, so those draws never shift the resumed stream. Validation runs on
-a fork of the RNG streams (:mod:`flexgraph.training.loop._train_loop`), so its draws do
-not reach training either. Random transforms in the *workers* are the one
-stream a resume does not continue: after a resume inside an epoch (and, with
-``persistent_workers``, after any resume), each worker starts again from its
-seed (docs/guide/parity.rst, "Deliberate differences").
-
-Worker processes ignore the run's stop signals
-(:mod:`flexgraph.training.loop._preemption`): a scheduler signals every process of a
-job, and torch's launcher signals each rank's whole process group, so without
-that a worker would die under its rank, which then fails on its next batch
-instead of finishing the iteration and saving. The rank ends its workers itself:
-torch stops them when their iterator goes away, and at exit, where
-multiprocessing would end them with the SIGTERM they ignore and then wait for
-them forever, they are killed instead (persistent workers live until then).
-
-Collation: when the config names no ``collate_fn``, models built on MMEngine's
-``BaseModel`` get ``pseudo_collate`` (what MMEngine's Runner uses and what their
-data preprocessors expect), and plain ``nn.Module`` models get torch's
-``default_collate`` (stacked tensors, ready for ``model(*batch)``).
+Their random streams are MMEngine's Runner's, draw for draw, so a config
+trains bit-identically under both; a resume inside an epoch drops the trained
+batches' indices before they are loaded. Workers ignore the run's stop
+signals, which reach every process: their rank finishes the iteration, saves
+and ends them.
 """
 
 from __future__ import annotations
@@ -85,29 +41,23 @@ __all__ = [
 
 DATALOADER_KEYS = ("train_dataloader", "val_dataloader", "test_dataloader")
 
-# MMEngine's Runner.train() builds these (the train loop's, then the validation
-# loop's), so what building them draws from the global RNGs is part of its
-# stream. It never builds the test dataloader.
+# what MMEngine's Runner.train() builds, so their draws are part of its stream
 _BUILT_BY_TRAIN = ("train_dataloader", "val_dataloader")
 
 
 class SkippableSampler(torch.utils.data.Sampler):
     """A sampler (or batch sampler) whose next pass can start ``n`` items in.
 
-    It forwards ``set_epoch`` and unknown attributes to the wrapped sampler, so
-    code that inspects ``loader.sampler.shuffle`` or calls ``set_epoch`` keeps
-    working. When nothing is skipped, ``__iter__`` returns the wrapped sampler's
-    own iterator: the common path adds no per-index overhead.
+    Unknown attributes go to the wrapped sampler, whose own iterator is used
+    when nothing is skipped.
 
     Parameters
     ----------
     sampler : Sampler
-        The sampler (or batch sampler) the dataloader was built with.
     seed : int, default 0
-        The run's base seed (:attr:`Env.seed`) the loader was built with.
+        The run's base seed the loader was built with.
     reseeders : sequence of callable, default ()
-        Called with another base seed by :meth:`reseed` (the workers' seeding,
-        the wrapped sampler's seed).
+        Called with another base seed by :meth:`reseed`.
     """
 
     def __init__(self, sampler: Any, seed: int = 0,
@@ -132,13 +82,10 @@ class SkippableSampler(torch.utils.data.Sampler):
         return getattr(self.sampler, name)
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch of every sampler it wraps (their order is a function of seed and epoch).
+        """Set the epoch of every sampler in the chain, as MMEngine's ``DistSamplerSeedHook`` does.
 
-        A batch sampler holds the sampler that shuffles as ``.sampler``, and
-        many (torch's ``BatchSampler``, MMDetection's ``AspectRatioBatchSampler``)
-        have no ``set_epoch`` to pass the epoch on: without reaching the inner
-        sampler too, every epoch would repeat the first one's order. MMEngine's
-        ``DistSamplerSeedHook`` reaches it there as well.
+        Many batch samplers do not pass ``set_epoch`` on to the sampler they
+        hold; without it every epoch would repeat the first one's order.
         """
         self.epoch = epoch
         for sampler in _wrapped_samplers(self.sampler):
@@ -146,11 +93,7 @@ class SkippableSampler(torch.utils.data.Sampler):
                 sampler.set_epoch(epoch)
 
     def reseed(self, seed: int) -> None:
-        """Take over ``seed`` as the base seed (a resumed run's original one).
-
-        The sampler's seed and the worker seeds become the ones a run seeded
-        with ``seed`` had, so the order and the workers' draws follow it.
-        """
+        """Take over a resumed run's base seed, for the sampler and the workers."""
         self.seed = seed
         for reseed in self._reseeders:
             reseed(seed)
@@ -161,11 +104,7 @@ class SkippableSampler(torch.utils.data.Sampler):
 
 
 def _wrapped_samplers(sampler: Any) -> list[Any]:
-    """``sampler``, the sampler it holds as ``.sampler``, that one's, and so on.
-
-    How a batch sampler (or a wrapper of a sampler) holds the sampler that
-    orders the indices; a chain that loops back on itself ends where it does.
-    """
+    """``sampler``, the sampler it holds as ``.sampler``, that one's, and so on (no loops)."""
     chain: list[Any] = []
     while sampler is not None and not any(sampler is seen for seen in chain):
         chain.append(sampler)
@@ -174,18 +113,12 @@ def _wrapped_samplers(sampler: Any) -> list[Any]:
 
 
 def end_dataloader_workers() -> None:
-    """Kill this process's daemonic children: what multiprocessing ends at exit.
+    """Kill this process's daemonic children, which multiprocessing would wait for at exit.
 
-    It ends them with SIGTERM and then waits for them; dataloader workers
-    ignore SIGTERM, so it would wait forever. Registered after
+    Workers ignore the SIGTERM multiprocessing ends them with. Registered after
     multiprocessing's own exit handler, so it runs first; a rank forked by
-    multiprocessing (which runs no exit handlers) calls it itself.
-
-    Loaders with workers install torch's SIGCHLD handler, which raises when a
-    worker of a live iterator (persistent workers keep theirs) dies by a
-    signal: the kills here would raise it wherever the process then is
-    (multiprocessing's exit, joining its children), and fail a finished run.
-    The process is ending, so SIGCHLD gets its default back first.
+    multiprocessing calls it itself. SIGCHLD gets its default back first, or
+    torch's handler would raise for the killed workers and fail a finished run.
     """
     children = [child for child in multiprocessing.active_children() if child.daemon]
     if children and threading.current_thread() is threading.main_thread():
@@ -200,22 +133,15 @@ atexit.register(end_dataloader_workers)
 class WorkerSeeding:
     """A dataloader worker's first act: ignore the stop signals, then seed itself.
 
-    The seeding is MMEngine's Runner's: the config's own ``worker_init_fn`` if
-    it names one, else MMEngine's ``default_worker_init_fn``, which seeds
-    python, numpy and torch with ``seed + num_workers * rank + worker_id``
-    (``seed`` is :attr:`Env.rank_seed`), so worker ``i`` of a rank starts every
-    epoch from the same state. A module-level class, so that workers started
-    by ``spawn`` can unpickle it.
+    The seeding is the config's ``worker_init_fn``, else MMEngine's default.
+    A module-level class, so that workers started by ``spawn`` can unpickle it.
 
     Parameters
     ----------
     env : Env
-        This rank's environment: its rank, ``rank_seed`` and ``diff_rank_seed``.
     num_workers : int
-        The dataloader's workers (MMEngine's seed formula counts them).
     init : callable, optional
-        The config's own ``worker_init_fn``; MMEngine's default seeding when
-        ``None``.
+        The config's own ``worker_init_fn``.
     stop_signals : sequence of str, default ()
         Signal names the workers ignore: the rank handles them.
     quiet : bool, default False
@@ -246,15 +172,8 @@ class WorkerSeeding:
 
 
 def _start_pass(loader: DataLoader, epoch: int) -> Iterator[Any]:
-    """``iter(loader)``, drawing from the global torch RNG where MMEngine's loop does.
-
-    A loader without a generator of its own draws its workers' base seed from
-    the global torch RNG each time an iterator is made. With persistent
-    workers, torch makes one at the first pass and only resets it afterwards,
-    so an uninterrupted run draws at pass 0 and never again; a run resumed at a
-    later pass makes its first iterator there, on a fork of the RNG, so that it
-    draws nothing the uninterrupted run did not.
-    """
+    """``iter(loader)``, drawing from the global torch RNG where MMEngine's loop does
+    (persistent workers: at pass 0 only, so a resumed run's first draw is on a fork)."""
     if epoch > 0 and loader.num_workers > 0 and loader.persistent_workers:
         with torch.random.fork_rng(devices=[]):
             return iter(loader)
@@ -267,12 +186,10 @@ def per_rank_batch(loader: Any) -> int | None:
     Parameters
     ----------
     loader : DataLoader or Any
-        A dataloader; its ``batch_sampler`` (or ``batch_size``) is read.
 
     Returns
     -------
     int or None
-        The batch size on this rank, or ``None``.
     """
     batch_sampler = getattr(loader, "batch_sampler", None)
     if isinstance(batch_sampler, torch.utils.data.BatchSampler):
@@ -284,22 +201,16 @@ def per_rank_batch(loader: Any) -> int | None:
 def set_per_rank_batch(loader: DataLoader, size: int) -> bool:
     """Make ``loader``'s batches ``size`` samples from its next pass on; ``False`` if it cannot.
 
-    What a resume at another world size does to hold the global batch equal
-    (DataLoader's own ``batch_size`` is read-only once built; its
-    ``BatchSampler`` makes the batches).
+    A resume at another world size holds the global batch equal this way.
 
     Parameters
     ----------
     loader : DataLoader
-        A built dataloader.
     size : int
-        Samples per batch on this rank from the next pass on.
 
     Returns
     -------
     bool
-        ``False`` when the loader has no ``BatchSampler`` to change (nothing is
-        changed then).
     """
     batch_sampler = getattr(loader, "batch_sampler", None)
     if not isinstance(batch_sampler, torch.utils.data.BatchSampler):
@@ -320,25 +231,19 @@ def _skippable(loader: DataLoader) -> tuple[SkippableSampler | None, int]:
 def epoch_batches(loader: DataLoader, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
     """Start pass ``epoch`` over ``loader``, optionally without its first batches.
 
-    With a skippable sampler the skipped batches are never loaded: their
-    indices are dropped before the dataloader (or its workers) sees them.
-    Otherwise (an iterable dataset) they are read here and thrown away, so that
-    whatever loading them draws from the global RNGs is drawn before the caller
-    restores the RNG state that followed them.
+    An iterable dataset's skipped batches are read here, so that their draws
+    come before the caller restores the checkpoint's RNG state.
 
     Parameters
     ----------
     loader : DataLoader
-        The dataloader.
     epoch : int
-        The pass to start (its sampler's ``set_epoch``).
     skip_batches : int, default 0
-        Batches of this pass already trained (a resume mid-epoch).
+        Batches of this pass already trained.
 
     Returns
     -------
     iterator
-        The pass's remaining batches.
     """
     sampler, per_batch = _skippable(loader)
     if sampler is not None:
@@ -386,22 +291,14 @@ def _is_base_model(model_cfg: Any) -> bool:
 
 
 def _sampler_seed(env: Env) -> int | None:
-    """The seed ``Runner.build_dataloader`` gives a sampler.
-
-    The run's seed; under ``diff_rank_seed`` none, since the ranks' global
-    RNGs were seeded apart: MMEngine's samplers then draw a seed from the
-    global numpy RNG and take rank 0's (``sync_random_seed``), so that every
-    rank still shuffles alike.
-    """
+    """The seed ``Runner.build_dataloader`` gives a sampler: none under ``diff_rank_seed``,
+    so the sampler takes rank 0's draw and every rank still shuffles alike."""
     return None if env.diff_rank_seed else env.seed
 
 
 def _reseed_sampler(sampler: Any, diff_rank_seed: bool, seed: int) -> None:
-    """Give ``sampler`` the seed a run with base seed ``seed`` gave it.
-
-    Under ``diff_rank_seed`` that is what ``sync_random_seed`` draws first
-    from rank 0's numpy RNG once it is seeded with ``seed`` (``seed + 0``).
-    """
+    """Give ``sampler`` the seed a run with base seed ``seed`` gave it (under
+    ``diff_rank_seed``: ``sync_random_seed``'s first draw on rank 0)."""
     sampler.seed = int(np.random.RandomState(seed).randint(2**31)) if diff_rank_seed else seed
 
 
@@ -442,27 +339,19 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
 
     Parameters
     ----------
-    cfg
-        ``dict(batch_size=..., num_workers=..., dataset=dict(type=...),
-        sampler=dict(type='DefaultSampler', shuffle=True), collate_fn=...)``;
-        torch-style ``shuffle=True`` without a sampler is accepted too. Other
-        keys go to ``torch.utils.data.DataLoader``. A ready ``DataLoader`` is
-        returned unchanged.
-    env
-        Supplies the seeds (for the sampler and the workers) and the rank.
-    name
+    cfg : Mapping or DataLoader
+        MMEngine's dataloader dict; keys it does not use go to ``DataLoader``.
+    env : Env
+    name : str
         The config key, for error messages.
-    model_cfg
-        ``cfg.model``, only to choose the default collate function.
-    stop_signals
-        Signals the workers ignore (the run's stop signals; see the module
-        docstring).
+    model_cfg : Mapping, optional
+        Chooses the default collate: ``pseudo_collate`` for a ``BaseModel``.
+    stop_signals : sequence of str
+        Signals the workers ignore.
 
     Returns
     -------
     DataLoader
-        The dataloader, its sampler a :class:`SkippableSampler` (so a resume can
-        start mid-epoch) where the config gives one.
 
     Raises
     ------
@@ -488,8 +377,7 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
     num_workers = int(args.pop("num_workers", 0))
     workers = _worker_seeding(args, env, name, num_workers, stop_signals)
     if isinstance(dataset, torch.utils.data.IterableDataset):
-        # The dataset orders itself; torch forbids samplers here, and resuming
-        # inside an epoch can only skip batches by reading them.
+        # the dataset orders itself; torch forbids samplers here
         args.pop("sampler", None)
         loader_args: dict[str, Any] = {"batch_size": batch_size,
                                        "drop_last": bool(args.pop("drop_last", False))}
@@ -519,12 +407,10 @@ def epoch_length_of(loader: Any) -> int | None:
     Parameters
     ----------
     loader : DataLoader or Any
-        A dataloader.
 
     Returns
     -------
     int or None
-        Batches per pass, or ``None`` when the loader has no length.
     """
     try:
         return len(loader)
@@ -536,31 +422,19 @@ def build_dataloaders(cfg: Any, env: Env, *,
                       stop_signals: Sequence[str] = ()) -> dict[str, DataLoader | None]:
     """The train / val / test dataloaders the config defines (``None`` where absent).
 
-    Built in MMEngine's order; the test dataloader, which MMEngine's training
-    never builds, is built without drawing from the global RNGs (under
-    ``diff_rank_seed`` its sampler would draw a seed from numpy's). Their
-    workers ignore ``stop_signals`` (see :func:`build_dataloader`).
+    The test dataloader, which MMEngine's training never builds, is built
+    without drawing from the global RNGs.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
     env : Env
-        This rank's environment (seeds, rank).
     stop_signals : sequence of str, default ()
         Signals the workers ignore.
 
     Returns
     -------
     dict
-        ``{'train_dataloader': ..., 'val_dataloader': ..., 'test_dataloader': ...}``.
-
-    Raises
-    ------
-    ConfigError
-        A dataloader section has no dataset, or a type the registries do not know.
-    EmptyDatasetError
-        A dataset is empty, or too small for one batch with ``drop_last``.
     """
     model_cfg = cfg.get("model")
     loaders: dict[str, DataLoader | None] = {}

@@ -1,8 +1,6 @@
 """The model, built from ``cfg.model`` through MMEngine's ``MODELS`` registry.
 
-The ``build_model`` step and the memory estimate (which builds the same model
-on the meta device) both call :func:`build_model_from_cfg`, so the estimate
-needs none of the loop's or the checkpoint's machinery to see the model.
+The ``build_model`` step and the memory estimate (on the meta device) share it.
 """
 
 from __future__ import annotations
@@ -26,37 +24,23 @@ __all__ = ["build_model_from_cfg"]
 def build_model_from_cfg(cfg: Any, env: Any, *, device: str | None = None,
                          init_context: str | None = None,
                          init_options: Mapping[str, Any] | None = None) -> nn.Module:
-    """``cfg.model`` (with a top-level ``data_preprocessor`` as its default), built.
-
-    The model's class is resolved (and its package imported) before any init
-    context is entered.
+    """``cfg.model`` (a top-level ``data_preprocessor`` its default), built, not yet initialised.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
     env : Env
-        This rank's environment, handed to ``init_context``.
     device : str, optional
-        Build the parameters on this device (``'meta'``: no memory); the default
-        device when ``None``.
+        Where the parameters are made (``'meta'``: no memory).
     init_context : str, optional
         ``'module:function'`` of a context manager factory the model is built
         under (DeepSpeed's ``zero.Init``), called as
         ``factory(cfg=cfg, env=env, **init_options)``.
     init_options : Mapping, optional
-        Keyword arguments for ``init_context``.
 
     Returns
     -------
     torch.nn.Module
-        The model, not yet initialised (``init_weights`` is a later step).
-
-    Raises
-    ------
-    ConfigError
-        The config has no ``model``, or its type built something other than an
-        ``nn.Module``.
     """
     model_cfg = section(cfg, "model")
     if model_cfg is None:
@@ -67,10 +51,8 @@ def build_model_from_cfg(cfg: Any, env: Any, *, device: str | None = None,
         model_cfg = dict(model_cfg)
         model_cfg.setdefault("data_preprocessor", preprocessor)
     if isinstance(model_cfg, Mapping) and "type" in model_cfg:
-        # Resolve (and so import) the model's class before any init context is
-        # entered: a registry imports its package on first use, and under
-        # deepspeed.zero.Init that import would run with ZeRO's tensor
-        # constructors patched in (mmpretrain's pulls in torch._dynamo, which fails).
+        # Import the model's package before any init context: under deepspeed.zero.Init
+        # the import would run with ZeRO's tensor constructors patched in, and can fail.
         model_cfg = dict(model_cfg, type=resolve_type(model_cfg["type"], MODELS, what="model",
                                                       scope=model_cfg.get("_scope_")))
     with contextlib.ExitStack() as stack:

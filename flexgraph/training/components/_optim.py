@@ -1,12 +1,7 @@
-"""Optimizer wrapper and parameter schedulers, built the way MMEngine builds them.
+"""Optimizer wrapper and parameter schedulers, built by MMEngine itself.
 
-The optimizer wrapper is MMEngine's (``OptimWrapper``, ``AmpOptimWrapper``,
-``OptimWrapperDict``), built by MMEngine's ``build_optim_wrapper`` so that
-``paramwise_cfg``, constructors, gradient accumulation (``accumulative_counts``)
-and clipping (``clip_grad``) behave exactly as in MMEngine configs. This module
-only resolves ``type=`` names first (so dotted paths and did-you-mean work) and
-fills the scheduler defaults MMEngine's Runner fills (``end`` = the run's length,
-``epoch_length`` for ``convert_to_iter_based``).
+This module only resolves ``type=`` names first (dotted paths, did-you-mean)
+and fills the scheduler defaults MMEngine's Runner fills.
 """
 
 from __future__ import annotations
@@ -28,30 +23,20 @@ __all__ = ["build_optim_wrapper", "build_param_schedulers", "first_param_group"]
 def build_optim_wrapper(cfg: Any, model: torch.nn.Module, device: str = "cpu") -> Any:
     """``cfg.optim_wrapper`` -> an MMEngine optimizer wrapper over ``model``'s params.
 
-    Build it after the model is on its device and wrapped (or sharded), as the
-    optimizer keeps references to the parameters it was given. On a CPU
-    ``device``, MMEngine's ``AmpOptimWrapper`` (which refuses the CPU) becomes
-    :class:`~flexgraph.training.components.CPUAmpOptimWrapper`.
+    Build it after the model is on its device and wrapped or sharded: the
+    optimizer keeps the parameters it was given. On the CPU an
+    ``AmpOptimWrapper`` becomes :class:`~flexgraph.training.components.CPUAmpOptimWrapper`.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config; its ``optim_wrapper`` is built (an ``OptimWrapper``
-        already built is returned as it is).
     model : torch.nn.Module
-        The model whose parameters the optimizer steps.
     device : str, default 'cpu'
         The device the model is on.
 
     Returns
     -------
     OptimWrapper or OptimWrapperDict
-        MMEngine's wrapper over the optimizer(s).
-
-    Raises
-    ------
-    ConfigError
-        The config has no ``optim_wrapper``, or MMEngine refuses it.
     """
     from mmengine.optim import AmpOptimWrapper, OptimWrapper
     from mmengine.optim import build_optim_wrapper as mm_build
@@ -99,12 +84,10 @@ def first_param_group(optim_wrapper: Any) -> dict[str, Any]:
     Parameters
     ----------
     optim_wrapper : OptimWrapper or OptimWrapperDict
-        The run's optimizer wrapper(s).
 
     Returns
     -------
     dict
-        The optimizer's first param group (``lr``, ``momentum``, ...).
     """
     from mmengine.optim import OptimWrapperDict
 
@@ -117,35 +100,22 @@ def build_param_schedulers(cfg: Any, settings: RunSettings, optim_wrapper: Any,
                            train_dataloader: Any) -> Any:
     """``cfg.param_scheduler`` -> MMEngine parameter schedulers, shaped as MMEngine's Runner.
 
-    One optimizer: a list. An ``OptimWrapperDict`` (several optimizers, a GAN):
-    a dict with one list per optimizer, built from the same ``param_scheduler``
-    for each, or from ``param_scheduler[name]`` when it is a dict keyed by the
-    optimizers' names. As in MMEngine's Runner, a scheduler without ``end``
-    runs to the end of training (in its own unit: epochs when ``by_epoch``,
-    else iterations), and ``convert_to_iter_based=True`` schedulers get the
-    epoch length.
+    An ``OptimWrapperDict`` gets a dict of lists by optimizer name, from one
+    ``param_scheduler`` for all or one per name. A scheduler without ``end``
+    runs to the end of training.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config; its ``param_scheduler``.
     settings : RunSettings
-        The run's settings: the training length the schedulers run to.
+        Gives the training length.
     optim_wrapper : OptimWrapper or OptimWrapperDict
-        The optimizer wrapper(s) to schedule.
     train_dataloader : DataLoader
-        Gives the epoch length (iteration-based conversion, default ``end``).
+        Gives the epoch length.
 
     Returns
     -------
     list or dict
-        The schedulers: a list, or a dict of lists keyed by optimizer name.
-
-    Raises
-    ------
-    ConfigError
-        No ``train_cfg``, schedulers keyed by optimizers that are not built, or a
-        scheduler MMEngine refuses.
     """
     from mmengine.optim import OptimWrapperDict
 

@@ -1,14 +1,8 @@
 """A model's own ``init_weights()``, with the failures MMEngine only logs made errors.
 
-MMEngine's ``Pretrained`` initialiser loads its checkpoint with ``strict=False``:
-a parameter whose copy raises (a DTensor shard where a whole tensor was
-expected, say) becomes one line of a warning, and training goes
-on with that parameter's previous values, which nobody asked for. torch words
-that line as ``While copying the parameter named "<name>" ... an exception
-occurred``; :func:`initialise` listens for it on MMEngine's logger while the
-model initialises, and stops the run naming the parameters, the module whose
-``init_cfg`` loads them, and the first error. Missing and unexpected keys stay
-warnings, as in MMEngine (a backbone's checkpoint has no head).
+MMEngine's ``Pretrained`` initialiser only logs a parameter whose copy raised,
+and training goes on with its previous values. Missing and unexpected keys stay
+warnings (a backbone's checkpoint has no head).
 """
 
 from __future__ import annotations
@@ -75,11 +69,9 @@ LoadPretrained = Callable[[nn.Module, str, "str | None"], None]
 def _pretrained_loaded_by(load: LoadPretrained | None) -> Iterator[None]:
     """MMEngine's ``Pretrained`` initialiser, for the duration, loading through ``load``.
 
-    ``init_cfg`` names the initialiser by type, which MMEngine's
-    ``WEIGHT_INITIALIZERS`` registry resolves (OpenMMLab packages' child
-    registries fall back to it), so registering a subclass under the same name,
-    and the original back afterwards, changes what ``Pretrained`` does in this
-    process for this call only. URLs stay with MMEngine's loaders.
+    A subclass registered under the same name in ``WEIGHT_INITIALIZERS`` (child
+    registries fall back to it), the original put back after. URLs stay with
+    MMEngine's loaders.
     """
     if load is None:
         yield
@@ -113,20 +105,15 @@ def initialise(model: nn.Module, *, load_pretrained: LoadPretrained | None = Non
 
     Parameters
     ----------
-    model
-        The model, holding whole tensors (not shards, not partitions).
-    load_pretrained
-        What a ``Pretrained`` ``init_cfg`` loads its checkpoint with (the run's
-        weight loader, :func:`flexgraph.training.checkpoint.load_pretrained`);
-        ``None`` keeps MMEngine's.
+    model : torch.nn.Module
+        Holding whole tensors, not shards.
+    load_pretrained : callable, optional
+        What a ``Pretrained`` ``init_cfg`` loads with; ``None`` keeps MMEngine's.
 
     Raises
     ------
     InitWeightsError
-        A parameter's copy raised inside an initialiser (MMEngine logs it and
-        goes on).
-    CheckpointError
-        A ``Pretrained`` checkpoint cannot be loaded (from ``load_pretrained``).
+        A parameter's copy raised inside an initialiser.
     """
     if not callable(getattr(model, "init_weights", None)):
         return

@@ -1,16 +1,10 @@
 """The run's settings as the config gives them, and components built from it.
 
-:func:`read_settings`, which reads the config's sections (schedule,
-checkpoint, logger and stop policies, the work_dir, what to load and resume)
-into one frozen :class:`RunSettings` before any step runs (the watchdog's
-bounds among them, :func:`watch_policy`), the readers of
-each section it uses, the table of keys flexgraph acts on and the warning
-for the others, :func:`check_sections`, which refuses a malformed component
-section (hooks, optimizer, schedulers, dataloaders) before anything is built,
-:func:`check_paths` for the work_dir and the checkpoints named, the writer
-of the work_dir's ``config.py``, and :func:`build_from_cfg` /
-:func:`resolve_type`, which build components through MMEngine's registries in
-the config's default scope.
+:func:`read_settings` reads the sections flexgraph acts on into one frozen
+:class:`RunSettings` before any step runs; :func:`check_sections` refuses a
+malformed component section before anything is built; :func:`build_from_cfg`
+builds components through MMEngine's registries in the config's default scope.
+Every reader here refuses a bad section with a ``ConfigError`` naming the key.
 """
 
 from flexgraph.training.config._access import (

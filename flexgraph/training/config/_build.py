@@ -1,21 +1,12 @@
 """Resolve ``type=`` in config dicts and build the component it names.
 
-MMEngine configs name components three ways: a registered name (``'SGD'``,
-``'DefaultSampler'``, possibly scoped as ``'mmdet.ResNet'``), a dotted import
-path (``'torch.optim.AdamW'``), or the class object itself. MMEngine's registries
-already accept all three, but they populate lazily (only after the module that
-registers a name is imported) and report an unknown name as ``KeyError`` without
-suggestions. This module is the single place that forces registration, turns an
-unknown name into :class:`UnknownComponentError` with a did-you-mean, and then lets
-the registry build (so registry-specific build functions, such as the parameter
-schedulers' ``convert_to_iter_based``, still apply).
-
-Names are looked up as MMEngine's own ``build_from_cfg`` looks them up: in the
-registry of the config's ``default_scope`` (or of a ``_scope_`` key), a child of
-MMEngine's root registry that imports its package's modules on first use (its
-``locations``), then in its ancestors. Every OpenMMLab config names its
-components that way: ``default_scope = 'mmpretrain'`` and
-``type='ImageClassifier'`` find mmpretrain's ``MODELS``.
+A ``type`` is a registered name (``'mmdet.ResNet'``), a dotted import path or the
+class itself. MMEngine's registries accept all three, but register lazily and
+report an unknown name as a bare ``KeyError``. This module forces registration,
+turns an unknown name into :class:`UnknownComponentError` with a did-you-mean,
+then lets the registry build (so its build functions still apply). Names are
+looked up as MMEngine's ``build_from_cfg`` does: in the registry of the config's
+``default_scope`` (or ``_scope_``), then in its ancestors.
 """
 
 from __future__ import annotations
@@ -75,7 +66,6 @@ def registered_names(registry: Registry) -> list[str]:
     Parameters
     ----------
     registry : Registry
-        An MMEngine registry.
 
     Returns
     -------
@@ -102,23 +92,14 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "",
     type_
         A registered name, a dotted import path, or already a class / callable.
     registry
-        The MMEngine registry to look the name up in (``MODELS``, ``HOOKS``, ...).
     what
-        Where the name came from (``'model'``, ``'custom_hooks[0]'``), for messages.
+        Where the name came from (``'custom_hooks[0]'``), for messages.
     scope
-        A config's ``_scope_``: look the name up in that scope's registry instead
-        of the default scope's.
+        A config's ``_scope_``, looked up instead of the default scope.
 
     Returns
     -------
     type or callable
-        What the name names.
-
-    Raises
-    ------
-    UnknownComponentError
-        The name is neither registered nor importable; the message suggests close
-        registered names.
     """
     if not isinstance(type_, str):
         if callable(type_):
@@ -146,13 +127,7 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "",
 
 @contextlib.contextmanager
 def _scoped(registry: Registry, scope: str | None) -> Iterator[Registry]:
-    """The registry that names resolve in: the default scope's (or ``scope``'s) child.
-
-    MMEngine's own ``Registry.switch_scope_and_registry``: it imports
-    ``<scope>.registry`` and finds that scope's registry in ``registry``'s tree,
-    falling back to ``registry`` itself (with MMEngine's warning) when the scope
-    has none. Without a default scope it is ``registry``.
-    """
+    """The registry names resolve in: the default scope's (or ``scope``'s), else ``registry``."""
     from mmengine.registry import DefaultScope
 
     if scope is None and DefaultScope.get_current_instance() is None:
@@ -187,31 +162,27 @@ def build_from_cfg(
 ) -> Any:
     """Build the component that ``cfg`` (a dict with ``type=``) describes.
 
-    Anything that is not a mapping is returned unchanged, so a config may hold an
-    already-built object wherever it may hold a dict (as MMEngine allows).
+    Anything that is not a mapping is returned unchanged, as MMEngine allows a built
+    object wherever a config dict may stand.
 
     Parameters
     ----------
     cfg : Mapping or Any
-        ``dict(type=..., **arguments)``; anything else is returned as it is.
+        ``dict(type=..., **arguments)``.
     registry : Registry
-        The MMEngine registry the type is looked up in (``MODELS``, ``HOOKS``, ...).
     default_args : Mapping, optional
         Arguments the config's own override.
     what : str, default ''
-        Where the config came from (``'model'``, ``'custom_hooks[0]'``), for messages.
+        Where the config came from (``'custom_hooks[0]'``), for messages.
 
     Returns
     -------
     Any
-        The built component (or ``cfg`` itself when it is not a mapping).
 
     Raises
     ------
-    ConfigError
-        The dict has no ``type``, or building it failed on its arguments.
     UnknownComponentError
-        The type is neither registered nor importable.
+        The type is neither registered nor importable (a ``ConfigError``, as any other fault).
 
     Examples
     --------

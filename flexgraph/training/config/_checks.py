@@ -1,19 +1,12 @@
 """The shape of each component section, checked before anything is built from it.
 
-:func:`~flexgraph.training.config.read_settings` reads the sections whose
-meaning flexgraph implements; the component sections (hooks, the optimizer
-wrapper, the schedulers, the dataloaders, ``randomness``) are built later, by
-steps, some of them only after the model exists. A mistake in one of them
-(``custom_hooks = ['MyHook']``, ``batch_size='32'``, ``optim_wrapper.optimizer='AdamW'``)
-used to surface there, as a raw ``AttributeError`` or ``ValueError`` from deep in
-MMEngine or torch, after minutes of setup, or not at all (a hook given as a
-string never ran). :func:`check_sections` refuses each such mistake up front,
-as one :class:`~flexgraph.training.errors.ConfigError` naming the key and the
-fix. It checks shapes, types and ranges only: what a ``type=`` name means is
-looked up when the component is built, in the registries of the run's scope.
-
-A value that is already a built object (a ``DataLoader``, a ``Hook``, an
-``OptimWrapper``) is accepted wherever MMEngine accepts one.
+The component sections (hooks, optimizer wrapper, schedulers, dataloaders,
+``randomness``) are built by steps, some only after the model exists, where a
+mistake (``custom_hooks = ['MyHook']``, ``batch_size='32'``) would surface deep in
+MMEngine or torch, or not at all. :func:`check_sections` refuses it up front as
+one :class:`~flexgraph.training.errors.ConfigError` naming the key and the fix.
+It checks shapes, types and ranges; ``type=`` names are resolved when built. A
+built object (a ``DataLoader``, a ``Hook``) is accepted wherever MMEngine accepts one.
 """
 
 from __future__ import annotations
@@ -71,14 +64,12 @@ def check_sections(cfg: Any) -> None:
     Parameters
     ----------
     cfg : Config or Mapping
-        The config whose component sections (hooks, optimizer wrapper,
-        schedulers, dataloaders, ``randomness``) are checked; ``None`` passes.
+        The config; ``None`` passes.
 
     Raises
     ------
     ConfigError
-        The first section found at fault; the message names its key (as
-        ``custom_hooks[0]`` or ``train_dataloader.batch_size``) and the fix.
+        The first section at fault, naming its key (``custom_hooks[0]``) and the fix.
 
     Examples
     --------
@@ -113,8 +104,8 @@ def _is_number(value: Any) -> bool:
 def _component(value: Any, where: str, example: str) -> None:
     """A component config: a dict with ``type``, or an already-built object.
 
-    A string (MMEngine's ``--cfg-options key=[dict(type=X)]`` yields ``'dict(type=X)'``)
-    and other plain values are refused with the dict to write instead.
+    A string (what ``--cfg-options`` makes of ``dict(type=X)``) and other plain values
+    are refused with the dict to write instead.
     """
     if isinstance(value, str):
         if value.startswith("dict(type="):  # what --cfg-options made of dict(type=X)
@@ -158,9 +149,8 @@ def _arguments(component: Mapping[str, Any], registry_name: str, where: str,
                extra: frozenset[str] = frozenset()) -> None:
     """Refuse a keyword the component's class does not take, with a did-you-mean.
 
-    Only where the class is found now and lists its arguments: a name that only
-    the run's default scope resolves (set up by ``setup_env``) and a class that
-    takes ``**kwargs`` are left to the step that builds them.
+    Only where the class resolves now and lists its arguments: a name only the run's
+    default scope resolves, or a class taking ``**kwargs``, is left to its build step.
     """
     import inspect
 

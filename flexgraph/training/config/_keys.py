@@ -1,16 +1,11 @@
 """Which config keys flexgraph acts on, and a warning for each one it does not.
 
-An MMEngine config may hold keys that MMEngine's Runner acts on and flexgraph
-does not (a checkpoint ``out_dir``, ``train_cfg.dynamic_intervals``, ...).
-Ignoring one of them silently would leave the user believing it took effect,
-so each is reported by name, with the reason, as an
-:class:`~flexgraph.training.errors.UnusedConfigWarning`. This module is the one
-place that knows the keys: the tables below list every top-level key MMEngine's
-Runner (and flexgraph's own front end) reads, and the options of the sections
-flexgraph interprets itself. A key absent from the tables is one MMEngine does
-not read either (a config's own variables: ``train_pipeline``, ``data_root``,
-...), so it is only reported when its name is close to a known key, which is
-most likely a typo (``param_schedular``).
+A key MMEngine's Runner acts on and flexgraph does not (a checkpoint ``out_dir``,
+``train_cfg.dynamic_intervals``) is reported by name, with the reason, as an
+:class:`~flexgraph.training.errors.UnusedConfigWarning`, rather than ignored in
+silence. The tables below are the one place that knows the keys. A key absent from
+them is one MMEngine does not read either (``train_pipeline``), so it is reported
+only when it is close to a known key (a typo: ``param_schedular``).
 """
 
 from __future__ import annotations
@@ -103,14 +98,12 @@ def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
     world_size : int, default 1
-        The run's: some keys matter only with several processes.
+        Some keys matter only with several processes.
 
     Yields
     ------
     str
-        One message per key.
     """
     for key in cfg:
         value = cfg.get(key)
@@ -176,11 +169,8 @@ def warn_unused_keys(cfg: Any, *, rank: int = 0, world_size: int = 1) -> None:
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
     rank : int, default 0
-        This process's rank: only rank 0 warns.
     world_size : int, default 1
-        The run's world size (see :func:`unused_keys`).
     """
     if cfg is None or not hasattr(cfg, "get") or rank != 0:
         return

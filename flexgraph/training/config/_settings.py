@@ -1,13 +1,10 @@
 """Read the MMEngine-style config sections the training runtime acts on.
 
-The loop, the checkpointer and the output never look into ``cfg`` themselves:
-they receive the small frozen values below, gathered in the one
-:class:`RunSettings` that :func:`read_settings` makes per run. That keeps
-every default and every MMEngine spelling
-(``train_cfg=dict(type='IterBasedTrainLoop', ...)``,
-``default_hooks.checkpoint``, ``default_hooks.logger``) in one place, and
-turns a contradictory config into a :class:`ConfigError` before anything is
-built.
+The loop, the checkpointer and the output never look into ``cfg``: they take the
+small frozen values below, gathered in the one :class:`RunSettings` that
+:func:`read_settings` makes per run, so each default and each MMEngine spelling
+is decided here. Every reader refuses a malformed or contradictory section with a
+:class:`ConfigError` naming the key, before anything is built.
 """
 
 from __future__ import annotations
@@ -32,28 +29,19 @@ _LOOP_TYPES = {"EpochBasedTrainLoop": True, "IterBasedTrainLoop": False}
 class TrainSchedule:
     """How long training runs and when it validates.
 
-    ``by_epoch`` loops run ``max_epochs`` passes over the train dataloader;
-    iteration loops run ``max_iters`` iterations, re-iterating the dataloader as
-    often as needed. ``max_iters`` is always known (``max_epochs * epoch_length``
-    in epoch mode) so that progress, ETA and gradient accumulation work the same
-    in both modes. An iteration loop is one epoch to hooks and schedulers, as in
-    MMEngine: its ``max_epochs`` is 1 however many passes it makes.
-
-    :meth:`TrainLength.schedule` makes one from ``cfg.train_cfg`` and the
-    train dataloader's length.
+    ``max_iters`` is always known (``max_epochs * epoch_length`` by epoch), so that
+    progress and gradient accumulation work alike in both modes; an iteration loop
+    is one epoch to hooks and schedulers, as in MMEngine.
 
     Parameters
     ----------
     by_epoch : bool
-        Epoch-based (``EpochBasedTrainLoop``) or iteration-based
-        (``IterBasedTrainLoop``).
+        Epoch-based (``EpochBasedTrainLoop``) or iteration-based.
     max_epochs, max_iters : int
-        The run's length in both units.
     epoch_length : int
-        Batches per pass over the train dataloader (0 when it has no ``len()``).
+        Batches per pass over the train dataloader (0 without ``len()``).
     val_interval, val_begin : int
-        Validate every ``val_interval`` epochs (or iterations) from
-        ``val_begin``, and at the end.
+        Validate every ``val_interval`` epochs (or iterations) from ``val_begin``, and last.
 
     Examples
     --------
@@ -77,7 +65,7 @@ class TrainSchedule:
         )
 
     def val_due_after_iter(self, iters_done: int) -> bool:
-        """Same rule counted in iterations, for iteration-based loops."""
+        """The same rule counted in iterations, for iteration-based loops."""
         return (not self.by_epoch) and iters_done >= self.val_begin and (
             iters_done % self.val_interval == 0 or iters_done == self.max_iters
         )
@@ -85,11 +73,7 @@ class TrainSchedule:
 
 @attrs.frozen
 class TrainLength:
-    """``train_cfg`` as the config gives it: the loop's kind, its length, when it validates.
-
-    Read before anything is built; :meth:`schedule` completes it into a
-    :class:`TrainSchedule` once the train dataloader's length is known (an
-    epoch-based loop's ``max_iters`` depends on it).
+    """``train_cfg`` as the config gives it, before the train dataloader's length is known.
 
     Parameters
     ----------
@@ -97,14 +81,8 @@ class TrainLength:
     max_epochs : int
         1 for an iteration-based loop (MMEngine's: the whole run is one epoch).
     max_iters : int or None
-        ``None`` for an epoch-based loop, whose length is counted in epochs.
+        ``None`` for an epoch-based loop.
     val_interval, val_begin : int
-
-    Examples
-    --------
-    >>> length = train_length({"train_cfg": {"by_epoch": True, "max_epochs": 3}})
-    >>> length.schedule(epoch_length=10).max_iters
-    30
     """
 
     by_epoch: bool
@@ -143,17 +121,15 @@ def train_length(cfg: Any) -> TrainLength:
     Parameters
     ----------
     cfg : Config or Mapping
-        ``train_cfg`` comes from here.
 
     Returns
     -------
     TrainLength
-        By epoch or by iteration, the length and the validation interval.
 
-    Raises
-    ------
-    ConfigError
-        No length given, both lengths given, or an unknown loop type.
+    Examples
+    --------
+    >>> train_length({"train_cfg": {"max_epochs": 3}}).schedule(epoch_length=10).max_iters
+    30
     """
     tc = dict(section(cfg, "train_cfg", {}))
     loop_type = tc.pop("type", None)
@@ -215,47 +191,28 @@ def _next_every_n(done: int, n: int, start: int) -> int | None:
 
 @attrs.frozen
 class CheckpointPolicy:
-    """When to save and what to keep: MMEngine's ``CheckpointHook`` arguments.
-
-    The rules are MMEngine's, counter for counter: with ``by_epoch`` a save is
-    due when ``epochs_done - save_begin`` is a non-negative multiple of
-    ``interval`` (``interval <= 0``: never), or at the last epoch when
-    ``save_last``; without it, the same in iterations. ``enabled=False``
-    (``default_hooks.checkpoint=None``) never saves. An epoch interval in an
-    iteration-based loop fires once, when the loop's single epoch ends.
-
-    ``save_best`` names the metrics whose best value keeps a ``best_*``
-    checkpoint; ``rules`` holds each one's comparison (``'greater'``,
-    ``'less'``, or ``None`` for ``'auto'``, decided at the first validation),
-    inferred from ``greater_keys`` / ``less_keys`` when the config gives none.
-    ``published_keys`` makes the last and best checkpoints published after
-    training (only those entries, named with a content hash).
-
-    :func:`checkpoint_policy` reads one from ``default_hooks.checkpoint``.
+    """When to save and what to keep: MMEngine's ``CheckpointHook`` arguments, rule for rule.
 
     Parameters
     ----------
     enabled : bool
-        ``False`` never saves.
+        ``False`` (``default_hooks.checkpoint=None``) never saves.
     interval : int
         Save every ``interval`` epochs (or iterations); ``<= 0`` never.
     by_epoch : bool
-        Count ``interval`` and ``save_begin`` in epochs, else in iterations.
     keep_last : int
-        Checkpoints to keep (MMEngine's ``max_keep_ckpts``); ``-1`` keeps all.
+        MMEngine's ``max_keep_ckpts``; ``-1`` keeps all.
     save_last : bool
-        Also save after the last epoch (or iteration).
     save_begin : int
         The first count at which an interval save can fall.
     save_best, rules : tuple
-        Metrics that keep a ``best_*`` checkpoint, and their comparisons.
+        Metrics that keep a ``best_*`` checkpoint, and their comparisons (``None``: auto).
     greater_keys, less_keys : tuple of str
-        Metric name parts from which an ``'auto'`` rule is inferred.
+        Metric name parts from which a rule is inferred.
     published_keys : tuple of str, optional
-        Checkpoint entries kept in the published checkpoints; ``None``
-        publishes nothing.
+        Entries of the published checkpoints; ``None`` publishes nothing.
     async_save : bool
-        Write portable checkpoints in the background (flexgraph's own option).
+        Write portable checkpoints in the background.
 
     Examples
     --------
@@ -278,13 +235,13 @@ class CheckpointPolicy:
     async_save: bool = False
 
     def due_after_iter(self, iters_done: int, max_iters: int) -> bool:
-        """An iteration save is due once ``iters_done`` iterations are complete."""
+        """Whether a save is due once ``iters_done`` iterations are complete."""
         return self.enabled and not self.by_epoch and (
             _every_n(iters_done, self.interval, self.save_begin)
             or (self.save_last and iters_done == max_iters))
 
     def due_after_epoch(self, epochs_done: int, max_epochs: int) -> bool:
-        """An epoch save is due once ``epochs_done`` epochs are complete."""
+        """Whether a save is due once ``epochs_done`` epochs are complete."""
         return self.enabled and self.by_epoch and (
             _every_n(epochs_done, self.interval, self.save_begin)
             or (self.save_last and epochs_done == max_epochs))
@@ -299,13 +256,7 @@ class CheckpointPolicy:
         return min(due) if due else None
 
     def rule_for(self, key: str, rule: str | None = None) -> str:
-        """``rule``, or the one MMEngine infers for metric ``key`` from its name.
-
-        Raises
-        ------
-        ConfigError
-            No rule given and ``key`` matches neither ``greater_keys`` nor ``less_keys``.
-        """
+        """``rule``, or the one MMEngine infers for metric ``key`` from its name."""
         if rule is not None:
             return rule
         name = key.lower()
@@ -341,25 +292,13 @@ def _names(value: Any, what: str, *, unique: bool = True) -> tuple[str, ...] | N
 def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
     """Map ``default_hooks.checkpoint`` onto a :class:`CheckpointPolicy`.
 
-    Options flexgraph does not act on are reported by
-    :func:`flexgraph.training.config.warn_unused_keys`, not here.
-
     Parameters
     ----------
     cfg : Config or Mapping
-        Its ``default_hooks.checkpoint`` is read (``None`` there: no
-        checkpoints).
 
     Returns
     -------
     CheckpointPolicy
-        How often to save, how many to keep, what to keep the best of.
-
-    Raises
-    ------
-    ConfigError
-        A malformed ``save_best`` / ``rule`` / ``published_keys``, an unknown rule,
-        or a metric whose rule cannot be inferred.
     """
     hooks = section(cfg, "default_hooks", {})
     if "checkpoint" in hooks and hooks["checkpoint"] is None:
@@ -408,27 +347,18 @@ _STATISTICS = frozenset({"mean", "max", "min", "current"})  # MMEngine's History
 class LogProcessorPolicy:
     """What a logged value is: MMEngine's ``log_processor`` (``LogProcessor``'s options).
 
-    A key matching ``mean_pattern`` (the losses, ``grad_norm``) is logged as
-    its mean over the last ``window_size`` iterations, any other key (``lr``)
-    as its latest value; ``custom_cfg`` adds or replaces keys with other
-    statistics, as MMEngine's ``LogProcessor`` has them.
-
     Parameters
     ----------
     window_size : int
-        Iterations a mean is taken over (MMEngine's default: 10).
     by_epoch : bool or None
-        Log lines and scalars by epoch (``Epoch(train) [e][i/N]``, an
-        ``epoch`` scalar) or by iteration; ``None``: as the train loop runs.
+        Log by epoch or by iteration; ``None``: as the train loop runs.
     custom_cfg : tuple of dict
-        ``dict(data_src=..., method_name='mean'|'max'|'min'|'current',
-        window_size=int|'epoch'|'global', log_name=...)`` entries.
+        Other statistics of some keys, as MMEngine's ``custom_cfg`` gives them.
     num_digits : int
-        Digits shown in a log line.
     log_with_hierarchy : bool
         Scalars keep their ``train/`` and ``val/`` prefixes.
     mean_pattern : str
-        A regular expression: the keys logged as window means.
+        Keys logged as a mean over ``window_size``; others as their latest value.
     """
 
     window_size: int = 10
@@ -442,28 +372,16 @@ class LogProcessorPolicy:
 def log_processor_policy(cfg: Any) -> LogProcessorPolicy:
     """``log_processor``, checked as MMEngine's ``LogProcessor`` checks it.
 
-    Without one, MMEngine's defaults apply, except ``by_epoch``, which then
-    follows the train loop (MMEngine's default, ``True``, would number an
-    iteration loop's lines as epoch 1).
+    Without one, ``by_epoch`` follows the train loop (MMEngine's ``True`` would
+    number an iteration loop's lines as epoch 1).
 
     Parameters
     ----------
     cfg : Config or Mapping
-        ``log_processor`` is read from it.
 
     Returns
     -------
     LogProcessorPolicy
-        ``LogProcessor``'s options, MMEngine's defaults where the config gives none.
-
-    Raises
-    ------
-    ConfigError
-        A ``type`` other than ``LogProcessor``, an option ``LogProcessor``
-        does not have, a ``window_size`` that is not an int >= 1, or a
-        ``custom_cfg`` entry MMEngine would refuse (no ``data_src`` or
-        ``method_name``, an unknown ``method_name``, a window of ``'epoch'``
-        with ``by_epoch=False``, one ``log_name`` twice).
     """
     given = section(cfg, "log_processor")
     if given is None:
@@ -526,23 +444,17 @@ def _custom_log(entry: Any, i: int, by_epoch: bool) -> dict[str, Any]:
 
 @attrs.frozen
 class LoggerPolicy:
-    """When a log line is written and what it says.
+    """When a log line is written and what it says (``default_hooks.logger``).
 
     Parameters
     ----------
     interval : int, default 10
-        Batches between log lines; it counts the batches of the current epoch (an
-        iteration-based loop is one epoch).
+        Batches of the current epoch between log lines.
     ignore_last : bool, default True
-        An epoch whose length is not a multiple of ``interval`` gets a line at its
-        end only when this is false or the epoch is no longer than ``interval``.
+        No line at the end of an epoch longer than, and not a multiple of, ``interval``.
     metric_by_epoch : bool, default True
-        ``log_metric_by_epoch``: validation scalars go to the backends at the epoch
-        of an epoch-based loop (else at the iteration; an iteration-based loop
-        always logs them at the iteration, where MMEngine's would log them all at
-        epoch 0).
+        ``log_metric_by_epoch``: validation scalars at the epoch of an epoch-based loop.
     processor : LogProcessorPolicy
-        The config's ``log_processor``.
     """
 
     interval: int = 10
@@ -552,25 +464,15 @@ class LoggerPolicy:
 
 
 def logger_policy(cfg: Any) -> LoggerPolicy:
-    """``default_hooks.logger`` (MMEngine's defaults: ``interval=10``, ``ignore_last=True``,
-    ``log_metric_by_epoch=True``) and ``log_processor`` (:func:`log_processor_policy`).
+    """``default_hooks.logger`` with MMEngine's defaults, and ``log_processor``.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        ``default_hooks.logger`` and ``log_processor`` are read from it.
 
     Returns
     -------
     LoggerPolicy
-        The logger's interval, ``ignore_last``, ``log_metric_by_epoch`` and the
-        log processor's options.
-
-    Raises
-    ------
-    ConfigError
-        ``interval`` is not an int >= 1, ``ignore_last`` not a bool, or
-        ``log_processor`` is refused (:func:`log_processor_policy`).
     """
     processor = log_processor_policy(cfg)
     logger = section(section(cfg, "default_hooks", {}), "logger", {})
@@ -595,12 +497,10 @@ def work_dir_of(cfg: Any) -> str:
     Parameters
     ----------
     cfg : Config or Mapping
-        Gives ``work_dir``, or the file name its default is made of.
 
     Returns
     -------
     str
-        The work_dir.
     """
     work_dir = section(cfg, "work_dir")
     if work_dir:
@@ -613,14 +513,10 @@ def work_dir_of(cfg: Any) -> str:
 def restart_count() -> int:
     """How often torch's elastic agent has restarted this process's group (0: never).
 
-    ``flexgraph run --max-restarts K`` (or ``torchrun --max-restarts``) restarts
-    every rank after one dies; a restarted rank resumes on its own (see
-    :func:`flexgraph.training.resume.resume_training`).
-
     Returns
     -------
     int
-        ``TORCHELASTIC_RESTART_COUNT`` (0 when unset or not a number).
+        ``TORCHELASTIC_RESTART_COUNT``, 0 when unset or not a number.
     """
     try:
         return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -631,24 +527,16 @@ def restart_count() -> int:
 def resume_source(cfg: Any) -> str | None:
     """What ``resume`` asks for: ``None`` (no resume), ``'auto'``, or a path.
 
-    ``resume=True`` follows MMEngine: resume from ``load_from`` when it is set,
-    otherwise from the latest checkpoint in ``work_dir``. ``resume='auto'``
-    always searches ``work_dir`` (``load_from`` then only seeds a fresh start).
+    ``resume=True`` follows MMEngine: ``load_from`` when set, else the latest in
+    ``work_dir``; ``resume='auto'`` always searches ``work_dir``.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        Its ``resume`` and, for ``resume=True``, ``load_from``.
 
     Returns
     -------
     str or None
-        ``None``, ``'auto'``, or a path.
-
-    Raises
-    ------
-    ConfigError
-        ``resume`` is none of those.
     """
     resume = section(cfg, "resume", False)
     if resume is False or resume is None:
@@ -664,20 +552,14 @@ def resume_source(cfg: Any) -> str | None:
 class StopPolicy:
     """Which signals stop a run cleanly, and how often the ranks agree on a stop.
 
-    On one of ``signals`` the loop finishes the iteration under way, saves a
-    checkpoint and ends the run (see :mod:`flexgraph.training.loop._preemption`). A
-    single process stops right after that iteration; several ranks compare notes
-    every ``check_interval`` iterations (one all-reduce of one number), so they
-    stop at the same iteration, at most ``check_interval`` iterations after the
-    signal.
+    On a signal the loop finishes the iteration, saves and ends the run; several ranks
+    agree every ``check_interval`` iterations (one all-reduce) to stop at the same one.
 
     Parameters
     ----------
     signals : tuple of str, default ('SIGTERM', 'SIGINT')
-        The signal names handled; ``()`` (``preemption=None``) leaves every
-        signal's default action alone.
+        The signals handled; ``()`` (``preemption=None``) handles none.
     check_interval : int, default 10
-        Iterations between the ranks' agreements on a stop.
     """
 
     signals: tuple[str, ...] = ("SIGTERM", "SIGINT")
@@ -709,25 +591,16 @@ def _signal_name(value: Any) -> str:
 def stop_policy(cfg: Any) -> StopPolicy:
     """Map ``cfg.preemption`` onto a :class:`StopPolicy`.
 
-    ``preemption=dict(signal='SIGUSR1', check_interval=10)``: ``signal`` (a name,
-    a number or a list of them) is handled besides SIGTERM and SIGINT;
-    ``preemption=None`` handles no signal at all.
+    ``preemption=dict(signal='SIGUSR1', check_interval=10)`` handles ``signal`` (a
+    name, a number or a list) besides SIGTERM and SIGINT; ``preemption=None`` none.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        Where ``preemption`` is looked up.
 
     Returns
     -------
     StopPolicy
-        The signals handled and the ranks' check interval.
-
-    Raises
-    ------
-    ConfigError
-        An unknown option, an unknown signal, or a ``check_interval`` that is not
-        an integer >= 1.
     """
     if cfg is not None and "preemption" in cfg and cfg["preemption"] is None:
         return StopPolicy(signals=())
@@ -752,12 +625,10 @@ def experiment_name_of(cfg: Any) -> str:
     Parameters
     ----------
     cfg : Config or Mapping
-        Read for ``experiment_name``, then for the file it came from.
 
     Returns
     -------
     str
-        The experiment's name.
     """
     name = section(cfg, "experiment_name")
     filename = getattr(cfg, "filename", None)
@@ -768,37 +639,28 @@ def experiment_name_of(cfg: Any) -> str:
 
 @attrs.frozen
 class RunSettings:
-    """The run's settings, read from the config once, before any step runs.
+    """The run's settings, read once before any step runs: ``flexgraph run``'s ``settings``.
 
-    Steps take what they need from this value instead of reading the config's
-    sections again, so each default and each MMEngine spelling is decided in
-    one place and a contradictory config fails before anything is built. The
-    component configs (``model``, ``optim_wrapper``, the dataloaders, hooks,
-    evaluators) stay in ``cfg``: they are built, not read.
-
-    :func:`read_settings` makes one; ``flexgraph run`` hands it to the plan as
-    the ``settings`` input, next to ``cfg``.
+    The component configs (``model``, ``optim_wrapper``, hooks, ...) stay in ``cfg``:
+    they are built, not read.
 
     Parameters
     ----------
     work_dir : str
-        Where checkpoints and the run's record go (:func:`work_dir_of`).
     experiment_name : str
-        The config's ``experiment_name`` or file stem (:func:`experiment_name_of`).
     log_level : str
     load_from : str or None
         Weights to load before training.
     resume : str or None
         What ``resume`` asks for (:func:`resume_source`).
     restart : int
-        The process group's restarts so far (:func:`restart_count`).
+        The process group's restarts so far.
     train : TrainLength or None
-        ``train_cfg``; ``None`` when the config has none (an evaluation run).
+        ``None`` without ``train_cfg`` (an evaluation run).
     checkpoint : CheckpointPolicy
     logger : LoggerPolicy
     stop : StopPolicy
     watch : WatchPolicy
-        ``env_cfg.stall_timeout`` and ``env_cfg.shutdown_timeout`` (the watchdog's).
 
     Examples
     --------
@@ -825,7 +687,7 @@ class RunSettings:
         Raises
         ------
         ConfigError
-            The config has no ``train_cfg``, or :meth:`TrainLength.schedule` refuses.
+            The config has no ``train_cfg``.
         """
         if self.train is None:
             raise ConfigError("train_cfg: training needs max_epochs >= 1 or max_iters >= 1; "
@@ -840,9 +702,8 @@ class RunSettings:
 def read_settings(cfg: Any) -> RunSettings:
     """Read every section the runtime acts on into one :class:`RunSettings`.
 
-    The component sections, which steps build later, are checked first
-    (:func:`~flexgraph.training.config.check_sections`), so that a malformed
-    hook, optimizer, scheduler or dataloader fails before the model is built.
+    The component sections are checked first (:func:`check_sections`), so that a
+    malformed one fails before the model is built.
 
     Parameters
     ----------
@@ -852,14 +713,6 @@ def read_settings(cfg: Any) -> RunSettings:
     Returns
     -------
     RunSettings
-        The frozen settings the steps take as their ``settings`` input.
-
-    Raises
-    ------
-    ConfigError
-        Any section's reader refuses it (see :func:`train_length`,
-        :func:`checkpoint_policy`, :func:`logger_policy`, :func:`stop_policy`,
-        :func:`watch_policy`, :func:`resume_source`), or a component section is malformed.
     """
     check_sections(cfg)
     load_from = section(cfg, "load_from")
@@ -886,16 +739,11 @@ def _is_local(path: str) -> bool:
 def check_paths(settings: RunSettings) -> None:
     """Refuse, before any step runs, paths the run could not use.
 
-    ``work_dir`` (or a folder above it) must not be a file, and ``load_from`` /
-    ``resume`` must exist when they name local paths. Not part of
-    :func:`read_settings`, which reads a config without looking at the file
-    system; ``flexgraph run`` calls both (see
-    :func:`~flexgraph.training.graph.standard_inputs`).
+    Kept apart from :func:`read_settings`, which never looks at the file system.
 
     Parameters
     ----------
     settings : RunSettings
-        The run's settings (:func:`read_settings`).
 
     Raises
     ------

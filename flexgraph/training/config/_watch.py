@@ -1,25 +1,12 @@
 """``env_cfg.stall_timeout`` and ``env_cfg.shutdown_timeout``: how long a run may make no
 progress, and how long its ranks get to stop.
 
-The watchdog that acts on them is the command line's (``flexgraph run``,
-:mod:`flexgraph.cli.watchdog`): every process of a run watches its own
-progress, and one that made none within its limit has the run stopped, with
-every rank's stack in the run's folder. This module only reads the two keys,
-so that their defaults and their checks live where every other key's do, and
-derives from them the timeout the process group is given
-(:func:`collective_timeout`), so that the watchdog, which names the rank at
-fault, reports before a collective times out, which names none.
-
-The limits (see :meth:`WatchPolicy.limit`):
-
-- **an iteration** of the training loop: ``stall_timeout`` seconds; by
-  default the larger of :data:`AUTO_FLOOR` and :data:`AUTO_FACTOR` times the
-  slowest iteration the run has seen so far;
-- **the longer phases**, each the larger of that bound and
-  :data:`LONG_PHASE_ALLOWANCE`: a setup step (rank 0 may build or load a
-  model alone while the others wait for it), the first iteration of a
-  training step (a compile, the first batch of a slow dataset), an evaluation
-  pass and a checkpoint save.
+The watchdog that acts on them is the CLI's (:mod:`flexgraph.cli.watchdog`); this
+module reads the keys beside every other key and derives the process group's
+timeout from them (:func:`collective_timeout`), so that the watchdog, which names
+the rank at fault, reports before a collective times out, which names none.
+An iteration gets ``stall_timeout``; the long phases (a setup step, a first
+iteration, an evaluation, a save) at least :data:`LONG_PHASE_ALLOWANCE`.
 """
 
 from __future__ import annotations
@@ -40,15 +27,13 @@ AUTO_FLOOR = 300.0
 AUTO_FACTOR = 10
 """By default an iteration may take this many times the slowest one seen so far."""
 LONG_PHASE_ALLOWANCE = 1800.0
-"""Seconds a setup step, a first iteration, an evaluation or a save may make no progress
-(torch's default process-group timeout on gloo: how long the other ranks waited before)."""
+"""Seconds a long phase may make no progress (torch's default process-group timeout on gloo)."""
 COLLECTIVE_MARGIN = 120.0
 """Seconds a collective's timeout exceeds the longest limit: the watchdog reports first."""
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
-"""Seconds between the SIGTERM and the SIGKILL of a stopping run's ranks: torch's default
-(``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``)."""
+"""Seconds between SIGTERM and SIGKILL of a stopping run's ranks (torch's default)."""
 PHASES = ("iteration", "first iteration", "setup", "evaluation", "save")
-"""What a process can be doing when it is watched; every phase but an iteration is long."""
+"""What a watched process can be doing; every phase but an iteration is long."""
 
 
 @attrs.frozen
@@ -58,11 +43,9 @@ class WatchPolicy:
     Parameters
     ----------
     stall_timeout : float or None
-        Seconds an iteration may take; ``None``: the default, from what the run
-        has seen (:meth:`iteration_bound`); ``0``: no watchdog.
+        Seconds an iteration may take; ``None``: from the slowest seen; ``0``: no watchdog.
     shutdown_timeout : float
-        Seconds a stopping run's ranks get between SIGTERM (they save at the
-        next iteration boundary if they reach it) and SIGKILL.
+        Seconds a stopping run's ranks get between SIGTERM and SIGKILL.
 
     Examples
     --------
@@ -106,26 +89,16 @@ def _seconds(cfg: Any, key: str, default: Any) -> Any:
 def watch_policy(cfg: Any, environ: Any = None) -> WatchPolicy:
     """Read ``env_cfg.stall_timeout`` and ``env_cfg.shutdown_timeout``.
 
-    ``shutdown_timeout`` defaults to ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, as
-    torchrun's does.
-
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config; its ``env_cfg`` section holds the two keys.
     environ : Mapping, optional
-        Where ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` is looked up; the process's
-        environment by default.
+        Where ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (the shutdown default, as torchrun's)
+        is looked up; ``os.environ`` by default.
 
     Returns
     -------
     WatchPolicy
-        The bound and the grace period the run is watched with.
-
-    Raises
-    ------
-    ConfigError
-        Either key is not a number of seconds >= 0.
     """
     environ = os.environ if environ is None else environ
     torch_default = environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
@@ -138,26 +111,21 @@ def watch_policy(cfg: Any, environ: Any = None) -> WatchPolicy:
 
 
 def collective_timeout(policy: WatchPolicy) -> float:
-    """The process group's timeout when ``dist_cfg`` gives none: longer than every limit
-    the watchdog applies, so that a stuck rank is named by the watchdog, not found by a
-    collective that timed out; torch's default of 1800 s without a watchdog.
+    """The process group's timeout when ``dist_cfg`` gives none: beyond every watchdog limit.
 
     Parameters
     ----------
     policy : WatchPolicy
-        The run's watchdog policy (:func:`watch_policy`).
 
     Returns
     -------
     float
-        Seconds a collective may wait.
+        Seconds; torch's default without a watchdog.
 
     Examples
     --------
     >>> collective_timeout(WatchPolicy(stall_timeout=20))
     1920.0
-    >>> collective_timeout(WatchPolicy(stall_timeout=0))
-    1800.0
     """
     if not policy.enabled:
         return LONG_PHASE_ALLOWANCE

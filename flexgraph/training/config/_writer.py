@@ -1,34 +1,18 @@
 """The resolved config as a runnable ``.py`` file, in MMEngine's ``dict(...)`` spelling.
 
-MMEngine's ``Config.dump`` formats its text with yapf, which costs a run's
-start 8 ms for a ten-line config and 200 ms for one the size of
-MMDetection's Mask R-CNN config (179 lines; 0.3 ms spelled here). A config of
-Python literals (strings, numbers, booleans, ``None``, and dicts, lists and
-tuples of them), which is what MMEngine-style configs are, needs no formatter:
-:func:`config_text` spells it directly, one ``key = value`` statement per
-top-level key, in the config's own order, each value on one line when it fits
-in ``WIDTH`` columns and one item per line otherwise. Anything else (a class
-or function object, as a lazy-import config holds; a non-finite float; a key
-that is not a string) is left to ``Config.dump``: :func:`write_config` falls
-back to it.
+MMEngine's ``Config.dump`` formats its text with yapf, which is slow on a run's
+start. A config of Python literals, which MMEngine-style configs are, needs no
+formatter: :func:`config_text` spells it directly, one ``key = value`` per
+top-level key, each value on one line when it fits in ``WIDTH`` columns.
+Anything else (an object, a non-finite float, a non-string key) is left to
+``Config.dump``, which :func:`write_config` falls back to.
 
-Every key reads back as it was, whatever its spelling:
-
-* a key that is not a plain ASCII identifier, or is a keyword (``'º'``, which
-  Python would read as ``o``; ``'a b'``; ``'class'``; ``'None'``), is spelled as
-  a string: ``{'class': ...}`` inside a value, ``globals()['a b'] = ...`` at the
-  top level, where ``Config.fromfile`` keeps whatever the file's globals hold;
-* a string that holds ``{{`` (a key or a value) spells its braces as ``\\x7b``:
-  ``Config.fromfile`` substitutes ``{{ fileDirname }}``, ``{{$VAR:default}}``
-  and ``{{_base_.name}}`` anywhere in the file's text;
-* a top-level key named ``dict`` or ``globals`` would hide the builtin the
-  other statements call: the file then spells dicts as ``{...}``, and keys
-  after ``globals`` through ``(lambda: None).__globals__``.
-
-No file can hold a top-level key that ``Config.fromfile`` drops or acts on
-(one starting with ``__``, ``_base_``, ``_deprecation_``) or that ``Config``
-refuses (``filename``, ``text``, ``pretty_text``, ``env_variables``):
-:func:`config_text` and :func:`write_config` raise a ``ConfigError`` naming it.
+Every key reads back as it was: a key that is not a plain ASCII identifier or is
+a keyword is spelled as a string (``globals()['a b'] = ...`` at the top level); a
+string holding ``{{`` spells its braces ``\\x7b`` (``Config.fromfile`` substitutes
+templates); a top-level ``dict`` or ``globals`` key changes how the rest is
+spelled. A top-level key that ``Config.fromfile`` drops or acts on, or that
+``Config`` refuses, raises a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -56,14 +40,15 @@ _UNWRITABLE = frozenset({
 
 
 class _NotLiteral(Exception):
-    """A value that has no literal spelling (the caller falls back to ``Config.dump``)."""
+    """A value with no literal spelling (the caller falls back to ``Config.dump``)."""
 
 
 def _spell(value: Any, indent: int, start: int, tail: int = 1, calls: bool = True) -> str:
-    """``value`` as Python source, starting at column ``start`` of a line indented by
-    ``indent`` (where its continuation lines go), ``tail`` characters before the end of
-    its line (an item's comma); dicts as ``dict(...)`` calls where ``calls`` and their
-    keys allow."""
+    """``value`` as Python source at column ``start`` of a line indented by ``indent``.
+
+    ``tail`` columns are kept free at its end (an item's comma); dicts are spelled as
+    ``dict(...)`` calls where ``calls`` and their keys allow.
+    """
     if isinstance(value, str):
         return _string(value)
     if isinstance(value, _ATOMS):
@@ -97,12 +82,7 @@ def _spell(value: Any, indent: int, start: int, tail: int = 1, calls: bool = Tru
 
 
 def _string(text: str) -> str:
-    """``text`` as a string literal that ``Config.fromfile`` reads back unchanged.
-
-    It substitutes ``{{ ... }}`` templates in the file's text before it runs the
-    file; a ``{`` is never part of an escape in ``repr``, so each one can be spelled
-    ``\\x7b`` instead.
-    """
+    """``text`` as a literal ``Config.fromfile`` reads back: ``{`` spelled ``\\x7b`` in ``{{``."""
     spelled = repr(text)
     return spelled.replace("{", "\\x7b") if "{{" in spelled else spelled
 
@@ -110,9 +90,8 @@ def _string(text: str) -> str:
 def _is_name(key: str) -> bool:
     """Whether ``key`` reads back as itself when spelled ``dict(key=...)`` or ``key = ...``.
 
-    Only plain ASCII identifiers do: Python reads identifiers in NFKC form, so
-    ``'º'`` would read back as ``'o'``; keywords (``'class'``, ``'None'``) and
-    ``'__debug__'`` are syntax errors there.
+    Only plain ASCII identifiers do: Python reads identifiers in NFKC form (``'º'``
+    reads back as ``'o'``), and keywords are syntax errors there.
     """
     return (key.isascii() and key.isidentifier() and not keyword.iskeyword(key)
             and key != "__debug__")
@@ -130,8 +109,7 @@ def _check_top_level(key: Any) -> None:
 
 
 def _enclose(opening: str, items: list[str], closing: str, indent: int, taken: int) -> str:
-    """The items on one line if it fits beside the ``taken`` columns, else one per line
-    (a trailing comma each)."""
+    """The items on one line if it fits beside ``taken`` columns, else one per line."""
     one_line = opening + ", ".join(items) + closing
     if "\n" not in one_line and taken + len(one_line) <= WIDTH:
         return one_line
@@ -140,18 +118,15 @@ def _enclose(opening: str, items: list[str], closing: str, indent: int, taken: i
 
 
 def config_text(cfg: Any) -> str | None:
-    """The config (an mmengine ``Config``) as runnable Python.
+    """The config as runnable Python, or ``None`` when some value has no literal spelling.
 
     Parameters
     ----------
     cfg : Config
-        The run's config.
 
     Returns
     -------
     str or None
-        Python that rebuilds the config, or ``None`` when some value has no
-        literal spelling.
 
     Raises
     ------
@@ -184,17 +159,13 @@ def write_config(cfg: Any, path: str | Path) -> None:
     Parameters
     ----------
     cfg : Config
-        The run's config.
     path : str or Path
-        The file to write (``config.py`` in the run's folder).
 
     Raises
     ------
     ConfigError
-        A top-level key that no config file can hold, and, in a config that only
-        ``Config.dump`` spells, one that its ``key = ...`` would not read back
-        (``a b``, ``class``, ``º``) or ``dict`` (which would hide the builtin its
-        other statements call).
+        A top-level key that no config file can hold, or (through ``Config.dump``)
+        that would not read back as itself.
     """
     text = config_text(cfg)
     if text is not None:

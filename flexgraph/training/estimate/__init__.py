@@ -1,12 +1,9 @@
 """Will it fit? Per-rank memory estimates of a training config under candidate strategies.
 
-Nothing is allocated: the model is built on the meta device, one training
-step is traced there (:mod:`._trace`), and each strategy's memory model
-(a module of its own in ``flexgraph.strategies``, named by
-``Strategy.memory_model``; see :mod:`._parts`) says what it keeps per rank.
-Each also says what setup holds on the host before the optimizer exists
-(rank 0's and the other ranks'). ``flexgraph plan --estimate / --compare /
---strategy auto`` show it.
+Nothing is allocated: the model is built on the meta device, one training step
+is traced there, and each strategy's memory model (``Strategy.memory_model``, see
+:mod:`._parts`) says what it keeps per rank, and what setup holds on the host.
+``flexgraph plan --estimate / --compare / --strategy auto`` show it.
 """
 
 from flexgraph.training.estimate._auto import (
@@ -42,18 +39,22 @@ from flexgraph.training.estimate._estimate import (
     estimate,
 )
 from flexgraph.training.estimate._parts import (
+    Allocation,
     CandidateError,
     SetupMemory,
     StrategyMemory,
     bytes_per,
     replicated_states,
+    trains_on,
     whole_model_setup,
+    whole_model_steps,
 )
 from flexgraph.training.estimate._trace import StepTrace, UntraceableModelError, trace_step
 
 __all__ = [
     "AUTO_MARGIN",
     "AUTO_ORDER",
+    "Allocation",
     "PARTS",
     "PRECISIONS",
     "SCHEMA",
@@ -86,5 +87,7 @@ __all__ = [
     "take_census",
     "target_device",
     "trace_step",
+    "trains_on",
     "whole_model_setup",
+    "whole_model_steps",
 ]

@@ -1,12 +1,8 @@
 """Attention as a GPU runs it, for a step traced on the meta device.
 
-``F.scaled_dot_product_attention`` picks its kernel by device: on the meta
-device it would fall back to the math implementation, which keeps the whole
-score matrix for backward (batch x heads x tokens^2), where CUDA runs a fused
-kernel that keeps only the output and its log-sum-exp. This mode calls the
-fused kernel CUDA would pick (flash attention for fp16 / bf16, the
-memory-efficient one otherwise); both have meta implementations, forward and
-backward, so the trace counts what a GPU keeps.
+On the meta device ``F.scaled_dot_product_attention`` would fall back to the math
+implementation, which keeps the whole score matrix for backward; this mode calls
+the fused kernel CUDA would pick, whose meta implementations keep what a GPU keeps.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """``--strategy auto``: the fastest-communicating candidate whose estimate fits.
 
-Candidates are tried in the order of what they communicate per step: one
-process needs none (``single``); with several, DDP all-reduces gradients
-only, ZeRO-1/2 add a parameter all-gather of optimizer partitions, FSDP and
-ZeRO-3 gather parameters in every forward and backward, and offload moves
-optimizer states over PCIe. The first whose per-rank peak fits the device
-with the margin, and whose setup fits the node's host memory with the margin
-(rank 0 and the node's other ranks together: DDP's whole model on every rank
-may not, where ZeRO-3's partitions do), wins; the plan shows the whole table
-and the reason, naming the candidates refused for their setup.
+Candidates are tried by what they communicate per step (:data:`AUTO_ORDER`);
+the first whose per-rank peak fits the device, and whose setup fits the node's
+host memory (rank 0 and the other ranks together), both with the margin, wins.
 """
 
 from __future__ import annotations
@@ -32,13 +26,12 @@ GB = 1e9
 
 
 def _size(nbytes: float) -> str:
-    """``12.3 GB``, or ``456 MB`` below a gigabyte (a decimal place of a GB says little there)."""
+    """``12.3 GB``, or ``456 MB`` below a gigabyte."""
     return f"{nbytes / GB:.1f} GB" if nbytes >= GB else f"{nbytes / 1e6:.0f} MB"
 
 
 class NothingFitsError(ConfigError):
-    """No candidate's estimate fits the device; the message names the smallest and
-    what would make it fit."""
+    """No candidate fits; the message names the smallest and what would make it fit."""
 
 
 @attrs.frozen
@@ -48,9 +41,8 @@ class AutoChoice:
     Parameters
     ----------
     label : str
-        The chosen candidate, as ``--compare`` writes it (``'ddp'``, ``'deepspeed:zero2'``).
+        As ``--compare`` writes it (``'deepspeed:zero2'``).
     reason : str
-        Why, in one line (the run's summary line says it).
     """
 
     label: str
@@ -58,18 +50,15 @@ class AutoChoice:
 
 
 def auto_candidates(world_size: int) -> tuple[str, ...]:
-    """What ``--strategy auto`` compares for ``world_size`` processes.
+    """What ``--strategy auto`` compares for ``world_size`` processes, in order.
 
     Parameters
     ----------
     world_size : int
-        The ranks the run will have.
 
     Returns
     -------
     tuple of str
-        The candidates, cheapest communication first (:data:`AUTO_ORDER`; single
-        device alone for one process).
     """
     return ("single",) if world_size == 1 else AUTO_ORDER
 
@@ -96,18 +85,15 @@ def setup_refusal(row: CandidateEstimate, host_memory: int, processes_per_node: 
     Parameters
     ----------
     row : CandidateEstimate
-        One candidate's estimate.
     host_memory : int
         Bytes of host memory one node has.
     processes_per_node : int
-        The ranks on that node (rank 0 and the others).
     margin : float, default AUTO_MARGIN
         The share of ``host_memory`` left free.
 
     Returns
     -------
     str or None
-        One line naming the candidate and the bytes, or ``None``.
     """
     if row.setup is None:
         return None
@@ -124,34 +110,27 @@ def setup_refusal(row: CandidateEstimate, host_memory: int, processes_per_node: 
 def choose_strategy(result: Estimate, capacity: int, margin: float = AUTO_MARGIN, *,
                     host_memory: int | None = None, processes_per_node: int = 1
                     ) -> AutoChoice:
-    """The first candidate of ``result`` (in its order) that fits ``capacity`` with ``margin``.
-
-    With ``host_memory`` (one node's), a candidate whose setup does not fit it
-    (:func:`setup_refusal`) is refused, and the reason names it.
+    """The first candidate of ``result`` that fits ``capacity`` with ``margin``.
 
     Parameters
     ----------
     result : Estimate
-        The estimates of the candidates, in the order to try them.
+        The candidates' estimates, in the order to try them.
     capacity : int
-        Bytes a rank has (:func:`device_memory`).
+        Bytes a rank has.
     margin : float, default AUTO_MARGIN
-        The share of ``capacity`` left free.
     host_memory : int, optional
-        Bytes of host memory one node has, which its ranks share during setup.
+        One node's host memory: a candidate whose setup does not fit is refused.
     processes_per_node : int, default 1
-        The ranks on one node.
 
     Returns
     -------
     AutoChoice
-        The chosen candidate and why.
 
     Raises
     ------
     NothingFitsError
-        None fits: the smallest estimate and what would make it fit, or every
-        one that fits the device was refused for its setup.
+        None fits, or every one that fits was refused for its setup.
     """
     usable = int(capacity * (1 - margin))
     refused = []

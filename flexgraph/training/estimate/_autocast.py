@@ -1,12 +1,9 @@
 """Autocast's dtype rules, for a step traced on the meta device.
 
-``torch.autocast`` acts on CUDA or CPU tensors only, and a meta tensor is
-neither: traced as it is, an AMP step would keep every activation in fp32.
-This mode applies CUDA autocast's rules above autograd, where autocast itself
-sits: matrix products run in the low precision (their weights cast once per
-forward and cached, as autocast caches them), the ops autocast promotes run in
-fp32, the rest in their inputs' dtype. Autograd records the casts, so saved
-activations have the dtypes and sizes a real AMP step saves.
+``torch.autocast`` ignores meta tensors, so a traced AMP step would keep every
+activation in fp32. This mode applies CUDA autocast's rules above autograd, as
+autocast does (weights cast once per forward), so saved activations have the
+dtypes a real AMP step saves.
 """
 
 from __future__ import annotations

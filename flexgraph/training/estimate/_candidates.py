@@ -1,11 +1,8 @@
 """``NAME[:STAGE][:PRECISION]``: the strategies an estimate compares.
 
-``ddp``, ``ddp:fp16``, ``fsdp:bf16``, ``deepspeed:zero1:fp16``, ``deepspeed:zero3``:
-the name is a registered strategy; what a stage or a precision means is the
-strategy's own memory module's to say (``candidate_options``), so nothing here
-knows any strategy by name. Without a precision a candidate keeps the config's
-(its ``AmpOptimWrapper``, or the config's strategy's own when it is the same
-strategy).
+The name is a registered strategy; what a stage or precision means is its memory
+model's to say (``candidate_options``), so nothing here knows a strategy by name.
+Without a precision a candidate keeps the config's.
 """
 
 from __future__ import annotations
@@ -32,16 +29,14 @@ class Candidate:
     Parameters
     ----------
     label : str
-        The candidate as written (``NAME[:STAGE][:PRECISION]``).
+        The candidate as written.
     strategy : Strategy
-        The strategy it builds, with the stage's and precision's options.
     amp : str or None
-        The AMP precision it computes in (``'fp16'``, ``'bf16'``), ``None`` for fp32.
+        The AMP precision it computes in; ``None`` for fp32.
     name : str
         The strategy's registry name.
     options : Mapping, default {}
-        The options the strategy was built with (``--strategy auto`` hands them
-        to the run).
+        The options the strategy was built with (``--strategy auto`` hands them to the run).
     """
 
     label: str
@@ -68,28 +63,25 @@ def _base_options(name: str, config_strategy: Any) -> dict[str, Any]:
 
 
 def parse_candidate(text: str, config_strategy: Any, amp: str | None) -> Candidate:
-    """One candidate from its text; ``amp``: the config's AMP precision.
+    """One candidate from its text.
 
     Parameters
     ----------
     text : str
         ``NAME[:STAGE][:PRECISION]``.
     config_strategy : Any
-        The config's ``strategy``, whose options a candidate of the same strategy
-        starts from.
+        The config's ``strategy``, whose options a candidate of the same strategy starts from.
     amp : str or None
-        The config's AMP precision, the candidate's unless it names one.
+        The config's AMP precision.
 
     Returns
     -------
     Candidate
-        The candidate, its strategy built.
 
     Raises
     ------
     CandidateError
-        The text is malformed, or the strategy has no memory model or refuses the
-        stage.
+        The text is malformed, or the strategy has no memory model or refuses the stage.
     UnknownStrategyError
         No strategy of that name is registered.
     """
@@ -115,21 +107,12 @@ def parse_candidates(text: str, config_strategy: Any, amp: str | None) -> list[C
     Parameters
     ----------
     text : str
-        Comma-separated ``NAME[:STAGE][:PRECISION]``.
     config_strategy : Any
-        The config's ``strategy``.
     amp : str or None
-        The config's AMP precision.
 
     Returns
     -------
     list of Candidate
-        In the order written.
-
-    Raises
-    ------
-    CandidateError
-        No candidate, or a malformed one.
     """
     labels = [part for part in text.split(",") if part.strip()]
     if not labels:

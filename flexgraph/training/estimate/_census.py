@@ -1,8 +1,7 @@
-"""What a model holds, counted without storage: parameters by kind and by module.
+"""What a model holds, counted on the meta device: parameters by kind and by module.
 
-Counted on the model built on the meta device; nothing here depends on the
-strategy. The largest layer is DeepSpeed's definition (the most parameters one
-module holds directly), which its ZeRO-3 estimate and ours both need.
+The largest layer is DeepSpeed's definition (the most parameters one module holds
+directly), which its ZeRO-3 estimate and ours both need.
 """
 
 from __future__ import annotations
@@ -19,29 +18,21 @@ __all__ = ["Census", "take_census"]
 
 @attrs.frozen
 class Census:
-    """Parameter counts of one model (shared parameters counted once).
+    """Parameter counts of one model, in elements (shared parameters counted once).
 
     Parameters
     ----------
-    total : int
-        Elements of every parameter.
-    trainable : int
-        Elements of the parameters that require grad.
-    frozen : int
-        ``total - trainable``.
+    total, trainable, frozen : int
     param_bytes : int
-        Bytes of every parameter, in its own dtype.
+        Every parameter in its own dtype.
     largest_layer : int
-        Elements of the largest module's own parameters.
+        The largest module's own parameters.
     largest_param : int
-        Elements of the largest trainable parameter (an optimizer's per-tensor
-        temporaries are its size).
+        The largest trainable parameter (an optimizer's per-tensor temporaries are its size).
     by_module : tuple of (str, int, int)
-        ``(name, total, trainable)`` per top-level child module, parameters held
-        by the root itself under ``"(root)"``.
+        ``(name, total, trainable)`` per top-level child, the root's own as ``"(root)"``.
     model : Any
-        The meta model itself, for strategies that need its structure (FSDP's
-        units).
+        The meta model itself, for strategies that need its structure.
     """
 
     total: int
@@ -71,12 +62,10 @@ def take_census(model: nn.Module) -> Census:
     Parameters
     ----------
     model : torch.nn.Module
-        A model (meta tensors are counted as well as real ones).
 
     Returns
     -------
     Census
-        Its parameter counts.
     """
     module = unwrap_model(model)
     params = list(module.parameters())

@@ -1,8 +1,4 @@
-"""What an estimate reads from the training config: batch, AMP precision, optimizer.
-
-Read from the config as the run would build it, without building the
-optimizer (it needs real parameters) or the dataset's whole length.
-"""
+"""What an estimate reads from the training config: batch, AMP precision, optimizer."""
 
 from __future__ import annotations
 
@@ -19,27 +15,24 @@ OPTIMIZER_STATES = {
     "DeepSpeedCPUAdam": 2, "Lamb": 2, "FusedLamb": 2, "Lion": 1, "Adagrad": 1,
     "RMSprop": 1, "Adadelta": 2, "SGD": 0, "ASGD": 2, "LBFGS": 2, "Rprop": 2,
 }
-"""fp32 state tensors per parameter the size of it, by optimizer class name (torch's
-defaults; SGD gains one with ``momentum``)."""
+"""fp32 states per parameter, by optimizer class name (torch's defaults; SGD gains one with
+``momentum``).
+"""
 
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "fp16": "fp16",
            "bf16": "bf16"}
 
 
 def amp_precision(cfg: Any) -> str | None:
-    """``'fp16'`` / ``'bf16'`` when ``optim_wrapper`` is MMEngine's ``AmpOptimWrapper``.
-
-    Its default dtype is float16 on CUDA (what an estimate is for).
+    """``'fp16'`` / ``'bf16'`` for an ``AmpOptimWrapper`` (float16 by default), else ``None``.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        Its ``optim_wrapper`` (type and ``dtype``) is read.
 
     Returns
     -------
     str or None
-        ``'fp16'`` or ``'bf16'``; ``None`` without AMP.
     """
     wrapper = section(cfg, "optim_wrapper") or {}
     kind = str(wrapper.get("type", "")).rpartition(".")[2]
@@ -55,12 +48,10 @@ def optimizer_states(cfg: Any) -> tuple[int, str]:
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config; its ``optim_wrapper.optimizer``.
 
     Returns
     -------
     tuple of (int, str)
-        fp32 states per trainable parameter, and the optimizer's name.
     """
     name, optimizer = _optimizer_cfg(cfg)
     states = OPTIMIZER_STATES.get(name, 2)
@@ -80,17 +71,13 @@ def _optimizer_cfg(cfg: Any) -> tuple[str, Mapping[str, Any]]:
 def step_temporaries(cfg: Any, stepped: tuple[int, int], device: str) -> tuple[int, str | None]:
     """The bytes torch's Adam / AdamW allocate during their step and free again, with a note.
 
-    The for-loop kernel (torch's default on the CPU) computes ``exp_avg_sq.sqrt() /
-    bias_correction`` one tensor at a time: two temporaries the size of the
-    largest (DeepSpeed's ZeRO-1/2 step one flat partition: twice the partition).
-    The foreach kernels (the default on CUDA, ``device='cuda'``) take one
-    square root of every state at once: one fp32 tensor per stepped one. A
-    fused step allocates none; other optimizers are not modelled (0).
+    The for-loop kernel (the CPU default) takes two temporaries the size of the largest
+    tensor; the foreach kernels (the CUDA default) one fp32 tensor per stepped one; a
+    fused step none. Other optimizers are not modelled (0).
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config; its ``optim_wrapper.optimizer``.
     stepped : tuple of (int, int)
         The largest tensor and all elements stepped at a rank.
     device : str
@@ -99,8 +86,7 @@ def step_temporaries(cfg: Any, stepped: tuple[int, int], device: str) -> tuple[i
     Returns
     -------
     tuple of (int, str or None)
-        The bytes, and a note on what they assume (``None`` when nothing is
-        allocated).
+        The bytes, and what they assume (``None`` when nothing is allocated).
     """
     name, optimizer = _optimizer_cfg(cfg)
     largest, total = stepped
@@ -119,11 +105,9 @@ def step_temporaries(cfg: Any, stepped: tuple[int, int], device: str) -> tuple[i
 def first_batch(cfg: Any) -> Any:
     """A batch of ``train_dataloader``: its dataset's first ``batch_size`` samples, collated.
 
-    Loaded in this process (no workers), in index order rather than through
-    the sampler: the same batch on every call, and no shuffle of an
-    ImageNet-sized index (a tenth of a second) for one batch. Loaders without
-    a plain ``batch_size`` (a batch sampler) or without indexable data (an
-    iterable dataset) give their first batch as they would in a run.
+    Loaded in this process in index order rather than through the sampler: the same
+    batch every call, without shuffling a large index for one batch. A loader without
+    a plain ``batch_size`` or indexable data gives its first batch as in a run.
     """
     from torch.utils.data import IterableDataset
 

@@ -1,13 +1,7 @@
-"""How much memory a rank has: ``--device-memory 80GB``, else the local device's.
+"""How much memory a rank has (``--device-memory``) and a node's host (``--host-memory``).
 
-The local device is the first GPU's total memory where CUDA is present, else
-the machine's RAM (a CPU run's ranks share it: each gets its share). A size
-given is a GPU's: the estimate is then for CUDA (:func:`target_device`).
-
-Setup's host memory is a node's: ``--host-memory 512GB``, else this machine's
-RAM (``os.sysconf``: the physical pages times their size, what ``free`` shows
-as total). The ranks of a node share it, so setup fits when rank 0 and the
-node's other ranks together fit in it (:func:`host_memory`).
+Without a flag, a rank has the first GPU's memory, or its share of this machine's
+RAM without CUDA; a node has this machine's RAM. A device size given means GPUs.
 """
 
 from __future__ import annotations
@@ -24,8 +18,7 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 
 
 class DeviceMemoryError(ConfigError):
-    """``--device-memory`` or ``--host-memory`` is not a size (``80GB``, ``40GiB``,
-    ``81920MiB``)."""
+    """``--device-memory`` or ``--host-memory`` is not a size (``80GB``, ``40GiB``)."""
 
 
 def parse_size(text: str, flag: str = "--device-memory") -> int:
@@ -34,15 +27,12 @@ def parse_size(text: str, flag: str = "--device-memory") -> int:
     Parameters
     ----------
     text : str
-        A size: a number and a unit (``B``, ``KB``, ``MB``, ``GB``, ``TB`` and
-        ``KiB`` ... ``TiB``).
     flag : str, default "--device-memory"
         The option ``text`` was given to, named by the error.
 
     Returns
     -------
     int
-        Bytes.
 
     Raises
     ------
@@ -67,19 +57,13 @@ def device_memory(given: str | None, world_size: int) -> tuple[int, str]:
     Parameters
     ----------
     given : str or None
-        ``--device-memory`` as written (``'80GB'``); ``None``: this machine's.
+        ``--device-memory`` as written; ``None``: this machine's.
     world_size : int
         The ranks sharing this machine's RAM when there is no GPU.
 
     Returns
     -------
     tuple of (int, str)
-        The bytes a rank has, and where the figure comes from.
-
-    Raises
-    ------
-    DeviceMemoryError
-        ``given`` is not a size.
     """
     if given:
         return parse_size(given), f"--device-memory {given}"
@@ -97,17 +81,11 @@ def host_memory(given: str | None) -> tuple[int, str]:
     Parameters
     ----------
     given : str or None
-        ``--host-memory`` as written (``'512GB'``); ``None``: this machine's RAM.
+        ``--host-memory`` as written; ``None``: this machine's RAM.
 
     Returns
     -------
     tuple of (int, str)
-        The bytes, and where the figure comes from.
-
-    Raises
-    ------
-    DeviceMemoryError
-        ``given`` is not a size.
     """
     if given:
         return parse_size(given, "--host-memory"), f"--host-memory {given}"
@@ -115,19 +93,16 @@ def host_memory(given: str | None) -> tuple[int, str]:
 
 
 def target_device(given: str | None) -> str:
-    """``'cuda'`` when the estimate is for GPUs, else ``'cpu'``.
-
-    torch's default kernels differ between the two (the optimizer's step).
+    """``'cuda'`` when the estimate is for GPUs (a size given, or CUDA here), else ``'cpu'``.
 
     Parameters
     ----------
     given : str or None
-        ``--device-memory`` as written; a size means GPUs.
+        ``--device-memory`` as written.
 
     Returns
     -------
     str
-        ``'cuda'`` when a size is given or CUDA is here, else ``'cpu'``.
     """
     if given:
         return "cuda"

@@ -6,22 +6,9 @@ Per rank, for each candidate strategy::
            + max(activations + gradients so far + buffers    (forward / backward),
                  gradients + the step's temporaries + buffers (optimizer step))
 
-Parameters, gradients and optimizer states come from the strategy's memory
-model (exact counts times bytes, sharded as the strategy shards them); its
-buffers (DDP's gradient buckets, FSDP's all-gathered units, DeepSpeed's
-buckets) are modelled from its options and marked so; activations are
-counted on the traced step, at its peak (the gradients alive then are the
-trace's share of the strategy's gradients). A strategy may keep fewer
-gradients and buffers through the optimizer step than at the end of backward
-(``StrategyMemory.step_gradients``, ``step_buffers``). The optimizer step's temporaries
-(torch's Adam and AdamW, :func:`step_temporaries`) are modelled from the
-tensors the strategy has the optimizer step on, and counted with the optimizer
-when the step is the peak.
-
-Beside it, each candidate's setup (:class:`~._parts.SetupMemory`): the host
-memory rank 0 and the other ranks hold while the model is built, initialised
-and loaded, before the optimizer exists, from the strategy's
-``estimate_setup``.
+Model states come from the strategy's memory model, its buffers are modelled from
+its options (and marked so), activations are counted on the traced step at its
+peak. Beside it, each candidate's setup (:class:`~._parts.SetupMemory`).
 """
 
 from __future__ import annotations
@@ -37,7 +24,14 @@ from ._candidates import Candidate, memory_module
 from ._census import Census, take_census
 from ._config import first_batch, optimizer_states, step_temporaries
 from ._device import target_device
-from ._parts import SetupMemory, StrategyMemory, whole_model_setup
+from ._parts import (
+    Allocation,
+    SetupMemory,
+    StrategyMemory,
+    trains_on,
+    whole_model_setup,
+    whole_model_steps,
+)
 from ._trace import StepTrace, UntraceableModelError, trace_step
 
 __all__ = ["SCHEMA", "CandidateEstimate", "Estimate", "build_meta_model", "estimate"]
@@ -53,22 +47,21 @@ class CandidateEstimate:
     Parameters
     ----------
     label : str
-        The candidate as written.
     strategy : str
         Its strategy's name.
     memory : StrategyMemory
-        The strategy's per-rank model states and buffers.
     trace : StepTrace or None
-        The traced step (``None``: the step could not be traced).
+        ``None``: the step could not be traced.
     world_size : int
-        The ranks the estimate is for.
     step_temporaries : int, default 0
         Bytes the optimizer's step allocates besides its states.
     step_note : str, optional
-        What the step's temporaries assume, one line.
+        What those assume.
     setup : SetupMemory, optional
-        What each rank holds on the host while the model is set up
-        (``None``: the strategy has no setup model).
+    steps : tuple of Allocation, default ()
+        What each step of its plan allocates (setup, and the model placed).
+    trains_on : {'host', 'device'}, default 'device'
+        Where the training step's tensors live.
     """
 
     label: str
@@ -79,6 +72,8 @@ class CandidateEstimate:
     step_temporaries: int = 0
     step_note: str | None = None
     setup: SetupMemory | None = None
+    steps: tuple[Allocation, ...] = ()
+    trains_on: str = "device"
 
     @property
     def parts(self) -> dict[str, int | None]:
@@ -108,7 +103,7 @@ class CandidateEstimate:
 
     @property
     def _step_phase_wins(self) -> bool:
-        """Whether forward / backward (the traced step) reach higher than the optimizer step."""
+        """Whether forward / backward reach higher than the optimizer step."""
         t, m = self.trace, self.memory
         if t is None:
             return False
@@ -136,22 +131,18 @@ class Estimate:
     Parameters
     ----------
     census : Census
-        The model's parameter counts.
     candidates : tuple of CandidateEstimate
-        One estimate per candidate, in the order given.
+        In the order given.
     world_size : int
-        The ranks the estimate is for.
     batch_size : int or None
         The traced batch's size per rank.
     optimizer : str
-        The optimizer's name (its states per parameter follow from it).
     untraceable : str, optional
-        Why the step could not be traced, when it could not.
+        Why the step could not be traced.
     seconds : float, default 0.0
         How long the estimate took.
     weights_loaded : bool, default False
-        The run's files set every ``state_dict`` entry (``init_weights`` is
-        pruned where a strategy may prune it).
+        The run's files set every ``state_dict`` entry.
     """
 
     census: Census
@@ -188,28 +179,23 @@ class Estimate:
                 "setup": None if c.setup is None else {
                     "rank0_bytes": c.setup.rank0, "other_bytes": c.setup.others,
                     "notes": list(c.setup.notes)},
+                "steps": {"trains_on": c.trains_on,
+                          "allocations": [a.as_dict() for a in c.steps]},
             } for c in self.candidates],
             "seconds": round(self.seconds, 3),
         }
 
 
 def build_meta_model(cfg: Any) -> torch.nn.Module:
-    """``cfg.model`` built on the meta device: every tensor without storage.
+    """``cfg.model`` built on the meta device, in train mode.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
 
     Returns
     -------
     torch.nn.Module
-        The model in train mode, its tensors on the meta device.
-
-    Raises
-    ------
-    ConfigError
-        The config has no buildable ``model``.
     """
     from flexgraph.training.components import build_model_from_cfg
 
@@ -227,33 +213,23 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
              device: str | None = None, weights_loaded: bool = False) -> Estimate:
     """Estimate each candidate's per-rank peak for ``cfg`` on ``world_size`` ranks.
 
-    The model is built once (meta device), the first batch loaded once, and
-    the step traced once per compute mode the candidates need. ``device``
-    (``'cuda'`` or ``'cpu'``; ``None``: this machine's, as :func:`target_device`
-    says): where the run would train, which decides the optimizer kernels
-    torch picks by default (:func:`step_temporaries`) and whether setup's
-    partitions or shards are host memory. ``weights_loaded``: the files the
-    run loads set every entry of the model's ``state_dict``, so a strategy
-    that may prune ``init_weights`` (``Strategy.prunable``) does, which changes
-    what its setup holds.
+    The step is traced once per compute mode the candidates need.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
     candidates : sequence of Candidate
-        The strategies to estimate (:func:`parse_candidates`).
     world_size : int
-        The ranks the run would have.
     device : str, optional
-        ``'cuda'`` or ``'cpu'``; ``None``: this machine's (:func:`target_device`).
+        Where the run would train (``'cuda'`` or ``'cpu'``; ``None``: this machine's):
+        it decides torch's default optimizer kernels and what setup holds on the host.
     weights_loaded : bool, default False
-        The run's files set every ``state_dict`` entry (see above).
+        The run's files set every ``state_dict`` entry, so a strategy that may prune
+        ``init_weights`` does, which changes its setup.
 
     Returns
     -------
     Estimate
-        Every candidate's per-rank peak, its parts and where it is reached.
 
     Raises
     ------
@@ -265,7 +241,7 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
     model = build_meta_model(cfg)
     census = take_census(model)
     states, optimizer_name = optimizer_states(cfg)
-    memories, models, setups = [], [], []
+    memories, models, setups, steps = [], [], [], []
     for candidate in candidates:
         module = memory_module(candidate.strategy)
         options = dict(candidate.strategy.memory_options)
@@ -273,9 +249,10 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
             census, world_size=world_size, amp=candidate.amp, optimizer_states=states,
             **options))
         models.append(_traced_model(module, cfg, options))
-        setups.append(_setup_of(module, census, options, world_size=world_size,
-                                target_device=device, weights_loaded=weights_loaded
-                                and "init_weights" in candidate.strategy.prunable))
+        facts = {"world_size": world_size, "target_device": device, "weights_loaded":
+                 weights_loaded and "init_weights" in candidate.strategy.prunable}
+        setups.append(_setup_of(module, census, options, **facts))
+        steps.append(_steps_of(module, census, options, memory=memories[-1], **facts))
     traces: dict[tuple[str, str], StepTrace] = {}
     untraceable = None
     batch = first_batch(cfg)
@@ -290,9 +267,10 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
             untraceable = str(exc)
     rows = tuple(CandidateEstimate(label=c.label, strategy=c.strategy.name, memory=m,
                                    trace=traces.get((m.compute, key)), world_size=world_size,
-                                   setup=setup, **_step_of(cfg, m, device))
-                 for c, m, (key, _), setup in zip(candidates, memories, models, setups,
-                                                  strict=True))
+                                   setup=setup, steps=placed, trains_on=trains_on(device),
+                                   **_step_of(cfg, m, device))
+                 for c, m, (key, _), setup, placed in zip(candidates, memories, models,
+                                                          setups, steps, strict=True))
     return Estimate(census=census, candidates=rows, world_size=world_size,
                     batch_size=_batch_size(cfg), optimizer=optimizer_name,
                     untraceable=untraceable, seconds=time.perf_counter() - start,
@@ -301,13 +279,22 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
 
 def _setup_of(module: Any, census: Census, options: dict[str, Any], **facts: Any
               ) -> SetupMemory:
-    """The strategy's setup memory; a memory model without ``estimate_setup`` is taken to
-    build the whole model on every rank."""
+    """The strategy's setup memory; without ``estimate_setup``, the whole model per rank."""
     setup = getattr(module, "estimate_setup", None)
     if setup is None:
         return whole_model_setup(census, notes=(f"{module.__name__} does not say what its "
                                                 f"setup holds",))
     return setup(census, **facts, **options)
+
+
+def _steps_of(module: Any, census: Census, options: dict[str, Any], *,
+              memory: StrategyMemory, **facts: Any) -> tuple[Allocation, ...]:
+    """What each step allocates, by the strategy's memory model; without ``estimate_steps``,
+    the whole model on every rank from ``build_model``."""
+    steps = getattr(module, "estimate_steps", None)
+    if steps is None:
+        return whole_model_steps(census, memory, facts["target_device"])
+    return tuple(steps(census, memory=memory, **facts, **options))
 
 
 def _step_of(cfg: Any, memory: StrategyMemory, device: str) -> dict[str, Any]:
@@ -317,8 +304,7 @@ def _step_of(cfg: Any, memory: StrategyMemory, device: str) -> dict[str, Any]:
 
 def _traced_model(module: Any, cfg: Any, options: dict[str, Any]
                   ) -> tuple[str, torch.nn.Module | None]:
-    """(a key for its trace, the model as the strategy changes it) or ``("", None)``: the
-    shared model (see the memory modules' ``traced_model`` in ``_parts``)."""
+    """(a trace key, the model as the strategy changes it), or ``("", None)``: the shared one."""
     change = getattr(module, "traced_model", None)
     if change is None:
         return "", None

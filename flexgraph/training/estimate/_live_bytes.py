@@ -1,11 +1,9 @@
 """Live tensor bytes during a traced step: a dispatch mode that counts storages.
 
-Why not torch's ``MemTracker``: it snapshots every module on every operator,
-14-16 s for one ViT-huge step here, where the step itself takes under one
-second on the meta device. This counts only what a memory estimate needs: each
-new storage's bytes when an operator creates it, minus them when Python lets
-go of it (a weak reference's callback), and the highest total with the phase
-and module it was reached in.
+Rather than torch's ``MemTracker``, which snapshots every module on every operator,
+this counts only what an estimate needs: each new storage's bytes when an operator
+creates it, minus them when Python lets go of it, and the highest total with the
+phase and module it was reached in.
 """
 
 from __future__ import annotations
@@ -23,31 +21,17 @@ __all__ = ["LiveBytes"]
 class LiveBytes(TorchDispatchMode):
     """Count the bytes of storages created under this mode that are still alive.
 
-    ``phase`` (``"forward"``, ``"backward"``, ...) and ``module`` are set by the
-    tracer; ``peak`` keeps the highest count and where it was reached.
-    ``grads`` is kept by the tracer (the bytes of parameters' ``.grad`` so
-    far); ``grads_at_peak`` is its value when the peak was reached.
+    The tracer sets ``phase``, ``module`` and ``grads``; ``peak`` keeps the highest
+    count with where it was reached and ``grads_at_peak``.
 
-    ``real=True`` counts a real run's memory rather than a traced step's:
+    ``real=True`` counts a real run: meta storages hold nothing and are left out, and
+    since code resizes real storages in place (FSDP2's ``storage.resize_(0)``, which no
+    operator reports), every live storage is re-read before a new peak is taken.
+    A wrapper subclass (DTensor) is counted by the tensors it wraps.
 
-    * storages on the meta device hold nothing there and are left out (DeepSpeed
-      keeps a meta copy of every parameter's shape, 1 GiB of "storage" for a
-      264 M-parameter model, counted as live until this was so);
-    * code resizes real storages in place (FSDP2 frees a gathered parameter
-      with ``storage.resize_(0)``, which no operator reports): before a count
-      is taken as a new peak, every live storage's current size is read again.
-      Meta storages never resize.
-
-    A tensor subclass that wraps others (DTensor) is counted by the tensors it
-    wraps: its own storage has the global size and holds nothing.
-
-    ``memo`` (a dict, for a traced step) remembers what each functional operator
-    returned on meta tensors: the shapes, strides and dtypes, keyed by the
-    operator and those of its inputs. A model repeats its blocks, so most
-    operators come again with the same inputs, and torch's meta kernels for
-    many of them are Python (layer norm's backward takes 2 ms a call); a repeat
-    gets fresh empty tensors of the remembered layout instead. Operators whose
-    outputs alias an input, or that mutate one, always run.
+    ``memo`` remembers what each functional operator returned on meta tensors, keyed by
+    its inputs' layouts: a model repeats its blocks and many meta kernels are Python,
+    so a repeat gets fresh empty tensors of the remembered layout instead.
     """
 
     def __init__(self, real: bool = False, memo: dict[Any, Any] | None = None) -> None:
@@ -67,9 +51,9 @@ class LiveBytes(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        """No: torch would wrap ``__torch_dispatch__`` in ``torch._disable_dynamo``, which
-        imports Dynamo (0.6 s) and costs a wrapper call per operator; nothing is
-        compiled under this mode."""
+        """No: torch would wrap ``__torch_dispatch__`` in ``torch._disable_dynamo``, which imports
+        Dynamo and costs a call per operator; nothing is compiled under this mode.
+        """
         return False
 
     def ignore(self, tensors: Any) -> None:
@@ -127,11 +111,8 @@ class LiveBytes(TorchDispatchMode):
 def _plain_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The tensors that hold ``tensor``'s memory: itself, or a wrapper subclass's inner ones.
 
-    A wrapper subclass (DTensor: FSDP2's parameters, their gradients and
-    optimizer states) has a storage of the *global* size that holds no memory;
-    its local shard holds it. This mode is off while an
-    operator runs, so the shard's own allocation is never seen: it is counted
-    here, through ``__tensor_flatten__``, and the wrapper's storage is not.
+    A wrapper (DTensor) has a storage of the global size that holds nothing, and its
+    shard's allocation happens while this mode is off, so the shard is counted here.
     """
     if not is_traceable_wrapper_subclass(tensor):
         return [tensor]
@@ -186,8 +167,7 @@ def _memo_key(func: Any, args: Any, kwargs: Any) -> Any:
 
 
 def _layout(out: Any) -> Any:
-    """``out`` with each meta tensor replaced by (shape, stride, dtype); ``None`` if it
-    holds anything else a fresh copy could not reproduce."""
+    """``out`` with each meta tensor as (shape, stride, dtype); ``None`` if not reproducible."""
     leaves, spec = tree_flatten(out)
     layout = []
     for leaf in leaves:

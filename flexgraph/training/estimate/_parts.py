@@ -1,37 +1,24 @@
 """What a strategy's memory model returns, and the model states most strategies share.
 
-A strategy contributes its memory model from its own module in
-``flexgraph.strategies`` (named by :attr:`Strategy.memory_model`), a module
-with two functions:
+A strategy's memory model is a module of its own (:attr:`Strategy.memory_model`) with:
 
 ``estimate_memory(census, *, world_size, amp, optimizer_states, **memory_options)``
-    returns :class:`StrategyMemory`: the per-rank bytes of parameters,
-    gradients, optimizer states (master weights included) and the strategy's
-    own buffers, and the compute mode its step runs in (which the step's trace
-    uses). ``amp`` is the config's autocast precision (``'fp16'``, ``'bf16'``
-    or ``None``); ``optimizer_states`` the fp32 states per trainable parameter
-    (2 for Adam).
+    a :class:`StrategyMemory`; ``amp`` is the config's autocast precision,
+    ``optimizer_states`` the fp32 states per trainable parameter.
 ``candidate_options(options, stage, precision)``
-    returns the strategy's options for a ``--compare`` candidate
-    ``NAME[:STAGE][:PRECISION]`` (``options``: the config's, when the config
-    names this strategy), raising :class:`CandidateError` for a stage or
-    precision the strategy does not have.
-
+    the strategy's options for a ``--compare`` candidate ``NAME[:STAGE][:PRECISION]``,
+    raising :class:`CandidateError` for a stage or precision it does not have.
 ``estimate_setup(census, *, world_size, target_device, weights_loaded, **memory_options)``
-    returns :class:`SetupMemory`: the host bytes rank 0 and each other rank
-    hold while the model is set up (built, initialised, loaded), before the
-    optimizer exists. ``target_device`` is where the run trains (``'cpu'`` or
-    ``'cuda'``); ``weights_loaded``: every entry of the model's ``state_dict``
-    comes from ``load_from``, so ``init_weights`` is pruned. A strategy without
-    it is taken to hold the whole model on every rank.
-
-and, where the strategy changes the model's step before it trains, a fourth:
-
+    optional: a :class:`SetupMemory`; without it, every rank holds the whole model.
 ``traced_model(model, **memory_options)``
-    does that to ``model`` (built on the meta device for this candidate
-    alone) and returns it, or returns ``None`` when these options change
-    nothing; the estimate then traces the returned model (FSDP's activation
-    checkpointing).
+    optional, where the strategy changes the model's step (FSDP's activation
+    checkpointing): the changed meta model to trace, or ``None`` if unchanged.
+``estimate_steps(census, *, world_size, target_device, weights_loaded, memory, **memory_options)``
+    optional: the :class:`Allocation` of each step of its plan that allocates
+    (its setup, and the model's move to the device; ``memory`` is its
+    :class:`StrategyMemory`), for the plan page's memory per step. Its setup's
+    steps add up to :func:`estimate_setup`'s figures; the training step gets the
+    rest of the peak. Without it, every rank builds the model whole.
 """
 
 from __future__ import annotations
@@ -42,15 +29,14 @@ from flexgraph.training.errors import ConfigError
 
 from ._census import Census
 
-__all__ = ["CandidateError", "SetupMemory", "StrategyMemory", "replicated_states",
-           "whole_model_setup"]
+__all__ = ["Allocation", "CandidateError", "SetupMemory", "StrategyMemory",
+           "replicated_states", "whole_model_setup", "whole_model_steps"]
 
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 class CandidateError(ConfigError):
-    """A ``--compare`` / ``--strategy auto`` candidate names a stage or precision
-    its strategy does not have; the message lists the ones it has."""
+    """A candidate names a stage or precision its strategy does not have."""
 
 
 @attrs.frozen
@@ -60,35 +46,23 @@ class StrategyMemory:
     Parameters
     ----------
     label : str
-        What the strategy is called in the table (``'ddp'``, ``'deepspeed zero2'``).
-    parameters : int
-        Bytes of the parameters this rank holds.
-    gradients : int
-        Bytes of the gradients at the end of backward.
-    optimizer : int
-        Bytes of the optimizer's states (master weights included).
+        The strategy's name in the table (``'deepspeed zero2'``).
+    parameters, gradients, optimizer : int
+        Bytes this rank holds at the end of backward (optimizer: master weights included).
     buffers : int
         Bytes of the strategy's own buffers (buckets, gathered units).
     compute : str
-        The trace mode (see ``COMPUTE_MODES``).
+        The trace mode (``COMPUTE_MODES``).
     modelled : tuple of str, default ('buffers',)
-        The parts computed from formulas rather than counted tensor by tensor
-        (shown as such).
+        The parts computed from formulas rather than counted.
     notes : tuple of str, default ()
-        One line each: what the figures assume.
+        What the figures assume, one line each.
     reference : int, optional
-        A figure the strategy's own library gives for the same model states,
-        when it has one.
-    step_gradients : int, optional
-        The gradient bytes alive during the optimizer step, where they differ
-        from ``gradients`` (ZeRO-1 frees its whole gradients once their partition
-        is reduced).
-    step_buffers : int, optional
-        Likewise the buffers alive during the step (DeepSpeed frees its reduce
-        and all-gather buckets before it).
+        The strategy's library's own figure for the same states, if it has one.
+    step_gradients, step_buffers : int, optional
+        What is alive during the optimizer step, where it differs (ZeRO frees some).
     stepped : tuple of (int, int), default (0, 0)
-        The largest tensor and all elements the optimizer steps on at this rank,
-        in fp32, whose size its step's temporaries take.
+        The largest tensor and all elements the optimizer steps on, for its temporaries.
     """
 
     label: str
@@ -113,25 +87,16 @@ class StrategyMemory:
 class SetupMemory:
     """Host bytes a rank holds while the model is set up, before the optimizer exists.
 
-    Setup is every step before the one that builds the optimizer (or the
-    engine that does): the model built, initialised, loaded and wrapped. On a
-    GPU run what it holds there is host memory (RAM), which the ranks of a
-    node share; the training estimate is the GPU's. ``rank0``: rank 0's bytes;
-    ``others``: every other rank's, which differ where rank 0 initialises for
-    all. Counted: the model's parameters as the rank holds them, and the
-    largest tensor in flight. Not counted: the process itself (interpreter,
-    libraries: a few hundred MB), the model's buffers, and the pages of a
-    checkpoint file a rank maps to read it (the page cache's: shared by the
-    ranks that read the file, and given back under pressure).
+    On a GPU run this is host memory, which a node's ranks share. Counted: the
+    parameters as the rank holds them and the largest tensor in flight; not the
+    process itself, the buffers, or a mapped checkpoint's page cache.
 
     Parameters
     ----------
     rank0 : int
-        Rank 0's bytes.
     others : int
-        Every other rank's bytes.
+        Every other rank's bytes (less where rank 0 initialises for all).
     notes : tuple of str, default ()
-        What the figures assume, one line each.
     """
 
     rank0: int
@@ -143,6 +108,84 @@ class SetupMemory:
         return self.rank0 + max(processes - 1, 0) * self.others
 
 
+@attrs.frozen
+class Allocation:
+    """Bytes a step allocates (negative: frees) on some ranks, in host or device memory.
+
+    Parameters
+    ----------
+    step : str
+    bytes : int
+    what : str
+        What they are, in words.
+    ranks : {'all', 'rank0', 'others'}, default 'all'
+    memory : {'host', 'device'}, default 'host'
+    transient : bool, default False
+        Held only while the step runs.
+    """
+
+    step: str
+    bytes: int
+    what: str
+    ranks: str = "all"
+    memory: str = "host"
+    transient: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return attrs.asdict(self)
+
+
+def trains_on(target_device: str) -> str:
+    """Where the training step's tensors live: ``'host'`` on the CPU, else ``'device'``.
+
+    Parameters
+    ----------
+    target_device : str
+
+    Returns
+    -------
+    str
+    """
+    return "host" if target_device == "cpu" else "device"
+
+
+def whole_model_steps(census: Census, memory: StrategyMemory, target_device: str, *,
+                      placed_at: str = "wrap_model", extra: int = 0, extra_what: str = "",
+                      states: int = 0) -> tuple[Allocation, ...]:
+    """Every rank builds the whole model on the host; ``placed_at`` makes it the trained one.
+
+    Parameters
+    ----------
+    census : Census
+    memory : StrategyMemory
+        Its ``parameters`` are what the rank trains.
+    target_device : str
+    placed_at : str, default 'wrap_model'
+        The step that moves the model to the device (and adds ``extra`` and ``states``).
+    extra : int, default 0
+        Bytes allocated there besides the parameters (DDP's buckets), ``extra_what``.
+    extra_what : str, default ''
+    states : int, default 0
+        Optimizer state bytes allocated there (DeepSpeed's engine makes them).
+
+    Returns
+    -------
+    tuple of Allocation
+    """
+    where = trains_on(target_device)
+    steps = [Allocation("build_model", census.param_bytes, "the whole model (fp32), as built")]
+    if where == "device" or memory.parameters != census.param_bytes:
+        steps += [Allocation(placed_at, -census.param_bytes, "the model as built, replaced"),
+                  Allocation(placed_at, memory.parameters, "the parameters as trained",
+                             memory=where)]
+    if extra:
+        steps.append(Allocation(placed_at, extra, extra_what, memory=where))
+    if states:
+        steps.append(Allocation(placed_at, states, "master weights and optimizer states",
+                                memory=where))
+    return tuple(steps)
+
+
 def whole_model_setup(census: Census, *, extra: int = 0,
                       notes: tuple[str, ...] = ()) -> SetupMemory:
     """Every rank builds and initialises the whole model (as built, fp32), plus ``extra``.
@@ -150,16 +193,13 @@ def whole_model_setup(census: Census, *, extra: int = 0,
     Parameters
     ----------
     census : Census
-        The model's parameter counts.
     extra : int, default 0
         Bytes every rank holds besides the model.
     notes : tuple of str, default ()
-        Lines to add to the setup's notes.
 
     Returns
     -------
     SetupMemory
-        The same bytes on rank 0 and the others.
     """
     whole = census.param_bytes + extra
     return SetupMemory(rank0=whole, others=whole,
@@ -172,12 +212,10 @@ def bytes_per(precision: str | None) -> int:
     Parameters
     ----------
     precision : str or None
-        ``'fp32'``, ``'fp16'``, ``'bf16'``, or ``None`` (fp32).
 
     Returns
     -------
     int
-        Bytes per element.
     """
     return _BYTES[precision or "fp32"]
 
@@ -187,28 +225,22 @@ def replicated_states(census: Census, *, label: str, amp: str | None,
                       notes: tuple[str, ...] = ()) -> StrategyMemory:
     """Every rank holds the whole model: fp32 parameters, gradients and optimizer states.
 
-    AMP (autocast) keeps the weights in fp32; the low-precision copies of the
-    weights autocast makes live with the activations (the trace counts them).
+    Autocast keeps the weights in fp32; its low-precision copies are counted by the trace.
 
     Parameters
     ----------
     census : Census
-        The model's parameter counts.
     label : str
-        The strategy's label in the table.
     amp : str or None
         The AMP precision (the trace mode follows it).
     optimizer_states : int
         fp32 states per trainable parameter.
     buffers : int, default 0
-        The strategy's own buffers, in bytes.
     notes : tuple of str, default ()
-        What the figures assume.
 
     Returns
     -------
     StrategyMemory
-        The per-rank bytes of a strategy that replicates the model.
     """
     grads = census.trainable * 4
     return StrategyMemory(label=label, parameters=census.param_bytes, gradients=grads,

@@ -1,16 +1,10 @@
 """One training step traced on the meta device: how many activation bytes it keeps.
 
-The model is built on the meta device (no storage: a 7B model costs what
-``import torch`` costs) and the config's first batch is moved there; forward
-and backward then run as usual, each operator computing only its output's
-shape and dtype, while :class:`LiveBytes` counts what stays alive. Precision is
-reproduced as it would run: autocast's rules for an AMP step
-(:class:`MetaAutocast`), or the whole model in half precision (DeepSpeed's
-fp16 / bf16).
-
-A model whose step cannot run on the meta device (an operator whose output
-shape depends on tensor values, a custom operator without a meta kernel)
-raises :class:`UntraceableModelError` naming the module and the operator.
+The model is built on the meta device and the first batch moved there; forward
+and backward run as usual, each operator computing only its output's shape and
+dtype, while :class:`LiveBytes` counts what stays alive. Precision is reproduced
+as it would run: autocast's rules (:class:`MetaAutocast`), or the whole model in
+half precision (DeepSpeed's fp16 / bf16).
 """
 
 from __future__ import annotations
@@ -42,8 +36,8 @@ _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 class UntraceableModelError(TrainingError):
     """A model's training step cannot run on the meta device (no activation estimate).
 
-    The message names the module and the operator; parameters and optimizer
-    states are still counted (they need no trace).
+    Raised for an operator whose output shape depends on values or that has no meta
+    kernel; the message names the module and the operator.
     """
 
 
@@ -54,16 +48,14 @@ class StepTrace:
     Parameters
     ----------
     peak : int
-        The most bytes alive at once.
     grads_at_peak : int
-        Of ``peak``, the bytes that were gradients by then; the rest are
-        activations (and their temporaries).
+        Of ``peak``, the gradients; the rest are activations.
     grads : int
-        The gradients' bytes at the end of backward.
+        The gradients at the end of backward.
     phase : str
-        Where the peak was reached (``'forward'``, ``'backward'``).
+        Where the peak was reached (``'backward'``).
     module : str
-        The innermost module running in forward at the peak.
+        The innermost module running forward at the peak.
     """
 
     peak: int
@@ -80,14 +72,12 @@ class StepTrace:
 @contextlib.contextmanager
 def _module_names(model: nn.Module, counter: LiveBytes,
                   modes: Callable[[], contextlib.AbstractContextManager]) -> Iterator[None]:
-    """Keep ``counter.module`` on the innermost module running forward, and ``modes()``
-    active in every forward.
+    """Keep ``counter.module`` on the innermost module running forward, and ``modes()`` on.
 
-    Autograd's engine runs backward without Python's torch-function modes, so
-    the forwards activation checkpointing recomputes there would run without
-    autocast's rules or fused attention, save other tensors than the first
-    forward did, and fail torch's check; a module entered with no mode active
-    enters ``modes()`` again until it returns.
+    Autograd runs backward without Python's torch-function modes, so a forward that
+    activation checkpointing recomputes there would lose autocast's rules and fused
+    attention and fail torch's check; a module entered with no mode active enters
+    ``modes()`` again.
     """
     names = {id(m): name or type(m).__name__ for name, m in model.named_modules()}
     stack: list[str] = []
@@ -143,20 +133,8 @@ def _map_batch(fn: Callable[[Any], Any], batch: Any) -> Any:
 def _loss(model: nn.Module, batch: Any, half: torch.dtype | None) -> torch.Tensor:
     """The step's loss: MMEngine's ``train_step`` without the optimizer, or a plain forward.
 
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The meta model.
-    batch : Any
-        The batch, on the meta device.
-    half : torch.dtype or None
-        The dtype a half-precision engine casts the (preprocessed) floating
-        inputs to, as DeepSpeed's ``inputs_to_half`` does.
-
-    Returns
-    -------
-    torch.Tensor
-        The scalar loss.
+    ``half`` is the dtype a half-precision engine casts the preprocessed inputs to, as
+    DeepSpeed's ``inputs_to_half`` does.
     """
     if uses_step_api(model):
         module = unwrap_model(model)
@@ -183,20 +161,17 @@ def trace_step(model: nn.Module, batch: Any, compute: str = "fp32",
     Parameters
     ----------
     model : nn.Module
-        Built on the meta device; its parameters get ``.grad`` (meta) and are
-        put back to fp32 after a ``half:`` trace.
+        Built on the meta device; left with no ``.grad`` and in fp32.
     batch : any
         The config's batch (real tensors, moved to meta here).
     compute : str
         One of :data:`COMPUTE_MODES`.
     memo : dict, optional
-        What the meta kernels returned (see :class:`LiveBytes`), shared by the
-        traces of one estimate; without it every operator runs its kernel.
+        The meta kernels' results, shared by the traces of one estimate (:class:`LiveBytes`).
 
     Returns
     -------
     StepTrace
-        What the step kept alive, and where its peak was.
 
     Raises
     ------

@@ -35,7 +35,11 @@ import torch
 
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats._mmengine_types import allow_mmengine_types
-from flexgraph.training.formats._recognise import SAFETENSORS_FILE, TORCH_SAVE_FILE
+from flexgraph.training.formats._recognise import (
+    SAFETENSORS_FILE,
+    TORCH_SAVE_FILE,
+    CheckpointFormat,
+)
 from flexgraph.training.formats._safetensors import safetensors_entries
 from flexgraph.training.formats._source import tensor_paths
 from flexgraph.training.formats._torch_file import file_problem, read_checkpoint_file
@@ -175,13 +179,16 @@ def _map_safetensors_file(path: Path) -> MappedCheckpoint:
     return result
 
 
-def map_checkpoint(path: str | Path) -> MappedCheckpoint | None:
+def map_checkpoint(path: str | Path, held: CheckpointFormat | None) -> MappedCheckpoint | None:
     """The checkpoint at ``path`` opened for reading rows, or ``None`` for another format.
 
     Parameters
     ----------
     path
         A ``torch.save`` zip or a safetensors file.
+    held
+        What ``path`` holds (:func:`~flexgraph.training.formats.format_of`,
+        asked by the caller): never asked again here.
 
     Returns
     -------
@@ -195,9 +202,9 @@ def map_checkpoint(path: str | Path) -> MappedCheckpoint | None:
         The file is damaged, or holds objects that are not safe to unpickle.
     """
     path = Path(path)
-    if TORCH_SAVE_FILE.recognise(path) and zipfile.is_zipfile(path):
+    if held is TORCH_SAVE_FILE and zipfile.is_zipfile(path):  # not the legacy format
         return _map_torch_file(path)
-    if SAFETENSORS_FILE.recognise(path):
+    if held is SAFETENSORS_FILE:
         return _map_safetensors_file(path)
     return None
 

@@ -115,13 +115,17 @@ def unrecognised_by(path: Path, formats: Iterable[CheckpointFormat]) -> str:
     return line + (f" ({found})" if found else "")
 
 
-def open_checkpoint(path: str | Path) -> CheckpointSource:
+def open_checkpoint(path: str | Path, *, held: CheckpointFormat | None = None
+                    ) -> CheckpointSource:
     """The checkpoint at ``path`` opened by the opener of its format (by content).
 
     Parameters
     ----------
     path
         A checkpoint of any format that opens (see :func:`openers`).
+    held
+        What ``path`` holds, when the caller asked :func:`format_of` already:
+        its opener opens it, nothing is asked again. ``None``: asked here.
 
     Returns
     -------
@@ -140,13 +144,14 @@ def open_checkpoint(path: str | Path) -> CheckpointSource:
     if not path.exists():
         raise CheckpointNotFoundError(f"checkpoint {str(path)!r} does not exist")
     known = openers()
-    opener = next((o for f, o in known if f.recognise(path)), None)
+    opener = next((o for f, o in known if (f is held if held is not None
+                                           else f.recognise(path))), None)
     if opener is None:
         raise CheckpointError(unrecognised_by(path, [f for f, _ in known]))
     return opener(path)
 
 
-def read_any_checkpoint(path: str | Path) -> Any:
+def read_any_checkpoint(path: str | Path, *, held: CheckpointFormat | None = None) -> Any:
     """The checkpoint at ``path`` read whole onto the CPU, whatever its format (``load_from``).
 
     A ``torch.save`` file, or a file of no known format, is
@@ -159,6 +164,9 @@ def read_any_checkpoint(path: str | Path) -> Any:
     ----------
     path
         A checkpoint file or directory of any format that opens.
+    held
+        What ``path`` holds, when the caller asked :func:`format_of` already
+        (nothing is asked again); ``None``: asked here.
 
     Returns
     -------
@@ -175,7 +183,8 @@ def read_any_checkpoint(path: str | Path) -> Any:
         ``path`` is in no format that opens, or is damaged (one line naming it).
     """
     path = Path(path)
-    if path.is_file() and not any(f.recognise(path) for f, _ in openers()
-                                  if f is not TORCH_SAVE_FILE):
+    if held is None:
+        held = next((f for f, _ in openers() if f.recognise(path)), None)
+    if path.is_file() and held in (None, TORCH_SAVE_FILE):
         return read_checkpoint_file(path)
-    return open_checkpoint(path).whole()
+    return open_checkpoint(path, held=held).whole()

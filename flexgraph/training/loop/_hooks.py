@@ -38,7 +38,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -58,7 +57,7 @@ from flexgraph.training.config import (
 )
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.loop._checkpoint_hook import BuiltinCheckpointHook
-from flexgraph.training.output import RunContext, console_logger
+from flexgraph.training.output import RunContext
 from flexgraph.training.runtime import launch_rank, this_rank, world_size
 
 __all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks",
@@ -87,7 +86,7 @@ _DELEGATES = {
     "_after_iter": ("after_train_iter", "after_val_iter", "after_test_iter"),
 }
 
-_RUN_NUMBERS = itertools.count()  # message-hub / visualizer names are process-global
+_RUN_NUMBERS = itertools.count()  # visualizer names are process-global
 
 # MMEngine's default hooks, in the order its Runner registers them (which breaks
 # priority ties). ``checkpoint`` and ``logger`` settings are read by
@@ -110,22 +109,22 @@ _BUILTIN_HOOK_TYPES = frozenset({
 class RunnerView:
     """What a hook sees as ``runner``: the run's artifacts and its counters.
 
-    Steps hand it artifacts as the graph builds them, through :meth:`hold`
-    alone (``model`` during ``load_checkpoint``, the rest when ``train``
-    starts); the loop updates ``epoch`` and ``iter`` as plain attribute stores,
-    so reading them costs a hook nothing and keeping them current costs the
-    loop next to nothing.
-
-    :func:`build_hooks` makes the run's view; a step reaches it as
-    ``hooks.runner``.
+    Only hooks read it. Steps show it artifacts as the graph builds them,
+    through :meth:`hold` alone (``model`` during ``load_checkpoint``, the rest
+    when ``train`` starts), and read nothing back: what they need comes as
+    artifacts, or from the run context and the settings. The loop updates
+    ``epoch`` and ``iter`` as plain attribute stores, so reading them costs a
+    hook nothing and keeping them current costs the loop next to nothing.
 
     Parameters
     ----------
     cfg : mmengine.Config or mapping
         The run's config (``runner.cfg``).
     work_dir : str
-        The run's work_dir; ``log_dir`` starts as the same and becomes this
-        run's timestamped folder when ``flexgraph run`` keeps a record.
+        The run's work_dir.
+    log_dir : str
+        The folder of the run's files: this run's timestamped folder when
+        ``flexgraph run`` keeps a record, else the work_dir.
     experiment_name : str
         The config's ``experiment_name`` or file stem (may be empty).
     timestamp : str
@@ -155,11 +154,11 @@ class RunnerView:
         The dispatcher this view belongs to.
     """
 
-    def __init__(self, cfg: Any, *, work_dir: str, experiment_name: str, timestamp: str,
-                 logger: MMLogger, message_hub: MessageHub) -> None:
+    def __init__(self, cfg: Any, *, work_dir: str, log_dir: str, experiment_name: str,
+                 timestamp: str, logger: MMLogger, message_hub: MessageHub) -> None:
         self.cfg = cfg
         self.work_dir = work_dir
-        self.log_dir = work_dir
+        self.log_dir = log_dir
         self.timestamp = timestamp
         # MMEngine's: {experiment_name}_{timestamp}, the timestamp alone without a name.
         self.experiment_name = f"{experiment_name}_{timestamp}" if experiment_name else timestamp
@@ -190,6 +189,9 @@ class RunnerView:
     def hold(self, *, schedule: TrainSchedule | None = None, **artifacts: Any) -> None:
         """Show hooks the run's artifacts: the one way steps fill in this view.
 
+        A dataloader's dataset ``metainfo`` goes to the visualizer, as
+        MMEngine's loops give it (:func:`share_dataset_meta`).
+
         Parameters
         ----------
         schedule : TrainSchedule, optional
@@ -212,6 +214,8 @@ class RunnerView:
         if schedule is not None:
             self.max_epochs, self.max_iters = schedule.max_epochs, schedule.max_iters
             self.val_interval, self.val_begin = schedule.val_interval, schedule.val_begin
+        if any(name.endswith("_dataloader") for name in artifacts):
+            share_dataset_meta(self)
 
     @property
     def visualizer(self) -> Any:
@@ -347,6 +351,16 @@ class Hooks:
     def __len__(self) -> int:
         return len(self.hooks)
 
+    def hold(self, *, schedule: TrainSchedule | None = None, **artifacts: Any) -> None:
+        """Show the hooks the run's artifacts (:meth:`RunnerView.hold`): what steps
+        give hooks, the one way, and never read back."""
+        self.runner.hold(schedule=schedule, **artifacts)
+
+    def built_visualizer(self) -> Any:
+        """The Visualizer the hooks draw with, if one was built (MMEngine's default is
+        built when a hook first asks for it), for the run's output to write scalars to."""
+        return self.runner.built_visualizer()
+
     def __repr__(self) -> str:
         return f"Hooks({[type(h).__name__ for h in self.hooks]})"
 
@@ -451,8 +465,8 @@ def build_hooks(cfg: Any, settings: RunSettings, run_context: RunContext) -> Hoo
     reads ``default_hooks.logger`` for its settings. Any other entry is a hook
     the user asked for and is built like a custom hook. Config keys flexgraph
     does not act on are reported here, once per run (rank 0). The runner view
-    comes first: hooks look up its message hub and visualizer when built; it
-    logs through the record's logger when ``run_context`` has a record.
+    comes first, with the run context's logger, timestamp, folder and message
+    hub: hooks look up its message hub and visualizer when built.
     """
     warn_unused_keys(cfg, rank=run_context.rank, world_size=run_context.world_size)
     runner = _runner_view(cfg, settings, run_context)
@@ -472,21 +486,17 @@ def build_hooks(cfg: Any, settings: RunSettings, run_context: RunContext) -> Hoo
 
 
 def _runner_view(cfg: Any, settings: RunSettings, run_context: RunContext) -> RunnerView:
-    """The run's :class:`RunnerView`, with its logger, message hub and visualizer."""
-    record = run_context.record  # `flexgraph run` opened one: its logger writes the log file
-    timestamp = record.timestamp if record else time.strftime("%Y%m%d_%H%M%S", time.localtime())
-    logger = record.logger if record else console_logger(timestamp, settings.log_level)
-    run_number = next(_RUN_NUMBERS)
+    """The run's :class:`RunnerView`: the run context's log, and the run's visualizer."""
     runner = RunnerView(
         cfg,
         work_dir=settings.work_dir,
+        log_dir=run_context.log_dir or settings.work_dir,
         experiment_name=settings.experiment_name,
-        timestamp=timestamp,
-        logger=logger,
-        message_hub=MessageHub.get_instance(f"flexgraph_{timestamp}_{run_number}"),
+        timestamp=run_context.timestamp,
+        logger=run_context.logger,
+        message_hub=run_context.message_hub,
     )
-    if record:
-        runner.log_dir = str(record.run_dir)
+    run_number = next(_RUN_NUMBERS)
     build = functools.partial(build_visualizer, cfg, name=runner.experiment_name,
                               save_dir=runner.log_dir, run_number=run_number)
     if section(cfg, "visualizer") is None and not _a_visualizer_exists():

@@ -1,15 +1,7 @@
 """What a run shows and leaves behind: log lines, progress, metrics, the work_dir record.
 
-:class:`TrainOutput` turns the loop's per-iteration values into log lines,
-``metrics.jsonl`` records and the visualizer's scalars; :class:`TerminalBar`
-draws progress on a terminal; :class:`RunRecord` is the run's folder in the
-work_dir (log file, resolved config, plan, and ``memory.json`` when the run was
-estimated: :class:`MeasuredPeaks`); :class:`Progress` is what a
-launched rank tells its launcher about how far it got; :func:`take_work_dir` makes a
-run the one owner of its work_dir. :class:`RunContext` carries the record, the
-plan and the launch's facts to the steps that need them, as an argument;
-:class:`LaunchEnv` and the ``*_VAR`` names are what a launcher hands its ranks
-through their environment (:mod:`~flexgraph.training.output._launch_env`).
+Also the run's context, handed to the steps that need it as an argument, and
+what a launcher hands its ranks through their environment.
 """
 
 from importlib import import_module
@@ -48,6 +40,10 @@ _LAZY = {
     "RunEstimate": "_memory",
     "memory_summary": "_memory",
     "summary_line": "_memory",
+    "PAGE_FILE": "_run_page",
+    "TIMINGS_FILE": "_run_page",
+    "StepTimings": "_run_page",
+    "write_run_page": "_run_page",
     "AutoChoice": "_run_context",
     "LaunchFacts": "_run_context",
     "RunContext": "_run_context",
@@ -75,6 +71,7 @@ __all__ = [
     "LOCK_FILE",
     "MEMORY_FILE",
     "METRICS_FILE",
+    "PAGE_FILE",
     "PLAN_DIGEST_VAR",
     "PRELOAD_VAR",
     "PROGRESS_DIR_VAR",
@@ -88,6 +85,8 @@ __all__ = [
     "RunContext",
     "RunEstimate",
     "RunRecord",
+    "StepTimings",
+    "TIMINGS_FILE",
     "TerminalBar",
     "TrainOutput",
     "WorkDirLock",
@@ -101,4 +100,5 @@ __all__ = [
     "read_progress",
     "summary_line",
     "take_work_dir",
+    "write_run_page",
 ]

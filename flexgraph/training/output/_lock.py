@@ -1,46 +1,13 @@
 """One owner per work_dir: a lock that a run holds for its whole life.
 
-Two runs writing one work_dir overwrite each other's checkpoints and
-``last_checkpoint`` (under ``srun -n2`` without a launcher, two single-process
-runs raced on the same file until one failed). So the process that stands for
-the run (rank 0, or the launcher that starts the ranks) takes
-``work_dir/flexgraph.lock`` before it writes anything there, and keeps it until
-the run ends; a second run stops at once with one line naming the owner's host
-and process id.
-
-How the lock holds, including on the shared filesystems clusters use:
-
-- **An OS lock** (``flock`` on the file, exclusive, never waiting). The kernel
-  releases it when the owner dies, however it dies (SIGKILL, OOM). NFS (Linux
-  sends ``flock`` to the server as a whole-file lock) and Lustre mounted with
-  ``-o flock`` honour it across hosts.
-- **The file's content**: the owner's host, process id, run id and a
-  heartbeat that a daemon thread refreshes every :data:`HEARTBEAT_EVERY`
-  seconds. Where the filesystem refuses OS locks (Lustre without ``flock``,
-  ``ENOLCK`` / ``ENOSYS``), or grants them per host only (NFS mounted
-  ``nolock``), a lock whose heartbeat is fresh is still an owner: a live
-  process on this host, or any process on another host whose heartbeat is
-  younger than :data:`STALE_AFTER`. Without an OS lock two runs that start in
-  the same instant both write the file; each reads it back :data:`SETTLE`
-  seconds later, and only the last writer goes on.
-- **No heartbeat where no other host can look**: a work_dir on a local
-  filesystem (ext4, xfs, tmpfs, ...: :data:`HOST_LOCAL_FILESYSTEMS`, read from
-  ``/proc/self/mounts``) under an OS lock needs none, and gets no thread. A
-  process's first thread costs every later step: glibc's ``malloc`` and
-  ``free`` (and libstdc++'s reference counts) leave their single-threaded fast
-  paths for good, about 2% of a 0.3 ms training step here. Anywhere else
-  (network filesystems, no ``/proc``, an unknown type) the heartbeat runs.
-
-An owner that ended normally removes the file. One that died leaves it: the
-next run takes the lock over (the OS released it, or the heartbeat went
-stale, or its process is gone from this host) and warns which owner it
-replaced.
-
-The other ranks of a run never take the lock; they check it
-(:func:`check_work_dir_owner`): a work_dir owned by another run stops them
-too, rather than leaving them waiting for a rank 0 that refused to start.
-A run's processes recognise their own lock by its run id, which the command
-line gives every process of one launch alike (``flexgraph.cli.work_dir_owner``).
+The process that stands for the run (rank 0, or the launcher of the ranks)
+takes ``work_dir/flexgraph.lock`` before writing there; a second run stops at
+once naming the owner, and the other ranks of a run only check the lock. An OS
+lock (``flock``) holds where the filesystem grants one, across hosts on NFS
+and on Lustre with ``-o flock``; elsewhere a fresh heartbeat in the file does,
+and two starters both write, wait :data:`SETTLE`, and only the last writer goes
+on. A work_dir only this host sees gets no heartbeat thread: a process's first
+thread slows every later step. A dead owner's lock is taken over with a warning.
 """
 
 from __future__ import annotations
@@ -77,23 +44,17 @@ HOST_LOCAL_FILESYSTEMS = frozenset({
 
 
 def is_host_local(path: str | os.PathLike[str], mounts: str | None = None) -> bool:
-    """Whether only this host can see ``path``.
-
-    Its filesystem (the longest mount point above it) is one of
-    :data:`HOST_LOCAL_FILESYSTEMS`.
+    """Whether only this host can see ``path`` (its filesystem: :data:`HOST_LOCAL_FILESYSTEMS`).
 
     Parameters
     ----------
     path : str or PathLike
-        A path.
     mounts : str, optional
-        The text of ``/proc/self/mounts`` (read when ``None``); where it cannot be
-        read (not Linux) the answer is False, which keeps the heartbeat.
+        The text of ``/proc/self/mounts``; without one (not Linux) the answer is False.
 
     Returns
     -------
     bool
-        ``True`` for a host-local filesystem.
     """
     if mounts is None:
         try:
@@ -140,21 +101,8 @@ def _pid_alive(pid: Any) -> bool:
 def _alive(owner: dict[str, Any], *, os_locked: bool, stale_after: float) -> bool:
     """Whether ``owner`` (a lock's content) is a live run.
 
-    Parameters
-    ----------
-    owner : dict
-        The lock file's content.
-    os_locked : bool
-        This process holds the OS lock, so an owner on this host is dead (the
-        kernel released its lock); one on another host may live where the
-        filesystem keeps locks per host, and its heartbeat tells.
-    stale_after : float
-        Seconds after which a heartbeat is a dead owner's.
-
-    Returns
-    -------
-    bool
-        ``True`` for a live owner.
+    Under ``os_locked`` an owner on this host is dead; one on another host may
+    live where the filesystem keeps locks per host, and its heartbeat tells.
     """
     if not owner:
         return False
@@ -177,25 +125,15 @@ class WorkDirLock:
     Parameters
     ----------
     path : Path
-        The lock file.
     fd : int
         The lock file, open; closing it drops the OS lock.
     content : dict
-        What the lock file holds (owner, host, pid, run id, token, heartbeat).
     os_locked : bool
-        Whether the filesystem granted an OS lock.
-    heartbeat_every : float or None
-        Seconds between heartbeats written by a thread; ``None``: no thread.
-    owned : bool, default True
-        Whether this process took the lock (and removes the file on release);
-        ``False`` for a rank that only keeps its launcher's heartbeat.
-
-    Attributes
-    ----------
-    path
-        The lock file.
-    os_locked
         Whether the filesystem granted an OS lock (else only the heartbeat holds).
+    heartbeat_every : float or None
+        ``None``: no heartbeat thread.
+    owned : bool, default True
+        ``False`` for a rank that only keeps its launcher's heartbeat.
     """
 
     def __init__(self, path: Path, fd: int, content: dict[str, Any], os_locked: bool,
@@ -225,8 +163,8 @@ class WorkDirLock:
                 self._write()
 
     def release(self) -> None:
-        """Remove the lock file (it is this run's) and drop the OS lock; a rank that only
-        kept its launcher's heartbeat stops doing so."""
+        """Remove the lock file and drop the OS lock (a rank that does not own it only
+        stops its heartbeat)."""
         if self._fd < 0:
             return
         self._stop.set()
@@ -247,11 +185,8 @@ class WorkDirLock:
 
 def _open_locked(path: Path) -> tuple[int, bool | None]:
     """Open ``path`` and try its OS lock: ``(fd, True)``, ``(fd, False)`` where the
-    filesystem has none, ``(fd, None)`` where another process holds it.
-
-    A file that was replaced between the open and the lock (its owner removed it
-    as it ended) is opened again, so the lock is always on the file at ``path``.
-    """
+    filesystem has none, ``(fd, None)`` where another process holds it; a file
+    replaced in between is opened again."""
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -281,27 +216,18 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
     Parameters
     ----------
     work_dir : str or PathLike
-        Created if missing (the lock file is the first thing written there).
+        Created if missing.
     run_id : str
-        What every process of this run shares: a lock already held under the
-        same id is this run's (its launcher's, which keeps no heartbeat thread:
-        it forks its rank server, which a thread would forbid), and this process
-        keeps its heartbeat instead.
+        Shared by every process of the run: a lock held under it is this run's
+        launcher's, and this process keeps its heartbeat instead.
     heartbeat_every : float or None, default HEARTBEAT_EVERY
-        Seconds between heartbeats; ``None``: no heartbeat thread (a launcher,
-        whose rank 0 keeps the heartbeat). A work_dir under an OS lock on a
-        local filesystem (:func:`is_host_local`) keeps none either.
+        ``None``: no heartbeat thread (a launcher, which forks and so must have none).
     stale_after : float, default STALE_AFTER
-        Seconds after which a heartbeat is a dead owner's (where no OS lock tells).
     settle : float, default SETTLE
-        Seconds to wait before reading back a lock the OS could not lock (two
-        starters at once: the later write wins).
 
     Returns
     -------
     WorkDirLock
-        To :meth:`~WorkDirLock.release` when the run ends (``owned`` is false
-        for the rank 0 of a launcher that holds the lock).
 
     Raises
     ------
@@ -352,22 +278,15 @@ def check_work_dir_owner(work_dir: str | os.PathLike[str], run_id: str, *,
                          stale_after: float = STALE_AFTER) -> None:
     """Refuse to start a rank of ``run_id`` in a ``work_dir`` that another live run owns.
 
-    For the ranks that do not take the lock: they stop as their rank 0 does,
-    instead of waiting for it. Takes nothing, writes nothing.
-
     Parameters
     ----------
     work_dir : str or PathLike
-        The run's work_dir.
     run_id : str
-        This run's id (its processes share it).
     stale_after : float, default STALE_AFTER
-        Seconds after which an owner's heartbeat is a dead owner's.
 
     Raises
     ------
     WorkDirBusyError
-        Another live run owns ``work_dir``.
     """
     path = Path(work_dir) / LOCK_FILE
     try:

@@ -1,26 +1,11 @@
 """A run's measured memory next to its estimate: ``work_dir/<timestamp>/memory.json``.
 
-Only a run that has an estimate records this: ``flexgraph run --estimate``, or
-``--strategy auto`` (which estimated to choose). Other runs pay nothing. The
-estimate is the per-rank peak of one training step (``flexgraph plan
---estimate``); the measurement is rank 0's, taken as each step ends:
-
-* on CUDA, ``torch.cuda.max_memory_allocated`` (allocated tensor bytes, what
-  the estimate counts), so the ratio is meaningful;
-* elsewhere, the rank's peak resident set size. The CPU allocator does not
-  track live tensor bytes, and RSS also holds the interpreter, torch's
-  libraries and the data loader, so it is shown beside the estimate, labelled,
-  without a ratio.
-
-Setup is measured on every rank: as the step that builds the optimizer (or
-the engine that does) ends, the ranks share their steps' peaks so far, and
-rank 0 records, per rank, how far the peak RSS rose above where it stood
-after the first step (``setup_env``: the process and its libraries loaded,
-no model yet), beside the setup estimate (rank 0's and the other ranks').
-
-The launcher estimates once and hands the figure to its ranks
-(:data:`~flexgraph.training.output.RUN_ESTIMATE_VAR`). The JSON object
-(``flexgraph.run-memory/1``)::
+Only a run that has an estimate records this (``--estimate``, ``--strategy
+auto``). Rank 0 measures as each step ends: on CUDA the allocated peak, which
+the estimate counts, so a ratio is given; elsewhere the peak RSS, which also
+holds the interpreter and its libraries, so no ratio. For setup, every rank's
+peak RSS rise above its first step is compared with the setup estimate. The
+JSON object (``flexgraph.run-memory/1``)::
 
     {"schema": "flexgraph.run-memory/1",
      "estimate": {"candidate": "ddp", "peak_bytes": 123, "phase": "backward",
@@ -35,9 +20,8 @@ The launcher estimates once and hands the figure to its ranks
                           "steps": [{"step": "setup_env", "peak_rss_bytes": 300,
                                      "rss_bytes": 290}, ...]}, ...]}}
 
-``estimate_bytes`` is set on the step that trains (the plan's last), the
-one the estimate describes; ``ratio`` is measured / estimate where comparable.
-``setup`` is there when the plan builds an optimizer (a training run).
+``estimate_bytes`` is set on the step the estimate describes (the plan's
+last); ``setup`` is there when the plan builds an optimizer.
 """
 
 from __future__ import annotations
@@ -59,15 +43,15 @@ class RunEstimate:
     Parameters
     ----------
     candidate : str
-        The estimated candidate (``'ddp'``, ``'deepspeed:zero2'``).
+        Such as ``'deepspeed:zero2'``.
     peak_bytes : int
-        Its estimated per-rank peak.
     phase : str
-        Where the estimate reaches that peak.
+        Where the estimate peaks.
     world_size : int
-        The ranks the estimate is for.
     setup_rank0_bytes, setup_other_bytes : int, optional
-        The estimate of setup's host memory on rank 0 and on each other rank.
+        Setup's host memory on rank 0 and on each other rank.
+    steps : dict, optional
+        What each step allocates (the report row's ``steps``), for the run's page.
     """
 
     candidate: str
@@ -76,6 +60,7 @@ class RunEstimate:
     world_size: int
     setup_rank0_bytes: int | None = None
     setup_other_bytes: int | None = None
+    steps: dict[str, Any] | None = None
 
     @classmethod
     def from_report(cls, report: dict[str, Any], label: str) -> RunEstimate:
@@ -83,11 +68,18 @@ class RunEstimate:
         row = next(r for r in report["candidates"] if r["candidate"] == label)
         setup = row.get("setup") or {}
         return cls(label, int(row["peak_bytes"]), str(row["phase"]), int(report["world_size"]),
-                   setup.get("rank0_bytes"), setup.get("other_bytes"))
+                   setup.get("rank0_bytes"), setup.get("other_bytes"), row.get("steps"))
+
+    def as_report(self) -> dict[str, Any]:
+        """This estimate as a ``flexgraph.estimate/1`` report of one candidate (the page's)."""
+        setup = None if self.setup_rank0_bytes is None else {
+            "rank0_bytes": self.setup_rank0_bytes, "other_bytes": self.setup_other_bytes}
+        return {"world_size": self.world_size, "candidates": [{
+            "candidate": self.candidate, "peak_bytes": self.peak_bytes, "phase": self.phase,
+            "setup": setup, "steps": self.steps}]}
 
     def to_json(self) -> str:
-        """This estimate as the launcher hands it to its ranks
-        (:data:`~flexgraph.training.output.RUN_ESTIMATE_VAR`)."""
+        """This estimate as the launcher hands it to its ranks."""
         return json.dumps(asdict(self))
 
     @classmethod
@@ -105,8 +97,7 @@ def _cuda_peak_bytes() -> int | None:
 
 
 SETUP_ENDS_WITH = "optim_wrapper"
-"""Setup ends with the step that provides this (``build_optim_wrapper``, or DeepSpeed's
-``deepspeed_initialize``): what follows is the training estimate's."""
+"""Setup ends with the step that provides this; what follows is the training estimate's."""
 
 
 def _bytes(mib: float | None) -> int | None:
@@ -116,9 +107,8 @@ def _bytes(mib: float | None) -> int | None:
 class MeasuredPeaks:
     """Executor hook: each step's peak (RSS, and CUDA's allocated peak) as it ends.
 
-    ``setup_by_rank``: every rank's setup steps (peak and current RSS), in rank
-    order, shared as the step that builds the optimizer ends (a collective:
-    every rank runs the same plan, so every rank shares); ``None`` before.
+    ``setup_by_rank`` holds every rank's setup steps once setup ends (a
+    collective: every rank runs the same plan); ``None`` before.
     """
 
     def __init__(self) -> None:
@@ -157,20 +147,16 @@ def memory_summary(estimate: RunEstimate, steps: list[dict[str, Any]], rank: int
     Parameters
     ----------
     estimate : RunEstimate
-        The estimate the run is measured against.
     steps : list of dict
         The measured peaks of the run's steps, in order.
     rank : int, default 0
         The rank that measured them.
     setup_by_rank : list of list of dict, optional
-        Every rank's setup steps (:attr:`MeasuredPeaks.setup_by_rank`): the
-        summary then has each rank's setup against its estimate.
+        :attr:`MeasuredPeaks.setup_by_rank`.
 
     Returns
     -------
     dict
-        The summary ``memory.json`` holds: estimate, measured peak and its source,
-        the ratio where the two compare, the steps (and setup, where given).
     """
     steps = [dict(s) for s in steps]
     cuda = [s["cuda_peak_bytes"] for s in steps if s["cuda_peak_bytes"] is not None]
@@ -202,18 +188,15 @@ def _size(value: int | None) -> str:
 
 
 def summary_line(summary: dict[str, Any]) -> str:
-    """One line for the console: estimate, measured (with its source), ratio where it means
-    one; then setup's estimate and its measured rise per rank, where the run has them.
+    """The console's line for a :func:`memory_summary`, without a newline.
 
     Parameters
     ----------
     summary : dict
-        The run's memory summary (:func:`memory_summary`).
 
     Returns
     -------
     str
-        The line, without a newline.
     """
     est, measured = summary["estimate"], summary["measured"]
     line = (f"memory: estimated {_size(est['peak_bytes'])} per rank ({est['candidate']}, "

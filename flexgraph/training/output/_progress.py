@@ -1,22 +1,10 @@
 """How far a launched rank got, kept where its launcher can read it after the rank dies.
 
-A launcher that sees a rank die (SIGKILL, the OOM killer, a segfault) learns the
-exit status from the process and nothing else: a killed process writes no error
-file. So a rank started by ``flexgraph run --nproc-per-node N`` keeps one short
-record in a file its launcher names (``FLEXGRAPH_PROGRESS_DIR``/``rank<R>``, see
-:mod:`flexgraph.training.output._launch_env`): the step it is running and,
-during training, the iterations done at the last log line.
-
-The record is rewritten only at events the run has anyway (the start of each
-step; each log line, which the loop emits every ``log_interval`` iterations and
-at epoch ends), never per iteration. That is its price: the iteration it gives
-is a lower bound, up to one log interval behind the truth. Without the variable
-(a single process, or ranks started by ``torchrun`` directly) nothing is written.
-
-One record per process, opened once by the command that runs it
-(:func:`open_progress`) and handed to its two writers as an argument, through
-the run's context: the executor hook that reports the step, and the training
-output that reports the iterations.
+A killed rank writes no error file, so a rank of ``flexgraph run
+--nproc-per-node N`` keeps a short record of its step and iterations in a file
+its launcher names. It is rewritten only at the start of each step and at each
+log line, never per iteration, so the iteration it gives may lag by up to one
+log interval. Without a launcher nothing is written.
 """
 
 from __future__ import annotations
@@ -36,7 +24,6 @@ class Progress:
     Parameters
     ----------
     path : Path
-        The rank's file in the launcher's progress folder (created, or emptied).
     """
 
     def __init__(self, path: Path) -> None:
@@ -55,8 +42,7 @@ class Progress:
         self._write()
 
     def finished(self) -> None:
-        """The rank's run is done: a rank that exits 0 without this record vanished early
-        (``os._exit(0)`` in a hook), which its launcher reports as a failure."""
+        """The rank's run is done: one that exits 0 without this its launcher reports as failed."""
         self._record["done"] = True
         self._write()
 
@@ -72,9 +58,7 @@ def open_progress(folder: str | os.PathLike[str] | None, rank: int) -> Progress 
     Parameters
     ----------
     folder : path, optional
-        The launcher's progress folder (``FLEXGRAPH_PROGRESS_DIR``), if it named one.
     rank : int
-        This process's global rank: the record is ``folder/rank<rank>``.
 
     Returns
     -------
@@ -89,14 +73,11 @@ def read_progress(folder: str | os.PathLike[str], rank: int) -> dict[str, Any]:
     Parameters
     ----------
     folder : str or PathLike
-        The launcher's progress folder.
     rank : int
-        The rank whose record to read.
 
     Returns
     -------
     dict
-        ``{"step": ..., "iter": ..., "every": ...}``, or ``{}``.
     """
     try:
         return json.loads((Path(folder) / f"rank{rank}").read_text() or "{}")

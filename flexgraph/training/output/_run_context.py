@@ -1,34 +1,31 @@
 """The run's context: what a run knows beyond its config, in one frozen value passed down.
 
 ``flexgraph run`` learns things about its run that no config holds: the plan
-it is about to run, the record it opened in the work_dir (and that record's
-logger), this process's rank and the world size, and how the process was
-launched (by whom, which strategy ``--strategy auto`` chose and why, the
-memory estimate, the node's rank and rendezvous, the progress record its
-launcher reads). It puts them in one :class:`RunContext`, built once where the
-command line has been parsed, and hands it to the plan as the standard
-graph's ``run_context`` input, the way the settings are handed in; the steps
-that need any of it take it as an argument (``build_hooks``,
-``build_checkpointer``, ``resume``, ``train``, ``val``, ``test``). Nothing
-writes it back anywhere, and nothing reads it from anywhere but its argument.
-
-The command builds it in stages, each a new value (``attrs.evolve``): the
-launch facts while it loads the config and chooses the strategy, the plan once
-it has planned, the record once the work_dir is its own and the plan valid.
+it is about to run, the record it opened in the work_dir, this process's rank
+and the world size, and how the process was launched. It also makes the
+run's log: its logger, its timestamp, the folder of its files and its
+MMEngine message hub. It puts them in one :class:`RunContext`, made once,
+after planning and once the work_dir's record is open, and hands it to the
+plan as the standard graph's ``run_context`` input, the way the settings are
+handed in; the steps that need any of it take it as an argument. Nothing
+writes it back anywhere.
 
 Without the command (the Python API, a test), :func:`standard_inputs
-<flexgraph.training.graph.standard_inputs>` gives a context of this process
-alone: no plan, no record, no launcher. A portable checkpoint's manifest then
-records no plan, because none was given; pass ``RunContext(plan=...)`` to
+<flexgraph.training.graph.standard_inputs>` makes a context of this process
+alone: no plan, no record, no launcher, a console logger. A portable
+checkpoint's manifest then records no plan; pass ``RunContext(plan=...)`` to
 have one recorded.
 
 It lives in :mod:`flexgraph.training.output` because it holds the run's
-record, and every part that reads it (checkpoint, loop, resume, steps) sits
-above output in training's layers; the command line builds it, above them all.
+record and log, and every part that reads it (checkpoint, loop, resume,
+steps) sits above output in training's layers; the command line builds it,
+above them all.
 """
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -112,9 +109,43 @@ class LaunchFacts:
     handed_down: LaunchEnv = LaunchEnv()
 
 
+def _now() -> str:
+    return time.strftime("%Y%m%d_%H%M%S", time.localtime())
+
+
+def _timestamp(context: RunContext) -> str:
+    return context.record.timestamp if context.record is not None else _now()
+
+
+def _logger(context: RunContext) -> Any:
+    if context.record is not None:
+        return context.record.logger
+    from flexgraph.training.output._workdir import console_logger
+
+    return console_logger(context.timestamp)
+
+
+def _log_dir(context: RunContext) -> str | None:
+    return str(context.record.run_dir) if context.record is not None else None
+
+
+def _message_hub(context: RunContext) -> Any:
+    from mmengine.logging import MessageHub
+
+    # MMEngine's hub names are process-global: a number keeps each run's its own
+    return MessageHub.get_instance(f"flexgraph_{context.timestamp}_{next(_HUB_NUMBERS)}")
+
+
+_HUB_NUMBERS = itertools.count()
+
+
 @attrs.frozen
 class RunContext:
     """What a run knows beyond its config: the standard graph's ``run_context`` input.
+
+    The log's parts default to the record's (its logger, timestamp and folder),
+    or without one to a console logger named by the current time; the message
+    hub is made with the context.
 
     Parameters
     ----------
@@ -123,19 +154,29 @@ class RunContext:
     world_size : int
         How many processes train (1 alone).
     plan : mapping, optional
-        The plan being run, as ``flexgraph plan --format json`` prints it, parsed;
-        a portable checkpoint's manifest records it. ``None``: no plan was given.
+        The plan being run, as ``flexgraph plan --format json`` prints it (its
+        ``flexgraph.plan/1`` dict); the work_dir's ``plan.json``, a portable
+        checkpoint's manifest and resume's plan-change log all use it.
+        ``None``: no plan was given.
     record : RunRecord, optional
         The run's record in its work_dir (log file, config, plan), opened by
         ``flexgraph run``; ``None``: no record (a Python API run, a pipeline,
         a dry run).
     launch : LaunchFacts
         How the process was started (see :class:`LaunchFacts`).
+    timestamp : str
+        The run's ``%Y%m%d_%H%M%S`` name, as MMEngine's.
+    logger : mmengine.logging.MMLogger
+        The run's logger.
+    log_dir : str, optional
+        The run's folder (``runner.log_dir``: the record's); ``None``: the work_dir.
+    message_hub : mmengine.logging.MessageHub
+        Where the loop's scalars and the runtime info go (``runner.message_hub``).
 
     Examples
     --------
     >>> context = RunContext(plan={"strategy": "ddp"}, world_size=2)
-    >>> context.plan["strategy"], context.record, context.logger
+    >>> context.plan["strategy"], context.record, context.log_dir
     ('ddp', None, None)
     >>> context.rank = 1
     Traceback (most recent call last):
@@ -148,28 +189,40 @@ class RunContext:
     plan: Mapping[str, Any] | None = None
     record: RunRecord | None = None
     launch: LaunchFacts = LaunchFacts()
-
-    @property
-    def logger(self) -> Any:
-        """The record's logger (``None`` without a record: each reader makes its own)."""
-        return self.record.logger if self.record is not None else None
+    timestamp: str = attrs.field(default=attrs.Factory(_timestamp, takes_self=True))
+    logger: Any = attrs.field(default=attrs.Factory(_logger, takes_self=True), eq=False,
+                              repr=False)
+    log_dir: str | None = attrs.field(default=attrs.Factory(_log_dir, takes_self=True))
+    message_hub: Any = attrs.field(default=attrs.Factory(_message_hub, takes_self=True),
+                                   eq=False, repr=False)
 
     @classmethod
-    def of_this_process(cls, plan: Mapping[str, Any] | None = None) -> RunContext:
+    def of_this_process(cls, plan: Mapping[str, Any] | None = None, *,
+                        log_level: str | int = "INFO", log_dir: str | None = None
+                        ) -> RunContext:
         """The context of a run that no command set up: this process as its launcher placed it.
 
         The rank and world size are the ones a launcher gave the process
-        (``RANK`` / ``WORLD_SIZE``; 0 and 1 without one); no record, no launch facts.
+        (``RANK`` / ``WORLD_SIZE``; 0 and 1 without one); no record, no launch
+        facts; a console logger.
 
         Parameters
         ----------
         plan : mapping, optional
             The plan's JSON dict, for the manifests of portable checkpoints.
+        log_level : str or int, optional
+            The console logger's level (the config's ``log_level``).
+        log_dir : str, optional
+            The folder of the run's files (the work_dir).
 
         Returns
         -------
         RunContext
         """
+        from flexgraph.training.output._workdir import console_logger
         from flexgraph.training.runtime import launch_rank, launch_world_size
 
-        return cls(rank=launch_rank(), world_size=launch_world_size(), plan=plan)
+        timestamp = _now()
+        return cls(rank=launch_rank(), world_size=launch_world_size(), plan=plan,
+                   timestamp=timestamp, logger=console_logger(timestamp, log_level),
+                   log_dir=log_dir)

@@ -1,33 +1,9 @@
 """What a run leaves in its work_dir, and which of its log lines reach the console.
 
-``flexgraph run`` of an MMEngine-style config opens a :class:`RunRecord` once it
-has a valid plan and before the first step runs, so a config that fails to
-load or plan leaves nothing behind. Rank 0 writes; other ranks write nothing
-here and show only errors::
-
-    work_dir/
-      <timestamp>/              one folder per run (a resumed run gets its own)
-        <timestamp>.log         the run's whole log, MMEngine's INFO lines included
-        config.py               the resolved config, runnable (see config.write_config)
-        plan.json               the plan that ran, as `flexgraph plan --format json`
-        memory.json             measured peaks next to the estimate (estimated runs only)
-        vis_data/               the visualizer's backends (TensorBoard, what hooks draw)
-      metrics.jsonl             per iteration and per evaluation (a resume continues it)
-      epoch_<n>.pth, iter_<n>.pth, last_checkpoint
-
-The console shows flexgraph's own lines (plan summary, setup timings,
-progress, metrics) and every warning and error. MMEngine's INFO chatter (an
-init-weights report per parameter from ``BaseModule.init_weights``, a
-``paramwise_options`` line per parameter from the optimizer constructor, and
-whatever else goes through ``mmengine.logging.print_log``) goes to the log file
-only: MMEngine logs to its *current* ``MMLogger``, which is the record's logger,
-and the console handler drops INFO records made inside mmengine's package.
-``config.py`` and ``plan.json`` are written atomically (a temporary file, then
-a rename), so a crash never leaves half a file under those names.
-
-The record reaches the steps that use it (the hooks' runner view takes its
-logger, timestamp and folder) through the run's context
-(:class:`~flexgraph.training.output.RunContext`), never through this module.
+The layout is docs/guide/work_dir.rst's. The record is opened once the plan is
+valid, so a config that fails to load or plan leaves nothing; only rank 0
+writes. MMEngine's INFO lines go to the log file only, its other lines and
+flexgraph's to the console too.
 """
 
 from __future__ import annotations
@@ -80,24 +56,19 @@ def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
                    quiet_mmengine: bool = False) -> MMLogger:
     """A new MMLogger (MMEngine's *current* one from now on) printing to stdout.
 
-    Rank 0 prints from ``log_level`` up, other ranks errors only. Lines logged
-    with ``extra=FILE_ONLY`` never reach the console.
-
     Parameters
     ----------
     timestamp : str
-        The run's name (the logger's instance name).
+        The run's name.
     log_level : str or int, default 'INFO'
-        Rank 0's console level.
+        Rank 0's console level; other ranks print errors only.
     rank : int, default 0
-        This process's rank; other ranks than 0 print errors only.
     quiet_mmengine : bool, default False
         Keep MMEngine's own info lines off the console.
 
     Returns
     -------
     MMLogger
-        The logger.
     """
     logger = MMLogger.get_instance(f"flexgraph_{timestamp}_{next(_NUMBERS)}",
                                    logger_name="flexgraph", log_level=log_level)
@@ -109,28 +80,16 @@ def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
 
 
 class RunRecord:
-    """One run's log file, config and plan in ``work_dir/<timestamp>/`` (see the module doc).
+    """One run's log file, config and plan in ``work_dir/<timestamp>/``.
 
     Parameters
     ----------
     logger : MMLogger
-        The run's logger (:func:`console_logger`).
     timestamp : str
         The run's name.
     run_dir : Path
-        The run's folder.
     file_handler : logging.Handler or None
-        The log file's handler (rank 0), which :meth:`close` removes; ``None`` on
-        the other ranks, which write nothing.
-
-    Attributes
-    ----------
-    logger
-        The run's MMLogger: console as described above, plus the log file on rank 0.
-    timestamp
-        The run's name (``YYYYmmdd_HHMMSS``, suffixed ``_1``, ``_2``... if taken).
-    run_dir
-        ``work_dir/<timestamp>`` (created on rank 0 only).
+        The log file's handler; ``None`` on the ranks that write nothing.
     """
 
     def __init__(self, logger: MMLogger, timestamp: str, run_dir: Path,
@@ -167,10 +126,8 @@ class RunRecord:
 class _LogFile(logging.FileHandler):
     """The run's log file; a write the device refuses is dropped, silently.
 
-    On a full device the run already fails with its own one-line error (a
-    checkpoint that could not be saved, say); logging's default would print
-    a traceback for every line that could not be written, and closing the
-    file would replace that error with ``OSError: [Errno 28]``.
+    On a full device the run already fails with its own one-line error, which
+    a traceback per unwritten line, or one at close, would bury.
     """
 
     def handleError(self, record: logging.LogRecord) -> None:
@@ -209,23 +166,18 @@ def open_run_record(cfg: Any, settings: RunSettings, plan_json: str, *, rank: in
 
     Parameters
     ----------
-    cfg
-        The run's mmengine ``Config`` (after ``--cfg-options`` and the CLI's flags).
-    settings
-        Its settings: the record goes in ``settings.work_dir``, the log at
-        ``settings.log_level``.
-    plan_json
+    cfg : Config
+        After ``--cfg-options`` and the command line's flags.
+    settings : RunSettings
+    plan_json : str
         The plan about to run, as ``flexgraph plan --format json`` prints it.
-    rank
-        This process's global rank; only rank 0 writes.
-    strategy
-        The strategy named on the command line, if any: written into ``config.py``
-        so that the config plans the same way again.
+    rank : int
+    strategy : str, optional
+        Written into ``config.py`` so that the config plans the same way again.
 
     Returns
     -------
     RunRecord
-        The record: its logger, timestamp and folder.
     """
     log_level = settings.log_level
     timestamp = time.strftime("%Y%m%d_%H%M%S", time.localtime())

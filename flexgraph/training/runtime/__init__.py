@@ -1,12 +1,8 @@
-"""Where this process runs: its place in the run, its process group, its memory.
+"""Where this process runs: its place in the run, its process group, its RNGs, its memory.
 
-:class:`Env` (device, rank, world size, seed) is built once by the strategy's
-``setup_env`` step; :func:`setup_process_group` joins torch.distributed. The RNG
-helpers capture and restore this process's random streams, and record the
-draws one rank makes so that another can make them again; the meta-device
-helpers build and materialize models whose weights do not exist yet; the
-process-group helpers answer rank, world size and "is a group up" for code
-that has no Env, and let rank 0 act for every rank.
+:class:`Env` is built once by the strategy's ``setup_env`` step; the rest
+answers rank and world size without one, lets rank 0 act for every rank and
+the ranks agree on a failure, and captures and replays random draws.
 """
 
 from flexgraph.training.runtime._distributed import leave_process_group, setup_process_group
@@ -30,7 +26,9 @@ from flexgraph.training.runtime._env import (
     use_default_scope,
 )
 from flexgraph.training.runtime._group import (
+    agreed,
     barrier,
+    broadcast_buffers,
     broadcast_from_rank0,
     first_error_of_all_ranks,
     gathered_from_every_rank,
@@ -41,14 +39,7 @@ from flexgraph.training.runtime._group import (
     this_rank,
     world_size,
 )
-from flexgraph.training.runtime._materialize import (
-    local_rows,
-    local_tensor,
-    materialize_module,
-    meta_parameters,
-    parameters_on_meta,
-    uninitialised_parameters,
-)
+from flexgraph.training.runtime._materialize import meta_parameters, parameters_on_meta
 from flexgraph.training.runtime._rng import (
     capture_rng,
     gather_rng_states,
@@ -60,7 +51,9 @@ __all__ = [
     "Draw",
     "Env",
     "SourceDraws",
+    "agreed",
     "barrier",
+    "broadcast_buffers",
     "broadcast_from_rank0",
     "capture_rng",
     "drawn_by",
@@ -73,10 +66,7 @@ __all__ = [
     "launch_rank",
     "launch_world_size",
     "leave_process_group",
-    "local_rows",
-    "local_tensor",
     "make_env",
-    "materialize_module",
     "meta_parameters",
     "parameters_without_values",
     "parameters_on_meta",
@@ -89,7 +79,6 @@ __all__ = [
     "seed_everything",
     "setup_process_group",
     "this_rank",
-    "uninitialised_parameters",
     "use_default_scope",
     "world_size",
 ]

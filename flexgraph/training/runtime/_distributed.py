@@ -1,10 +1,7 @@
 """Joining a torch.distributed process group: the ``setup_env`` of every multi-process strategy.
 
-Processes are launched by ``torch.distributed.run`` (``flexgraph run
---nproc-per-node N`` or ``torchrun``), which sets ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK`` and the rendezvous address; a process started without it is a
-world of one. DDP, FSDP and DeepSpeed all replace ``setup_env`` with
-:func:`setup_process_group`, each with its own ``dist_cfg``.
+The rank, world size and rendezvous come from ``torch.distributed.run``'s
+environment variables; a process started without them is a world of one.
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ def _free_port() -> int:
 def visible_device_index(local_rank: int, visible: int) -> int:
     """This rank's accelerator among the ``visible`` ones (``CUDA_VISIBLE_DEVICES``).
 
-    A launcher that shows each rank every device of its node (torchrun) leaves
-    the choice to the local rank; a scheduler that binds one device to each task
-    (SLURM's ``--gpus-per-task=1``, ``--gpu-bind``) shows it only that one.
+    torchrun shows each rank every device of its node; a scheduler that binds
+    one device to each task shows it only that one.
 
     Examples
     --------
@@ -49,11 +45,9 @@ def visible_device_index(local_rank: int, visible: int) -> int:
 
 
 FLIGHT_RECORDER_ENTRIES = "2000"
-"""Collectives NCCL's flight recorder keeps per process group, by default (torchtitan's order
-of magnitude): the last ones each rank issued, dumped when a collective times out."""
+"""Collectives NCCL's flight recorder keeps per process group, dumped when one times out."""
 _NCCL_DEFAULTS = {
-    # A collective that timed out ends the process without tearing the communicator down
-    # (torch's "SkipCleanUp"; a cleanup can hang on a broken NCCL communicator).
+    # end the process without tearing the communicator down: that cleanup can hang
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
     "TORCH_NCCL_TRACE_BUFFER_SIZE": FLIGHT_RECORDER_ENTRIES,
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
@@ -61,13 +55,8 @@ _NCCL_DEFAULTS = {
 
 
 def _watched_timeout(cfg: Any, timeout: float | None) -> float:
-    """The process group's timeout: ``dist_cfg.timeout`` as given, else one derived from the
-    watchdog's limits (``env_cfg.stall_timeout``), which then always reports first.
-
-    A given timeout shorter than the watchdog's longest limit is kept, and a warning says
-    what follows: a stall longer than it ends in a collective's timeout error, which names
-    no stuck rank.
-    """
+    """``dist_cfg.timeout`` as given (warned about when shorter than the watchdog's
+    limits), else one longer than them, so the watchdog reports a stall first."""
     from flexgraph.training.config import collective_timeout, watch_policy
 
     policy = watch_policy(cfg)
@@ -92,36 +81,24 @@ def setup_process_group(
 ) -> Env:
     """Join (or create) the process group from torchrun's environment variables.
 
-    ``backend`` defaults to NCCL on CUDA and gloo on the CPU; ``timeout`` is in
-    seconds (mmengine's ``dist_cfg`` keys). Without a ``timeout`` the group's is
-    derived from the watchdog's limits (``env_cfg.stall_timeout``, see
-    :func:`~flexgraph.training.config.collective_timeout`): the watchdog, which
-    names the rank that made no progress, reports before a collective times out.
-    On NCCL, unless the environment says otherwise, a collective that times out
-    ends the process (``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``) and NCCL's flight
-    recorder keeps the last collectives and dumps them then
-    (``TORCH_NCCL_TRACE_BUFFER_SIZE``, ``TORCH_NCCL_DUMP_ON_TIMEOUT``; where to:
-    ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, which ``flexgraph run`` points into the
-    run's watch folder).
+    The default timeout outlasts the watchdog's limits so that the watchdog,
+    which names the stuck rank, reports first. On NCCL a collective that times
+    out ends the process and the flight recorder dumps the last collectives,
+    unless the environment says otherwise.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config (its ``randomness`` and ``env_cfg`` make the ``Env``;
-        its ``env_cfg.stall_timeout`` the group's timeout when none is given).
     device : str, optional
-        The device to train on; CUDA when available (this rank's GPU), else the
-        CPU.
+        This rank's GPU when CUDA is available, else the CPU.
     backend : str, optional
-        The process group's backend: NCCL on CUDA, gloo on the CPU by default.
+        NCCL on CUDA, gloo on the CPU by default.
     timeout : float, optional
-        Seconds a collective may wait (mmengine's ``dist_cfg`` key); by default
-        longer than every limit of the watchdog, 1800 without one.
+        Seconds a collective may wait (``dist_cfg.timeout``).
 
     Returns
     -------
     Env
-        This rank's environment: device, rank, world size, seeds.
     """
     import torch
     import torch.distributed as dist
@@ -151,11 +128,10 @@ def setup_process_group(
 
 
 def leave_process_group() -> None:
-    """Destroy the process group a run joined, once every rank has finished.
+    """Destroy the process group once every rank has finished.
 
-    Left to interpreter exit, the communicator's threads are torn down in no
-    particular order with the rest of the process, and a rank can abort there
-    after its training completed.
+    Left to interpreter exit, the teardown can abort a rank whose training
+    completed.
     """
     import torch.distributed as dist
 

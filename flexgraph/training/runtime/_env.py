@@ -1,19 +1,10 @@
 """The process's place in the run (device, rank, world size) and its seeding.
 
-:class:`Env` is what every later step reads to learn where it runs. It is a
-frozen value, built once by :func:`make_env`: the single-device ``setup_env`` step
-calls it for rank 0 of 1, and a distributed strategy calls it after it has
-initialised the process group, so no step ever needs to know which strategy set
-the process up.
-
-Seeding follows MMEngine's ``randomness`` section and ``set_random_seed``.
-``Env.seed`` is the *base* seed shared by all ranks (checkpoints record it, and
-samplers must shuffle identically on every rank and then take their own
-slice); with ``diff_rank_seed=True`` the global RNGs get ``seed + rank``
-(:attr:`Env.rank_seed`, MMEngine's ``runner.seed``) so that dropout and
-augmentations differ between ranks. The dataloaders derive their sampler and
-worker seeds from these two exactly as MMEngine's Runner does
-(:mod:`flexgraph.training.components._data`).
+:func:`make_env` builds the frozen :class:`Env` once, whichever strategy set
+the process up, so no later step needs to know which did. Seeding follows
+MMEngine's ``randomness``: ``Env.seed`` is the base seed shared by all ranks
+(samplers must shuffle alike everywhere), and under ``diff_rank_seed`` the
+global RNGs get ``seed + rank`` so that dropout and augmentations differ.
 """
 
 from __future__ import annotations
@@ -39,25 +30,14 @@ __all__ = ["Env", "default_mmap_threshold", "make_env", "rank_seed", "return_fre
 class Env:
     """Where this process trains: the ``env`` artifact every later step reads.
 
-    A frozen value: :func:`make_env` builds it once per run, after seeding.
-
     Parameters
     ----------
     device : str
-        ``'cpu'``, ``'cuda'`` or ``'cuda:<local_rank>'``; the model and batches go here.
     rank, world_size, local_rank : int
-        This process's place among all training processes (0, 1, 0 when alone).
     seed : int
-        Base seed of the run (the same on every rank); samplers derive their
-        per-epoch order from it, checkpoints record it.
+        The run's base seed, the same on every rank.
     diff_rank_seed : bool
-        ``randomness.diff_rank_seed``: the global RNGs were seeded with
-        :attr:`rank_seed`, and samplers draw their seed instead of taking it.
-
-    Examples
-    --------
-    >>> Env(rank=1, world_size=2, seed=3, diff_rank_seed=True).rank_seed
-    4
+        Whether the global RNGs were seeded with :attr:`rank_seed`.
     """
 
     device: str = "cpu"
@@ -74,11 +54,7 @@ class Env:
 
     @property
     def rank_seed(self) -> int:
-        """The seed of this rank's global RNGs: what MMEngine calls ``runner.seed``.
-
-        MMEngine's Runner also seeds the dataloader workers from it, so it is
-        ``seed + rank`` under ``diff_rank_seed`` and ``seed`` otherwise.
-        """
+        """The seed of this rank's global RNGs (MMEngine's ``runner.seed``)."""
         return rank_seed(self.seed, self.rank, self.diff_rank_seed)
 
 
@@ -87,17 +63,12 @@ def rank_seed(seed: int, rank: int, diff_rank_seed: bool) -> int:
 
     Parameters
     ----------
-    seed : int
-        The run's base seed.
-    rank : int
-        This process's rank.
+    seed, rank : int
     diff_rank_seed : bool
-        MMEngine's ``randomness.diff_rank_seed``.
 
     Returns
     -------
     int
-        This rank's seed.
     """
     return seed + rank if diff_rank_seed else seed
 
@@ -113,16 +84,13 @@ def seed_everything(randomness: Any = None, rank: int = 0) -> int:
     Parameters
     ----------
     randomness : mapping, optional
-        MMEngine's ``randomness`` dict: ``seed`` (``None`` picks one and shares it
-        across ranks), ``deterministic`` (use deterministic algorithms, which can
-        be slower), ``diff_rank_seed`` (offset the global RNGs by ``rank``).
+        MMEngine's ``randomness``; a ``seed`` of ``None`` picks one shared by all ranks.
     rank : int, optional
-        This process's global rank.
 
     Returns
     -------
     int
-        The base seed (without the rank offset), to record in :class:`Env`.
+        The base seed, without the rank's offset.
     """
     randomness = dict(randomness or {})
     seed = randomness.get("seed")
@@ -132,8 +100,7 @@ def seed_everything(randomness: Any = None, rank: int = 0) -> int:
     np.random.seed(rng_seed % 2**32)
     torch.manual_seed(rng_seed)  # also seeds every CUDA device
     if randomness.get("deterministic", False):
-        # cuBLAS needs a fixed workspace to be deterministic; set it before any
-        # CUDA kernel runs, and only when the user has not chosen one.
+        # cuBLAS is deterministic only with a fixed workspace, set before any kernel runs
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
@@ -147,19 +114,15 @@ DEFAULT_MMAP_THRESHOLD = 4 * 1024 * 1024
 def return_freed_memory(threshold: int | None) -> bool:
     """Have glibc give freed blocks of ``threshold`` bytes and more back to the OS at once.
 
-    On the CPU, tensors live in memory from the C allocator. glibc serves blocks
-    from 128 KiB up with mmap, but raises that threshold (up to 32 MiB) each time
-    such a block is freed, after which freed blocks below it stay in the
-    process. Sharded strategies gather a block's weights and free them again
-    every iteration, so with glibc's adaptive threshold those buffers stay
-    resident and the memory sharding saves is not given back. A fixed threshold
-    costs a page fault per fresh page of such a buffer.
+    glibc raises its mmap threshold each time a large block is freed, after
+    which freed blocks below it stay in the process: the weights a sharded
+    strategy gathers and frees every iteration would stay resident, and the
+    memory sharding saves would not be given back.
 
     Parameters
     ----------
     threshold : int or None
-        ``env_cfg.malloc_mmap_threshold`` (by default :func:`default_mmap_threshold`);
-        ``0`` or ``None`` keeps glibc's behaviour.
+        ``env_cfg.malloc_mmap_threshold``; ``0`` or ``None`` keeps glibc's behaviour.
 
     Returns
     -------
@@ -181,15 +144,9 @@ def return_freed_memory(threshold: int | None) -> bool:
 def default_mmap_threshold(world_size: int) -> int:
     """The threshold a CPU run gets without ``env_cfg.malloc_mmap_threshold``.
 
-    4 MiB for a run of several processes, which a strategy may shard, and ``0``
-    (glibc's adaptive threshold, as in a hand-written script) for a single one:
-    a process alone shards nothing, so a fixed threshold only costs it. Every
-    block of 4 MiB and more (a 1024 x 1024 weight's gradient, AdamW's
-    temporaries of it) is then mapped and unmapped again in every iteration,
-    and its pages faulted in each time: 1.45x the step of an MLP with 1024-wide
-    layers under AdamW, measured. glibc also stops raising its trim threshold
-    once the mmap threshold is fixed, so the heap is cut back (and grown again)
-    at smaller sizes too.
+    :data:`DEFAULT_MMAP_THRESHOLD` for several processes, which a strategy may
+    shard; ``0`` (glibc's own) for one, which shards nothing and would only pay
+    for mapping and faulting in its large buffers anew every iteration.
     """
     return DEFAULT_MMAP_THRESHOLD if world_size > 1 else 0
 
@@ -206,12 +163,7 @@ def _resolve_device(device: str | None, local_rank: int) -> str:
 
 
 def use_default_scope(cfg: Any) -> None:
-    """``cfg.default_scope`` as MMEngine's default registry scope (nothing without one).
-
-    Short names (``type='ImageClassifier'``) then resolve in that scope's
-    registries, as OpenMMLab configs expect. Called by :func:`make_env`, and by
-    whatever builds the model before the plan runs (the model's names, on the
-    meta device).
+    """``cfg.default_scope`` as MMEngine's default registry scope, so short names resolve.
 
     Parameters
     ----------
@@ -235,35 +187,22 @@ def make_env(
     world_size: int = 1,
     local_rank: int = 0,
 ) -> Env:
-    """Seed this process and describe it; reusable by distributed strategies.
+    """Seed this process and describe it.
 
-    Call it after the process group is initialised (a ``seed=None`` config
-    needs it to agree on one seed). ``cfg.env_cfg.cudnn_benchmark`` is honoured;
-    on the CPU, ``env_cfg.malloc_mmap_threshold`` sets when glibc returns freed
-    memory (:func:`return_freed_memory`); the rest of ``env_cfg`` (``mp_cfg``,
-    ``dist_cfg``) belongs to the launcher and is ignored here.
-    ``cfg.default_scope`` becomes MMEngine's default registry scope, so short
-    names resolve as OpenMMLab configs expect.
+    Call it after the process group is up: a ``seed=None`` config needs the
+    group to agree on one seed.
 
     Parameters
     ----------
     cfg : mmengine.Config or mapping
-        The run's config; ``randomness`` seeds the process
-        (:func:`seed_everything`).
+        The run's config (``randomness``, ``env_cfg``, ``default_scope``).
     device : str, optional
-        Where to train; ``None`` picks ``cuda:<local_rank>`` when torch sees a
-        CUDA device, else ``'cpu'``. A ``cuda`` device becomes the current one.
+        ``cuda:<local_rank>`` when torch sees CUDA, else ``'cpu'``, by default.
     rank, world_size, local_rank : int, optional
-        This process's place in the run: rank 0 of 1 for a single process.
 
     Returns
     -------
     Env
-
-    Raises
-    ------
-    ConfigError
-        A ``cuda`` device was asked for and torch sees none.
     """
     resolved = _resolve_device(device, local_rank)
     if resolved.startswith("cuda:"):

@@ -1,16 +1,8 @@
-"""The process group as every part of the run asks about it: once, here.
+"""The process group as code without an :class:`~flexgraph.training.runtime.Env` asks about it.
 
-Code deep in the runtime (a checkpoint IO, a metric's reduction) has no
-:class:`~flexgraph.training.runtime.Env` at hand, yet must know its rank and
-whether other ranks wait on it. These functions answer from torch.distributed
-itself, so that a world of one (no process group) and a group of N take the
-same path: without a group, this process is rank 0 of a world of one and
-every collective here is a no-op.
-
-:func:`rank0_does` is the one way a single rank does work for all: rank 0 acts
-(reads a file, say), and every rank gets the outcome. Either the result or
-rank 0's exception, raised on every rank: a rank that never learned of rank 0's
-failure would wait in the next collective forever.
+Answers come from torch.distributed itself, so a world of one and a group of N
+take the same path: without a group this process is rank 0 of 1 and every
+collective here is a no-op. With a group, every rank must call a collective.
 """
 
 from __future__ import annotations
@@ -22,7 +14,9 @@ from typing import Any, TypeVar
 import torch
 
 __all__ = [
+    "agreed",
     "barrier",
+    "broadcast_buffers",
     "broadcast_from_rank0",
     "first_error_of_all_ranks",
     "gathered_from_every_rank",
@@ -44,7 +38,6 @@ def group_is_up() -> bool:
     Returns
     -------
     bool
-        ``True`` once ``torch.distributed`` is initialised here.
     """
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
@@ -55,7 +48,6 @@ def this_rank() -> int:
     Returns
     -------
     int
-        The rank.
     """
     return torch.distributed.get_rank() if group_is_up() else 0
 
@@ -66,29 +58,26 @@ def world_size() -> int:
     Returns
     -------
     int
-        The group's size.
     """
     return torch.distributed.get_world_size() if group_is_up() else 1
 
 
 def launch_rank() -> int:
-    """The rank the launcher gave this process, before (or without) a process group.
+    """The rank the launcher gave this process (``RANK``), before or without a group.
 
     Returns
     -------
     int
-        The group's rank, or ``RANK`` (0 when unset).
     """
     return this_rank() if group_is_up() else int(os.environ.get("RANK", "0"))
 
 
 def launch_world_size() -> int:
-    """The world size the launcher set, before (or without) a process group.
+    """The world size the launcher set (``WORLD_SIZE``), before or without a group.
 
     Returns
     -------
     int
-        The group's size, or ``WORLD_SIZE`` (1 when unset).
     """
     return world_size() if group_is_up() else int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -100,21 +89,17 @@ def barrier() -> None:
 
 
 def broadcast_from_rank0(obj: T, *, rank: int = 0) -> T:
-    """Rank 0's ``obj`` (or ``rank``'s) on every rank.
-
-    A collective: with a process group, every rank must call it.
+    """Rank 0's (or ``rank``'s) picklable ``obj`` on every rank.
 
     Parameters
     ----------
     obj : Any
-        A picklable object (only the source rank's is used).
     rank : int, default 0
-        The source rank, when another than 0 holds what every rank needs.
+        The source rank.
 
     Returns
     -------
     Any
-        The source rank's ``obj``; ``obj`` itself without a group.
     """
     if world_size() == 1:
         return obj
@@ -124,17 +109,15 @@ def broadcast_from_rank0(obj: T, *, rank: int = 0) -> T:
 
 
 def gathered_from_every_rank(obj: T) -> list[T]:
-    """Every rank's ``obj``, in rank order; a collective.
+    """Every rank's picklable ``obj``, in rank order.
 
     Parameters
     ----------
     obj : Any
-        This rank's picklable object.
 
     Returns
     -------
     list
-        One per rank; ``[obj]`` without a group.
     """
     if world_size() == 1:
         return [obj]
@@ -147,24 +130,20 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True,
                rank: int = 0) -> T | None:
     """Run ``action`` on rank 0 (or ``rank``); every rank gets its result, or its exception.
 
+    The one way a single rank does work for all. Its exception is raised on
+    every rank: a rank that never learned of it would wait in the next
+    collective forever.
+
     Parameters
     ----------
-    action
-        What rank 0 does; the other ranks never call it.
-    share_result
-        Broadcast the result to every rank (it must pickle). ``False`` keeps a
-        large result (a file's tensors) on rank 0: the others get ``None``.
-    rank
-        The rank that acts, when another than 0 does work for all.
+    action : callable
+    share_result : bool
+        ``False`` keeps a large result on the acting rank; the others get ``None``.
+    rank : int
 
     Returns
     -------
-    The action's result (on rank 0, and on every rank when ``share_result``).
-
-    Raises
-    ------
-    Exception
-        Whatever ``action`` raised on rank 0, raised on every rank.
+    Any
     """
     result: T | None = None
     error: BaseException | None = None
@@ -184,25 +163,20 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True,
 
 
 def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E | None:
-    """The lowest rank's error, on every rank (``None`` when every rank succeeded).
+    """This rank's own error, else the lowest failing rank's message as ``kind``, else ``None``.
 
-    For work every rank does on its own (each reads its shards): the ranks
-    agree on the outcome, so none goes on to a collective the others skip. A
-    rank that failed raises its own exception; the others raise ``kind(message)``
-    with the lowest failing rank's message. A collective: every rank calls it.
+    For work every rank does on its own: the ranks agree on the outcome, so
+    none goes on to a collective the others skip.
 
     Parameters
     ----------
     error : Exception or None
-        This rank's error, or ``None`` when it succeeded.
     kind : callable
-        Makes the error the other ranks raise from the lowest failing rank's
-        message.
+        Makes an error from a message.
 
     Returns
     -------
     Exception or None
-        This rank's own error, the lowest failing rank's as ``kind``, or ``None``.
     """
     if world_size() == 1:
         return error
@@ -212,3 +186,59 @@ def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E 
     if first is None:
         return None
     return error if error is not None and str(error) == first else kind(first)
+
+
+def agreed(action: Callable[[], T], *, kind: type[E]) -> T | None:
+    """``action()`` on every rank; the lowest rank's ``kind`` error raised on all of them.
+
+    For work each rank does on its own (each reads its part of a file), so that
+    no rank goes on to a collective the others skip. A collective.
+
+    Parameters
+    ----------
+    action : callable
+        What every rank does.
+    kind : type of Exception
+        The errors the ranks agree on; any other is raised at once.
+
+    Returns
+    -------
+    Any
+        ``action``'s result on this rank.
+
+    Raises
+    ------
+    Exception
+        ``kind``: this rank's own error, or the lowest failing rank's message.
+    """
+    result, error = None, None
+    try:
+        result = action()
+    except kind as exc:
+        error = exc
+    error = first_error_of_all_ranks(error, kind=kind)
+    if error is not None:
+        raise error
+    return result
+
+
+def broadcast_buffers(model: torch.nn.Module, *, rank: int = 0) -> None:
+    """Rank 0's buffers (or ``rank``'s) on every rank; a collective.
+
+    For setups where one rank initialised the model for all: buffers are held
+    whole on every rank, and an initialiser may have set them. Bool buffers
+    travel as they are (gloo and NCCL carry bool tensors in every torch this
+    package supports).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model, the same buffers on every rank.
+    rank : int, default 0
+        The rank whose buffers every rank takes.
+    """
+    if world_size() == 1:
+        return
+    with torch.no_grad():
+        for buffer in model.buffers():
+            torch.distributed.broadcast(buffer, src=rank)

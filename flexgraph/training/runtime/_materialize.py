@@ -1,10 +1,9 @@
-"""Models whose parameters do not exist yet: built on the meta device, filled in later.
+"""Models whose parameters do not exist yet: built on the meta device.
 
 A model too large for one rank's memory is built with its parameters on
-PyTorch's ``meta`` device (shapes, no storage), sharded, and only then given
-storage for each rank's own shard, into which its weights are loaded (FSDP's
-``skip_init_weights`` path). This module holds the pieces of that path that are
-not specific to any strategy:
+PyTorch's ``meta`` device (shapes, no storage); a strategy that shards it
+gives each rank storage for its own part later (FSDP's
+:mod:`flexgraph.strategies.fsdp.shards`).
 
 * :func:`parameters_on_meta`: build with parameters on ``meta`` but buffers
   real. Parameters are large and come from a checkpoint anyway; buffers are
@@ -14,15 +13,8 @@ not specific to any strategy:
   ``torch.empty`` and are moved to ``meta`` as they are registered, before any
   initialiser writes to them, so the build costs neither memory nor init time
   (the same approach as accelerate's ``init_empty_weights(include_buffers=False)``).
-* :func:`materialize_module`: storage for the parameters, buffers put back,
-  every floating-point parameter filled with NaN until something loads it.
-* :func:`uninitialised_parameters` / :func:`meta_parameters`: names of
-  parameters that nothing loaded, or that still have no storage, so that a
-  loader can refuse such a model instead of training on garbage.
-
-Initialising such a model is another matter: MMEngine's initialisers write
-whole tensors, and a sharded init draws other random numbers than a
-single-device run, so a strategy that initialises builds the model whole.
+* :func:`meta_parameters`: names of parameters that still have no storage, so
+  that a loader or an initialiser refuses such a model.
 """
 
 from __future__ import annotations
@@ -30,17 +22,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import torch
 from torch import nn
 
-__all__ = [
-    "local_rows",
-    "local_tensor",
-    "materialize_module",
-    "meta_parameters",
-    "parameters_on_meta",
-    "uninitialised_parameters",
-]
+__all__ = ["meta_parameters", "parameters_on_meta"]
 
 
 @contextlib.contextmanager
@@ -80,122 +64,3 @@ def meta_parameters(model: nn.Module) -> list[str]:
     """
     return [name for name, t in [*model.named_parameters(), *model.named_buffers()]
             if t.device.type == "meta"]
-
-
-def materialize_module(model: nn.Module, device: str) -> nn.Module:
-    """Give a meta-built (and possibly sharded) model storage on ``device``.
-
-    ``to_empty`` allocates every parameter (each rank only its shard) and the
-    buffers, which :func:`parameters_on_meta` kept real, are put back.
-    Floating-point parameters are filled with NaN, so one that nothing loads is
-    found by :func:`uninitialised_parameters` instead of training on whatever
-    the allocator left in memory.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        Built on the meta device (:func:`parameters_on_meta`), possibly sharded.
-    device : str
-        The device the storage is allocated on.
-
-    Returns
-    -------
-    torch.nn.Module
-        ``model`` itself, its parameters allocated and NaN-filled.
-    """
-    buffers = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
-    model.to_empty(device=device)
-    with torch.no_grad():
-        for name, saved in buffers.items():
-            owner, _, leaf = name.rpartition(".")
-            module = model.get_submodule(owner) if owner else model
-            module._buffers[leaf] = saved.to(device)
-        for param in model.parameters():
-            if param.is_floating_point():
-                param.fill_(float("nan"))
-    return model
-
-
-def uninitialised_parameters(model: nn.Module) -> list[str]:
-    """Names of floating-point parameters holding NaN (see :func:`materialize_module`).
-
-    Looks at this rank's shard only; callers with a process group combine the
-    answers of all ranks.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        A materialized model, after its weights were loaded or initialised.
-
-    Returns
-    -------
-    list of str
-        The names; empty when every parameter was loaded or initialised.
-    """
-    from torch.distributed.tensor import DTensor
-
-    bad = []
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            local = param.to_local() if isinstance(param, DTensor) else param
-            if local.is_floating_point() and local.numel() and torch.isnan(local).any():
-                bad.append(name)
-    return bad
-
-
-def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of ``tensor``: a DTensor's local shard, else the tensor itself.
-
-    Parameters
-    ----------
-    tensor : torch.Tensor
-        A DTensor or a plain tensor.
-
-    Returns
-    -------
-    torch.Tensor
-        The local shard, or ``tensor``.
-    """
-    from torch.distributed.tensor import DTensor
-
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
-
-
-def local_rows(tensor: torch.Tensor) -> tuple[int, int]:
-    """The rows ``(start, stop)`` of dimension 0 that this rank holds of ``tensor``.
-
-    FSDP2 shards a parameter by rows, ``torch.chunk``'s way (the last ranks'
-    chunks may be shorter, or empty), over the mesh's shard dimension
-    (replicated over the other, for hybrid sharding); a plain tensor (a
-    buffer, an unsharded parameter) is held whole. A 0-d tensor is one row.
-
-    Raises
-    ------
-    ValueError
-        The tensor is sharded along another dimension than 0 (a placement
-        FSDP2 takes only through ``shard_placement_fn``, which flexgraph does
-        not set).
-
-    Parameters
-    ----------
-    tensor : torch.Tensor
-        A parameter or buffer, a DTensor or a plain one.
-
-    Returns
-    -------
-    tuple of (int, int)
-        The first row this rank holds and the one after its last.
-    """
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
-    if tensor.dim() == 0:
-        return 0, 1
-    if not isinstance(tensor, DTensor):
-        return 0, tensor.shape[0]
-    shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh,
-                                                          tensor.placements)
-    if any(offset[1:]) or tuple(shape[1:]) != tuple(tensor.shape[1:]):
-        raise ValueError(f"a tensor of shape {tuple(tensor.shape)} sharded as "
-                         f"{tensor.placements} is not split by rows alone")
-    return offset[0], offset[0] + shape[0]

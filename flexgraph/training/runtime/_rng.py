@@ -1,10 +1,8 @@
 """This process's random number generators, captured and put back.
 
-A checkpoint holds every rank's RNG states, so that a resumed run draws what an
-uninterrupted one would; validation runs between a capture and a restore, so
-that it draws nothing training would see. The states are plain tensors and
-numbers: checkpoints are read with ``torch.load(weights_only=True)``, which
-refuses numpy's ``ndarray``.
+Checkpoints hold them so a resumed run draws what an uninterrupted one would.
+The states are plain tensors and numbers, which ``torch.load(weights_only=True)``
+accepts (numpy's ``ndarray`` it refuses).
 """
 
 from __future__ import annotations
@@ -26,8 +24,6 @@ def capture_rng() -> dict[str, Any]:
     Returns
     -------
     dict
-        ``python``, ``numpy``, ``torch`` and (when CUDA is initialised) ``cuda``
-        states, in a form ``weights_only`` loads.
     """
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
@@ -47,7 +43,6 @@ def restore_rng(state: dict[str, Any]) -> None:
     Parameters
     ----------
     state : dict
-        What :func:`capture_rng` returned.
     """
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
@@ -61,20 +56,16 @@ def restore_rng(state: dict[str, Any]) -> None:
 
 
 def gather_rng_states(mine: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every rank's RNG state, in rank order (just this one without a process group).
-
-    A collective: with a process group, every rank must call it.
+    """Every rank's RNG state, in rank order; a collective.
 
     Parameters
     ----------
     mine : dict, optional
-        This rank's state to contribute (default: its current one,
-        :func:`capture_rng`).
+        This rank's state; its current one by default.
 
     Returns
     -------
     list of dict
-        One state per rank.
     """
     mine = capture_rng() if mine is None else mine
     if world_size() == 1:

@@ -12,16 +12,15 @@ import time
 
 import pytest
 import torch
+from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO, FullStateFileIO
 
 from flexgraph.training.checkpoint import (
     Checkpointer,
     CheckpointIO,
     CheckpointRestorer,
     CheckpointWriter,
-    DistributedCheckpointIO,
     FileCheckpointIO,
     FileStateRestorer,
-    FullStateFileIO,
     PortableCheckpointIO,
     TorchStateAccess,
     WeightLoader,

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO
 
-from flexgraph.training.checkpoint import Checkpointer, DistributedCheckpointIO
+from flexgraph.training.checkpoint import Checkpointer
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.formats import dcp_load, read_checkpoint_file
 

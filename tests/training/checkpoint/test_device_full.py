@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO
 
 from flexgraph.training.checkpoint import (
     Checkpointer,
-    DistributedCheckpointIO,
     FileCheckpointIO,
     PortableCheckpointIO,
 )

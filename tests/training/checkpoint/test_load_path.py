@@ -11,13 +11,13 @@ import shutil
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import PretrainedInit
 from mmengine.registry import WEIGHT_INITIALIZERS
 
 from flexgraph.training.checkpoint import (
     Checkpointer,
-    DistributedCheckpointIO,
     FileCheckpointIO,
     load_pretrained,
 )
@@ -223,7 +223,7 @@ def test_resume_auto_refuses_a_ddp_checkpoint_under_fsdps_full_state_io(tmp_path
                rf"from its weights alone with --load-from '{newest}'")
     with pytest.raises(ForeignCheckpointError, match=refused):
         run_steps(make_cfg(resume="auto"), last="resume",
-                  build_checkpointer={"io": "flexgraph.training.checkpoint:FullStateFileIO"})
+                  build_checkpointer={"io": "flexgraph.strategies.fsdp.checkpoint:FullStateFileIO"})
 
 
 @pytest.mark.parametrize("strategy", [None, "ddp"], ids=["single", "ddp"])
@@ -255,3 +255,47 @@ def _in_a_group_of_one(work):
         return work()
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def recognitions():
+    """Each time any known format looks at a path (its key), while the test runs."""
+    from flexgraph.training.formats import known_formats
+
+    seen: list[str] = []
+    originals = {f: f.recognise for f in known_formats()}
+    for f, recognise in originals.items():
+        object.__setattr__(f, "recognise", lambda path, f=f, recognise=recognise: (
+            seen.append(f.key), recognise(path))[1])
+    try:
+        yield seen
+    finally:
+        for f, recognise in originals.items():
+            object.__setattr__(f, "recognise", recognise)
+
+
+@pytest.mark.parametrize("checkpoint_format", ["native", "portable"])
+def test_load_from_and_resume_ask_once_what_a_path_holds(tmp_path, make_cfg, recognitions,
+                                                         checkpoint_format):
+    """The load asks the formats once and hands the answer down, through the portable IO
+    to the one-file IO behind it; so does the restore, through read and apply."""
+    from flexgraph.training import steps
+
+    run_steps(make_cfg())  # epoch_1..3.pth
+    last = tmp_path / "work" / "epoch_3.pth"
+    options = {"checkpoint_format": checkpoint_format}
+    built = run_steps(make_cfg(load_from=str(last)),
+                      last=("build_hooks", "build_checkpointer", "init_weights"),
+                      build_checkpointer=options)
+    del recognitions[:]
+    steps.load_checkpoint(built["settings"], built["run_context"], built["hooks"],
+                          built["model"], built["checkpointer"])
+    assert recognitions == ["torch"]
+    built = run_steps(make_cfg(resume=str(last)), build_checkpointer=options,
+                      last=("build_checkpointer", "build_hooks", "build_param_schedulers",
+                            "build_dataloaders"))
+    del recognitions[:]
+    state = steps.resume(**{k: built[k] for k in (
+        "settings", "run_context", "model", "optim_wrapper", "param_schedulers",
+        "checkpointer", "hooks", "train_dataloader")})
+    assert state.epoch == 3 and recognitions == ["torch"]

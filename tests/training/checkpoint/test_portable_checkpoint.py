@@ -99,6 +99,18 @@ def test_a_checkpoint_without_its_manifest_is_incomplete_and_skipped_by_name(tmp
         checkpointer.read(newer, model=model, optim_wrapper=wrapper)
 
 
+def test_an_empty_directory_named_like_a_checkpoint_is_a_problem_not_a_crash(tmp_path):
+    """No format recognises it: the portable IO says what it lacks."""
+    model, wrapper = _trained()
+    checkpointer = Checkpointer(tmp_path, io=PortableCheckpointIO())
+    older = _save(checkpointer, model, wrapper, 3)
+    empty = tmp_path / "iter_9.ckpt"
+    empty.mkdir()
+    problems = dict(checkpointer.candidates())
+    assert "it has no manifest.json" in problems[empty]
+    assert checkpointer.latest() == older
+
+
 def test_a_one_file_checkpoint_restores_through_any_strategys_state_access(tmp_path):
     """A single-device/DDP ``.pth`` numbers its optimizer's parameters; under a strategy
     that writes another format it is renumbered by name and restored (here: torch's API)."""
@@ -136,7 +148,8 @@ def test_a_converter_writes_a_portable_checkpoint_and_reads_it_tensor_by_tensor(
     assert torch.equal(read_portable_tensor(path, "optimizer.0.bias.exp_avg"),
                        optimizer["state"]["0.bias"]["exp_avg"])
     fresh, _ = _trained(steps=0, seed=1)
-    loaded = PortableCheckpointIO().load_weights(path, fresh, on_read=lambda c: None)
+    loaded = PortableCheckpointIO().load_weights(path, fresh, held=PORTABLE_DIRECTORY,
+                                                 on_read=lambda c: None)
     assert not loaded and torch.equal(fresh[0].weight, model[0].weight)
     with pytest.raises(CheckpointError, match="exists"):
         write_portable(path, model.state_dict())

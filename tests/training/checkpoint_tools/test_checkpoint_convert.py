@@ -15,13 +15,12 @@ import pytest
 import safetensors.torch
 import torch
 import torch.distributed.checkpoint as dcp
+from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO, FullStateFileIO
 from mmengine.optim import OptimWrapper
 
 from flexgraph.training.checkpoint import (
     Checkpointer,
-    DistributedCheckpointIO,
     FileCheckpointIO,
-    FullStateFileIO,
 )
 from flexgraph.training.checkpoint_tools import TARGETS, convert_checkpoint, describe_checkpoint
 from flexgraph.training.errors import CheckpointError, CheckpointExistsError

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO
 from mmengine.optim import OptimWrapper
 
-from flexgraph.training.checkpoint import Checkpointer, DistributedCheckpointIO, FileCheckpointIO
+from flexgraph.training.checkpoint import Checkpointer, FileCheckpointIO
 from flexgraph.training.checkpoint_tools import CheckpointSummary, describe_checkpoint
 from flexgraph.training.errors import CheckpointError, CheckpointNotFoundError
 

@@ -102,7 +102,7 @@ def test_plan_estimate_gives_setup_per_rank_and_its_verdict(tiny_vit) -> None:
     table = _plan(str(tiny_vit), "--compare", "ddp,deepspeed:zero3", "--world-size", "8",
                   "--device-memory", "16GB", "--host-memory", "1GB")
     text = " ".join(table.stdout.split())
-    assert "setup's host memory (GB), 8 rank(s) per node" in text
+    assert "setup's host memory (MB), 8 rank(s) per node" in text
 
 
 @pytest.mark.slow

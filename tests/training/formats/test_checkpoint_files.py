@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from flexgraph.strategies.fsdp.checkpoint import DistributedCheckpointIO
 
-from flexgraph.training.checkpoint import Checkpointer, DistributedCheckpointIO
+from flexgraph.training.checkpoint import Checkpointer
 from flexgraph.training.errors import (
     CheckpointError,
     CheckpointNotFoundError,

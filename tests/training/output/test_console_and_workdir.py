@@ -112,7 +112,8 @@ def test_work_dir_holds_log_config_plan_metrics_and_checkpoints(run, capsys):
     # vis_data: the scalar files MMEngine's default visualizer (a LocalVisBackend) writes,
     # written without building it; config.py stands for its config
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(
-        [f"{run_dir.name}.log", "config.py", "plan.json", "vis_data"])
+        [f"{run_dir.name}.log", "config.py", "plan.json", "vis_data", "timings.txt",
+         "plan.html"])
     assert sorted(p.name for p in (run_dir / "vis_data").iterdir()) == [
         f"{run_dir.name}.json", "scalars.json"]
     records = [json.loads(x) for x in (work / "metrics.jsonl").read_text().splitlines()]

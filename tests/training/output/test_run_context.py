@@ -11,9 +11,11 @@ nobody gave it.
 from __future__ import annotations
 
 import json
+import logging
 
 import attrs
 import pytest
+from mmengine.logging import MessageHub
 
 from flexgraph import Executor, get_strategy, make_plan
 from flexgraph.render import plan_json
@@ -65,10 +67,14 @@ def test_without_a_plan_in_its_context_a_portable_checkpoint_records_none(tmp_pa
 def test_without_the_command_line_the_context_is_this_process_alone(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    context = standard_inputs(toy_cfg("work"))["run_context"]
-    assert (context.rank, context.world_size, context.plan, context.record, context.logger) \
-        == (0, 1, None, None, None)
+    inputs = standard_inputs(toy_cfg("work", log_level="WARNING"))
+    context = inputs["run_context"]
+    assert (context.rank, context.world_size, context.plan, context.record) == (0, 1, None, None)
     assert context.launch == LaunchFacts()
+    # its log is this process's console, at the config's level, in the work_dir
+    assert context.log_dir == inputs["settings"].work_dir
+    assert context.logger.handlers[0].level == logging.WARNING
+    assert context.message_hub is MessageHub.get_current_instance()
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
     placed = standard_inputs(toy_cfg("work"))["run_context"]
@@ -82,12 +88,23 @@ def test_the_hooks_log_through_the_record_their_context_holds(tmp_path):
     settings = read_settings(cfg)
     record = open_run_record(cfg, settings, "{}")
     try:
-        runner = loop.build_hooks(cfg, settings, RunContext(record=record)).runner
+        context = RunContext(record=record)
+        assert (context.logger, context.timestamp, context.log_dir) == \
+            (record.logger, record.timestamp, str(record.run_dir)), "the record's log"
+        runner = loop.build_hooks(cfg, settings, context).runner
         assert runner.logger is record.logger and runner.log_dir == str(record.run_dir)
+        assert runner.message_hub is context.message_hub and runner.timestamp == record.timestamp
         alone = loop.build_hooks(cfg, settings, RunContext()).runner
         assert alone.logger is not record.logger, "a context without a record: its own logger"
+        assert alone.log_dir == settings.work_dir
     finally:
         record.close()
+
+
+def test_a_context_makes_its_log_once_and_each_context_has_its_own_message_hub():
+    context = RunContext()
+    assert context.logger is context.logger and context.message_hub is context.message_hub
+    assert RunContext().message_hub is not context.message_hub
 
 
 def test_the_loop_writes_its_iterations_into_the_progress_record_of_its_context(tmp_path):

@@ -40,3 +40,31 @@ def test_two_rank_training_checkpoints_every_rank(tmp_path):
         assert torch.equal(ranks[rank]["resumed_rng"], states[rank]["torch"])
     assert sorted(p.name for p in work.glob("*.pth")) == ["epoch_1.pth", "epoch_2.pth",
                                                           "epoch_3.pth"]
+
+
+def _buffers_worker(rank: int, world: int, port: int, folder: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from flexgraph.training.runtime import broadcast_buffers
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model = torch.nn.BatchNorm1d(3)
+        model.register_buffer("mask", torch.tensor([rank == 1, rank == 0, False]))
+        model.running_mean.fill_(float(rank))
+        broadcast_buffers(model, rank=1)
+        torch.save(dict(model.named_buffers()), f"{folder}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_rank_takes_the_source_ranks_buffers_bool_ones_too(tmp_path):
+    mp.spawn(_buffers_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        buffers = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        assert buffers["mask"].dtype == torch.bool
+        assert buffers["mask"].tolist() == [True, False, False]
+        assert buffers["running_mean"].tolist() == [1.0, 1.0, 1.0]

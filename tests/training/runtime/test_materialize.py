@@ -1,4 +1,4 @@
-"""Models built on the meta device: what exists, what is refused, what materialize restores."""
+"""Models built on the meta device: what exists, and what is refused."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from torch import nn
 
 from flexgraph.training import steps
 from flexgraph.training.errors import CheckpointError, ConfigError
-from flexgraph.training.runtime import materialize_module, uninitialised_parameters
 from tests.training.training_helpers import run_steps
 
 
@@ -48,21 +47,7 @@ def test_loading_or_initialising_a_meta_model_is_refused(make_cfg, tmp_path):
     cfg.load_from = str(tmp_path / "w.pth")
     built = run_steps(cfg, last=("build_hooks", "build_checkpointer"))
     with pytest.raises(CheckpointError, match="parameters on the meta device.*materialized"):
-        steps.load_checkpoint(built["settings"], built["hooks"], model, built["checkpointer"])
+        steps.load_checkpoint(built["settings"], built["run_context"], built["hooks"], model,
+                              built["checkpointer"])
     with pytest.raises(ConfigError, match="still on the meta device"):
         steps.init_weights(env, model)
-
-
-def test_materialize_gives_storage_restores_buffers_and_leaves_every_weight_to_a_loader():
-    from flexgraph.training.runtime import parameters_on_meta
-
-    with parameters_on_meta():
-        model = NormNet(bare=True)
-    materialize_module(model, "cpu")
-    assert {p.device.type for p in model.parameters()} == {"cpu"}
-    assert model.table.tolist() == [0.0, 1.0, 2.0, 3.0]
-    assert model.bn.running_var.tolist() == [1.0] * 4, "buffers keep their built values"
-    assert sorted(uninitialised_parameters(model)) == ["bn.bias", "bn.weight", "fc.bias",
-                                                       "fc.weight", "scale"]
-    model.load_state_dict(NormNet(bare=True).state_dict())
-    assert uninitialised_parameters(model) == []

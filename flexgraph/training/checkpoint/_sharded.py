@@ -1,0 +1,152 @@
+"""``load_from`` into a model whose weights are split over the ranks (FSDP2, ZeRO-3).
+
+One routine for every such strategy (:func:`load_into_slices`); the strategy
+says only how a rank holds each weight (:class:`Slices`):
+
+1. every rank maps the file (:func:`~flexgraph.training.formats.map_checkpoint`),
+   the hooks see that checkpoint (``on_read``; its tensors are read when
+   touched) and each rank reads from the file only its own slice of each
+   weight; no rank holds a whole weight, no collective runs;
+2. the ranks agree on a failure (:func:`~flexgraph.training.runtime.agreed`);
+3. a format that does not map (a DCP or DeepSpeed directory, torch's legacy
+   format): rank 0 opens it (:func:`~flexgraph.training.formats.open_checkpoint`),
+   the hooks see its layout there (meta tensors stand for the weights), and
+   rank 0 fetches one tensor at a time, of which each rank receives its slice.
+
+As ``load_from`` loads (:func:`~flexgraph.training.checkpoint.matching_weights`):
+non-strictly, a ``module.`` prefix stripped, a tensor of another shape left as
+it was, a file none of whose keys match refused. The entries are the model's
+``state_dict``'s, as a one-device ``load_state_dict`` sees them; its hooks do
+not run, as the values go straight into the slices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from flexgraph.training.checkpoint._io import NOTHING_READ, OnRead
+from flexgraph.training.checkpoint._weights import WeightsLoaded, matching_weights
+from flexgraph.training.components import unwrap_model
+from flexgraph.training.errors import CheckpointError
+from flexgraph.training.formats import (
+    CheckpointFormat,
+    MappedCheckpoint,
+    map_checkpoint,
+    open_checkpoint,
+    tensor_paths,
+)
+from flexgraph.training.runtime import agreed, broadcast_from_rank0, rank0_does, this_rank
+
+__all__ = ["Slices", "load_into_slices"]
+
+
+def _own_shape(entry: torch.Tensor) -> tuple[int, ...]:
+    return tuple(entry.shape)
+
+
+@attrs.frozen
+class Slices:
+    """How a strategy's ranks hold the model's weights, as :func:`load_into_slices` needs it.
+
+    Each callable gets a ``state_dict(keep_vars=True)`` entry of the model
+    (a parameter or a buffer) and handles every kind the strategy has: its
+    split parameters and the tensors each rank holds whole.
+
+    Parameters
+    ----------
+    read_own : callable
+        ``read_own(entry, value, mapped)``: this rank's slice of ``value`` (a
+        tensor of ``mapped``'s checkpoint) into ``entry``, read with
+        :meth:`~flexgraph.training.formats.MappedCheckpoint.read_rows`.
+    receive : callable
+        ``receive(entry, value)``, a collective: ``value`` is the whole value
+        on rank 0, ``None`` on the others; every rank puts its slice into ``entry``.
+    whole_shape : callable, optional
+        An entry's whole shape (default: its ``shape``).
+    """
+
+    read_own: Callable[[torch.Tensor, torch.Tensor, MappedCheckpoint], None]
+    receive: Callable[[torch.Tensor, torch.Tensor | None], None]
+    whole_shape: Callable[[torch.Tensor], tuple[int, ...]] = _own_shape
+
+
+def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,
+                     slices: Slices, *, on_read: OnRead) -> WeightsLoaded:
+    """The weights at ``path`` (of format ``held``) into this rank's slices of ``model``.
+
+    See the module docstring for the steps. A collective: every rank calls it.
+
+    Parameters
+    ----------
+    path : Path
+        A checkpoint file or directory.
+    held : CheckpointFormat
+        What ``path`` holds (the load recognised it once).
+    model : torch.nn.Module
+        The model, each rank holding its slices (wrapped or not).
+    slices : Slices
+        How the strategy's ranks hold each weight.
+    on_read : callable
+        Called with the checkpoint as read, before the weights go in.
+
+    Returns
+    -------
+    WeightsLoaded
+        The keys left out, the same on every rank.
+
+    Raises
+    ------
+    CheckpointError
+        The file is damaged, or none of its weights is one of the model's.
+    """
+    target = unwrap_model(model)
+    entries = target.state_dict(keep_vars=True)
+    shapes = {name: slices.whole_shape(entry) for name, entry in entries.items()}
+    owner = type(target).__name__
+
+    def read_own() -> WeightsLoaded | None:
+        mapped = map_checkpoint(path, held)
+        if mapped is None:
+            return None
+        on_read(mapped.checkpoint)
+        weights, left_out = matching_weights(mapped.checkpoint, str(path), shapes, owner)
+        with torch.no_grad():
+            for name, entry in entries.items():
+                if name in weights:
+                    slices.read_own(entry, weights[name], mapped)
+        return left_out
+
+    loaded = agreed(read_own, kind=CheckpointError)
+    if loaded is not None:
+        return loaded
+    return _through_rank0(path, held, entries, shapes, owner, slices, on_read)
+
+
+def _through_rank0(path: Path, held: CheckpointFormat, entries: dict[str, Any],
+                   shapes: dict[str, tuple[int, ...]], owner: str, slices: Slices,
+                   on_read: OnRead) -> WeightsLoaded:
+    """Rank 0 opens ``path`` and fetches one tensor at a time; each rank receives its slice."""
+    source = rank0_does(lambda: open_checkpoint(path, held=held), share_result=False)
+    checkpoint = source.layout if source is not None else dict(NOTHING_READ)
+    on_read(checkpoint)
+    found = rank0_does(lambda: matching_weights(checkpoint, str(path), shapes, owner),
+                       share_result=False)
+    weights, left_out = found if found is not None else ({}, None)
+    names = set(broadcast_from_rank0(sorted(weights)))
+    left_out = broadcast_from_rank0(left_out)
+    where = {} if source is None else {id(t): key for key, t in tensor_paths(source.layout)}
+
+    def value(name: str) -> torch.Tensor:
+        tensor = weights[name]  # a hook's replacement is used as it is
+        return source.fetch(where[id(tensor)]) if id(tensor) in where else tensor
+
+    with torch.no_grad():
+        for name, entry in entries.items():
+            if name in names:
+                slices.receive(entry, value(name) if this_rank() == 0 else None)
+    return left_out

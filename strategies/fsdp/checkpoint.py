@@ -1,0 +1,215 @@
+"""The FSDP strategy's own checkpoints: sharded directories or one full file.
+
+Two IOs for models whose parameters are spread over the ranks (FSDP2's DTensor
+shards; anything torch's ``state_dict`` API understands), which the strategy
+picks by ``state_dict_cfg`` (:func:`~flexgraph.strategies.fsdp.options.checkpoint_io`):
+
+* :class:`DistributedCheckpointIO` (``iter_40.dcp/``): every rank writes its own
+  shards of the model and the optimizer, in parallel, and reads back only what
+  it holds; the checkpoint can be resumed on another world size, because DCP
+  reshards on load. The rest of the checkpoint (loop position, schedulers,
+  every rank's RNG state, hook extras) is a small ``extra.pth`` that rank 0
+  writes beside the shards (:data:`~flexgraph.training.checkpoint.SHARDED_KEYS`).
+* :class:`FullStateFileIO` (``iter_40.pth``): the full state gathered to rank 0
+  and written as one ordinary file, the "full state dict" export that other
+  tools (and MMEngine) read. Resuming from it, rank 0 reads the file and each
+  rank receives only its shard (``broadcast_from_rank0``), so no rank holds the
+  whole model twice.
+
+Both load ``load_from`` weights the same way (:class:`ShardLoader`): a DCP
+checkpoint shard by shard, any other format through the one sharded load
+(:func:`~flexgraph.training.checkpoint.load_into_slices`), each rank reading
+its own rows (:data:`~flexgraph.strategies.fsdp.shards.ROWS`). Reading is safe
+as everywhere in flexgraph (:mod:`flexgraph.training.formats`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from flexgraph.strategies.fsdp.shards import ROWS
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from flexgraph.training.checkpoint import (
+    SHARDED_KEYS,
+    CheckpointIO,
+    FileCheckpointIO,
+    OnRead,
+    WeightLoader,
+    WeightsLoaded,
+    full_tensors,
+    load_dcp_weights,
+    load_into_slices,
+    optimizer_keyed_by,
+    optimizers_of,
+)
+from flexgraph.training.errors import CheckpointError, ForeignCheckpointError
+from flexgraph.training.formats import (
+    DCP_DIRECTORY,
+    EXTRA_NAME,
+    CheckpointFormat,
+    dcp_load,
+    dcp_problem,
+    read_checkpoint_file,
+)
+from flexgraph.training.runtime import broadcast_from_rank0, rank0_does, this_rank
+
+__all__ = ["DistributedCheckpointIO", "FullStateFileIO", "ShardLoader"]
+
+
+class ShardLoader(WeightLoader):
+    """``load_from`` into FSDP2's shards, each rank reading only what it holds: what both
+    FSDP IOs load weights with.
+
+    A DCP checkpoint: each rank reads its own shards (the hooks see nothing
+    read). Any other format: the one sharded load, with FSDP2's rows.
+    """
+
+    def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
+                     on_read: OnRead) -> WeightsLoaded:
+        if held is DCP_DIRECTORY:
+            return load_dcp_weights(path, model, on_read=on_read)
+        return load_into_slices(path, held, model, ROWS, on_read=on_read)
+
+
+def _wrapper_extras(optim_wrapper: Any) -> dict[str, Any]:
+    """What an MMEngine wrapper keeps beside its optimizer (AMP's loss scaler)."""
+    scaler = getattr(optim_wrapper, "loss_scaler", None)
+    return {"loss_scaler": scaler.state_dict()} if scaler is not None else {}
+
+
+def _restore_wrapper_extras(optim_wrapper: Any, checkpoint: dict[str, Any]) -> None:
+    scaler = getattr(optim_wrapper, "loss_scaler", None)
+    if scaler is not None and checkpoint.get("loss_scaler"):
+        scaler.load_state_dict(checkpoint["loss_scaler"])
+
+
+def _write_file(obj: Any, path: Path) -> None:
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class DistributedCheckpointIO(ShardLoader, CheckpointIO):
+    """Sharded checkpoint directories: every rank writes and reads its own shards."""
+
+    suffix = ".dcp"
+    format = DCP_DIRECTORY
+
+    def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"state_dict": get_model_state_dict(model)}
+        if optim_wrapper is not None:
+            out["optimizer"] = get_optimizer_state_dict(model, optimizers_of(optim_wrapper))
+            out.update(_wrapper_extras(optim_wrapper))
+        return out
+
+    def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
+              optim_wrapper: Any = None) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        sharded = {k: checkpoint[k] for k in SHARDED_KEYS if checkpoint.get(k) is not None}
+        # Hook extras holding shards (rare) are gathered: extra.pth is rank 0's alone.
+        rest = full_tensors({k: v for k, v in checkpoint.items() if k not in sharded})
+        dcp.save(sharded, storage_writer=FileSystemWriter(path))
+        if this_rank() == 0:
+            _write_file(rest, path / EXTRA_NAME)
+
+    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
+        problem = dcp_problem(path)
+        if problem is not None:
+            raise CheckpointError(problem)
+        checkpoint = read_checkpoint_file(path / EXTRA_NAME)
+        if not isinstance(checkpoint, dict):
+            raise CheckpointError(f"sharded checkpoint {str(path)!r}: its {EXTRA_NAME} holds a "
+                                  f"{type(checkpoint).__name__}, not flexgraph's loop state")
+        checkpoint = dict(checkpoint)
+        template = self.states(model, optim_wrapper)
+        sharded = {k: template[k] for k in SHARDED_KEYS if k in template}
+        dcp_load(sharded, path)
+        checkpoint.update(sharded)
+        return checkpoint
+
+    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
+              optim_wrapper: Any, strict: bool = True) -> None:
+        set_model_state_dict(model, checkpoint["state_dict"],
+                             options=StateDictOptions(strict=strict))
+        if optim_wrapper is not None and checkpoint.get("optimizer") is not None:
+            set_optimizer_state_dict(model, optimizers_of(optim_wrapper), checkpoint["optimizer"])
+            _restore_wrapper_extras(optim_wrapper, checkpoint)
+
+    def is_complete(self, path: Path) -> bool:
+        return self.incomplete(path) is None
+
+    def incomplete(self, path: Path) -> str | None:
+        return dcp_problem(path)
+
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+class FullStateFileIO(ShardLoader, FileCheckpointIO):
+    """One file with the full state, gathered from the shards to rank 0.
+
+    The optimizer state is keyed by parameter name (torch's full optimizer
+    state dict), so it loads into any sharding of the same model. Rank 0 reads the
+    file into memory (nothing mapped): the states are broadcast from there.
+    """
+
+    maps_weights = False
+
+    def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"state_dict": get_model_state_dict(model, options=_FULL)}
+        if optim_wrapper is not None:
+            out["optimizer"] = get_optimizer_state_dict(model, optimizers_of(optim_wrapper),
+                                                        options=_FULL)
+            out.update(_wrapper_extras(optim_wrapper))
+        return out
+
+    def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
+        """Rank 0 reads the file; the other ranks get everything but the states.
+
+        A file rank 0 cannot read raises the same error on every rank; so does
+        a single-device or DDP checkpoint (:class:`ForeignCheckpointError`):
+        its optimizer state is keyed by position, which torch's full optimizer
+        state dict API cannot place (it fails only at the next save).
+        """
+        def read_on_rank0() -> dict[str, Any]:
+            read = super(FullStateFileIO, self).read(path)
+            if not isinstance(read, dict):
+                raise CheckpointError(f"checkpoint {str(path)!r} holds a "
+                                      f"{type(read).__name__}, not a checkpoint dict")
+            if optimizer_keyed_by(read.get("optimizer")) == "position":
+                raise ForeignCheckpointError(
+                    f"checkpoint {str(path)!r} is a single-device or DDP checkpoint: its "
+                    f"optimizer state numbers the parameters, and FSDP (state_dict_cfg="
+                    f"'full') restores one that names them; resume it with --strategy ddp, "
+                    f"or start from its weights alone with --load-from {str(path)!r}")
+            return read
+
+        checkpoint = rank0_does(read_on_rank0, share_result=False)
+        rest = broadcast_from_rank0(
+            None if checkpoint is None else
+            {k: v for k, v in checkpoint.items() if k not in SHARDED_KEYS})
+        return checkpoint if checkpoint is not None else {**rest, "state_dict": {},
+                                                          "optimizer": {}}
+
+    def apply(self, checkpoint: dict[str, Any], path: Path, *, model: torch.nn.Module,
+              optim_wrapper: Any, strict: bool = True) -> None:
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True,
+                                   strict=strict)
+        set_model_state_dict(model, checkpoint.get("state_dict") or {}, options=options)
+        if optim_wrapper is not None and checkpoint.get("optimizer") is not None:
+            set_optimizer_state_dict(model, optimizers_of(optim_wrapper),
+                                     checkpoint.get("optimizer") or {}, options=options)
+            _restore_wrapper_extras(optim_wrapper, checkpoint)

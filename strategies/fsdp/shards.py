@@ -1,0 +1,168 @@
+"""This rank's shards of an FSDP2 model: their storage, their rows, and loading into them.
+
+* :func:`materialize_module`: storage for the shards of a model built on the
+  meta device (:func:`~flexgraph.training.runtime.parameters_on_meta`), every
+  floating-point parameter NaN until something loads it, so that
+  :func:`uninitialised_parameters` finds one that nothing loaded.
+* :func:`local_tensor`, :func:`local_rows`: the part of a DTensor this rank
+  holds (FSDP2 shards by rows of dimension 0).
+* :data:`ROWS`: how the ranks hold the weights, for the one sharded
+  ``load_from`` (:func:`~flexgraph.training.checkpoint.load_into_slices`):
+  each rank reads its own rows of each weight from the file, or receives them
+  from rank 0's whole value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from flexgraph.training.checkpoint import Slices
+
+__all__ = ["ROWS", "local_rows", "local_tensor", "materialize_module", "read_own_rows",
+           "receive_rows", "uninitialised_parameters"]
+
+
+def materialize_module(model: nn.Module, device: str) -> nn.Module:
+    """Give a meta-built (and possibly sharded) model storage on ``device``.
+
+    ``to_empty`` allocates every parameter (each rank only its shard) and the
+    buffers, which :func:`~flexgraph.training.runtime.parameters_on_meta` kept real, are put back.
+    Floating-point parameters are filled with NaN, so one that nothing loads is
+    found by :func:`uninitialised_parameters` instead of training on whatever
+    the allocator left in memory.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Built on the meta device
+        (:func:`~flexgraph.training.runtime.parameters_on_meta`), possibly sharded.
+    device : str
+        The device the storage is allocated on.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``model`` itself, its parameters allocated and NaN-filled.
+    """
+    buffers = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, saved in buffers.items():
+            owner, _, leaf = name.rpartition(".")
+            module = model.get_submodule(owner) if owner else model
+            module._buffers[leaf] = saved.to(device)
+        for param in model.parameters():
+            if param.is_floating_point():
+                param.fill_(float("nan"))
+    return model
+
+
+def uninitialised_parameters(model: nn.Module) -> list[str]:
+    """Names of floating-point parameters holding NaN (see :func:`materialize_module`).
+
+    Looks at this rank's shard only; callers with a process group combine the
+    answers of all ranks.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A materialized model, after its weights were loaded or initialised.
+
+    Returns
+    -------
+    list of str
+        The names; empty when every parameter was loaded or initialised.
+    """
+    from torch.distributed.tensor import DTensor
+
+    bad = []
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            local = param.to_local() if isinstance(param, DTensor) else param
+            if local.is_floating_point() and local.numel() and torch.isnan(local).any():
+                bad.append(name)
+    return bad
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of ``tensor``: a DTensor's local shard, else the tensor itself.
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        A DTensor or a plain tensor.
+
+    Returns
+    -------
+    torch.Tensor
+        The local shard, or ``tensor``.
+    """
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def local_rows(tensor: torch.Tensor) -> tuple[int, int]:
+    """The rows ``(start, stop)`` of dimension 0 that this rank holds of ``tensor``.
+
+    FSDP2 shards a parameter by rows, ``torch.chunk``'s way (the last ranks'
+    chunks may be shorter, or empty), over the mesh's shard dimension
+    (replicated over the other, for hybrid sharding); a plain tensor (a
+    buffer, an unsharded parameter) is held whole. A 0-d tensor is one row.
+
+    Raises
+    ------
+    ValueError
+        The tensor is sharded along another dimension than 0 (a placement
+        FSDP2 takes only through ``shard_placement_fn``, which flexgraph does
+        not set).
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        A parameter or buffer, a DTensor or a plain one.
+
+    Returns
+    -------
+    tuple of (int, int)
+        The first row this rank holds and the one after its last.
+    """
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    if tensor.dim() == 0:
+        return 0, 1
+    if not isinstance(tensor, DTensor):
+        return 0, tensor.shape[0]
+    shape, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh,
+                                                          tensor.placements)
+    if any(offset[1:]) or tuple(shape[1:]) != tuple(tensor.shape[1:]):
+        raise ValueError(f"a tensor of shape {tuple(tensor.shape)} sharded as "
+                         f"{tensor.placements} is not split by rows alone")
+    return offset[0], offset[0] + shape[0]
+
+
+def read_own_rows(entry: torch.Tensor, value: torch.Tensor, mapped: Any) -> None:
+    """This rank's rows of ``value`` (a tensor of ``mapped``'s checkpoint) into ``entry``,
+    read from the file; a tensor held whole (a buffer) is read whole."""
+    start, stop = local_rows(entry)
+    mapped.read_rows(value, start, stop, local_tensor(entry).detach())
+
+
+def receive_rows(entry: torch.Tensor, value: torch.Tensor | None) -> None:
+    """Rank 0's whole ``value`` to every rank, each keeping its rows of it (a collective)."""
+    local = local_tensor(entry)
+    if value is not None:
+        whole = value.to(device=local.device, dtype=local.dtype).contiguous()
+    else:
+        whole = torch.empty(tuple(entry.shape), dtype=local.dtype, device=local.device)
+    torch.distributed.broadcast(whole, src=0)
+    start, stop = local_rows(entry)
+    local.copy_(whole if entry.dim() == 0 else whole[start:stop])
+
+
+ROWS = Slices(read_own=read_own_rows, receive=receive_rows)
+"""FSDP2's slices: the rows of dimension 0 this rank holds (whole tensors held whole)."""

@@ -90,17 +90,9 @@ def end_launched_rank(status: int) -> None:
     one stop in ten here when rank 0 hosts the rendezvous store, and one
     finished run in a few dozen on a loaded machine), and the agent would take
     a finished or stopped rank for a crashed one (pytorch/pytorch#190489).
-
-    A finished rank forked from the rank server returns instead: the agent
-    waits for its result, after which multiprocessing ends it with
-    ``os._exit`` itself (:mod:`flexgraph.cli.forked_ranks`).
     """
-    from flexgraph.cli.forked_ranks import is_forked_rank
-
     sys.stdout.flush()
     sys.stderr.flush()
-    if status == 0 and is_forked_rank():
-        return
     os._exit(status)
 
 

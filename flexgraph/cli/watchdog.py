@@ -209,8 +209,7 @@ def die_with_parent() -> None:
 
     For a rank of flexgraph's launcher, the last line of defence: a launcher
     ends its ranks itself (SIGTERM, then SIGKILL after the grace period), but a
-    launcher killed outright (SIGKILL, the OOM killer) cannot. A forked rank's
-    parent is the rank server, which exits with the launcher. Linux only; a
+    launcher killed outright (SIGKILL, the OOM killer) cannot. Linux only; a
     no-op elsewhere.
     """
     if not sys.platform.startswith("linux"):

@@ -59,9 +59,8 @@ def own_work_dir(settings: Any, *, owner: bool, this_run: str,
     ``this_run`` is the run id (:func:`run id <run_id>`) the lock holds, and
     that a launcher hands its ranks. Nothing happens without settings (a
     pipeline with no work_dir). A ``launcher``
-    keeps no heartbeat thread: it forks its rank server, which must be done
-    single-threaded (:mod:`flexgraph.cli.forked_ranks`); its rank 0 keeps the
-    heartbeat of the lock it holds. The block gets the lock
+    keeps no heartbeat thread: its rank 0 keeps the heartbeat of the lock it
+    holds. The block gets the lock
     (:class:`~flexgraph.training.output.WorkDirLock`; ``None`` when this process
     only checked), whose owner also removes what runs that did not end left in
     the work_dir's watch folders (:mod:`flexgraph.cli.watch_folder`).

@@ -116,8 +116,7 @@ def end_dataloader_workers() -> None:
     """Kill this process's daemonic children, which multiprocessing would wait for at exit.
 
     Workers ignore the SIGTERM multiprocessing ends them with. Registered after
-    multiprocessing's own exit handler, so it runs first; a rank forked by
-    multiprocessing calls it itself. SIGCHLD gets its default back first, or
+    multiprocessing's own exit handler, so it runs first. SIGCHLD gets its default back first, or
     torch's handler would raise for the killed workers and fail a finished run.
     """
     children = [child for child in multiprocessing.active_children() if child.daemon]

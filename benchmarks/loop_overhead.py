@@ -1,12 +1,12 @@
 """How much does flexgraph's training loop cost per iteration over a hand-written one?
 
-The workload (``_tiny.py``) is deliberately tiny (an MLP step of about a
-millisecond on one CPU thread), so that any per-iteration overhead shows. It
-runs in several config shapes (``_loop_shapes.py``), since a cost one shape
-spreads thin another pays in full: ``tiny`` (200 iterations an epoch, batch
-32, width 128, SGD), ``short-epochs`` (32 iterations an epoch, AdamW, a
-``LinearLR`` stepped every iteration: per-epoch work six times as often) and
-``wide`` (width 1024: 4 MiB weight matrices, AdamW, the same scheduler).
+The workload (``_tiny.py``) is deliberately tiny (an MLP step on one CPU
+thread), so that any per-iteration overhead shows. It runs in several config
+shapes (``_loop_shapes.py``), since a cost one shape spreads thin another
+pays in full: ``tiny`` (200 iterations an epoch, batch 32, width 128, SGD),
+``short-epochs`` (32 iterations an epoch, AdamW, a ``LinearLR`` stepped every
+iteration: per-epoch work six times as often) and ``wide`` (width 1024,
+AdamW, the same scheduler).
 
 The comparisons, flexgraph against the hand-written loop a user would write
 for the same model, optimizer and scheduler:
@@ -19,14 +19,10 @@ for the same model, optimizer and scheduler:
 * ``terminal``: ``plain`` with both sides under a pseudo-terminal, where
   flexgraph draws its progress bar (the CPU time of every thread counts).
 * ``calibrate`` / ``calibrate-api``: the hand loop against itself, the
-  method's own noise and bias in that shape.
-* ``after-flexgraph`` / ``loop`` (and ``-api``; only with ``--only``): a ratio
-  split in two: the same hand loop in a process that ran one flexgraph run
-  first against a fresh one (the process's share), and flexgraph against that
-  hand loop (the loop's share, in processes with the same history).
+  method's own noise in that shape.
 * ``watchdog`` (only with ``--only``): ``flexgraph-plain`` with its progress
   watchdog (on by default) against the same run with it off
-  (``env_cfg.stall_timeout=0``), in the ``hand`` column; the same goal.
+  (``env_cfg.stall_timeout=0``), in the ``hand`` column.
 
 A scheduled shape's hand loops step MMEngine's ``LinearLR`` after every
 iteration, as ``ParamSchedulerHook`` does in flexgraph's run. flexgraph runs as
@@ -40,65 +36,34 @@ then runs the whole thing (build, train) for the shape's LO and HI epochs,
 ``--repeats`` times each (the fastest of each counts: interference only adds
 time); ``(t_HI - t_LO) / ((HI - LO) * iters)`` is the cost of one more
 iteration, with imports, setup and per-run costs cancelled and each epoch's
-own work (a new data iterator, the epoch hooks, its last log line) included.
-The two processes of a comparison run side by side, pinned to the same CPU
-(``--pairing own-cpu`` gives each its own, ``sequential`` runs them one after
-the other), in lockstep (:class:`_Lockstep`): each timed run starts with the
-partner's, both start training together, and the side done first trains on,
-untimed, until the other is done. As many pairs run at once as there are CPUs
-(``--jobs``). The rounds are ``_harness.py``'s: the pair's order reverses every
-other round, each round's flexgraph/hand ratio is taken on its pair, and the
-figure is the median over rounds, with the spread, in process CPU time and
-wall time. Every child runs with glibc's heap thresholds fixed
-(``MALLOC_MMAP_THRESHOLD_`` 32 MiB, ``MALLOC_TRIM_THRESHOLD_`` 256 MiB;
-``--glibc-heap adaptive`` leaves glibc's own): its adaptive thresholds depend
-on the order of earlier frees, which once moved the wide hand loop from 11 to
-17 ms an iteration between two runs of the same process. The defaults (5
-rounds, 2 pairs at once) take about five minutes on two cores::
+own work included. The two processes of a comparison run side by side,
+pinned to the same CPU, in lockstep (:class:`_Lockstep`), so that each side's
+training runs beside the other's training; as many pairs run at once as
+there are CPUs (``--jobs``). The rounds are ``_harness.py``'s: the pair's
+order reverses every other round, each round's flexgraph/hand ratio is taken
+on its pair, and the figure is the median over rounds, with the spread, in
+process CPU time (the figure to read on a shared machine) and wall time.
+Every child runs with glibc's heap thresholds fixed (:data:`FIXED_HEAP`), so
+that the heap's adaptive thresholds do not make two runs of one loop
+differ::
 
     python benchmarks/loop_overhead.py [--rounds R] [--shapes tiny,short-epochs,wide]
-                                       [--only plain,api,terminal,calibrate,calibrate-api]
+                                       [--only plain,api,terminal,calibrate,calibrate-api,watchdog]
                                        [--iters N] [--epochs LO,HI] [--repeats K] [--jobs J]
                                        [--with-mmengine] [--tensorboard]
-                                       [--count instructions]
 
 ``--iters`` and ``--epochs`` replace every chosen shape's own; ``--only``
 replaces each shape's comparisons; ``--with-mmengine`` adds MMEngine's
 ``FlexibleRunner`` on each shape's model-API config.
 
-The goals, on every shape, are flexgraph's instructions per iteration at most
-1.01x the hand loop's (``--count instructions``: deterministic, so valid on a
-busy machine) and its CPU time's median at most 1.05x (timed: trust it only
-from a quiet machine); the summary says whether each is met, and which one a
-run did not measure (``--count both`` measures both, one after the other).
-
-``--count instructions`` counts instead of timing (``_callgrind.py``; needs
-valgrind and a C compiler): each variant runs once under callgrind, warms up,
-and the instructions of its LO and HI runs give instructions per iteration,
-with the same slope. A count does not drift with the machine's load (a hand
-loop against itself reads 0.997 to 1.000), so it tells flexgraph's extra work
-from the timing's noise; it cannot see the kernel's time nor where data lie in
-the caches. The terminal comparison is not counted (its bar redraws by the
-clock, which valgrind slows fifty-fold). Every shape takes about 45 minutes
-on two cores; ``--shapes`` counts fewer.
-
-The main thread, which runs the loop, is counted per iteration. flexgraph's
-other threads (the progress watchdog, the work_dir lock's heartbeat) wake on
-a timer, so their work comes per second: under callgrind each second holds
-fifty-fold fewer iterations, and counted with the loop their work read fifty
-times its real cost (the watchdog comparison read 1.047 so). Their
-instructions per second of counted time are turned into instructions per
-iteration at the variant's real speed, timed outside valgrind right after
-the counts (a timed child, ``--repeats 3``); the report shows both parts.
-Under callgrind a heartbeat's own work takes longer, so the timer fires a
-little less often per second than in a real run: this part reads a few
-percent low, of a part that is a small fraction of the whole.
+The guardrail, on every shape: flexgraph's CPU time per iteration, median
+over the rounds, at most :data:`GUARDRAIL` times the hand loop's. The
+summary says whether it holds.
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import dataclasses
 import fcntl
 import json
@@ -121,8 +86,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-import _callgrind  # noqa: E402 (this folder is on sys.path when run as a script)
-import _tiny  # noqa: E402
+import _tiny  # noqa: E402 (this folder is on sys.path when run as a script)
 from _harness import Clocks, Rounds, Spread, round_order, timed  # noqa: E402
 from _loop_shapes import (  # noqa: E402
     SHAPES,
@@ -139,38 +103,25 @@ from _tiny import TinyData  # noqa: E402
 ROUNDS = 5
 _TENSORBOARD_ENV = "LOOP_OVERHEAD_TENSORBOARD"  # --tensorboard, as the children see it
 TIMEOUT_S = 600  # per child: a hung child fails the benchmark instead of hanging it
-# per child under callgrind, fifty times slower, and slower still on a busy machine
-# (the wide model's took over 40 minutes beside other work on two cores)
-COUNT_TIMEOUT_S = 4 * 3600
-# flexgraph / hand in every shape: instructions per iteration (``--count instructions``,
-# deterministic) and the CPU time's median over rounds (timed; noisy on a busy machine).
-GOALS = {"instructions": 1.01, "time": 1.05}
+# flexgraph / hand, CPU time per iteration, median over rounds, on every shape
+GUARDRAIL = 1.10
 # The comparisons: name -> (hand variant, flexgraph variant, under a pseudo-terminal)
 COMPARISONS = {
     "plain": ("hand-plain", "flexgraph-plain", False),
     "api": ("hand-api", "flexgraph-api", False),
     "terminal": ("hand-plain", "flexgraph-plain", True),
-    # the hand loops against themselves: the method's own noise and bias in that shape
+    # the hand loops against themselves: the method's own noise in that shape
     "calibrate": ("hand-plain", "hand-plain-again", False),
     "calibrate-api": ("hand-api", "hand-api-again", False),
-    # Opt-in (``--only``), to split a ratio in two: the same hand loop in a process that
-    # ran one flexgraph run first, against a fresh one (what that process costs), and
-    # flexgraph against that hand loop (what its loop costs, in processes alike).
-    "after-flexgraph": ("hand-plain", "hand-plain-after-flexgraph", False),
-    "loop": ("hand-plain-after-flexgraph", "flexgraph-plain", False),
-    "after-flexgraph-api": ("hand-api", "hand-api-after-flexgraph", False),
-    "loop-api": ("hand-api-after-flexgraph", "flexgraph-api", False),
-    # Opt-in: flexgraph with its progress watchdog (on by default) against the same run
-    # with it off (``env_cfg.stall_timeout=0``): what watching costs per iteration.
+    # Opt-in (``--only``): flexgraph with its progress watchdog (on by default) against
+    # the same run with it off (``env_cfg.stall_timeout=0``).
     "watchdog": ("flexgraph-plain-unwatched", "flexgraph-plain", False),
 }
-# glibc's heap, the same in every child (``--glibc-heap fixed``): blocks up to 32 MiB come
-# from the heap, which keeps up to 256 MiB free at its top instead of giving it back.
+# glibc's heap, the same in every child: blocks up to 32 MiB come from the heap, which
+# keeps up to 256 MiB free at its top instead of giving it back.
 FIXED_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 # Which calibration measures the hand loop of a comparison against itself.
-CALIBRATION_OF = {"hand-plain": "calibrate", "hand-api": "calibrate-api",
-                  "hand-plain-after-flexgraph": "calibrate",
-                  "hand-api-after-flexgraph": "calibrate-api"}
+CALIBRATION_OF = {"hand-plain": "calibrate", "hand-api": "calibrate-api"}
 
 
 # -- the workload of a shape (both forms of the model) -------------------------------------
@@ -365,21 +316,15 @@ VARIANTS = {
     "flexgraph-plain-unwatched": lambda s, e, d: flexgraph_run(s, e, d, api=False,
                                                                watched=False),
     "mmengine-api": mmengine_run,
-    "hand-plain-after-flexgraph": hand_plain,  # _warmed_up runs flexgraph first
-    "hand-api-after-flexgraph": hand_api,
 }
 
 
 def _warmed_up(variant: str, shape: Shape, tmp: str) -> Any:
     """Ready a child to measure ``variant`` on ``shape``: one thread, its config files
-    written, one warm-up run done in ``tmp`` (after one flexgraph run for an
-    ``-after-flexgraph`` hand loop); returns the variant's run function."""
+    written, one warm-up run done in ``tmp``; returns the variant's run function."""
     torch.set_num_threads(1)  # every side alike: no OpenMP oversubscription on few cores
     _register()
     run = VARIANTS[variant]
-    if variant.endswith("-after-flexgraph"):  # the process a flexgraph run leaves behind
-        api = variant.startswith("hand-api")
-        flexgraph_run(shape, 1, f"{tmp}/flexgraph_first", api=api)
     if variant.startswith("flexgraph"):
         for n in (1, *shape.epochs):  # written before anything is measured
             _config_file(shape, n, api=variant.endswith("api"))
@@ -428,11 +373,7 @@ class _Lockstep:
     The two sides of a comparison differ in setup (flexgraph plans, prints
     and records before it trains; the hand loop builds three objects), so
     timed side by side they drift out of phase, and how much one side's
-    training costs depends on what the other is doing beside it: its setup,
-    its training, or sleeping. A control shows how much: the hand loop
-    against itself plus 60 ms of Python busywork before each run, a cost the
-    slope should cancel, read 0.80 and 0.91 (a round anywhere from 0.65 to
-    1.14) in two ways of pairing that did not keep the phases. In lockstep:
+    training costs depends on what the other is doing beside it. In lockstep:
 
     * each timed run starts with its partner's (:meth:`start`);
     * each side waits for the other just before its first iteration
@@ -482,132 +423,6 @@ class _Lockstep:
 _LOCKSTEP = _Lockstep()  # this process's (``measure`` replaces it in a paired child)
 
 
-# -- instructions instead of time (``--count instructions``) --------------------------------
-
-def count(variant: str, shape: Shape, dumps: str) -> None:
-    """One process under callgrind: warm up, then count LO and HI epochs' runs, once each;
-    the counted stretches' wall seconds go to ``{dumps}.seconds``."""
-    global _LOCKSTEP
-    with tempfile.TemporaryDirectory() as tmp:
-        run = _warmed_up(variant, shape, tmp)
-        _LOCKSTEP = counter = _callgrind.Instructions(os.environ[_callgrind.HELPER_ENV])
-        for n in shape.epochs:
-            counter.arm()
-            run(shape, n, f"{tmp}/run_{n}")
-            counter.stop()
-    Path(f"{dumps}.seconds").write_text(json.dumps(counter.seconds))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Count:
-    """What one variant executes: its main thread per iteration, its other threads (timers)
-    per second, and, where it has any, its real seconds per iteration to join the two."""
-
-    main: float
-    background_per_s: float
-    seconds_per_iter: float = 0.0
-
-    @property
-    def per_iteration(self) -> float:
-        return self.main + self.background_per_s * self.seconds_per_iter
-
-
-def _count_one(shape: Shape, variant: str, folder: str, env: dict[str, str]) -> _Count:
-    """Instructions of ``variant`` on ``shape``: one child under callgrind."""
-    dumps = Path(folder, f"{shape.name}_{variant}.callgrind")
-    lo, hi = shape.epochs
-    command = [*_callgrind.command(dumps), *_child_command(variant, shape), "--count",
-               "instructions", "--result", str(dumps)]
-    done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True,
-                          timeout=COUNT_TIMEOUT_S)
-    if done.returncode:
-        raise RuntimeError(f"{variant} on {shape.name} under callgrind failed:\n"
-                           f"{done.stderr[-3000:]}")
-    seconds = sum(json.loads(Path(f"{dumps}.seconds").read_text()))
-    return _Count(main=_callgrind.slope(dumps, (hi - lo) * shape.iters),
-                  background_per_s=_callgrind.background_total(dumps) / seconds)
-
-
-def _real_seconds_per_iter(shape: Shape, variant: str, folder: str,
-                           env: dict[str, str]) -> float:
-    """``variant``'s wall seconds per iteration on ``shape``, timed alone outside valgrind."""
-    result = Path(folder, f"{shape.name}_{variant}.timed")
-    command = [*_child_command(variant, shape), "--repeats", "3", "--result", str(result)]
-    subprocess.run(command, env=env, cwd=folder, check=True, capture_output=True,
-                   timeout=TIMEOUT_S)
-    return json.loads(result.read_text())["ms_per_iter"]["wall"] / 1e3
-
-
-def _count_instructions(sides: list[_Side], args: argparse.Namespace) -> dict[_Side, float]:
-    """``--count instructions``: every side's two variants once each, ``--jobs`` at a time;
-    print instructions per iteration and their ratio. Returns each counted side's ratio."""
-    wanted = sorted({(side.shape.name, variant) for side in sides if not side.tty
-                     for variant in (side.hand, side.other)})
-    shapes = {side.shape.name: side.shape for side in sides}
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**_child_env(args), "PYTHONHASHSEED": "0",
-               _callgrind.HELPER_ENV: _callgrind.build_helper(tmp)}
-        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            futures = {key: pool.submit(_count_one, shapes[key[0]], key[1], tmp, env)
-                       for key in wanted}
-            counts = {key: future.result() for key, future in futures.items()}
-        for key, counted in counts.items():  # timers: per second, at the real speed
-            if counted.background_per_s:
-                real = _real_seconds_per_iter(shapes[key[0]], key[1], tmp, _child_env(args))
-                counts[key] = dataclasses.replace(counted, seconds_per_iter=real)
-    slopes = {key: counted.per_iteration for key, counted in counts.items()}
-    goal = GOALS["instructions"]
-    print(f"instructions per iteration (callgrind; slope between each shape's two epoch "
-          f"counts), torch {torch.__version__}, 1 thread; goal: ratio <= {goal}")
-    for (shape, variant), counted in sorted(counts.items()):
-        if counted.background_per_s:
-            print(f"  {shape} {variant}: main thread {counted.main:,.0f}; other threads "
-                  f"(timers) {counted.background_per_s:,.0f} a second, at its "
-                  f"{counted.seconds_per_iter * 1e3:.2f} ms an iteration "
-                  f"{counted.background_per_s * counted.seconds_per_iter:,.0f}")
-    print(f"  {'shape':<13} {'comparison':<16} {'flexgraph':>12} {'hand':>12} {'ratio':>7}  goal")
-    ratios = {}
-    for side in sides:
-        if side.tty:  # its redraws follow the clock, which runs slow under valgrind
-            print(f"  {side.shape.name:<13} {side.name:<16} not counted: the progress bar "
-                  f"redraws by the clock")
-            continue
-        other, hand = (slopes[side.shape.name, v] for v in (side.other, side.hand))
-        ratios[side] = other / hand
-        print(f"  {side.shape.name:<13} {side.name:<16} {other:>12,.0f} {hand:>12,.0f} "
-              f"{other / hand:>7.4f}  {_verdict(side, other / hand, goal)}")
-    return ratios
-
-
-def _verdict(side: _Side, ratio: float, goal: float) -> str:
-    return ("ok" if ratio <= goal else "over") if side.has_goal else "-"
-
-
-def _goals(sides: list[_Side], counted: dict[_Side, float] | None, timed: bool) -> bool:
-    """Both goals, each met or not on every shape's comparisons that have one (or not
-    measured in this run); returns whether every measured one was met."""
-    measured = {"instructions": counted,
-                "time": {side: side.ratio().median for side in sides} if timed else None}
-    how = {"instructions": "instructions per iteration (--count instructions)",
-           "time": "CPU time, median over rounds"}
-    print("goals, flexgraph / hand loop on every shape:")
-    met = True
-    for kind, goal in GOALS.items():
-        ratios = measured[kind]
-        if ratios is None:
-            print(f"  {how[kind]} <= {goal}: not measured in this run (--count "
-                  f"{kind} or both)")
-            continue
-        with_goal = {side: r for side, r in ratios.items() if side.has_goal}
-        worst = max(with_goal, key=with_goal.get, default=None)
-        ok = all(r <= goal for r in with_goal.values())
-        met = met and ok
-        where = (f" (highest: {worst.shape.name} {worst.name} {with_goal[worst]:.4f})"
-                 if worst is not None else "")
-        print(f"  {how[kind]} <= {goal}: {'met' if ok else 'NOT MET'}{where}")
-    return met
-
-
 # -- the parent: processes side by side ----------------------------------------------------
 
 def _child_command(variant: str, shape: Shape) -> list[str]:
@@ -620,24 +435,20 @@ def _child_command(variant: str, shape: Shape) -> list[str]:
 def _child_env(args: argparse.Namespace) -> dict[str, str]:
     """Every child's environment: one thread, no warnings, the same heap and backends."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
-            _TENSORBOARD_ENV: "1" if args.tensorboard else "0",
-            **(FIXED_HEAP if args.glibc_heap == "fixed" else {})}
+            _TENSORBOARD_ENV: "1" if args.tensorboard else "0", **FIXED_HEAP}
 
 
 class _Child:
     """One measuring process, started now, with its stdout a pipe or a pseudo-terminal."""
 
     def __init__(self, variant: str, shape: Shape, args: argparse.Namespace, tty: bool,
-                 tmp: str, cpu: int | None, result: Path | None = None,
-                 partner: Path | None = None) -> None:
+                 tmp: str, cpu: int, result: Path, partner: Path) -> None:
         self.variant, self.tty = variant, tty
-        self.result = result or Path(tempfile.mktemp(dir=tmp, suffix=".json"))
+        self.result = result
+        # pinned, timed when both are ready, in lockstep with its partner (_Lockstep)
         self.command = [*_child_command(variant, shape), "--repeats", str(args.repeats),
-                        "--result", str(self.result)]
-        if cpu is not None:  # a paired run: pinned, and timed when both are ready
-            self.command += ["--cpu", str(cpu), "--wait"]
-        if partner is not None:  # in lockstep with its partner (_Lockstep)
-            self.command += ["--partner", str(partner)]
+                        "--result", str(result), "--cpu", str(cpu), "--wait",
+                        "--partner", str(partner)]
         env = _child_env(args)
         self.master = self.reader = None
         if tty:
@@ -708,8 +519,9 @@ class _Side:
         return self.name.startswith("calibrate")
 
     @property
-    def has_goal(self) -> bool:
-        return self.name in ("plain", "api", "terminal", "watchdog")
+    def guarded(self) -> bool:
+        """Whether the guardrail applies: flexgraph's side (not a calibration, not MMEngine's)."""
+        return self.other.startswith("flexgraph")
 
 
 def _chosen_shapes(args: argparse.Namespace) -> list[Shape]:
@@ -742,20 +554,20 @@ def _sides(shapes: list[Shape], args: argparse.Namespace) -> list[_Side]:
 
 
 class _Pair:
-    """The two processes of one comparison's round, pinned to ``where`` and timed together.
+    """The two processes of one comparison's round, pinned to ``cpu`` and timed together.
 
     Started at once; :meth:`poll` tells both to start timing when both are warm,
     and says when both are done.
     """
 
     def __init__(self, side: _Side, round_: int, args: argparse.Namespace, tmp: str,
-                 where: list[int]) -> None:
+                 cpu: int) -> None:
         self.side, self.round = side, round_
         variants = round_order([side.hand, side.other], round_)
         results = [Path(tempfile.mktemp(dir=tmp, suffix=".json")) for _ in variants]
         self.children = [_Child(v, side.shape, args, side.tty, tmp, cpu, result, partner)
-                         for cpu, v, result, partner in zip(where, variants, results,
-                                                            results[::-1], strict=True)]
+                         for v, result, partner in zip(variants, results, results[::-1],
+                                                       strict=True)]
         self.timing = False
 
     def poll(self) -> bool:
@@ -772,58 +584,35 @@ class _Pair:
         self.side.record({proc.variant: proc.finish() for proc in self.children})
 
 
-def _slots(args: argparse.Namespace) -> list[list[int]]:
-    """The CPUs of each pair that may run at once: one CPU shared (``same-cpu``) or two."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if args.pairing == "same-cpu":
-        slots = [[cpu, cpu] for cpu in cpus]
-    else:  # own-cpu: a CPU each
-        slots = [cpus[i:i + 2] for i in range(0, len(cpus) - 1, 2)] or [cpus * 2]
-    return slots[:max(1, args.jobs)]
-
-
-def _measure_sequentially(sides: list[_Side], args: argparse.Namespace, tmp: str) -> None:
-    """``--pairing sequential``: one process at a time, the order swapped every other round."""
-    for round_ in range(args.rounds):
-        for side in sides:
-            side.record({v: _Child(v, side.shape, args, side.tty, tmp, None).finish()
-                         for v in round_order([side.hand, side.other], round_)})
-        print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-
-
-def _measure_in_slots(sides: list[_Side], args: argparse.Namespace, tmp: str) -> None:
-    """Every side's pair of every round, in order, as many at once as there are slots.
-
-    A pair takes whichever slot is free, so a comparison's rounds run on
-    different CPUs; the two processes of a pair always share their conditions.
-    """
-    slots = _slots(args)
-    pending = [(round_, side) for round_ in range(args.rounds) for side in sides]
-    left = {round_: len(sides) for round_ in range(args.rounds)}
-    running: dict[int, _Pair] = {}
-    while pending or running:
-        for slot in [i for i in range(len(slots)) if i not in running][:len(pending)]:
-            round_, side = pending.pop(0)
-            where = round_order(slots[slot], round_)
-            running[slot] = _Pair(side, round_, args, tmp, where)
-        for slot, pair in list(running.items()):
-            if pair.poll():
-                pair.finish()
-                del running[slot]
-                left[pair.round] -= 1
-                if not left[pair.round]:
-                    print(f"round {pair.round + 1}/{args.rounds} done", file=sys.stderr,
-                          flush=True)
-        time.sleep(0.01)
+def _cpus(args: argparse.Namespace) -> list[int]:
+    """The CPUs that pairs run on, one pair at a time on each."""
+    return sorted(os.sched_getaffinity(0))[:max(1, args.jobs)]
 
 
 def _measure_rounds(sides: list[_Side], args: argparse.Namespace) -> None:
-    """``--rounds`` rounds of every side, the pair's order swapped every other round."""
+    """Every side's pair of every round, in order, as many at once as there are CPUs.
+
+    A pair takes whichever CPU is free, so a comparison's rounds run on
+    different CPUs; the two processes of a pair always share their conditions.
+    """
+    cpus = _cpus(args)
+    pending = [(round_, side) for round_ in range(args.rounds) for side in sides]
+    left = {round_: len(sides) for round_ in range(args.rounds)}
+    running: dict[int, _Pair] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        if args.pairing == "sequential":
-            _measure_sequentially(sides, args, tmp)
-        else:
-            _measure_in_slots(sides, args, tmp)
+        while pending or running:
+            for cpu in [c for c in cpus if c not in running][:len(pending)]:
+                round_, side = pending.pop(0)
+                running[cpu] = _Pair(side, round_, args, tmp, cpu)
+            for cpu, pair in list(running.items()):
+                if pair.poll():
+                    pair.finish()
+                    del running[cpu]
+                    left[pair.round] -= 1
+                    if not left[pair.round]:
+                        print(f"round {pair.round + 1}/{args.rounds} done", file=sys.stderr,
+                              flush=True)
+            time.sleep(0.01)
 
 
 def _report_shape(shape: Shape, sides: list[_Side]) -> None:
@@ -838,9 +627,8 @@ def _report_shape(shape: Shape, sides: list[_Side]) -> None:
                 print(f"    {variant + where:>28} {clock:>4}: "
                       f"{side.rounds.of(variant, clock)}  [{side.name}]")
     for side in sides:
-        goal = f"  (goal <= {GOALS['time']})" if side.has_goal else ""
         label = f"  ratio {side.other}/{side.hand}{' on a terminal' if side.tty else ''}: "
-        print(f"{label}CPU {side.ratio('cpu')}{goal}")
+        print(f"{label}CPU {side.ratio('cpu')}")
         print(f"{'':>{len(label) - 2}}wall {side.ratio('wall')}")
     by_name = {side.name: side for side in sides}
     if "plain" in by_name and "terminal" in by_name:
@@ -856,35 +644,41 @@ def _itself(calibration: _Side | None) -> str:
     return format(calibration.ratio("cpu"), ".3f").removeprefix("median ")
 
 
-def _summary_row(side: _Side, calibration: _Side | None) -> tuple[str, bool]:
-    """One comparison's line of the summary, and whether it meets the goal."""
+def _summary_row(side: _Side, calibration: _Side | None) -> tuple[str, float]:
+    """One comparison's line of the summary, and its ratio (CPU time, median)."""
     ratio = side.ratio().median
-    met = not side.has_goal or ratio <= GOALS["time"]
-    verdict = _verdict(side, ratio, GOALS["time"])
+    verdict = ("ok" if ratio <= GUARDRAIL else "over") if side.guarded else "-"
     name = side.name + (" (tty)" if side.tty else "")
     line = (f"  {side.shape.name:<13} {name:<16} {side.median_ms(side.other):>9.3f} "
             f"{side.median_ms(side.hand):>7.3f} {ratio:>7.3f} "
             f"[{side.ratio('wall').median:.3f}]  {_itself(calibration):<30} {verdict}")
-    return line, met
+    return line, ratio
 
 
 def _summary(shapes: list[Shape], sides: list[_Side]) -> bool:
     """Per shape and comparison: medians (ms per iteration), the ratio, and the hand loop
-    against itself in that shape. Returns whether every goal was met."""
+    against itself in that shape; then the guardrail. Returns whether it holds."""
     print(f"summary: medians over the rounds; ms per iteration and ratios in CPU time "
-          f"(wall in brackets); goal: ratio <= {GOALS['time']}")
+          f"(wall in brackets); guardrail: ratio <= {GUARDRAIL}")
     print(f"  {'shape':<13} {'comparison':<16} {'flexgraph':>9} {'hand':>7} "
-          f"{'ratio':>7} {'[wall]':>7}  {'hand vs itself':<30} goal")
-    met = True
+          f"{'ratio':>7} {'[wall]':>7}  {'hand vs itself':<30} guardrail")
+    ratios: dict[str, float] = {}
     for shape in shapes:
         own = [side for side in sides if side.shape is shape]
         calibrations = {side.name: side for side in own if side.is_calibration}
         for side in own:
             if not side.is_calibration:
-                line, ok = _summary_row(side, calibrations.get(CALIBRATION_OF.get(side.hand, "")))
+                line, ratio = _summary_row(side, calibrations.get(CALIBRATION_OF.get(side.hand,
+                                                                                      "")))
                 print(line)
-                met = met and ok
-    return met
+                if side.guarded:
+                    ratios[f"{shape.name} {side.name}"] = ratio
+    held = all(r <= GUARDRAIL for r in ratios.values())
+    worst = max(ratios, key=ratios.get, default=None)
+    highest = f" (highest: {worst} {ratios[worst]:.3f})" if worst is not None else ""
+    print(f"guardrail, CPU time median <= {GUARDRAIL} on every shape: "
+          f"{'holds' if held else 'NOT MET'}{highest}")
+    return held
 
 
 def main() -> None:
@@ -902,28 +696,14 @@ def main() -> None:
     parser.add_argument("--only",
                         help="comma-separated comparisons to run on every shape: plain, api, "
                              "terminal, calibrate, calibrate-api (the hand loops against "
-                             "themselves), after-flexgraph, loop (and their -api forms: "
-                             "a ratio split in two, see the docstring); default: each "
-                             "shape's own")
+                             "themselves), watchdog; default: each shape's own")
     parser.add_argument("--with-mmengine", action="store_true",
                         help="also time MMEngine's FlexibleRunner on each model-API config")
     parser.add_argument("--tensorboard", action="store_true",
                         help="flexgraph's runs write TensorBoard scalars too")
-    parser.add_argument("--pairing", choices=("same-cpu", "own-cpu", "sequential"),
-                        default="same-cpu",
-                        help="the two processes of a pair share one CPU at once (default), "
-                             "get one each, or run one after the other")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
-                        help="pairs timed at once, each on its own CPU(s) (default: one per "
+                        help="pairs timed at once, each on its own CPU (default: one per "
                              "CPU; 1: one pair at a time)")
-    parser.add_argument("--glibc-heap", choices=("fixed", "adaptive"), default="fixed",
-                        help="every child's glibc heap thresholds: fixed (default, see the "
-                             "docstring) or glibc's adaptive ones")
-    parser.add_argument("--count", choices=("time", "instructions", "both"), default="time",
-                        help="time the loops (default), count the instructions they "
-                             "execute under valgrind's callgrind (deterministic, once per "
-                             "variant, about 45 minutes for every shape on two cores), or "
-                             "both, one after the other")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--wait", action="store_true", help=argparse.SUPPRESS)
@@ -931,27 +711,21 @@ def main() -> None:
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shapes = _chosen_shapes(args)
-    if args.child and args.count != "time":
-        count(args.child, shapes[0], args.result)
-        return
     if args.child:
         if args.cpu is not None:
             os.sched_setaffinity(0, {args.cpu})
         measure(args.child, shapes[0], args.repeats, args.result, args.wait, args.partner)
         return
     sides = _sides(shapes, args)
-    counted = _count_instructions(sides, args) if args.count != "time" else None
-    if args.count != "instructions":
-        _measure_rounds(sides, args)
-        print(f"{args.rounds} rounds, pairing {args.pairing}, {len(_slots(args))} pairs at "
-              f"once, glibc heap {args.glibc_heap}, torch {torch.__version__}, 1 thread, "
-              f"TensorBoard {'on' if args.tensorboard else 'off'}, "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        for shape in shapes:
-            _report_shape(shape, [side for side in sides if side.shape is shape])
-        _summary(shapes, sides)
-    if not _goals(sides, counted, timed=args.count != "instructions"):
-        print("some ratio is over its goal", file=sys.stderr)
+    _measure_rounds(sides, args)
+    print(f"{args.rounds} rounds, {len(_cpus(args))} pairs at once (each pair on one CPU), "
+          f"torch {torch.__version__}, 1 thread, "
+          f"TensorBoard {'on' if args.tensorboard else 'off'}, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    for shape in shapes:
+        _report_shape(shape, [side for side in sides if side.shape is shape])
+    if not _summary(shapes, sides):
+        print("some ratio is over the guardrail", file=sys.stderr)
 
 
 if __name__ == "__main__":

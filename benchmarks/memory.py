@@ -255,8 +255,7 @@ def flexgraph_config(row: Row, args: argparse.Namespace, work_dir: Path) -> dict
 
 def run_flexgraph(row: Row, args: argparse.Namespace, root: Path,
                   live_bytes: bool = False) -> Result:
-    """A flexgraph row; with ``live_bytes``, its ranks count live tensor bytes (untimed:
-    fresh interpreters, ``--start-method exec``, so the count starts with the config)."""
+    """A flexgraph row; with ``live_bytes``, its ranks count live tensor bytes (untimed)."""
     label = f"flexgraph {row.label}"
     why = unavailable(row.strategy["type"])
     if why:
@@ -267,8 +266,6 @@ def run_flexgraph(row: Row, args: argparse.Namespace, root: Path,
     config.write_text("".join(f"{key} = {value!r}\n" for key, value in cfg.items()))
     argv = [sys.executable, "-m", "flexgraph", "run", str(config), "--work-dir", str(work_dir),
             "--nproc-per-node", str(NPROC)]
-    if live_bytes:
-        argv += ["--start-method", "exec"]
     return _run(label, argv, work_dir, args, extra_env={LIVE_BYTES_VAR: "1"} if live_bytes
                 else None)
 

@@ -7,11 +7,10 @@ every ``LayerNorm``), 4 CPU processes over gloo (``--nproc``), fp32, torch's
 AdamW built, then the first iteration's forward. Every row runs in fresh
 processes:
 
-* flexgraph rows, ``flexgraph run CFG --nproc-per-node 4 --start-method exec``
-  as a user runs it (CFG an MMEngine-style config, ``_setup_workload`` its
-  ``custom_imports``; ``exec``: every rank a fresh interpreter, as
-  ``torch.distributed.run`` starts the hand-written scripts, which can end
-  itself after its first forward):
+* flexgraph rows, ``flexgraph run CFG --nproc-per-node 4`` as a user runs it
+  (CFG an MMEngine-style config, ``_setup_workload`` its ``custom_imports``;
+  every rank a fresh interpreter, as ``torch.distributed.run`` starts the
+  hand-written scripts, which can end itself after its first forward):
   ``DDP``; ``FSDP`` (one unit per block: a size-based wrap policy of one
   block's parameters); ``FSDP, no wrap policy`` (``FSDPStrategy``'s default:
   the root the only unit); ``FSDP, load_from`` (the same, with ``load_from`` a
@@ -248,7 +247,7 @@ def _run(row: Row, args: argparse.Namespace, work_dir: Path, weights: Path, roun
         config = work_dir / "cfg.py"
         config.write_text(config_text(row, args, work_dir, weights))
         argv = [sys.executable, "-m", "flexgraph", "run", str(config), "--work-dir",
-                str(work_dir), "--nproc-per-node", str(args.nproc), "--start-method", "exec"]
+                str(work_dir), "--nproc-per-node", str(args.nproc)]
     else:
         argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", str(args.nproc), str(HERE / row.script),

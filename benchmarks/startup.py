@@ -37,6 +37,20 @@ ratios taken within each round), with the working directory and every
 work_dir in a temporary folder; medians of ``--runs`` each. Run::
 
     python benchmarks/startup.py [--runs N]
+
+``--pieces`` times instead what each piece of start-up machinery that
+flexgraph keeps saves, on the paths users take:
+
+* the garbage collector kept off what loading imports
+  (``flexgraph/cli/collector.py``): ``flexgraph plan --compare`` of four
+  candidates on ViT-huge/14, in turn with the collector as flexgraph sets it
+  and left on (the same command, with the context manager replaced by one
+  that does nothing);
+* DeepSpeed's shared-memory all-reduce op, which flexgraph leaves out
+  (``_leave_out_shm_all_reduce`` in ``strategies/deepspeed/steps.py``): its
+  build in a fresh extensions folder (once) and its load once built, against
+  ``flexgraph run examples/quickstart.py --nproc-per-node 2 --strategy
+  deepspeed`` to the end of its first iteration, in turn with the loads.
 """
 
 from __future__ import annotations
@@ -47,6 +61,8 @@ import importlib.metadata
 import importlib.util
 import itertools
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +78,26 @@ HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 300  # per child, so a hung child fails the benchmark instead of hanging it
 # Imported alone, to show where the startup goes.
 IMPORTS = (None, "torch", "flexgraph", "mmengine.config", "mmengine.model", "mmengine.runner")
+ROOT = HERE.parent
+VIT_COMPARE = [str(ROOT / "examples" / "estimate" / "vit_huge_p14_8xb128_ddp.py"), "--compare",
+               "ddp,ddp:fp16,deepspeed:zero1:fp16,deepspeed:zero3:fp16"]
+# ``flexgraph`` with the collector left on: what --pieces compares the collector with.
+COLLECTOR_LEFT_ON = """import contextlib, sys
+import flexgraph.cli.collector as collector
+@contextlib.contextmanager
+def left_on():
+    yield lambda: None
+collector.imports_kept_from_collector = left_on
+from flexgraph.cli.main import run_and_exit
+run_and_exit()
+"""
+# Build (or load, once built) DeepSpeed's shared-memory all-reduce op; print the seconds.
+SHM_OP = """import time, deepspeed
+builder = deepspeed.accelerator.get_accelerator().create_op_builder("ShareMemCommBuilder")
+start = time.time()
+builder.load()
+print(time.time() - start)
+"""
 DEEPSPEED_LINE = "deepspeed-imported"
 
 # What the flexgraph children's configs import (custom_imports) finds here.
@@ -157,13 +193,91 @@ PAIRS = (  # (flexgraph's command, the hand-written script it is compared with)
 )
 
 
+def _plan_time(argv: list[str], cwd: str) -> Clocks:
+    """Wall and CPU seconds of one ``flexgraph plan`` process, start to exit."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.time()
+    subprocess.run(argv, cwd=cwd, check=True, capture_output=True, timeout=TIMEOUT_S)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return Clocks(time.time() - start, after.ru_utime + after.ru_stime
+                  - before.ru_utime - before.ru_stime)
+
+
+def _shm_op_seconds(extensions: str) -> float:
+    """Seconds to build or load DeepSpeed's shared-memory op in the ``extensions`` folder."""
+    done = subprocess.run([sys.executable, "-c", SHM_OP], capture_output=True, text=True,
+                          check=True, timeout=3600,
+                          env={**os.environ, "TORCH_EXTENSIONS_DIR": extensions})
+    return float(done.stdout.split()[-1])
+
+
+def pieces(runs: int, env: dict[str, str]) -> None:
+    """``--pieces``: what each kept piece of start-up machinery saves (module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = [sys.executable, "-m", "flexgraph", "plan", *VIT_COMPARE]
+        left_on = [sys.executable, "-c", COLLECTOR_LEFT_ON, "plan", *VIT_COMPARE]
+        rounds = interleave({"collector kept off the imports": lambda: _plan_time(plan, tmp),
+                             "collector left on": lambda: _plan_time(left_on, tmp)}, runs)
+        print(f"flexgraph plan --compare (ViT-huge/14, 4 candidates), median of {runs} runs "
+              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+        for name in rounds.values:
+            print(f"  {name:<32} {rounds.of(name, 'wall').median:6.2f} s  "
+                  f"CPU {rounds.of(name, 'cpu').median:6.2f} s")
+        for clock in ("wall", "cpu"):
+            print(f"  left on / kept off, {clock}: "
+                  f"{rounds.ratio('collector left on', 'collector kept off the imports', clock)}")
+
+        config = Path(tmp) / "quickstart_stamp.py"
+        config.write_text((ROOT / "examples" / "quickstart.py").read_text()
+                          + "custom_imports = dict(imports=['digits', 'startup'], "
+                          "allow_failed_imports=False)\n"
+                          "custom_hooks = [dict(type='FirstIterationStamp')]\n")
+        ranks_env = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"),
+                                                           env["PYTHONPATH"]])}
+        extensions = f"{tmp}/torch_extensions"
+        build = _shm_op_seconds(extensions)
+        runs_made = itertools.count()
+        rounds = interleave({
+            "run": lambda: _first_stamp(
+                [sys.executable, "-m", "flexgraph", "run", str(config), "--nproc-per-node",
+                 "2", "--strategy", "deepspeed", "--work-dir", f"{tmp}/ds_{next(runs_made)}"],
+                tmp, ranks_env),
+            "load": lambda: _shm_op_seconds(extensions)}, runs)
+        run = rounds.of("run").median
+        print(f"flexgraph run examples/quickstart.py --nproc-per-node 2 --strategy deepspeed: "
+              f"{run:.2f} s to the first iteration, median of {runs}")
+        print(f"  DeepSpeed's shared-memory op: built in {build:.2f} s once per environment "
+              f"({build / run:.2f}x the run), loaded in {rounds.of('load').median:.2f} s "
+              f"by each rank ({rounds.of('load').median / run:.3f}x the run)")
+
+
+def _first_stamp(argv: list[str], cwd: str, env: dict[str, str]) -> float:
+    """Wall seconds from ``Popen`` to the first rank's stamp; the run is then ended."""
+    start = time.time()
+    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        for line in child.stdout:
+            if line.startswith(_tiny.STAMP):
+                return float(line.split()[1]) - start
+        raise RuntimeError(f"{' '.join(argv)} exited {child.wait()} without a stamp")
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="timed runs per command")
+    parser.add_argument("--pieces", action="store_true",
+                        help="time what the kept start-up machinery saves instead")
     args = parser.parse_args()
     env = dict(os.environ)
     # Where the configs' custom_imports find this module (and it finds _tiny).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+    if args.pieces:
+        pieces(args.runs, env)
+        return
     deepspeed_seen: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
         base_model = _write_config(Path(tmp), "tiny_basemodel_cfg", "TinyBaseModel")

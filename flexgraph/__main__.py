@@ -2,5 +2,5 @@
 
 from flexgraph.cli.main import run_and_exit
 
-if __name__ == "__main__":  # not when a forked rank's multiprocessing imports it
+if __name__ == "__main__":
     run_and_exit()

@@ -1,22 +1,12 @@
 """Python's garbage collector kept off what a run's imports create.
 
-A run imports torch, mmengine, its config's modules and flexgraph: about
-330,000 objects (modules, classes, functions) that live as long as the process.
-Python's collector scans every one of them in each full collection, and it
-starts one each time the objects that survived younger collections grow by a
-quarter. On the benchmarks' tiny workload such a collection cost 130 ms in the
-middle of a run's imports and 184 ms in the middle of training.
-
-So ``flexgraph run`` pauses the collector while it loads the config, plans
-and imports the plan's step functions, then freezes everything that exists
-(``gc.freeze``: moved to a generation no collection scans) and resumes the
-collector before the first step. What the steps create (models, checkpoints,
-optimizer state, batches) is collected as usual. When the run ends the frozen
-objects go back to the collector (``gc.unfreeze``), so a process that runs
-several configs (a test session, a notebook) keeps nothing for good. The
-price: reference cycles that became garbage while loading stay until the run
-ends (the imports' leftovers, mostly tuples, cells and functions: 8,800 to
-9,300 objects, 1.0 to 1.6 MB, on the benchmarks' and the quickstart's configs).
+A run imports torch, mmengine, its config's modules and flexgraph: hundreds of
+thousands of objects that live as long as the process, which every full
+collection would scan again. So ``flexgraph run`` and ``flexgraph plan
+--estimate/--compare`` pause the collector while they load the config and
+import the plan's functions, then freeze what exists (``gc.freeze``) and
+resume it; the frozen objects go back to the collector when the block ends.
+Its measured benefit is in ``docs/benchmarks/startup.rst``.
 """
 
 from __future__ import annotations

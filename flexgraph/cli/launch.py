@@ -5,9 +5,8 @@ makes this process a launcher: it parses torchrun's own flags with torchrun's
 parser, then runs torch's ``LocalElasticAgent``, which starts the ranks,
 watches them and, with ``--max-restarts K``, restarts the whole group after a
 rank dies (restarted ranks resume from the last complete checkpoint on their
-own; see :mod:`flexgraph.training.resume`). Without an accelerator the ranks
-are forks of one process that imported their modules
-(:mod:`flexgraph.cli.forked_ranks`, ``--start-method``).
+own; see :mod:`flexgraph.training.resume`). Each rank is a fresh interpreter,
+as torchrun starts a script.
 
 What a user sees comes from two places, both torch elastic's:
 
@@ -299,9 +298,8 @@ class _ReportingAgent(LocalElasticAgent):
     def _vanished(self, result: RunResult, worker_group: WorkerGroup) -> RunResult:
         """A group whose ranks all ended, some before their run finished, has failed.
 
-        Ranks that exit 0 without their run's last word (``os._exit(0)`` in a hook):
-        forked ranks then return no result and torch would wait for it forever;
-        started ones would count as done.
+        Ranks that exit 0 without their run's last word (``os._exit(0)`` in a hook)
+        would count as done.
         """
         if result.state == WorkerState.HEALTHY:
             exits = _exit_statuses(self._pcontext)
@@ -321,9 +319,8 @@ class _ReportingAgent(LocalElasticAgent):
     def _add_ranks_that_left_errors(self, result: RunResult, worker_group: WorkerGroup) -> None:
         """Count every rank that ended badly as failed, not only those the agent saw first.
 
-        The agent reports the ranks it saw exit before it stopped the others: with
-        forked ranks only the first one (``torch.multiprocessing`` stops the rest
-        on the spot), and the rank that failed first may be another. So each
+        The agent reports the ranks it saw exit before it stopped the others, and
+        the rank that failed first may be another. So each
         rank's exit status (the agent's processes, once the group is stopped) and
         error file count too.
         """
@@ -367,12 +364,8 @@ def _bound_close(pcontext: Any, grace: float) -> None:
 def _exit_statuses(pcontext: Any) -> dict[int, int | None]:
     """``{local rank: exit status}`` of an elastic process context's ranks (None: running).
 
-    Negative for a signal, as torch reports it. A forked group's context holds
-    ``torch.multiprocessing``'s processes, a started group's its subprocess handlers.
+    Negative for a signal, as torch reports it.
     """
-    processes = getattr(getattr(pcontext, "_pc", None), "processes", None)
-    if processes is not None:
-        return {rank: process.exitcode for rank, process in enumerate(processes)}
     handlers = getattr(pcontext, "subprocess_handlers", None) or {}
     return {rank: handler.proc.poll() for rank, handler in handlers.items()}
 
@@ -418,24 +411,19 @@ def _rank_argv(args: argparse.Namespace, facts: LaunchFacts) -> list[str]:
     return [*debug, *child]
 
 
-def _quiet_torch_logs() -> dict[logging.Logger, int]:
+def _quiet_torch_logs() -> None:
     """torch elastic logs every failure and every SIGTERM it sends; the launcher says it once.
 
     Left alone under ``--debug`` or when the user set ``LOGLEVEL`` (torch's own switch).
-    Returns the levels it replaced.
     """
-    levels = {}
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if name.startswith(("torch.distributed", "torch.multiprocessing")) and isinstance(
                 logger, logging.Logger):
-            levels[logger] = logger.level
             logger.setLevel(logging.CRITICAL)
-    return levels
 
 
 def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
-               forked: tuple[Callable[..., None], Sequence[str]] | None,
-               preload: Sequence[str], grace: float,
+               grace: float,
                watch: Callable[[int], WatchFolder] | None) -> _ReportingAgent:
     """torchrun's ``run`` (``torch.distributed.run.run`` and ``launch_agent``), with our agent.
 
@@ -452,12 +440,6 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
         The folder where each rank keeps its progress record.
     quiet : bool
         Keep torch elastic's info lines off the console.
-    forked : tuple of (callable, sequence of str) or None
-        The ranks' entrypoint and arguments, to run them as forks of the rank
-        server (:mod:`flexgraph.cli.forked_ranks`), which imports ``preload``
-        first, instead of ``python -m flexgraph``.
-    preload : sequence of str
-        Modules the rank server imports once for every rank.
     grace : float
         Seconds between the SIGTERM and the SIGKILL of every stop of the ranks.
     watch : callable or None
@@ -476,15 +458,9 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
     from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
     from torch.distributed.run import config_from_args
 
-    levels = _quiet_torch_logs() if quiet else {}  # config_from_args warns about OMP_NUM_THREADS
+    if quiet:
+        _quiet_torch_logs()  # config_from_args warns about OMP_NUM_THREADS
     config, entrypoint, entry_args = config_from_args(torch_args)
-    if forked is not None:  # after config_from_args, which sets OMP_NUM_THREADS
-        from flexgraph.cli.forked_ranks import start_rank_server
-
-        for logger, level in levels.items():  # the ranks, forked from here, log as usual
-            logger.setLevel(level)
-        start_rank_server(preload)
-        config.start_method, entrypoint, entry_args = "forkserver", forked[0], list(forked[1])
     if not config.run_id:
         config.run_id = str(uuid.uuid4().int)
     config.shutdown_timeout = grace
@@ -528,9 +504,8 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
 
 
 def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
-           stop_signals: Sequence[str] = (), preload: Sequence[str] = (),
-           on_stop: Callable[[str], None] | None = None, settings: Any = None,
-           run_id: str | None = None) -> int:
+           stop_signals: Sequence[str] = (), on_stop: Callable[[str], None] | None = None,
+           settings: Any = None, run_id: str | None = None) -> int:
     """Start the ranks through torch's elastic agent; return the run's exit status.
 
     ``facts`` are this launch's (node rank, rendezvous, what to resume);
@@ -538,9 +513,7 @@ def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
     digest, the run id, the strategy ``auto`` chose, the estimate), to which
     this launcher adds its process id and its progress folder; ``stop_signals``
     are the run's own stop signals, forwarded to the ranks besides
-    :data:`~flexgraph.cli.stopping.FORWARDED`; ``preload`` the modules the ranks
-    import, for the rank server when they are forked
-    (:mod:`flexgraph.cli.forked_ranks`, ``--start-method``); ``on_stop`` is told the
+    :data:`~flexgraph.cli.stopping.FORWARDED`; ``on_stop`` is told the
     signal's name when this launcher received a stop signal and the ranks saved (a
     SLURM job then asks to be requeued). ``settings`` (a training config's) give
     the grace period of every stop of the ranks (``env_cfg.shutdown_timeout``) and,
@@ -551,7 +524,6 @@ def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser
 
-    from flexgraph.cli.forked_ranks import choose_start_method
     from flexgraph.training.config import watch_policy
 
     parser = get_args_parser()
@@ -572,10 +544,7 @@ def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
             # (pytorch/pytorch#135712); torch's own switch gives each attempt a fresh store.
             os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
         try:
-            forked = None
-            if choose_start_method(args.start_method) == "forkserver":
-                forked = (args.rank_entrypoint, _rank_argv(args, facts))
-            agent = _run_agent(torch_args, progress_dir, quiet, forked, preload, grace, watch)
+            agent = _run_agent(torch_args, progress_dir, quiet, grace, watch)
         except SignalException as exc:  # the agent forwarded it and waited for the ranks
             note = stopping.stop_note(progress_dir)
             if note:  # the ranks saved

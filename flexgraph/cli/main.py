@@ -101,8 +101,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         from flexgraph.cli import run_cmd
 
         run_cmd.add_arguments(run)
-        # the launcher's forked ranks start here: given to it, as it cannot import this module
-        run.set_defaults(handler=run_cmd.run_command, rank_entrypoint=run_forked_rank)
+        run.set_defaults(handler=run_cmd.run_command)
     _add_debug(run, argparse.SUPPRESS)
     return parser
 
@@ -171,14 +170,6 @@ def run_and_exit() -> NoReturn:
             sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
-
-
-def run_forked_rank(*argv: str) -> None:
-    """A rank forked from the rank server: ``flexgraph ARGV``, ending with its exit status."""
-    from flexgraph.cli.forked_ranks import become_forked_rank, end_forked_rank
-
-    become_forked_rank()
-    end_forked_rank(main(list(argv)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -238,9 +238,8 @@ def _load_for_estimate(args: argparse.Namespace, imports_done: Callable[[], None
 
     Loading the config imports torch and MMEngine (and, through
     ``mmengine.model``, DTensor and sympy): several hundred thousand objects,
-    which each full collection during the trace would scan again. Freezing
-    them (:mod:`flexgraph.cli.collector`) saved about a second of a
-    ``--compare`` of four candidates.
+    which each full collection during the trace would scan again, so they are
+    frozen (:mod:`flexgraph.cli.collector`).
     """
     spec = load_config(args.config, parse_cfg_options(args.cfg_options))
     import_module("flexgraph.training.estimate")

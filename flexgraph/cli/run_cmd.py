@@ -50,7 +50,6 @@ import attrs
 
 from flexgraph.cli.collector import imports_kept_from_collector
 from flexgraph.cli.errors import UsageError
-from flexgraph.cli.forked_ranks import START_METHODS
 from flexgraph.cli.planning import (
     choose_strategy,
     derived_plan,
@@ -115,12 +114,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     launch.add_argument("--max-restarts", type=_non_negative, default=0, metavar="K",
                         help="restart the whole group up to K times after a rank dies; "
                         "restarted ranks resume from the last complete checkpoint")
-    launch.add_argument("--start-method", choices=START_METHODS, default="auto",
-                        help="how ranks start: forkserver (forks of one process that "
-                        "imported their modules, seconds faster) or exec (a fresh "
-                        "interpreter each, as torchrun starts a script); auto: forkserver "
-                        "on Linux without an accelerator, exec with one (CUDA does not "
-                        "survive a fork)")
 
 
 def _at_least(low: int, text: str, high: int | None = None) -> int:
@@ -169,17 +162,6 @@ def _cfg_options(args: argparse.Namespace, resume: str | None) -> dict[str, Any]
     if args.preempt_signal:
         options["preemption.signal"] = args.preempt_signal
     return options
-
-
-def _rank_imports(plan: Plan, strategy: Strategy | None) -> list[str]:
-    """What the ranks import to run ``plan``: flexgraph's modules of its step functions
-    (a user's own are left to the ranks, which report their errors), then the strategy's
-    library."""
-    from flexgraph.core.step import fn_ref
-
-    modules = [fn_ref(step.fn).partition(":")[0] for step in plan.steps]
-    ours = [m for m in modules if m == "flexgraph" or m.startswith("flexgraph.")]
-    return list(dict.fromkeys([*ours, *(strategy.run_imports if strategy else ())]))
 
 
 def _is_launched() -> bool:
@@ -501,8 +483,7 @@ def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Pla
             auto_reason=auto.reason if auto else None,
             run_estimate=estimate.to_json() if estimate is not None else None)
         status = launch_ranks(args, launch, handed_down, stop_signals,
-                              preload=_rank_imports(plan, strategy), on_stop=stopped_by.append,
-                              settings=settings, run_id=this_run)
+                              on_stop=stopped_by.append, settings=settings, run_id=this_run)
         if status == 0 and settings is not None and launch.node_rank == 0:
             from flexgraph.cli.watch_folder import remove_run
 

@@ -67,15 +67,10 @@ def end_launched_rank(status: int) -> None:
 
     Called once everything is on disk and the rank left the process group: the
     C++ teardown left races the other ranks' exit, and c10d or gloo threads can
-    abort it, which the agent would take for a crash (pytorch/pytorch#190489). A
-    rank forked from the rank server returns instead.
+    abort it, which the agent would take for a crash (pytorch/pytorch#190489).
     """
-    from flexgraph.cli.forked_ranks import is_forked_rank
-
     sys.stdout.flush()
     sys.stderr.flush()
-    if status == 0 and is_forked_rank():
-        return
     os._exit(status)
 
 

@@ -37,7 +37,7 @@ def own_work_dir(settings: Any, *, owner: bool, this_run: str,
 
     The block gets the lock (``None`` when only checked); its owner also clears
     the watch folders of runs that did not end. A launcher keeps no heartbeat
-    thread, as it forks its rank server; its rank 0 keeps the heartbeat.
+    thread: its rank 0 keeps the heartbeat.
     """
     from flexgraph.cli.watch_folder import remove_other_runs
     from flexgraph.training.output import check_work_dir_owner, take_work_dir

@@ -45,8 +45,6 @@ class Strategy:
         ``"one"`` (one process) or ``"many"`` (expects a process group).
     checks : tuple of Check
         Orders the plan must keep, even through rewrites appended later.
-    run_imports : tuple of str
-        Modules its steps import when run, imported once by a launcher that forks.
     memory_model : str or None
         The module whose ``estimate_memory`` says what a rank keeps (not imported).
     memory_options : mapping
@@ -61,7 +59,6 @@ class Strategy:
     doc: str = ""
     world_size: str = attrs.field(default="one", validator=attrs.validators.in_(("one", "many")))
     checks: tuple[Check, ...] = attrs.field(default=(), converter=tuple)
-    run_imports: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     memory_model: str | None = None
     memory_options: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
     prunable: tuple[str, ...] = attrs.field(default=(), converter=tuple)

@@ -47,7 +47,7 @@ from flexgraph.core.rewrite import Configure, Fuse, IfAbsent, IfPresent, Insert,
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
 
-__all__ = ["RUN_IMPORTS", "deepspeed", "deepspeed_config"]
+__all__ = ["deepspeed", "deepspeed_config"]
 
 STEPS = "flexgraph.strategies.deepspeed.steps"
 CHECKPOINTS = "flexgraph.strategies.deepspeed.checkpoint"
@@ -57,9 +57,6 @@ PARTITIONED = "flexgraph.strategies.deepspeed.contracts:partitioned"
 ENGINE_HOLDS_MODEL = "flexgraph.strategies.deepspeed.contracts:engine_holds_model"
 ENGINE_OWNS = ("the engine owns the parameters and the optimizer's master copies of them; "
                "weights loaded before it are overwritten or never reach the optimizer")
-RUN_IMPORTS = ("deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer")
-"""What the ranks import: DeepSpeed, and the optimizer module its ``initialize`` imports to
-check the optimizer (compiling its kernels imports torch's inductor, 1.4 s a rank)."""
 
 
 def deepspeed(
@@ -211,6 +208,6 @@ def deepspeed(
                  "parameters the optimizer then has to copy again"),
     )
     return Strategy(DEEPSPEED.name, rewrites, doc=f"DeepSpeed ZeRO stage {stage}",
-                    world_size="many", checks=checks, run_imports=RUN_IMPORTS,
+                    world_size="many", checks=checks,
                     memory_model=DEEPSPEED.memory_model, memory_options={"config": ds},
                     prunable=("init_weights",) if stage == 3 else ())

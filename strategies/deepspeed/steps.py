@@ -80,8 +80,8 @@ def setup_env(cfg: Any, *, precision: str = "fp32", tensor_parallel: bool = Fals
 def _leave_out_shm_all_reduce(deepspeed: Any) -> None:
     """Keep DeepSpeed from building its shared-memory all-reduce op, which training never calls.
 
-    On a CPU, ``init_distributed`` compiles that C++ op (about 40 s, once per
-    environment) and every rank loads it, although only DeepSpeed's tensor-parallel
+    On a CPU, ``init_distributed`` compiles that C++ op (once per environment,
+    longer than a small run) and every rank loads it, although only DeepSpeed's tensor-parallel
     layers call it (``inference_all_reduce``); ZeRO's collectives are torch's.
     DeepSpeed keeps the ops it may build in one dict that it probes once, so that edits
     to it persist. A config with a ``tensor_parallel`` section keeps the op.

@@ -114,8 +114,8 @@ def test_a_killed_rank_is_named_and_the_run_ends_at_once(tmp_path):
 
 
 def test_sigterm_to_the_launchers_process_group_ends_a_blocked_run_within_the_grace(tmp_path):
-    """As ``timeout``, SLURM and Ctrl-C signal a run: the whole group, rank server
-    included. The ranks cannot reach an iteration boundary; the grace period ends them."""
+    """As ``timeout``, SLURM and Ctrl-C signal a run: the whole process
+    group. The ranks cannot reach an iteration boundary; the grace period ends them."""
     run, work, _ = _start(tmp_path, "sleep", *_bounds(600, 5))
     sent = time.time()
     run.signal_group(signal.SIGTERM)

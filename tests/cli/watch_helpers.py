@@ -1,7 +1,7 @@
 """Shared pieces of the watchdog's end-to-end tests: a hook that stalls one rank, a run whose
 every process is found by a token in its environment, and the clock from stall to silence.
 
-A run's processes (launcher, rank server, ranks, their dataloader workers, SLURM's tasks)
+A run's processes (launcher, ranks, their dataloader workers, SLURM's tasks)
 all inherit the environment the test gives the first one, so a token in it finds each of
 them in ``/proc`` without knowing how they were started; a zombie's environment reads
 empty, so it counts as gone.

@@ -37,7 +37,7 @@ CASES = {
                       train_cfg=dict(type="IterBasedTrainLoop", max_iters=30, val_interval=10)),
     # saved at the end of epoch 1, before a validation that draws random numbers (a
     # random val augmentation) and that the resumed run does not repeat; the hook is at
-    # LOW priority, so the checkpoint hook is dispatched among the hooks, not inlined
+    # LOW priority, among the hooks that run before the checkpoint hook
     "before-random-val": dict(checkpoint=dict(type="CheckpointHook", interval=1),
                               crash_at=13, resumed_from="epoch_1.pth",
                               custom_hooks=[dict(type="DrawsInValidation", priority="LOW")]),

@@ -1,22 +1,12 @@
 """The contract between the loop and a model: one training step, one eval step.
 
-Two kinds of model are accepted, and the loop never branches on which it got:
-:func:`make_train_step` and :func:`make_eval_step` return a plain callable for
-either kind.
-
-* **Step-API models** (MMEngine's ``BaseModel``, possibly inside
-  ``MMDistributedDataParallel``): the model owns the step,
-  ``model.train_step(batch, optim_wrapper)`` returns its log variables and
-  ``val_step`` / ``test_step`` return predictions for an evaluator.
-* **Plain ``nn.Module`` models** (possibly inside torch DDP or ``torch.compile``):
-  ``forward(*batch)`` for a tuple/list batch, ``forward(**batch)`` for a dict
-  batch, returning a loss tensor or a dict whose keys containing ``'loss'`` are
-  summed (every tensor key is logged). The optimizer wrapper's
-  ``optim_context`` surrounds the forward so gradient accumulation (no_sync) and
-  AMP (autocast) work as in MMEngine.
-
-A model that yields no back-propagatable loss raises :class:`NoLossError` on the
-first batch, before the optimizer has touched a parameter.
+A step-API model (MMEngine's ``BaseModel``, possibly wrapped) brings its own
+``train_step`` / ``val_step`` / ``test_step``. A plain ``nn.Module`` is called on
+the batch (``*tuple``, ``**dict``) and returns a loss tensor or a dict whose keys
+containing ``'loss'`` are summed; its step is what ``BaseModel.train_step`` does
+around that forward. Either way the loop gets one callable, and a model that
+yields no back-propagatable loss raises :class:`NoLossError` on the first batch,
+before the optimizer has touched a parameter.
 """
 
 from __future__ import annotations
@@ -135,7 +125,7 @@ def forward(model: nn.Module, batch: Any) -> Any:
     Any
         What ``model(...)`` returns.
     """
-    if isinstance(batch, (tuple, list)):  # checked first: a cheap, exact type test
+    if isinstance(batch, (tuple, list)):
         return model(*batch)
     if isinstance(batch, Mapping):
         return model(**batch)
@@ -149,7 +139,7 @@ def _name(model: nn.Module) -> str:
 def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[Any, Any]:
     """Split a plain model's output into ``(loss to minimise, values to log)``.
 
-    The logged value is the detached loss for a tensor output, or a dict with the
+    The logged value is the loss itself for a tensor output, or a dict with the
     total under ``'loss'`` and every tensor key of a dict output.
 
     Parameters
@@ -165,7 +155,7 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
     -------
     tuple
         ``(loss, logged)``: the scalar loss to back-propagate, and what the loop
-        logs (the detached loss, or a dict of the detached values).
+        logs (the loss, or a dict of the values).
 
     Raises
     ------
@@ -186,8 +176,8 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
                 f"from forward(), not a scalar loss; reduce it to the loss to minimise "
                 f"(e.g. F.cross_entropy(logits, y)) or return a dict of losses"
             )
-        loss = output.reshape(())
-        return loss, loss.detach()
+        loss = output if output.ndim == 0 else output.reshape(())
+        return loss, loss
     if isinstance(output, Mapping):
         logged = {k: v.mean() for k, v in output.items() if isinstance(v, torch.Tensor)}
         parts = [v for k, v in logged.items() if "loss" in k]
@@ -234,14 +224,10 @@ def _checked_parse_losses(module: nn.Module):
 def make_train_step(model: nn.Module, optim_wrapper: Any, device: str) -> Callable[[Any], Any]:
     """One optimisation step on a batch; returns what the loop logs for it.
 
-    The returned callable is what the hot loop calls every iteration, so it binds
-    everything it needs up front and does no per-call dispatch on the model kind.
-    A plain model's loss comes back with its (already back-propagated) graph, as
-    MMEngine's ``train_step`` returns its log variables: the loop holds the last
-    one until the next step is done, as a hand-written loop does with its
-    ``loss`` variable, and that keeps autograd's per-parameter gradient
-    accumulators alive for the next backward instead of rebuilding them (2% of
-    a 0.3 ms step, measured). The loop's output detaches what it keeps.
+    A step-API model runs its own ``train_step``. A plain model's step is what
+    MMEngine's ``BaseModel.train_step`` does around the forward: the forward
+    under ``optim_wrapper.optim_context``, then ``optim_wrapper.update_params``
+    (accumulation, AMP, clipping and the step are the wrapper's).
 
     Parameters
     ----------
@@ -273,91 +259,17 @@ def make_train_step(model: nn.Module, optim_wrapper: Any, device: str) -> Callab
         return step_api
 
     move = batch_mover(device)
-    context = optim_wrapper.optim_context
-    update = _update_fn(optim_wrapper)
 
     def plain(batch: Any) -> Any:
         if move is not None:
             batch = move(batch)
-        with context(model):
+        with optim_wrapper.optim_context(model):
             output = forward(model, batch)
         loss, logged = loss_of(output, model)
-        update(loss)
+        optim_wrapper.update_params(loss)
         return logged
 
-    def plain_without_context(batch: Any) -> Any:
-        if move is not None:
-            batch = move(batch)
-        # forward(), inlined for the collated tuple or list: one Python frame
-        # less on the hot path (see _update_fn)
-        output = model(*batch) if isinstance(batch, (tuple, list)) else forward(model, batch)
-        if type(output) is torch.Tensor and output.requires_grad and output.ndim == 0:
-            update(output)  # the common case, without the generality of loss_of()
-            return output  # with its graph: see make_train_step
-        loss, logged = loss_of(output, model)
-        update(loss)
-        return logged
-
-    return plain if _needs_context(optim_wrapper) else plain_without_context
-
-
-def _plain_optim_wrapper(optim_wrapper: Any, *methods: str) -> bool:
-    """Whether ``optim_wrapper`` uses MMEngine's own ``methods`` with no accumulation."""
-    from mmengine.optim import OptimWrapper
-
-    cls = type(optim_wrapper)
-    return getattr(optim_wrapper, "_accumulative_counts", None) == 1 and all(
-        getattr(cls, m, None) is getattr(OptimWrapper, m) for m in methods)
-
-
-def _needs_context(optim_wrapper: Any) -> bool:
-    """``optim_context`` matters for accumulation (no_sync) and AMP (autocast) only.
-
-    MMEngine's base ``OptimWrapper`` without accumulation yields an empty
-    context; skipping it saves a generator-based context manager per step.
-    """
-    return not _plain_optim_wrapper(optim_wrapper, "optim_context")
-
-
-def _update_fn(optim_wrapper: Any) -> Callable[[torch.Tensor], None]:
-    """``optim_wrapper.update_params``, minus the work it does for nothing.
-
-    Without accumulation MMEngine's ``update_params`` divides the loss by 1 (an
-    extra autograd node, forward and backward) and always steps. The shortcut
-    calls the same ``backward`` / ``step`` / ``zero_grad`` (so AMP's overrides,
-    clipping and the inner count still apply) and gives bit-identical results;
-    any wrapper that overrides ``update_params`` or ``scale_loss`` keeps its own.
-
-    Where those three are MMEngine's own and nothing is clipped, their bodies
-    are written out here (``loss.backward()``, the inner count,
-    ``optimizer.step()``, ``optimizer.zero_grad()``): on a step of half a
-    millisecond the three method frames, and the keyword dicts they pass on,
-    are a share of what the loop costs over a hand-written one (see
-    docs/benchmarks/loop_overhead.rst). The optimizer is read on every call,
-    as MMEngine's methods read it.
-    """
-    if not _plain_optim_wrapper(optim_wrapper, "update_params", "scale_loss"):
-        return optim_wrapper.update_params
-    if (_plain_optim_wrapper(optim_wrapper, "backward", "step", "zero_grad")
-            and not optim_wrapper.clip_grad_kwargs):
-
-        def update_unclipped(loss: torch.Tensor) -> None:
-            loss.backward()
-            optim_wrapper._inner_count += 1
-            optimizer = optim_wrapper.optimizer
-            optimizer.step()
-            optimizer.zero_grad()
-
-        return update_unclipped
-    backward, step, zero_grad = (optim_wrapper.backward, optim_wrapper.step,
-                                 optim_wrapper.zero_grad)
-
-    def update(loss: torch.Tensor) -> None:
-        backward(loss)
-        step()
-        zero_grad()
-
-    return update
+    return plain
 
 
 def make_eval_step(model: nn.Module, device: str, *, mode: str,
@@ -392,7 +304,9 @@ def make_eval_step(model: nn.Module, device: str, *, mode: str,
 
         def step_api_loss(batch: Any) -> Any:
             data = module.data_preprocessor(batch, False)
-            loss, _ = module.parse_losses(module._run_forward(data, mode="loss"))
+            losses = (module(**data, mode="loss") if isinstance(data, Mapping)
+                      else module(*data, mode="loss"))
+            loss, _ = module.parse_losses(losses)
             return loss
 
         return step_api_loss

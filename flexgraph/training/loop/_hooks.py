@@ -18,15 +18,13 @@ tuple, so the per-iteration cost of hooks in the common case is iterating over
 ``Runner.register_hook``: default hooks first, in MMEngine's order, then
 custom hooks.
 
-Two of MMEngine's default hooks are observable by other hooks and so keep
-their place in that order: ``param_scheduler`` (MMEngine's own
-``ParamSchedulerHook``, priority LOW: hooks at LOW and below see the stepped
-learning rate) and ``checkpoint`` (:class:`BuiltinCheckpointHook`, priority
-VERY_LOW: it saves before validation, between the hooks above and below it).
-When no other hook overrides ``after_train_iter``, the loop does their
-per-iteration work itself instead of dispatching to them
-(:meth:`Hooks.inlined`), so they cost nothing extra per iteration. The other
-defaults (runtime info, timer, sampler seed, logger) are built into the loop.
+Two of MMEngine's default hooks are observable by other hooks and so are
+hooks here too, in their place in that order: ``param_scheduler`` (MMEngine's
+own ``ParamSchedulerHook``, priority LOW: hooks at LOW and below see the
+stepped learning rate) and ``checkpoint`` (:class:`BuiltinCheckpointHook`,
+priority VERY_LOW: it saves before validation, between the hooks above and
+below it). The other defaults (runtime info, timer, sampler seed, logger) are
+built into the loop.
 
 The runner view, its message hub and its visualizer (``runner.visualizer``,
 built as MMEngine's ``Runner.build_visualizer`` builds it: :func:`build_visualizer`)
@@ -420,22 +418,6 @@ class Hooks:
         for point in HOOK_POINTS:
             setattr(self, point, tuple(getattr(h, point) for h in self.hooks
                                        if _overrides(h, point)))
-        #: MMEngine's own ParamSchedulerHook, when the run has one (the loop inlines it)
-        self.scheduler_hook = next((h for h in self.hooks if type(h) is _scheduler_hook_type()),
-                                   None)
-        #: the default checkpoint hook, when saving is enabled (the loop inlines it)
-        self.checkpoint_hook = next((h for h in self.hooks
-                                     if isinstance(h, BuiltinCheckpointHook)), None)
-
-    def inlined(self, point: str) -> bool:
-        """Whether only the built-in scheduler and checkpoint hooks override ``point``.
-
-        The loop then does their work at that point itself: stepping the
-        iteration schedulers, saving when a save is due. The outcome is the
-        same as dispatching to them, without a call per hook per iteration.
-        """
-        builtin = (self.scheduler_hook, self.checkpoint_hook)
-        return all(getattr(fn, "__self__", None) in builtin for fn in getattr(self, point))
 
     def call(self, point: str, **kwargs: Any) -> None:
         """Fire one hook point with MMEngine's keyword arguments.

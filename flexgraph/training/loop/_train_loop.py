@@ -1,14 +1,10 @@
 """The training loop: epoch- or iteration-based, validation, checkpoints, logging.
 
-Hot path first. Per iteration the loop does exactly: fetch a batch, call the
-train step (forward, backward, optimizer step through the optimizer wrapper),
-hand the loss and the lr to the output, step per-iteration schedulers,
-bump two counters, and compare the iteration count with ``next_event``
-(``runner.iter`` is set for the hooks that run every iteration, at each
-event, and when an iteration fails: nothing else reads it). Hooks
-nobody overrides are empty tuples; logging, validation, checkpoints and progress
-updates are all "events" whose next iteration number is precomputed, so
-between events nothing else runs (no dict building, no ``.item()``, no I/O).
+Per iteration the loop fetches a batch, calls the train step, hands the
+logged value and the lr to the output and fires the iteration hooks. Log
+lines, validation, progress-bar updates and stop checks are "events" whose
+next iteration count is computed ahead, so that between them nothing else
+runs.
 
 Order of hook points and of the built-in work, as MMEngine's Runner has them::
 
@@ -34,24 +30,18 @@ of the current epoch during its hooks and the count after it, and stays 0 in
 an iteration-based loop however many passes over the data it makes (the loop
 tracks those passes itself, for the data order and for resuming).
 
-The built-in scheduler and checkpoint hooks keep their place in the hook
-order, so hooks at LOW and below see the stepped learning rate and hooks
-below VERY_LOW run after the checkpoint exists. When no other hook overrides
-``after_train_iter``, the loop does their work inline instead of
-dispatching (same order, no per-iteration call).
-
 Deliberate difference from MMEngine: validation runs on a fork of the RNG
 streams (saved before, restored after), so training randomness does not
 depend on how often the run validates, and a checkpoint saved right before a
 validation holds the RNG state the run continues from: resuming replays
 nothing and ends bit-identical to an uninterrupted run.
 
-Stopping on a signal (:mod:`flexgraph.training.loop._preemption`): a stop request is
-one more event. A single process checks its flag after every iteration (one
-attribute read); several ranks agree every ``check_interval`` iterations. When
-a stop is due, whatever else is due at that iteration happens first, then the
-state is saved there (unless it just was) and :class:`TrainingStopped` ends the
-run; no ``after_train`` / ``after_run``, since training did not finish.
+Stopping on a signal (:mod:`flexgraph.training.loop._preemption`): a single
+process checks its flag after every iteration, several ranks agree every
+``check_interval`` iterations. When a stop is due, whatever else is due at
+that iteration happens first, then the state is saved there (unless it just
+was) and :class:`TrainingStopped` ends the run; no ``after_train`` /
+``after_run``, since training did not finish.
 """
 
 from __future__ import annotations
@@ -63,12 +53,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from mmengine.hooks import ParamSchedulerHook
 
-from flexgraph.training.checkpoint import Checkpointer, LoopState, flat_schedulers
+from flexgraph.training.checkpoint import Checkpointer, LoopState
 from flexgraph.training.components import epoch_batches, first_param_group, per_rank_batch
 from flexgraph.training.config import StopPolicy, TrainSchedule
 from flexgraph.training.errors import EmptyDatasetError, TrainingStopped
-from flexgraph.training.loop._checkpoint_hook import BEST_INFO_PREFIXES
+from flexgraph.training.loop._checkpoint_hook import BEST_INFO_PREFIXES, BuiltinCheckpointHook
 from flexgraph.training.loop._evaluate import run_evaluation
 from flexgraph.training.loop._hooks import Hooks
 from flexgraph.training.loop._preemption import StopRequest
@@ -76,6 +67,13 @@ from flexgraph.training.output import TrainOutput
 from flexgraph.training.runtime import Env, capture_rng, restore_rng
 
 __all__ = ["TrainLoop"]
+
+
+def _may_read_outputs(hook_method: Any) -> bool:
+    """Whether an ``after_train_iter`` hook may read the iteration's outputs from the hub
+    (MMEngine's own scheduler hook and the built-in checkpoint hook do not)."""
+    owner = type(getattr(hook_method, "__self__", None))
+    return owner is not ParamSchedulerHook and owner is not BuiltinCheckpointHook
 
 
 def _next_multiple(n: int, k: int) -> int:
@@ -127,20 +125,11 @@ class TrainLoop:
         self._train_rng: dict[str, Any] | None = None  # set while validating
         per_rank = per_rank_batch(train_dataloader)
         self._global_batch = per_rank * env.world_size if per_rank else None
-        # The built-in hooks' per-iteration work, inlined when no other hook
-        # overrides after_train_iter (then ``_after`` is empty).
-        inline = hooks.inlined("after_train_iter")
-        self._after = () if inline else hooks.after_train_iter
-        iter_schedulers = tuple(s for s in flat_schedulers(param_schedulers) if not s.by_epoch)
-        self._inline_schedulers = iter_schedulers if inline and hooks.scheduler_hook else ()
-        self._ckpt_hook = hooks.checkpoint_hook if checkpointer is not None else None
-        self._ckpt_events = inline and self._ckpt_hook is not None
-        # Hooks that run every iteration may read the hub: its values come at once.
-        output.immediate = bool(self._after or hooks.before_train_iter)
-        # Other hooks see it current at the epoch boundaries too (the built-in
-        # scheduler and checkpoint hooks do not read it).
-        self._flush_at_epochs = output.immediate or not (
-            hooks.inlined("after_train_epoch") and hooks.inlined("before_train_epoch"))
+        self._checkpoint_hooks = ([h for h in hooks.hooks if isinstance(h, BuiltinCheckpointHook)]
+                                  if checkpointer is not None else [])
+        # MMEngine's RuntimeInfoHook puts each iteration's outputs into the message
+        # hub (a device sync each); only for hooks that may read them.
+        self._hub_every_iter = any(_may_read_outputs(fn) for fn in hooks.after_train_iter)
 
     # -- the run ------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -155,8 +144,8 @@ class TrainLoop:
         ends_epoch_first = s.by_epoch and skip > 0 and skip == s.epoch_length
         out.open(it, resumed=self.state.resumed_from is not None,
                  repeats_evals=ends_epoch_first)
-        if self._ckpt_hook is not None:
-            self._ckpt_hook.attach(self)
+        for hook in self._checkpoint_hooks:
+            hook.attach(self)
         try:
             self._stop.install()
             hooks.start_run()
@@ -202,8 +191,8 @@ class TrainLoop:
             hooks.end_run()
         finally:
             self._stop.uninstall()
-            if self._ckpt_hook is not None:
-                self._ckpt_hook.detach()
+            for hook in self._checkpoint_hooks:
+                hook.detach()
             out.flush(self._data_pass)  # what an interrupted run trained on is recorded too
             out.close()
         return self._result(it, time.perf_counter() - t0)
@@ -216,28 +205,23 @@ class TrainLoop:
         """Train on ``batches``; returns (iterations done, batch index, hit max_iters)."""
         runner = self.hooks.runner
         step = self._step
-        append_value, append_lr = self.output.keep, self.output.lrs.append
+        keep, append_lr = self.output.keep, self.output.lrs.append
         group = self._lr_group
-        before, after = self.hooks.before_train_iter, self._after
-        schedulers = self._inline_schedulers
+        before, after = self.hooks.before_train_iter, self.hooks.after_train_iter
         by_epoch = self.schedule.by_epoch
         stop = self._stop
         next_event = self._next_event(it, batch_idx)
         try:
             for data_batch in batches:
-                if before:  # runner.iter is read by hooks: set where they run
-                    runner.iter = it
-                    idx = batch_idx if by_epoch else it
-                    for fn in before:
-                        fn(runner, batch_idx=idx, data_batch=data_batch)
+                runner.iter = it
+                idx = batch_idx if by_epoch else it
+                for fn in before:
+                    fn(runner, batch_idx=idx, data_batch=data_batch)
                 value = step(data_batch)
-                append_value(value)
+                keep(value)
                 append_lr(group["lr"])
                 if after:
-                    runner.iter = it
-                    self._after_iter(after, batch_idx if by_epoch else it, data_batch, value)
-                for scheduler in schedulers:
-                    scheduler.step()
+                    self._after_iter(after, idx, data_batch, value)
                 it += 1
                 batch_idx += 1
                 if it >= next_event or stop.pending:
@@ -250,13 +234,15 @@ class TrainLoop:
         return it, batch_idx, False
 
     def _after_iter(self, fns: tuple[Any, ...], idx: int, data_batch: Any, value: Any) -> None:
-        """Hooks that read the message hub expect MMEngine's per-iteration updates."""
+        """``after_train_iter`` with MMEngine's ``outputs`` (and, for hooks that may read
+        them, the hub's per-iteration updates)."""
         runner = self.hooks.runner
         outputs = value if isinstance(value, Mapping) else {"loss": value}
-        hub = runner.message_hub
-        hub.update_info("iter", runner.iter)
-        for key, v in outputs.items():
-            hub.update_scalar(f"train/{key}", v)
+        if self._hub_every_iter:
+            hub = runner.message_hub
+            hub.update_info("iter", runner.iter)
+            for key, v in outputs.items():
+                hub.update_scalar(f"train/{key}", v)
         for fn in fns:
             fn(runner, batch_idx=idx, data_batch=data_batch, outputs=outputs)
 
@@ -267,10 +253,6 @@ class TrainLoop:
         candidates = [s.max_iters, self._next_log(it, batch_idx), self._next_tick]
         if not s.by_epoch and self.val_dataloader is not None:
             candidates.append(_next_multiple(max(it, s.val_begin - 1), s.val_interval))
-        if self._ckpt_events:
-            due = self._ckpt_hook.policy.next_iter_due(it, s.max_iters)
-            if due is not None:
-                candidates.append(due)
         stop_check = self._stop.next_check(it)
         if stop_check is not None:
             candidates.append(stop_check)
@@ -295,16 +277,11 @@ class TrainLoop:
 
     def _on_event(self, it: int, batch_idx: int) -> bool:
         """Handle whatever is due after ``it`` iterations; True when training is done."""
-        runner = self.hooks.runner
-        runner.iter = it  # as MMEngine: the count, once the iteration is over
+        self.hooks.runner.iter = it  # as MMEngine: the count, once the iteration is over
         if self._log_due(it, batch_idx):
             self.output.log(it, self._data_pass, batch_idx)
         if it >= self._next_tick:
             self._next_tick = self.output.tick(it)
-        if self._ckpt_events and self._ckpt_hook.policy.due_after_iter(it, runner.max_iters):
-            runner.iter = it - 1  # the inlined hook runs inside after_train_iter
-            self._ckpt_hook.after_train_iter(runner, batch_idx=batch_idx - 1)
-            runner.iter = it
         if self.val_dataloader is not None and self.schedule.val_due_after_iter(it):
             self._validate(it, shown_epoch=self._data_pass + 1)
         signum = self._stop.due(it)
@@ -318,8 +295,6 @@ class TrainLoop:
         if s.by_epoch and batch_idx % self.log_interval and self._log_last:
             self.output.log(it, self._data_pass, batch_idx)
         self.output.end_pass(self._data_pass)  # its records carry this pass's number
-        if self._flush_at_epochs:
-            self.output.flush(self._data_pass)
         self._data_pass += 1
         self._pass_origin = it
         if not s.by_epoch:
@@ -359,7 +334,6 @@ class TrainLoop:
         # The records up to here reach metrics.jsonl first: a resume from this
         # checkpoint cuts the file back to it, and must find them there.
         self.output.flush(self._data_pass)
-        self.output.write_records()
         hub = self.hooks.runner.message_hub
         info = {k: v for k, v in hub.runtime_info.items() if k.startswith(BEST_INFO_PREFIXES)}
         optim_wrapper = None if best else self.optim_wrapper

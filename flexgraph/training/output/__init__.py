@@ -9,7 +9,6 @@ from typing import Any
 
 from flexgraph.training.output._launch_env import (
     LAUNCHER_PID_VAR,
-    PRELOAD_VAR,
     PROGRESS_DIR_VAR,
     RUN_ESTIMATE_VAR,
     LaunchEnv,
@@ -51,7 +50,6 @@ __all__ = [
     "LAUNCHER_PID_VAR",
     "LOCK_FILE",
     "MEMORY_FILE",
-    "PRELOAD_VAR",
     "PROGRESS_DIR_VAR",
     "RUN_ESTIMATE_VAR",
     "AutoChoice",

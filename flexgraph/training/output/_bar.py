@@ -1,23 +1,15 @@
 """The progress bar on a terminal: one line, redrawn by the loop's ticks, log lines above it.
 
-It is rich's ``Live`` display holding a single ``Text`` line that this module
-composes itself (description, bar, ``done/total``, elapsed, ETA, status).
-rich's ``Progress`` lays the same out as a table of columns, measuring and
-rendering each cell at every redraw: 0.54 ms for a redraw and 0.59 ms for one
-with six log lines above it, measured warm; one composed line takes 0.09 and
-0.21 ms. In a run, cold in the caches after the training steps, the redraw
-with its lines went from 0.85 to 0.5 ms, and a tick (the lines composed, then
-drawn) from 1.5 to 1.0 ms; on a terminal the tiny loop benchmark went from
-3.5% slower than without one to no difference it can see. ``Live``
-still does what makes a bar safe: it crops the line to the terminal's width,
-moves the cursor back over it, and sends whatever else writes to stdout or
-stderr (a warning, a user's ``print``) above it.
+It is rich's ``Live`` display holding a single ``Text`` line composed here
+(description, bar, ``done/total``, elapsed, ETA, status), rather than rich's
+``Progress``, which lays out and renders a table of columns at every redraw.
+``Live`` does what makes a bar safe: it crops the line to the terminal's
+width, moves the cursor back over it, and sends whatever else writes to stdout
+or stderr (a warning, a user's ``print``) above it.
 
 The log lines above the bar are printed as they are (rich's ``soft_wrap``):
 the terminal wraps a long one at its width, so that a line copied from the
-screen is the line in the log file, and rich does not measure and break them
-by words. Nine MMEngine-style lines and a redraw took 0.51 ms so, 0.21 ms
-without (measured under a pseudo-terminal, caches cooled between redraws).
+screen is the line in the log file.
 """
 
 from __future__ import annotations

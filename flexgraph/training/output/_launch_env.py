@@ -13,7 +13,7 @@ The variables (a rank started by ``torchrun`` or ``srun`` directly has none):
 
 - :data:`LAUNCHER_PID_VAR`: the launcher's process id. Its ranks leave
   reporting their errors to it; a rank that must signal its launcher finds it
-  here (a forked rank's parent is the rank server).
+  here.
 - :data:`PLAN_DIGEST_VAR`: the digest of the launcher's plan; a rank whose
   own plan differs refuses to run.
 - :data:`RUN_ID_VAR`: the launch's run id, by which a rank 0 recognises the
@@ -25,13 +25,10 @@ The variables (a rank started by ``torchrun`` or ``srun`` directly has none):
   ``--strategy auto`` choice and why (the ranks do not estimate again).
 - :data:`RUN_ESTIMATE_VAR`: the estimate the run's memory is measured
   against, as JSON (:class:`~flexgraph.training.output.RunEstimate`).
-- :data:`PRELOAD_VAR`: the modules a rank server started afresh imports
-  before it forks ranks (:mod:`flexgraph.cli.forked_ranks`); read by that
-  server, not by a rank, so not a field of :class:`LaunchEnv`.
 
 This module imports nothing beyond the standard library and attrs: the
-launcher, ``flexgraph plan`` (through :mod:`flexgraph.cli.stopping`), a run of
-a pipeline that never imports torch, and a fresh rank server import it. That
+launcher, ``flexgraph plan`` (through :mod:`flexgraph.cli.stopping`) and a run of
+a pipeline that never imports torch import it. That
 is why it sits in :mod:`flexgraph.training.output`, whose face imports torch
 only on first use, rather than in :mod:`flexgraph.training.runtime`, whose face
 binds step functions (``setup_process_group``) that
@@ -51,7 +48,6 @@ __all__ = [
     "AUTO_REASON_VAR",
     "LAUNCHER_PID_VAR",
     "PLAN_DIGEST_VAR",
-    "PRELOAD_VAR",
     "PROGRESS_DIR_VAR",
     "RUN_ESTIMATE_VAR",
     "RUN_ID_VAR",
@@ -65,7 +61,6 @@ PROGRESS_DIR_VAR = "FLEXGRAPH_PROGRESS_DIR"
 AUTO_CHOICE_VAR = "FLEXGRAPH_AUTO_CHOICE"
 AUTO_REASON_VAR = "FLEXGRAPH_AUTO_REASON"
 RUN_ESTIMATE_VAR = "FLEXGRAPH_RUN_ESTIMATE"
-PRELOAD_VAR = "FLEXGRAPH_PRELOAD"
 
 _FIELDS = {
     "launcher_pid": LAUNCHER_PID_VAR,

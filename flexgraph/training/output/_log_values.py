@@ -97,32 +97,20 @@ class LogValues:
         """The keys of ``values`` that this object keeps (not the hub's others)."""
         return [key for key in values if key in self._history]
 
-    def hub_lengths(self, hub: Any) -> dict[str, int]:
-        """How long the hub's other ``train/`` scalars are now, for a line due now and
-        composed later (:meth:`train`)."""
-        return {key: len(buffer.data[0]) for key, buffer in hub.log_scalars.items()
-                if key.startswith("train") and key.removeprefix("train/") not in self._history}
-
-    def train(self, hub: Any, hub_lengths: Mapping[str, int] | None = None, *,
-              epoch_window: int, global_window: int) -> dict[str, float]:
+    def train(self, hub: Any, *, epoch_window: int, global_window: int) -> dict[str, float]:
         """The values of a training log line: MMEngine's ``LogProcessor`` tag (without
         its ``epoch`` and ``iter``), keys without their ``train/`` prefix.
 
-        ``hub_lengths`` (:meth:`hub_lengths` when the line was due) cuts the
-        hub's other scalars back to that iteration; ``epoch_window`` and
-        ``global_window`` are what MMEngine makes of the window sizes
-        ``'epoch'`` (the batch's index in its epoch, plus one) and
+        ``epoch_window`` and ``global_window`` are what MMEngine makes of the
+        window sizes ``'epoch'`` (the batch's index in its epoch, plus one) and
         ``'global'`` (the iteration's index, plus one).
         """
-        if hub_lengths is None:
-            hub_lengths = self.hub_lengths(hub)
         scalars = hub.log_scalars
         others = {}
-        for key, length in hub_lengths.items():
-            if length != self._hub_lengths.get(key, 0) and key in scalars:
-                logged, counts = scalars[key].data
-                others[key.removeprefix("train/")] = HistoryBuffer(logged[:length],
-                                                                   counts[:length])
+        for key, buffer in scalars.items():  # the others' train scalars written this run
+            if (key.startswith("train") and key.removeprefix("train/") not in self._history
+                    and len(buffer.data[0]) != self._hub_lengths.get(key, 0)):
+                others[key.removeprefix("train/")] = buffer
         if not self.policy.custom_cfg:  # the statistics of the keys kept here, directly
             values = {key: self._window_statistic(key, history)
                       for key, history in self._history.items() if history}

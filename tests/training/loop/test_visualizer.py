@@ -215,7 +215,7 @@ def test_an_iteration_loop_hands_validation_over_at_the_iteration(make_cfg, tmp_
     assert [s for s, _ in events["loss"]] == [4, 6, 8, 12, 12]
 
 
-def test_backends_get_scalars_in_one_batch_at_the_end_and_are_closed(make_cfg):
+def test_backends_get_the_scalars_in_order_and_are_closed(make_cfg):
     cfg = make_cfg(visualizer=dict(vis_backends=[dict(type="RecordingVisBackend")]))
     ctx = run_steps(cfg)
     (backend,) = ctx["hooks"].runner.visualizer._vis_backends.values()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -16,11 +15,7 @@ from mmengine.visualization import Visualizer
 
 from flexgraph.training.config import LogProcessorPolicy
 from flexgraph.training.output import TrainOutput
-from flexgraph.training.output._train_output import (
-    _BAR_CPU_SHARE,
-    _column_records,
-    _record_line,
-)
+from flexgraph.training.output._train_output import _BAR_CPU_SHARE
 
 
 def _visualizer(tmp_path, *backends):
@@ -131,7 +126,8 @@ def test_rich_progress_path_updates_the_bar(tmp_path):
 
 
 def test_records_of_same_keys_match_the_general_path(tmp_path):
-    """MMEngine log_vars have the same keys every iteration: a faster, equal spelling."""
+    """MMEngine log_vars have the same keys every iteration; an infinity among them is
+    written as JSON's Infinity."""
     out = _output(tmp_path, interactive=False)
     out.open(0)
     rows = [{"loss": torch.tensor(0.25 * i), 'top%"1': torch.tensor(1.0 / (i + 3))}
@@ -187,8 +183,8 @@ def test_a_line_wider_than_the_terminal_goes_above_the_bar_whole(tmp_path, capsy
 ])
 def test_lines_due_together_come_out_in_order_with_their_own_values(tmp_path, caplog, window,
                                                                     means):
-    """Lines within _LINES_SECONDS are composed together, each from the iterations up to
-    its own (a mean over the log processor's window)."""
+    """Each line is composed from the iterations up to its own (a mean over the log
+    processor's window)."""
     out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
                       message_hub=MessageHub.get_instance(f"test_together_{window}"),
                       log_interval=2, max_iters=6, max_epochs=1, by_epoch=False,
@@ -259,6 +255,46 @@ def _spend_cpu(seconds: float) -> None:
         pass
 
 
+class _CountingBar:
+    """A bar that counts its redraws."""
+
+    def __init__(self) -> None:
+        self.redraws = 0
+
+    def show(self, *args: object, **kwargs: object) -> None:
+        self.redraws += 1
+
+    def stop(self) -> None:
+        pass
+
+
+def test_the_bar_is_redrawn_a_few_times_a_second_whatever_the_speed(tmp_path):
+    """Fast iterations share a redraw (about four a second); an iteration slower than
+    that gets its own."""
+    out = TrainOutput(work_dir=str(tmp_path), is_main=True, logger=logging.getLogger("t"),
+                      message_hub=MessageHub.get_instance("test_output_ticks"),
+                      log_interval=10**6, max_iters=10**6, max_epochs=1, by_epoch=False,
+                      epoch_length=10**6, interactive=False)
+    out.open(0)
+    out._bar = bar = _CountingBar()
+    next_tick = out.tick(0)
+    assert next_tick == 1  # no iteration yet: the speed is not known
+    start = time.perf_counter()
+    for it in range(1, 801):
+        time.sleep(0.001)
+        if it >= next_tick:
+            next_tick = out.tick(it)
+    elapsed = time.perf_counter() - start
+    assert 2 <= bar.redraws <= 2 * 4 * elapsed + 3, (bar.redraws, elapsed)
+    slow = 800
+    assert out.tick(slow) > slow + 1  # after the fast iterations: a stride of many
+    _spend_cpu(0.3)
+    slow += 1
+    assert out.tick(slow) == slow + 1  # after a slow one: the next iteration
+    out._bar = None
+    out.close()
+
+
 class _CostlyBar:
     """A bar whose every redraw costs 5 ms of CPU (a real one: about 1 ms)."""
 
@@ -284,29 +320,15 @@ def test_the_bars_redraws_stay_under_their_share_of_the_cpu_time(tmp_path):
                       interactive=False)
     out.open(0)
     out._bar = bar = _CostlyBar()
-    next_tick = out.tick(0)  # the first redraw, before its cost is known
-    start = time.process_time()
-    for it in range(1, 4001):  # 0.25 ms of CPU an iteration: one CPU second in all
+    assert out.tick(0) == 1  # the first redraw, before the speed is known
+    _spend_cpu(0.00025)
+    next_tick = out.tick(1)  # the speed and a redraw's cost known from here
+    start, redraws = time.process_time(), bar.redraws
+    for it in range(2, 4002):  # 0.25 ms of CPU an iteration: one CPU second in all
         _spend_cpu(0.00025)
         if it >= next_tick:
             next_tick = out.tick(it)
-    later = (bar.redraws - 1) * 0.005 / (time.process_time() - start)
+    later = (bar.redraws - redraws) * 0.005 / (time.process_time() - start)
     assert later <= 1.5 * _BAR_CPU_SHARE, (bar.redraws, later)
     out._bar = None
     out.close()
-
-
-@pytest.mark.parametrize("keys", [("loss",), ("loss", 'top%"1')])
-@pytest.mark.parametrize("lrs", [[0.1, 0.1, 0.1], [0.1, 0.2, 1e-05], [0.1, 0.1, 5]])
-def test_a_stretch_is_written_as_the_general_spelling_writes_it(keys, lrs):
-    """The fast spelling (orjson) writes the records the general one (json) writes,
-    value for value, and NaN and the infinities as JSON's NaN and Infinity, not null."""
-    columns = [[1.5, 2.25, 0.1 + 0.2], [3.0, 4.0, 5.0]][:len(keys)]
-    fast = _column_records(keys, 7, 2, columns, lrs)
-    general = [_record_line(7 + i, 2, zip(keys, row, strict=True), lr)
-               for i, (row, lr) in enumerate(zip(zip(*columns, strict=True), lrs, strict=True))]
-    assert [json.loads(line) for line in fast] == [json.loads(line) for line in general]
-    assert [json.loads(line)["lr"] for line in fast] == lrs
-    assert all(line.endswith(b"\n") and line.count(b"\n") == 1 for line in fast)
-    odd = _column_records(keys, 7, 2, [[1.5, math.nan, -math.inf], *columns[1:]], lrs)
-    assert math.isnan(json.loads(odd[1])["loss"]) and json.loads(odd[2])["loss"] == -math.inf

@@ -6,11 +6,6 @@ A step is a function plus the artifacts it ``requires`` (reads), ``provides``
 ``"module:attr"`` reference, resolved only when the plan runs, so planning
 never imports the modules steps live in (nor torch).
 
-A step that makes or changes the ``model`` says which facts about it it
-``gives`` and ``ends`` (``"loaded"``, ``"whole"``; see
-:mod:`flexgraph.core.states`); a step may say what it ``needs`` of the model
-it receives, and the plan places it where those facts hold.
-
 The calling contract: the function gets one keyword argument per name in
 ``requires`` and ``updates``, plus the bound ``params``. It returns nothing for
 no outputs, the value itself for one, and a mapping (or a tuple in declared

@@ -6,12 +6,8 @@ the chain of its updaters, which strategies rearrange.
 
 Edges (:func:`derive_edges`): producer -> first updater -> ... -> last updater;
 producer or last updater -> each consumer, unless the consumer is ordered
-``before`` an updater (then it follows only those ahead of it); and each step's
-``after`` / ``before``. Steps declared together chain in list order; a step
-added later to a chain must name its place (``after`` / ``before`` a member,
-or its producer), or :class:`AmbiguousOrderError`. A user's step
-(:attr:`Step.user`) that names a step the graph does not have waits in
-:attr:`Graph.pending` for the plan to place it: a strategy may bring that step.
+``before`` an updater; and each step's ``after`` / ``before``. A step added
+later to a chain must name its place, or :class:`AmbiguousOrderError`.
 """
 
 from __future__ import annotations
@@ -84,18 +80,6 @@ class Graph:
     Build one with :meth:`of`; :meth:`add`, :meth:`extend`, ``|``,
     :meth:`remove` and :meth:`upstream` return new graphs. Iterating gives the
     steps; ``name in graph`` asks for a step by name.
-
-    Parameters
-    ----------
-    steps : iterable of Step
-        In declaration order.
-    chains : mapping of str to sequence of str
-        Each updated artifact's updaters in order (:meth:`of` derives them).
-    inputs : iterable of str, optional
-        Artifacts supplied from outside.
-    pending : iterable of Step, optional
-        User steps anchored on steps the graph lacks, placed when it is planned
-        (:func:`~flexgraph.make_plan`); not among its steps.
 
     Examples
     --------

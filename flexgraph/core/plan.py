@@ -2,13 +2,6 @@
 
 :func:`make_plan` validates the base graph and the graph after each rewrite,
 so a rewrite that breaks it is refused naming the strategy and the rewrite.
-A :class:`Plan`'s order is deterministic (ties follow declaration order) and
-records where every step came from, and why: each rewrite's reason, the
-conditional ones skipped, the model's state after each step, and the user's
-steps placed by what they need of it (:mod:`flexgraph.core.states`).
-``targets`` cut the plan *after* the rewrites, so an entry point (``val``)
-keeps what the strategy made it depend on without the strategy knowing which
-entry runs.
 """
 
 from __future__ import annotations
@@ -40,21 +33,7 @@ from flexgraph.core.validate import check, validate
 
 @attrs.frozen
 class Origin:
-    """Where a step's place in the plan comes from; ``str()`` gives it in words.
-
-    Parameters
-    ----------
-    action : str
-        ``"base"``, what a rewrite did (``"inserted"``, ``"moved"``, ...), or
-        ``"placed"`` (a step placed by its needs, not at its anchors).
-    strategy : str, optional
-        The rewrite's strategy (``"derived"`` for a derived rewrite; ``"need"``
-        for a placement).
-    index : int, optional
-        The rewrite's position, from 0 (``None`` for a placement).
-    rewrite : str, optional
-        The rewrite's text, or where the step was placed and why.
-    """
+    """Where a step's place in the plan comes from; ``str()`` gives it in words."""
 
     action: str = "base"
     strategy: str | None = None
@@ -119,23 +98,7 @@ def _order(graph: Graph, dag: nx.DiGraph) -> tuple[tuple[str, ...], tuple[tuple[
 
 @attrs.frozen
 class Plan:
-    """The result of applying a strategy to a graph; see :func:`make_plan`.
-
-    Parameters
-    ----------
-    base, graph : Graph
-        The graph as given, and after the rewrites (cut to ``targets``).
-    strategy : str or None
-    order : tuple of str
-        Execution order.
-    stages : tuple of tuple of str
-        Topological generations: no step in a stage depends on another in it.
-    base_order : tuple of str
-    rewrites : tuple of AppliedRewrite
-    history : mapping of str to tuple of Origin
-        Each touched step's origins, oldest first.
-    edges : tuple of Edge
-    """
+    """The result of applying a strategy to a graph; see :func:`make_plan`."""
 
     base: Graph
     graph: Graph
@@ -373,26 +336,9 @@ def make_plan(
 ) -> Plan:
     """Validate ``graph``, apply ``strategy`` rewrite by rewrite, place the user's steps, order it.
 
-    A step that needs something of the model (declared, or what a user's name
-    anchors mean in the base graph) is held out of the strategy's rewrites and
+    A step that needs something of the model is held out of the rewrites and
     placed after them: at its anchors when its needs hold there, else where
-    they do (``placed by need``), else the plan is refused saying why
-    (:class:`~flexgraph.core.states.PlacementError`).
-
-    Parameters
-    ----------
-    graph : Graph
-    strategy : Strategy, optional
-        Its rewrites are applied in order; its checks are verified on the result.
-    targets : tuple of str, optional
-        Cut the rewritten graph to these steps and what they depend on.
-    derived : sequence of Rewrite, optional
-        Rewrites found from the run's inputs (a :class:`~flexgraph.core.rewrite.Prune`),
-        applied before the strategy's and listed as ``derived #1``, ...
-
-    Returns
-    -------
-    Plan
+    they do, else refused (:class:`~flexgraph.core.states.PlacementError`).
 
     Examples
     --------

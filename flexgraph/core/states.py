@@ -8,12 +8,6 @@ what it ``needs``. A user's step (:attr:`Step.user`) whose name anchors all name
 steps of the base graph, one of them on the model's line, needs what the base
 graph's model has there (its :data:`ANCHOR_FACTS`): the anchors keep the meaning
 they have in the base graph under every strategy.
-
-:class:`Placer` puts such a step into the strategy's graph: where its anchors
-put it when its needs hold there, else at the nearest point of the line where
-they hold (``placed by need``), else nowhere: :class:`PlacementError` names the
-step, the need, the rewrite that took the state away with its reason, and what
-the user can ask for instead. A placement is a walk over the line.
 """
 
 from __future__ import annotations
@@ -165,20 +159,7 @@ def _declares_end(rewrite: Rewrite, fact: str) -> bool:
 
 @attrs.frozen
 class Placer:
-    """Places steps by their anchors and needs into a rewritten graph (see the module docstring).
-
-    Parameters
-    ----------
-    strategy : str or None
-        Named in refusals.
-    base : Graph
-        The graph as declared: the user's anchors name its steps.
-    implied : mapping of str to tuple of str
-        What the anchors of ``base``'s user steps mean (:func:`implied_needs`,
-        once the run's derived rewrites are applied).
-    records : sequence of (Record, Rewrite)
-        The rewrites applied since, in order: their records and themselves.
-    """
+    """Places steps by their anchors and needs into a rewritten graph (see the module docstring)."""
 
     strategy: str | None
     base: Graph
@@ -205,15 +186,7 @@ class Placer:
     # placing --------------------------------------------------------------------
 
     def place(self, graph: Graph, step: Step) -> tuple[Graph, str | None]:
-        """``graph`` with ``step`` placed, and how, when not at its anchors; or refuse.
-
-        Raises
-        ------
-        PlacementError
-            Its needs hold nowhere, or its anchors contradict the plan's order.
-        UnknownStepError
-            An anchor names no step of the plan.
-        """
+        """``graph`` with ``step`` placed, and how, when not at its anchors; or refuse."""
         found = self._place(graph, step, explain=True)
         assert found is not None  # explain=True raises instead
         return found

@@ -6,15 +6,9 @@ A step is a function plus the artifacts it ``requires`` (reads), ``provides``
 ``"module:attr"`` reference, resolved only when the plan runs, so planning
 never imports the modules steps live in (nor torch).
 
-A step that makes or changes the ``model`` says which facts about it it
-``gives`` and ``ends`` (``"loaded"``, ``"whole"``; see
-:mod:`flexgraph.core.states`); a step may say what it ``needs`` of the model
-it receives, and the plan places it where those facts hold.
-
-A step may list *contracts*: ``"module:function"`` references of cheap
-checks of the artifacts, run by the executor after the step (``contracts``)
-or before it, on what it receives (``expects``); see
-:mod:`flexgraph.core.executor`.
+Steps that change the ``model`` say which facts they ``gives`` and ``ends``
+(:mod:`flexgraph.core.states`), and what they ``needs``; ``contracts`` and
+``expects`` are checks the executor runs after and before the step.
 
 The calling contract: the function gets one keyword argument per name in
 ``requires`` and ``updates``, plus the bound ``params``. It returns nothing for

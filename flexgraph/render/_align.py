@@ -37,21 +37,7 @@ def partners(base_order: Sequence[str], order: Sequence[str],
 
 def aligned_rows(base_order: Sequence[str], order: Sequence[str],
                  into: Mapping[str, str | None], moved: Collection[str] = ()) -> list[Row]:
-    """The rows, top to bottom (see the module docstring).
-
-    Parameters
-    ----------
-    base_order, order : sequence of str
-        The base graph's order and the plan's.
-    into : mapping of str to str or None
-        Base steps taken out -> the planned step in their place (``None``: removed).
-    moved : collection of str
-        Steps a rewrite moved.
-
-    Returns
-    -------
-    list of Row
-    """
+    """The rows, top to bottom (see the module docstring)."""
     pairs = partners(base_order, order, into)
     anchors, claimed = [], set()
     for name in base_order:  # a fused step is anchored by its first part only

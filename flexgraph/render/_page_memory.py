@@ -27,20 +27,7 @@ def _ranks(ranks: str) -> tuple[str, ...]:
 
 def held_by_step(order: Sequence[str], candidate: Mapping[str, Any]
                  ) -> tuple[dict[str, dict[tuple[str, str], int]], dict[str, list[str]]]:
-    """Bytes each rank class holds while each step runs, and what each step allocates, in words.
-
-    Parameters
-    ----------
-    order : sequence of str
-        The plan's steps in order.
-    candidate : mapping
-        One candidate of an estimate report, with its ``steps``.
-
-    Returns
-    -------
-    tuple of (dict, dict)
-        ``{step: {(rank, memory): bytes}}`` and ``{step: [line, ...]}``.
-    """
+    """Bytes each rank class holds while each step runs, and what each step allocates, in words."""
     steps = candidate.get("steps") or {}
     allocations = steps.get("allocations", [])
     held = dict.fromkeys(((r, m) for r in RANKS for m in MEMORIES), 0)

@@ -138,21 +138,7 @@ def _check_reasons(changes: Mapping[str, tuple[Change, ...]], order: Sequence[st
 
 def page_model(plan: Mapping[str, Any], *, checks: Sequence[Mapping[str, str]] = (),
                docs: Mapping[str, str] | None = None) -> PageModel:
-    """The :class:`PageModel` of a plan dict.
-
-    Parameters
-    ----------
-    plan : mapping
-        ``flexgraph plan --format json``'s object.
-    checks : sequence of mapping, optional
-        The strategy's order checks, ``{"first", "then", "why"}``: the reasons of its orders.
-    docs : mapping of str to str, optional
-        A line on what each step does, by name (a step's own ``doc`` field wins).
-
-    Returns
-    -------
-    PageModel
-    """
+    """The :class:`PageModel` of a plan dict."""
     docs = dict(docs or {})
     steps = plan["steps"]
     order = [s["name"] for s in steps]

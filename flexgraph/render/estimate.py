@@ -34,16 +34,11 @@ thousands (K) or millions (M). The schema (bytes as integers)::
                                               (only when the run's files change the plan)}
 
 ``parts`` are the peak's: when the optimizer step is the peak, ``activations``
-is 0 and ``optimizer`` holds the step's temporaries, while
-``traced_activations_bytes`` keeps the traced activations at their own peak;
-both are null (and ``fits`` too) when the step could not be traced. ``setup``
-is the host memory rank 0 and each other rank hold until the optimizer exists;
-``node_bytes`` adds ``processes_per_node - 1`` other ranks to rank 0, and its
-``fits`` compares that with the host memory less the margin.
-``weights_loaded``: ``load_from`` sets every ``state_dict`` entry. ``steps``:
-what each step of the candidate's plan allocates (negative: frees) on which
-ranks, the strategy's setup and its placing of the model; the plan page walks
-them along the plan, the training step taking the rest of the peak.
+is 0 and ``optimizer`` holds the step's temporaries; both are null (and
+``fits`` too) when the step could not be traced. ``setup`` is the host memory
+rank 0 and each other rank hold until the optimizer exists; ``node_bytes`` adds
+``processes_per_node - 1`` other ranks to rank 0. ``steps``: what each step of
+the candidate's plan allocates (negative: frees) on which ranks.
 """
 
 from __future__ import annotations

@@ -220,27 +220,7 @@ def plan_page(plan: Plan | Mapping[str, Any], *, checks: Sequence[Any] = (),
               estimate: Mapping[str, Any] | None = None,
               measured: Sequence[Sequence[Mapping[str, Any]]] = (),
               source: str = "") -> str:
-    """The page of one plan, as HTML text.
-
-    Parameters
-    ----------
-    plan : Plan or mapping
-        The plan, or its ``flexgraph.plan`` JSON dict (a run's ``plan.json``).
-    checks : sequence, optional
-        The strategy's checks (:class:`~flexgraph.core.checks.Precedes`, or dicts with
-        ``first``, ``then``, ``why``): the reasons of its orders.
-    estimate : mapping, optional
-        A ``flexgraph.estimate/1`` report: its first candidate's memory per step is shown.
-    measured : sequence of sequence of mapping, optional
-        Per rank, the run's per-step records (``step``, ``seconds``, ``peak_rss_bytes``,
-        ``device_peak_bytes``).
-    source : str, optional
-        The config, named in the title.
-
-    Returns
-    -------
-    str
-    """
+    """The page of one plan, as HTML text."""
     model = _model(plan, checks)
     who = model.strategy or "no strategy"
     title = f"flexgraph plan: {who}" + (f" - {source}" if source else "")
@@ -257,20 +237,7 @@ def plan_page(plan: Plan | Mapping[str, Any], *, checks: Sequence[Any] = (),
 def compare_page(report: Mapping[str, Any],
                  plans: Mapping[str, tuple[Plan | Mapping[str, Any], Sequence[Any]]],
                  source: str = "") -> str:
-    """The candidates of a ``--compare`` side by side, each with its verdict and its plan.
-
-    Parameters
-    ----------
-    report : mapping
-        The ``flexgraph.estimate/1`` report of the candidates.
-    plans : mapping of str to (plan, checks)
-        Each candidate's plan and its strategy's checks, by candidate label.
-    source : str, optional
-
-    Returns
-    -------
-    str
-    """
+    """The candidates of a ``--compare`` side by side, each with its verdict and its plan."""
     world = report.get("world_size") or 1
     device = report.get("device_memory") or {}
     title = "flexgraph plan --compare" + (f" - {source}" if source else "")

@@ -6,12 +6,6 @@ user's steps. The caption lists each rewrite with its reason (or why it was
 skipped), each step placed by its needs, and the model's state after each
 step that makes or changes it. Cells are :class:`rich.text.Text`, never
 markup, so a ``[`` in a name prints as itself.
-
-The table fits itself to the width it is drawn at and never breaks an
-identifier (:mod:`._wrap`): function references break after a dot or their
-``:``, the origin column between words. Where even that is too wide, the
-``fn`` column, then ``stage``, are left out, and the caption says so; a
-table still wider than its width is drawn wider rather than break a name.
 """
 
 from __future__ import annotations

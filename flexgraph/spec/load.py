@@ -64,20 +64,6 @@ def load_spec(
 
     A failure is a :class:`SpecError` subclass, or an engine error with the file
     in front.
-
-    Parameters
-    ----------
-    path : str or Path
-        The file; messages show it as given.
-    cfg_options : dict, optional
-        ``--cfg-options``: merged into a cfg.py's Config; for YAML and Python
-        specs they override entries of ``inputs``.
-    default_graph : callable, optional
-        ``default_graph(cfg) -> Graph`` for configs without ``steps``.
-
-    Returns
-    -------
-    Spec
     """
     path = Path(path)
     shown = str(path)

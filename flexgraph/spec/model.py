@@ -29,22 +29,7 @@ def _frozen(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 @attrs.frozen
 class Spec:
-    """A pipeline as loaded from a file.
-
-    Parameters
-    ----------
-    graph : Graph
-        The base graph.
-    strategies : mapping of str to Strategy
-        Strategies defined as data in the spec; they shadow registered ones.
-    strategy : str, mapping or None
-        The spec's choice: a name, or ``dict(type=name, **options)``.
-    inputs : mapping
-        Initial artifact values (a cfg.py's own Config is ``cfg``).
-    source : Path
-    cfg : mmengine Config or None
-        The config, for cfg.py specs.
-    """
+    """A pipeline as loaded from a file."""
 
     graph: Graph
     strategies: Mapping[str, Strategy] = attrs.field(factory=dict, converter=_frozen)

@@ -8,10 +8,6 @@ The forms, one key naming the kind (see :data:`REWRITE_KINDS`)::
     {move: X, after: Y}                    # or before: Y
     {fuse: [A, B], into: NAME}             # or into: {step fields}
     {configure: X, params: {...}}          # gives: [...], ends: [...]: facts it changes
-
-Every form also takes ``why``: what the rewrite is for, shown beside it in plans.
-A strategy is ``name: [rewrites]`` or ``name: {doc: ..., rewrites: [...]}``.
-Every front end uses these functions, so the forms fail the same way everywhere.
 """
 
 from __future__ import annotations

@@ -14,9 +14,6 @@ Schema (every mapping is closed: an unknown key is an error with a did-you-mean)
         - {move: lowercase, before: drop_stopwords}
     strategy: lowercase_first   # a name or {type: name, **options}
     inputs: {document: "..."}   # initial artifacts; their names become graph inputs
-
-The text is read with PyYAML's safe loader (no Python objects), extended only to
-refuse duplicate keys, which plain YAML would silently overwrite.
 """
 
 from __future__ import annotations

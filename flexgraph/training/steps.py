@@ -6,23 +6,11 @@ returns its output: one value, or a dict when it provides several artifacts.
 They are thin on purpose: the work lives in the modules they call, so a
 strategy that replaces a step can reuse the same pieces.
 
-Three inputs come from outside: ``cfg``, whose component configs steps build;
-``settings``, the :class:`~flexgraph.training.config.RunSettings` read from
-it once before the plan runs (schedule, checkpoint, logger and stop policies,
-the work_dir, what to load and resume), so no step reads those sections
-itself; and ``run_context``, the :class:`~flexgraph.training.output.RunContext`
-(the plan being run, the run's logger, timestamp, folder and message hub, the
-launch's facts), which the steps that need any of it take as an argument.
-Steps show hooks the artifacts through ``hooks.hold`` and read nothing back
-from the hooks' runner view (a test checks it).
-
-No step asks which strategy is active. Whatever differs between single-device
-and distributed runs comes from ``env`` (built by the strategy's process setup)
-and, below the steps, from :mod:`flexgraph.training.runtime`'s process-group
-helpers (``this_rank``, ``world_size``, ``rank0_does``).
-
-:mod:`flexgraph.training.graph` declares what each step requires, provides and
-updates; a test checks that every declared step matches its function here.
+Three inputs come from outside: ``cfg``; ``settings``, the
+:class:`~flexgraph.training.config.RunSettings` read from it once, so no step
+reads those sections itself; and ``run_context``, the
+:class:`~flexgraph.training.output.RunContext`. No step asks which strategy is
+active: what differs comes from ``env`` and :mod:`flexgraph.training.runtime`.
 """
 
 from __future__ import annotations
@@ -100,22 +88,9 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
                 init_options: Mapping[str, Any] | None = None) -> nn.Module:
     """Build ``cfg.model`` through MMEngine's ``MODELS`` registry.
 
-    Parameters
-    ----------
-    device
-        ``None`` builds on the CPU (``wrap_model`` moves the model to
-        ``env.device`` later, after weights are loaded); ``'meta'`` builds the
-        parameters without storage (buffers stay real), for strategies that
-        shard before any weight exists; any other device builds there.
-    init_context
-        ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` returning
-        a context manager to build the model in (DeepSpeed's ``zero.Init``
-        partitions parameters as they are created).
-
-    A build on the meta device or in an init context leaves the random
-    generators as they were: its draws are not a one-device run's (an
-    initialiser skips a parameter without values), and the strategy's
-    ``init_weights`` makes that run's draws (a recorded setup).
+    ``device='meta'`` builds parameters without storage, for strategies that shard
+    before any weight exists; ``init_context`` is the ``"module:attr"`` of a factory
+    ``f(cfg=, env=, **init_options)`` of a context manager to build in (``zero.Init``).
     """
     if device != "meta" and init_context is None:
         return _revert_sync_bn_on_cpu(components.build_model_from_cfg(cfg, env, device=device), env)
@@ -157,11 +132,7 @@ def _revert_sync_bn_on_cpu(model: nn.Module, env: Env) -> nn.Module:
 def init_weights(env: Env, model: nn.Module) -> nn.Module:
     """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one.
 
-    An initialiser that fails fails the run (see :func:`initialise`), where
-    MMEngine would only log it. A ``Pretrained`` ``init_cfg`` loads its
-    checkpoint as ``load_from`` loads a whole model's weights (see
-    :func:`~flexgraph.training.checkpoint.load_pretrained`). Strategies that
-    hold no model whole replace this step with their own (FSDP's, ZeRO-3's).
+    An initialiser that fails fails the run, where MMEngine would only log it.
     """
     return _initialise(model)
 
@@ -170,23 +141,9 @@ def init_from_record(cfg: Any, env: Env, model: nn.Module, *, place: str,
                      whole: Sequence[str] = (), source_rank: int = 0) -> nn.Module:
     """``init_weights`` for a model no rank holds whole: a one-device run's weights.
 
-    ``source_rank`` records the one-device setup, ``build_model`` and
-    ``init_weights``, on parameters without values
-    (:func:`~flexgraph.training.components.record_one_device_setup`, its
-    ``Pretrained`` files loaded as ``load_from`` loads) and sends every rank
-    the record without the real tensors it holds
-    (:meth:`~flexgraph.training.runtime.SetupRecord.portable`). Then the
-    strategy puts each rank's part of every parameter in place: ``place``
-    (``"module:attr"``) is called on every rank as ``place(env, model,
-    record, source_rank)``; the placer has the ranks make the parameters'
-    whole values from the record in turn
-    (:meth:`~flexgraph.training.runtime.SetupRecord.made_in_turn`) and send
-    each rank its part, a bounded amount at a time. The buffers are the
-    record's, broadcast. ``whole``: modules whose ``init_weights`` runs on
-    real parameters on the source (those the plan found it cannot record).
-    Every rank ends with a one-device run's random-number states: the
-    source's, or under ``randomness.diff_rank_seed`` its own, advanced by the
-    same draws.
+    ``source_rank`` records the one-device setup without values and sends every
+    rank the record; ``place`` (``"module:attr"``), called on every rank as
+    ``place(env, model, record, source_rank)``, puts each rank's part in place.
     """
     import torch
 
@@ -249,15 +206,10 @@ def build_checkpointer(settings: RunSettings, run_context: RunContext, env: Env,
                        ) -> Checkpointer:
     """A checkpointer for ``work_dir`` following ``default_hooks.checkpoint``.
 
-    ``io`` is the ``"module:attr"`` of the strategy's own
-    :class:`~flexgraph.training.checkpoint.CheckpointIO` class, built with
-    ``io_options`` (default: one file per checkpoint); ``access`` that of its
-    :class:`~flexgraph.training.checkpoint.StateAccess` (default: torch's
-    ``state_dict`` API). ``checkpoint_format='portable'`` writes the portable
-    layout instead of the own one (in the background with
-    ``default_hooks.checkpoint.async_save=True``); its manifests record
-    ``run_context.plan``. Either way the run restores its own format, the
-    portable one and one-file checkpoints, whichever strategy wrote them.
+    ``io`` and ``access`` are the ``"module:attr"`` of the strategy's own
+    :class:`~flexgraph.training.checkpoint.CheckpointIO` and
+    :class:`~flexgraph.training.checkpoint.StateAccess`;
+    ``checkpoint_format='portable'`` writes the portable layout instead.
     """
     if checkpoint_format not in CHECKPOINT_FORMATS:
         raise ConfigError(f"checkpoint_format={checkpoint_format!r}: use one of "
@@ -284,11 +236,6 @@ def load_checkpoint(settings: RunSettings, run_context: RunContext, hooks: Hooks
     The strategy configures the IO (``Configure('build_checkpointer', io=...)``),
     which knows how weights go into the model it manages; this step stays the
     same for every strategy.
-
-    ``pretrained``: the ``init_cfg`` ``Pretrained`` files to load first, each
-    into its module (``path``, ``module``, ``prefix``). A run binds them when
-    its files cover the model and ``init_weights`` is pruned (a derived
-    rewrite, :func:`~flexgraph.training.checkpoint.derive_from_weights`).
     """
     return load_weights(checkpointer, settings.weights_to_load(), model, hooks,
                         logger=run_context.logger, pretrained=pretrained)
@@ -308,10 +255,8 @@ def compile(  # noqa: A001 (the public step name; shadows the builtin in this mo
 ) -> nn.Module:
     """``torch.compile`` the model in place (the optional ``compile`` step).
 
-    ``options`` are ``torch.compile``'s keyword arguments (``backend``, ``mode``,
-    ``fullgraph``, ``dynamic``, ...). In place (``nn.Module.compile``) rather than
-    wrapping, so the model keeps its type, its ``train_step`` and its
-    state-dict keys.
+    In place rather than wrapped, so the model keeps its type, its ``train_step``
+    and its state-dict keys.
     """
     model.compile(**dict(options or {}))
     return model
@@ -343,10 +288,7 @@ def build_param_schedulers(cfg: Any, settings: RunSettings, optim_wrapper: Any,
 def build_train_step(env: Env, model: nn.Module, optim_wrapper: Any) -> Any:
     """The function the loop calls on every batch: forward, backward, optimizer step.
 
-    Returns what the loop logs for the batch. The default runs a step-API model's
-    ``train_step(batch, optim_wrapper)`` or a plain model's forward and the
-    wrapper's ``update_params``; a strategy whose engine owns backward and step
-    replaces this step.
+    A strategy whose engine owns backward and step replaces this step.
     """
     return make_train_step(model, optim_wrapper, env.device)
 

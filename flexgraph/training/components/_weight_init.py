@@ -134,11 +134,6 @@ def record_one_device_setup(cfg: Any, env: Any, *, load_pretrained: LoadPretrain
                             whole: tuple[str, ...] = ()) -> Any:
     """``cfg.model`` built and initialised as one device does it, recorded without values.
 
-    See :func:`~flexgraph.training.runtime.record_setup`; the generators end
-    where the one-device setup leaves them. A module whose ``init_weights``
-    cannot be recorded (a failure that real parameters do not have) is
-    recorded again with its parameters real, and said in the log.
-
     Parameters
     ----------
     cfg : Config or Mapping

@@ -80,21 +80,7 @@ def _hint(best: CandidateEstimate, capacity: int) -> str:
 
 def setup_refusal(row: CandidateEstimate, host_memory: int, processes_per_node: int,
                   margin: float = AUTO_MARGIN) -> str | None:
-    """Why ``row``'s setup does not fit a node's ``host_memory`` (``None``: it fits).
-
-    Parameters
-    ----------
-    row : CandidateEstimate
-    host_memory : int
-        Bytes of host memory one node has.
-    processes_per_node : int
-    margin : float, default AUTO_MARGIN
-        The share of ``host_memory`` left free.
-
-    Returns
-    -------
-    str or None
-    """
+    """Why ``row``'s setup does not fit a node's ``host_memory`` (``None``: it fits)."""
     if row.setup is None:
         return None
     needed = row.setup.node(processes_per_node)

@@ -18,22 +18,7 @@ __all__ = ["Census", "take_census"]
 
 @attrs.frozen
 class Census:
-    """Parameter counts of one model, in elements (shared parameters counted once).
-
-    Parameters
-    ----------
-    total, trainable, frozen : int
-    param_bytes : int
-        Every parameter in its own dtype.
-    largest_layer : int
-        The largest module's own parameters.
-    largest_param : int
-        The largest trainable parameter (an optimizer's per-tensor temporaries are its size).
-    by_module : tuple of (str, int, int)
-        ``(name, total, trainable)`` per top-level child, the root's own as ``"(root)"``.
-    model : Any
-        The meta model itself, for strategies that need its structure.
-    """
+    """Parameter counts of one model, in elements (shared parameters counted once)."""
 
     total: int
     trainable: int

@@ -74,19 +74,6 @@ def step_temporaries(cfg: Any, stepped: tuple[int, int], device: str) -> tuple[i
     The for-loop kernel (the CPU default) takes two temporaries the size of the largest
     tensor; the foreach kernels (the CUDA default) one fp32 tensor per stepped one; a
     fused step none. Other optimizers are not modelled (0).
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-    stepped : tuple of (int, int)
-        The largest tensor and all elements stepped at a rank.
-    device : str
-        ``'cuda'`` or ``'cpu'``: which kernels torch picks by default.
-
-    Returns
-    -------
-    tuple of (int, str or None)
-        The bytes, and what they assume (``None`` when nothing is allocated).
     """
     name, optimizer = _optimizer_cfg(cfg)
     largest, total = stepped

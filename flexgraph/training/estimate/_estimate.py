@@ -5,10 +5,6 @@ Per rank, for each candidate strategy::
     peak = parameters + optimizer states
            + max(activations + gradients so far + buffers    (forward / backward),
                  gradients + the step's temporaries + buffers (optimizer step))
-
-Model states come from the strategy's memory model, its buffers are modelled from
-its options (and marked so), activations are counted on the traced step at its
-peak. Beside it, each candidate's setup (:class:`~._parts.SetupMemory`).
 """
 
 from __future__ import annotations

@@ -23,15 +23,6 @@ class LiveBytes(TorchDispatchMode):
 
     The tracer sets ``phase``, ``module`` and ``grads``; ``peak`` keeps the highest
     count with where it was reached and ``grads_at_peak``.
-
-    ``real=True`` counts a real run: meta storages hold nothing and are left out, and
-    since code resizes real storages in place (FSDP2's ``storage.resize_(0)``, which no
-    operator reports), every live storage is re-read before a new peak is taken.
-    A wrapper subclass (DTensor) is counted by the tensors it wraps.
-
-    ``memo`` remembers what each functional operator returned on meta tensors, keyed by
-    its inputs' layouts: a model repeats its blocks and many meta kernels are Python,
-    so a repeat gets fresh empty tensors of the remembered layout instead.
     """
 
     def __init__(self, real: bool = False, memo: dict[Any, Any] | None = None) -> None:

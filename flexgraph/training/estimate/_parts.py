@@ -3,22 +3,17 @@
 A strategy's memory model is a module of its own (:attr:`Strategy.memory_model`) with:
 
 ``estimate_memory(census, *, world_size, amp, optimizer_states, **memory_options)``
-    a :class:`StrategyMemory`; ``amp`` is the config's autocast precision,
-    ``optimizer_states`` the fp32 states per trainable parameter.
+    a :class:`StrategyMemory`.
 ``candidate_options(options, stage, precision)``
     the strategy's options for a ``--compare`` candidate ``NAME[:STAGE][:PRECISION]``,
     raising :class:`CandidateError` for a stage or precision it does not have.
 ``estimate_setup(census, *, world_size, target_device, weights_loaded, **memory_options)``
     optional: a :class:`SetupMemory`; without it, every rank holds the whole model.
 ``traced_model(model, **memory_options)``
-    optional, where the strategy changes the model's step (FSDP's activation
-    checkpointing): the changed meta model to trace, or ``None`` if unchanged.
+    optional: the changed meta model to trace (FSDP's activation checkpointing), or ``None``.
 ``estimate_steps(census, *, world_size, target_device, weights_loaded, memory, **memory_options)``
-    optional: the :class:`Allocation` of each step of its plan that allocates
-    (its setup, and the model's move to the device; ``memory`` is its
-    :class:`StrategyMemory`), for the plan page's memory per step. Its setup's
-    steps add up to :func:`estimate_setup`'s figures; the training step gets the
-    rest of the peak. Without it, every rank builds the model whole.
+    optional: the :class:`Allocation` of each step of its plan that allocates;
+    without it, every rank builds the model whole.
 """
 
 from __future__ import annotations

@@ -43,20 +43,7 @@ class UntraceableModelError(TrainingError):
 
 @attrs.frozen
 class StepTrace:
-    """What one traced step kept alive, in bytes (parameters and the batch left out).
-
-    Parameters
-    ----------
-    peak : int
-    grads_at_peak : int
-        Of ``peak``, the gradients; the rest are activations.
-    grads : int
-        The gradients at the end of backward.
-    phase : str
-        Where the peak was reached (``'backward'``).
-    module : str
-        The innermost module running forward at the peak.
-    """
+    """What one traced step kept alive, in bytes (parameters and the batch left out)."""
 
     peak: int
     grads_at_peak: int
@@ -75,9 +62,7 @@ def _module_names(model: nn.Module, counter: LiveBytes,
     """Keep ``counter.module`` on the innermost module running forward, and ``modes()`` on.
 
     Autograd runs backward without Python's torch-function modes, so a forward that
-    activation checkpointing recomputes there would lose autocast's rules and fused
-    attention and fail torch's check; a module entered with no mode active enters
-    ``modes()`` again.
+    activation checkpointing recomputes there enters ``modes()`` again.
     """
     names = {id(m): name or type(m).__name__ for name, m in model.named_modules()}
     stack: list[str] = []

@@ -81,11 +81,6 @@ def setup_process_group(
 ) -> Env:
     """Join (or create) the process group from torchrun's environment variables.
 
-    The default timeout outlasts the watchdog's limits so that the watchdog,
-    which names the stuck rank, reports first. On NCCL a collective that times
-    out ends the process and the flight recorder dumps the last collectives,
-    unless the environment says otherwise.
-
     Parameters
     ----------
     cfg : Config or Mapping

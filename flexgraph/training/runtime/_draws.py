@@ -9,23 +9,10 @@ each rank ends setup at the state its own seed reaches after them: the
 dropout masks of training depend on it. Copying rank 0's state would make
 every rank draw the same masks.
 
-A generator's advance depends on what was drawn (the operation, how many
-elements of which dtype, on which device), never on the values in the tensor it
-writes. So the recording rank notes each random operation (every ATen
-operation tagged ``nondeterministic_seeded`` that uses the default generator)
-as a :class:`Draw` of shapes, and the other ranks make the same draws into
-scratch tensors of those shapes, one at a time (:func:`replay_draws`): their
-generators end where a DDP rank's would, and none holds more than the largest
-tensor drawn.
-
-Python's ``random`` and numpy's generators are not seen here (MMEngine's
-initialisers draw from torch alone); :func:`host_generators_moved` tells
-whether code drew from them.
-
-:func:`follow_source_draws` puts these together for any strategy whose setup
-has one rank initialise for all (FSDP's, ZeRO-3's): without
-``diff_rank_seed`` every rank takes the source's states, with it each replays
-the source's draws from its own.
+A generator's advance depends on what was drawn, never on the values written.
+So the recording rank notes each random operation as a :class:`Draw` of
+shapes, and the other ranks make the same draws into scratch tensors
+(:func:`replay_draws`): their generators end where a DDP rank's would.
 """
 
 from __future__ import annotations
@@ -174,13 +161,6 @@ class SourceDraws:
 
 def follow_source_draws(done: SourceDraws, *, diff_rank_seed: bool, warn: bool = True) -> None:
     """This rank's generators where a DDP rank's would be after the source's setup.
-
-    A rank that skipped the initialisers the source ran draws nothing; a DDP
-    rank would have drawn what they draw. Without ``diff_rank_seed`` every
-    rank has the source's generator, so it takes the source's states; with it
-    each rank has its own, advanced by the same draws made again here
-    (:func:`replay_draws`), so that the dropout masks of training stay each
-    rank's own.
 
     Parameters
     ----------

@@ -114,10 +114,9 @@ DEFAULT_MMAP_THRESHOLD = 4 * 1024 * 1024
 def return_freed_memory(threshold: int | None) -> bool:
     """Have glibc give freed blocks of ``threshold`` bytes and more back to the OS at once.
 
-    glibc raises its mmap threshold each time a large block is freed, after
-    which freed blocks below it stay in the process: the weights a sharded
-    strategy gathers and frees every iteration would stay resident, and the
-    memory sharding saves would not be given back.
+    glibc raises its mmap threshold each time a large block is freed, after which
+    the weights a sharded strategy gathers and frees every iteration would stay
+    resident.
 
     Parameters
     ----------

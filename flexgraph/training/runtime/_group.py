@@ -225,11 +225,6 @@ def agreed(action: Callable[[], T], *, kind: type[E]) -> T | None:
 def broadcast_buffers(model: torch.nn.Module, *, rank: int = 0) -> None:
     """Rank 0's buffers (or ``rank``'s) on every rank; a collective.
 
-    For setups where one rank initialised the model for all: buffers are held
-    whole on every rank, and an initialiser may have set them. Bool buffers
-    travel as they are (gloo and NCCL carry bool tensors in every torch this
-    package supports).
-
     Parameters
     ----------
     model : torch.nn.Module

@@ -4,17 +4,6 @@ A model too large for one rank's memory is built with its parameters on
 PyTorch's ``meta`` device (shapes, no storage); a strategy that shards it
 gives each rank storage for its own part later (FSDP's
 :mod:`flexgraph.strategies.fsdp.shards`).
-
-* :func:`parameters_on_meta`: build with parameters on ``meta`` but buffers
-  real. Parameters are large and come from a checkpoint anyway; buffers are
-  small and often *computed* in ``__init__`` (positional tables, BatchNorm
-  statistics), with no method that could recompute them later, so they keep
-  their values. The tensors ``nn.Module``s create for their parameters come from
-  ``torch.empty`` and are moved to ``meta`` as they are registered, before any
-  initialiser writes to them, so the build costs neither memory nor init time
-  (the same approach as accelerate's ``init_empty_weights(include_buffers=False)``).
-* :func:`meta_parameters`: names of parameters that still have no storage, so
-  that a loader or an initialiser refuses such a model.
 """
 
 from __future__ import annotations
@@ -30,6 +19,9 @@ __all__ = ["meta_parameters", "parameters_on_meta"]
 @contextlib.contextmanager
 def parameters_on_meta() -> Iterator[None]:
     """Modules built inside get their parameters on ``meta``; buffers stay real.
+
+    Buffers are often computed in ``__init__`` (positional tables, BatchNorm
+    statistics) with no method to recompute them later, so they keep their values.
     """
     register = nn.Module.register_parameter
 

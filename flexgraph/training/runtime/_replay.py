@@ -1,44 +1,16 @@
 """A one-device setup recorded without values, then made again one part at a time, bit for bit.
 
-A sharded run wants a one-device run's weights (every constructor's own
-initialisation, ``reset_parameters``, then ``init_weights``: MMEngine's
-``init_cfg``, ``Pretrained``, a module's own) without any rank holding the
+A sharded run wants a one-device run's weights without any rank holding the
 model. :func:`record_setup` runs that setup once with every parameter a fake
-tensor (torch's ``FakeTensorMode``: a shape, a dtype, the CPU as device, no
-storage) and notes, as a :class:`SetupRecord`, every operation that writes a
+tensor and notes, as a :class:`SetupRecord`, every operation that writes a
 parameter or makes a tensor from one, with the CPU generator's state before
-each random draw. The draws are made too, into scratch tensors one at a time,
-so the generators end where the one-device run's do. :meth:`SetupRecord.values`
-then makes any parameters' values: it replays the operations their final
-values depend on (and no other: a draw or fill that covers a tensor whole
-ends what came before it), each draw from its recorded state, on whole CPU
-tensors. The values are the one-device run's, bit for bit, since every kernel
-gets the same inputs and generator state. A copy of the record without the
-real tensors it holds (:meth:`SetupRecord.portable`) travels to the other
-ranks, so that they make values too (:meth:`SetupRecord.made_in_turn`).
+each random draw. :meth:`SetupRecord.values` replays the operations a
+parameter's final value depends on, each draw from its recorded state, so every
+kernel gets the same inputs as in the one-device run: the values match bit for bit.
 
-The values code reads while recording (``.item()``, ``bool()``: a
-rejection-sampling loop, a check of a weight's mean) are made for real, from
-what the record holds at that point, so control flow follows the one-device
-run. MMEngine's own bookkeeping of the initialisers (``update_init_info``
-compares each parameter's mean before and after) is answered as unchanged
-instead: it only feeds the initialisation log. A tensor the setup takes from
-outside (a ``Pretrained`` checkpoint's, mapped from its file; a buffer; one
-made from numpy) is kept by reference and must not change afterwards.
-
-Parameters are diverted as modules register them: the constructors still run
-for real, so tensors they compute (buffers, drop rates read with ``.item()``)
-have their values. A parameter registered with values (``torch.zeros``, a
-tensor from data) keeps them by reference; one fresh from ``torch.empty`` has
-none to keep.
-
-What cannot be recorded (code that reaches a parameter's memory without
-torch's dispatch: ``.numpy()``, ``.tolist()``, a C extension; an operation
-whose output shape depends on values) fails while recording. The setup is
-then recorded again with the module whose ``init_weights`` failed holding
-real parameters, from the values recorded so far (``whole``: that module
-alone is initialised whole); a failure in the constructors makes the model
-whole.
+What cannot be recorded (``.numpy()``, a C extension, an operation whose output
+shape depends on values) fails while recording; the setup is then recorded
+again with the failing module's parameters real (``whole``).
 """
 
 from __future__ import annotations
@@ -73,14 +45,7 @@ aten = torch.ops.aten
 
 
 class ReplayError(RuntimeError):
-    """The setup cannot be recorded or made again as it ran; the message says why.
-
-    Attributes
-    ----------
-    module : str or None
-        The module whose ``init_weights`` was running (``''``: the model's
-        constructors), or ``None`` where none was.
-    """
+    """The setup cannot be recorded or made again as it ran; the message says why."""
 
     def __init__(self, message: str, module: str | None = None) -> None:
         super().__init__(message)
@@ -119,13 +84,10 @@ class Held:
 class Op:
     """One recorded operation.
 
-    ``func``: the ATen overload's name; ``None``: a parameter's first contents
-    (``args[0]``: a :class:`Held` value, or ``None`` for memory fresh from
-    ``torch.empty``).
-    ``writes``: storages written in place; ``reads``: storages read (a
-    written one included unless ``overwrites``); ``makes``: per output, the
-    view of the storage it makes, or ``None``; ``state``: the CPU
-    generator's state before a draw.
+    ``func``: the ATen overload's name; ``None``: a parameter's first contents.
+    ``writes`` / ``reads``: storages written in place / read; ``makes``: per
+    output, the view of the storage it makes; ``state``: the CPU generator's
+    state before a draw.
     """
 
     func: str | None
@@ -536,12 +498,6 @@ class SetupRecord:
                      world: int) -> Iterator[tuple[int, dict[str, torch.Tensor] | None]]:
         """For each run of names, in order: the rank that makes it and, on that rank, its
         values (``None`` elsewhere).
-
-        A run that reads a held tensor is ``source``'s (whose record holds it);
-        the others go round the ranks. Each rank makes its runs among every
-        ``world`` consecutive ones before they are handed out, so the ranks
-        make them at the same time, each holding one run's values at a time.
-        Every rank gets the same makers (from its own copy of the record).
         """
         makers = [source if self.reads_held(run) else index % world
                   for index, run in enumerate(runs)]

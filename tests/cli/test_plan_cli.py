@@ -392,7 +392,7 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.py"
 
 
 @pytest.mark.parametrize(("strategy", "step", "origin"), [
-    ("fsdp", "fully_shard", "  inserted by fsdp #5: insert fully_shard after init_weights"),
+    ("fsdp", "fully_shard", "  inserted by fsdp #3: insert fully_shard after build_model"),
     ("deepspeed", "load_checkpoint",
      "  moved by deepspeed #3: move load_checkpoint after deepspeed_initialize"),
 ])

@@ -129,7 +129,7 @@ def test_the_example_runs_where_the_user_meant_on_one_copy_of_the_model(strategy
 @pytest.mark.parametrize(("strategy_name", "culprit", "instead"), [
     ("fsdp", "whole ends at build_model (fsdp #2: configure build_model: device='meta': ",
      "needs=['initialised', 'loaded'] (runs after load_checkpoint, before wrap_model)"),
-    ("hsdp", "unwrapped ends at fully_shard (fsdp #5: insert fully_shard after init_weights",
+    ("hsdp", "unwrapped ends at fully_shard (fsdp #3: insert fully_shard after build_model",
      "needs=['unwrapped'] (runs after compile, before fully_shard)"),
     ("zero1", "loaded comes only after load_checkpoint (deepspeed #3: move load_checkpoint "
               "after deepspeed_initialize: the engine owns the parameters",

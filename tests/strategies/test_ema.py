@@ -15,7 +15,7 @@ import textwrap
 import pytest
 import torch
 
-from tests.cli.cli_helpers import flexgraph_run, launch_two
+from tests.cli.cli_helpers import launch_two
 from tests.strategies.detector_like import (
     STRATEGIES,
     reference_weights,
@@ -87,7 +87,7 @@ def ddp(root):
     return _train(root, "ddp")
 
 
-@pytest.mark.parametrize("name", ["fsdp", "hsdp", "zero1", "zero2"])
+@pytest.mark.parametrize("name", ["fsdp", "hsdp", "zero1", "zero2", "zero3"])
 def test_the_average_equals_ddps_and_each_rank_holds_its_share(root, ddp, name):
     work = _train(root, name)
     expected = reference_weights(ddp, 2)
@@ -102,15 +102,11 @@ def test_the_average_equals_ddps_and_each_rank_holds_its_share(root, ddp, name):
         small = sum(4 * torch.Size(v.shape).numel() for k, v in expected.items()
                     if v.dim() == 0 or "running" in k or "num_batches" in k)
         assert all(p["held"] <= p["whole"] / 2 + small + 64 for p in probes), probes
-
-
-def test_zero3_refuses_the_hook_s_copy_before_training(root):
-    done = flexgraph_run(str(_config(root, "zero3")), "--work-dir", "ema-zero3",
-                         "--nproc-per-node", "2", cwd=root)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
-    assert "ZeRO-3: copy.deepcopy of the partitioned model (an EMAHook's" in errors[0]
-    assert not list((root / "ema-zero3").glob("epoch_*")), "nothing trained"
+    if name == "zero3":  # partitions: 1/W of a whole copy, plus buffers and one parameter
+        size = {k: v.numel() * v.element_size() for k, v in expected.items()}
+        buffers = sum(v for k, v in size.items() if "running" in k or "num_batches" in k)
+        assert all(p["held"] <= (sum(size.values()) - buffers) / 2 + buffers + max(
+            size.values()) for p in probes), probes
 
 
 @pytest.mark.parametrize("first,then", [("fsdp", "fsdp"), ("fsdp", "ddp"), ("ddp", "fsdp"),

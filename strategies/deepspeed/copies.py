@@ -30,15 +30,22 @@ class PartitionedCopy(nn.Module):
     """A ZeRO-3 model's parameters as copies of this rank's partitions, its buffers copied,
     under the same names; it holds no layers and cannot run."""
 
-    def __init__(self, sources: dict[str, nn.Parameter]) -> None:
+    def __init__(self, sources: dict[str, nn.Parameter], tree: dict[str, Any]) -> None:
         super().__init__()
         self.__dict__["sources"] = sources  # each parameter's ZeRO-3 source, not a submodule
+        self.__dict__["tree"] = tree  # shared by the copy's modules: its root, what to save
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """The copy's own partitions (what its averaged model averages) when asked directly;
+        whole tensors by name inside its averaged model's (what a checkpoint saves)."""
+        if self.tree["root"] is self:
+            self.tree["whole"] = bool(kwargs.get("prefix", args[1] if len(args) > 1 else ""))
+        return super().state_dict(*args, **kwargs)
 
     def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
                             keep_vars: bool) -> None:
-        # whole tensors by name, gathered one at a time, as ZeRO-3's model state is saved
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        for name, mine in self._parameters.items():
+        for name, mine in self._parameters.items() if self.tree["whole"] else ():
             source = self.sources[name]
             world = torch.distributed.get_world_size(group=source.ds_process_group)
             pieces = [torch.empty_like(mine) for _ in range(world)]
@@ -68,7 +75,9 @@ def partitioned_copy(module: nn.Module, memo: dict[int, Any] | None = None) -> P
     memo = {} if memo is None else memo
     if id(module) in memo:
         return memo[id(module)]
-    node = memo[id(module)] = PartitionedCopy(dict(module._parameters))
+    tree = memo.setdefault("tree", {"whole": False})
+    node = memo[id(module)] = PartitionedCopy(dict(module._parameters), tree)
+    tree.setdefault("root", node)
     for name, param in module._parameters.items():
         if param is not None and id(param) not in memo:
             memo[id(param)] = nn.Parameter(param.ds_tensor.detach().clone(), requires_grad=False)
@@ -108,18 +117,22 @@ class Partitions:
             whole[0].partition(param_list=whole)
 
 
-def _update_partitions(self: Any, update: Any, model: nn.Module) -> None:
-    update(self, Partitions(model) if isinstance(self.module, PartitionedCopy) else model)
+def _update_partitions(self: Any, update: Any, model: Any) -> None:
+    partitioned = isinstance(self.module, PartitionedCopy) and not isinstance(model, Partitions)
+    update(self, Partitions(model) if partitioned else model)
 
 
-def _swap_partitions(self: Any, swap: Any) -> None:
+def _hook_on_partitions(self: Any, method: Any, *args: Any, release: bool = False,
+                        **kwargs: Any) -> None:
+    """``EMAHook``'s ``method``, its source model seen as partitions where its copy is one."""
     if not isinstance(self.ema_model.module, PartitionedCopy):
-        swap(self)
+        method(self, *args, **kwargs)
         return
     source, self.src_model = self.src_model, Partitions(self.src_model)
-    self.src_model.release()
+    if release:
+        self.src_model.release()
     try:
-        swap(self)
+        method(self, *args, **kwargs)
     finally:
         self.src_model = source
 
@@ -136,4 +149,6 @@ def allow_partitioned_copies(model: nn.Module) -> None:
         BaseAveragedModel.update_parameters = functools.partialmethod(
             _update_partitions, BaseAveragedModel.update_parameters)
         EMAHook._swap_ema_parameters = functools.partialmethod(
-            _swap_partitions, EMAHook._swap_ema_parameters)
+            _hook_on_partitions, EMAHook._swap_ema_parameters, release=True)
+        EMAHook.after_train_iter = functools.partialmethod(
+            _hook_on_partitions, EMAHook.after_train_iter)

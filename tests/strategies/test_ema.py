@@ -131,6 +131,19 @@ def test_zero3_trains_on_after_validating_on_the_average(root, ddp):
     _assert_ddps(ddp, root / "ema-zero3-val", "zero3 validating each epoch")
 
 
+def test_zero3_averages_buffers_and_starts_late_as_ddp(root):
+    """``update_buffers`` (the copy's own ``state_dict`` is averaged) and ``begin_iter``."""
+    works = {}
+    for name in ("ddp", "zero3"):
+        text = _config(root, name).read_text().replace(
+            "dict(type='EMAHook', momentum=0.01)",
+            "dict(type='EMAHook', momentum=0.01, update_buffers=True, begin_iter=5)")
+        (root / f"late-{name}.py").write_text(text)
+        launch_two(root / f"late-{name}.py", f"late-{name}", root)
+        works[name] = root / f"late-{name}"
+    _assert_ddps(works["ddp"], works["zero3"], "zero3 averaging buffers from iteration 5")
+
+
 def _assert_ddps(ddp, work, label):
     """``work``'s epoch 2 holds DDP's average and DDP's trained weights, bit for bit."""
     expected = torch.load(ddp / "epoch_2.pth", weights_only=False)

@@ -46,6 +46,8 @@ class PartitionedCopy(nn.Module):
                             keep_vars: bool) -> None:
         super()._save_to_state_dict(destination, prefix, keep_vars)
         for name, mine in self._parameters.items() if self.tree["whole"] else ():
+            if mine is None:
+                continue
             source = self.sources[name]
             world = torch.distributed.get_world_size(group=source.ds_process_group)
             pieces = [torch.empty_like(mine) for _ in range(world)]
@@ -57,9 +59,10 @@ class PartitionedCopy(nn.Module):
         # a whole tensor (a checkpoint's, any strategy's) is cut to this rank's partition
         for name, mine in self._parameters.items():
             value = state_dict.get(prefix + name)
-            if value is not None and value.numel() == self.sources[name].ds_numel:
+            source = self.sources[name]
+            if mine is not None and value is not None and value.numel() == source.ds_numel:
                 size = mine.numel()
-                rank = torch.distributed.get_rank(group=self.sources[name].ds_process_group)
+                rank = torch.distributed.get_rank(group=source.ds_process_group)
                 piece = value.reshape(-1)[rank * size:(rank + 1) * size]
                 state_dict[prefix + name] = torch.zeros_like(mine)
                 state_dict[prefix + name][:piece.numel()] = piece

@@ -1,45 +1,157 @@
-"""ZeRO-3 and second copies of the weights: refused by name, before training.
+"""ZeRO-3 and second copies of the weights: an averaged copy held as partitions.
 
 MMEngine's averaged models (``EMAHook``, MMDetection's ``ExpMomentumEMA``,
-MMPreTrain's EMA) deep-copy the model they average. Under ZeRO-3 the copy of a
-partitioned model holds empty placeholders, and the averaging then fails on the
-first iteration with a shape error. :func:`refuse_copies` makes that deep copy
-say so in one line, with the strategies that keep such a copy.
+MMPreTrain's EMA) deep-copy the model they average. Under ZeRO-3 a parameter
+is an empty placeholder between steps and this rank's elements of it are its
+partition (``ds_tensor``). :func:`allow_partitioned_copies` makes
+``copy.deepcopy`` of the partitioned model give a :class:`PartitionedCopy`,
+each parameter a copy of this rank's partition; the averaged models and
+``EMAHook`` then see the source model as its partitions
+(:class:`Partitions`), so MMEngine's own update (``lerp_``) and swap for
+validation work element by element on partitions, no rank holding the average
+whole. Its ``state_dict`` gathers one parameter at a time, by name, as ZeRO-3's
+model state is saved.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
+import torch
+from flexgraph.strategies.deepspeed.models import saved_shape
 from torch import nn
 
-from flexgraph.training.errors import TrainingError
-
-__all__ = ["copies_refused", "refuse_copies"]
-
-REFUSAL = ("ZeRO-3: copy.deepcopy of the partitioned model (an EMAHook's averaged copy, a "
-           "teacher) copies empty placeholders; use DeepSpeed ZeRO-1/2 or DDPStrategy, or "
-           "FSDPStrategy, which keeps the averaged copy sharded like the model")
+__all__ = ["PartitionedCopy", "Partitions", "allow_partitioned_copies"]
 
 
-def _refuse(memo: Any = None) -> Any:
-    raise TrainingError(REFUSAL)
+class PartitionedCopy(nn.Module):
+    """A ZeRO-3 model's parameters as copies of this rank's partitions, its buffers copied,
+    under the same names; it holds no layers and cannot run."""
+
+    def __init__(self, sources: dict[str, nn.Parameter], tree: dict[str, Any]) -> None:
+        super().__init__()
+        self.__dict__["sources"] = sources  # each parameter's ZeRO-3 source, not a submodule
+        self.__dict__["tree"] = tree  # shared by the copy's modules: its root, what to save
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """The copy's own partitions (what its averaged model averages) when asked directly;
+        whole tensors by name inside its averaged model's (what a checkpoint saves)."""
+        if self.tree["root"] is self:
+            self.tree["whole"] = bool(kwargs.get("prefix", args[1] if len(args) > 1 else ""))
+        return super().state_dict(*args, **kwargs)
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
+                            keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name, mine in self._parameters.items() if self.tree["whole"] else ():
+            if mine is None:
+                continue
+            source = self.sources[name]
+            world = torch.distributed.get_world_size(group=source.ds_process_group)
+            pieces = [torch.empty_like(mine) for _ in range(world)]
+            torch.distributed.all_gather(pieces, mine.detach(), group=source.ds_process_group)
+            whole = torch.cat(pieces)[:source.ds_numel].view(source.ds_shape)
+            destination[prefix + name] = saved_shape(source, whole)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # a whole tensor (a checkpoint's, any strategy's) is cut to this rank's partition
+        for name, mine in self._parameters.items():
+            value = state_dict.get(prefix + name)
+            source = self.sources[name]
+            if mine is not None and value is not None and value.numel() == source.ds_numel:
+                size = mine.numel()
+                rank = torch.distributed.get_rank(group=source.ds_process_group)
+                piece = value.reshape(-1)[rank * size:(rank + 1) * size]
+                state_dict[prefix + name] = torch.zeros_like(mine)
+                state_dict[prefix + name][:piece.numel()] = piece
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a copy of a ZeRO-3 model holds this rank's partitions only: it can "
+                           "be averaged, swapped and saved, not run; run the model itself")
 
 
-def refuse_copies(model: nn.Module) -> None:
-    """``copy.deepcopy(model)`` raises :data:`REFUSAL` (this model alone)."""
-    model.__dict__["__deepcopy__"] = _refuse
+def partitioned_copy(module: nn.Module, memo: dict[int, Any] | None = None) -> PartitionedCopy:
+    """``module``'s parameters as copies of this rank's partitions, its buffers copied."""
+    memo = {} if memo is None else memo
+    if id(module) in memo:
+        return memo[id(module)]
+    tree = memo.setdefault("tree", {"whole": False})
+    node = memo[id(module)] = PartitionedCopy(dict(module._parameters), tree)
+    tree.setdefault("root", node)
+    for name, param in module._parameters.items():
+        if param is not None and id(param) not in memo:
+            memo[id(param)] = nn.Parameter(param.ds_tensor.detach().clone(), requires_grad=False)
+        node.register_parameter(name, None if param is None else memo[id(param)])
+    for name, buffer in module._buffers.items():
+        node.register_buffer(name, None if buffer is None else buffer.detach().clone(),
+                             persistent=name not in module._non_persistent_buffers_set)
+    for name, child in module._modules.items():
+        node.add_module(name, None if child is None else partitioned_copy(child, memo))
+    return node
 
 
-def copies_refused(step: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-    """A ZeRO-3 setup step whose model then refuses deep copies."""
+class Partitions:
+    """A ZeRO-3 model as its averaged copy sees it: each parameter's local partition, each
+    buffer itself (what MMEngine's averaged models and ``EMAHook`` read of a source)."""
 
-    @functools.wraps(step)
-    def refusing(*args: Any, **kwargs: Any) -> nn.Module:
-        model = step(*args, **kwargs)
-        refuse_copies(model)
-        return model
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
 
-    return refusing
+    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return ((name, param.ds_tensor) for name, param in self.model.named_parameters())
+
+    def parameters(self) -> Iterator[torch.Tensor]:
+        return (partition for _, partition in self.named_parameters())
+
+    def buffers(self) -> Iterator[torch.Tensor]:
+        return self.model.buffers()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {**dict(self.named_parameters()), **{
+            name: buffer for name, buffer in self.model.named_buffers()}}
+
+    def release(self) -> None:
+        """Free the parameters held gathered, so that the next forward gathers the partitions."""
+        whole = [p for p in self.model.parameters() if p.data.numel()]
+        if whole:
+            whole[0].partition(param_list=whole)
+
+
+def _update_partitions(self: Any, update: Any, model: Any) -> None:
+    partitioned = isinstance(self.module, PartitionedCopy) and not isinstance(model, Partitions)
+    update(self, Partitions(model) if partitioned else model)
+
+
+def _hook_on_partitions(self: Any, method: Any, *args: Any, release: bool = False,
+                        **kwargs: Any) -> None:
+    """``EMAHook``'s ``method``, its source model seen as partitions where its copy is one."""
+    if not isinstance(self.ema_model.module, PartitionedCopy):
+        method(self, *args, **kwargs)
+        return
+    source, self.src_model = self.src_model, Partitions(self.src_model)
+    if release:
+        self.src_model.release()
+    try:
+        method(self, *args, **kwargs)
+    finally:
+        self.src_model = source
+
+
+def allow_partitioned_copies(model: nn.Module) -> None:
+    """``copy.deepcopy(model)`` gives a :class:`PartitionedCopy` (this model alone), which
+    MMEngine's averaged models update and ``EMAHook`` swaps against the model's partitions."""
+    from mmengine.hooks import EMAHook
+    from mmengine.model import BaseAveragedModel
+
+    model.__dict__["__deepcopy__"] = functools.partial(partitioned_copy, model)
+    if "partitions" not in vars(BaseAveragedModel):  # once per process
+        BaseAveragedModel.partitions = True
+        BaseAveragedModel.update_parameters = functools.partialmethod(
+            _update_partitions, BaseAveragedModel.update_parameters)
+        EMAHook._swap_ema_parameters = functools.partialmethod(
+            _hook_on_partitions, EMAHook._swap_ema_parameters, release=True)
+        EMAHook.after_train_iter = functools.partialmethod(
+            _hook_on_partitions, EMAHook.after_train_iter)

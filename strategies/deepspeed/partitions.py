@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from flexgraph.strategies.deepspeed.copies import copies_refused, refuse_copies
+from flexgraph.strategies.deepspeed.copies import allow_partitioned_copies
 from torch import nn
 
 from flexgraph.training.checkpoint import Slices
@@ -59,7 +59,7 @@ def into_partitions(env: Any, model: nn.Module, record: Any, source_rank: int) -
         _into_partition(param, None if made is None else made[name], maker)
         del made
     return_freed_memory(None)
-    refuse_copies(model)
+    allow_partitioned_copies(model)
 
 
 def _gathered(params: list[nn.Parameter], modifier_rank: int | None = None) -> Any:
@@ -100,7 +100,6 @@ def _into_partition(param: nn.Parameter, value: torch.Tensor | None, source: int
     torch.distributed.scatter(part, chunks, src=source, group=param.ds_process_group)
 
 
-@copies_refused
 def follow_init_draws(cfg: Any, env: Any, model: nn.Module) -> nn.Module:
     """``init_weights`` pruned: every rank's generators advance as the one-device setup's.
 
@@ -126,6 +125,7 @@ def follow_init_draws(cfg: Any, env: Any, model: nn.Module) -> nn.Module:
                           f"the one-device setup could not be recorded to draw its random "
                           f"numbers ({type(exc).__name__}: {str(exc)[:160]}); the random "
                           f"streams after setup differ from a one-device run's", stacklevel=2)
+    allow_partitioned_copies(model)
     return model
 
 

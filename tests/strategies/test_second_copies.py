@@ -6,11 +6,8 @@ DTensor, gathered for the forward into a copy FSDP frees after it.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
-from flexgraph.strategies.deepspeed.copies import REFUSAL, refuse_copies
 from flexgraph.strategies.deepspeed.params import refuse_empty_parameters
 from flexgraph.strategies.fsdp.copies import (
     ShardedCopy,
@@ -102,15 +99,6 @@ def test_a_forward_that_writes_nothing_passes_every_iteration(group):
         model(torch.randn(3, 4)).sum().backward()
         optimizer.step()
         check_forward_writes(model)
-
-
-def test_zero3_refuses_a_deep_copy_of_the_partitioned_model_by_name():
-    model = nn.Linear(2, 2)
-    refuse_copies(model)
-    with pytest.raises(TrainingError) as info:
-        copy.deepcopy(model)
-    assert str(info.value) == REFUSAL and "ZeRO-1/2" in REFUSAL
-    assert isinstance(copy.deepcopy(nn.Linear(2, 2)), nn.Linear), "other models copy as ever"
 
 
 def test_zero3_sends_a_momentum_encoder_to_whole_weights_not_to_fsdp():

@@ -1,9 +1,10 @@
 """MMDetection's SyncNormHook under FSDP: flexgraph's stands in and averages what ranks hold apart.
 
 Two CPU processes (gloo), a model with BatchNorm layers whose running statistics
-differ per rank. Sharded by ``fully_shard`` (the norm weights DTensors),
-flexgraph's hook averages the statistics and leaves the shards; on the same
-model unsharded it gives MMDetection's own hook's result, bit for bit.
+differ per rank. Sharded by ``fully_shard`` (the norm weights DTensors) or
+partitioned by ZeRO-3 (empty parameters), flexgraph's hook averages the
+statistics and leaves the shards; on the same model unsharded it gives
+MMDetection's own hook's result, bit for bit.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _worker(rank: int, world: int, port: int, folder: str) -> None:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         sharded, whole = _model(rank), _model(rank)
@@ -44,6 +46,16 @@ def _worker(rank: int, world: int, port: int, folder: str) -> None:
         SyncNormHook().before_val_epoch(SimpleNamespace(model=sharded))
         SyncNormHook().before_val_epoch(SimpleNamespace(model=whole))
         saved = {"sharded": dict(sharded.named_buffers()), "whole": whole.state_dict()}
+        if importlib.util.find_spec("deepspeed") is not None:
+            import deepspeed
+
+            partitioned = _model(rank)
+            engine, *_ = deepspeed.initialize(model=partitioned, config={
+                "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
+                "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+                "zero_allow_untested_optimizer": True})
+            SyncNormHook().before_val_epoch(SimpleNamespace(model=engine))
+            saved["partitioned"] = dict(partitioned.named_buffers())
         try:
             from mmdet.engine.hooks import SyncNormHook as MMDetSyncNormHook
         except ImportError:
@@ -65,11 +77,22 @@ def test_norm_statistics_are_averaged_over_sharded_and_whole_models(tmp_path):
     assert not torch.equal(before[0]["1.running_mean"], before[1]["1.running_mean"])
     for saved in ranks:
         assert torch.equal(saved["sharded"]["1.running_mean"], mean)
-        for key, value in saved["sharded"].items():
+        for key, value in [*saved["sharded"].items(), *saved.get("partitioned", {}).items()]:
             assert torch.equal(value, saved["whole"][key]), key
         assert torch.equal(saved["whole"]["1.weight"], before[0]["1.weight"])
-        assert ("mmdet" in saved) == (importlib.util.find_spec("mmdet") is not None)
+        for package, key in (("mmdet", "mmdet"), ("deepspeed", "partitioned")):
+            assert (key in saved) == (importlib.util.find_spec(package) is not None)
         if "mmdet" in saved:
             assert saved["mmdet"].keys() == saved["whole"].keys()
             for key, value in saved["mmdet"].items():
                 assert torch.equal(value, saved["whole"][key]), key
+
+
+def test_mmdetection_s_hook_is_built_as_flexgraph_s_with_its_priority(make_cfg):
+    pytest.importorskip("mmdet", reason="make test-ecosystem installs mmdet")
+    from tests.training.training_helpers import build_hooks
+
+    hooks = build_hooks(make_cfg(custom_hooks=[
+        dict(type="mmdet.SyncNormHook", priority="LOW")])).hooks
+    (built,) = [hook for hook in hooks if "SyncNorm" in type(hook).__name__]
+    assert type(built) is SyncNormHook and built.priority == "LOW"

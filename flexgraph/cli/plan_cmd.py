@@ -35,7 +35,7 @@ from flexgraph.cli.errors import UsageError
 from flexgraph.cli.options import parse_cfg_options
 from flexgraph.cli.planning import choose_strategy, derived_plan, load_config, make_run_plan
 from flexgraph.core.plan import Plan
-from flexgraph.core.references import check_references
+from flexgraph.core.references import check_references, resolve_fn
 
 if TYPE_CHECKING:
     from flexgraph.core.strategy import Strategy
@@ -135,6 +135,13 @@ def pruning_notes(cfg: Any, strategy: Any, plan: Plan) -> dict[str, str]:
                             f"state_dict entry (flexgraph plan --estimate says whether)"}
 
 
+def strategy_notes(cfg: Any, strategy: Strategy | None) -> dict[str, str]:
+    """What the strategy's steps will make of the config, by step (``Strategy.plan_notes``)."""
+    if cfg is None or strategy is None or not strategy.plan_notes:
+        return {}
+    return resolve_fn(strategy.plan_notes)(cfg, strategy)
+
+
 def _load_from(spec: Spec) -> str | None:
     from flexgraph.training.config import read_settings
 
@@ -216,7 +223,8 @@ def _plan_command(args: argparse.Namespace) -> int:
     plan = make_run_plan(spec, strategy)
     for unchecked in check_references(plan):
         print(f"note: {unchecked}", file=sys.stderr)
-    notes = {**checkpoint_notes(spec.cfg, plan), **pruning_notes(spec.cfg, strategy, plan)}
+    notes = {**checkpoint_notes(spec.cfg, plan), **pruning_notes(spec.cfg, strategy, plan),
+             **strategy_notes(spec.cfg, strategy)}
     if args.format == "html":
         from flexgraph.cli.plan_page import page_of_plan
 

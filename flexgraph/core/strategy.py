@@ -52,6 +52,9 @@ class Strategy:
     prunable : tuple of str
         Steps a run may prune before these rewrites (a derived
         :class:`~flexgraph.core.rewrite.Prune`); the rewrites fit either graph.
+    plan_notes : str or None
+        ``'module:function'`` of ``(cfg, strategy) -> {step: line}``: what its steps
+        will make of the config, for ``flexgraph plan`` (a module without torch).
     """
 
     name: str
@@ -62,6 +65,7 @@ class Strategy:
     memory_model: str | None = None
     memory_options: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
     prunable: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    plan_notes: str | None = None
 
     def then(self, *rewrites: Rewrite) -> Strategy:
         """This strategy with ``rewrites`` appended; its checks still apply."""

@@ -210,4 +210,5 @@ def deepspeed(
     return Strategy(DEEPSPEED.name, rewrites, doc=f"DeepSpeed ZeRO stage {stage}",
                     world_size="many", checks=checks,
                     memory_model=DEEPSPEED.memory_model, memory_options={"config": ds},
-                    prunable=("init_weights",) if stage == 3 else ())
+                    prunable=("init_weights",) if stage == 3 else (),
+                    plan_notes="flexgraph.strategies.deepspeed.options:plan_notes")

@@ -6,7 +6,8 @@
 * :func:`precision`: the one precision the config enables.
 * :func:`amp_sections`: an ``AmpOptimWrapper``'s ``dtype`` and ``loss_scale`` as
   DeepSpeed's ``bf16`` / ``fp16`` section; :func:`wrapper_options` what of an
-  ``optim_wrapper`` DeepSpeed's wrapper takes.
+  ``optim_wrapper`` DeepSpeed's wrapper takes; :func:`plan_notes` the first, as
+  ``flexgraph plan`` shows it.
 
 Plan time: nothing here imports DeepSpeed or torch; what only the run knows
 (batch sizes, ``'auto'`` sizes) is filled in by
@@ -26,7 +27,7 @@ from flexgraph.strategies.names import DEEPSPEED
 
 from flexgraph.core.strategy import StrategyOptionError
 
-__all__ = ["amp_sections", "deepspeed_config", "precision", "wrapper_options"]
+__all__ = ["amp_sections", "deepspeed_config", "plan_notes", "precision", "wrapper_options"]
 
 _AUTO_KEYS = {0: (), 1: ("reduce_bucket_size", "allgather_bucket_size"),
               2: ("reduce_bucket_size", "allgather_bucket_size"),
@@ -214,3 +215,13 @@ def amp_sections(optim_cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                       "or dict(init_scale=2.**N, growth_interval=...)")
     return {"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": int(power),
                      "loss_scale_window": int(options["growth_interval"]), "hysteresis": 1}}
+
+
+def plan_notes(cfg: Any, strategy: Any) -> dict[str, str]:
+    """What ``deepspeed_initialize`` makes of an ``AmpOptimWrapper``: DeepSpeed's section."""
+    sections = amp_sections(dict(cfg.get("optim_wrapper") or {}))
+    if not sections or precision(strategy.memory_options["config"]) != "fp32":
+        return {}
+    (name, amp), = sections.items()
+    return {"deepspeed_initialize": f"optim_wrapper's AmpOptimWrapper becomes DeepSpeed's "
+                                    f"{name}: {json.dumps(amp)}"}

@@ -4,8 +4,8 @@ MMPreTrain's ResNet-18 config, as installed, made small by ``--cfg-options``
 (32 px images of 5 classes, batch 4, one epoch), trains on 2 CPU processes with
 the hooks that MMPreTrain's and MMDetection's configs name in ``custom_hooks``
 and that apply to a classifier, under a single device, DDP and FSDP (there
-without MMDetection's SyncNormHook, which all-reduces the sharded norm weights,
-and without EMA, whose sharding is its own matter). Under DDP
+without EMA, whose sharding is its own matter; MMDetection's SyncNormHook is
+flexgraph's there, which leaves the norm weights' shards as they are). Under DDP
 its validation outputs, rank by rank, are those of MMEngine's ``Runner``: each
 rank keeps its own BatchNorm statistics, as the Runner's DDP does.
 """
@@ -24,8 +24,6 @@ pytestmark = pytest.mark.slow
 
 pytest.importorskip("mmdet", reason="make test-ecosystem installs mmpretrain and mmdet")
 
-#: MMDetection's SyncNormHook all-reduces the norm layers' state_dict, which FSDP shards
-SYNC_NORM = "dict(type='mmdet.SyncNormHook')"
 #: the hooks these packages' configs name that a classifier can run (the detectors',
 #: trackers' and self-supervised models' own need those models); the loop does the
 #: default hooks' work itself
@@ -39,7 +37,7 @@ HOOKS = [
     "dict(type='VisualizationHook')",
     "dict(type='mmdet.CheckInvalidLossHook', interval=1)",
     "dict(type='mmdet.NumClassCheckHook')",
-    SYNC_NORM,
+    "dict(type='mmdet.SyncNormHook')",
     "dict(type='mmdet.DetVisualizationHook')",
     "dict(type='SyncBuffersHook')",
     "dict(type='RankOutputs')",
@@ -90,7 +88,7 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp"])
 def test_the_hooks_openmmlab_configs_name_train_under_each_strategy(root, strategy):
-    hooks = [h for h in HOOKS if h != SYNC_NORM] if strategy == "fsdp" else [EMA, *HOOKS]
+    hooks = HOOKS if strategy == "fsdp" else [EMA, *HOOKS]
     nproc = "1" if strategy == "single" else "2"
     done = flexgraph_run(_config(root, hooks), root / strategy, _options(root / "data"),
                          "--strategy", strategy, "--nproc-per-node", nproc, cwd=root)

@@ -60,6 +60,7 @@ from flexgraph.training.config import (
 )
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.loop._checkpoint_hook import BuiltinCheckpointHook
+from flexgraph.training.loop._sync_norm import SyncNormHook, replaces
 from flexgraph.training.output import RunContext
 from flexgraph.training.runtime import launch_rank, this_rank, world_size
 
@@ -498,7 +499,17 @@ _NO_VISUALIZER_YET = "Visualizer.get_current_instance()"  # MMEngine's words for
 
 
 def _hook_from_cfg(cfg: Any, what: str, runner: RunnerView) -> Any:
-    """Build one hook; one that asks for the current Visualizer gets the run's."""
+    """Build one hook; one that asks for the current Visualizer gets the run's, and
+    MMDetection's ``SyncNormHook`` flexgraph's, which works on shards too."""
+    hook = _built_hook(cfg, what, runner)
+    if replaces(hook):
+        mine = SyncNormHook()
+        mine.priority = hook.priority
+        return mine
+    return hook
+
+
+def _built_hook(cfg: Any, what: str, runner: RunnerView) -> Any:
     if not isinstance(cfg, dict) and not hasattr(cfg, "items"):
         refuse_unknown_reads(cfg, what, runner)
         return cfg  # an already-built hook object

@@ -278,6 +278,23 @@ def test_amp_settings_deepspeed_cannot_honour_are_refused_by_name():
         _fill({}, optim_wrapper=dict(type="AmpOptimWrapper", dtype="float32"))
 
 
+def test_the_plan_shows_what_an_amp_optim_wrapper_becomes(tmp_path, capsys):
+    config = tmp_path / "amp.py"
+    config.write_text(f"_base_ = [{str(ROOT / 'examples' / 'quickstart.py')!r}]\n"
+                      "optim_wrapper = dict(type='AmpOptimWrapper', loss_scale=512.0, "
+                      "optimizer=dict(type='SGD', lr=0.1))\n")
+    said = 'optim_wrapper\'s AmpOptimWrapper becomes DeepSpeed\'s fp16: {"enabled": true, ' \
+           '"loss_scale": 512.0}'
+    assert main(["plan", str(config), "--strategy", "deepspeed"]) == 0
+    assert f"deepspeed_initialize: {said}" in capsys.readouterr().out.splitlines()
+    assert main(["plan", str(config), "--strategy", "deepspeed", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == {"deepspeed_initialize": said}
+    for other in (["--strategy", "ddp"], ["--cfg-options", "strategy.type=DeepSpeedStrategy",
+                                          "strategy.fp16.enabled=True"]):
+        assert main(["plan", str(config), "--format", "json", *other]) == 0
+        assert "notes" not in json.loads(capsys.readouterr().out), "the strategy's own wins"
+
+
 def test_keys_deepspeed_s_wrapper_does_not_take_are_named_to_be_dropped():
     from flexgraph.strategies.deepspeed.options import wrapper_options
 

@@ -1,40 +1,16 @@
 """``flexgraph run``: plan a config, then execute the plan.
 
-Everything that can be checked before a step runs is checked first (the spec,
-the strategy, the plan), so bad input exits 2 without starting processes or
-writing files; so is every step's function (imported before the first step
-runs). With ``--nproc-per-node N`` (or ``--nnodes``, or ``--max-restarts K``)
-this process only launches: torch's elastic agent starts N copies of
-``flexgraph run`` with the usual RANK / WORLD_SIZE variables, and restarts them
-after a failure (see :mod:`flexgraph.cli.launch`, which also reports the ranks'
-errors). A copy started by ``torchrun`` directly works the same way, and so
-does a task of an ``srun`` step, which takes its rank from SLURM
-(:mod:`flexgraph.cli.slurm`, ``--launcher``).
-
-Before anything is written in the work_dir, the run takes it for itself
-(:mod:`flexgraph.cli.work_dir_owner`): a second run on it stops at once.
-
-The launcher finds every step's function without importing it
-(:func:`~flexgraph.core.references.check_references`), so a misspelling stops
-the run before any rank starts, and imports only what that cannot settle (a
-star import, a compiled module). Its ranks import every function before their
-first step anyway; importing them in the launcher as well would cost each launch
-the training stack's imports (0.5 to 1.5 s of CPU, measured on the test
-configs). A module that is found but fails to import is reported by the ranks,
-as one process reports it (exit 2, never restarted).
-
-Each process plans once (:mod:`flexgraph.cli.planning`): a process that runs the
-plan derives the rewrites its files call for first, then plans with them; a
-launcher, which builds no model, plans without them. The launched copies read
-the same config with the same arguments and the same world size, so they plan
-what the launcher planned; to make that a checked fact rather than a hope, the
-launcher hands them the digest of what its plan is made of
-(``FLEXGRAPH_PLAN_DIGEST``: :func:`~flexgraph.cli.planning.plan_digest`), and a
-copy whose digest differs refuses to run before it derives or plans anything.
-
-The run's context (:class:`~flexgraph.training.output.RunContext`) is made
-once, in the process that runs the plan, from the facts gathered on the way:
-the launch, the plan, the work_dir's record.
+What can be checked before a step runs is checked first (spec, strategy, plan,
+each step's function found without importing it), so bad input exits 2 without
+starting processes or writing files. With ``--nproc-per-node N`` (``--nnodes``,
+``--max-restarts``) this process only launches: torch's elastic agent starts N
+copies of ``flexgraph run`` (:mod:`flexgraph.cli.launch`); a copy started by
+``torchrun`` or an ``srun`` task (:mod:`flexgraph.cli.slurm`) works the same way.
+The run takes the work_dir for itself before writing there
+(:mod:`flexgraph.cli.work_dir_owner`). Each process plans once
+(:mod:`flexgraph.cli.planning`); the launcher hands its ranks the digest of its
+plan, and a rank whose own plan differs refuses to run. The run's context is
+made once, in the process that runs the plan.
 """
 
 from __future__ import annotations

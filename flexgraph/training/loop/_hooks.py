@@ -770,7 +770,7 @@ def _record_config(visualizer: Any, cfg: Any) -> None:
 
     Not to a ``LocalVisBackend``: its ``vis_data/config.py`` would repeat the
     run folder's ``config.py``, and MMEngine's ``Config.dump`` that it calls
-    costs a big config's start 0.2 s. A config that is not an mmengine
+    slows a big config's start. A config that is not an mmengine
     ``Config`` (the Python API's plain dicts) has no text to record.
     """
     from mmengine.config import Config

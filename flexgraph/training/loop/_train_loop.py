@@ -1,11 +1,5 @@
 """The training loop: epoch- or iteration-based, validation, checkpoints, logging.
 
-Per iteration the loop fetches a batch, calls the train step, hands the
-logged value and the lr to the output and fires the iteration hooks. Log
-lines, validation, progress-bar updates and stop checks are "events" whose
-next iteration count is computed ahead, so that between them nothing else
-runs.
-
 Order of hook points and of the built-in work, as MMEngine's Runner has them::
 
     before_run                       (fired by the first step that needs hooks)
@@ -36,12 +30,9 @@ depend on how often the run validates, and a checkpoint saved right before a
 validation holds the RNG state the run continues from: resuming replays
 nothing and ends bit-identical to an uninterrupted run.
 
-Stopping on a signal (:mod:`flexgraph.training.loop._preemption`): a single
-process checks its flag after every iteration, several ranks agree every
-``check_interval`` iterations. When a stop is due, whatever else is due at
-that iteration happens first, then the state is saved there (unless it just
-was) and :class:`TrainingStopped` ends the run; no ``after_train`` /
-``after_run``, since training did not finish.
+On a stop signal (:mod:`flexgraph.training.loop._preemption`) what is due at
+that iteration happens first, then the state is saved and
+:class:`TrainingStopped` ends the run, without ``after_train``/``after_run``.
 """
 
 from __future__ import annotations

@@ -1,40 +1,11 @@
 """What a launcher hands the processes it starts, through their environment: every name here.
 
-``flexgraph run --nproc-per-node N`` starts its ranks through torch's elastic
-agent, which passes them nothing but their environment. So the few facts a
-rank takes from its launcher rather than working out again travel as
-``FLEXGRAPH_*`` variables, and both sides import their names from this one
-module: the launcher (:mod:`flexgraph.cli.launch`, :mod:`flexgraph.cli.run_cmd`)
-writes them, a rank reads them once, into :class:`LaunchEnv`, and from there
-they become fields of the run's context
-(:class:`~flexgraph.training.output.RunContext`), which is what the steps see.
-
-The variables (a rank started by ``torchrun`` or ``srun`` directly has none):
-
-- :data:`LAUNCHER_PID_VAR`: the launcher's process id. Its ranks leave
-  reporting their errors to it; a rank that must signal its launcher finds it
-  here.
-- :data:`PLAN_DIGEST_VAR`: the digest of the launcher's plan; a rank whose
-  own plan differs refuses to run.
-- :data:`RUN_ID_VAR`: the launch's run id, by which a rank 0 recognises the
-  work_dir lock its launcher holds.
-- :data:`PROGRESS_DIR_VAR`: the folder where each rank keeps its progress
-  record (:class:`~flexgraph.training.output.Progress`) and its note that it
-  stopped and saved.
-- :data:`AUTO_CHOICE_VAR`, :data:`AUTO_REASON_VAR`: the launcher's
-  ``--strategy auto`` choice and why (the ranks do not estimate again).
-- :data:`RUN_ESTIMATE_VAR`: the estimate the run's memory is measured
-  against, as JSON (:class:`~flexgraph.training.output.RunEstimate`).
-
-This module imports nothing beyond the standard library and attrs: the
-launcher, ``flexgraph plan`` (through :mod:`flexgraph.cli.stopping`) and a run of
-a pipeline that never imports torch import it. That
-is why it sits in :mod:`flexgraph.training.output`, whose face imports torch
-only on first use, rather than in :mod:`flexgraph.training.runtime`, whose face
-binds step functions (``setup_process_group``) that
-:func:`~flexgraph.core.references.check_references` must find without
-importing them. Output is also where the run's context, which carries these
-facts to the steps, lives.
+torch's elastic agent passes ranks nothing but their environment, so the few
+facts a rank takes from its launcher travel as ``FLEXGRAPH_*`` variables; the
+launcher writes them, a rank reads them once into :class:`LaunchEnv`, and they
+become fields of the run's context. A rank started by ``torchrun`` or ``srun``
+directly has none. Standard library and attrs only: the launcher and
+``flexgraph plan`` import it without torch.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from flexgraph.cli.plan_cmd import load_spec_and_plan
-from flexgraph.render._page_memory import held_by_step
+from flexgraph.render._page_memory import columns, held_by_step
 from flexgraph.render.estimate import size_text
 from tests.browser.chromium import (
     OFFLINE,
@@ -77,16 +77,18 @@ def test_every_step_rewrite_and_reason_is_in_the_rendered_page(pages, tmp_path, 
 
 def test_the_fsdp_page_says_what_fsdp_changed_and_why(pages, tmp_path):
     dom = DomText(dump_dom(pages["fsdp"], tmp_path / "profile"))
-    assert "fsdp #5 inserted: insert fully_shard after init_weights" in dom.text
+    assert "fsdp #3 inserted: insert fully_shard after build_model" in dom.text
     assert ("why: runs before build_optim_wrapper: an optimizer built before sharding holds "
             "the full parameters") in dom.text
     assert "fsdp #1 replaced: replace setup_env with" in dom.text
-    assert ("fsdp #5 insert : insert fully_shard after init_weights, when init_weights is "
-            "planned (applied: init_weights is planned)") in dom.text
-    assert ("fsdp #6 skipped: insert fully_shard after build_model, when init_weights is not "
-            "planned (skipped: init_weights is planned)") in dom.text
-    assert dom.rows["model-fully_shard"][2:4] == ["initialised, on_device, sharded",
-                                                  "+initialised +on_device +sharded -unwrapped"]
+    assert ("fsdp #7 move : move init_weights after materialize, when init_weights is planned "
+            "(applied: init_weights is planned) (why: init_weights writes each rank's rows "
+            "into its shards") in dom.text
+    assert ("fsdp #4 skipped : move compile before fully_shard, when compile is planned "
+            "(skipped: compile is not planned)") in dom.text
+    assert dom.rows["model-fully_shard"][2:4] == ["sharded", "+sharded -unwrapped"]
+    assert dom.rows["model-init_weights"][2:4] == ["initialised, on_device, sharded",
+                                                   "+initialised"]
 
 
 def test_a_step_of_the_users_is_marked_and_drawn_where_its_needs_placed_it(tmp_path):
@@ -141,16 +143,21 @@ def test_the_estimate_page_holds_every_figure_per_step_and_rank(tmp_path):
     dom = DomText(dump_dom(page, tmp_path / "profile"))
     _, plan = load_spec_and_plan(QUICKSTART, "fsdp", [])
     held, said = held_by_step(plan.order, report["candidates"][0])
+    shown = columns(held, 2)  # rank 0 apart from the others only where they differ
     for name in plan.order:
         cells = dom.rows[f"memory-{name}"]
         assert cells[1] == name
-        rank0, others = (size_text(held[name][r, "host"]) for r in ("rank0", "others"))
-        assert cells[2].startswith(rank0) and cells[3].startswith(others), (name, cells)
+        for cell, (_, key) in zip(cells[2:], shown, strict=False):
+            assert cell.startswith(size_text(held[name][key])), (name, cells)
         for line in said.get(name, []):
             assert line in cells[-1]
-    # how much does rank 0 hold at init_weights? the whole model, fp32
-    whole = report["parameters"]["bytes"]
-    assert dom.rows["memory-init_weights"][2] == size_text(whole)
+    # how much does rank 0 hold at init_weights? as the others: its shards, one parameter in
+    # flight (two fp32 copies of it), never the whole model besides
+    at_init = held["init_weights"]["rank0", "host"]
+    in_flight = 2 * 4 * report["parameters"]["largest_parameter"]
+    assert at_init == held["init_weights"]["others", "host"]
+    assert in_flight < at_init < report["parameters"]["bytes"] + in_flight
+    assert dom.rows["memory-init_weights"][2] == size_text(at_init)
     assert "peak" in dom.rows["memory-train"][2]
 
 

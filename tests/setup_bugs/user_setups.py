@@ -44,7 +44,7 @@ USER_REWRITES = {
     # rank 0's copy in another dtype than the others' before fully_shard
     "accelerate_4021": ("fsdp", {}, Insert(Step(
         "snapshot_dtype", f"{HERE}:bf16_on_source", requires="env", updates="model",
-        before="fully_shard"), after="init_weights")),
+        before="fully_shard"), after="build_model")),
     # every rank builds (loads) the whole model though the strategy builds it on meta
     "ms_swift_9982": ("fsdp", {}, Configure("build_model", {"device": None})),
 }

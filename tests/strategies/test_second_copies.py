@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flexgraph.strategies.deepspeed.params import refuse_empty_parameters
+from flexgraph.strategies.deepspeed.params import empty_parameters
 from flexgraph.strategies.fsdp.copies import (
     ShardedCopy,
     allow_sharded_copies,
@@ -103,9 +103,7 @@ def test_a_forward_that_writes_nothing_passes_every_iteration(group):
 
 def test_zero3_sends_a_momentum_encoder_to_whole_weights_not_to_fsdp():
     model = _as_zero3(Momentum(), empty=("momentum.weight", "momentum.bias"))
-    with pytest.raises(Exception) as info:
-        refuse_empty_parameters(model)
-    message = str(info.value)
+    message = empty_parameters(model)
     assert "'momentum.weight' and 1 more are empty" in message
     assert "stage 1 or 2, or DDPStrategy" in message and "FSDP" not in message
 

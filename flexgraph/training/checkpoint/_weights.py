@@ -183,6 +183,23 @@ def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int,
 
     For loaders that put weights in one by one (shards, ZeRO-3 partitions); refuses
     a file none of whose keys match, naming ``owner``.
+
+    Parameters
+    ----------
+    checkpoint : Any
+        The loaded file: a state dict, or MMEngine's dict holding one.
+    path : str
+        Where it was read from, for the messages.
+    shapes : Mapping[str, tuple[int, ...]]
+        Each parameter's whole shape in the model, by its name.
+    owner : str
+        Who loads, named when nothing matches.
+
+    Returns
+    -------
+    tuple[dict[str, Any], WeightsLoaded]
+        The weights whose name and shape fit, and the keys missing, unexpected
+        and mismatched, as ``load_state_dict`` reports them.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     named = {k: weights[k] for k in shapes if k in weights}

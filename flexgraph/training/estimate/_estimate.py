@@ -9,6 +9,7 @@ Per rank, for each candidate strategy::
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -293,9 +294,11 @@ def initialised_whole(cfg: Any, census: Census) -> tuple[tuple[str, int, str], .
     from flexgraph.training.runtime import capture_rng, restore_rng
 
     before = capture_rng()
+    logging.disable(logging.INFO)  # init_weights' per-parameter lines go to stdout, past --format
     try:
         record = record_one_device_setup(cfg, None, load_pretrained=lambda *_: None)
     finally:
+        logging.disable(logging.NOTSET)
         restore_rng(before)
     modules = dict(census.model.named_modules())
     return tuple((name, sum(p.numel() * p.element_size() for p in modules[name].parameters()),

@@ -146,10 +146,10 @@ def _live_peak_of_real_steps(cfg) -> int:
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from flexgraph.training.estimate._config import first_batch
-    from flexgraph.training.steps import build_model
+    from flexgraph.training.steps import build_model, setup_env
 
     torch.manual_seed(0)
-    model = build_model(cfg, env=None).train()
+    model = build_model(cfg, setup_env(cfg, device="cpu")).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batch = first_batch(cfg)
 

@@ -33,9 +33,9 @@ train_cfg = dict(by_epoch=True, max_epochs=1)
 
 def _cuda_peak_of_second_step(cfg) -> int:
     from flexgraph.training.estimate._config import first_batch
-    from flexgraph.training.steps import build_model
+    from flexgraph.training.steps import build_model, setup_env
 
-    model = build_model(cfg, env=None).cuda().train()
+    model = build_model(cfg, setup_env(cfg, device="cuda")).cuda().train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     scaler = torch.amp.GradScaler("cuda")
     batch = first_batch(cfg)

@@ -206,6 +206,10 @@ class DeepSpeedStateAccess(StateAccess):
                                            strict=True)]
         return {"state": state, "param_groups": groups}
 
+    def parameter_names(self, model: Any) -> list[str]:
+        """ZeRO's groups hold only the trained parameters; a ``.pth`` numbered them all."""
+        return [name for name, _ in model.engine.module.named_parameters()]
+
     def templates(self, model: Any, optim_wrapper: Any, saved: dict[str, tuple[int, ...]]
                   ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         module = model.engine.module

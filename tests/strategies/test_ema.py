@@ -110,7 +110,8 @@ def test_the_average_equals_ddps_and_each_rank_holds_its_share(root, ddp, name):
 
 
 @pytest.mark.parametrize("first,then", [("fsdp", "fsdp"), ("fsdp", "ddp"), ("ddp", "fsdp"),
-                                        ("fsdp", "zero2"), ("zero3", "ddp"), ("zero3", "zero3")])
+                                        ("fsdp", "zero2"), ("ddp", "zero3"), ("zero3", "ddp"),
+                                        ("zero3", "zero3")])
 def test_the_average_resumes_under_another_strategy(root, ddp, first, then):
     work = f"resume-{first}-{then}"
     for name, epochs, extra in ((first, 1, ()), (then, 2, ("--resume", "auto"))):

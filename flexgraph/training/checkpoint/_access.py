@@ -61,6 +61,11 @@ class StateAccess:
         """``{'state': {name: {key: tensor}}, 'param_groups': [{..., 'params': [names]}]}``."""
         raise NotImplementedError
 
+    def parameter_names(self, model: Any) -> list[str] | None:
+        """Every parameter's name, frozen ones too, in the model's order; ``None`` where the
+        optimizer holds them all, as torch's does."""
+        return None
+
     def templates(self, model: Any, optim_wrapper: Any, saved: dict[str, tuple[int, ...]]
                   ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """What a load reads into: the model's and the optimizer's state dicts.
@@ -120,7 +125,8 @@ def _sharded_like(templates: dict[str, Any], state: dict[str, Any]) -> dict[str,
     return {key: cut(key, value) for key, value in state.items()}
 
 
-def positions_to_names(saved: dict[str, Any], names: list[list[str]]) -> dict[str, Any]:
+def positions_to_names(saved: dict[str, Any], names: list[list[str]],
+                       every: list[str] | None = None) -> dict[str, Any]:
     """A torch ``optimizer.state_dict()`` (parameters numbered) keyed by parameter name.
 
     The same configs number parameters alike in every strategy, which lets a
@@ -132,6 +138,10 @@ def positions_to_names(saved: dict[str, Any], names: list[list[str]]) -> dict[st
         The saved optimizer state.
     names : list of list of str
         The optimizer's parameter names, group by group, in torch's numbering order.
+    every : list of str, optional
+        Every parameter of the model, frozen ones too, in its order: where this
+        run's optimizer holds only the trained ones (ZeRO) and the saved one held
+        them all (MMEngine's constructor), the frozen ones are told apart by it.
 
     Returns
     -------
@@ -139,18 +149,43 @@ def positions_to_names(saved: dict[str, Any], names: list[list[str]]) -> dict[st
         The same state, keyed by name.
     """
     groups = saved.get("param_groups") or []
-    if [len(g.get("params", [])) for g in groups] != [len(g) for g in names]:
-        raise ValueError(
-            f"its optimizer has groups of {[len(g.get('params', [])) for g in groups]} "
-            f"parameters, this run's of {[len(g) for g in names]}")
-    name_of = {position: name for group, group_names in zip(groups, names, strict=True)
-               for position, name in zip(group["params"], group_names, strict=True)}
+    sizes = [len(g.get("params", [])) for g in groups]
+    if sizes == [len(g) for g in names]:
+        kept = list(zip(groups, names, strict=True))
+        name_of = {position: name for group, group_names in kept
+                   for position, name in zip(group["params"], group_names, strict=True)}
+    else:
+        kept, name_of = _trained_groups(saved, names, every, sizes)
     return {
-        "state": {name_of[int(k)]: v for k, v in (saved.get("state") or {}).items()},
+        "state": {name_of[int(k)]: v for k, v in (saved.get("state") or {}).items()
+                  if name_of[int(k)] in {n for g in names for n in g}},
         "param_groups": [{**{k: v for k, v in g.items() if k != "params"},
-                          "params": list(group_names)}
-                         for g, group_names in zip(groups, names, strict=True)],
+                          "params": list(group_names)} for g, group_names in kept],
     }
+
+
+def _trained_groups(saved: dict[str, Any], names: list[list[str]], every: list[str] | None,
+                    sizes: list[int]) -> tuple[list[tuple[dict[str, Any], list[str]]],
+                                               dict[int, str]]:
+    """The saved groups paired with this run's, when the saved ones also hold the frozen
+    parameters; a ``ValueError`` where the numbering says otherwise."""
+    mismatch = ValueError(f"its optimizer has groups of {sizes} parameters, this run's of "
+                          f"{[len(g) for g in names]}")
+    groups = saved.get("param_groups") or []
+    if every is None or sum(sizes) != len(every):
+        raise mismatch
+    name_of = dict(zip((p for g in groups for p in g["params"]), every, strict=True))
+    trained = {n for g in names for n in g}
+    paired = [(g, [name_of[p] for p in g["params"] if name_of[p] in trained]) for g in groups]
+    if [n for _, n in paired] != names:  # this run dropped the groups with nothing to train
+        paired = [(g, n) for g, n in paired if n]
+    if [n for _, n in paired] != names:
+        raise mismatch
+    stale = [name_of[int(k)] for k, v in (saved.get("state") or {}).items()
+             if v and name_of[int(k)] not in trained]
+    if stale:
+        raise ValueError(f"it trained {stale[0]!r}, which this run's model freezes")
+    return paired, name_of
 
 
 def restore_into(access: StateAccess, checkpoint: dict[str, Any], what: str, *, model: Any,

@@ -45,7 +45,8 @@ class FileStateRestorer(OneFileChecks):
             current = self.access.optimizer_state(model, optim_wrapper)["param_groups"]
             try:
                 checkpoint["optimizer"] = positions_to_names(
-                    optimizer, [list(g["params"]) for g in current])
+                    optimizer, [list(g["params"]) for g in current],
+                    self.access.parameter_names(model))
             except ValueError as exc:
                 raise CheckpointError(
                     f"cannot resume {str(path)!r} under this strategy: {exc}; resume with "

@@ -136,6 +136,22 @@ def test_positions_become_names_only_for_the_same_grouping():
         positions_to_names(saved, [["a.weight", "a.bias", "b.weight"]])
 
 
+def test_positions_of_frozen_parameters_are_told_apart_by_the_models_order():
+    """A DDP ``.pth`` numbered every parameter; ZeRO's groups hold the trained ones alone."""
+    saved = {"state": {1: {"momentum_buffer": 1}, 2: {"momentum_buffer": 2}},
+             "param_groups": [{"lr": 0.1, "params": [0, 1, 2]}]}
+    every = ["stem.weight", "neck.weight", "head.weight"]
+    named = positions_to_names(saved, [["neck.weight", "head.weight"]], every)
+    assert named["state"] == {"neck.weight": {"momentum_buffer": 1},
+                              "head.weight": {"momentum_buffer": 2}}
+    assert named["param_groups"] == [{"lr": 0.1, "params": ["neck.weight", "head.weight"]}]
+    with pytest.raises(ValueError, match=r"groups of \[3\] parameters, this run's of \[1\]"):
+        positions_to_names(saved, [["head.weight"]], every[1:])
+    with pytest.raises(ValueError, match="it trained 'neck.weight', which this run's model "
+                                         "freezes"):
+        positions_to_names(saved, [["head.weight"]], every)
+
+
 def test_a_converter_writes_a_portable_checkpoint_and_reads_it_tensor_by_tensor(tmp_path):
     model, wrapper = _trained()
     optimizer = TorchStateAccess().optimizer_state(model, wrapper)

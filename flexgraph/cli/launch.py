@@ -430,26 +430,8 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
     torchrun builds ``LocalElasticAgent`` itself, so the few lines that wire the
     rendezvous, the worker spec and the agent are repeated here. Whatever
     options this torch's ``LaunchConfig`` shares with its ``WorkerSpec`` and
-    agent are passed through by name, so newer knobs keep working.
-
-    Parameters
-    ----------
-    torch_args : argparse.Namespace
-        torchrun's arguments, as its parser makes them.
-    progress_dir : str
-        The folder where each rank keeps its progress record.
-    quiet : bool
-        Keep torch elastic's info lines off the console.
-    grace : float
-        Seconds between the SIGTERM and the SIGKILL of every stop of the ranks.
-    watch : callable or None
-        The watch folder of an attempt (by restart count), where the ranks
-        report a stall.
-
-    Returns
-    -------
-    _ReportingAgent
-        The agent, after its run: what each rank's exit was.
+    agent are passed through by name, so newer knobs keep working. ``grace`` is
+    the seconds from SIGTERM to SIGKILL; ``watch`` gives an attempt's watch folder.
     """
     import inspect
 

@@ -268,23 +268,10 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
          handed_down: LaunchEnv | None = None, progress: Any = None) -> int:
-    """Plan, then launch the ranks or run the plan here.
+    """Plan, then launch the ranks or run the plan here; the exit status.
 
-    Parameters
-    ----------
-    args : argparse.Namespace
-        The parsed command line (read only).
-    hooks : sequence, default ()
-        Executor hooks (a launched rank's report).
-    handed_down : LaunchEnv, optional
-        What a launcher handed this process (``None``: no launcher).
-    progress : Progress, optional
-        The progress record this rank keeps for its launcher.
-
-    Returns
-    -------
-    int
-        The exit status.
+    ``hooks`` are executor hooks (a launched rank's report); ``handed_down`` is what
+    a launcher handed this process, ``progress`` the record it keeps for it.
     """
     # What loading and planning import stays out of the collector's scans (see collector.py).
     with imports_kept_from_collector() as imports_done:

@@ -303,3 +303,34 @@ def leave(barrier: Any, destroy: Any) -> None:
     destroy()
     sys.stdout.flush()
     os._exit(0)
+
+
+def each_rank_makes_its_rows(env: Any, model: Any, record: Any, source_rank: int) -> None:
+    """The other way to place ``init_weights`` under FSDP, for the ``fsdp-own`` row: every
+    rank makes each parameter whole from the record, one at a time, and keeps its rows.
+
+    No scatter, and the same peak (one parameter in flight), but every rank draws
+    every value: W times the generator's work of ``scatter_rows``, where the ranks
+    make the parameters in turn. The row measures which costs more.
+    """
+    from flexgraph.strategies.fsdp.shards import local_rows, local_tensor
+
+    for name, param in model.named_parameters():
+        if record.reads_held([name]):
+            raise RuntimeError(f"{name!r} reads a tensor only rank {source_rank} holds")
+        start, stop = local_rows(param)
+        local = local_tensor(param)
+        value = record.values([name])[name]
+        with torch.no_grad():
+            local.copy_(value.reshape(-1, *value.shape[1:])[start:stop].view_as(local))
+
+
+def _register_fsdp_own() -> None:
+    from flexgraph import Configure, get_strategy, register_strategy
+
+    place = f"{__name__}:each_rank_makes_its_rows"
+    register_strategy("fsdp_own_rows", lambda **options: get_strategy("fsdp", **options).then(
+        Configure("init_weights", {"place": place})))
+
+
+_register_fsdp_own()

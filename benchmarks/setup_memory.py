@@ -131,6 +131,8 @@ def all_rows(width: int, nproc: int) -> dict[str, Row]:
         Row("ddp", "flexgraph DDP", dict(type="DDPStrategy")),
         Row("fsdp", "flexgraph FSDP", fsdp),
         Row("fsdp-root", "flexgraph FSDP, no wrap policy", dict(type="FSDPStrategy")),
+        Row("fsdp-own", "flexgraph FSDP, each rank makes its rows",
+            {**fsdp, "type": "fsdp_own_rows"}),
         Row("hsdp", f"flexgraph HSDP {hybrid['device_mesh'][0]}x{hybrid['device_mesh'][1]}",
             hsdp),
         Row("hsdp-root", f"flexgraph HSDP {hybrid['device_mesh'][0]}x"

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from flexgraph.strategies.deepspeed.models import saved_shape
 
-from flexgraph.training.checkpoint import StateAccess, TorchStateAccess
+from flexgraph.training.checkpoint import StateAccess, TorchStateAccess, as_on_rank0
 
 __all__ = ["DeepSpeedStateAccess"]
 
@@ -178,7 +178,9 @@ class DeepSpeedStateAccess(StateAccess):
         # every name of a shared parameter, as in a state_dict (hooks look each one up)
         out = {name: saved_shape(p, _full_weight(p))
                for name, p in module.named_parameters(remove_duplicate=False)}
-        out.update({name: b.detach().cpu().clone() for name, b in _buffers(module)})
+        buffers = dict(_buffers(module))
+        out.update({name: b.detach().cpu().clone()
+                    for name, b in as_on_rank0(buffers, list(buffers)).items()})
         return out
 
     def optimizer_state(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from flexgraph.training.checkpoint import (
     CheckpointIO,
     FileCheckpointIO,
     OnRead,
+    TorchStateAccess,
     WeightLoader,
     WeightsLoaded,
     full_tensors,
@@ -108,7 +109,7 @@ class DistributedCheckpointIO(ShardLoader, CheckpointIO):
     format = DCP_DIRECTORY
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"state_dict": get_model_state_dict(model)}
+        out: dict[str, Any] = {"state_dict": TorchStateAccess().model_state(model)}
         if optim_wrapper is not None:
             out["optimizer"] = get_optimizer_state_dict(model, optimizers_of(optim_wrapper))
             out.update(_wrapper_extras(optim_wrapper))

@@ -13,6 +13,7 @@ the one load into weights split over the ranks. What a path holds is
 from flexgraph.training.checkpoint._access import (
     StateAccess,
     TorchStateAccess,
+    as_on_rank0,
     optimizers_of,
     positions_to_names,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "WeightSource",
     "WeightsLoaded",
     "apply_weights",
+    "as_on_rank0",
     "derive_from_weights",
     "flat_schedulers",
     "from_mmengine",

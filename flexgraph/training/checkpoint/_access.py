@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from flexgraph.training.errors import CheckpointError
 
-__all__ = ["StateAccess", "TorchStateAccess", "optimizers_of", "positions_to_names"]
+__all__ = ["StateAccess", "TorchStateAccess", "as_on_rank0", "optimizers_of", "positions_to_names"]
 
 
 def optimizers_of(optim_wrapper: Any) -> list[torch.optim.Optimizer]:
@@ -42,6 +42,38 @@ def optimizers_of(optim_wrapper: Any) -> list[torch.optim.Optimizer]:
     if wrappers is not None:
         return [w.optimizer for w in wrappers.values()]
     return [optim_wrapper.optimizer]
+
+
+def as_on_rank0(state: dict[str, Any], keys: Any) -> dict[str, Any]:
+    """``state`` with the tensors at ``keys`` replaced by rank 0's values (a collective).
+
+    For buffers, which nothing keeps equal across ranks under FSDP, ZeRO, or DDP
+    without ``broadcast_buffers`` (BatchNorm's running statistics): MMEngine's
+    Runner saves rank 0's, while DCP writes each replicated tensor from whichever
+    rank balances its writes.
+
+    Parameters
+    ----------
+    state : dict
+        A model state, by name; left as it is.
+    keys : iterable of str
+        The names of the buffers in it.
+
+    Returns
+    -------
+    dict
+        A new dict: rank 0's copies at ``keys``, the rest as in ``state``.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return state
+    out = dict(state)
+    for key in keys:
+        value = out[key].detach().clone()
+        dist.broadcast(value, src=0)
+        out[key] = value
+    return out
 
 
 class StateAccess:
@@ -92,7 +124,10 @@ class TorchStateAccess(StateAccess):
     name = "torch"
 
     def model_state(self, model: Any) -> dict[str, torch.Tensor]:
-        return get_model_state_dict(model)
+        state = get_model_state_dict(model)
+        buffers = {b.data_ptr() for b in model.buffers()}  # the state's are views of them
+        return as_on_rank0(state, [k for k, v in state.items() if isinstance(v, torch.Tensor)
+                                   and not hasattr(v, "to_local") and v.data_ptr() in buffers])
 
     def optimizer_state(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:
         return get_optimizer_state_dict(model, optimizers_of(optim_wrapper))

@@ -257,8 +257,9 @@ def test_random_init_holds_the_whole_model_on_no_rank(runs):
     setup = _setup(runs["root"], "zero3")
     rises = [rank["rise_bytes"] for rank in setup["ranks"]]
     assert len(rises) == WORLD
-    for rank, rise in enumerate(rises):
-        assert rise < 0.7 * WHOLE, f"rank {rank} peaked at {rise / MIB:.0f} MiB"
+    for rank, rise in enumerate(rises):  # whole, rank 0 would rise by 1.25x: it and its part
+        # (quiet, rank 0 rises by 0.63x, its record of the setup included; 0.71x under CI's load)
+        assert rise < WHOLE, f"rank {rank} peaked at {rise / MIB:.0f} MiB"
     steps = [s["step"] for s in setup["ranks"][1]["steps"]]
     assert steps[:3] == ["setup_env", "build_model", "init_weights"]
 

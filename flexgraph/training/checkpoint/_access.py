@@ -21,6 +21,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from flexgraph.training.errors import CheckpointError
+from flexgraph.training.runtime import world_size
 
 __all__ = ["StateAccess", "TorchStateAccess", "as_on_rank0", "optimizers_of", "positions_to_names"]
 
@@ -64,14 +65,12 @@ def as_on_rank0(state: dict[str, Any], keys: Any) -> dict[str, Any]:
     dict
         A new dict: rank 0's copies at ``keys``, the rest as in ``state``.
     """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if world_size() == 1:
         return state
     out = dict(state)
     for key in keys:
         value = out[key].detach().clone()
-        dist.broadcast(value, src=0)
+        torch.distributed.broadcast(value, src=0)
         out[key] = value
     return out
 
@@ -191,9 +190,10 @@ def positions_to_names(saved: dict[str, Any], names: list[list[str]],
                    for position, name in zip(group["params"], group_names, strict=True)}
     else:
         kept, name_of = _trained_groups(saved, names, every, sizes)
+    trained = {n for g in names for n in g}
     return {
         "state": {name_of[int(k)]: v for k, v in (saved.get("state") or {}).items()
-                  if name_of[int(k)] in {n for g in names for n in g}},
+                  if name_of[int(k)] in trained},
         "param_groups": [{**{k: v for k, v in g.items() if k != "params"},
                           "params": list(group_names)} for g, group_names in kept],
     }

@@ -78,7 +78,8 @@ def test_under_a_limit_smaller_than_the_model_fsdp_gets_through_and_whole_ranks_
     assert re.search(r"^  flexgraph FSDP\s+reached the first iteration", out, re.M), out
     for label in ("flexgraph DDP", r"hand FSDP2, every rank whole \(MMEngine\)",
                   r"hand FSDP2, rank 0 whole \+ broadcasts \(Accelerate\)"):
-        assert re.search(rf"^  {label}\s+killed by the limit \(rank 0", out, re.M), out
+        # which rank the kernel kills first is a race: one of them is
+        assert re.search(rf"^  {label}\s+killed by the limit \(rank \d", out, re.M), out
     assert "DDP and the MMEngine-way and Accelerate-way scripts are killed: met" in out
     assert list(tmp_path.glob("setupbench-*")) == []
     assert not list(Path("/sys/fs/cgroup").glob("**/setup-memory-*-rank*"))  # removed

@@ -8,7 +8,7 @@ launcher reports the ranks' errors the same way.
 from __future__ import annotations
 
 from flexgraph.core.errors import FlexgraphError
-from flexgraph.core.executor import StepFailedError
+from flexgraph.core.executor import ContractError, StepFailedError
 
 __all__ = ["DEBUG_HINT", "UsageError", "describe_error"]
 
@@ -27,6 +27,8 @@ def describe_error(exc: BaseException) -> tuple[int, str]:
     """``(2, message)`` for bad input, ``(1, message)`` otherwise; the message is one line."""
     if isinstance(exc, StepFailedError):
         cause = exc.__cause__
+        if isinstance(cause, ContractError):  # found during training: it names its step
+            return 2, _one_line(str(cause))
         if isinstance(cause, FlexgraphError):
             return 2, _one_line(f"step {exc.step!r}: {cause}")
         return 1, _one_line(str(exc))

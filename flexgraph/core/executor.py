@@ -8,17 +8,19 @@ A step's *contracts* are cheap checks of the artifacts, run before the step
 (``expects``: what it receives) and after it (``contracts``), resolved with the
 functions. A contract's parameters name artifacts (``params``: the step's
 bound params); it returns ``None`` when it holds, else what is wrong and the
-fix, and the run stops with a :class:`ContractError` naming step and contract.
+fix, and the run stops with a :class:`ContractError` naming step and contract. One
+that can only be judged during training takes ``report`` and calls it then.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import resource
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import attrs
 
@@ -185,13 +187,24 @@ class Executor:
     def check_contracts(self, step: Step, refs: tuple[str, ...],
                         functions: Mapping[str, Any], context: Mapping[str, Any],
                         when: str) -> None:
-        """Run ``step``'s contracts ``refs`` over ``context``; the first broken one stops it."""
+        """Run ``step``'s contracts ``refs`` over ``context``; the first broken one stops it.
+
+        A contract that can only be judged once training runs (a write inside
+        ``forward``) takes ``report`` and calls it with what is wrong when it sees it.
+        """
         available = {**context, "params": step.params}
         for ref in refs:
             check = functions[ref]
+            available["report"] = functools.partial(_break_contract, step.name, ref,
+                                                    "during training")
             names = inspect.signature(check).parameters
             problem = check(**{name: available[name] for name in names if name in available})
             if problem:
-                raise ContractError(
-                    f"step {step.name!r} broke contract {_contract_name(ref)!r} {when}: "
-                    f"{problem}", step=step.name, contract=_contract_name(ref))
+                _break_contract(step.name, ref, when, problem)
+
+
+def _break_contract(step: str, ref: str, when: str, problem: str) -> NoReturn:
+    """Stop the run: ``step``'s contract ``ref`` found ``problem`` (``when``: before or after
+    the step ran, or during training)."""
+    raise ContractError(f"step {step!r} broke contract {_contract_name(ref)!r} {when}: "
+                        f"{problem}", step=step, contract=_contract_name(ref))

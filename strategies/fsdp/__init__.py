@@ -41,7 +41,8 @@ whatever the files hold.
 
 Contracts (:mod:`.contracts`) check, as the run goes, that no rank built the
 model whole, that each unit has one dtype on every rank before
-``fully_shard``, and, after ``load_checkpoint``, that every parameter was set.
+``fully_shard``, that no training forward writes to a gathered parameter, and,
+after ``load_checkpoint``, that every parameter was set.
 
 Checkpoints are portable directories (torch.distributed.checkpoint, every rank
 writes its own shards, keyed by parameter name, with a manifest), which every
@@ -158,7 +159,8 @@ def fsdp(
             why="blocks are wrapped for recomputation before they are sharded"))
         first = "activation_checkpointing"
     sharded = {"updates": "model", "ends": ("whole", "unwrapped"),
-               "expects": f"{CONTRACTS}:dtypes_uniform"}
+               "expects": f"{CONTRACTS}:dtypes_uniform",
+               "contracts": f"{CONTRACTS}:forward_writes_kept"}
     rewrites += [
         Insert(Step(
             "fully_shard", f"{STEPS}:shard", requires="env", params=shard, gives="sharded",

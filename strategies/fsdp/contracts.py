@@ -1,4 +1,5 @@
-"""FSDP's contracts: what its steps leave, checked after them (or before ``fully_shard``).
+"""FSDP's contracts: what its steps leave, checked after them (or before ``fully_shard``,
+or during training).
 
 See :mod:`flexgraph.training.contracts` for what a contract is.
 """
@@ -11,7 +12,7 @@ from typing import Any
 import torch
 from flexgraph.strategies.fsdp.shards import uninitialised_parameters
 
-__all__ = ["dtypes_uniform", "every_parameter_set", "source_alone_whole"]
+__all__ = ["dtypes_uniform", "every_parameter_set", "forward_writes_kept", "source_alone_whole"]
 
 SOURCE_RANK = 0
 
@@ -88,3 +89,12 @@ def dtypes_uniform(env: Any, model: Any, params: Mapping[str, Any]) -> str | Non
             f"({'/'.join(dtypes) or 'none'} and {'/'.join(theirs) or 'none'}); their shards "
             f"would be exchanged in sizes the ranks do not agree on, and the run would hang; "
             f"fix: cast the model the same way on every rank")
+
+
+def forward_writes_kept(model: Any, report: Any) -> None:
+    """After ``fully_shard``, judged at each unit's first training forward: the forward wrote
+    nothing in place to a gathered parameter, a write FSDP frees with the copy
+    (:func:`~flexgraph.strategies.fsdp.copies.forward_writes`)."""
+    from flexgraph.strategies.fsdp.copies import watch_forward_writes
+
+    watch_forward_writes(model, report)

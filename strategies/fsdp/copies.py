@@ -8,7 +8,7 @@ shard (a DTensor laid out like the model's), each buffer a copy. Averaging it
 (``lerp_`` on DTensors of one layout), swapping it with the model's weights
 for validation and saving it touch local shards only, no rank holds it whole.
 
-:func:`refuse_stale_parameters` and :func:`check_forward_writes` catch what
+:func:`refuse_stale_parameters` and :func:`forward_writes` catch what
 cannot work: a model that updates its own weights in place (a momentum encoder,
 as MoCo v3's) writes either into parameters it holds on to that ``fully_shard``
 replaced, or into the gathered copy FSDP frees after the forward.
@@ -17,14 +17,15 @@ replaced, or into the gathered copy FSDP frees after the forward.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 
 from flexgraph.training.errors import TrainingError
 
-__all__ = ["ShardedCopy", "allow_sharded_copies", "check_forward_writes",
-           "refuse_stale_parameters", "watch_forward_writes"]
+__all__ = ["ShardedCopy", "allow_sharded_copies", "forward_writes", "refuse_stale_parameters",
+           "watch_forward_writes"]
 
 
 class ShardedCopy(nn.Module):
@@ -111,39 +112,36 @@ def _written(fsdp_param: Any) -> bool:
     return not torch.equal(rows[info.shard_mesh_rank], mine.to(gathered.dtype))
 
 
-def check_forward_writes(model: nn.Module) -> None:
-    """Refuse a model whose ``forward`` wrote to a gathered parameter.
+def forward_writes(model: nn.Module) -> str | None:
+    """What the last ``forward`` wrote in place to a gathered parameter, if anything.
 
     FSDP gathers each parameter into an unsharded copy for the forward and frees
     it after; a write to that copy (a momentum encoder updated in place) is lost,
     and the model trains other weights than under DDP. Called while the copies
     are gathered (after a unit's forward, before FSDP frees them), it compares
     this rank's rows of each with its shard, which only the optimizer changes.
-
-    Raises
-    ------
-    TrainingError
-        Naming the first such parameter and what to use instead.
     """
     written = [name for name, fsdp_param in _fsdp_params(model).items() if _written(fsdp_param)]
-    if written:
-        more = f" and {len(written) - 1} more" if len(written) > 1 else ""
-        raise TrainingError(
-            f"FSDP: the forward wrote in place to parameter {written[0]!r}{more} (a momentum "
+    if not written:
+        return None
+    more = f" and {len(written) - 1} more" if len(written) > 1 else ""
+    return (f"FSDP: the forward wrote in place to parameter {written[0]!r}{more} (a momentum "
             f"encoder updated in place?); FSDP frees that write with the gathered copy, so "
             f"those weights never change; use DDPStrategy or DeepSpeed ZeRO-1/2, which keep "
             f"the weights whole")
 
 
-def watch_forward_writes(model: nn.Module) -> None:
-    """Run :func:`check_forward_writes` after each sharded unit's first training forward,
-    before FSDP frees its gathered parameters."""
+def watch_forward_writes(model: nn.Module, report: Callable[[str], Any]) -> None:
+    """Look for :func:`forward_writes` after each sharded unit's first training forward,
+    before FSDP frees its gathered parameters; ``report`` what is found."""
     from torch.distributed.fsdp import FSDPModule
 
     def after_forward(module: nn.Module, args: Any, output: Any) -> None:
         if module.training:
             handles.pop(id(module)).remove()
-            check_forward_writes(module)
+            problem = forward_writes(module)
+            if problem:
+                report(problem)
 
     handles = {id(m): m.register_forward_hook(after_forward, prepend=True)
                for m in model.modules() if isinstance(m, FSDPModule)}

@@ -46,11 +46,7 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     rank 0's, which are a single-device run's.
     """
     import torch
-    from flexgraph.strategies.fsdp.copies import (
-        allow_sharded_copies,
-        refuse_stale_parameters,
-        watch_forward_writes,
-    )
+    from flexgraph.strategies.fsdp.copies import allow_sharded_copies, refuse_stale_parameters
     from flexgraph.strategies.fsdp.scalars import replicate_scalars, scalar_parameters
     from flexgraph.strategies.fsdp.units import resolve_wrap_policy, wrap_units
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -88,7 +84,6 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
     fully_shard(model, **options)
     refuse_stale_parameters(model)
     allow_sharded_copies(model)
-    watch_forward_writes(model)
     return model
 
 

@@ -254,3 +254,48 @@ def test_a_ddp_work_dir_resumes_under_fsdp_and_fsdp_shards_load_into_ddp(runs, t
                       "--load-from", str(sharded))
     assert "val_result: {'accuracy/top1':" in done.stdout
     assert f"Loaded weights from {sharded}" in done.stdout + done.stderr
+
+
+MOMENTUM = '''
+import torch
+from mmengine.registry import MODELS
+from torch import nn
+
+from digits import DigitsMLP
+
+
+@MODELS.register_module(force=True)
+class MomentumMLP(DigitsMLP):
+    """A momentum copy of the first layer, moved towards it in place in forward (MoCo's habit)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum = nn.Linear(64, self.net[0].out_features).requires_grad_(False)
+
+    def forward(self, inputs, labels=None, mode="tensor"):
+        with torch.no_grad():
+            for mine, theirs in zip(self.momentum.parameters(), self.net[0].parameters()):
+                mine.lerp_(theirs, 0.1)
+        return super().forward(inputs, labels, mode)
+'''
+
+
+def test_a_forward_that_writes_its_own_weights_is_stopped_at_the_first_iteration(tmp_path):
+    """The write lands in FSDP's gathered copy, which FSDP frees: fully_shard's contract
+    stops the run in the first training forward, one line, exit 2, before any step. (No wrap
+    policy: the root unit gathers both layers for the forward.)"""
+    (tmp_path / "momentum.py").write_text(MOMENTUM)
+    config = write_config(tmp_path, extra="strategy = dict(type='FSDPStrategy')\n" + (
+        "custom_imports = dict(imports=['digits', 'killer', 'momentum'], "
+        "allow_failed_imports=False)\nmodel = dict(type='MomentumMLP')\n"))
+    done = flexgraph_run(str(config), "--work-dir", "work", "--nproc-per-node", "2",
+                         cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "error: step 'fully_shard' broke contract 'forward_writes_kept' during training: FSDP: "
+        "the forward wrote in place to parameter 'momentum.weight' and 1 more (a momentum "
+        "encoder updated in place?); FSDP frees that write with the gathered copy, so those "
+        "weights never change; use DDPStrategy or DeepSpeed ZeRO-1/2, which keep the weights "
+        "whole"], done.stderr[-3000:]
+    assert not list((tmp_path / "work").rglob("iter_*")), "stopped before any checkpoint"

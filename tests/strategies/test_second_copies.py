@@ -9,15 +9,16 @@ from __future__ import annotations
 import pytest
 import torch
 from flexgraph.strategies.deepspeed.params import empty_parameters
+from flexgraph.strategies.fsdp.contracts import forward_writes_kept
 from flexgraph.strategies.fsdp.copies import (
     ShardedCopy,
     allow_sharded_copies,
-    check_forward_writes,
+    forward_writes,
     refuse_stale_parameters,
-    watch_forward_writes,
 )
 from torch import nn
 
+from flexgraph import ContractError
 from flexgraph.training.errors import TrainingError
 from tests.strategies.deepspeed.test_deepspeed_params import _as_zero3
 
@@ -82,23 +83,37 @@ def test_a_deep_copy_is_laid_out_like_the_model_and_averages_locally(group):
         ema(torch.ones(1, 4))
 
 
-def test_an_in_place_write_in_forward_to_a_sharded_parameter_is_refused(group):
+def _arm_forward_writes_kept(model: nn.Module) -> None:
+    """``fully_shard``'s contract as the executor runs it after the step."""
+    from flexgraph import Executor, Step
+
+    ref = "flexgraph.strategies.fsdp.contracts:forward_writes_kept"
+    step = Step("fully_shard", "flexgraph.strategies.fsdp.steps:shard", updates="model",
+                contracts=ref)
+    Executor().check_contracts(step, step.contracts, {ref: forward_writes_kept},
+                               {"model": model}, "after it ran")
+
+
+def test_an_in_place_write_in_forward_to_a_sharded_parameter_breaks_a_contract(group):
     model = _sharded(Momentum())
-    check_forward_writes(model)  # nothing written yet
-    watch_forward_writes(model)
-    with pytest.raises(TrainingError, match=r"^FSDP: the forward wrote in place to parameter "
-                                            r"'momentum.weight' and 1 more .*DDPStrategy"):
+    assert forward_writes(model) is None  # nothing written yet
+    _arm_forward_writes_kept(model)
+    with pytest.raises(ContractError, match=(
+            r"^step 'fully_shard' broke contract 'forward_writes_kept' during training: FSDP: "
+            r"the forward wrote in place to parameter 'momentum.weight' and 1 more .*DDPStrategy"
+    )) as caught:
         model(torch.ones(2, 4)).sum().backward()
+    assert (caught.value.step, caught.value.contract) == ("fully_shard", "forward_writes_kept")
 
 
 def test_a_forward_that_writes_nothing_passes_every_iteration(group):
     model = _sharded(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
-    watch_forward_writes(model)
+    _arm_forward_writes_kept(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(2):
         model(torch.randn(3, 4)).sum().backward()
         optimizer.step()
-        check_forward_writes(model)
+        assert forward_writes(model) is None
 
 
 def test_zero3_sends_a_momentum_encoder_to_whole_weights_not_to_fsdp():

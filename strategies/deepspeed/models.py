@@ -28,8 +28,13 @@ stop DeepSpeed before the first step:
   preprocessor's mean and std) stay as DeepSpeed keeps them.
 * :func:`allow_torch_optimizer`: ZeRO refuses an optimizer it has not tested
   (torch's SGD, the configs' default) with a bare ``AssertionError`` unless the
-  config sets ``zero_allow_untested_optimizer``. flexgraph sets it, and says so
-  in the log, unless the user set it to false.
+  config sets ``zero_allow_untested_optimizer``. ZeRO hands the optimizer one
+  flat partition per parameter group, not the parameters, which changes nothing
+  for an optimizer that updates each element on its own (torch's SGD, Adam,
+  RMSprop, ...): for those flexgraph sets the key, and says so in the log.
+  Another (LARS, LAMB: trust ratios from a parameter's norms) would take its
+  statistics over the partition and train other weights than under DDP: it is
+  refused in one line unless the user sets the key.
 
 Nothing here is imported at plan time.
 """
@@ -50,6 +55,9 @@ __all__ = ["allow_torch_optimizer", "data_constructors_kept", "norm_statistics_c
            "saved_shape", "scalar_safe_init", "scalars_as_vectors", "scalars_restored"]
 
 UNTESTED = "zero_allow_untested_optimizer"
+ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adagrad", "Adadelta",
+               "RMSprop", "Rprop", "ASGD")
+"""torch's optimizers that update each element from its own gradient and state alone."""
 SAVED_SHAPE = "flexgraph_saved_shape"
 """The attribute of a ZeRO-3 parameter that was 0-d: its shape in checkpoints."""
 
@@ -208,7 +216,7 @@ def norm_statistics_cast(model: nn.Module, config: dict[str, Any]) -> int:
 
 def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[[str], Any],
                           tested: Callable[[Any], bool] | None = None) -> None:
-    """Set ``zero_allow_untested_optimizer`` for an optimizer ZeRO has not tested.
+    """Set ``zero_allow_untested_optimizer`` for an element-wise optimizer ZeRO has not tested.
 
     Parameters
     ----------
@@ -225,8 +233,9 @@ def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[
     Raises
     ------
     ConfigError
-        The config sets ``zero_allow_untested_optimizer`` to false: the one line
-        naming the key, instead of DeepSpeed's assertion.
+        The config sets ``zero_allow_untested_optimizer`` to false, or leaves it
+        unset for an optimizer not known to be element-wise: the one line naming
+        the key, instead of DeepSpeed's assertion or a different optimizer.
     """
     stage = (config.get("zero_optimization") or {}).get("stage", 0)
     if optimizer is None or not stage:
@@ -236,10 +245,19 @@ def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[
     if tested(optimizer):
         return
     name = type(optimizer).__name__
-    if config.get(UNTESTED) is None:
+    elementwise = type(optimizer) in {getattr(torch.optim, n) for n in ELEMENTWISE}
+    if config.get(UNTESTED) is None and elementwise:
         config[UNTESTED] = True
         log(f"DeepSpeed ZeRO-{stage} with {name}, an optimizer DeepSpeed has not tested: "
             f"{UNTESTED}=True set (set it to false to refuse instead)")
+    elif config.get(UNTESTED) is None:
+        raise ConfigError(
+            f"strategy 'deepspeed': ZeRO-{stage} hands {name} one flat partition per "
+            f"parameter group, not the parameters, and DeepSpeed has not tested it; an "
+            f"optimizer that takes statistics over a parameter (LARS's and LAMB's trust "
+            f"ratios) would take them over the partition and train other weights than under "
+            f"DDP; use DDPStrategy or FSDPStrategy (which keep parameters apart), or set "
+            f"strategy.config['{UNTESTED}']=True if {name} updates each element on its own")
     elif not config[UNTESTED]:
         raise ConfigError(f"strategy 'deepspeed': ZeRO-{stage} refuses {name}, an optimizer "
                           f"DeepSpeed has not tested, while {UNTESTED} is false; set "

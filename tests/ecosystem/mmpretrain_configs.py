@@ -28,6 +28,7 @@ CONFIGS = {
     "deit": "deit/deit-tiny_4xb256_in1k.py",
     "resnet": "resnet/resnet18_8xb32_in1k.py",
     "mocov3": "mocov3/mocov3_resnet50_8xb512-amp-coslr-100e_in1k.py",
+    "mocov3-sgd": "mocov3/mocov3_resnet50_8xb512-amp-coslr-100e_in1k.py",
     "simsiam": "simsiam/simsiam_resnet50_8xb32-coslr-100e_in1k.py",
 }
 STRATEGIES = {
@@ -88,6 +89,8 @@ def write_config(root: Path, model: str, strategy: str, data: Path) -> Path:
         cfg.model.backbone.update(depth=18, norm_cfg=dict(type="BN"))
         cfg.model.neck.update(in_channels=512, norm_cfg=dict(type="BN1d"))  # SyncBN by default
         cfg.model.head.predictor.norm_cfg = dict(type="BN1d")
+    if model.endswith("-sgd"):  # an element-wise optimizer in place of the config's LARS
+        cfg.optim_wrapper.optimizer = dict(type="SGD", lr=0.5, weight_decay=1e-6, momentum=0.9)
     if STRATEGIES[strategy] is not None:
         cfg.strategy = eval(STRATEGIES[strategy])  # noqa: S307 (the table above)
     path = root / f"{model}-{strategy}.py"

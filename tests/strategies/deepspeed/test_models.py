@@ -49,6 +49,23 @@ def test_refusing_untested_optimizers_is_one_line_naming_the_key():
         allow_torch_optimizer(config, _sgd(), print, _adam_only)
 
 
+class LARS(torch.optim.SGD):
+    """A layer-wise optimizer's shape: each parameter's step scaled by its own norm."""
+
+
+def test_an_optimizer_not_known_element_wise_is_refused_unless_the_key_is_set():
+    lars = LARS([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    config = {"zero_optimization": {"stage": 2}}
+    with pytest.raises(ConfigError, match=(
+            r"^strategy 'deepspeed': ZeRO-2 hands LARS one flat partition per parameter group, "
+            r"not the parameters.*LARS's and LAMB's trust ratios.*use DDPStrategy or "
+            r"FSDPStrategy.*\['zero_allow_untested_optimizer'\]=True if LARS updates each "
+            r"element on its own$")):
+        allow_torch_optimizer(config, lars, pytest.fail, _adam_only)
+    config["zero_allow_untested_optimizer"] = True  # the user vouches for it
+    allow_torch_optimizer(config, lars, pytest.fail, _adam_only)
+
+
 def test_tested_optimizers_and_stage_0_are_left_alone():
     adam = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))])
     for config, optimizer in (({"zero_optimization": {"stage": 2}}, adam),

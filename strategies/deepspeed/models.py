@@ -63,18 +63,8 @@ SAVED_SHAPE = "flexgraph_saved_shape"
 
 
 def scalars_as_vectors(model: nn.Module) -> list[nn.Parameter]:
-    """Make each 0-d parameter of ``model`` 1-d of one element, for ``deepspeed.initialize``.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The model the engine is about to be built on.
-
-    Returns
-    -------
-    list of torch.nn.Parameter
-        The parameters that were 0-d, for :func:`scalars_restored`.
-    """
+    """Make each 0-d parameter of ``model`` 1-d of one element, for ``deepspeed.initialize``;
+    returns them, for :func:`scalars_restored`."""
     scalars = [p for p in model.parameters() if p.dim() == 0 and not hasattr(p, "ds_shape")]
     for param in scalars:
         param.data = param.data.reshape(1)
@@ -112,17 +102,7 @@ def scalar_safe_init(deepspeed: Any) -> type:
     0-d parameter is partitioned, gathered and trained as one element of one
     dimension (``x * scale`` computes the same); its own shape is kept in
     :data:`SAVED_SHAPE`, which the checkpoints take (see
-    :func:`saved_shape`).
-
-    Parameters
-    ----------
-    deepspeed : module
-        DeepSpeed, imported.
-
-    Returns
-    -------
-    type
-        A subclass of ``deepspeed.zero.Init``.
+    :func:`saved_shape`). Returns a subclass of ``deepspeed.zero.Init``.
     """
 
     class ScalarSafeInit(deepspeed.zero.Init):
@@ -182,23 +162,12 @@ def _whole(value: Any) -> int | None:
 
 
 def norm_statistics_cast(model: nn.Module, config: dict[str, Any]) -> int:
-    """Cast each normalisation layer's running statistics to its weight's dtype.
+    """Cast each normalisation layer's running statistics to its weight's dtype in the
+    engine's ``model``; returns how many layers'.
 
-    Left alone where the config sets ``data_types.buffer_dtype`` (DeepSpeed
-    then casts every buffer itself) and where a layer has no weight (its fp32
-    statistics run beside bf16 inputs).
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The engine's module, its parameters cast.
-    config : dict
-        The resolved DeepSpeed config.
-
-    Returns
-    -------
-    int
-        How many layers' statistics were cast.
+    Left alone where the DeepSpeed ``config`` sets ``data_types.buffer_dtype``
+    (DeepSpeed then casts every buffer itself) and where a layer has no weight
+    (its fp32 statistics run beside bf16 inputs).
     """
     if (config.get("data_types") or {}).get("buffer_dtype") is not None:
         return 0
@@ -216,26 +185,13 @@ def norm_statistics_cast(model: nn.Module, config: dict[str, Any]) -> int:
 
 def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[[str], Any],
                           tested: Callable[[Any], bool] | None = None) -> None:
-    """Set ``zero_allow_untested_optimizer`` for an element-wise optimizer ZeRO has not tested.
+    """Set ``zero_allow_untested_optimizer`` in the resolved ``config`` for an element-wise
+    ``optimizer`` ZeRO has not tested, and ``log`` it.
 
-    Parameters
-    ----------
-    config : dict
-        The resolved DeepSpeed config; changed in place.
-    optimizer : torch.optim.Optimizer or None
-        The optimizer handed to ``deepspeed.initialize``.
-    log : callable
-        Where the line saying so goes (rank 0's logger).
-    tested : callable, optional
-        Whether ZeRO has tested an optimizer; DeepSpeed's own list by default
-        (``is_zero_supported_optimizer``, which needs the process group).
-
-    Raises
-    ------
-    ConfigError
-        The config sets ``zero_allow_untested_optimizer`` to false, or leaves it
-        unset for an optimizer not known to be element-wise: the one line naming
-        the key, instead of DeepSpeed's assertion or a different optimizer.
+    ``tested``: DeepSpeed's own list by default (``is_zero_supported_optimizer``,
+    which needs the process group). A :class:`ConfigError` names the key where
+    the config sets it to false, or leaves it unset for an optimizer not known
+    to be element-wise, instead of DeepSpeed's assertion or a different optimizer.
     """
     stage = (config.get("zero_optimization") or {}).get("stage", 0)
     if optimizer is None or not stage:

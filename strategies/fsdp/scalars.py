@@ -44,24 +44,12 @@ def scalar_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 def replicate_scalars(model: nn.Module, scalars: list[nn.Parameter], device: Any
                       ) -> list[nn.Parameter]:
-    """Rank 0's ``scalars`` on every rank, on ``device``; their gradients averaged after backward.
+    """Rank 0's ``scalars`` (the parameters ``fully_shard`` ignores) on every rank, on
+    ``device``; their gradients averaged after backward.
 
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The root model: each forward that builds a graph arranges the average
-        for the end of the backward through it.
-    scalars : list of torch.nn.Parameter
-        Parameters ``fully_shard`` is told to ignore.
-    device : str or torch.device
-        Where the run computes (``fully_shard`` leaves ignored parameters where
-        they are).
-
-    Returns
-    -------
-    list of torch.nn.Parameter
-        The scalars the model now holds: a rank that built the model on the
-        meta device (sharded setup) gets new ones with storage to receive into.
+    Each forward of the root ``model`` that builds a graph arranges the average
+    for the end of the backward through it. Returns the scalars the model now
+    holds: a rank that built the model on the meta device gets new ones.
     """
     if not scalars:
         return scalars

@@ -32,20 +32,7 @@ def materialize_module(model: nn.Module, device: str) -> nn.Module:
     buffers, which :func:`~flexgraph.training.runtime.parameters_on_meta` kept real, are put back.
     Floating-point parameters are filled with NaN, so one that nothing loads is
     found by :func:`uninitialised_parameters` instead of training on whatever
-    the allocator left in memory.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        Built on the meta device
-        (:func:`~flexgraph.training.runtime.parameters_on_meta`), possibly sharded.
-    device : str
-        The device the storage is allocated on.
-
-    Returns
-    -------
-    torch.nn.Module
-        ``model`` itself, its parameters allocated and NaN-filled.
+    the allocator left in memory. Returns ``model`` itself.
     """
     buffers = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
     model.to_empty(device=device)
@@ -65,16 +52,6 @@ def uninitialised_parameters(model: nn.Module) -> list[str]:
 
     Looks at this rank's shard only; callers with a process group combine the
     answers of all ranks.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        A materialized model, after its weights were loaded or initialised.
-
-    Returns
-    -------
-    list of str
-        The names; empty when every parameter was loaded or initialised.
     """
     from torch.distributed.tensor import DTensor
 
@@ -88,18 +65,7 @@ def uninitialised_parameters(model: nn.Module) -> list[str]:
 
 
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of ``tensor``: a DTensor's local shard, else the tensor itself.
-
-    Parameters
-    ----------
-    tensor : torch.Tensor
-        A DTensor or a plain tensor.
-
-    Returns
-    -------
-    torch.Tensor
-        The local shard, or ``tensor``.
-    """
+    """This rank's part of ``tensor``: a DTensor's local shard, else the tensor itself."""
     from torch.distributed.tensor import DTensor
 
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor

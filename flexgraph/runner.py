@@ -54,17 +54,10 @@ def _check_strategy(runner: Runner, attribute: attrs.Attribute, value: Any) -> N
 class Runner:
     """Train, validate or test a config as ``flexgraph run`` does, from Python.
 
-    Parameters
-    ----------
-    cfg : Config, dict, str or PathLike
-        An MMEngine ``Config`` (with your changes: ``work_dir``, ``load_from``,
-        ``resume``, ...), a dict of one, or the path of any file
-        ``flexgraph run`` takes. It is copied, never changed.
-    strategy : str or dict, optional
-        A name as ``--strategy`` takes it (``'auto'`` included), or
-        ``dict(type=..., **options)``, which replaces the config's own
-        ``strategy``. Default: the config's, else ``single`` for one process
-        and ``ddp`` for several.
+    ``cfg`` is a ``Config``, a dict of one, or any file ``flexgraph run`` takes; it
+    is copied, never changed. ``strategy`` (a ``--strategy`` name or
+    ``dict(type=..., **options)``) replaces the config's own; without either,
+    ``single`` for one process and ``ddp`` for several.
 
     Examples
     --------
@@ -79,47 +72,19 @@ class Runner:
 
     @classmethod
     def from_cfg(cls, cfg: Any, strategy: str | Mapping[str, Any] | None = None) -> Runner:
-        """The runner of ``cfg``, as MMEngine's ``Runner.from_cfg(cfg)``; nothing runs yet.
-
-        Parameters
-        ----------
-        cfg : Config, dict, str or PathLike
-        strategy : str or dict, optional
-
-        Returns
-        -------
-        Runner
-        """
+        """The runner of ``cfg``, as MMEngine's ``Runner.from_cfg(cfg)``; nothing runs yet."""
         return cls(cfg, strategy)
 
     def train(self) -> RunResult:
-        """Train (``flexgraph run``), validating as the config says.
-
-        Returns
-        -------
-        RunResult
-            Its ``context`` holds every artifact, ``train_result`` among them.
-        """
+        """Train (``flexgraph run``), validating as the config says; artifacts in ``context``."""
         return self._run("train")
 
     def val(self) -> RunResult:
-        """One validation pass (``flexgraph run --entry val``), of ``load_from``'s weights.
-
-        Returns
-        -------
-        RunResult
-            Its ``context["val_result"]`` holds the metrics.
-        """
+        """One validation pass of ``load_from``'s weights; metrics in ``context["val_result"]``."""
         return self._run("val")
 
     def test(self) -> RunResult:
-        """One test pass (``flexgraph run --entry test``), of ``load_from``'s weights.
-
-        Returns
-        -------
-        RunResult
-            Its ``context["test_result"]`` holds the metrics.
-        """
+        """One test pass of ``load_from``'s weights; metrics in ``context["test_result"]``."""
         return self._run("test")
 
     def _run(self, entry: str) -> RunResult:

@@ -78,26 +78,8 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
     ``entry`` picks the last step: ``train`` (the loop), or ``val`` / ``test``
     (one evaluation pass). An evaluation graph still holds every setup step;
     plan it with ``targets=(entry,)`` to keep only what the pass needs once the
-    strategy has rewritten the graph (see :func:`flexgraph.make_plan`).
-
-    Parameters
-    ----------
-    cfg : mapping, optional
-        The run's config; only ``compile`` is read here (``True``, or a dict of
-        ``torch.compile`` options bound to the ``compile`` step).
-    entry : {"train", "val", "test"}, optional
-
-    Returns
-    -------
-    Graph
-        Steps whose functions are ``"flexgraph.training.steps:<name>"``
-        references, with ``cfg``, ``settings`` and ``run_context`` as inputs
-        (:func:`standard_inputs` makes all three).
-
-    Raises
-    ------
-    ValueError
-        ``entry`` is none of the three.
+    strategy has rewritten the graph (see :func:`flexgraph.make_plan`). Step
+    functions are ``"flexgraph.training.steps:<name>"`` references.
 
     Examples
     --------
@@ -205,35 +187,8 @@ def standard_inputs(cfg: Any, run_context: RunContext | None = None, *,
 
     Reading the settings here, before the plan runs, is what makes a
     contradictory config, or a path the run could not use, fail before any
-    step has built anything.
-
-    Parameters
-    ----------
-    cfg : mmengine.Config or mapping
-        The run's config.
-    run_context : RunContext, optional
-        What the run knows beyond its config (its plan, its record and log, the
-        launch: :class:`~flexgraph.training.output.RunContext`). ``flexgraph
-        run`` passes its own; the default is this process alone: no plan, no
-        record, a console logger at the config's ``log_level`` (a portable
-        checkpoint's manifest then records no plan).
-    settings : RunSettings, optional
-        ``cfg``'s, already read and checked (``flexgraph run`` reads them before
-        it plans); by default read here.
-
-    Returns
-    -------
-    dict
-        ``{"cfg": ..., "settings": ..., "run_context": ...}``.
-
-    Raises
-    ------
-    ConfigError
-        A section of ``cfg`` that :func:`~flexgraph.training.config.read_settings`
-        refuses, or a ``work_dir`` that is a file.
-    CheckpointNotFoundError
-        ``load_from`` or ``resume`` names a path that does not exist
-        (:func:`~flexgraph.training.config.check_paths`).
+    step has built anything. Without ``run_context``: this process alone (no
+    plan, no record, a console logger at the config's ``log_level``).
     """
     # mmengine's registries: not for plan
     from flexgraph.training.config import check_paths, read_settings

@@ -92,15 +92,9 @@ def _newest_resumable(checkpointer: Checkpointer, read: Read, logger: Any, what:
 
     Incomplete and unreadable ones are skipped with a warning naming each;
     ``None`` when the work_dir holds no checkpoint at all. Each path's format
-    is asked once.
-
-    Raises
-    ------
-    CheckpointError
-        There are checkpoints, but none of them can be resumed.
-    ForeignCheckpointError
-        The newest is another strategy's (its format, or a layout inside it this
-        strategy cannot place), which this run must not skip.
+    is asked once. A ``CheckpointError`` when none can be resumed; a
+    ``ForeignCheckpointError`` when the newest is another strategy's, which
+    this run must not skip.
     """
     skipped: list[str] = []
     for path in checkpointer.checkpoint_paths():
@@ -137,12 +131,8 @@ def _hold_global_batch(meta: dict[str, Any], train_dataloader: Any, logger: Any,
     would have (DefaultSampler deals an epoch's permutation out to the ranks in
     turn, so the first ``batch_idx`` global batches are its first
     ``batch_idx * global_batch`` samples, whatever the world size), and a
-    mid-epoch resume continues with exactly the samples not yet seen.
-
-    Raises
-    ------
-    CheckpointError
-        The global batch does not split evenly over this run's processes.
+    mid-epoch resume continues with exactly the samples not yet seen. A global
+    batch that does not split evenly over the ranks is a ``CheckpointError``.
     """
     saved = meta.get("global_batch")
     per_rank, ranks = per_rank_batch(train_dataloader), world_size()
@@ -196,14 +186,8 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     ``resume='auto'`` finds no checkpoint (logged, not an error: the first run
     of a restartable job has nothing to resume). ``plan`` is this run's plan
     (its JSON dict, the run context's): rank 0 logs what changed since the plan
-    that saved the checkpoint. ``logger`` and ``message_hub`` are the run's
-    (:class:`~flexgraph.training.output.RunContext`'s).
-
-    Raises
-    ------
-    CheckpointError
-        The checkpoint lacks training state (e.g. a weights-only file) or does
-        not fit this config (other schedulers, a position past the epoch).
+    that saved the checkpoint. A checkpoint without training state, or one that
+    does not fit this config, is a ``CheckpointError``.
     """
     source = settings.resume
     restart = settings.restart

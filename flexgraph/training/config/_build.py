@@ -58,16 +58,9 @@ def _register_mmengine(registry: Registry) -> None:
 
 
 def registered_names(registry: Registry) -> list[str]:
-    """Every name ``registry`` can resolve: its own, its ancestors', its children's.
+    """Every name ``registry`` can resolve, sorted: its own, its ancestors', its children's.
 
-    Parameters
-    ----------
-    registry : Registry
-
-    Returns
-    -------
-    list of str
-        The names, sorted; a child scope's as ``scope.name``.
+    A child scope's names read ``scope.name``.
     """
     _register_mmengine(registry)
     names: set[str] = set()

@@ -57,11 +57,6 @@ _APEX = (
 def check_sections(cfg: Any) -> None:
     """Refuse a malformed component section before any step builds one.
 
-    Parameters
-    ----------
-    cfg : Config or Mapping
-        The config; ``None`` passes.
-
     Examples
     --------
     >>> try:

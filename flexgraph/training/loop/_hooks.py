@@ -117,51 +117,12 @@ class RunnerView:
     through :meth:`hold` alone (``model`` during ``load_checkpoint``, the rest
     when ``train`` starts), and read nothing back: what they need comes as
     artifacts, or from the run context and the settings. The loop updates
-    ``epoch`` and ``iter`` as plain attribute stores, so reading them costs a
-    hook nothing and keeping them current costs the loop next to nothing.
+    ``epoch`` and ``iter`` as plain attribute stores.
 
-    Parameters
-    ----------
-    cfg : mmengine.Config or mapping
-        The run's config (``runner.cfg``).
-    work_dir : str
-        The run's work_dir.
-    log_dir : str
-        The folder of the run's files: this run's timestamped folder when
-        ``flexgraph run`` keeps a record, else the work_dir.
-    experiment_name : str
-        The config's ``experiment_name`` or file stem (may be empty).
-    timestamp : str
-        The run's ``%Y%m%d_%H%M%S`` start time, as MMEngine's.
-    logger : mmengine.logging.MMLogger
-    message_hub : mmengine.logging.MessageHub
-        Where the loop's scalars and the runtime info (best scores) go.
-
-    Attributes
-    ----------
-    model, optim_wrapper, param_schedulers
-        The run's model (the user's module may sit inside a wrapper), its
-        optimizer wrapper and schedulers, once built.
-    train_dataloader, val_dataloader, test_dataloader, val_evaluator, test_evaluator
-        ``None`` until the loop or an entry point sets them.
-    epoch, iter : int
-        MMEngine's counters (see the module docstring).
-    max_epochs, max_iters, val_interval, val_begin : int
-        The schedule, set when training starts.
-    seed : int or None
-        MMEngine's ``runner.seed``: the run's seed, plus the rank under
-        ``diff_rank_seed`` (:attr:`~flexgraph.training.Env.rank_seed`).
-    experiment_name : str
-        ``{experiment_name}_{timestamp}``, with the config file's stem for a
-        missing ``experiment_name`` (the timestamp alone without either).
-    hooks : Hooks
-        The dispatcher this view belongs to.
-    train_loop, val_loop, test_loop
-        MMEngine's loops as hooks use them: ``dataloader`` (and ``evaluator``,
-        ``run_iter`` of the evaluation loops).
-    _resume : bool
-        MMEngine's: whether the config asks to resume (a loaded checkpoint then
-        restores the run, not only the weights).
+    ``log_dir`` is this run's timestamped folder when ``flexgraph run`` keeps a
+    record, else the work_dir. Like MMEngine's, ``experiment_name`` reads
+    ``{experiment_name}_{timestamp}`` and ``seed`` includes the rank under
+    ``diff_rank_seed``; dataloaders and evaluators are ``None`` until set.
     """
 
     def __init__(self, cfg: Any, *, work_dir: str, log_dir: str, experiment_name: str,
@@ -203,20 +164,8 @@ class RunnerView:
         """Show hooks the run's artifacts: the one way steps fill in this view.
 
         A dataloader's dataset ``metainfo`` goes to the visualizer, as
-        MMEngine's loops give it (:func:`share_dataset_meta`).
-
-        Parameters
-        ----------
-        schedule : TrainSchedule, optional
-            Sets ``max_epochs``, ``max_iters``, ``val_interval`` and ``val_begin``.
-        **artifacts
-            Any of ``model``, ``optim_wrapper``, ``param_schedulers``, the three
-            dataloaders, ``val_evaluator``, ``test_evaluator`` and ``seed``.
-
-        Raises
-        ------
-        TypeError
-            A name that is not one of those.
+        MMEngine's loops give it (:func:`share_dataset_meta`). A name not shown
+        to hooks is a ``TypeError``.
         """
         unknown = sorted(set(artifacts) - self._HELD)
         if unknown:
@@ -388,26 +337,9 @@ class Hooks:
     Every name in :data:`HOOK_POINTS` is an attribute holding a tuple of bound
     methods; the loop iterates it directly on hot paths
     (``for fn in hooks.after_train_iter: fn(runner, batch_idx=..., ...)``) and
-    uses :meth:`call` elsewhere.
-
-    :func:`build_hooks` builds the run's from its config (the ``build_hooks``
-    step); steps and the loop receive it as the ``hooks`` artifact.
-
-    Parameters
-    ----------
-    hooks : iterable
-        MMEngine ``Hook`` instances, or any objects with methods named after
-        hook points. They are sorted by ``priority`` (a name such as
-        ``'NORMAL'``, a ``Priority`` member, or an int from 0 to 100; ``NORMAL``
-        when unset), stably: equal priorities keep their given order.
-    runner : RunnerView
-        What the hooks receive as ``runner``; it gets this object as its
-        ``hooks``.
-
-    Raises
-    ------
-    ConfigError
-        A hook's ``priority`` is none of those.
+    uses :meth:`call` elsewhere. Hooks are sorted stably by ``priority`` (a name,
+    a ``Priority`` member or an int in 0..100; ``NORMAL`` when unset); any other
+    priority is a ``ConfigError``.
     """
 
     def __init__(self, hooks: Iterable[Any], runner: RunnerView) -> None:
@@ -421,16 +353,7 @@ class Hooks:
                                        if _overrides(h, point)))
 
     def call(self, point: str, **kwargs: Any) -> None:
-        """Fire one hook point with MMEngine's keyword arguments.
-
-        Parameters
-        ----------
-        point : str
-            One of :data:`HOOK_POINTS`.
-        **kwargs
-            Passed to every hook after ``runner`` (``batch_idx=...``,
-            ``checkpoint=...``, ``metrics=...``).
-        """
+        """Fire one hook point with MMEngine's keyword arguments."""
         runner = self.runner
         for fn in getattr(self, point):
             fn(runner, **kwargs)
@@ -643,42 +566,12 @@ def _a_visualizer_exists() -> bool:
 def build_visualizer(cfg: Any, *, name: str, save_dir: str, run_number: int = 0) -> Any:
     """The run's Visualizer, built as MMEngine's ``Runner.build_visualizer`` builds it.
 
-    A ``visualizer`` dict is built through MMEngine's ``VISUALIZERS`` registry, in
-    the config's default scope (``UniversalVisualizer`` is MMPreTrain's), with
-    ``name`` and ``save_dir`` as defaults; a dict without a ``type`` is a
-    ``Visualizer``. Without a ``visualizer``, MMEngine's default: a ``Visualizer``
-    with a ``LocalVisBackend``. A Visualizer object is used as it is. Then, as
-    MMEngine's Runner does, every backend records the config (see
-    :func:`_record_config`).
-
-    It is built on every rank, as MMEngine builds it; its backends create
-    nothing until they are used, and only rank 0 uses them (MMEngine's
-    ``master_only``). It becomes MMEngine's current Visualizer, so hooks that
-    call ``Visualizer.get_current_instance()`` in their constructors (the
-    visualization hooks of MMPreTrain, MMDetection and MMSegmentation) draw
-    with it.
-
-    Parameters
-    ----------
-    cfg
-        The run's config; its ``visualizer`` is read.
-    name
-        The default name (the run's experiment name). A name an earlier run in
-        this process took, given or default, gets ``_<run_number>`` appended:
-        MMEngine's ``get_instance`` would hand back that run's visualizer, with
-        its ``save_dir``.
-    save_dir
-        The default ``save_dir`` (``runner.log_dir``): backends write in its
-        ``vis_data`` folder.
-
-    Raises
-    ------
-    ConfigError
-        ``visualizer`` is neither a dict nor a Visualizer, a backend has no
-        ``type``, or a ``TensorboardVisBackend`` is asked for and tensorboard is
-        not installed.
-    UnknownComponentError
-        A visualizer or backend type that no registry in scope knows.
+    A ``visualizer`` dict is built in the config's default scope with ``name`` and
+    ``save_dir`` as defaults; none gives MMEngine's default. A ``name`` an earlier
+    run in this process took gets ``_<run_number>`` appended: MMEngine's
+    ``get_instance`` would hand back that run's visualizer. Built on every rank,
+    used on rank 0 only; it becomes MMEngine's current Visualizer, so hooks that
+    call ``Visualizer.get_current_instance()`` draw with it.
     """
     from mmengine.registry import VISUALIZERS
     from mmengine.visualization import Visualizer

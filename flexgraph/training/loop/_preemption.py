@@ -53,15 +53,8 @@ def _say(line: str) -> None:
 class StopRequest:
     """The signal handlers of one training run, and the stop they request.
 
-    Parameters
-    ----------
-    policy
-        Which signals, and the iterations between the ranks' agreement.
-    world_size, rank
-        This process's place; with one process there is nothing to agree on.
-    device
-        Where the agreement's one-element tensor lives (the process group's
-        device: CUDA for NCCL).
+    The ranks agree on a stop through a one-element tensor on ``device`` (the
+    process group's: CUDA for NCCL).
     """
 
     def __init__(self, policy: StopPolicy | None = None, *, world_size: int = 1, rank: int = 0,

@@ -23,18 +23,7 @@ _BAR_WIDTH = 40  # columns, as rich's default bar
 
 
 def format_duration(seconds: float) -> str:
-    """``h:mm:ss`` for elapsed times and ETAs (``?`` when not known yet).
-
-    Parameters
-    ----------
-    seconds : float
-        A duration (``inf`` or ``nan`` when not known).
-
-    Returns
-    -------
-    str
-        ``h:mm:ss``, or ``?``.
-    """
+    """``h:mm:ss`` for elapsed times and ETAs (``?`` when not known yet)."""
     if not math.isfinite(seconds):
         return "?"
     seconds = int(seconds)
@@ -42,15 +31,7 @@ def format_duration(seconds: float) -> str:
 
 
 class TerminalBar:
-    """``description ━━━━━━━━╺━━━━━ done/total elapsed eta remaining status``, live.
-
-    Parameters
-    ----------
-    description
-        The line's first word (the phase: ``train``).
-    total
-        The count at which the bar is full.
-    """
+    """``description ━━━━━━━━╺━━━━━ done/total elapsed eta remaining status``, live."""
 
     def __init__(self, description: str, total: int) -> None:
         from rich.live import Live

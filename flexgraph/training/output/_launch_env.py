@@ -85,25 +85,10 @@ class LaunchEnv:
 
     @classmethod
     def read(cls, environ: Mapping[str, str]) -> LaunchEnv:
-        """What ``environ`` (a process's environment) holds of the launcher's facts.
-
-        Parameters
-        ----------
-        environ : mapping of str to str
-            ``os.environ``, or any mapping of variables.
-
-        Returns
-        -------
-        LaunchEnv
-        """
+        """What ``environ`` (a process's environment) holds of the launcher's facts."""
         return cls(**{field: environ.get(name) or None for field, name in _FIELDS.items()})
 
     def variables(self) -> dict[str, str]:
-        """The variables to set in a launched process's environment (the fields that are set).
-
-        Returns
-        -------
-        dict of str to str
-        """
+        """The variables to set in a launched process's environment (the fields that are set)."""
         values = attrs.asdict(self)
         return {name: values[field] for field, name in _FIELDS.items() if values[field]}

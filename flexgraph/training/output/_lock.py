@@ -122,18 +122,8 @@ def _busy(work_dir: Path, owner: dict[str, Any]) -> WorkDirBusyError:
 class WorkDirLock:
     """A held work_dir lock; :meth:`release` (or the owner's death) frees it.
 
-    Parameters
-    ----------
-    path : Path
-    fd : int
-        The lock file, open; closing it drops the OS lock.
-    content : dict
-    os_locked : bool
-        Whether the filesystem granted an OS lock (else only the heartbeat holds).
-    heartbeat_every : float or None
-        ``None``: no heartbeat thread.
-    owned : bool, default True
-        ``False`` for a rank that only keeps its launcher's heartbeat.
+    Closing ``fd`` drops the OS lock; without ``os_locked`` only the heartbeat
+    holds it. ``owned=False``: a rank that only keeps its launcher's heartbeat.
     """
 
     def __init__(self, path: Path, fd: int, content: dict[str, Any], os_locked: bool,

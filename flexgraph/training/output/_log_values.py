@@ -62,12 +62,8 @@ def _reach(policy: LogProcessorPolicy, epoch_length: int, by_epoch_loop: bool) -
 class LogValues:
     """Each logged key's recent values, and the statistics a log line shows of them.
 
-    Parameters
-    ----------
-    policy:
-        The config's ``log_processor``.
-    epoch_length, by_epoch_loop:
-        The train loop's: how far an ``'epoch'`` window can reach.
+    ``policy`` is the config's ``log_processor``; ``epoch_length`` and
+    ``by_epoch_loop`` say how far an ``'epoch'`` window can reach.
     """
 
     def __init__(self, policy: LogProcessorPolicy, *, epoch_length: int = 0,

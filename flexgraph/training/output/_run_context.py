@@ -204,17 +204,6 @@ class RunContext:
         The rank and world size are the ones a launcher gave the process
         (``RANK`` / ``WORLD_SIZE``; 0 and 1 without one); no record, no launch
         facts; a console logger.
-
-        Parameters
-        ----------
-        log_level : str or int, optional
-            The console logger's level (the config's ``log_level``).
-        log_dir : str, optional
-            The folder of the run's files (the work_dir).
-
-        Returns
-        -------
-        RunContext
         """
         from flexgraph.training.output._workdir import console_logger
         from flexgraph.training.runtime import launch_rank, launch_world_size

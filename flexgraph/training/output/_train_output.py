@@ -232,16 +232,8 @@ class TrainOutput:
         A resumed run first cuts ``metrics.jsonl`` back to ``start_iter``: the
         records an interrupted run wrote after its checkpoint describe steps
         that were rolled back and are about to be trained (and logged) again.
-
-        Parameters
-        ----------
-        start_iter : int
-            The iterations already done.
-        resumed : bool, default False
-            The run resumed from a checkpoint.
-        repeats_evals : bool, default False
-            The run repeats the validation at ``start_iter`` too (the checkpoint was
-            saved before its epoch's end), so its record goes.
+        With ``repeats_evals`` (saved before its epoch's end) the validation
+        record at ``start_iter`` goes too.
         """
         self._start_iter = self._tick_iter = start_iter
         self._next_iter = start_iter + 1

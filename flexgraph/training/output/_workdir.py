@@ -56,19 +56,7 @@ def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
                    quiet_mmengine: bool = False) -> MMLogger:
     """A new MMLogger (MMEngine's *current* one from now on) printing to stdout.
 
-    Parameters
-    ----------
-    timestamp : str
-        The run's name.
-    log_level : str or int, default 'INFO'
-        Rank 0's console level; other ranks print errors only.
-    rank : int, default 0
-    quiet_mmengine : bool, default False
-        Keep MMEngine's own info lines off the console.
-
-    Returns
-    -------
-    MMLogger
+    ``log_level`` is rank 0's; other ranks print errors only.
     """
     logger = MMLogger.get_instance(f"flexgraph_{timestamp}_{next(_NUMBERS)}",
                                    logger_name="flexgraph", log_level=log_level)
@@ -82,14 +70,7 @@ def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
 class RunRecord:
     """One run's log file, config and plan in ``work_dir/<timestamp>/``.
 
-    Parameters
-    ----------
-    logger : MMLogger
-    timestamp : str
-        The run's name.
-    run_dir : Path
-    file_handler : logging.Handler or None
-        The log file's handler; ``None`` on the ranks that write nothing.
+    Ranks that write nothing have no ``file_handler``.
     """
 
     def __init__(self, logger: MMLogger, timestamp: str, run_dir: Path,

@@ -32,12 +32,10 @@ def optimizers_of(optim_wrapper: Any) -> list[torch.optim.Optimizer]:
     Parameters
     ----------
     optim_wrapper : Any
-        MMEngine's ``OptimWrapper`` or ``OptimWrapperDict``.
 
     Returns
     -------
     list of torch.optim.Optimizer
-        Its optimizers, in order.
     """
     wrappers = getattr(optim_wrapper, "optim_wrappers", None)
     if wrappers is not None:
@@ -56,14 +54,12 @@ def as_on_rank0(state: dict[str, Any], keys: Any) -> dict[str, Any]:
     Parameters
     ----------
     state : dict
-        A model state, by name; left as it is.
+        Left as it is.
     keys : iterable of str
-        The names of the buffers in it.
 
     Returns
     -------
     dict
-        A new dict: rank 0's copies at ``keys``, the rest as in ``state``.
     """
     if world_size() == 1:
         return state
@@ -169,18 +165,15 @@ def positions_to_names(saved: dict[str, Any], names: list[list[str]],
     Parameters
     ----------
     saved : dict
-        The saved optimizer state.
     names : list of list of str
-        The optimizer's parameter names, group by group, in torch's numbering order.
+        The parameter names, group by group, in torch's numbering order.
     every : list of str, optional
-        Every parameter of the model, frozen ones too, in its order: where this
-        run's optimizer holds only the trained ones (ZeRO) and the saved one held
-        them all (MMEngine's constructor), the frozen ones are told apart by it.
+        Every parameter, frozen ones too: tells them apart where the saved optimizer
+        held them all and this run's holds only the trained ones (ZeRO).
 
     Returns
     -------
     dict
-        The same state, keyed by name.
     """
     groups = saved.get("param_groups") or []
     sizes = [len(g.get("params", [])) for g in groups]

@@ -134,12 +134,10 @@ def flat_schedulers(param_schedulers: Any) -> list[Any]:
     Parameters
     ----------
     param_schedulers : list or Mapping or None
-        The run's schedulers.
 
     Returns
     -------
     list
-        The schedulers, in order.
     """
     if isinstance(param_schedulers, Mapping):
         return [s for group in param_schedulers.values() for s in group]
@@ -160,14 +158,8 @@ def restore_schedulers(param_schedulers: Any, states: Any) -> None:
     Parameters
     ----------
     param_schedulers : list or Mapping
-        The run's schedulers.
     states : list or Mapping
-        Their saved states, in the same shape.
-
-    Raises
-    ------
-    CheckpointError
-        The checkpoint holds other schedulers (another config).
+        In the same shape; other schedulers (another config) are a ``CheckpointError``.
     """
     if isinstance(param_schedulers, Mapping) or isinstance(states, Mapping):
         mine = dict(param_schedulers) if isinstance(param_schedulers, Mapping) else {}
@@ -210,9 +202,8 @@ class Checkpointer:
     Parameters
     ----------
     work_dir : str or os.PathLike
-        Where checkpoints and the pointer live (created on the first save).
+        Created on the first save.
     policy : CheckpointPolicy, optional
-        When to save and how many to keep.
     rank : int
         Only rank 0 renames, points and prunes.
     io : CheckpointIO, optional

@@ -1,13 +1,10 @@
 """Whether the weights a run loads cover its model, so that ``init_weights`` can be pruned.
 
 A run that loads every ``state_dict`` entry from files has nothing for
-``init_weights`` to do. For a strategy that saves memory by not initialising
-(FSDP), the plan then loses that step as a derived rewrite with its reason.
-The files that count are ``load_from`` and every ``Pretrained`` ``init_cfg``
-``init_weights`` would run, in MMEngine's order; only their indexes and the
-model's names and shapes (on the meta device) are read. A file whose index
-needs its tensors, or an entry no file holds under the model's shape, keeps
-``init_weights``. Strategies that hold the model whole prune nothing.
+``init_weights`` to do; a strategy that saves memory by not initialising
+(FSDP) then loses that step as a derived rewrite with its reason. The files
+are ``load_from`` and every ``Pretrained`` ``init_cfg``; only their indexes and
+the model's shapes on the meta device are read.
 """
 
 from __future__ import annotations
@@ -40,13 +37,12 @@ class WeightSource:
     Parameters
     ----------
     path
-        The checkpoint.
     origin
         ``'load_from'`` or ``'init_cfg Pretrained'``.
     module
-        The submodule whose ``init_cfg`` names the file (``''``: the model).
+        The submodule whose ``init_cfg`` names the file; ``''``: the model.
     prefix
-        ``Pretrained``'s ``prefix`` (``None``: every weight).
+        ``Pretrained``'s ``prefix``; ``None``: every weight.
     """
 
     path: str
@@ -140,12 +136,10 @@ def pretrained_sources(model: nn.Module) -> list[WeightSource]:
     Parameters
     ----------
     model : nn.Module
-        The model as built (only its ``init_cfg`` are read).
 
     Returns
     -------
     list of WeightSource
-        One per ``Pretrained``, in load order.
     """
     found: list[WeightSource] = []
 
@@ -236,7 +230,6 @@ def derive_from_weights(cfg: Any, load_from: str | None, prunable: Sequence[str]
     Parameters
     ----------
     cfg
-        The run's config.
     load_from
         What ``load_checkpoint`` loads, or ``None``.
     prunable
@@ -245,7 +238,7 @@ def derive_from_weights(cfg: Any, load_from: str | None, prunable: Sequence[str]
     Returns
     -------
     WeightsDerivation
-        The derived rewrites and notes; empty when nothing is pruned.
+        Empty when nothing is pruned.
     """
     if "init_weights" not in prunable or not (load_from or names_pretrained(cfg)):
         return WeightsDerivation()

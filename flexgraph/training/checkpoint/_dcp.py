@@ -36,12 +36,10 @@ def full_tensors(value: Any) -> Any:
     Parameters
     ----------
     value : Any
-        A tensor, or containers of them.
 
     Returns
     -------
     Any
-        ``value`` with every DTensor replaced.
     """
     from torch.distributed.tensor import DTensor
 
@@ -66,16 +64,14 @@ def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> 
     Parameters
     ----------
     path : Path
-        A DCP directory (flexgraph's, or another tool's bare state dict).
+        flexgraph's DCP directory, or another tool's bare state dict.
     model : torch.nn.Module
-        Whole or sharded.
     on_read : callable
         Called with an empty checkpoint: the weights go straight into the model.
 
     Returns
     -------
     WeightsLoaded
-        The keys either side lacks.
     """
     on_read(dict(NOTHING_READ))
     problem = dcp_problem(path, need_extra=False)

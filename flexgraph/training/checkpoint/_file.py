@@ -119,13 +119,11 @@ def optimizer_keyed_by(state: Any) -> str | None:
     Parameters
     ----------
     state : Any
-        A saved optimizer state.
 
     Returns
     -------
     str or None
-        ``'position'`` (a whole model's), ``'name'`` (a full sharded one's), or
-        ``None`` (none, or several optimizers).
+        ``'position'``, ``'name'``, or ``None`` (none, or several optimizers).
     """
     groups = state.get("param_groups") if isinstance(state, dict) else None
     params = [p for g in groups or () if isinstance(g, dict) for p in g.get("params", ())]

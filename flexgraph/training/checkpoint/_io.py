@@ -1,17 +1,11 @@
 """Checkpoint state IO: three small interfaces, one implementation per storage format.
 
-The loop never reads or writes model and optimizer state itself: it hands the
-live objects to a :class:`CheckpointIO`, which decides what the state is (a full
-``state_dict``, one shard per rank, an engine's files) and how it reaches disk.
-A strategy picks its IO with ``Configure('build_checkpointer', io=...)``.
-The three parts are separate classes so that none inherits a method it cannot
-do: :class:`CheckpointWriter` (saves), :class:`CheckpointRestorer` (``resume``)
-and :class:`WeightLoader` (``load_from``).
-
-A checkpoint, under every IO, is a dict with ``meta``, ``state_dict`` and
-``optimizer`` (in the IO's form, or absent where an engine keeps them),
-``param_schedulers``, ``rng_states`` and what hooks added; hooks see it after
-it is read and before it is applied, as in MMEngine's Runner.
+The loop hands the live objects to a :class:`CheckpointIO`, which decides what
+the state is and how it reaches disk; a strategy picks its IO with
+``Configure('build_checkpointer', io=...)``. The three parts are separate so
+that none inherits a method it cannot do. A checkpoint is, under every IO, a
+dict with ``meta``, ``state_dict``, ``optimizer`` (absent where an engine keeps
+it), ``param_schedulers``, ``rng_states`` and what hooks added.
 """
 
 from __future__ import annotations

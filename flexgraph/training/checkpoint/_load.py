@@ -27,23 +27,19 @@ def load_weights(checkpointer: Checkpointer, path: str | None, model: Any, hooks
     Parameters
     ----------
     checkpointer : Checkpointer
-        The run's; its IO reads the files.
     path : str or None
-        The ``load_from`` file (``None``: none, or ``resume`` loads it).
+        ``None``: none, or ``resume`` loads it.
     model : Any
-        The model as the run holds it.
     hooks : Hooks
-        The run's hooks; ``after_load_checkpoint`` sees what was read.
+        ``after_load_checkpoint`` sees what was read.
     logger : logging.Logger
-        Logs what was loaded and the keys left out.
     pretrained : sequence of Mapping, optional
-        :class:`~flexgraph.training.checkpoint.WeightSource` params of a pruned
-        ``init_weights``, loaded first without hooks.
+        A pruned ``init_weights``'s :class:`WeightSource` params, loaded first without hooks.
 
     Returns
     -------
     Any
-        ``model``, its weights loaded.
+        ``model``.
     """
     for params in pretrained:
         source = WeightSource.from_params(params)

@@ -55,12 +55,10 @@ def read_manifest(path: Path) -> dict[str, Any]:
     Parameters
     ----------
     path : Path
-        The checkpoint's directory.
 
     Returns
     -------
     dict
-        The manifest.
     """
     file = path / MANIFEST_NAME
     if not file.is_file():

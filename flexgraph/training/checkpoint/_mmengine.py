@@ -37,18 +37,14 @@ def from_mmengine(checkpoint: Any, *, by_epoch: bool, train_dataloader: Any,
     Parameters
     ----------
     checkpoint : Any
-        A checkpoint as read.
     by_epoch : bool
-        Whether the run's loop is epoch-based.
     train_dataloader : DataLoader or None
-        The run's; its length converts MMEngine's iteration count.
+        Its length converts MMEngine's iteration count.
     message_hub : MessageHub, optional
-        The run's message hub.
 
     Returns
     -------
     Any
-        A new dict in flexgraph's layout, or ``checkpoint`` when it is not MMEngine's.
     """
     if not is_mmengine_checkpoint(checkpoint):
         return checkpoint

@@ -134,11 +134,10 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
     Parameters
     ----------
     path : str or Path
-        Where to write; it must not exist yet.
+        Must not exist yet.
     model_state : dict of str to torch.Tensor
-        The weights by name.
     optimizer_state : dict, optional
-        torch's name-keyed optimizer state.
+        torch's, name-keyed.
     meta : dict, optional
         The loop position (default: step 0).
     extra : dict, optional
@@ -149,7 +148,6 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
     Returns
     -------
     Path
-        ``path``.
     """
     path = Path(path)
     if path.exists():
@@ -172,7 +170,6 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
     Parameters
     ----------
     path : str or Path
-        The checkpoint's directory.
 
     Returns
     -------
@@ -197,14 +194,12 @@ def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:
     Parameters
     ----------
     path : str or Path
-        The checkpoint's directory.
     key : str
-        The key, as :func:`portable_tensors` lists it.
+        As :func:`portable_tensors` lists it.
 
     Returns
     -------
     torch.Tensor
-        The whole tensor.
     """
     held = portable_tensors(path)
     if key not in held:
@@ -245,14 +240,13 @@ class PortableCheckpointIO(CheckpointIO):
     Parameters
     ----------
     access
-        How the strategy's objects give and take name-keyed state (default: torch's).
+        The strategy's :class:`StateAccess` (default: torch's).
     weights
         The IO that loads ``load_from`` files of other formats.
     plan
-        The plan's JSON dict each manifest records, or ``None``.
+        The plan each manifest records.
     async_save
-        Write in the background: :meth:`write` returns a :class:`BackgroundWrite`
-        once the state is staged to CPU memory.
+        :meth:`write` returns a :class:`BackgroundWrite` once the state is in CPU memory.
     """
 
     suffix = ".ckpt"

@@ -49,14 +49,12 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None, *,
     Parameters
     ----------
     module
-        The module whose ``init_cfg`` names the checkpoint.
     checkpoint
         A local torch.save or safetensors file, or a DCP directory.
     prefix
-        Load only the weights under ``prefix.``, renamed without it (``None``: all).
+        Only the weights under ``prefix.``, renamed without it; ``None``: all.
     loader
-        Anything with ``load_weights(path, model, *, held, on_read)``; default: a
-        whole-model file loader.
+        A :class:`WeightLoader`; default: a whole-model file loader.
     """
     from mmengine.logging import print_log
 

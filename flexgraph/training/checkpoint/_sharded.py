@@ -64,20 +64,17 @@ def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,
     Parameters
     ----------
     path : Path
-        A checkpoint file or directory.
     held : CheckpointFormat
         What ``path`` holds.
     model : torch.nn.Module
-        The model, each rank holding its slices.
     slices : Slices
-        How the strategy's ranks hold each weight.
     on_read : callable
         Called with the checkpoint as read, before the weights go in.
 
     Returns
     -------
     WeightsLoaded
-        The keys left out, the same on every rank.
+        The same on every rank.
     """
     target = unwrap_model(model)
     entries = target.state_dict(keep_vars=True)

@@ -34,12 +34,10 @@ def tensor_bytes(obj: Any) -> int:
     Parameters
     ----------
     obj
-        A checkpoint, or any part of one.
 
     Returns
     -------
     int
-        Roughly what a save writes.
     """
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
@@ -56,12 +54,11 @@ def human_bytes(size: float) -> str:
     Parameters
     ----------
     size : float
-        A size in bytes.
 
     Returns
     -------
     str
-        The size, e.g. ``'1.5 KiB'``.
+        E.g. ``'1.5 KiB'``.
     """
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":

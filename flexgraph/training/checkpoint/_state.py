@@ -24,19 +24,16 @@ class LoopState:
 
     Parameters
     ----------
-    epoch
-        MMEngine's epoch counter at the save.
-    iter
-        Completed iterations.
+    epoch, iter
+        MMEngine's counters at the save.
     batch_idx
-        Batches of the next pass over the train dataloader already trained on.
+        Batches of the next pass over the data already trained on.
     data_pass
-        Complete passes over the train dataloader.
+        Complete passes over the data.
     rng_state
-        This rank's RNG state at the save, restored before the first batch
-        (``None``: leave the streams).
+        This rank's, restored before the first batch; ``None``: leave the streams.
     resumed_from
-        The checkpoint restored (``None`` for a fresh run).
+        The checkpoint restored; ``None`` for a fresh run.
 
     Examples
     --------
@@ -62,12 +59,11 @@ def to_plain(obj: Any) -> Any:
     Parameters
     ----------
     obj : Any
-        A state (a scheduler's ``state_dict()``, a hook's extra).
 
     Returns
     -------
     Any
-        The plain value; ``None`` when ``obj`` has no safe form.
+        ``None`` when ``obj`` has no safe form.
     """
     out = _plain(obj)
     return None if out is _DROP else out
@@ -104,12 +100,10 @@ def from_plain(obj: Any) -> Any:
     Parameters
     ----------
     obj : Any
-        What :func:`to_plain` made.
 
     Returns
     -------
     Any
-        The value rebuilt.
     """
     if isinstance(obj, dict):
         kind = obj.get(_TAG)

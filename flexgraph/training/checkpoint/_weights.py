@@ -30,15 +30,12 @@ class WeightsLoaded:
 
     Parameters
     ----------
-    missing : tuple of str, default ()
-        The model's keys the checkpoint lacks.
-    unexpected : tuple of str, default ()
-        The checkpoint's keys the model has no place for.
-    mismatched : tuple of str, default ()
+    missing, unexpected : tuple of str
+        The model's keys the checkpoint lacks, and the reverse.
+    mismatched : tuple of str
         The tensors of another shape (left as they were), one line each.
-    checksums : mapping of str to float, default {}
-        Of each tensor that went in, this rank's part as the load left it
-        (:func:`local_checksums`); a contract compares them after the step.
+    checksums : mapping of str to float
+        This rank's :func:`local_checksums` of what went in, for a contract to compare.
     """
 
     missing: tuple[str, ...] = ()
@@ -76,9 +73,7 @@ def local_checksums(model: torch.nn.Module, names: Any) -> dict[str, float]:
     Parameters
     ----------
     model : torch.nn.Module
-        The user's module (each rank holding its shards or partitions).
     names : iterable of str
-        ``state_dict`` keys; others are left out.
 
     Returns
     -------
@@ -124,18 +119,16 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
     Parameters
     ----------
     model : torch.nn.Module
-        The model to load into.
     checkpoint : Any
         A checkpoint dict or a bare ``state_dict``.
     path : str
-        Where it was read from, for messages.
+        For messages.
     strict : bool
         Refuse any missing or unexpected key (``resume``).
 
     Returns
     -------
     WeightsLoaded
-        What was left out.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     target = unwrap_model(model)
@@ -187,19 +180,16 @@ def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int,
     Parameters
     ----------
     checkpoint : Any
-        The loaded file: a state dict, or MMEngine's dict holding one.
+        A state dict, or MMEngine's dict holding one.
     path : str
-        Where it was read from, for the messages.
+        For messages.
     shapes : Mapping[str, tuple[int, ...]]
-        Each parameter's whole shape in the model, by its name.
+        Each parameter's whole shape, by name.
     owner : str
-        Who loads, named when nothing matches.
 
     Returns
     -------
     tuple[dict[str, Any], WeightsLoaded]
-        The weights whose name and shape fit, and the keys missing, unexpected
-        and mismatched, as ``load_state_dict`` reports them.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     named = {k: weights[k] for k in shapes if k in weights}

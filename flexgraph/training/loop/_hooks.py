@@ -1,38 +1,22 @@
 """MMEngine hooks without MMEngine's Runner: the ``runner`` view and the dispatcher.
 
 A user's ``mmengine.hooks.Hook`` subclass must run unchanged, so hooks receive a
-:class:`RunnerView` that has the attributes such hooks read (``model``,
-``optim_wrapper``, ``epoch``, ``iter``, ``max_iters``, ``work_dir``, ``logger``,
-``message_hub``, ...), with MMEngine's meaning: during ``*_train_iter`` hooks
-``runner.iter`` is the index of the current iteration (completed iterations
-before it), during ``*_train_epoch`` hooks ``runner.epoch`` is the index of the
-current epoch, so ``Hook.every_n_train_iters`` / ``every_n_epochs`` /
-``is_last_train_iter`` work as written. A hook whose code reads an attribute
-of MMEngine's Runner that the view lacks is refused by name when it is built
+:class:`RunnerView` with the attributes such hooks read, in MMEngine's meaning
+(``runner.iter`` is the current iteration's index during ``*_train_iter``
+hooks), so ``every_n_train_iters`` and the like work as written. A hook that
+reads a Runner attribute the view lacks is refused by name when built
 (:func:`refuse_unknown_reads`).
 
-:class:`Hooks` precomputes, for every hook point, a tuple of the bound methods
-of only those hooks that override it. A point nobody overrides is an empty
-tuple, so the per-iteration cost of hooks in the common case is iterating over
-``()``. Hooks are ordered by priority, stably, like MMEngine's
-``Runner.register_hook``: default hooks first, in MMEngine's order, then
-custom hooks.
+:class:`Hooks` keeps, per hook point, only the bound methods of hooks that
+override it, ordered by priority as MMEngine's ``Runner.register_hook`` does.
+Of MMEngine's default hooks, the two other hooks can observe are hooks here
+too: ``param_scheduler`` (LOW) and ``checkpoint`` (:class:`BuiltinCheckpointHook`,
+VERY_LOW); the others are built into the loop.
 
-Two of MMEngine's default hooks are observable by other hooks and so are
-hooks here too, in their place in that order: ``param_scheduler`` (MMEngine's
-own ``ParamSchedulerHook``, priority LOW: hooks at LOW and below see the
-stepped learning rate) and ``checkpoint`` (:class:`BuiltinCheckpointHook`,
-priority VERY_LOW: it saves before validation, between the hooks above and
-below it). The other defaults (runtime info, timer, sampler seed, logger) are
-built into the loop.
-
-The runner view, its message hub and its visualizer (``runner.visualizer``,
-built as MMEngine's ``Runner.build_visualizer`` builds it: :func:`build_visualizer`)
-exist before any hook is built, as in MMEngine, so hooks that call
-``Visualizer.get_current_instance()`` or ``MessageHub.get_current_instance()``
-in their constructors find this run's. A config without a ``visualizer`` gets
-MMEngine's default one when a hook first asks for it (its construction costs
-half a second, and most runs never draw).
+The view, its message hub and visualizer exist before any hook is built, so a
+hook's constructor finds this run's. Without a ``visualizer`` in the config,
+MMEngine's default is built only when a hook first asks for it (most runs
+never draw).
 """
 
 from __future__ import annotations
@@ -499,14 +483,9 @@ def _builtin_hook(key: str, hook_cfg: Any, settings: RunSettings) -> Any:
 def build_hooks(cfg: Any, settings: RunSettings, run_context: RunContext) -> Hooks:
     """Build the default hooks (MMEngine's, merged with ``default_hooks``) and ``custom_hooks``.
 
-    Of MMEngine's built-in default hooks, ``param_scheduler`` and ``checkpoint``
-    become hooks in their MMEngine place (see the module docstring); timer,
-    logger, sampler seed and runtime info are done by the loop itself, which
-    reads ``default_hooks.logger`` for its settings. Any other entry is a hook
-    the user asked for and is built like a custom hook. Config keys flexgraph
-    does not act on are reported here, once per run (rank 0). The runner view
-    comes first, with the run context's logger, timestamp, folder and message
-    hub: hooks look up its message hub and visualizer when built.
+    Timer, logger, sampler seed and runtime info are done by the loop itself;
+    any other entry is built like a custom hook. Config keys flexgraph does not
+    act on are reported here, once per run (rank 0).
     """
     warn_unused_keys(cfg, rank=run_context.rank, world_size=run_context.world_size)
     runner = _runner_view(cfg, settings, run_context)

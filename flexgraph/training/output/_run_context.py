@@ -1,25 +1,12 @@
 """The run's context: what a run knows beyond its config, in one frozen value passed down.
 
-``flexgraph run`` learns things about its run that no config holds: the plan
-it is about to run, the record it opened in the work_dir, this process's rank
-and the world size, and how the process was launched. It also makes the
-run's log: its logger, its timestamp, the folder of its files and its
-MMEngine message hub. It puts them in one :class:`RunContext`, made once,
-after planning and once the work_dir's record is open, and hands it to the
-plan as the standard graph's ``run_context`` input, the way the settings are
-handed in; the steps that need any of it take it as an argument. Nothing
-writes it back anywhere.
-
-Without the command (the Python API, a test), :func:`standard_inputs
-<flexgraph.training.graph.standard_inputs>` makes a context of this process
-alone: no plan, no record, no launcher, a console logger. A portable
-checkpoint's manifest then records no plan; pass ``RunContext(plan=...)`` to
-have one recorded.
-
-It lives in :mod:`flexgraph.training.output` because it holds the run's
-record and log, and every part that reads it (checkpoint, loop, resume,
-steps) sits above output in training's layers; the command line builds it,
-above them all.
+``flexgraph run`` makes one :class:`RunContext` after planning, once the
+work_dir's record is open: the plan, the record, the rank and world size, the
+launch, and the run's log (logger, timestamp, folder, message hub). It is the
+standard graph's ``run_context`` input; steps take it as an argument and
+nothing writes it back. Without the command, :func:`standard_inputs
+<flexgraph.training.graph.standard_inputs>` makes one of this process alone.
+It lives in output because it holds the run's record and log.
 """
 
 from __future__ import annotations
@@ -48,12 +35,11 @@ class AutoChoice:
     Parameters
     ----------
     label : str
-        The chosen candidate, as ``--compare`` names it (``"ddp:bf16"``).
+        The candidate, as ``--compare`` names it (``"ddp:bf16"``).
     strategy : mapping
-        The strategy as the work_dir's ``config.py`` records it
-        (``{"type": name, **options}``), so that the config plans the same way again.
+        ``{"type": name, **options}``, as the work_dir's ``config.py`` records it.
     reason : str, optional
-        Why it was chosen (for the run's log).
+        Why it was chosen, for the log.
     """
 
     label: str
@@ -68,32 +54,25 @@ class LaunchFacts:
     Parameters
     ----------
     launched_by : str, optional
-        What started the ranks, as the run's summary line says it
-        (``"torch elastic"``, ``"slurm (4 tasks, rendezvous node01:15042)"``);
-        ``None``: this process runs alone.
+        What started the ranks, for the summary line; ``None``: this process runs alone.
     launches_ranks : bool
-        This process is a launcher: it starts ranks and runs no step itself.
+        This process starts ranks and runs no step itself.
     launched : bool
-        This process is a rank that a launcher started (torch's elastic agent,
-        ``torchrun``, or an ``srun`` task per rank).
+        This process is a rank a launcher started.
     node_rank : int
-        This node's rank among the launchers of several nodes (0 alone).
+        This node's rank among several nodes' launchers.
     master_addr, master_port : optional
-        Where the launchers of several nodes meet (``None``: torch's defaults).
+        Where several nodes' launchers meet; ``None``: torch's defaults.
     resume : str, optional
-        What to resume from: ``--resume``, or ``"auto"`` in a SLURM job that
-        was requeued.
+        ``--resume``, or ``"auto"`` in a requeued SLURM job.
     auto : AutoChoice, optional
-        ``--strategy auto``'s choice (the launcher's, on its ranks).
+        ``--strategy auto``'s choice.
     estimate : RunEstimate, optional
-        The estimate the run's memory is measured against (``--estimate``,
-        ``--strategy auto``, or the launcher's on its ranks); ``None``: not measured.
+        What the run's memory is measured against; ``None``: not measured.
     progress : Progress, optional
-        The progress record this rank keeps for its launcher (``None`` when no
-        launcher asked for one).
+        The progress record this rank keeps for its launcher.
     handed_down : LaunchEnv
-        What the launcher handed this rank through its environment (empty when
-        no flexgraph launcher started it).
+        What the launcher handed this rank through its environment.
     """
 
     launched_by: str | None = None
@@ -143,35 +122,25 @@ _HUB_NUMBERS = itertools.count()
 class RunContext:
     """What a run knows beyond its config: the standard graph's ``run_context`` input.
 
-    The log's parts default to the record's (its logger, timestamp and folder),
-    or without one to a console logger named by the current time; the message
-    hub is made with the context.
+    The log's parts default to the record's, or without one to a console
+    logger named by the current time.
 
     Parameters
     ----------
-    rank : int
-        This process's global rank (0 alone).
-    world_size : int
-        How many processes train (1 alone).
+    rank, world_size : int
+        This process's global rank, and how many processes train.
     plan : mapping, optional
-        The plan being run, as ``flexgraph plan --format json`` prints it (its
-        ``flexgraph.plan/2`` dict); the work_dir's ``plan.json``, a portable
-        checkpoint's manifest and resume's plan-change log all use it.
-        ``None``: no plan was given.
+        The plan being run, as ``flexgraph plan --format json`` prints it.
     record : RunRecord, optional
-        The run's record in its work_dir (log file, config, plan), opened by
-        ``flexgraph run``; ``None``: no record (a Python API run, a pipeline,
-        a dry run).
+        The work_dir's record ``flexgraph run`` opened; ``None``: no record.
     launch : LaunchFacts
-        How the process was started (see :class:`LaunchFacts`).
+        How the process was started.
     timestamp : str
         The run's ``%Y%m%d_%H%M%S`` name, as MMEngine's.
     logger : mmengine.logging.MMLogger
-        The run's logger.
     log_dir : str, optional
-        The run's folder (``runner.log_dir``: the record's); ``None``: the work_dir.
+        The run's folder (``runner.log_dir``); ``None``: the work_dir.
     message_hub : mmengine.logging.MessageHub
-        Where the loop's scalars and the runtime info go (``runner.message_hub``).
 
     Examples
     --------

@@ -1,28 +1,14 @@
 """What a run shows and records: progress, log lines, ``metrics.jsonl``, and the scalars
 the visualizer's backends receive (as MMEngine's LoggerHook hands them over).
 
-The loop hands over each iteration's logged value (:meth:`TrainOutput.keep`)
-and learning rate (:attr:`TrainOutput.lrs`). On an accelerator the value is
-kept detached and read at the next :meth:`TrainOutput.flush`, so the loop does
-not wait for the device between log lines. A flush turns the iterations kept
-so far into numbers, into ``metrics.jsonl`` and into the histories the log
-lines are computed from; it runs with each log line, at the end of each pass
-over the data, before checkpoints and validation, and at the end.
-
-A log line says for each key what MMEngine's LoggerHook says: its
-``log_processor``'s statistics (:mod:`flexgraph.training.output._log_values`).
-The console, the log file and the run's visualizer (``runner.visualizer``) get
-those values; without a ``visualizer`` in the config, flexgraph writes the
-``scalars.json`` (and ``{timestamp}.json``) that MMEngine's default one would,
-without building it. ``metrics.jsonl`` is flexgraph's own record: every
-iteration's raw values, one JSON object a line, cut back to the checkpoint's
-iteration when a run resumes.
-
-Only rank 0 writes or prints. On a terminal, a progress bar
-(:mod:`flexgraph.training.output._bar`) is redrawn by the loop's ticks a few
-times a second (less often where redrawing would take a noticeable share of
-the CPU), with the log lines above it; otherwise the log lines alone are
-printed.
+The loop hands over each iteration's logged value (:meth:`TrainOutput.keep`);
+on an accelerator it stays on the device until the next
+:meth:`TrainOutput.flush`, so the loop does not wait for the device between
+log lines. A log line says for each key what MMEngine's LoggerHook says; the
+console, the log file and the visualizer get it (without a ``visualizer``,
+the scalar files MMEngine's default one would write, without building it).
+``metrics.jsonl`` holds every iteration's raw values, cut back to the
+checkpoint's iteration on resume. Only rank 0 writes or prints.
 """
 
 from __future__ import annotations
@@ -56,11 +42,8 @@ _NEVER = 2**62
 
 
 class _ScalarFiles:
-    """The scalar files MMEngine's default visualizer (a ``LocalVisBackend``) writes in
-    ``vis_data``, written without building it (a Visualizer slows a run's start):
-    ``scalars.json`` and the ``file_path`` MMEngine's LoggerHook names, one JSON
-    object a line with its ``step``. They stay open from the first line to
-    :meth:`close`."""
+    """The scalar files a ``LocalVisBackend`` writes in ``vis_data``, without building
+    a Visualizer (which slows a run's start); open from the first line to :meth:`close`."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
@@ -146,36 +129,26 @@ class TrainOutput:
     Parameters
     ----------
     work_dir
-        ``metrics.jsonl`` goes here (rank 0 only).
+        Where ``metrics.jsonl`` goes.
     visualizer
-        The run's MMEngine Visualizer (``runner.visualizer``): its backends get
-        the scalars (see the module docstring), and :meth:`close` closes it, as
-        MMEngine's LoggerHook does after the run. ``None`` when none was
-        built: then the scalars go to ``vis_dir``.
+        The run's Visualizer, closed by :meth:`close`; ``None``: scalars go to ``vis_dir``.
     vis_dir, timestamp
-        Where MMEngine's default visualizer would write its scalar files
-        (``runner.log_dir``'s ``vis_data``; ``None``: nowhere), and the run's
-        timestamp, which names its ``{timestamp}.json``.
+        Where the default visualizer's scalar files go, and the run's timestamp.
     log_processor
-        The config's ``log_processor``: what a line says for each key.
+        The config's ``log_processor``.
     metric_by_epoch
-        The LoggerHook's ``log_metric_by_epoch``: validation scalars at the
-        epoch of an epoch-based loop, else at the iteration.
+        The LoggerHook's ``log_metric_by_epoch``.
     is_main
-        Rank 0; other ranks keep the buffer short and write nothing.
+        Rank 0; other ranks write nothing.
     logger, message_hub
-        The run's MMEngine logger and message hub (at each log line the hub
-        receives the values the line shows of the keys flexgraph logs).
     log_interval, max_iters, max_epochs, by_epoch, epoch_length
         For log cadence, ETA and the ``Epoch(train) [e/E][i/N]`` prefix.
     interactive
         Force the progress bar on or off; default: stdout is a terminal.
     device
-        Where the logged values live (see :meth:`keep`).
+        Where the logged values live.
     progress
-        The progress record this rank keeps for its launcher (the run context's
-        ``launch.progress``): each log line writes the iterations done into it.
-        ``None``: no launcher asked for one.
+        The progress record each log line updates for the launcher, if any.
     """
 
     def __init__(self, *, work_dir: str, is_main: bool, logger: Any, message_hub: Any,
@@ -256,12 +229,9 @@ class TrainOutput:
             self._bar.start()
 
     def close(self) -> None:
-        """Release the sinks and close the visualizer (call :meth:`flush` first); safe to
-        call twice.
+        """Release the sinks and close the visualizer (call :meth:`flush` first); idempotent.
 
-        The visualizer is closed here, after the run's last hook point (MMEngine's
-        LoggerHook closes it in ``after_run``), on every rank, and after a
-        failure too: what hooks drew reaches its files."""
+        Closed on every rank, after a failure too, so what hooks drew reaches its files."""
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
@@ -300,8 +270,7 @@ class TrainOutput:
     def flush(self, epoch: int) -> None:
         """Record the iterations kept since the last flush, of epoch index ``epoch``.
 
-        Their values are read (one device sync), written to ``metrics.jsonl``
-        and added to the histories the log lines are computed from.
+        One device sync reads them all.
         """
         values, lrs = self.values.copy(), self.lrs.copy()
         self.values.clear()  # in place: the loop holds the bound ``append``
@@ -335,11 +304,8 @@ class TrainOutput:
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
         """The log line due after ``iters_done`` iterations (``batch_idx`` of ``epoch``).
 
-        It shows the log processor's statistics (see
-        :mod:`~flexgraph.training.output._log_values`), and the hub gets the
-        values it shows of the keys flexgraph logs. Every rank passes here, so
-        it is also where a launched rank records how far it got (see
-        :mod:`flexgraph.training.output._progress`).
+        Every rank passes here, so it is also where a launched rank records how
+        far it got.
         """
         if self._progress_record is not None:
             self._progress_record.iteration(iters_done, self.log_interval)
@@ -380,9 +346,8 @@ class TrainOutput:
     def tick(self, iters_done: int) -> int:
         """Redraw the progress bar; return the iteration count of the next tick.
 
-        At the speed of the iterations since the last tick, ticks come about
-        ``_REFRESH_PER_SECOND`` times a second, or less often where the last
-        redraw would take more than ``_BAR_CPU_SHARE`` of the CPU time.
+        Ticks come ``_REFRESH_PER_SECOND`` times a second at most, fewer where
+        redrawing would take more than ``_BAR_CPU_SHARE`` of the CPU.
         """
         if self._bar is None:
             return _NEVER
@@ -414,16 +379,9 @@ class TrainOutput:
                      epoch: int) -> None:
         """Record one evaluation: a ``"mode": mode`` line, hub, backends (``val``), log line.
 
-        ``metrics.jsonl`` gets the metrics as the evaluator computed them. The
-        hub gets each scalar under ``mode/``, as MMEngine's RuntimeInfoHook
-        puts it; the line and the backends then get the log processor's
-        statistics of the hub's ``mode/`` scalars, as MMEngine's LoggerHook
-        logs them (a metric whose name matches ``mean_pattern``, a validation
-        loss, is a mean over the last validations; ``custom_cfg``'s
-        ``'epoch'`` windows cover every evaluation so far). As MMEngine's
-        LoggerHook, the backends get validation scalars (at the epoch in
-        epoch-based loops unless ``log_metric_by_epoch=False``, else at the
-        iteration: 0 outside training) and no test scalars."""
+        ``metrics.jsonl`` gets the metrics as the evaluator computed them; the
+        hub, the line and the backends get them as MMEngine's RuntimeInfoHook
+        and LoggerHook do (backends: validation scalars only)."""
         if not self.is_main:
             return
         values = {k: _scalar(v) for k, v in metrics.items()}
@@ -452,8 +410,7 @@ class TrainOutput:
     def _print(self, line: str) -> None:
         """A log line: to the logger, or above the progress bar with its next tick.
 
-        Lines above a live bar go out together at the next redraw. The log level
-        applies either way, and the log file gets every line when it is said.
+        The log file gets every line at once.
         """
         if self._bar is None:
             self.logger.info(line)

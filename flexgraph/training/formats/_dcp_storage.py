@@ -107,9 +107,8 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False,
     Parameters
     ----------
     state : dict
-        The state to load into, in place.
+        Loaded into in place.
     path : Path
-        The DCP directory.
     partial : bool, default False
         Allow ``state`` to ask for only some of the keys.
     alone : bool, default False
@@ -156,14 +155,12 @@ def dcp_problem(path: Path, *, need_extra: bool = True) -> str | None:
     Parameters
     ----------
     path : Path
-        The would-be DCP directory.
     need_extra : bool, default True
         Require flexgraph's ``extra.pth``; ``False`` accepts another tool's.
 
     Returns
     -------
     str or None
-        One line naming the directory and what is wrong.
     """
     shown = str(path)
     if not path.exists():

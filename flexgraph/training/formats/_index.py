@@ -94,7 +94,6 @@ def weights_index(path: str | Path) -> WeightsIndex | None:
     Parameters
     ----------
     path
-        A checkpoint file or directory.
 
     Returns
     -------

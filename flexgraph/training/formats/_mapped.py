@@ -58,11 +58,10 @@ class MappedCheckpoint:
     Parameters
     ----------
     path
-        The file.
     checkpoint
         What it holds, its tensors mapped from the file.
     places : dict, optional
-        Where each of the file's own tensors lies in it (by ``id``).
+        Where each of the file's own tensors lies in it, by ``id``.
     own : dict, optional
         The file's own tensors by ``id`` (a hook's replacement is not one).
     """
@@ -168,12 +167,11 @@ def map_checkpoint(path: str | Path, held: CheckpointFormat | None) -> MappedChe
     path
         A ``torch.save`` zip or a safetensors file.
     held
-        What ``path`` holds, as the caller recognised it.
+        What ``path`` holds.
 
     Returns
     -------
     MappedCheckpoint or None
-        ``None`` for a directory or torch's legacy format.
     """
     path = Path(path)
     if held is TORCH_SAVE_FILE and zipfile.is_zipfile(path):  # not the legacy format

@@ -2,10 +2,8 @@
 
 An MMEngine checkpoint's ``message_hub`` holds ``HistoryBuffer`` objects and
 numpy values, which ``weights_only`` refuses. :func:`allow_mmengine_types`
-admits exactly :func:`mmengine_globals` (``HistoryBuffer``, numpy's non-object
-arrays, dtypes and scalars, and a ``getattr`` that hands out only
-HistoryBuffer's statistics) around one ``torch.load``, through torch's
-``safe_globals``; any other global still fails the load.
+admits exactly :func:`mmengine_globals` around one ``torch.load``; any other
+global still fails the load.
 """
 
 from __future__ import annotations

@@ -83,14 +83,11 @@ def unrecognised_by(path: Path, formats: Iterable[CheckpointFormat]) -> str:
     Parameters
     ----------
     path : Path
-        The path.
     formats : iterable of CheckpointFormat
-        The formats tried.
 
     Returns
     -------
     str
-        One line.
     """
     found = file_problem(path, verify=False) if path.is_file() else None
     line = unrecognised(path, formats, what="checkpoint")
@@ -104,14 +101,12 @@ def open_checkpoint(path: str | Path, *, held: CheckpointFormat | None = None
     Parameters
     ----------
     path
-        A checkpoint of any format that opens.
     held
-        What ``path`` holds, when already recognised (``None``: asked here).
+        What ``path`` holds; ``None``: asked here.
 
     Returns
     -------
     CheckpointSource
-        Its layout and a fetch of one tensor at a time.
     """
     path = Path(path)
     if not path.exists():
@@ -130,9 +125,8 @@ def read_any_checkpoint(path: str | Path, *, held: CheckpointFormat | None = Non
     Parameters
     ----------
     path
-        A checkpoint file or directory of any format that opens.
     held
-        What ``path`` holds, when already recognised (``None``: asked here).
+        What ``path`` holds; ``None``: asked here.
 
     Returns
     -------

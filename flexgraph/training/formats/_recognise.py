@@ -41,7 +41,7 @@ class CheckpointFormat:
     Parameters
     ----------
     key
-        A short identifier, also the name of the format's opener entry point.
+        Also the name of the format's opener entry point.
     name
         How messages name it ("a torch.save file").
     recognise
@@ -142,14 +142,11 @@ def format_of(path: Path, formats: Iterable[CheckpointFormat] | None = None
     Parameters
     ----------
     path : Path
-        A file or directory.
     formats : iterable of CheckpointFormat, optional
-        The formats to try, in order.
 
     Returns
     -------
     CheckpointFormat or None
-        The format, or ``None`` when none recognises it.
     """
     return next((f for f in (known_formats() if formats is None else formats)
                  if f.recognise(path)), None)
@@ -161,16 +158,13 @@ def unrecognised(path: Path, tried: Iterable[CheckpointFormat], *, what: str) ->
     Parameters
     ----------
     path : Path
-        The path no format recognised.
     tried : iterable of CheckpointFormat
-        The formats tried.
     what : str
         What was expected (``'resume checkpoint'``).
 
     Returns
     -------
     str
-        One line.
     """
     tried = tuple(tried)
     names = " or ".join(f.name for f in tried)

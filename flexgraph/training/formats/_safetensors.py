@@ -35,12 +35,10 @@ def safetensors_header(path: Path) -> dict[str, Any]:
     Parameters
     ----------
     path : Path
-        A safetensors file.
 
     Returns
     -------
     dict
-        Its header.
     """
     try:
         with open(path, "rb") as f:

@@ -66,7 +66,6 @@ def tensor_paths(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, torc
     Yields
     ------
     tuple of (KeyPath, torch.Tensor)
-        Each tensor with the keys leading to it.
     """
     if isinstance(value, torch.Tensor):
         yield path, value
@@ -94,14 +93,13 @@ def replace_tensors(value: Any, make: Callable[[KeyPath, torch.Tensor], Any],
     value : Any
         A nest of mappings, lists and tuples.
     make : callable
-        Gives what replaces each tensor.
     path : KeyPath, default ()
         The key path of ``value`` itself.
 
     Returns
     -------
     Any
-        The copy, mapping types kept.
+        Mapping types kept.
     """
     if isinstance(value, torch.Tensor):
         return make(path, value)
@@ -120,9 +118,8 @@ class CheckpointSource:
     Parameters
     ----------
     path
-        The checkpoint.
     format_name
-        Its format's name, for messages.
+        For messages.
     layout
         The checkpoint dict in flexgraph's layout, every tensor a meta tensor.
     fetch
@@ -156,12 +153,10 @@ def weights_layout(weights: Mapping[str, Any]) -> dict[str, Any]:
     Parameters
     ----------
     weights : Mapping
-        Tensors by key.
 
     Returns
     -------
     dict
-        The layout.
     """
     return {"state_dict": {str(k).removeprefix("module."): v for k, v in weights.items()}}
 

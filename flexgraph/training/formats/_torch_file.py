@@ -2,10 +2,8 @@
 
 ``torch.load`` reports a damaged file from deep inside its unpickler, or not
 at all: it never checks the CRC-32 ``torch.save`` stores per zip member, so
-changed tensor bytes load as wrong weights. Here a file is checked first (in
-place, over a read-only map) and a failure becomes a sentence: a directory,
-empty, truncated, corrupt, or another format. Files saved without CRCs are
-not verified.
+changed tensor bytes load as wrong weights. Here a file is checked first and a
+failure becomes one sentence.
 """
 
 from __future__ import annotations
@@ -48,12 +46,10 @@ def directory_problem(path: Path) -> str:
     Parameters
     ----------
     path : Path
-        A directory given where a file was expected.
 
     Returns
     -------
     str
-        One line saying what it is and what to do.
     """
     if (path / ".metadata").is_file():
         return (f"{_named(path)} is a sharded checkpoint directory (torch.distributed."
@@ -118,14 +114,12 @@ def file_problem(path: Path, *, verify: bool = True) -> str | None:
     Parameters
     ----------
     path : Path
-        The file.
     verify : bool, default True
         Check every member's CRC-32; ``False``: the structure only.
 
     Returns
     -------
     str or None
-        One line naming the file and what is wrong.
     """
     if not path.exists():
         return f"{_named(path)} does not exist"
@@ -201,23 +195,21 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False, verify: bool =
     Parameters
     ----------
     path
-        A ``torch.save`` file.
     mmap
         Map the tensors' bytes instead of reading them (zip files).
     verify
-        Check every member's CRC-32 first; ``False`` checks the zip directory alone.
+        Check every member's CRC-32 first; ``False``: the zip directory alone.
 
     Returns
     -------
     Any
-        What the file holds, every tensor on the CPU.
 
     Raises
     ------
     UnsafeCheckpointError
         The file holds types beyond tensors, containers and MMEngine's few.
     CheckpointError
-        Anything else; the message names the file and the problem.
+        Anything else, naming the file and the problem.
     """
     path = Path(path)
     if not path.exists():

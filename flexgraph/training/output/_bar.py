@@ -1,15 +1,10 @@
 """The progress bar on a terminal: one line, redrawn by the loop's ticks, log lines above it.
 
-It is rich's ``Live`` display holding a single ``Text`` line composed here
-(description, bar, ``done/total``, elapsed, ETA, status), rather than rich's
-``Progress``, which lays out and renders a table of columns at every redraw.
-``Live`` does what makes a bar safe: it crops the line to the terminal's
-width, moves the cursor back over it, and sends whatever else writes to stdout
-or stderr (a warning, a user's ``print``) above it.
-
-The log lines above the bar are printed as they are (rich's ``soft_wrap``):
-the terminal wraps a long one at its width, so that a line copied from the
-screen is the line in the log file.
+A single ``Text`` line in rich's ``Live`` display, rather than rich's
+``Progress``, which renders a table of columns at every redraw. ``Live`` crops
+the line to the terminal and sends anything else written to stdout or stderr
+above it. Log lines are printed unwrapped, so a line copied from the screen
+is the line in the log file.
 """
 
 from __future__ import annotations

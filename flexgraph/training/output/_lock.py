@@ -1,13 +1,12 @@
 """One owner per work_dir: a lock that a run holds for its whole life.
 
-The process that stands for the run (rank 0, or the launcher of the ranks)
-takes ``work_dir/flexgraph.lock`` before writing there; a second run stops at
-once naming the owner, and the other ranks of a run only check the lock. An OS
-lock (``flock``) holds where the filesystem grants one, across hosts on NFS
-and on Lustre with ``-o flock``; elsewhere a fresh heartbeat in the file does,
-and two starters both write, wait :data:`SETTLE`, and only the last writer goes
-on. A work_dir only this host sees gets no heartbeat thread: a process's first
-thread slows every later step. A dead owner's lock is taken over with a warning.
+The process that stands for the run (rank 0, or the launcher) takes
+``work_dir/flexgraph.lock`` before writing there; a second run stops at once
+naming the owner. An OS lock (``flock``) holds where the filesystem grants
+one; elsewhere a fresh heartbeat in the file does, and of two starters only
+the last writer after :data:`SETTLE` goes on. A work_dir only this host sees
+gets no heartbeat thread (a process's first thread slows every later step).
+A dead owner's lock is taken over with a warning.
 """
 
 from __future__ import annotations
@@ -208,10 +207,9 @@ def take_work_dir(work_dir: str | os.PathLike[str], run_id: str, *,
     work_dir : str or PathLike
         Created if missing.
     run_id : str
-        Shared by every process of the run: a lock held under it is this run's
-        launcher's, and this process keeps its heartbeat instead.
+        A lock held under it is this run's launcher's, whose heartbeat this process keeps.
     heartbeat_every : float or None, default HEARTBEAT_EVERY
-        ``None``: no heartbeat thread (a launcher, which forks and so must have none).
+        ``None``: no heartbeat thread (a launcher, which forks).
     stale_after : float, default STALE_AFTER
     settle : float, default SETTLE
 

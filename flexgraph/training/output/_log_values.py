@@ -1,30 +1,15 @@
 """The value a log line shows for each key: MMEngine's ``LogProcessor`` statistics.
 
-MMEngine's ``LoggerHook`` does not log the value of the iteration it logs
-at. Its ``LogProcessor`` (the config's ``log_processor``) logs, for every
-``train/`` scalar of the message hub, the mean over the last ``window_size``
-iterations (default 10) for the keys that match ``mean_pattern`` (the
-losses, ``grad_norm``) and the latest value for the others (``lr``), then
-adds or replaces keys with the statistics ``custom_cfg`` asks for. That is
-what its console, its log file and the visualizer's scalars
-(``scalars.json``) hold. The statistics here are computed the same way, by
-MMEngine's own ``HistoryBuffer`` methods (``mean``, ``max``, ``min``,
-``current``) over the same per-iteration values the Runner's hub holds, so
-each logged value equals the Runner's bit for bit.
+``LogProcessor`` logs, for every ``train/`` scalar, the mean over the last
+``window_size`` iterations for keys matching ``mean_pattern`` and the latest
+value for the others, plus what ``custom_cfg`` asks for. The statistics here
+are MMEngine's own ``HistoryBuffer`` methods over the same values, so each
+logged value equals the Runner's bit for bit.
 
-What differs is when the histories grow. The Runner's hub appends every
-value of every iteration to a numpy array (``np.append`` copies the whole
-history, every iteration). Here each key keeps only the tail a window can
-reach (the longest window; an epoch's iterations for an ``'epoch'`` window;
-everything, up to the hub's own limit of 10**6 values, for ``'global'`` or a
-whole-history statistic), extended once per flush from the floats the
-output converts anyway, and the statistics run only when a line is due.
-Other ``train/`` scalars that something else writes into the hub every
-iteration (the optimizer wrapper's ``grad_norm``, a hook's values) are read
-from the hub, as the Runner reads them.
-
-``LogProcessor`` itself is not imported: ``mmengine.runner`` costs a run
-seconds of start-up and imports DeepSpeed wherever it is installed.
+What differs is when the histories grow: the Runner's hub copies each key's
+whole history every iteration; here each key keeps only the tail a window can
+reach, extended once per flush. ``LogProcessor`` itself is not imported:
+``mmengine.runner`` imports DeepSpeed wherever it is installed.
 """
 
 from __future__ import annotations

@@ -148,9 +148,8 @@ def memory_summary(estimate: RunEstimate, steps: list[dict[str, Any]], rank: int
     ----------
     estimate : RunEstimate
     steps : list of dict
-        The measured peaks of the run's steps, in order.
+        The measured peaks of the run's steps.
     rank : int, default 0
-        The rank that measured them.
     setup_by_rank : list of list of dict, optional
         :attr:`MeasuredPeaks.setup_by_rank`.
 

@@ -1,11 +1,8 @@
 """What each step cost on every rank, left in the run's folder: ``timings.txt`` and ``plan.html``.
 
-:class:`StepTimings` records every step of every rank: wall time, resident
-memory and its high-water mark (the executor's record), and the device's peak
-where the run uses CUDA. Once the last step ends, the ranks share their records
-(a collective: every rank runs the same plan). :func:`write_run_page` then
-writes the timings table of each rank and the plan page with what was measured
-beside what was estimated, when the run has an estimate.
+:class:`StepTimings` records every step of every rank (time, memory, the
+device's peak on CUDA); once the last step ends the ranks share their records
+(a collective) and :func:`write_run_page` writes them.
 """
 
 from __future__ import annotations
@@ -107,11 +104,9 @@ def write_run_page(run_dir: Path, plan: Plan, by_rank: Sequence[Sequence[dict[st
     ----------
     run_dir : Path
     plan : Plan
-        The plan the run ran.
     by_rank : sequence of sequence of dict
         :attr:`StepTimings.by_rank`.
     estimate : RunEstimate, optional
-        The estimate the run is measured against.
     checks : sequence, optional
         The strategy's checks: the reasons of its orders.
 

@@ -1,28 +1,12 @@
 """MMEngine's ``CheckpointHook``, in its place in the hook order, saving through flexgraph.
 
-A hook can observe when a checkpoint is saved: ``before_save_checkpoint`` fires
-then, with ``runner.epoch`` / ``runner.iter`` as they are at that moment, and
-hooks of lower priority run after the file exists. So the built-in checkpoint
-hook is a real hook at MMEngine's priority (``VERY_LOW``), and it decides
-*when* and *under which name* exactly as MMEngine's ``CheckpointHook`` does:
-
-* ``after_train_iter`` (``by_epoch=False``): ``iter_{n}`` every ``interval``
-  iterations from ``save_begin``, and after the last one when ``save_last``;
-* ``after_train_epoch`` (``by_epoch=True``): ``epoch_{n}`` likewise in epochs
-  (an iteration-based loop is one epoch, so it saves ``epoch_1`` at its end);
-* ``after_val_epoch``: for each ``save_best`` metric that improved,
-  ``best_{metric}_{epoch_n|iter_n}`` (weights only) replacing the previous best,
-  and then, if this run saved a checkpoint before, the current
-  ``epoch_n`` / ``iter_n`` again (MMEngine re-saves it so that the best score
-  travels with it);
-* ``after_train``: with ``published_keys``, the last and best checkpoints
-  published as ``{name}-{sha256[:8]}.pth`` holding only those keys.
-
-The best scores and paths live in the message hub's runtime info under
-MMEngine's names (``best_score``, ``best_ckpt``, or ``best_score_{metric}`` /
-``best_ckpt_{metric}`` for several metrics), where a resumed run finds them
-again. *How* a checkpoint is written (which state, the run's position, the
-RNG, atomic rename, pruning) is the training loop's and the checkpointer's.
+Other hooks can observe a save (``before_save_checkpoint``, and lower
+priorities run after the file exists), so the built-in checkpoint hook is a
+real hook at MMEngine's ``VERY_LOW``. It decides *when* and *under which name*
+as MMEngine's ``CheckpointHook`` does (``iter_{n}``, ``epoch_{n}``,
+``best_{metric}_...``, published ``{name}-{sha256[:8]}.pth``), and keeps the
+best scores in the message hub under MMEngine's names, where a resumed run
+finds them. *How* a checkpoint is written is the loop's and the checkpointer's.
 """
 
 from __future__ import annotations

@@ -1,32 +1,16 @@
 """Stopping a run cleanly on a signal: finish the iteration, save, end the run.
 
-Clusters preempt jobs with SIGTERM and follow with SIGKILL a grace period
-later; SLURM sends a chosen signal ahead of the time limit
-(``--signal=USR1@90``); a user presses Ctrl-C (SIGINT). On any of the
-:class:`~flexgraph.training.config.StopPolicy`'s signals, a
-:class:`StopRequest` lets the loop finish the iteration under way, save a
-checkpoint at that iteration boundary and raise
-:class:`~flexgraph.training.errors.TrainingStopped`; ``--resume auto`` then
-continues exactly where it stopped.
+On any of the :class:`~flexgraph.training.config.StopPolicy`'s signals
+(a cluster's SIGTERM before SIGKILL, SLURM's ``--signal``, Ctrl-C), a
+:class:`StopRequest` lets the loop finish the iteration under way, save, and
+raise :class:`~flexgraph.training.errors.TrainingStopped`; ``--resume auto``
+continues exactly there.
 
-How the ranks agree on where to stop. A signal may reach the ranks at
-different iterations (or reach only some of them), but the save is a
-collective, so all ranks must stop after the same iteration. Every
-``check_interval`` iterations (an event precomputed like the loop's others)
-each rank contributes the signal it received, or 0, to one all-reduce (MAX) of
-a single number; a non-zero result stops every rank there. A single process
-needs no agreement and stops after the iteration the signal arrived in.
-
-Cost. Between checks the hot loop reads one attribute per iteration
-(``pending``, which only a single process's handler sets). A check is one
-all-reduce of one element, plus the wait for the slowest rank, which the next
-gradient all-reduce would have waited for anyway.
-
-Signals while stopping. The handler never raises, so no signal can cut into a
-save: a second signal (a launcher forwarding the one a scheduler also sent to
-every process delivers two) is reported and otherwise ignored. SIGKILL still
-stops a process at once, and is safe too: saves are atomic, so the previous
-complete checkpoint stays loadable.
+A signal may reach the ranks at different iterations, or only some of them,
+but the save is a collective: every ``check_interval`` iterations the ranks
+all-reduce (MAX) the signal each received, and a non-zero result stops them
+all there. The handler never raises, so no signal cuts into a save; a second
+signal is reported and ignored.
 """
 
 from __future__ import annotations
@@ -112,9 +96,7 @@ class StopRequest:
     def due(self, iters_done: int) -> int:
         """The signal to stop on after ``iters_done`` iterations, or 0 to go on.
 
-        With several ranks, a collective at every ``check_interval``-th iteration
-        (every rank reaches it, since the loop schedules it as an event) and 0
-        without communicating elsewhere.
+        With several ranks, a collective at every ``check_interval``-th iteration.
         """
         if self.world_size == 1:
             return self.signum if self.pending else 0

@@ -18,21 +18,14 @@ Order of hook points and of the built-in work, as MMEngine's Runner has them::
     after_train                      (VERY_LOW: published checkpoints)
     after_run
 
-Counters are MMEngine's: ``runner.iter`` is the index of the current iteration
-during its hooks and the count once it is over; ``runner.epoch`` is the index
-of the current epoch during its hooks and the count after it, and stays 0 in
-an iteration-based loop however many passes over the data it makes (the loop
-tracks those passes itself, for the data order and for resuming).
+Counters are MMEngine's; ``runner.epoch`` stays 0 in an iteration-based
+loop, which tracks its passes over the data itself.
 
-Deliberate difference from MMEngine: validation runs on a fork of the RNG
-streams (saved before, restored after), so training randomness does not
-depend on how often the run validates, and a checkpoint saved right before a
-validation holds the RNG state the run continues from: resuming replays
-nothing and ends bit-identical to an uninterrupted run.
-
-On a stop signal (:mod:`flexgraph.training.loop._preemption`) what is due at
-that iteration happens first, then the state is saved and
-:class:`TrainingStopped` ends the run, without ``after_train``/``after_run``.
+Unlike MMEngine, validation runs on a fork of the RNG streams, so training
+randomness does not depend on how often the run validates, and a resumed run
+ends bit-identical to an uninterrupted one. On a stop signal what is due at
+that iteration happens first, then a save, then :class:`TrainingStopped`
+(without ``after_train``/``after_run``).
 """
 
 from __future__ import annotations

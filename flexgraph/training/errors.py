@@ -89,10 +89,8 @@ class WorkDirBusyError(FlexgraphError, RuntimeError):
 class TrainingStopped(BaseException):
     """The run stopped on a signal, after saving a checkpoint to resume from.
 
-    A :class:`BaseException`, like ``KeyboardInterrupt``, so that ``except Exception`` lets
-    it through; ``flexgraph run`` exits 75 ("resumable, run me again"). Its keywords are
-    kept as attributes: the signal, the iterations saved, the checkpoint holding them
-    (``None`` without a checkpointer) and the rank that raised it.
+    A :class:`BaseException`, so ``except Exception`` lets it through; ``flexgraph run``
+    exits 75 ("resumable, run me again"). ``checkpoint`` is ``None`` without a checkpointer.
     """
 
     def __init__(self, message: str, *, signal_name: str, iteration: int,

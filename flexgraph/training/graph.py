@@ -8,19 +8,15 @@ Declared order (ties in a plan follow it):
       -> resume -> train
 
 ``init_weights``, ``load_checkpoint``, ``wrap_model`` (and ``compile``) all
-update ``model``; that chain is what strategies rearrange. Everything that reads
-the model (the optimizer, resume, the loop) runs after the whole chain. Each of
-them says what it makes of the model (``gives``: built ``whole`` and
-``unwrapped``, ``initialised``, ``loaded``, ``on_device``, ``compiled``; see
-docs/design.rst, "Model states and needs"), and the contracts checked after it
-(:mod:`flexgraph.training.contracts`).
+update ``model``; that chain is what strategies rearrange, and everything that
+reads the model runs after it. Each says what it makes of the model
+(``gives``; docs/design.rst, "Model states and needs") and the contracts
+checked after it.
 
-The seams strategies use instead of branching: ``build_model`` takes a device
-(``'meta'`` included) and an init context; ``build_checkpointer`` takes the
-checkpoint IO, through which ``load_checkpoint`` loads and ``resume`` restores,
-so a strategy that shards the model configures the IO and keeps both steps;
-``build_train_step`` makes the function the loop calls every
-iteration, so an engine that owns backward and step replaces that one step.
+The seams strategies use instead of branching: ``build_model``'s device and
+init context, ``build_checkpointer``'s IO (through which ``load_checkpoint``
+and ``resume`` go), and ``build_train_step``, which an engine that owns
+backward and step replaces.
 
 Functions are referenced as ``"module:attr"`` text, so planning this graph does
 not import torch.

@@ -1,35 +1,16 @@
 """Resuming a run: everything a checkpoint holds, so that training continues where it stopped.
 
 ``resume`` restores weights (strictly), optimizer, schedulers, the loop
-position, and this rank's RNG state (handed to the loop in :class:`LoopState`,
-because the loop must restore it at the matching point). It asks once what
-each checkpoint path holds (:func:`~flexgraph.training.formats.format_of`) and
-reads and applies through the run's checkpointer's IO of that format, so it
-works unchanged for every checkpoint IO. (``load_from``, which only seeds the
-weights, is :func:`flexgraph.training.checkpoint.load_weights`.)
+position and this rank's RNG state (handed to the loop in :class:`LoopState`,
+which restores it at the matching point), through the checkpointer's IO of the
+checkpoint's format. ``after_load_checkpoint`` fires before applying, as in
+MMEngine, so a hook may still rewrite the checkpoint.
 
-It fires ``after_load_checkpoint(runner, checkpoint)`` before applying the
-checkpoint, as MMEngine does, so a hook may still rewrite its contents.
-
-A group restarted by torch's elastic agent (``--max-restarts``) resumes on its
-own from the latest complete checkpoint in ``work_dir``, whatever ``resume``
-says: that checkpoint is where the failed attempt got to. Before the first
-attempt saved anything, it starts as the first attempt did.
-
-A checkpoint that cannot be read is a :class:`CheckpointError` naming the file
-and what is wrong with it. ``resume='auto'`` instead skips, with a warning,
-every checkpoint in the work_dir that is incomplete or unreadable, newest
-first, and resumes from the newest good one; the ranks agree on each verdict,
-so they all resume from the same checkpoint. A checkpoint another strategy
-wrote is read by whichever of the checkpointer's restorers knows its format
-(the portable one, which every strategy reads; one-file ``.pth``
-checkpoints); one that none of them reads is never skipped: it is refused,
-by name, since resuming from anything older would silently lose its progress.
-
-Before training continues, rank 0 logs what changed between the plan that
-saved the checkpoint (in a portable checkpoint's manifest) and this run's;
-at another world size the global batch the checkpoint records is kept by
-changing the per-process batch (see :func:`_hold_global_batch`).
+A group restarted by torch's elastic agent resumes from the latest complete
+checkpoint in ``work_dir``, whatever ``resume`` says. ``resume='auto'`` skips,
+with a warning, incomplete or unreadable checkpoints (the ranks agree on each
+verdict), but never one no restorer of this strategy reads: resuming from
+anything older would silently lose its progress.
 """
 
 from __future__ import annotations
@@ -127,11 +108,9 @@ def _hold_global_batch(meta: dict[str, Any], train_dataloader: Any, logger: Any,
                        path: Any) -> None:
     """Keep the checkpoint's global batch at another world size: change the per-rank batch.
 
-    Every iteration then trains on the same samples as the interrupted run
-    would have (DefaultSampler deals an epoch's permutation out to the ranks in
-    turn, so the first ``batch_idx`` global batches are its first
-    ``batch_idx * global_batch`` samples, whatever the world size), and a
-    mid-epoch resume continues with exactly the samples not yet seen. A global
+    Every iteration then trains on the samples the interrupted run would have
+    (DefaultSampler deals an epoch's permutation out to the ranks in turn), so
+    a mid-epoch resume continues with exactly the samples not yet seen. A global
     batch that does not split evenly over the ranks is a ``CheckpointError``.
     """
     saved = meta.get("global_batch")
@@ -183,11 +162,10 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
     """Restore the run from the checkpoint ``resume`` asks for.
 
     Returns a fresh :class:`LoopState` when not resuming, or when
-    ``resume='auto'`` finds no checkpoint (logged, not an error: the first run
-    of a restartable job has nothing to resume). ``plan`` is this run's plan
-    (its JSON dict, the run context's): rank 0 logs what changed since the plan
-    that saved the checkpoint. A checkpoint without training state, or one that
-    does not fit this config, is a ``CheckpointError``.
+    ``resume='auto'`` finds no checkpoint (the first run of a restartable job).
+    Rank 0 logs what changed since the ``plan`` that saved the checkpoint. A
+    checkpoint without training state, or one that does not fit this config,
+    is a ``CheckpointError``.
     """
     source = settings.resume
     restart = settings.restart

@@ -1,16 +1,10 @@
 """The standard training graph's steps, as plain functions.
 
-Each step takes its input artifacts as keyword arguments (named exactly like the
-artifacts) and its parameters as keyword-only arguments with defaults, and
-returns its output: one value, or a dict when it provides several artifacts.
-They are thin on purpose: the work lives in the modules they call, so a
-strategy that replaces a step can reuse the same pieces.
-
-Three inputs come from outside: ``cfg``; ``settings``, the
-:class:`~flexgraph.training.config.RunSettings` read from it once, so no step
-reads those sections itself; and ``run_context``, the
-:class:`~flexgraph.training.output.RunContext`. No step asks which strategy is
-active: what differs comes from ``env`` and :mod:`flexgraph.training.runtime`.
+Each step takes its artifacts as keyword arguments named like them, its
+parameters keyword-only, and returns one value or a dict of several. They are
+thin on purpose, so a strategy that replaces a step reuses the same pieces.
+Besides ``cfg``, steps read ``settings`` (read once) and ``run_context``; no
+step asks which strategy is active.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """``flexgraph run`` from Python: :class:`Runner`, shaped like MMEngine's.
 
 A ``tools/train.py`` written for MMEngine's ``Runner.from_cfg(cfg).train()``
-imports ``Runner`` from here instead of ``mmengine.runner`` and runs
-unchanged. This module sits above the command line (the layers in
-``pyproject.toml``); ``import flexgraph`` does not import it, since the layers
-below import ``flexgraph`` itself. Each call takes
-``flexgraph run``'s own path (:func:`~flexgraph.cli.run_cmd.prepare_run`, then
+imports ``Runner`` from here and runs unchanged. It sits above the command line,
+so ``import flexgraph`` does not import it. Each call takes ``flexgraph run``'s
+own path (:func:`~flexgraph.cli.run_cmd.prepare_run`, then
 :func:`~flexgraph.cli.run_cmd.execute_run`) with its flags at their defaults,
-so the run folder, its files and the console are the ones ``flexgraph run``
-makes. It starts no processes: under ``torchrun script.py`` each copy of the
-script is a rank, as ``flexgraph run`` is under ``torchrun``.
+and starts no processes: under ``torchrun script.py`` each copy is a rank.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time.
 
-The source is opened by its format's opener and each target written by
-fetching one tensor at a time, so memory stays near the largest tensor.
-Targets: ``torch`` (flexgraph's and MMEngine's one-file layout), ``safetensors``
-(the weights alone) and ``dcp`` (FSDP's sharded layout; a numbered optimizer
-state cannot be named without the model, so it is left out, and said so).
-The result is renamed into place.
+Each target is written one fetched tensor at a time, so memory stays near the
+largest tensor, and renamed into place. ``dcp`` leaves out a numbered optimizer
+state (it cannot be named without the model), and says so.
 """
 
 from __future__ import annotations
@@ -83,9 +80,8 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
     Parameters
     ----------
     source
-        Any checkpoint ``flexgraph ckpt inspect`` reads.
     destination
-        A path that does not exist yet.
+        Must not exist yet.
     to
         One of :data:`TARGETS`.
 

@@ -67,26 +67,18 @@ class CheckpointSummary:
 
     Parameters
     ----------
-    path
-        The checkpoint.
-    format
-        Its format's name.
+    path, format
+        The checkpoint, and its format's name.
     writer
         What wrote it, as far as the content tells.
-    complete
-        Whether it is a whole checkpoint of its format.
-    problem
-        Why not, in one line.
+    complete, problem
+        Whether it is whole, and why not.
     world_size, epoch, iteration
-        From its loop state (``None`` where it has none).
-    parameters
-        Elements of the model's tensors.
-    dtypes
-        Elements per dtype.
-    contents
-        The training-state parts inside (model, optimizer, ...).
-    extras
-        Other top-level entries (hooks').
+        From its loop state, if any.
+    parameters, dtypes
+        Elements of the model's tensors, in all and per dtype.
+    contents, extras
+        The training-state parts inside, and other top-level entries (hooks').
     versions
         The library versions recorded.
     """
@@ -117,7 +109,6 @@ class CheckpointInspector:
     Parameters
     ----------
     format
-        The format it describes.
     describe
         ``path -> CheckpointSummary``; raises :class:`CheckpointError` naming the path.
     """
@@ -152,14 +143,12 @@ def state_parts(checkpoint: Mapping[str, Any], *, engine_keys: Iterable[str] = (
     Parameters
     ----------
     checkpoint
-        A checkpoint's top-level dict.
     engine_keys
         Keys of the format itself, neither parts nor extras.
 
     Returns
     -------
     (tuple of str, tuple of str)
-        The parts and the other keys, sorted.
     """
     skip = set(engine_keys)
     parts = tuple(name for key, name in _PARTS.items()
@@ -285,7 +274,6 @@ def describe_checkpoint(path: str | Path) -> CheckpointSummary:
     Parameters
     ----------
     path
-        A checkpoint file or directory of any format an inspector reads.
 
     Returns
     -------

@@ -1,13 +1,8 @@
 """Checkpoints during a run: saving the training state, restoring it, loading weights.
 
-A :class:`Checkpointer` *saves* the training state and *restores* it; how a
-state reaches disk is a :class:`CheckpointIO` (a :class:`CheckpointWriter`,
-:class:`CheckpointRestorer` and :class:`WeightLoader` in one), and what each
-strategy's live objects give and take is a :class:`StateAccess`.
-:func:`load_weights` is ``load_from``'s one sequence, and :func:`load_into_slices`
-the one load into weights split over the ranks. What a path holds is
-:mod:`flexgraph.training.formats`; offline tools are
-:mod:`flexgraph.training.checkpoint_tools`.
+A :class:`Checkpointer` saves and restores; how a state reaches disk is a
+:class:`CheckpointIO`, and what each strategy's live objects give and take is a
+:class:`StateAccess`. :func:`load_weights` is ``load_from``'s one sequence.
 """
 
 from flexgraph.training.checkpoint._access import (

@@ -1,18 +1,10 @@
 """Checkpoints: atomic saves, safe restores, and what a checkpoint holds.
 
 How the state is stored is a :class:`CheckpointIO`'s job; this module keeps
-what is the same for all of them:
-
-* A crash never damages the last good checkpoint: a save writes under a
-  temporary name, fsyncs, and only when every rank is done ``os.replace``-s it
-  onto its name; the ``last_checkpoint`` pointer follows, and pruning comes last.
-* Loading never executes code from the file: ``torch.load(weights_only=True)``
-  with the few types MMEngine's checkpoints hold, else
-  :class:`UnsafeCheckpointError`.
-* Resume is exact: model, optimizer, schedulers, loop position and every
-  rank's RNG state.
-
-The single-file layout is MMEngine's, so MMEngine tools read the weights.
+what is the same for all: a crash never damages the last good checkpoint (a
+save is written under a temporary name and renamed once every rank is done;
+the ``last_checkpoint`` pointer follows, pruning comes last), and loading never
+executes code from the file.
 """
 
 from __future__ import annotations

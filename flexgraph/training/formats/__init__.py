@@ -1,12 +1,7 @@
 """Checkpoint formats: what a path holds, told by its content, and reading it safely.
 
-Everything here reads. :func:`format_of` recognises a format by a few bytes or
-a directory listing, without torch; :func:`read_checkpoint_file` and
-:func:`dcp_load` read with the CRCs checked and nothing unsafe unpickled;
-:func:`weights_index` and :func:`map_checkpoint` read an index or a rank's rows
-alone; :func:`open_checkpoint` opens any format one tensor at a time, through
-the opener of its format (strategies add theirs by entry point). The names
-that need torch are loaded on first use.
+Everything here reads, and nothing unsafe is unpickled. :func:`format_of`
+needs no torch; the names that need torch are loaded on first use.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ reads a Runner attribute the view lacks is refused by name when built
 
 :class:`Hooks` keeps, per hook point, only the bound methods of hooks that
 override it, ordered by priority as MMEngine's ``Runner.register_hook`` does.
-Of MMEngine's default hooks, the two other hooks can observe are hooks here
-too: ``param_scheduler`` (LOW) and ``checkpoint`` (:class:`BuiltinCheckpointHook`,
+The two MMEngine default hooks that other hooks can observe are hooks here too:
+``param_scheduler`` (LOW) and ``checkpoint`` (:class:`BuiltinCheckpointHook`,
 VERY_LOW); the others are built into the loop.
 
 The view, its message hub and visualizer exist before any hook is built, so a

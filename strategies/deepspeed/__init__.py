@@ -55,6 +55,7 @@ STATE = "flexgraph.strategies.deepspeed.state"
 PARTITIONS = "flexgraph.strategies.deepspeed.partitions"
 PARTITIONED = "flexgraph.strategies.deepspeed.contracts:partitioned"
 ENGINE_HOLDS_MODEL = "flexgraph.strategies.deepspeed.contracts:engine_holds_model"
+FORWARD_WRITES = "flexgraph.strategies.deepspeed.contracts:forward_writes_kept"
 ENGINE_OWNS = ("the engine owns the parameters and the optimizer's master copies of them; "
                "weights loaded before it are overwritten or never reach the optimizer")
 
@@ -145,7 +146,7 @@ def deepspeed(
         requires=("cfg", "settings", "run_context", "env"), provides=tuple(outputs),
         updates="model", ends="unwrapped",
         gives=("in_engine", "on_device") + (("partitioned",) if stage == 3 else ()),
-        contracts=(ENGINE_HOLDS_MODEL,) + ((PARTITIONED,) if stage == 3 else ()),
+        contracts=(ENGINE_HOLDS_MODEL,) + ((PARTITIONED, FORWARD_WRITES) if stage == 3 else ()),
         params={"config": ds,
                 "inputs_to_half": None if inputs_to_half is None else list(inputs_to_half)},
         doc="deepspeed.initialize: the engine and its ZeRO optimizer")

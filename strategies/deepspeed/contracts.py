@@ -1,4 +1,5 @@
-"""DeepSpeed's contracts: ZeRO-3's partitions, and the engine's master copies of the weights.
+"""DeepSpeed's contracts: ZeRO-3's partitions and the writes it loses, and the engine's master
+copies of the weights.
 
 See :mod:`flexgraph.training.contracts` for what a contract is.
 """
@@ -9,11 +10,11 @@ import math
 from typing import Any
 
 import torch
-from flexgraph.strategies.deepspeed.params import empty_parameters
+from flexgraph.strategies.deepspeed.params import empty_parameters, watch_forward_writes
 
 from flexgraph.training.contracts import optimizer_holds_model
 
-__all__ = ["engine_holds_model", "partitioned"]
+__all__ = ["engine_holds_model", "forward_writes_kept", "partitioned"]
 
 
 def _module(model: Any) -> Any:
@@ -47,6 +48,12 @@ def partitioned(env: Any, model: Any) -> str | None:
             f"whose partition here holds {param.ds_tensor.numel()} of its {param.ds_numel} "
             f"elements): they were partitioned before the process group of all ranks existed; "
             f"fix: build the model after setup_env")
+
+
+def forward_writes_kept(model: Any, report: Any) -> None:
+    """Under ZeRO-3, judged in the first training forward: the forward wrote nothing in place
+    to a parameter (:func:`~flexgraph.strategies.deepspeed.params.watch_forward_writes`)."""
+    watch_forward_writes(_module(model), report)
 
 
 def engine_holds_model(model: Any, optim_wrapper: Any) -> str | None:

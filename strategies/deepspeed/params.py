@@ -25,19 +25,29 @@ parameter read outside its module's forward with
 ``deepspeed.zero.register_external_parameter``; ZeRO stage 1 or 2, which keep
 whole parameters; or ``FSDPStrategy``, which builds on the meta device and
 handles these models.
+
+A forward that writes a parameter in place (a momentum encoder moved towards
+the encoder) writes into the gathered copy, or into the empty placeholder the
+parameter is outside its module's forward; either way the write is lost, and
+the weights it meant to move never change. :func:`watch_forward_writes` notes
+such writes in the first training forward.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from flexgraph.core.errors import FlexgraphError
 
-__all__ = ["ZeroParameterError", "empty_parameters", "named_parameter_errors"]
+__all__ = ["ZeroParameterError", "empty_parameters", "named_parameter_errors",
+           "watch_forward_writes"]
 
 _OTHER_WAYS = "or use zero_optimization.stage 1 or 2, or FSDPStrategy, which handles this model"
 
@@ -149,3 +159,59 @@ def named_parameter_errors(model: nn.Module) -> Iterator[None]:
             f"code outside that forward reads it; fix: call "
             f"deepspeed.zero.register_external_parameter(<the module that reads it>, "
             f"<{name}>) in the model's __init__, {_OTHER_WAYS}") from exc
+
+
+_AUGMENTED = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__"}
+
+
+class _Writes(TorchFunctionMode):
+    """Notes the in-place writes user code makes to ZeRO-3 parameters, or to their ``.data``."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        super().__init__()
+        self.names = names
+        self.views: dict[int, tuple[Any, str]] = {}  # a parameter's .data, kept alive
+        self.written: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if getattr(func, "__self__", None) is torch.Tensor.data and id(args[0]) in self.names:
+            self.views[id(result)] = (result, self.names[id(args[0])])
+        elif args and (name in _AUGMENTED or "out" in kwargs or (
+                name.endswith("_") and not name.startswith("_") and name != "requires_grad_")):
+            target = kwargs.get("out", args[0])
+            written = self.names.get(id(target)) or self.views.get(id(target), (0, None))[1]
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if written and not caller.startswith(("deepspeed", "torch")):
+                self.written.append(written)
+        return result
+
+
+def watch_forward_writes(model: nn.Module, report: Callable[[str], Any]) -> None:
+    """Watch ``model``'s first training forward for in-place writes to its parameters, and
+    ``report`` them (ZeRO-3 loses them; see the module's docstring)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    watch = _Writes(names)
+
+    def before(module: nn.Module, args: Any) -> None:
+        if module.training:
+            watch.__enter__()
+
+    def after(module: nn.Module, args: Any, output: Any) -> None:
+        if not module.training:
+            return
+        watch.__exit__(None, None, None)
+        for handle in handles:
+            handle.remove()
+        if watch.written:
+            more = len(set(watch.written)) - 1
+            report(f"ZeRO-3: the forward wrote in place to parameter {watch.written[0]!r}"
+                   f"{f' and {more} more' if more else ''} (a momentum encoder updated in "
+                   f"place?); ZeRO-3 keeps each rank's partition apart from the gathered "
+                   f"copy and loses that write, so those weights never change; use DDPStrategy "
+                   f"or DeepSpeed ZeRO-1/2, which keep the weights whole")
+
+    handles = [model.register_forward_pre_hook(before),
+               model.register_forward_hook(after, always_call=True)]

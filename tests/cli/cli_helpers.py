@@ -308,3 +308,35 @@ def hook_trace(path: Path) -> list[str]:
         if not (point.endswith("*") and trace and trace[-1] == point):
             trace.append(point)
     return trace
+
+
+MOMENTUM = textwrap.dedent(
+    """
+    import torch
+    from mmengine.registry import MODELS
+    from torch import nn
+
+    from digits import DigitsMLP
+
+
+    @MODELS.register_module(force=True)
+    class MomentumMLP(DigitsMLP):
+        \"\"\"A momentum copy of the first layer, moved towards it in place in forward
+        (MoCo's habit), through the parameter or through its ``.data``.\"\"\"
+
+        def __init__(self, through_data=False, **kwargs):
+            super().__init__(**kwargs)
+            self.through_data = through_data
+            self.momentum = nn.Linear(64, self.net[0].out_features).requires_grad_(False)
+
+        def forward(self, inputs, labels=None, mode="tensor"):
+            with torch.no_grad():
+                for mine, theirs in zip(self.momentum.parameters(), self.net[0].parameters()):
+                    if self.through_data:
+                        mine.data.lerp_(theirs.data, 0.1)
+                    else:
+                        mine.lerp_(theirs, 0.1)
+            return super().forward(inputs, labels, mode)
+    """
+)
+"""A model whose forward writes its own weights: sharding strategies lose the write."""

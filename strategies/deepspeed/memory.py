@@ -158,9 +158,8 @@ def _at_the_step(census: Any, stage: int, low: int, offload: bool, n: int, grads
                  stepped: tuple[int, int], reduce: int) -> tuple[int | None, int | None]:
     """(gradient bytes, buffer bytes) alive during the optimizer step, where they differ.
 
-    By the step, stages 1 and 2 have reduced every gradient into the fp32 partition and
-    freed the rest and their buckets; stage 3 keeps its fp16 / bf16 gradient partition
-    and one reduce bucket, converting one sub-group to fp32 at a time.
+    Stages 1 and 2 have reduced every gradient into the fp32 partition and freed
+    the rest by then; stage 3 keeps its low-precision partition and one bucket.
     """
     if offload or stage == 0:
         return None, None

@@ -3,35 +3,26 @@
 The order, and why (each line is a rewrite below)::
 
     setup_env            precision checked against the accelerator before any
-                         process group exists (fp16 on a CPU without it stops here)
+                         process group exists
     build_model          under deepspeed.zero.Init for stage 3: each parameter is
                          partitioned as it is created, no rank holds the model
-    init_weights         (stage 3) a one-device run's weights, bit for bit: rank 0
-                         records that run's build and init_weights on
-                         parameters without values, then makes each parameter
-                         again from the record and scatters it into every
-                         rank's partitions, one at a time: no rank holds the
-                         model (.partitions)
-                         (pruned when the loaded files set every weight: then
-                         follow_init_draws makes the setup's random draws into
-                         scratch tensors, so the streams stay a one-device run's)
+    init_weights         (stage 3) a one-device run's weights, bit for bit, made
+                         from rank 0's record one parameter at a time and
+                         scattered into the partitions (.partitions); when
+                         pruned, follow_init_draws keeps the random streams
     load_checkpoint      (stage 3) before the engine, into the partitions: each
-                         rank reads only its own elements of each parameter
+                         rank reads only its own elements
     deepspeed_initialize wrap_model + build_optim_wrapper (+ the schedulers when
                          the DeepSpeed config has its own) fused: DeepSpeed builds
                          the engine and the ZeRO optimizer in one call
-    load_checkpoint      (stages 0-2) after it, through DeepSpeed's checkpoint IO:
-                         the engine owns the parameters (and their fp32 master
-                         copies), so weights go in through it
-    build_train_step     the engine's backward and step (a contract checks first
-                         that its master copies hold the model's weights)
-    build_checkpointer   portable checkpoints: fp32 master weights and Adam moments
-                         by parameter name through DeepSpeed's safe_get_full_*
+    load_checkpoint      (stages 0-2) after it, through the engine, which owns
+                         the parameters and their fp32 master copies
+    build_train_step     the engine's backward and step
+    build_checkpointer   portable checkpoints by parameter name
                          (checkpoint_format='native': DeepSpeed's own directories)
 
-Options are MMEngine's ``DeepSpeedStrategy`` keys, overriding a full DeepSpeed
-``config``; batch sizes, clipping and accumulation come from the config's
-dataloader and optimizer wrapper when unset, and unset ZeRO bucket sizes are ``'auto'``.
+Batch sizes, clipping and accumulation come from the config's dataloader and
+optimizer wrapper when unset.
 """
 
 from __future__ import annotations

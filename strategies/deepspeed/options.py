@@ -77,13 +77,28 @@ def _check_hierarchical(zero: Mapping[str, Any], stage: int) -> None:
 
 def deepspeed_config(config: str | Mapping[str, Any] | None = None,
                      **keys: Any) -> dict[str, Any]:
-    """A copy of ``config`` (a dict or a JSON file's path) with the options ``keys`` over it.
+    """The DeepSpeed config the options describe (plan time: no DeepSpeed import).
 
-    A ``None`` key leaves ``config``'s value. MMEngine's
-    ``zero_optimization.cpu_offload`` becomes DeepSpeed's ``offload_optimizer``;
-    unset ZeRO bucket sizes become ``'auto'``. Raises
-    :class:`StrategyOptionError` for a missing or non-JSON file, a ZeRO stage or
-    hpZ size DeepSpeed does not have, or two precisions enabled.
+    MMEngine's ``zero_optimization.cpu_offload`` becomes DeepSpeed's
+    ``offload_optimizer``; unset ZeRO bucket sizes become ``'auto'``.
+
+    Parameters
+    ----------
+    config : str, mapping or None
+        A full DeepSpeed config, or its JSON file's path.
+    **keys
+        The strategy's options, over ``config``'s; ``None`` leaves its value.
+
+    Returns
+    -------
+    dict
+        A copy: ``config`` is not changed.
+
+    Raises
+    ------
+    StrategyOptionError
+        A missing or non-JSON file, a ZeRO stage or hpZ size DeepSpeed lacks, or
+        two precisions enabled.
     """
     merged = _base_config(config)
     merged.update({k: json.loads(json.dumps(v)) for k, v in keys.items() if v is not None})

@@ -48,11 +48,7 @@ def report_stop(stop: TrainingStopped) -> int:
 
 
 def ignore_stop_signals(signal_name: str) -> None:
-    """Ignore the stop signals (and ``signal_name``) until exit.
-
-    So a forwarded or repeated signal, or SLURM's SIGTERM on requeue, cannot turn
-    the status into a death by signal.
-    """
+    """Ignore the stop signals and ``signal_name`` until exit: none turns 75 into a signal death."""
     for name in dict.fromkeys([*_IGNORED_ON_EXIT, signal_name]):
         with contextlib.suppress(ValueError, OSError):  # not the main thread
             signal.signal(signal.Signals[name], signal.SIG_IGN)

@@ -69,10 +69,7 @@ def is_launcher() -> bool:
 class RankReport:
     """Executor hook of a launched rank: where it is, and what to say if it fails.
 
-    Parameters
-    ----------
-    progress : Progress, optional
-        The record it keeps for its launcher, if asked for one.
+    ``progress`` is the record it keeps for its launcher, if asked for one.
     """
 
     def __init__(self, progress: Progress | None = None) -> None:

@@ -1,34 +1,18 @@
 """Launching ranks with torch's elastic agent, and reporting what happens to them.
 
-``flexgraph run --nproc-per-node N`` (or ``--nnodes``, or ``--max-restarts K``)
-makes this process a launcher: it parses torchrun's own flags with torchrun's
-parser, then runs torch's ``LocalElasticAgent``, which starts the ranks,
-watches them and, with ``--max-restarts K``, restarts the whole group after a
-rank dies (restarted ranks resume from the last complete checkpoint on their
-own; see :mod:`flexgraph.training.resume`). Each rank is a fresh interpreter,
-as torchrun starts a script.
+``flexgraph run --nproc-per-node N`` (or ``--nnodes``, ``--max-restarts K``)
+makes this process a launcher: it parses torchrun's flags with torchrun's
+parser and runs torch's ``LocalElasticAgent``, which starts the ranks (fresh
+interpreters, as torchrun starts a script) and restarts the group after a rank
+dies; restarted ranks resume from the last complete checkpoint.
 
-What a user sees comes from two places, both torch elastic's:
-
-- **the agent's monitor result** (:class:`_ReportingAgent`): which ranks
-  failed, with which exit code or signal. A rank killed by a signal leaves
-  nothing else, so ranks keep a progress record for their launcher (the step
-  and the iterations done at the last log line, see
-  :mod:`flexgraph.training.output._progress`);
-- **the error files** that ranks write through torch's ``ErrorHandler``
-  (:class:`_RankErrorHandler`, the ``record`` mechanism), with flexgraph's exit
-  class, step and iteration added to the usual message and traceback.
-
-The launcher turns them into one line, whatever the number of ranks: bad input
-found on the ranks (a :class:`~flexgraph.FlexgraphError`) is printed as a single
-process would print it, exit 2, and is never restarted (it would fail the same
-way); a crash names the rank, the step and, in ``train``, the iteration (exit
-1). Ranks started by this launcher stay silent about their own errors; ranks
-started by ``torchrun`` directly print them as usual.
-
-A stop signal (:mod:`flexgraph.cli.stopping`) is forwarded to the ranks, which
-save and exit 75; the launcher then exits 75 too, and never restarts ranks
-that stopped on a signal.
+The agent's monitor result (which rank failed, with which status or signal)
+and the ranks' torch elastic error files (with flexgraph's exit class, step and
+iteration) become one line, whatever the number of ranks: bad input
+(:class:`~flexgraph.FlexgraphError`) is printed as one process would, exit 2,
+never restarted; a crash names the rank, the step and the iteration, exit 1.
+A stop signal is forwarded to the ranks, which save and exit 75; so does the
+launcher, and it never restarts them.
 """
 
 from __future__ import annotations
@@ -85,12 +69,7 @@ def is_launcher() -> bool:
 class RankReport:
     """Executor hook of a launched rank: where it is, and what to say if it fails.
 
-    Parameters
-    ----------
-    progress : Progress, optional
-        The record it keeps for its launcher (the step it runs), if the launcher
-        asked for one; the training output writes the iterations into the same
-        record.
+    ``progress`` is the record it keeps for its launcher, if asked for one.
     """
 
     def __init__(self, progress: Progress | None = None) -> None:
@@ -145,11 +124,10 @@ def run_as_rank(run: Callable[[], int], report: RankReport, *, to_launcher: bool
                 debug: bool) -> int:
     """Run ``run()`` as one rank of a launched group; ``report`` is its executor hook.
 
-    A failure is written to the rank's torch elastic error file. Under
-    flexgraph's launcher (``to_launcher``) the rank then exits with the
-    failure's status and prints nothing (``debug``, ``--debug``: its
-    traceback), since the launcher reports it once for all ranks; under plain
-    ``torchrun`` it propagates and is printed as usual.
+    A failure goes to the rank's torch elastic error file. Under flexgraph's
+    launcher (``to_launcher``) the rank then exits silently (``debug``: with its
+    traceback), as the launcher reports once for all; under plain ``torchrun`` it
+    propagates.
     """
     handler = _RankErrorHandler(report)
     handler.initialize()  # torch's: a fatal signal (segfault) prints its traceback
@@ -219,12 +197,10 @@ def describe_failure(rank: int, failure: ProcessFailure, progress_dir: str | Non
 def root_cause(failures: Mapping[int, ProcessFailure], progress_dir: str | None) -> Failure:
     """The failure to report among those of one attempt.
 
-    When one rank fails the agent stops the others with SIGTERM (recorded as
-    failures too), the ranks still waiting in a collective fail on the closed
-    connection, and the others' watchdogs end them
-    (:data:`~flexgraph.cli.watchdog.EXIT_AFTER_ANOTHER`). So: bad input first;
-    then, leaving out the agent's own SIGTERMs and the ranks that followed
-    another, a rank killed by a signal; then the earliest error.
+    One failure makes the agent SIGTERM the others, the waiting ranks fail on the
+    closed connection, and watchdogs end the rest. So: bad input first; then a
+    rank killed by a signal not the agent's own, nor one that followed another;
+    then the earliest error.
     """
     described = [describe_failure(r, f, progress_dir) for r, f in sorted(failures.items())]
     bad = [f for f in described if f.status == BAD_INPUT]
@@ -239,9 +215,7 @@ def root_cause(failures: Mapping[int, ProcessFailure], progress_dir: str | None)
 class _ReportingAgent(LocalElasticAgent):
     """torch's local agent, saying which rank failed and why each time the group fails.
 
-    ``_monitor_workers`` is the extension point torch's ``SimpleElasticAgent``
-    leaves to its subclasses; its result names the failed ranks and their exit
-    codes. Bad input stops the restarts: the next attempt would fail the same way.
+    Bad input stops the restarts: the next attempt would fail the same way.
     """
 
     def __init__(self, *args: Any, progress_dir: str,
@@ -296,10 +270,9 @@ class _ReportingAgent(LocalElasticAgent):
                        float(report.get("time", time.time())))
 
     def _vanished(self, result: RunResult, worker_group: WorkerGroup) -> RunResult:
-        """A group whose ranks all ended, some before their run finished, has failed.
+        """A group whose ranks all ended, some before their run's last word, has failed.
 
-        Ranks that exit 0 without their run's last word (``os._exit(0)`` in a hook)
-        would count as done.
+        Ranks that exit 0 early (``os._exit(0)`` in a hook) would count as done.
         """
         if result.state == WorkerState.HEALTHY:
             exits = _exit_statuses(self._pcontext)
@@ -319,10 +292,8 @@ class _ReportingAgent(LocalElasticAgent):
     def _add_ranks_that_left_errors(self, result: RunResult, worker_group: WorkerGroup) -> None:
         """Count every rank that ended badly as failed, not only those the agent saw first.
 
-        The agent reports the ranks it saw exit before it stopped the others, and
-        the rank that failed first may be another. So each
-        rank's exit status (the agent's processes, once the group is stopped) and
-        error file count too.
+        The agent reports the ranks that exited before it stopped the others; the
+        first to fail may be another.
         """
         files = getattr(self._pcontext, "error_files", None) or {}
         exits = _exit_statuses(self._pcontext)
@@ -347,11 +318,10 @@ class _ReportingAgent(LocalElasticAgent):
 
 
 def _bound_close(pcontext: Any, grace: float) -> None:
-    """Have every stop of ``pcontext`` (an elastic process context) wait ``grace`` seconds
-    between SIGTERM and SIGKILL.
+    """Have every stop of elastic process context ``pcontext`` wait ``grace`` s before SIGKILL.
 
-    torch's contexts stop the other ranks when one fails from inside their own
-    poll, with their default of 30 s; the agent's own stops pass its timeout.
+    torch's contexts stop the others from inside their own poll with a fixed
+    default; the agent's own stops pass its timeout.
     """
     close = type(pcontext).close
 
@@ -425,13 +395,12 @@ def _quiet_torch_logs() -> None:
 def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
                grace: float,
                watch: Callable[[int], WatchFolder] | None) -> _ReportingAgent:
-    """torchrun's ``run`` (``torch.distributed.run.run`` and ``launch_agent``), with our agent.
+    """torchrun's ``run`` and ``launch_agent``, with our agent.
 
-    torchrun builds ``LocalElasticAgent`` itself, so the few lines that wire the
-    rendezvous, the worker spec and the agent are repeated here. Whatever
-    options this torch's ``LaunchConfig`` shares with its ``WorkerSpec`` and
-    agent are passed through by name, so newer knobs keep working. ``grace`` is
-    the seconds from SIGTERM to SIGKILL; ``watch`` gives an attempt's watch folder.
+    torchrun builds ``LocalElasticAgent`` itself, so its few wiring lines are
+    repeated here; ``LaunchConfig`` options shared with ``WorkerSpec`` and the
+    agent pass through by name, so newer knobs keep working. ``grace``: seconds
+    from SIGTERM to SIGKILL; ``watch`` gives an attempt's watch folder.
     """
     import inspect
 
@@ -490,18 +459,13 @@ def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
            settings: Any = None, run_id: str | None = None) -> int:
     """Start the ranks through torch's elastic agent; return the run's exit status.
 
-    ``facts`` are this launch's (node rank, rendezvous, what to resume);
-    ``handed_down`` is what the ranks get in their environment (the plan's
-    digest, the run id, the strategy ``auto`` chose, the estimate), to which
-    this launcher adds its process id and its progress folder; ``stop_signals``
-    are the run's own stop signals, forwarded to the ranks besides
-    :data:`~flexgraph.cli.stopping.FORWARDED`; ``on_stop`` is told the
-    signal's name when this launcher received a stop signal and the ranks saved (a
-    SLURM job then asks to be requeued). ``settings`` (a training config's) give
-    the grace period of every stop of the ranks (``env_cfg.shutdown_timeout``) and,
-    with the ``run_id``, the watch folder where the ranks' watchdogs report a stall
-    (:mod:`flexgraph.cli.watchdog`), which the launcher then reports and exits
-    :data:`~flexgraph.cli.watchdog.EXIT_STALLED`.
+    ``facts`` are this launch's (node rank, rendezvous, resume); ``handed_down``
+    is the ranks' environment, to which the launcher adds its pid and progress
+    folder. ``stop_signals`` are forwarded besides
+    :data:`~flexgraph.cli.stopping.FORWARDED`; ``on_stop`` is told the signal's
+    name once the ranks saved (a SLURM job asks to be requeued). ``settings`` give
+    the stop grace period and, with ``run_id``, the watch folder where a stall is
+    reported (exit :data:`~flexgraph.cli.watchdog.EXIT_STALLED`).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser

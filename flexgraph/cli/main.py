@@ -125,17 +125,9 @@ def _quiet_broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``flexgraph`` command line and return its exit status.
+    """Run the ``flexgraph`` command line on ``argv`` (default ``sys.argv[1:]``); the exit status.
 
-    Parameters
-    ----------
-    argv : sequence of str, optional
-        Arguments without the program name (default: ``sys.argv[1:]``).
-
-    Returns
-    -------
-    int
-        0, 1, 2, 75 or 130; see the module docstring.
+    0, 1, 2, 75 or 130, as the module docstring says.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv

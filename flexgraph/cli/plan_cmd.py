@@ -1,21 +1,10 @@
 """``flexgraph plan CONFIG``: print the plan a strategy makes, run nothing.
 
-CONFIG is a YAML spec (``.yaml`` / ``.yml``) or a Python config (``.py``: an
-MMEngine-style cfg.py or a pipeline script); the spec layer loads either. The
-plan is printed to stdout in one of four formats (``text``, the default table;
-``json``, the stable ``flexgraph.plan/2`` schema; ``dot``; ``mermaid``), or as
-a diff against the base graph (``--diff``), or as the reasons one step sits
-where it does (``--explain STEP``). Planning imports no step function, so this
-never imports torch and is safe to run anywhere, CI included.
-
-``--estimate`` / ``--compare`` (and ``--strategy auto``) add what the plan
-costs per rank (:mod:`flexgraph.cli.estimate_cmd`); they, and only they,
-import torch.
-
-Function references are checked without importing them (see
-:mod:`flexgraph.core.references`): a module that cannot be found, or a name its
-source does not define, is an error (exit 2, with close names); a reference
-the source alone cannot settle is listed on stderr as a ``note:``.
+CONFIG is a YAML spec or a Python config (an MMEngine cfg.py or a pipeline
+script). Planning imports no step function, so this never imports torch and is
+safe anywhere, CI included; only ``--estimate`` / ``--compare`` (and
+``--strategy auto``) do. A function reference that cannot resolve is an error
+(exit 2, with close names); one the source alone cannot settle is a ``note:``.
 """
 
 from __future__ import annotations
@@ -91,10 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def checkpoint_notes(cfg: Any, plan: Plan) -> dict[str, str]:
     """Which reader will read ``load_from`` and an explicit ``resume`` path, by step.
 
-    For a path that exists now, recognised by its content as the run will
-    (:func:`flexgraph.training.formats.format_of`: a few bytes, a listing;
-    torch is not imported). A path that does not exist yet, ``resume='auto'``
-    and a config that is not a training config get no note.
+    Only for a path that exists now, recognised by its content as the run will,
+    without importing torch.
     """
     if cfg is None or not {"load_checkpoint", "resume"} & set(plan.order):
         return {}
@@ -113,10 +100,8 @@ def checkpoint_notes(cfg: Any, plan: Plan) -> dict[str, str]:
 def pruning_notes(cfg: Any, strategy: Any, plan: Plan) -> dict[str, str]:
     """``init_weights``: what a run decides about it, where only a run can (no torch here).
 
-    For a strategy that prunes ``init_weights`` when the files the run loads
-    cover the model (``Strategy.prunable``), and a config that loads any:
-    whether they do needs the model's names, which ``flexgraph plan
-    --estimate`` and ``flexgraph run`` find (building it on the meta device).
+    Whether the loaded files cover the model needs its names, which ``flexgraph
+    plan --estimate`` and ``flexgraph run`` find on the meta device.
     """
     if cfg is None or strategy is None or "init_weights" not in strategy.prunable \
             or "init_weights" not in plan.order:
@@ -244,10 +229,8 @@ def _print_estimate(report: dict[str, Any], args: argparse.Namespace) -> None:
 def _load_for_estimate(args: argparse.Namespace, imports_done: Callable[[], None]) -> Any:
     """The spec, with the estimate's own imports, then frozen out of the collector.
 
-    Loading the config imports torch and MMEngine (and, through
-    ``mmengine.model``, DTensor and sympy): several hundred thousand objects,
-    which each full collection during the trace would scan again, so they are
-    frozen (:mod:`flexgraph.cli.collector`).
+    Loading the config imports torch and MMEngine, whose many objects each full
+    collection during the trace would scan again (:mod:`flexgraph.cli.collector`).
     """
     spec = load_config(args.config, parse_cfg_options(args.cfg_options))
     import_module("flexgraph.training.estimate")

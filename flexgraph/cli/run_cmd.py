@@ -1,16 +1,10 @@
 """``flexgraph run``: plan a config, then execute the plan.
 
-What can be checked before a step runs is checked first (spec, strategy, plan,
-each step's function found without importing it), so bad input exits 2 without
-starting processes or writing files. With ``--nproc-per-node N`` (``--nnodes``,
-``--max-restarts``) this process only launches: torch's elastic agent starts N
-copies of ``flexgraph run`` (:mod:`flexgraph.cli.launch`); a copy started by
-``torchrun`` or an ``srun`` task (:mod:`flexgraph.cli.slurm`) works the same way.
-The run takes the work_dir for itself before writing there
-(:mod:`flexgraph.cli.work_dir_owner`). Each process plans once
-(:mod:`flexgraph.cli.planning`); the launcher hands its ranks the digest of its
-plan, and a rank whose own plan differs refuses to run. The run's context is
-made once, in the process that runs the plan.
+What can be checked before a step runs is checked first, so bad input exits 2
+without starting processes or writing files. With ``--nproc-per-node N`` this
+process only launches (:mod:`flexgraph.cli.launch`); a copy started by
+``torchrun`` or ``srun`` works the same way. Each process plans once; a rank
+whose plan's digest differs from its launcher's refuses to run.
 """
 
 from __future__ import annotations
@@ -189,12 +183,10 @@ def _choose_strategy(args: argparse.Namespace, spec: Any, world: int, handed_dow
 
 def _choose_auto(args: argparse.Namespace, spec: Any, world: int, handed_down: LaunchEnv,
                  launched: bool) -> tuple[Strategy, AutoChoice, Any]:
-    """``--strategy auto``: estimate, choose, and say so (the launcher's ranks take its choice).
+    """``--strategy auto``: estimate, choose, and say so; returns (strategy, choice, estimate).
 
-    Returns the strategy, the choice (the work_dir's config records its
-    strategy, so the config plans the same way again, and its log the reason)
-    and the estimate it was chosen by (``None`` on a rank, which took its
-    launcher's choice without estimating).
+    The choice is recorded so the work_dir's config plans the same way again. A
+    launched rank takes its launcher's choice without estimating (estimate ``None``).
     """
     from flexgraph.cli import estimate_cmd
     from flexgraph.cli.console import stdout_console
@@ -474,11 +466,10 @@ def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[
 def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
                   derived: dict[str, Any], settings: Any, place: _Place, this_run: str,
                   lock: Any) -> RunResult | None:
-    """Run the plan in this process: the summary, the work_dir's record (a training
-    config's), the run's context, made once here, then the steps.
+    """Run the plan in this process: the summary, the work_dir's record, the context, the steps.
 
     ``derived``: what the run's files changed in the plan (a pruned
-    ``init_weights`` and its reason), printed and logged under the summary.
+    ``init_weights``), printed under the summary.
     """
     from flexgraph.cli.console import stdout_console
     from flexgraph.render import derivation_lines

@@ -1,17 +1,11 @@
 """A run stopped by a signal: its exit status, and how the launcher passes it on.
 
-A process that a stop signal ended cleanly, its checkpoint saved, exits with
+A process that a stop signal ended cleanly, its checkpoint saved, exits
 :data:`EXIT_STOPPED`, 75 (``EX_TEMPFAIL``): a job script requeues on 75 and
-runs the same command with ``--resume auto``.
-
-torch's elastic agent forwards the launcher's signals to the ranks but keeps
-no exit status for ranks it stopped, so each rank leaves :data:`STOP_NOTE` in
-the launcher's progress folder once the checkpoint is saved; with it the
-launcher says what stopped where and exits 75. A rank exits 75 only after the
-save's last barrier, so one such rank proves the checkpoint whole
-(:func:`ranks_stopped`), even when the agent terminated the others on their
-way out; for the same reason every rank writes the note and the launcher
-prints it.
+reruns with ``--resume auto``. torch's elastic agent keeps no exit status for
+ranks it stopped, so each rank leaves :data:`STOP_NOTE` in the launcher's
+progress folder once saved. A rank exits 75 only after the save's last
+barrier, so one such rank proves the checkpoint whole (:func:`ranks_stopped`).
 """
 
 from __future__ import annotations
@@ -54,9 +48,7 @@ def report_stop(stop: TrainingStopped) -> int:
 
 
 def ignore_stop_signals(signal_name: str) -> None:
-    """Ignore the stop signals (and ``signal_name``) until exit, so a forwarded or repeated
-    signal, or SLURM's SIGTERM on requeue, cannot turn the status into a death by signal.
-    """
+    """Ignore the stop signals and ``signal_name`` until exit: none turns 75 into a signal death."""
     for name in dict.fromkeys([*_IGNORED_ON_EXIT, signal_name]):
         with contextlib.suppress(ValueError, OSError):  # not the main thread
             signal.signal(signal.Signals[name], signal.SIG_IGN)

@@ -61,13 +61,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 class WatchFolder:
-    """One attempt's watch folder.
-
-    Parameters
-    ----------
-    path : path
-        ``work_dir/.watchdog/<run key>/attempt<K>``.
-    """
+    """One attempt's watch folder, ``work_dir/.watchdog/<run key>/attempt<K>``."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)

@@ -1,25 +1,16 @@
 """The progress watchdog: a run that stops making progress is found, named and stopped.
 
 A rank blocked in a data read, a hook or a deadlock leaves the others waiting
-in a collective until the process group's timeout, with nothing said about who
-was at fault. So every process of ``flexgraph run`` runs a :class:`Watchdog`:
-a daemon thread that samples where the main thread is (step, iteration, the
-innermost frame of the user's code, whether it waits in a collective), writes
-a heartbeat to the run's watch folder, compares the time since progress with
-its :class:`~flexgraph.training.config.WatchPolicy` limit, and reads other
-ranks' events.
+in a collective until the group's timeout, with nothing said about who was at
+fault. So every process runs a :class:`Watchdog` thread that samples where the
+main thread is, writes a heartbeat to the run's watch folder and compares the
+time since progress with its :class:`~flexgraph.training.config.WatchPolicy`.
 
-**A stall.** The first process past its limit claims the report, asks every
-rank for its stacks (:data:`STACKS_SIGNAL`, answered by :mod:`faulthandler`
-even when Python is stuck), writes them to ``<run folder>/stacks/`` and says
-one line naming the stuck ranks and where they are. Every process then exits
-with :data:`EXIT_STALLED`, the last complete checkpoint kept.
-
-**A failure.** A failing rank records its error in the folder first; the
-others, whose collectives then fail with a transport error, report that first
-failure rather than their own consequence.
-
-Under flexgraph's launcher the launcher reports; elsewhere the reporter prints.
+The first process past its limit asks every rank for its stacks
+(:data:`STACKS_SIGNAL`, answered by :mod:`faulthandler` even when Python is
+stuck), writes them to ``<run folder>/stacks/``, says one line naming the stuck
+ranks, and every process exits :data:`EXIT_STALLED`. A failing rank records its
+error first, so the others report it rather than their transport error.
 """
 
 from __future__ import annotations
@@ -679,8 +670,9 @@ class Watchdog:
 
 def start_watchdog(settings: Any, context: Any, run_id: str, *,
                    release: Callable[[], None] | None = None) -> Watchdog | None:
-    """Start the watchdog of this process of run ``run_id`` (``None`` when
-    ``env_cfg.stall_timeout=0``); NCCL's flight recorder dumps into its ``stacks/`` either way.
+    """Start this process's watchdog of run ``run_id`` (``None`` when ``stall_timeout=0``).
+
+    NCCL's flight recorder dumps into its ``stacks/`` either way.
     """
     folder = WatchFolder.of_run(settings.work_dir, run_id, settings.restart).make()
     os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE",

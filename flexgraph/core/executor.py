@@ -58,20 +58,11 @@ def _contract_name(ref: str) -> str:
 
 @attrs.define
 class StepRecord:
-    """What happened when a step ran.
+    """What happened when a step ran; ``status``: ``"planned"`` (not run), ``"ok"``, ``"failed"``.
 
-    Parameters
-    ----------
-    name, origin : str
-        The step, and its :attr:`Origin.short`.
-    status : str
-        ``"planned"`` (not run), ``"ok"`` or ``"failed"``.
-    seconds : float
-        Wall time of the step's function.
-    rss_mib, peak_rss_mib : float or None
-        Resident memory right after the step (``None`` without ``/proc``), and
-        the process's high-water mark of it then (VmHWM, read with it; elsewhere
-        ``ru_maxrss``), never below it.
+    ``seconds`` is the wall time of the step's function; ``rss_mib`` the resident
+    memory right after it (``None`` without ``/proc``), ``peak_rss_mib`` the
+    process's high-water mark then, never below it.
     """
 
     name: str
@@ -93,11 +84,10 @@ class ExecutorHook(Protocol):
 
 
 def memory_mib() -> tuple[float | None, float]:
-    """(resident memory, its high-water mark) of this process in MiB.
+    """(resident memory, its high-water mark) of this process in MiB, from one read.
 
-    Both from one read of ``/proc/self/status`` (VmRSS, VmHWM), so the mark is
-    never below the resident figure; ``ru_maxrss`` lags behind it. Without
-    ``/proc``: no resident figure, and ``ru_maxrss`` as the mark.
+    VmRSS and VmHWM of ``/proc/self/status`` together, as ``ru_maxrss`` lags;
+    without ``/proc``: no resident figure and ``ru_maxrss`` as the mark.
     """
     try:
         with open("/proc/self/status", "rb") as f:

@@ -3,35 +3,26 @@
 The order, and why (each line is a rewrite below)::
 
     setup_env            precision checked against the accelerator before any
-                         process group exists (fp16 on a CPU without it stops here)
+                         process group exists
     build_model          under deepspeed.zero.Init for stage 3: each parameter is
                          partitioned as it is created, no rank holds the model
-    init_weights         (stage 3) a one-device run's weights, bit for bit: rank 0
-                         records that run's build and init_weights on
-                         parameters without values, then makes each parameter
-                         again from the record and scatters it into every
-                         rank's partitions, one at a time: no rank holds the
-                         model (.partitions)
-                         (pruned when the loaded files set every weight: then
-                         follow_init_draws makes the setup's random draws into
-                         scratch tensors, so the streams stay a one-device run's)
+    init_weights         (stage 3) a one-device run's weights, bit for bit, made
+                         from rank 0's record one parameter at a time and
+                         scattered into the partitions (.partitions); when
+                         pruned, follow_init_draws keeps the random streams
     load_checkpoint      (stage 3) before the engine, into the partitions: each
-                         rank reads only its own elements of each parameter
+                         rank reads only its own elements
     deepspeed_initialize wrap_model + build_optim_wrapper (+ the schedulers when
                          the DeepSpeed config has its own) fused: DeepSpeed builds
                          the engine and the ZeRO optimizer in one call
-    load_checkpoint      (stages 0-2) after it, through DeepSpeed's checkpoint IO:
-                         the engine owns the parameters (and their fp32 master
-                         copies), so weights go in through it
-    build_train_step     the engine's backward and step (a contract checks first
-                         that its master copies hold the model's weights)
-    build_checkpointer   portable checkpoints: fp32 master weights and Adam moments
-                         by parameter name through DeepSpeed's safe_get_full_*
+    load_checkpoint      (stages 0-2) after it, through the engine, which owns
+                         the parameters and their fp32 master copies
+    build_train_step     the engine's backward and step
+    build_checkpointer   portable checkpoints by parameter name
                          (checkpoint_format='native': DeepSpeed's own directories)
 
-Options are MMEngine's ``DeepSpeedStrategy`` keys, overriding a full DeepSpeed
-``config``; batch sizes, clipping and accumulation come from the config's
-dataloader and optimizer wrapper when unset, and unset ZeRO bucket sizes are ``'auto'``.
+Batch sizes, clipping and accumulation come from the config's dataloader and
+optimizer wrapper when unset.
 """
 
 from __future__ import annotations
@@ -81,52 +72,45 @@ def deepspeed(
 ) -> Strategy:
     """DeepSpeed ZeRO (stage 0-3) over a torch.distributed process group.
 
-    The parameters are MMEngine's ``DeepSpeedStrategy`` ones; a DeepSpeed key
-    given here overrides ``config``'s (see :func:`deepspeed_config`).
+    The parameters are MMEngine's ``DeepSpeedStrategy`` ones; a key given here
+    overrides ``config``'s.
 
     Parameters
     ----------
     config : str or Mapping, optional
-        A full DeepSpeed config, or the path of its JSON file.
+        A full DeepSpeed config, or its JSON file's path.
     zero_optimization : Mapping, optional
-        DeepSpeed's ``zero_optimization`` (``stage`` 0-3; MMEngine's
-        ``cpu_offload`` becomes ``offload_optimizer``).
+        ``stage`` 0-3; MMEngine's ``cpu_offload`` becomes ``offload_optimizer``.
     gradient_clipping : float, optional
-        The global L2 norm to clip to (default: the optimizer wrapper's
-        ``clip_grad``).
+        Global L2 norm (default: the optimizer wrapper's ``clip_grad``).
     fp16, bf16, amp : Mapping, optional
         DeepSpeed's precision sections (at most one enabled).
     inputs_to_half : list of int or str, optional
-        The inputs (positions or names) cast to the half precision before the
-        forward, as MMEngine's ``DeepSpeedStrategy`` does.
+        Inputs cast to half precision before the forward, as in MMEngine.
     activation_checkpointing, aio : Mapping, optional
         DeepSpeed's sections of those names.
     train_micro_batch_size_per_gpu, train_batch_size, gradient_accumulation_steps : int, optional
-        Batch sizes and accumulation; by default from the dataloader and the
-        optimizer wrapper (``train_batch_size`` is checked against them).
+        Default: from the dataloader and the optimizer wrapper.
     steps_per_print : int, optional
         DeepSpeed's own progress lines (off by default).
     exclude_frozen_parameters : bool, optional
         Leave frozen parameters out of DeepSpeed's own checkpoints.
     dist_cfg, device : optional
-        As for :func:`~flexgraph.strategies.ddp.ddp`: the process group's
-        ``backend`` and ``timeout``, the device to train on.
+        As for :func:`~flexgraph.strategies.ddp.ddp`.
     checkpoint_format : {'portable', 'native'}, default 'portable'
-        ``'portable'``: fp32 master weights and optimizer moments by parameter
-        name, resumable under every strategy; ``'native'``: DeepSpeed's own
-        ``save_checkpoint`` directories.
+        ``'portable'``: by parameter name, resumable under every strategy;
+        ``'native'``: DeepSpeed's own directories.
 
     Returns
     -------
     Strategy
-        ``deepspeed``: the rewrites whose order the module docstring explains.
+        The rewrites the module docstring explains.
 
     Raises
     ------
     StrategyOptionError
-        The config file is missing or not JSON, the ZeRO stage is not one
-        DeepSpeed has, two precisions are enabled, or an option contradicts
-        another.
+        A config file missing or not JSON, a ZeRO stage DeepSpeed lacks, two
+        precisions, or contradicting options.
     """
     ds = deepspeed_config(
         config, zero_optimization=zero_optimization, gradient_clipping=gradient_clipping,

@@ -1,34 +1,17 @@
 """The DeepSpeed strategy's checkpoints: DeepSpeed's own format, read safely.
 
-* :class:`DeepSpeedCheckpointIO`: DeepSpeed's ``save_checkpoint`` /
-  ``load_checkpoint`` (every rank writes its partition), with flexgraph's loop
-  position, schedulers, RNG states and hook extras in the client state.
-* :func:`safe_checkpoint_engine`: DeepSpeed reads every checkpoint file with
-  ``torch.load(weights_only=False)``; the engine's checkpoint engine is made to
-  load with ``weights_only=True`` and an allow-list of the classes DeepSpeed
-  itself writes.
-* :meth:`DeepSpeedCheckpointIO.load_weights`: ``load_from`` (a full file, or a
-  DeepSpeed checkpoint directory) into a running engine; under ZeRO-3 into the
-  partitions, before the engine exists, each rank reading only its own
-  elements (:mod:`flexgraph.strategies.deepspeed.partitions`).
-* :func:`open_deepspeed_directory`: ``load_from`` of a DeepSpeed directory
-  under any strategy (and ``flexgraph ckpt convert``), the
-  ``flexgraph.checkpoint_openers`` entry point named ``deepspeed``. Here, on
-  the run-time side, so that such a ``load_from`` imports none of the offline
-  tools (:mod:`flexgraph.strategies.deepspeed.inspect` describes directories).
+:class:`DeepSpeedCheckpointIO` saves and loads through DeepSpeed (every rank
+writes its partition), with flexgraph's loop state in the client state.
+:func:`open_deepspeed_directory` is the ``deepspeed`` checkpoint opener, for
+``load_from`` of a DeepSpeed directory under any strategy; it lives on the
+run-time side so that such a load imports none of the offline tools.
 
-Reading the weights goes through DeepSpeed's own ``zero_to_fp32``
-(``get_fp32_state_dict_from_zero_checkpoint``, ``lazy_mode=True``), which
-rebuilds the fp32 master weights from the optimizer files; every file is
-first read the safe way (:func:`read_deepspeed_file`), since the converter
-itself unpickles anything. Memory: the optimizer files are memory-mapped;
-under ZeRO-3 each parameter is gathered from its partitions when it is
-fetched (one tensor at a time), while under ZeRO-1/2 DeepSpeed concatenates
-each parameter group's partitions first (about the fp32 weights' size once,
-as DeepSpeed's own script needs). Without ZeRO (stage 0) the weights are the
-model-states file's ``module``. DeepSpeed's optimizer state is not converted:
-its universal-checkpoint conversion writes DeepSpeed's own format, which only
-DeepSpeed reads.
+DeepSpeed unpickles every file (``weights_only=False``); here each file is read
+with ``weights_only=True`` and an allow-list of DeepSpeed's own classes first.
+The weights come from DeepSpeed's ``zero_to_fp32`` (lazy, memory-mapped), which
+rebuilds the fp32 master weights from the optimizer files; without ZeRO they
+are the model-states file's ``module``. DeepSpeed's optimizer state is not
+converted: only DeepSpeed reads its universal format.
 """
 
 from __future__ import annotations
@@ -90,11 +73,10 @@ _SAFE_ENGINES: dict[type, type] = {}
 def safe_checkpoint_engine(engine: Any) -> None:
     """Make ``engine``'s checkpoint engine load with ``weights_only=True``.
 
-    DeepSpeed's ``TorchCheckpointEngine`` reads every file of a checkpoint with
-    ``torch.load(weights_only=False)``, so a crafted checkpoint could run code.
-    The engine's instance gets a subclass whose ``load`` admits tensors, plain
-    containers and the few DeepSpeed classes its checkpoints hold. A checkpoint
-    engine the user configured (a decoupled or NVMe one) is left alone.
+    DeepSpeed's ``TorchCheckpointEngine`` unpickles every file, so a crafted
+    checkpoint could run code; the instance gets a subclass that admits tensors,
+    plain containers and DeepSpeed's own classes. A checkpoint engine the user
+    configured (decoupled, NVMe) is left alone.
     """
     from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import (
         TorchCheckpointEngine,
@@ -128,10 +110,8 @@ def _safe_load(self: Any, path: str, map_location: Any = None) -> Any:
 class DeepSpeedCheckpointIO(CheckpointIO):
     """DeepSpeed's own checkpoint directories (``iter_40.ds/``), every rank writing.
 
-    The checkpoint dict (loop position, schedulers, RNG states, hook extras)
-    travels in DeepSpeed's ``client_state``; the engine writes the weights and
-    the optimizer partitions itself, so the dict has no ``state_dict`` or
-    ``optimizer`` entry.
+    The loop state travels in DeepSpeed's ``client_state``; the engine writes the
+    weights and optimizer partitions itself.
     """
 
     suffix = ".ds"
@@ -152,12 +132,7 @@ class DeepSpeedCheckpointIO(CheckpointIO):
 
     def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
                     optim_wrapper: Any = None) -> int:
-        """The engine's weights (whole, even under ZeRO-3) and every rank's optimizer state.
-
-        This rank's optimizer partition (its state and fp32 master weights)
-        counted once per rank: roughly what
-        ``save_checkpoint`` writes, for a full device's message.
-        """
+        """The engine's whole weights and every rank's optimizer partition (what a save writes)."""
         engine = model.engine
         weights = sum(int(getattr(p, "ds_numel", p.numel())) * p.element_size()
                       for p in engine.module.parameters())
@@ -209,11 +184,9 @@ def _load_weights_into_engine(model: EngineModel, path: Path, held: CheckpointFo
                               on_read: OnRead) -> WeightsLoaded:
     """``load_from`` into a running engine; returns the keys left out.
 
-    A DeepSpeed tag without ZeRO-3 loads through the engine (weights only);
-    any other checkpoint is read whole by every rank. Under ZeRO-3 (a plan
-    that loads after the engine: the DeepSpeed strategy's loads before it) the
-    weights go into the partitions as before the engine. Either way the
-    optimizer's master copies follow the loaded weights.
+    A DeepSpeed tag without ZeRO-3 loads through the engine; under ZeRO-3 the
+    weights go into the partitions; anything else is read whole by every rank. The
+    optimizer's master copies then follow the loaded weights.
     """
     engine = model.engine
     partitioned = engine.zero_optimization_partition_weights()
@@ -237,18 +210,7 @@ def _load_weights_into_engine(model: EngineModel, path: Path, held: CheckpointFo
 
 
 def model_states_file(path: Path) -> Path:
-    """``mp_rank_00_model_states.pt``, or under ZeRO-3 rank 0's own.
-
-    Parameters
-    ----------
-    path : Path
-        A DeepSpeed tag directory (it holds ``*model_states.pt``).
-
-    Returns
-    -------
-    Path
-        The model-states file that holds the whole module's state.
-    """
+    """A tag directory's ``mp_rank_00_model_states.pt`` (ZeRO-3: rank 0's own)."""
     return min(path.glob("*model_states.pt"),
                key=lambda p: (p.name != "mp_rank_00_model_states.pt", p.name))
 
@@ -256,34 +218,17 @@ def model_states_file(path: Path) -> Path:
 def _deepspeed_classes() -> list[Any]:
     """:func:`safe_globals`, importing DeepSpeed with its log lines sent to stderr.
 
-    DeepSpeed's logger writes to the ``sys.stdout`` of its import, which is
-    where ``--format json`` prints the summary.
+    ``--format json`` prints its summary on stdout.
     """
     with contextlib.redirect_stdout(sys.stderr):
         return safe_globals()
 
 
 def read_deepspeed_file(file: Path) -> dict[str, Any]:
-    """One file of a DeepSpeed checkpoint, read safely.
+    """One DeepSpeed checkpoint file as a dict, read memory-mapped with ``weights_only=True``.
 
-    ``weights_only=True`` with the allow-list of DeepSpeed's own classes
-    (:func:`safe_globals`), memory-mapped: a file holding anything else is
-    refused rather than unpickled.
-
-    Parameters
-    ----------
-    file : Path
-        A ``*model_states.pt`` or ``*optim_states.pt`` file.
-
-    Returns
-    -------
-    dict
-        What the file holds.
-
-    Raises
-    ------
-    CheckpointError
-        The file cannot be read that way, or holds something other than a dict.
+    A file holding anything but DeepSpeed's allow-listed classes, or not a dict,
+    raises :class:`CheckpointError` rather than being unpickled.
     """
     try:
         with torch.serialization.safe_globals(_deepspeed_classes()):
@@ -299,18 +244,7 @@ def read_deepspeed_file(file: Path) -> dict[str, Any]:
 
 
 def zero_stage(state: Mapping[str, Any]) -> int:
-    """The ZeRO stage a model-states file was written under (0 without ZeRO).
-
-    Parameters
-    ----------
-    state : Mapping
-        A model-states file's content (:func:`read_deepspeed_file`).
-
-    Returns
-    -------
-    int
-        ``zero_optimization.stage`` of the DeepSpeed config it holds.
-    """
+    """The ZeRO stage a model-states file's DeepSpeed config names (0 without ZeRO)."""
     config = state.get("ds_config") if isinstance(state.get("ds_config"), Mapping) else {}
     return int((config.get("zero_optimization") or {}).get("stage", 0) or 0)
 
@@ -332,24 +266,10 @@ def _fp32_weights(path: Path) -> dict[str, Any]:
 
 
 def open_deepspeed_directory(path: Path) -> CheckpointSource:
-    """A DeepSpeed tag's weights as ``{'state_dict': ...}`` (see the module docstring).
+    """A DeepSpeed tag directory's fp32 weights as a lazy ``{'state_dict': ...}`` source.
 
-    Parameters
-    ----------
-    path : Path
-        The tag directory ``save_checkpoint`` wrote (``iter_40.ds/``).
-
-    Returns
-    -------
-    CheckpointSource
-        The fp32 weights' layout, each fetched when asked for; DeepSpeed's
-        optimizer partitions are not converted.
-
-    Raises
-    ------
-    CheckpointError
-        A file cannot be read or holds what DeepSpeed never writes, or
-        DeepSpeed's converter refuses the directory (a rank's files missing).
+    Raises :class:`CheckpointError` when a file holds what DeepSpeed never writes
+    or DeepSpeed's converter refuses the directory (a rank's files missing).
     """
     state = read_deepspeed_file(model_states_file(path))
     if zero_stage(state) == 0:

@@ -1,16 +1,11 @@
 """ZeRO-3 and second copies of the weights: an averaged copy held as partitions.
 
-MMEngine's averaged models (``EMAHook``, MMDetection's ``ExpMomentumEMA``,
-MMPreTrain's EMA) deep-copy the model they average. Under ZeRO-3 a parameter
-is an empty placeholder between steps and this rank's elements of it are its
-partition (``ds_tensor``). :func:`allow_partitioned_copies` makes
-``copy.deepcopy`` of the partitioned model give a :class:`PartitionedCopy`,
-each parameter a copy of this rank's partition; the averaged models and
-``EMAHook`` then see the source model as its partitions
-(:class:`Partitions`), so MMEngine's own update (``lerp_``) and swap for
-validation work element by element on partitions, no rank holding the average
-whole. Its ``state_dict`` gathers one parameter at a time, by name, as ZeRO-3's
-model state is saved.
+MMEngine's averaged models (EMA) deep-copy the model they average; under ZeRO-3
+a parameter is an empty placeholder between steps. :func:`allow_partitioned_copies`
+makes that copy a :class:`PartitionedCopy` of this rank's partitions, and the
+averaged models see the source as its :class:`Partitions`, so MMEngine's own
+update and swap work element-wise on partitions, no rank holding the average
+whole. Its ``state_dict`` gathers one parameter at a time, by name.
 """
 
 from __future__ import annotations

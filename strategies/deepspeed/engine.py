@@ -1,30 +1,10 @@
 """DeepSpeed's runtime besides checkpoints: its config, its engine in MMEngine's shapes.
 
-``deepspeed.initialize`` returns an engine that owns the parameters (partitioned
-under ZeRO-3), the optimizer (wrapped in a ZeRO optimizer) and backward and
-step. flexgraph's loop, hooks and schedulers talk to MMEngine-shaped objects, so
-this module shapes the engine that way, as MMEngine's own DeepSpeed wrappers do
-(which no longer import with current DeepSpeed):
-
-* :func:`fill_config`: the DeepSpeed config completed from the run's config
-  (batch sizes, accumulation, clipping, ZeRO bucket sizes left ``'auto'``),
-  a contradiction refused; :func:`write_config_file` leaves it in the work_dir.
-* :class:`EngineModel`: ``train_step`` / ``val_step`` / ``test_step`` of a
-  ``BaseModel`` (data preprocessor, ``inputs_to_half``, ``parse_losses``) run
-  through the engine; everything else is the engine's. :func:`cast_inputs`
-  casts a batch to the engine's precision.
-* :func:`engine_train_step`: the loop's per-batch function, the engine doing
-  backward and step.
-* :class:`DeepSpeedOptimWrapper`: an MMEngine optimizer wrapper whose
-  ``update_params`` is ``engine.backward`` + ``engine.step``; MMEngine's
-  parameter schedulers drive its ``param_groups``.
-* :func:`stale_build_locks`: the lock files that interrupted builds of
-  DeepSpeed's C++ ops leave behind, on which every later build would wait.
-
-The strategy's checkpoints (saving and restoring a run through DeepSpeed's own
-format, and loading ``load_from`` weights into the engine) are in
-:mod:`flexgraph.strategies.deepspeed.checkpoint`.
-
+``deepspeed.initialize`` returns an engine that owns the parameters, the ZeRO
+optimizer, backward and step. flexgraph's loop, hooks and schedulers talk to
+MMEngine-shaped objects, so this module shapes the engine that way, as
+MMEngine's own DeepSpeed wrappers did (they no longer import with current
+DeepSpeed). Checkpoints are in :mod:`flexgraph.strategies.deepspeed.checkpoint`.
 Nothing here is imported at plan time.
 """
 
@@ -81,18 +61,12 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
                 numel: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The DeepSpeed config with what flexgraph derives filled in; returns (config, filled).
 
-    Batch sizes come from ``train_dataloader.batch_size`` and the world size;
-    an ``AmpOptimWrapper``'s precision becomes the ``bf16`` / ``fp16`` section
-    (:func:`~flexgraph.strategies.deepspeed.options.amp_sections});
-    ``optim_wrapper.clip_grad`` / ``accumulative_counts`` become
-    ``gradient_clipping`` / ``gradient_accumulation_steps`` (no ``clip_grad``:
-    ``gradient_clipping=0``, no clipping, where DeepSpeed's default clips at
-    1.0). Nothing the user set
-    is overwritten: a contradiction is a :class:`ConfigError`. ZeRO bucket sizes
-    and stage-3 limits left ``'auto'`` are sized from the model (``numel``
-    parameters): DeepSpeed's defaults (5e8 elements per bucket)
-    are sized for models far larger than most, and on a model of a few hundred
-    million parameters they cost more memory than ZeRO saves.
+    Batch sizes, precision, clipping and accumulation come from the run's config
+    (no ``clip_grad``: ``gradient_clipping=0``, where DeepSpeed's default clips).
+    Nothing the user set is overwritten: a contradiction is a :class:`ConfigError`.
+    ZeRO sizes left ``'auto'`` are sized from the model's ``numel``: DeepSpeed's
+    defaults suit far larger models and cost more memory than ZeRO saves on
+    smaller ones.
     """
     config = json.loads(json.dumps(config))  # a deep, plain copy
     before = json.loads(json.dumps(config))
@@ -163,14 +137,10 @@ def _fill_hierarchical(zero: dict[str, Any], world_size: int) -> None:
 def cast_inputs(data: Any, keys: list[Any] | None, dtype: torch.dtype | None) -> Any:
     """``data`` with the floating tensors under ``keys`` cast to ``dtype``.
 
-    ``keys`` name dict keys, or positions (in a list or tuple, or among a
-    dict's keys in order, which is how MMEngine configs that say
-    ``inputs_to_half=[0]`` meet the dict a data preprocessor returns). Tensors
-    may be nested in lists, tuples and dicts. ``keys=None`` (the config left
-    ``inputs_to_half`` unset) casts every floating tensor: a half-precision
-    engine's model cannot take fp32 inputs, so a config that switches to
-    DeepSpeed's bf16 by its ``strategy`` line alone trains as it is (as
-    Lightning's DeepSpeed precision does); ``[]`` casts nothing.
+    ``keys`` are dict keys or positions (positions also index a dict's keys in
+    order, as MMEngine's ``inputs_to_half=[0]`` does), tensors possibly nested.
+    ``None`` casts every floating tensor, so a config switched to bf16 by its
+    ``strategy`` line alone trains as it is; ``[]`` casts nothing.
     """
     if dtype is None or keys == []:
         return data
@@ -270,17 +240,11 @@ def engine_train_step(model: EngineModel, optim_wrapper: Any) -> Any:
 class DeepSpeedOptimWrapper(BaseOptimWrapper):
     """MMEngine's optimizer-wrapper interface over a DeepSpeed engine.
 
-    ``optimizer`` is the engine's (a ZeRO optimizer whose ``param_groups`` are
-    the torch optimizer's), so MMEngine's LR schedulers work unchanged.
-    Accumulation and clipping are DeepSpeed's (``gradient_accumulation_steps``,
-    ``gradient_clipping``): ``step`` is a no-op for DeepSpeed between boundaries.
-
-    ``torch_optimizer`` is the optimizer the config described, before DeepSpeed
-    wrapped it. With several param groups (layer-wise LR decay, any
-    ``paramwise_cfg``) MMEngine's wrapper keeps a copy of the optimizer's
-    ``defaults`` to track the base learning rate, and ZeRO's optimizers have no
-    ``defaults``; so the wrapper is made over the torch optimizer and then
-    points at the engine's, as MMEngine's own DeepSpeed strategy does.
+    ``optimizer`` is the engine's, so MMEngine's LR schedulers work unchanged;
+    accumulation and clipping are DeepSpeed's. The wrapper is made over the torch
+    optimizer (``torch_optimizer``) and then points at the engine's, as MMEngine's
+    DeepSpeed strategy does: with several param groups MMEngine reads the
+    optimizer's ``defaults``, which ZeRO's optimizers lack.
     """
 
     def __init__(self, engine: Any, torch_optimizer: Any = None) -> None:
@@ -335,11 +299,9 @@ STALE_LOCK_SECONDS = 600
 def stale_build_locks(now: float | None = None) -> list[tuple[Path, float]]:
     """Lock files of interrupted C++ op builds, with their ages in seconds.
 
-    DeepSpeed builds its ops on first use (its fused Adam, a shared-memory
-    comm op on the CPU) through torch, under ``<extensions dir>/<op>/lock``.
-    A build that is killed leaves the file behind, and every later build of
-    that op waits for it to go, silently and forever. A build takes about a
-    minute, so a lock older than :data:`STALE_LOCK_SECONDS` is taken as stale.
+    A killed build of a DeepSpeed op leaves ``<extensions dir>/<op>/lock`` behind,
+    and every later build of that op waits for it silently and forever; a lock
+    older than :data:`STALE_LOCK_SECONDS` is taken as stale.
     """
     from torch.utils.cpp_extension import get_default_build_root
 

@@ -1,20 +1,12 @@
 """What a DeepSpeed checkpoint directory holds, for ``flexgraph ckpt inspect``.
 
-DeepSpeed's format is the DeepSpeed strategy's knowledge, so its inspector
-lives here and reaches the offline tools through the
-``flexgraph.checkpoint_inspectors`` entry point (:data:`DEEPSPEED_INSPECTOR`),
-never through an import from below. Its opener, which ``load_from`` uses
-during a run, is :func:`flexgraph.strategies.deepspeed.checkpoint.open_deepspeed_directory`
-(the ``flexgraph.checkpoint_openers`` entry point): a run that loads a
-DeepSpeed directory imports neither this module nor the offline tools.
+DeepSpeed's format is this strategy's knowledge, so its inspector lives here
+and reaches the offline tools through the ``flexgraph.checkpoint_inspectors``
+entry point (:data:`DEEPSPEED_INSPECTOR`), never an import from below. A run
+that loads a DeepSpeed directory imports neither this module nor those tools.
 
-A tag directory (``iter_40.ds/``) holds ``mp_rank_00_model_states.pt`` (under
-ZeRO-3 one ``zero_pp_rank_<r>_mp_rank_00_model_states.pt`` per rank) with the
-module's state, the parameters' shapes, DeepSpeed's config and flexgraph's
-client state at the top level, and one ``*optim_states.pt`` per rank under
-ZeRO. Describing opens only the model-states file (``mmap=True``,
-``weights_only=True`` with the allow-list of DeepSpeed's own classes); the
-optimizer files are counted, never read.
+Describing reads only the model-states file (memory-mapped, with DeepSpeed's
+allow-list); the ``*optim_states.pt`` files are counted, never read.
 """
 
 from __future__ import annotations
@@ -69,21 +61,9 @@ def _model_tensors(state: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
 
 
 def describe_deepspeed_directory(path: Path) -> CheckpointSummary:
-    """Describe a DeepSpeed tag directory (see the module docstring).
+    """Describe a DeepSpeed tag directory.
 
-    Parameters
-    ----------
-    path
-        A directory holding ``*model_states.pt``.
-
-    Returns
-    -------
-    CheckpointSummary
-
-    Raises
-    ------
-    CheckpointError
-        Its model-states file cannot be read, or holds something else.
+    Raises :class:`CheckpointError` when its model-states file cannot be read.
     """
     state = read_deepspeed_file(model_states_file(path))
     stage = zero_stage(state)

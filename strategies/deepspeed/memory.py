@@ -11,21 +11,16 @@ stage      parameters            gradients               optimizer states
 3          2P/N + 4 x largest    2P/N                    (4 + 4k)P/N
 =========  ====================  ======================  ==================
 
-4P/N is the fp32 gradient partition, which stage 3 never holds whole (it converts
-one sub-group at a time, in the step); 4 + 4k the fp32 master weights and states.
-In fp32 the master partition is still a copy (DeepSpeed clones it) and the
-gradient partition is the master's gradient too. For Adam, stage 2 is what
-``estimate_zero2_model_states_mem_needs_all_live`` counts; DeepSpeed's figures
-are kept as the reference of the others (it counts stage 1 like stage 2, and
-stage 3 with a whole fp32 gradient partition). Offloaded, the optimizer states and
-fp32 gradients live in CPU memory. The buffers (reduce buckets, the all-gather or
-prefetch bucket) are modelled from the config, ``'auto'`` sizes as flexgraph fills them.
+4P/N is the fp32 gradient partition, which stage 3 converts one sub-group at a
+time in the step; 4 + 4k the fp32 master weights and states. In fp32 the master
+partition is still a copy. DeepSpeed's own estimator
+(``estimate_zero2_model_states_mem_needs_all_live``, which counts Adam's stage 2
+the same) is kept as the reference. Offloaded, optimizer states and fp32 gradients live
+in CPU memory; buffers are modelled from the config, ``'auto'`` sizes as filled.
 
-Setup: stages 0 to 2 build the whole model on every rank, in fp32. Stage 3 builds
-under ``zero.Init``: each rank holds its partitions plus one module whole while it
-is made, then, at ``init_weights``, one parameter at a time made from the
-one-device record and scattered (twice: the scatter's buffer); no rank holds
-the model.
+Setup: stages 0 to 2 build the whole model on every rank, in fp32; stage 3
+holds its partitions plus one module while it is made, then one parameter at a
+time at ``init_weights``: no rank holds the model.
 """
 
 from __future__ import annotations
@@ -158,9 +153,8 @@ def _at_the_step(census: Any, stage: int, low: int, offload: bool, n: int, grads
                  stepped: tuple[int, int], reduce: int) -> tuple[int | None, int | None]:
     """(gradient bytes, buffer bytes) alive during the optimizer step, where they differ.
 
-    By the step, stages 1 and 2 have reduced every gradient into the fp32 partition and
-    freed the rest and their buckets; stage 3 keeps its fp16 / bf16 gradient partition
-    and one reduce bucket, converting one sub-group to fp32 at a time.
+    Stages 1 and 2 have reduced every gradient into the fp32 partition and freed
+    the rest by then; stage 3 keeps its low-precision partition and one bucket.
     """
     if offload or stage == 0:
         return None, None

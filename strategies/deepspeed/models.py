@@ -1,41 +1,11 @@
 """What DeepSpeed needs from models that torch alone takes as they are.
 
-MMDetection's models are ordinary torch modules, yet some of their habits
-stop DeepSpeed before the first step:
-
-* :func:`scalars_as_vectors`, :func:`scalars_restored`: 0-d parameters (the
-  ``Scale`` modules of ATSS, FCOS, ...) fail in ``deepspeed.initialize`` when
-  the engine broadcasts every replicated parameter as bytes
-  (``p.data.view(torch.uint8)``, which a 0-d tensor cannot take). They are 1-d
-  of one element while the engine is built, and 0-d views of the same storage
-  afterwards: the model computes and saves them with their own shape. Under
-  ZeRO-3 (:func:`scalar_safe_init`) they stay 1-d of one element, and
-  checkpoints save them 0-d (:func:`saved_shape`).
-* :func:`data_constructors_kept`: under ``zero.Init`` DeepSpeed replaces
-  ``torch.Tensor(...)`` by a function that takes every argument for a size, so
-  the legacy data constructor (``torch.Tensor([0.5, 1.0, 2.0])``,
-  ``torch.Tensor(numpy_array)``: mmdet's anchor generators) fails with
-  ``new_empty(): argument 'size' ...``. Data arguments go to torch's own
-  constructor instead, as they would without ZeRO; sizes (numpy integers
-  made ints) still reach DeepSpeed's.
-* :func:`norm_statistics_cast`: in bf16 (or fp16) DeepSpeed casts the
-  parameters and, since 0.19, keeps every buffer as it was unless
-  ``data_types.buffer_dtype`` says otherwise. A BatchNorm layer then holds
-  bf16 weights beside fp32 running statistics, which ``batch_norm`` refuses
-  (``expected scalar type BFloat16 but found Float``: ResNet's under ZeRO-1
-  and 2). The running statistics of the normalisation layers follow their
-  weights' dtype, as ``module.bfloat16()`` cast them; other buffers (a data
-  preprocessor's mean and std) stay as DeepSpeed keeps them.
-* :func:`allow_torch_optimizer`: ZeRO refuses an optimizer it has not tested
-  (torch's SGD, the configs' default) with a bare ``AssertionError`` unless the
-  config sets ``zero_allow_untested_optimizer``. ZeRO hands the optimizer one
-  flat partition per parameter group, not the parameters, which changes nothing
-  for an optimizer that updates each element on its own (torch's SGD, Adam,
-  RMSprop, ...): for those flexgraph sets the key, and says so in the log.
-  Another (LARS, LAMB: trust ratios from a parameter's norms) would take its
-  statistics over the partition and train other weights than under DDP: it is
-  refused in one line unless the user sets the key.
-
+Some habits of MMDetection's models stop DeepSpeed before the first step:
+0-d parameters (``Scale``) cannot be broadcast as bytes; under ``zero.Init``
+the legacy ``torch.Tensor(data)`` constructor takes its data for a size; in
+bf16 a BatchNorm's fp32 running statistics meet bf16 weights; and ZeRO refuses
+torch's SGD with a bare ``AssertionError``. Each function below makes the
+model or config what DeepSpeed takes, or refuses in one line where it cannot.
 Nothing here is imported at plan time.
 """
 
@@ -74,11 +44,8 @@ def scalars_as_vectors(model: nn.Module) -> list[nn.Parameter]:
 def scalars_restored(scalars: list[nn.Parameter], zero_optimizer: Any) -> None:
     """The parameters :func:`scalars_as_vectors` changed, 0-d again, in the engine's storage.
 
-    Each becomes a 0-d view of its 1-d storage: under ZeRO-1 and ZeRO-2 that is
-    the engine's flat buffer, so the optimizer's updates still reach the model.
-    ZeRO-1/2 re-view every parameter into that buffer after each step, by the
-    shapes it recorded when it was built (``round_robin_bit16_meta``); those of
-    the scalars are made 0-d too.
+    Under ZeRO-1/2 that is the engine's flat buffer, so the optimizer's updates
+    still reach the model; the shapes ZeRO re-views after each step are made 0-d too.
     """
     if not scalars:
         return
@@ -94,15 +61,11 @@ def scalars_restored(scalars: list[nn.Parameter], zero_optimizer: Any) -> None:
 
 
 def scalar_safe_init(deepspeed: Any) -> type:
-    """``deepspeed.zero.Init`` that partitions 0-d parameters too (ZeRO-3).
+    """A ``deepspeed.zero.Init`` subclass that partitions 0-d parameters too (ZeRO-3).
 
-    ZeRO-3 broadcasts each parameter as bytes when it partitions it, and again
-    whenever a gathered parameter is modified (``GatheredParameters`` with a
-    ``modifier_rank``, ``Module.apply``), which a 0-d tensor cannot take. So a
-    0-d parameter is partitioned, gathered and trained as one element of one
-    dimension (``x * scale`` computes the same); its own shape is kept in
-    :data:`SAVED_SHAPE`, which the checkpoints take (see
-    :func:`saved_shape`). Returns a subclass of ``deepspeed.zero.Init``.
+    ZeRO-3 broadcasts parameters as bytes, which a 0-d tensor cannot take, so a
+    0-d parameter is trained as one element of one dimension; its own shape is
+    kept in :data:`SAVED_SHAPE` for the checkpoints (:func:`saved_shape`).
     """
 
     class ScalarSafeInit(deepspeed.zero.Init):
@@ -125,10 +88,8 @@ def saved_shape(param: nn.Parameter, value: torch.Tensor) -> torch.Tensor:
 def data_constructors_kept() -> Iterator[None]:
     """Inside ``zero.Init``: ``torch.Tensor(data)`` builds from data, as torch does.
 
-    DeepSpeed keeps torch's own ``torch.Tensor.__new__`` as
-    ``torch.Tensor.__old_new__`` while its context is entered; its replacement
-    calls ``new_empty(*args)``, right for sizes only. A call whose arguments are
-    not all whole numbers (a list, a numpy array, a float) is handed to torch's.
+    DeepSpeed's replacement takes every argument for a size; a call whose arguments
+    are not all whole numbers goes to torch's own ``__new__`` (mmdet's anchors).
     """
     replaced = torch.Tensor.__new__
     original = getattr(torch.Tensor, "__old_new__", None)
@@ -162,12 +123,10 @@ def _whole(value: Any) -> int | None:
 
 
 def norm_statistics_cast(model: nn.Module, config: dict[str, Any]) -> int:
-    """Cast each normalisation layer's running statistics to its weight's dtype in the
-    engine's ``model``; returns how many layers'.
+    """Cast each normalisation layer's running statistics to its weight's dtype; returns how many.
 
-    Left alone where the DeepSpeed ``config`` sets ``data_types.buffer_dtype``
-    (DeepSpeed then casts every buffer itself) and where a layer has no weight
-    (its fp32 statistics run beside bf16 inputs).
+    Left alone where ``config`` sets ``data_types.buffer_dtype`` (DeepSpeed casts
+    then) and where a layer has no weight.
     """
     if (config.get("data_types") or {}).get("buffer_dtype") is not None:
         return 0
@@ -185,13 +144,13 @@ def norm_statistics_cast(model: nn.Module, config: dict[str, Any]) -> int:
 
 def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[[str], Any],
                           tested: Callable[[Any], bool] | None = None) -> None:
-    """Set ``zero_allow_untested_optimizer`` in the resolved ``config`` for an element-wise
-    ``optimizer`` ZeRO has not tested, and ``log`` it.
+    """Set ``zero_allow_untested_optimizer`` for an element-wise optimizer ZeRO has not tested.
 
-    ``tested``: DeepSpeed's own list by default (``is_zero_supported_optimizer``,
-    which needs the process group). A :class:`ConfigError` names the key where
-    the config sets it to false, or leaves it unset for an optimizer not known
-    to be element-wise, instead of DeepSpeed's assertion or a different optimizer.
+    ZeRO hands the optimizer flat partitions, which changes nothing for one that
+    updates each element on its own (SGD, Adam); one that takes norms (LARS, LAMB)
+    would train other weights than DDP. So the key is set and logged for the first;
+    for the second, or where the config sets it false, a :class:`ConfigError`
+    names the key. ``tested`` defaults to DeepSpeed's own list.
     """
     stage = (config.get("zero_optimization") or {}).get("stage", 0)
     if optimizer is None or not stage:

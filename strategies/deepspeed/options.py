@@ -1,14 +1,5 @@
 """The DeepSpeed strategy's options: MMEngine's keys as one DeepSpeed config, checked.
 
-* :func:`deepspeed_config`: the options over a full DeepSpeed ``config`` (a
-  dict or a JSON file), MMEngine's ``zero_optimization.cpu_offload`` translated,
-  ZeRO bucket sizes left unset made ``'auto'``.
-* :func:`precision`: the one precision the config enables.
-* :func:`amp_sections`: an ``AmpOptimWrapper``'s ``dtype`` and ``loss_scale`` as
-  DeepSpeed's ``bf16`` / ``fp16`` section; :func:`wrapper_options` what of an
-  ``optim_wrapper`` DeepSpeed's wrapper takes; :func:`plan_notes` the first, as
-  ``flexgraph plan`` shows it.
-
 Plan time: nothing here imports DeepSpeed or torch; what only the run knows
 (batch sizes, ``'auto'`` sizes) is filled in by
 :func:`flexgraph.strategies.deepspeed.engine.fill_config`.
@@ -56,19 +47,7 @@ def _base_config(config: str | Mapping[str, Any] | None) -> dict[str, Any]:
 def precision(config: Mapping[str, Any]) -> str:
     """The precision ``config`` enables: ``'fp16'``, ``'bf16'``, ``'amp'`` or ``'fp32'``.
 
-    Parameters
-    ----------
-    config : mapping
-        A DeepSpeed config.
-
-    Returns
-    -------
-    str
-
-    Raises
-    ------
-    StrategyOptionError
-        More than one is enabled.
+    Raises :class:`StrategyOptionError` when more than one is enabled.
     """
     enabled = [name for name in ("fp16", "bf16", "amp")
                if isinstance(config.get(name), Mapping) and config[name].get("enabled")]
@@ -81,10 +60,8 @@ def _check_hierarchical(zero: Mapping[str, Any], stage: int) -> None:
     """ZeRO++ hpZ (``zero_hpz_partition_size``): DeepSpeed's hybrid sharding.
 
     Each group of that many ranks (a node) keeps a secondary copy of stage 3's
-    parameters, so the forward's all-gathers stay within the node. ``'auto'``
-    is the launch's processes per node (filled in at run time, see
-    :func:`flexgraph.strategies.deepspeed.engine.fill_config`). It runs on CPU
-    too (gloo), measured with DeepSpeed 0.19.
+    parameters, so the forward's all-gathers stay within the node. ``'auto'`` is
+    the launch's processes per node, filled in at run time.
     """
     hpz = zero.get("zero_hpz_partition_size", 1)
     if hpz == 1:
@@ -102,17 +79,15 @@ def deepspeed_config(config: str | Mapping[str, Any] | None = None,
                      **keys: Any) -> dict[str, Any]:
     """The DeepSpeed config the options describe (plan time: no DeepSpeed import).
 
-    ``keys`` override ``config``; MMEngine's ``zero_optimization.cpu_offload``
-    becomes DeepSpeed's ``offload_optimizer``; unset ZeRO bucket sizes become
-    ``'auto'``.
+    MMEngine's ``zero_optimization.cpu_offload`` becomes DeepSpeed's
+    ``offload_optimizer``; unset ZeRO bucket sizes become ``'auto'``.
 
     Parameters
     ----------
     config : str, mapping or None
-        A full DeepSpeed config, or the path of its JSON file.
+        A full DeepSpeed config, or its JSON file's path.
     **keys
-        The strategy's options (``zero_optimization``, ``fp16``, ...); ``None``
-        leaves ``config``'s value.
+        The strategy's options, over ``config``'s; ``None`` leaves its value.
 
     Returns
     -------
@@ -122,8 +97,8 @@ def deepspeed_config(config: str | Mapping[str, Any] | None = None,
     Raises
     ------
     StrategyOptionError
-        The file is missing or not JSON, the ZeRO stage or the hpZ partition
-        size is not one DeepSpeed has, or two precisions are enabled.
+        A missing or non-JSON file, a ZeRO stage or hpZ size DeepSpeed lacks, or
+        two precisions enabled.
     """
     merged = _base_config(config)
     merged.update({k: json.loads(json.dumps(v)) for k, v in keys.items() if v is not None})
@@ -158,17 +133,12 @@ def _wrapper_type(optim_cfg: Mapping[str, Any]) -> str:
 
 
 def wrapper_options(optim_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The ``optim_wrapper`` options a DeepSpeed run builds its optimizer from, and the
-    keys dropped because they mean nothing to DeepSpeed's wrapper.
+    """The ``optim_wrapper`` options DeepSpeed's wrapper takes, and the keys dropped.
 
-    An AmpOptimWrapper's ``dtype`` and ``loss_scale`` are not dropped: they are
-    its precision (:func:`amp_sections`).
-
-    Raises
-    ------
-    StrategyOptionError
-        A wrapper type other than ``OptimWrapper``, ``AmpOptimWrapper`` or
-        ``DeepSpeedOptimWrapper``.
+    An AmpOptimWrapper's ``dtype`` and ``loss_scale`` are kept: they are its
+    precision (:func:`amp_sections`). A wrapper type other than ``OptimWrapper``,
+    ``AmpOptimWrapper`` or ``DeepSpeedOptimWrapper`` raises
+    :class:`StrategyOptionError`.
     """
     kind = _wrapper_type(optim_cfg)
     if kind not in _WRAPPERS:
@@ -181,19 +151,12 @@ def wrapper_options(optim_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[
 
 
 def amp_sections(optim_cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """An ``AmpOptimWrapper``'s precision as DeepSpeed's: ``{'bf16': ...}``, ``{'fp16': ...}``
-    or ``{}`` (another wrapper).
+    """An ``AmpOptimWrapper``'s precision as DeepSpeed's ``bf16`` / ``fp16`` section, or ``{}``.
 
-    ``dtype='bfloat16'`` is ``bf16``; float16 (the default) is ``fp16`` with
-    ``loss_scale``: ``'dynamic'`` or a dict of GradScaler options (dynamic
-    scaling from ``init_scale``, growing after ``growth_interval`` steps without
-    overflow, halving on each one), or a number (a static scale).
-
-    Raises
-    ------
-    StrategyOptionError
-        A dtype other than float16 and bfloat16, or scaling DeepSpeed cannot do
-        (growth other than doubling, an ``init_scale`` that is not a power of 2).
+    float16 (the default) takes ``loss_scale``: ``'dynamic'``, GradScaler's options
+    or a static number. A dtype DeepSpeed lacks, or scaling it cannot do (growth
+    other than doubling, an ``init_scale`` not a power of 2), raises
+    :class:`StrategyOptionError`.
     """
     if _wrapper_type(optim_cfg) != "AmpOptimWrapper":
         return {}

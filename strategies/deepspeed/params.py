@@ -1,36 +1,23 @@
 """ZeRO-3 parameters a forward cannot get: refused before training, or named when met.
 
-Under ZeRO stage 3 each rank holds a slice of every parameter; DeepSpeed gathers
-a module's parameters right before that module's ``forward`` and frees them
-after. When it cannot (the parameter is empty, or something outside the
-module's own forward needs it at a moment DeepSpeed did not foresee), it stops
-with ``AssertionError: {'id': 28, 'status': 'NOT_AVAILABLE', ...}``, the
-parameter named by an id of its own, from deep inside the first training step.
-A hand-written ``deepspeed.initialize`` script fails the same way: the limit is
-DeepSpeed's; the message is ours:
+Under ZeRO-3 DeepSpeed gathers a module's parameters right before its forward.
+When it cannot (the parameter is empty, or read outside its module's forward),
+it stops deep in the first step with ``AssertionError: {'id': 28, 'status':
+'NOT_AVAILABLE', ...}``, naming the parameter by an id of its own. The limit is
+DeepSpeed's; the message is ours. :func:`empty_parameters` is checked right
+after ``deepspeed.initialize``: ``torch.nn.TransformerEncoder`` deep-copies its
+layer, which under ``zero.Init`` is already partitioned, so the copies hold
+empty placeholders. :func:`named_parameter_errors` names a parameter not
+gathered during training.
 
-* :func:`empty_parameters`, checked right after ``deepspeed.initialize`` (a
-  contract), before any checkpoint is loaded or batch drawn. ``torch.nn.TransformerEncoder``
-  (and ``TransformerDecoder``) builds its layers as ``copy.deepcopy`` of the
-  layer it is given; under ``deepspeed.zero.Init`` that layer is already
-  partitioned, so each copy's parameters are copies of the empty placeholders
-  (``ds_numel == 0``) and the real values stay in a layer the model does not
-  hold. Training them cannot work, so the run stops there, naming them.
-* :func:`named_parameter_errors` wraps the engine's forward and backward: any
-  not-gathered parameter becomes an :class:`ZeroParameterError` naming it by its
-  dotted name in the model and the module that was running.
+The ways out: build each layer itself (no copies), register a parameter read
+outside its module's forward with ``deepspeed.zero.register_external_parameter``,
+use ZeRO stage 1 or 2, or ``FSDPStrategy``, which handles these models.
 
-Both give the ways out: build each layer itself (no copies), or register a
-parameter read outside its module's forward with
-``deepspeed.zero.register_external_parameter``; ZeRO stage 1 or 2, which keep
-whole parameters; or ``FSDPStrategy``, which builds on the meta device and
-handles these models.
-
-A forward that writes a parameter in place (a momentum encoder moved towards
-the encoder) writes into the gathered copy, or into the empty placeholder the
-parameter is outside its module's forward; either way the write is lost, and
-the weights it meant to move never change. :func:`watch_forward_writes` notes
-such writes in the first training forward.
+A forward that writes a parameter in place (a momentum encoder) writes into the
+gathered copy, or into the empty placeholder outside its module's forward; the
+write is lost. :func:`watch_forward_writes` notes such writes in the first
+training forward.
 """
 
 from __future__ import annotations
@@ -55,8 +42,8 @@ _OTHER_WAYS = "or use zero_optimization.stage 1 or 2, or FSDPStrategy, which han
 class ZeroParameterError(FlexgraphError, RuntimeError):
     """Under ZeRO-3, a parameter a forward needs cannot be gathered.
 
-    The message names the parameter (its dotted name in the model, not
-    DeepSpeed's id), the module that was running or that made it, and the fixes.
+    The message names the parameter by its dotted name, the module running or
+    making it, and the fixes.
     """
 
 
@@ -91,18 +78,8 @@ def _copying_ancestor(model: nn.Module, name: str) -> str | None:
 def empty_parameters(model: nn.Module) -> str | None:
     """What is wrong with parameters ZeRO-3 holds no value of anywhere, or ``None``.
 
-    Parameters
-    ----------
-    model : nn.Module
-        The user's model under ZeRO-3. Without it its parameters carry no
-        ``ds_numel``, and none is empty.
-
-    Returns
-    -------
-    str or None
-        The parameters with no elements at all, and the fixes (see the module
-        docstring); the contract :func:`~flexgraph.strategies.deepspeed.contracts.partitioned`
-        stops the run with it.
+    The message names the parameters with no elements and the fixes; the contract
+    :func:`~flexgraph.strategies.deepspeed.contracts.partitioned` stops the run with it.
     """
     empty = [name for name, p in model.named_parameters()  # a copy: no ds_id, no elements
              if getattr(p, "ds_numel", 1) == 0 or not hasattr(p, "ds_id") and p.numel() == 0]
@@ -132,13 +109,7 @@ def _running_module(exc: BaseException, names: dict[int, str]) -> str | None:
 
 @contextlib.contextmanager
 def named_parameter_errors(model: nn.Module) -> Iterator[None]:
-    """Turn DeepSpeed's not-gathered assertion into a :class:`ZeroParameterError`.
-
-    Parameters
-    ----------
-    model : nn.Module
-        The user's model (the engine's ``module``), whose parameters carry the
-        ``ds_id`` that DeepSpeed's assertion names.
+    """Make DeepSpeed's not-gathered assertion a :class:`ZeroParameterError` naming the parameter.
     """
     try:
         yield

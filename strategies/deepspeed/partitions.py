@@ -1,33 +1,17 @@
 """A one-device run's weights into ZeRO-3's partitions during setup, one parameter at a time.
 
-ZeRO-3 builds the model under ``deepspeed.zero.Init``: each rank holds its
-partition of every parameter, none the whole model, and the constructors'
-initialisers see empty partitions. So the ``init_weights`` step
-(:func:`~flexgraph.training.steps.init_from_record`, with
-:func:`into_partitions` as its placer):
+Under ``deepspeed.zero.Init`` each rank holds its partition of every parameter
+and the constructors' initialisers see empty partitions. So ``init_weights``
+(:func:`~flexgraph.training.steps.init_from_record`, placing with
+:func:`into_partitions`) has rank 0 record the one-device setup without values,
+and the ranks make each parameter's value from the record in turn, each maker
+scattering it; every rank ends with a one-device run's random-number states.
+No rank holds more than its partitions and a parameter in flight.
 
-1. rank 0 records the one-device setup, ``build_model`` and ``init_weights``
-   (MMEngine's ``init_cfg``, ``Pretrained``, the constructors' own
-   initialisers), on parameters without values
-   (:func:`~flexgraph.training.components.record_one_device_setup`);
-2. every rank gets the record (without the real tensors it holds) and the
-   ranks make each parameter's one-device value again from it in turn, one
-   at a time, each maker scattering it into every rank's partition (each
-   rank receives its partition alone); the buffers are the record's,
-   broadcast;
-3. every rank ends with a one-device run's random-number states: rank 0's,
-   or under ``randomness.diff_rank_seed`` its own generator advanced by the
-   draws rank 0 recorded (:func:`~flexgraph.training.runtime.follow_source_draws`).
-
-So no rank holds more than its partitions and a parameter's worth in flight.
-
-When the files the run loads set every weight, ``init_weights`` is pruned
-(a derived rewrite) and no rank initialises: :func:`follow_init_draws`
-advances each rank's generators as the one-device setup would (a record,
-dropped), and ``load_checkpoint`` (before the engine exists) puts the file's
-weights into the partitions, through the one sharded load with ZeRO-3's
-slices (:data:`PARTITIONS`): each rank reads only its own elements of each
-parameter from the file.
+When the loaded files set every weight, ``init_weights`` is pruned:
+:func:`follow_init_draws` advances the generators as the setup would, and
+``load_checkpoint`` reads each rank's own elements into the partitions
+(:data:`PARTITIONS`).
 """
 
 from __future__ import annotations
@@ -44,11 +28,11 @@ __all__ = ["PARTITIONS", "follow_init_draws", "into_partitions"]
 
 
 def into_partitions(env: Any, model: nn.Module, record: Any, source_rank: int) -> None:
-    """Each parameter's one-device value into every rank's partition, one parameter at a
-    time, the ranks making the values from ``record`` in turn
-    (:meth:`~flexgraph.training.runtime.SetupRecord.made_in_turn`), each maker
-    scattering what it made: ``init_weights``' placer
-    (:func:`~flexgraph.training.steps.init_from_record`)."""
+    """``init_weights``' placer: each parameter's one-device value into every rank's partition.
+
+    The ranks make the values from ``record`` in turn, one parameter at a time,
+    each maker scattering what it made.
+    """
     from flexgraph.training.runtime import return_freed_memory
 
     params = dict(model.named_parameters())
@@ -81,9 +65,11 @@ def _partition(param: nn.Parameter) -> torch.Tensor | None:
 
 
 def _into_partition(param: nn.Parameter, value: torch.Tensor | None, source: int = 0) -> None:
-    """``source``'s whole ``value`` (``None`` elsewhere) into every rank's partition of
-    ``param``: a scatter, each rank receiving its own partition (``GatheredParameters``
-    with a modifier rank would all-gather the old values first, then broadcast the whole)."""
+    """``source``'s whole ``value`` scattered into every rank's partition of ``param``.
+
+    ``GatheredParameters`` with a modifier rank would all-gather the old values
+    first, then broadcast the whole.
+    """
     from flexgraph.training.runtime import this_rank
 
     part = _partition(param)
@@ -103,14 +89,10 @@ def _into_partition(param: nn.Parameter, value: torch.Tensor | None, source: int
 def follow_init_draws(cfg: Any, env: Any, model: nn.Module) -> nn.Module:
     """``init_weights`` pruned: every rank's generators advance as the one-device setup's.
 
-    The loaded files set every weight, so nothing is initialised; but a
-    one-device run builds and initialises before it loads, drawing random
-    numbers that training's dropout then follows. Each rank records that
-    setup without values and drops the record (each draw made into a scratch
-    tensor of its shape, one at a time), its ``Pretrained`` files not read
-    (``load_checkpoint`` loads them). Where the setup cannot be recorded, the
-    run goes on with a warning: the weights are the files', the random
-    streams this rank's seed's.
+    A one-device run initialises before it loads, drawing numbers training's
+    dropout then follows. Each rank records that setup without values and drops
+    the record, its ``Pretrained`` files not read; where it cannot be recorded the
+    run warns and goes on with this rank's seed's streams.
     """
     import warnings
 

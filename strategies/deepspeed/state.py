@@ -1,27 +1,15 @@
 """DeepSpeed's state by parameter name: how a ZeRO engine writes and reads portable checkpoints.
 
-ZeRO keeps the optimizer's view of the model in flat fp32 partitions, one per
-parameter group and rank; nothing in them says which parameter a slice
-belongs to. DeepSpeed's own utilities do (``deepspeed.utils``:
-``safe_get_full_fp32_param``, ``safe_get_full_optimizer_state`` and their
-``safe_set_full_*`` counterparts, collectives under ZeRO-1/2 and ZeRO-3): they
-assemble one parameter's fp32 master weights or Adam moment from every rank's
-partition, and scatter a whole one back. :class:`DeepSpeedStateAccess` walks
-the module's parameters in their order (the same on every rank, as the
-collectives need) and produces exactly the layout torch's ``state_dict`` API
-gives for single device, DDP and FSDP2:
+ZeRO keeps the optimizer's view in flat fp32 partitions that say nothing of
+which parameter a slice belongs to. DeepSpeed's ``safe_get_full_*`` /
+``safe_set_full_*`` collectives assemble or scatter one parameter's master
+weight or moment; :class:`DeepSpeedStateAccess` walks the parameters in their
+order (the same on every rank) and gives exactly the layout torch's
+``state_dict`` API gives for single device, DDP and FSDP2, by name.
 
-* model: ``{name: fp32 master weight}`` plus persistent buffers;
-* optimizer: ``{'state': {name: {'exp_avg', 'exp_avg_sq', 'step'}},
-  'param_groups': [{hyperparameters, 'params': [names]}]}``: ``step`` is the
-  step count of the flat partition's optimizer, the same for every parameter.
-
-Restoring: the weights go into the engine's parameters (gathered one at a time
-under ZeRO-3), then into the fp32 master copies; a fresh engine's optimizer
-has no state yet (torch creates it at the first step), so every partition gets
-zero state and the step count first, and the moments are then set parameter by
-parameter. ZeRO stage 0 keeps torch's optimizer on the module itself and goes
-through torch's API.
+On restore, a fresh engine's optimizer has no state yet, so every partition
+gets zero state and the step count first, then the moments parameter by
+parameter. ZeRO stage 0 goes through torch's API.
 """
 
 from __future__ import annotations
@@ -85,13 +73,9 @@ def _flat_partitions(zero: Any, base: torch.optim.Optimizer) -> list[torch.Tenso
 def _link_optimizer_state(zero: Any, base: torch.optim.Optimizer) -> None:
     """Point every parameter's fragment at its group's optimizer state as it is now.
 
-    ZeRO-1/2 link the fragments once, at their first step, to the state each
-    group's flat partition had then; a group without state at that moment (its
-    partition not stepped yet) keeps an empty link for good, and DeepSpeed's
-    ``safe_get_full_optimizer_state`` raises "exp_avg not found in optimizer
-    state fragment" for its parameters. So link again, from DeepSpeed's own
-    function, before reading (a model of many param groups, as layer decay
-    makes, met it).
+    ZeRO-1/2 link the fragments once, at their first step; a group not stepped
+    then keeps an empty link for good, and ``safe_get_full_optimizer_state``
+    raises "exp_avg not found" for its parameters (layer decay's many groups).
     """
     from deepspeed.utils import lazy_init_hp_params_optimizer_state
 
@@ -109,11 +93,9 @@ def _link_optimizer_state(zero: Any, base: torch.optim.Optimizer) -> None:
 def _set_fp32(param: torch.nn.Parameter, value: torch.Tensor, key: str | None = None) -> None:
     """Put a whole tensor into ZeRO's fp32 partitions: the master weight, or state ``key``.
 
-    DeepSpeed's ``safe_set_full_*`` cut a ZeRO-3 partition out of the whole
-    tensor without the padding of the last rank's: a parameter whose size the
-    ranks do not divide (5 elements on 2 ranks, as MMPreTrain's ViT has) fails
-    there with "start (3) + length (3) exceeds dimension size (5)". So ZeRO-3's
-    partition is cut here, padded with zeros, and set through DeepSpeed's local API.
+    DeepSpeed's ``safe_set_full_*`` cuts a ZeRO-3 partition without the last
+    rank's padding and fails where the ranks do not divide a parameter's size
+    (MMPreTrain's ViT); here the partition is cut and padded, then set locally.
     """
     from deepspeed.utils import (
         safe_set_full_fp32_param,

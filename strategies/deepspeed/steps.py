@@ -1,15 +1,5 @@
 """The DeepSpeed strategy's step functions: what its rewrites bring into the plan.
 
-* :func:`setup_env`: the precision checked against the accelerator, then the
-  process group joined (DeepSpeed's too).
-* :func:`zero_init` (stage 3, ``build_model``'s init context): the model
-  partitioned as it is built (its ``init_weights`` step is
-  :func:`flexgraph.training.steps.init_from_record`, placing with
-  :func:`flexgraph.strategies.deepspeed.partitions.into_partitions`).
-* :func:`initialize`: ``deepspeed.initialize``, the engine and its ZeRO
-  optimizer in MMEngine's shapes (:mod:`flexgraph.strategies.deepspeed.engine`).
-* :func:`build_train_step`: the engine's backward and step.
-
 Each imports DeepSpeed when it runs, never when the plan is made.
 """
 
@@ -80,11 +70,9 @@ def setup_env(cfg: Any, *, precision: str = "fp32", tensor_parallel: bool = Fals
 def _leave_out_shm_all_reduce(deepspeed: Any) -> None:
     """Keep DeepSpeed from building its shared-memory all-reduce op, which training never calls.
 
-    On a CPU, ``init_distributed`` compiles that C++ op (once per environment,
-    longer than a small run) and every rank loads it, although only DeepSpeed's tensor-parallel
-    layers call it (``inference_all_reduce``); ZeRO's collectives are torch's.
-    DeepSpeed keeps the ops it may build in one dict that it probes once, so that edits
-    to it persist. A config with a ``tensor_parallel`` section keeps the op.
+    On a CPU ``init_distributed`` compiles that op and every rank loads it, though
+    only tensor-parallel layers call it. DeepSpeed probes its dict of buildable ops
+    once, so the edit persists; a config with ``tensor_parallel`` keeps the op.
     """
     builder = deepspeed.accelerator.get_accelerator().create_op_builder("ShareMemCommBuilder")
     if builder is not None:
@@ -106,12 +94,10 @@ def _warn_about_stale_build_locks() -> None:
 def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:
     """``deepspeed.zero.Init``: ZeRO-3 partitions each parameter as it is created.
 
-    Given the run's DeepSpeed config (batch sizes filled in: DeepSpeed checks
-    them), so parameters are created in the training precision and placement.
-    ``torch.Tensor(data)`` keeps torch's meaning inside it, and 0-d parameters
-    are partitioned too (:mod:`flexgraph.strategies.deepspeed.models`). The
-    constructors' initialisers see empty partitions: ``init_weights`` makes
-    their values (:mod:`flexgraph.strategies.deepspeed.partitions`).
+    Given the run's DeepSpeed config (batch sizes filled in), so parameters are
+    made in the training precision and placement; ``torch.Tensor(data)`` and 0-d
+    parameters are handled (:mod:`flexgraph.strategies.deepspeed.models`). The
+    values come later, from ``init_weights``.
     """
     from flexgraph.strategies.deepspeed.engine import fill_config
     from flexgraph.strategies.deepspeed.models import data_constructors_kept, scalar_safe_init
@@ -150,13 +136,9 @@ def _optimizer(cfg: Any, model: Any, *, warn: bool) -> Any:
 def _full_shapes(model: Any) -> Iterator[None]:
     """ZeRO-3's partitioned parameters show their full shape, without storage.
 
-    Under ``zero.Init`` a parameter's tensor is an empty placeholder (shape
-    ``[0]``, so ``ndim == 1``) and its shape lives in ``ds_shape``. Optimizer
-    constructors choose param groups by shape: MMEngine's and mmpretrain's put
-    every 1-D parameter (biases, norms) in a group without weight decay, so on
-    the placeholders every parameter would lose its weight decay. For the
-    duration, each placeholder is swapped for one element expanded to the full
-    shape (a tensor's data can only be swapped for one of the same device).
+    A placeholder's shape is ``[0]``, and optimizer constructors put every 1-D
+    parameter in a group without weight decay; so for the duration each is
+    swapped for one element expanded to the full shape.
     """
     import torch
 

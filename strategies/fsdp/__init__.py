@@ -10,47 +10,23 @@ The order, and why (each line is a rewrite below)::
                              root: shards on the meta device
     materialize              storage for this rank's shards (NaN until set)
     init_weights             a one-device run's weights, bit for bit: rank 0
-                             records that run's build and init_weights on
-                             parameters without values (MMEngine's init_cfg,
-                             Pretrained, reset_parameters, constructors'
-                             initialisers) and sends every rank the record;
-                             the ranks make the parameters again from it in
-                             turn, unit by unit, one parameter's worth at a
-                             time, each maker sending every rank its rows;
-                             every rank ends with the one-device run's
-                             random-number states
-    load_checkpoint          through the sharded checkpoint IO: each rank reads
-                             its own rows of a full file (mapped) or its own
-                             shards of a DCP checkpoint
+                             records that run's setup without values and the
+                             ranks make the parameters from the record in
+                             turn, each sending every rank its rows; the
+                             random-number states end as that run's
+    load_checkpoint          each rank reads its own rows of a full file
+                             (mapped) or its own shards of a DCP checkpoint
     build_optim_wrapper      on the sharded parameters (built before sharding it
                              would hold the full tensors fully_shard replaced)
 
-What setup costs each rank: its shards, and a parameter's worth in flight
-(while making it, also what its values are made from), with or without a
-wrap policy; no rank holds the model. A module whose ``init_weights`` cannot
-run on parameters without values (it reaches their memory without torch's
-dispatch: ``.numpy()``, a C extension; a shape from values; a generator of its
-own) is initialised whole on rank 0 and sent; ``flexgraph plan --estimate``
-names it before the run, and the run's log again.
-
-When the files the run loads (``load_from``, ``init_cfg`` ``Pretrained``)
-cover every entry of the model's ``state_dict``, the run prunes
-``init_weights`` (a derived rewrite with its reason, see
-:mod:`flexgraph.training.checkpoint`); ``skip_init_weights=True`` prunes it
-whatever the files hold.
-
-Contracts (:mod:`.contracts`) check, as the run goes, that no rank built the
-model whole, that each unit has one dtype on every rank before
-``fully_shard``, that no training forward writes to a gathered parameter, and,
-after ``load_checkpoint``, that every parameter was set.
-
-Checkpoints are portable directories (torch.distributed.checkpoint, every rank
-writes its own shards, keyed by parameter name, with a manifest), which every
-strategy resumes; ``checkpoint_format='native'`` writes the older ``.dcp``
-directories, ``state_dict_cfg='full'`` one full file instead.
-The option names are MMEngine's ``FSDPStrategy`` / ``MMFullyShardedDataParallel``
-ones where they carry over to FSDP2; a key with no FSDP2 meaning is refused by
-name rather than ignored.
+No rank holds the model: setup costs a rank its shards and a parameter's worth
+in flight. A module whose ``init_weights`` cannot run without values
+(``.numpy()``, a C extension, a shape from values) is initialised whole on
+rank 0 and sent; ``flexgraph plan --estimate`` names it. When the loaded files
+cover the model's ``state_dict`` the run prunes ``init_weights``
+(``skip_init_weights=True`` always does). Contracts (:mod:`.contracts`) check
+as the run goes. Options are MMEngine's ``FSDPStrategy`` keys where they carry
+over to FSDP2; a key with no FSDP2 meaning is refused by name.
 """
 
 from __future__ import annotations
@@ -103,32 +79,26 @@ def fsdp(
     model_wrapper : Mapping, optional
         Wrap policy, sharding strategy, mixed precision, CPU offload.
     skip_init_weights : bool, default False
-        Take the weights from ``load_from`` (nothing initialises them), as
-        when the run finds that its files cover the model.
+        Take the weights from the loaded files alone.
     state_dict_cfg : str or Mapping, default 'local'
         ``'local'``: sharded checkpoints; ``'full'``: one file.
     activation_checkpointing : Mapping or bool, optional
-        ``dict(check_fn=...)``; without one (or ``True``), the wrap policy's
-        units are checkpointed.
+        ``dict(check_fn=...)``; ``True``: the wrap policy's units.
     dist_cfg, device : optional
-        As for :func:`~flexgraph.strategies.ddp.ddp`: the process group's
-        ``backend`` and ``timeout``, the device to train on.
+        As for :func:`~flexgraph.strategies.ddp.ddp`.
     checkpoint_format : {'portable', 'native'}, optional
-        ``'portable'`` (the default, unless ``state_dict_cfg`` asks for something
-        else: sharded, by parameter name, resumable under every strategy) or
-        ``'native'`` (what ``state_dict_cfg`` says: ``.dcp`` shards or one full
-        file).
+        ``'portable'`` (default): by parameter name, resumable under every
+        strategy; ``'native'``: what ``state_dict_cfg`` says.
 
     Returns
     -------
     Strategy
-        ``fsdp``: the rewrites whose order the module docstring explains.
+        The rewrites the module docstring explains.
 
     Raises
     ------
     StrategyOptionError
-        An option with no FSDP2 meaning, or a value FSDP2 cannot honour; the
-        message names the key and the fix.
+        An option with no FSDP2 meaning, or a value FSDP2 cannot honour.
     """
     if checkpoint_format is None:
         checkpoint_format = "portable" if state_dict_cfg == "local" else "native"

@@ -1,26 +1,11 @@
 """The FSDP strategy's own checkpoints: sharded directories or one full file.
 
-Two IOs for models whose parameters are spread over the ranks (FSDP2's DTensor
-shards; anything torch's ``state_dict`` API understands), which the strategy
-picks by ``state_dict_cfg`` (:func:`~flexgraph.strategies.fsdp.options.checkpoint_io`):
-
-* :class:`DistributedCheckpointIO` (``iter_40.dcp/``): every rank writes its own
-  shards of the model and the optimizer, in parallel, and reads back only what
-  it holds; the checkpoint can be resumed on another world size, because DCP
-  reshards on load. The rest of the checkpoint (loop position, schedulers,
-  every rank's RNG state, hook extras) is a small ``extra.pth`` that rank 0
-  writes beside the shards (:data:`~flexgraph.training.checkpoint.SHARDED_KEYS`).
-* :class:`FullStateFileIO` (``iter_40.pth``): the full state gathered to rank 0
-  and written as one ordinary file, the "full state dict" export that other
-  tools (and MMEngine) read. Resuming from it, rank 0 reads the file and each
-  rank receives only its shard (``broadcast_from_rank0``), so no rank holds the
-  whole model twice.
-
-Both load ``load_from`` weights the same way (:class:`ShardLoader`): a DCP
-checkpoint shard by shard, any other format through the one sharded load
-(:func:`~flexgraph.training.checkpoint.load_into_slices`), each rank reading
-its own rows (:data:`~flexgraph.strategies.fsdp.shards.ROWS`). Reading is safe
-as everywhere in flexgraph (:mod:`flexgraph.training.formats`).
+:class:`DistributedCheckpointIO` (``iter_40.dcp/``): every rank writes and reads
+its own shards, and DCP reshards on load, so another world size resumes; rank 0
+writes the rest (loop state, RNG states) as a small ``extra.pth`` beside them.
+:class:`FullStateFileIO` (``iter_40.pth``): the full state gathered to rank 0 as
+one ordinary file that other tools read; on resume each rank receives only its
+shard. Both load ``load_from`` through :class:`ShardLoader`.
 """
 
 from __future__ import annotations
@@ -69,11 +54,10 @@ __all__ = ["DistributedCheckpointIO", "FullStateFileIO", "ShardLoader"]
 
 
 class ShardLoader(WeightLoader):
-    """``load_from`` into FSDP2's shards, each rank reading only what it holds: what both
-    FSDP IOs load weights with.
+    """``load_from`` into FSDP2's shards, each rank reading only what it holds.
 
-    A DCP checkpoint: each rank reads its own shards (the hooks see nothing
-    read). Any other format: the one sharded load, with FSDP2's rows.
+    A DCP checkpoint shard by shard; any other format through the one sharded
+    load, with FSDP2's rows.
     """
 
     def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
@@ -162,9 +146,8 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 class FullStateFileIO(ShardLoader, FileCheckpointIO):
     """One file with the full state, gathered from the shards to rank 0.
 
-    The optimizer state is keyed by parameter name (torch's full optimizer
-    state dict), so it loads into any sharding of the same model. Rank 0 reads the
-    file into memory (nothing mapped): the states are broadcast from there.
+    The optimizer state is keyed by parameter name, so it loads into any sharding
+    of the same model; rank 0 reads the file whole and broadcasts the states.
     """
 
     maps_weights = False
@@ -180,10 +163,9 @@ class FullStateFileIO(ShardLoader, FileCheckpointIO):
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
         """Rank 0 reads the file; the other ranks get everything but the states.
 
-        A file rank 0 cannot read raises the same error on every rank; so does
-        a single-device or DDP checkpoint (:class:`ForeignCheckpointError`):
-        its optimizer state is keyed by position, which torch's full optimizer
-        state dict API cannot place (it fails only at the next save).
+        A failure is raised on every rank; so is a single-device or DDP checkpoint
+        (:class:`ForeignCheckpointError`), whose optimizer state, keyed by position,
+        torch's full optimizer state dict cannot place.
         """
         def read_on_rank0() -> dict[str, Any]:
             read = super(FullStateFileIO, self).read(path)

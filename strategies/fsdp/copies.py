@@ -1,17 +1,12 @@
 """Second copies of a sharded model's weights, and the writes sharding loses.
 
-MMEngine's averaged models (``EMAHook``, MMDetection's ``ExpMomentumEMA``,
-MMPreTrain's EMA) deep-copy the model they average, which FSDP2 refuses.
-:func:`allow_sharded_copies` makes ``copy.deepcopy`` of the sharded model give
-a :class:`ShardedCopy`: the same names, each parameter a copy of this rank's
-shard (a DTensor laid out like the model's), each buffer a copy. Averaging it
-(``lerp_`` on DTensors of one layout), swapping it with the model's weights
-for validation and saving it touch local shards only, no rank holds it whole.
-
-:func:`refuse_stale_parameters` and :func:`forward_writes` catch what
-cannot work: a model that updates its own weights in place (a momentum encoder,
-as MoCo v3's) writes either into parameters it holds on to that ``fully_shard``
-replaced, or into the gathered copy FSDP frees after the forward.
+MMEngine's averaged models (EMA) deep-copy the model they average, which FSDP2
+refuses. :func:`allow_sharded_copies` makes that copy a :class:`ShardedCopy` of
+this rank's shards, which averaging, swapping for validation and saving touch
+locally: no rank holds it whole. A model that updates its own weights in place
+(MoCo v3's momentum encoder) writes into parameters ``fully_shard`` replaced or
+into the gathered copy FSDP frees; :func:`refuse_stale_parameters` and
+:func:`forward_writes` catch those.
 """
 
 from __future__ import annotations
@@ -31,9 +26,8 @@ __all__ = ["ShardedCopy", "allow_sharded_copies", "forward_writes", "refuse_stal
 class ShardedCopy(nn.Module):
     """A module's parameters and buffers, copied as this rank's shards, under the same names.
 
-    It has the source's names, order and tied parameters, so MMEngine's averaged
-    models update, swap and save it as they do a copy of a whole model; it holds
-    no layers and cannot run.
+    Names, order and ties are the source's, so MMEngine's averaged models treat it
+    as a copy of the whole model; it holds no layers and cannot run.
     """
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
@@ -115,11 +109,9 @@ def _written(fsdp_param: Any) -> bool:
 def forward_writes(model: nn.Module) -> str | None:
     """What the last ``forward`` wrote in place to a gathered parameter, if anything.
 
-    FSDP gathers each parameter into an unsharded copy for the forward and frees
-    it after; a write to that copy (a momentum encoder updated in place) is lost,
-    and the model trains other weights than under DDP. Called while the copies
-    are gathered (after a unit's forward, before FSDP frees them), it compares
-    this rank's rows of each with its shard, which only the optimizer changes.
+    Such a write is lost when FSDP frees the gathered copy, and the model trains
+    other weights than under DDP. Called while the copies are gathered, it
+    compares this rank's rows of each with its shard, which only the optimizer changes.
     """
     written = [name for name, fsdp_param in _fsdp_params(model).items() if _written(fsdp_param)]
     if not written:
@@ -150,15 +142,9 @@ def watch_forward_writes(model: nn.Module, report: Callable[[str], Any]) -> None
 def refuse_stale_parameters(model: nn.Module) -> None:
     """Refuse a sharded model whose modules hold on to parameters ``fully_shard`` replaced.
 
-    MMEngine's averaged models (MoCo v3's momentum encoder) keep their
-    parameters in a dict of their own (``avg_parameters``) and update those in
-    place; after sharding they are no longer the model's, so the updates never
-    reach the weights the forward uses.
-
-    Raises
-    ------
-    TrainingError
-        Naming the module and its attribute, and what to use instead.
+    MMEngine's averaged models keep their own dict of parameters (``avg_parameters``)
+    and update it in place, which after sharding never reaches the trained
+    weights. The :class:`TrainingError` names the module, its attribute and the fix.
     """
     current = {id(p) for p in model.parameters()}
     for name, module in model.named_modules():

@@ -8,10 +8,8 @@ parameters gathered for the whole step; units are the ones ``fully_shard`` would
 get (:mod:`flexgraph.strategies.fsdp.units`). With ``reshard_after_forward=False``
 every unit stays gathered from its forward to its backward.
 
-Setup: every rank builds on meta and holds its shards; ``init_weights`` makes
-one parameter's worth at a time from the one-device record (on the host) and
-scatters its rows, so no rank holds the model. When ``load_from`` covers the
-model, ``init_weights`` is pruned and each rank reads one unit's rows at a time.
+Setup: every rank builds on meta and holds its shards, and ``init_weights`` or
+``load_from`` fill them a bounded amount at a time: no rank holds the model.
 On a GPU the shards are the GPU's (unless ``cpu_offload``).
 """
 

@@ -1,15 +1,7 @@
 """The FSDP strategy's options: MMEngine's keys, checked and translated for FSDP2.
 
-The option names are MMEngine's ``FSDPStrategy`` / ``MMFullyShardedDataParallel``
-ones where they carry over to FSDP2; a key with no FSDP2 meaning is refused by
-name rather than ignored.
-
-* :func:`shard_options`: ``model_wrapper`` as the ``fully_shard`` step's params
-  (reshard after forward, mixed precision, CPU offload, a hybrid mesh).
-* :func:`checkpoint_io`: ``state_dict_cfg`` as the checkpoint IO (sharded DCP
-  directories, or one full file).
-
-Plan time: nothing here imports torch.
+A key with no FSDP2 meaning is refused by name rather than ignored. Plan time:
+nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -40,24 +32,11 @@ def _refuse(key: str, why: str) -> StrategyOptionError:
 
 
 def shard_options(model_wrapper: Mapping[str, Any] | None) -> dict[str, Any]:
-    """MMEngine's ``model_wrapper`` keys, checked and translated to ``fully_shard`` params.
+    """MMEngine's ``model_wrapper`` keys as the params of the ``fully_shard`` step.
 
-    Parameters
-    ----------
-    model_wrapper : mapping or None
-        MMEngine's ``MMFullyShardedDataParallel`` options: ``auto_wrap_policy``,
-        ``sharding_strategy``, ``mixed_precision``, ``cpu_offload``,
-        ``use_orig_params`` (``True`` only) and ``device_mesh`` (hybrid sharding).
-
-    Returns
-    -------
-    dict
-        The params of :func:`flexgraph.strategies.fsdp.steps.shard`.
-
-    Raises
-    ------
-    StrategyOptionError
-        A key with no FSDP2 meaning, or a value FSDP2 cannot take.
+    ``use_orig_params`` may only be ``True``; ``device_mesh`` asks for hybrid
+    sharding. A key with no FSDP2 meaning, or a value FSDP2 cannot take, raises
+    :class:`StrategyOptionError`.
     """
     wrapper = dict(model_wrapper or {})
     for key in wrapper:
@@ -108,23 +87,9 @@ def _mesh_shape(mesh: Any) -> tuple[int, int]:
 
 
 def checkpoint_io(state_dict_cfg: str | Mapping[str, Any]) -> str:
-    """``'local'`` / ``'full'`` or MMEngine's dict -> sharded (DCP) or full-file checkpoints.
+    """``state_dict_cfg`` (``'local'``, ``'full'``, a dict) as :data:`DCP_IO` or :data:`FULL_IO`.
 
-    Parameters
-    ----------
-    state_dict_cfg : str or mapping
-        ``'local'`` (sharded), ``'full'`` (one file), or MMEngine's
-        ``dict(state_dict_type=...)``.
-
-    Returns
-    -------
-    str
-        :data:`DCP_IO` or :data:`FULL_IO`.
-
-    Raises
-    ------
-    StrategyOptionError
-        Any other value.
+    Any other value raises :class:`StrategyOptionError`.
     """
     if isinstance(state_dict_cfg, Mapping):
         kind = str(state_dict_cfg.get("state_dict_type", "")).rpartition(".")[2]

@@ -1,21 +1,10 @@
 """0-d parameters under FSDP2: replicated on every rank, their gradients averaged as DDP's are.
 
-``fully_shard`` refuses a 0-d parameter ("fully_shard doesn't support scalar
-parameters"), and MMDetection's ``Scale`` modules (ATSS's, FCOS's heads) hold
-one each. Making them 1-d would change what the model computes and the shapes
-its checkpoints hold, which MMDetection's tools and MMEngine's Runner load. So
-they stay 0-d and are left out of sharding (``fully_shard``'s
-``ignored_params``): each rank holds them whole, like DDP, with:
-
-* rank 0's values on every rank (:func:`replicate_scalars`), so ranks seeded
-  apart start from the same model;
-* their gradients averaged over the ranks at the end of each backward, in one
-  all-reduce, which FSDP does not do for parameters it ignores. A parameter no
-  rank used keeps no gradient; one some ranks used gets the sum over the ranks
-  divided by the world size, as under DDP.
-
-Checkpoints hold them as the plain 0-d tensors they are (a replicated value
-in a sharded checkpoint).
+``fully_shard`` refuses a 0-d parameter, and MMDetection's ``Scale`` modules
+hold one each. Making them 1-d would change the model's computation and its
+checkpoints' shapes, so they stay 0-d and out of sharding (``ignored_params``):
+each rank holds rank 0's values whole, and their gradients are averaged in one
+all-reduce after backward, which FSDP does not do for what it ignores.
 """
 
 from __future__ import annotations
@@ -29,27 +18,16 @@ __all__ = ["replicate_scalars", "scalar_parameters"]
 
 
 def scalar_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The 0-d parameters of ``model``, each once, in ``named_parameters`` order.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-
-    Returns
-    -------
-    list of torch.nn.Parameter
-    """
+    """The 0-d parameters of ``model``, each once, in ``named_parameters`` order."""
     return [p for p in model.parameters() if p.dim() == 0]
 
 
 def replicate_scalars(model: nn.Module, scalars: list[nn.Parameter], device: Any
                       ) -> list[nn.Parameter]:
-    """Rank 0's ``scalars`` (the parameters ``fully_shard`` ignores) on every rank, on
-    ``device``; their gradients averaged after backward.
+    """Rank 0's ``scalars`` on every rank, on ``device``; their gradients averaged after backward.
 
-    Each forward of the root ``model`` that builds a graph arranges the average
-    for the end of the backward through it. Returns the scalars the model now
-    holds: a rank that built the model on the meta device gets new ones.
+    Returns the scalars the model now holds: a rank that built the model on the
+    meta device gets new ones.
     """
     if not scalars:
         return scalars

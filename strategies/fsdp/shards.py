@@ -1,15 +1,8 @@
 """This rank's shards of an FSDP2 model: their storage, their rows, and loading into them.
 
-* :func:`materialize_module`: storage for the shards of a model built on the
-  meta device (:func:`~flexgraph.training.runtime.parameters_on_meta`), every
-  floating-point parameter NaN until something loads it, so that
-  :func:`uninitialised_parameters` finds one that nothing loaded.
-* :func:`local_tensor`, :func:`local_rows`: the part of a DTensor this rank
-  holds (FSDP2 shards by rows of dimension 0).
-* :data:`ROWS`: how the ranks hold the weights, for the one sharded
-  ``load_from`` (:func:`~flexgraph.training.checkpoint.load_into_slices`):
-  each rank reads its own rows of each weight from the file, or receives them
-  from rank 0's whole value.
+:data:`ROWS` tells the one sharded ``load_from``
+(:func:`~flexgraph.training.checkpoint.load_into_slices`) how the ranks hold the
+weights: each reads its own rows from the file, or receives them from rank 0.
 """
 
 from __future__ import annotations
@@ -26,13 +19,11 @@ __all__ = ["ROWS", "local_rows", "local_tensor", "materialize_module", "read_own
 
 
 def materialize_module(model: nn.Module, device: str) -> nn.Module:
-    """Give a meta-built (and possibly sharded) model storage on ``device``.
+    """Give a meta-built (possibly sharded) model storage on ``device``; returns ``model``.
 
-    ``to_empty`` allocates every parameter (each rank only its shard) and the
-    buffers, which :func:`~flexgraph.training.runtime.parameters_on_meta` kept real, are put back.
+    Each rank allocates its shards; the buffers, kept real on meta, are put back.
     Floating-point parameters are filled with NaN, so one that nothing loads is
-    found by :func:`uninitialised_parameters` instead of training on whatever
-    the allocator left in memory. Returns ``model`` itself.
+    found (:func:`uninitialised_parameters`) instead of training on garbage.
     """
     buffers = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
     model.to_empty(device=device)
@@ -48,11 +39,7 @@ def materialize_module(model: nn.Module, device: str) -> nn.Module:
 
 
 def uninitialised_parameters(model: nn.Module) -> list[str]:
-    """Names of floating-point parameters holding NaN (see :func:`materialize_module`).
-
-    Looks at this rank's shard only; callers with a process group combine the
-    answers of all ranks.
-    """
+    """Names of floating-point parameters holding NaN in this rank's shard."""
     from torch.distributed.tensor import DTensor
 
     bad = []
@@ -74,27 +61,10 @@ def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
 def local_rows(tensor: torch.Tensor) -> tuple[int, int]:
     """The rows ``(start, stop)`` of dimension 0 that this rank holds of ``tensor``.
 
-    FSDP2 shards a parameter by rows, ``torch.chunk``'s way (the last ranks'
-    chunks may be shorter, or empty), over the mesh's shard dimension
-    (replicated over the other, for hybrid sharding); a plain tensor (a
-    buffer, an unsharded parameter) is held whole. A 0-d tensor is one row.
-
-    Raises
-    ------
-    ValueError
-        The tensor is sharded along another dimension than 0 (a placement
-        FSDP2 takes only through ``shard_placement_fn``, which flexgraph does
-        not set).
-
-    Parameters
-    ----------
-    tensor : torch.Tensor
-        A parameter or buffer, a DTensor or a plain one.
-
-    Returns
-    -------
-    tuple of (int, int)
-        The first row this rank holds and the one after its last.
+    FSDP2 shards by rows the way ``torch.chunk`` does (the last chunks may be
+    short or empty) over the mesh's shard dimension; a plain tensor is held whole,
+    a 0-d one is one row. A tensor sharded along another dimension raises
+    ``ValueError``.
     """
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset

@@ -1,14 +1,5 @@
 """The FSDP strategy's step functions: what its rewrites bring into the plan.
 
-* :func:`shard`: ``fully_shard`` on every wrap-policy unit, innermost first,
-  then the root (``fully_shard``), on a hybrid mesh for HYBRID_SHARD.
-* :func:`materialize`: storage for this rank's shards of a model built on the
-  meta device.
-* :func:`scatter_rows`: how ``init_weights`` (a one-device run's weights made
-  on one rank from a record of that run) sends each rank its rows, unit by
-  unit.
-* :func:`checkpoint_blocks`: MMEngine's ``activation_checkpointing``.
-
 Each imports torch when it runs, never when the plan is made.
 """
 
@@ -33,17 +24,11 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
           hybrid_mesh: str | tuple[int, int] | None = None) -> Any:
     """``fully_shard`` every unit the wrap policy picks (innermost first), then the root.
 
-    ``hybrid_mesh`` (HYBRID_SHARD): shard over a 2-D mesh instead of every rank,
-    see :func:`_hybrid_mesh`.
-
-    0-d parameters, which ``fully_shard`` refuses, are replicated instead
-    (:mod:`flexgraph.strategies.fsdp.scalars`). Second copies of the weights
-    (EMA, momentum encoders) are then seen to (:mod:`flexgraph.strategies.fsdp.copies`).
-
-    ``broadcast_from_rank0``: every rank first takes rank 0's parameters and
-    buffers, as DDP does when it wraps. Ranks seeded apart
-    (``randomness.diff_rank_seed``) initialise different weights; the run's are
-    rank 0's, which are a single-device run's.
+    ``hybrid_mesh`` (HYBRID_SHARD) shards over a 2-D mesh. 0-d parameters, which
+    ``fully_shard`` refuses, are replicated (:mod:`.scalars`); second copies of the
+    weights (EMA) are seen to (:mod:`.copies`). ``broadcast_from_rank0``: every
+    rank first takes rank 0's parameters and buffers, as DDP does, since ranks
+    seeded apart initialise different weights.
     """
     import torch
     from flexgraph.strategies.fsdp.copies import allow_sharded_copies, refuse_stale_parameters
@@ -115,18 +100,12 @@ def _chunks(names: list[str], numel: dict[str, int], limit: int) -> list[list[st
 
 
 def scatter_rows(env: Any, model: Any, record: Any, source_rank: int) -> None:
-    """Each rank's rows of every parameter, unit by unit: ``init_weights``' placer
-    (:func:`~flexgraph.training.steps.init_from_record`).
+    """``init_weights``' placer: each rank's rows of every parameter, unit by unit.
 
-    Within a unit, the parameters go in runs (of one dtype) no larger
-    together than the model's largest parameter; the ranks make the runs'
-    values from ``record`` in turn
-    (:meth:`~flexgraph.training.runtime.SetupRecord.made_in_turn`), and the
-    maker of each packs every rank's rows of it into one flat buffer (padded
-    to the longest rank's) and scatters them; every rank unpacks its own into
-    its local shards. So no rank holds more than its shards and a few runs'
-    worth in flight, whatever the units' sizes (without a wrap policy the
-    root is the only unit).
+    Within a unit the parameters go in runs of one dtype no larger than the
+    largest parameter; the ranks make the runs from ``record`` in turn, and each
+    maker packs every rank's rows into one padded flat buffer and scatters it. So
+    no rank holds more than its shards and a few runs in flight.
     """
     import torch
     import torch.distributed as dist
@@ -177,11 +156,9 @@ def _packed(tensors: list[Any], rows: list[tuple[int, int]], length: int) -> Any
 def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
     """The 2-D mesh of hybrid sharding: parameters sharded within a row, rows replicated.
 
-    Rows are consecutive ranks, which launchers place on one node: each node
-    holds a whole copy of the model in shards, and only the gradients'
-    all-reduce crosses nodes. :data:`FROM_LAUNCH` sizes a row by the launch's
-    processes per node (``LOCAL_WORLD_SIZE``, set by torch's launcher and by
-    flexgraph's SLURM launch).
+    Rows are consecutive ranks, which launchers place on one node, so only the
+    gradients' all-reduce crosses nodes; :data:`FROM_LAUNCH` sizes a row by
+    ``LOCAL_WORLD_SIZE``.
     """
     import os
 
@@ -205,10 +182,9 @@ def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
 
 
 def materialize(env: Any, model: Any) -> Any:
-    """Storage on ``env.device`` for this rank's shards; see ``materialize_module``.
+    """Storage on ``env.device`` for this rank's shards, NaN until something sets them.
 
-    Every parameter holds NaN until ``init_weights`` or the files set it; one
-    that neither sets is refused by the contract
+    A parameter nothing sets is refused by the contract
     :func:`~flexgraph.strategies.fsdp.contracts.every_parameter_set`.
     """
     from flexgraph.strategies.fsdp.shards import materialize_module

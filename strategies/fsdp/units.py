@@ -1,17 +1,11 @@
 """Which submodules to shard (or checkpoint) on their own: MMEngine's wrap policies.
 
-MMEngine's FSDP configs choose the units of sharding with FSDP1 auto-wrap
-policies (``model_wrapper.auto_wrap_policy``): a function
-``policy(module, recurse, nonwrapped_numel, **kwargs) -> bool`` such as torch's
-``size_based_auto_wrap_policy`` (``min_num_params``) or
-``transformer_auto_wrap_policy`` (``transformer_layer_cls``), named by a
-registered name, a dotted path, or ``dict(type=..., **kwargs)``. FSDP2 has no
-policies: the caller applies ``fully_shard`` to each unit itself. So the same
-configs keep their meaning, :func:`wrap_units` walks the model exactly as
-FSDP1's recursive wrapping did and returns the modules it would have wrapped,
-innermost first. Transformer layer classes may also be given by class name
-(``transformer_layer_cls=['TransformerEncoderLayer']``), matched against the
-model's own modules.
+MMEngine's FSDP configs choose units with FSDP1 auto-wrap policies
+(``model_wrapper.auto_wrap_policy``: torch's ``size_based_auto_wrap_policy``,
+``transformer_auto_wrap_policy``, by name, dotted path or dict). FSDP2 has no
+policies, so :func:`wrap_units` walks the model as FSDP1's recursive wrapping
+did and returns the modules it would have wrapped, and the configs keep their
+meaning. Transformer layer classes may also be given by class name.
 """
 
 from __future__ import annotations
@@ -95,11 +89,10 @@ def wrap_units(model: nn.Module, policy: Policy | None) -> list[nn.Module]:
 
 
 def checkpoint_activations(model: nn.Module, check_fn: Callable[[nn.Module], bool]) -> int:
-    """Recompute the activations of every submodule ``check_fn`` selects in backward.
+    """Recompute in backward the activations of every submodule ``check_fn`` selects; how many.
 
-    Uses torch's composable ``checkpoint``, which keeps module names and state
-    dict keys unchanged (a checkpoint loads the same with or without it).
-    Returns the number of modules checkpointed.
+    torch's composable ``checkpoint`` keeps module names and state dict keys, so a
+    checkpoint loads the same with or without it.
     """
     from torch.distributed._composable import checkpoint
 
@@ -111,12 +104,10 @@ def checkpoint_activations(model: nn.Module, check_fn: Callable[[nn.Module], boo
 
 def checkpoint_selected(model: nn.Module, options: Mapping[str, Any],
                         auto_wrap_policy: Any = None) -> int:
-    """Activation checkpointing as MMEngine's FSDP configs ask for it.
+    """Activation checkpointing as MMEngine's FSDP configs ask for it; how many modules.
 
-    ``options`` is ``dict(check_fn=...)``: a registered function name, a dotted
-    path or ``dict(type=..., **kwargs)``, called on each submodule. Without a
-    ``check_fn``, the units ``auto_wrap_policy`` shards are checkpointed.
-    Returns the number of modules checkpointed.
+    ``options`` is ``dict(check_fn=...)`` (a name, dotted path or dict); without a
+    ``check_fn``, the units ``auto_wrap_policy`` shards.
     """
     from mmengine.registry import FUNCTIONS
 

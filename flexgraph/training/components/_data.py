@@ -76,8 +76,7 @@ class SkippableSampler(torch.utils.data.Sampler):
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of every sampler in the chain, as MMEngine's ``DistSamplerSeedHook`` does.
 
-        Many batch samplers do not pass ``set_epoch`` on; every epoch would repeat the first's
-        order.
+        Many batch samplers do not pass it on, and every epoch would repeat the first's order.
         """
         self.epoch = epoch
         for sampler in _wrapped_samplers(self.sampler):
@@ -177,8 +176,9 @@ def per_rank_batch(loader: Any) -> int | None:
 
 
 def set_per_rank_batch(loader: DataLoader, size: int) -> bool:
-    """Make ``loader``'s batches ``size`` samples from its next pass on, so a resume at
-    another world size keeps the global batch; ``False`` if it cannot.
+    """Batch ``loader`` by ``size`` from its next pass on; ``False`` if it cannot.
+
+    A resume at another world size so keeps the global batch.
 
     Parameters
     ----------
@@ -206,7 +206,7 @@ def _skippable(loader: DataLoader) -> tuple[SkippableSampler | None, int]:
 
 
 def epoch_batches(loader: DataLoader, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
-    """Start pass ``epoch`` over ``loader``, without its first ``skip_batches``.
+    """Start pass ``epoch`` over ``loader``, without its first ``skip_batches`` (already trained).
 
     An iterable dataset's skipped batches are read here, so their draws come
     before the checkpoint's RNG state is restored.
@@ -216,7 +216,6 @@ def epoch_batches(loader: DataLoader, epoch: int, skip_batches: int = 0) -> Iter
     loader : DataLoader
     epoch : int
     skip_batches : int, default 0
-        Batches of this pass already trained.
 
     Returns
     -------
@@ -316,7 +315,7 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
     Parameters
     ----------
     cfg : Mapping or DataLoader
-        MMEngine's dataloader dict; other keys go to ``DataLoader``.
+        Keys MMEngine does not take go to ``DataLoader``.
     env : Env
     name : str
         The config key, for messages.
@@ -401,7 +400,6 @@ def build_dataloaders(cfg: Any, env: Env, *,
     cfg : Config or Mapping
     env : Env
     stop_signals : sequence of str, default ()
-        Signals the workers ignore.
 
     Returns
     -------

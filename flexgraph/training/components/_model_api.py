@@ -32,17 +32,15 @@ __all__ = [
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
-    """The user's module inside DDP / MMEngine wrappers / ``torch.compile``.
+    """The user's module inside DDP / MMEngine wrappers / ``torch.compile``, however many.
 
     Parameters
     ----------
     model : torch.nn.Module
-        A model, possibly wrapped (several times).
 
     Returns
     -------
     torch.nn.Module
-        The innermost module.
     """
     from mmengine.model import is_model_wrapper
 
@@ -58,17 +56,15 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def uses_step_api(model: nn.Module) -> bool:
-    """Whether the model brings its own ``train_step`` / ``val_step`` (MMEngine style).
+    """Whether the model, wrapped or not, has callable ``train_step`` and ``val_step``.
 
     Parameters
     ----------
     model : torch.nn.Module
-        A model, wrapped or not.
 
     Returns
     -------
     bool
-        ``True`` when it has callable ``train_step`` and ``val_step``.
     """
     return callable(getattr(model, "train_step", None)) and callable(
         getattr(model, "val_step", None)
@@ -90,19 +86,7 @@ def _to_device(obj: Any, device: torch.device) -> Any:
 def batch_mover(device: str) -> Callable[[Any], Any] | None:
     """A function moving a batch's tensors to ``device``; ``None`` for the CPU.
 
-    Dataloaders produce CPU tensors, so on the CPU there is nothing to do and the
-    loop skips the call altogether.
-
-    Parameters
-    ----------
-    device : str
-        The device the model trains on.
-
-    Returns
-    -------
-    callable or None
-        ``batch -> batch`` with every tensor on ``device``, or ``None`` on the
-        CPU.
+    Dataloaders produce CPU tensors, so on the CPU the loop skips the call.
     """
     target = torch.device(device)
     if target.type == "cpu":
@@ -116,9 +100,8 @@ def forward(model: nn.Module, batch: Any) -> Any:
     Parameters
     ----------
     model : torch.nn.Module
-        A plain module (not one with MMEngine's ``train_step``).
+        A plain module (no ``train_step``).
     batch : Any
-        One batch from the dataloader, on the model's device.
 
     Returns
     -------
@@ -139,29 +122,27 @@ def _name(model: nn.Module) -> str:
 def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[Any, Any]:
     """Split a plain model's output into ``(loss to minimise, values to log)``.
 
-    The logged value is the loss itself for a tensor output, or a dict with the
-    total under ``'loss'`` and every tensor key of a dict output.
+    The logged value is the loss for a tensor output, or a dict with the total
+    under ``'loss'`` and every tensor key of a dict output.
 
     Parameters
     ----------
     output : Any
-        What the model's forward returned.
     model : torch.nn.Module
-        The model, named in errors.
+        Named in errors.
     training : bool, default True
-        Whether the loss must require grad (evaluation passes ``False``).
+        Whether the loss must require grad.
 
     Returns
     -------
     tuple
-        ``(loss, logged)``: the scalar loss to back-propagate, and what the loop
-        logs (the loss, or a dict of the values).
+        ``(loss, logged)``.
 
     Raises
     ------
     NoLossError
-        A tensor that is not a scalar or does not require grad (while training),
-        a dict with no key containing ``'loss'``, or any other kind of output.
+        A non-scalar tensor, one without grad while training, a dict with no
+        ``'loss'`` key, or any other output.
     """
     if isinstance(output, torch.Tensor):
         if training and not output.requires_grad:
@@ -224,25 +205,21 @@ def _checked_parse_losses(module: nn.Module):
 def make_train_step(model: nn.Module, optim_wrapper: Any, device: str) -> Callable[[Any], Any]:
     """One optimisation step on a batch; returns what the loop logs for it.
 
-    A step-API model runs its own ``train_step``. A plain model's step is what
-    MMEngine's ``BaseModel.train_step`` does around the forward: the forward
-    under ``optim_wrapper.optim_context``, then ``optim_wrapper.update_params``
-    (accumulation, AMP, clipping and the step are the wrapper's).
+    A step-API model runs its own ``train_step``; a plain model's step is what
+    ``BaseModel.train_step`` does around the forward: ``optim_context``, then the
+    wrapper's ``update_params`` (accumulation, AMP, clipping, step).
 
     Parameters
     ----------
     model : torch.nn.Module
-        The (wrapped) model.
     optim_wrapper : OptimWrapper
-        MMEngine's wrapper: backward, accumulation, clipping and the step.
     device : str
-        The device batches move to (a plain model's).
+        Where a plain model's batches move.
 
     Returns
     -------
     callable
-        ``batch -> logged``: MMEngine's log variables, or a plain model's loss (or
-        dict of losses).
+        ``batch -> logged``.
     """
     if uses_step_api(model):
         module = unwrap_model(model)
@@ -276,26 +253,21 @@ def make_eval_step(model: nn.Module, device: str, *, mode: str,
                    with_evaluator: bool) -> Callable[[Any], Any]:
     """One evaluation step (``mode`` is ``'val'`` or ``'test'``), run under no_grad.
 
-    With an evaluator it returns predictions for ``Evaluator.process``: the
-    model's ``val_step``/``test_step`` result, or a plain model's forward output
-    (wrapped in a one-element list unless it already is a list or tuple). Without
-    an evaluator it returns the batch's mean loss as a tensor.
+    With an evaluator it returns predictions for ``Evaluator.process`` (a plain
+    model's output made a list); without one, the batch's mean loss.
 
     Parameters
     ----------
     model : torch.nn.Module
-        The (wrapped) model.
     device : str
-        The device batches move to (a plain model's).
+        Where a plain model's batches move.
     mode : {'val', 'test'}
-        Which of MMEngine's step methods to call.
     with_evaluator : bool
-        Whether the config has an evaluator to process predictions.
 
     Returns
     -------
     callable
-        ``batch -> predictions`` (or the batch's mean loss without an evaluator).
+        ``batch -> predictions`` (or mean loss).
     """
     if uses_step_api(model):
         if with_evaluator:

@@ -146,11 +146,6 @@ def record_one_device_setup(cfg: Any, env: Any, *, load_pretrained: LoadPretrain
     Returns
     -------
     SetupRecord
-
-    Raises
-    ------
-    InitWeightsError, CheckpointError, ConfigError
-        What the one-device setup raises.
     """
     from mmengine.logging import MMLogger
 

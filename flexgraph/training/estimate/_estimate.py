@@ -42,9 +42,7 @@ class CandidateEstimate:
 
     Parameters
     ----------
-    label : str
-    strategy : str
-        Its strategy's name.
+    label, strategy : str
     memory : StrategyMemory
     trace : StepTrace or None
         ``None``: the step could not be traced.
@@ -52,12 +50,10 @@ class CandidateEstimate:
     step_temporaries : int, default 0
         Bytes the optimizer's step allocates besides its states.
     step_note : str, optional
-        What those assume.
     setup : SetupMemory, optional
     steps : tuple of Allocation, default ()
-        What each step of its plan allocates (setup, and the model placed).
+        What each step of its plan allocates.
     trains_on : {'host', 'device'}, default 'device'
-        Where the training step's tensors live.
     """
 
     label: str
@@ -128,7 +124,6 @@ class Estimate:
     ----------
     census : Census
     candidates : tuple of CandidateEstimate
-        In the order given.
     world_size : int
     batch_size : int or None
         The traced batch's size per rank.
@@ -136,7 +131,6 @@ class Estimate:
     untraceable : str, optional
         Why the step could not be traced.
     seconds : float, default 0.0
-        How long the estimate took.
     weights_loaded : bool, default False
         The run's files set every ``state_dict`` entry.
     """
@@ -217,11 +211,10 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
     candidates : sequence of Candidate
     world_size : int
     device : str, optional
-        Where the run would train (``'cuda'`` or ``'cpu'``; ``None``: this machine's):
-        it decides torch's default optimizer kernels and what setup holds on the host.
+        ``'cuda'`` or ``'cpu'`` (``None``: this machine's): it decides the
+        optimizer kernels and what setup holds on the host.
     weights_loaded : bool, default False
-        The run's files set every ``state_dict`` entry, so a strategy that may prune
-        ``init_weights`` does, which changes its setup.
+        The files set every weight, so ``init_weights`` may be pruned.
 
     Returns
     -------

@@ -1,18 +1,12 @@
 """The random draws a piece of code makes, noted as shapes and made again on another rank.
 
-When one rank initialises the model for all (a sharded setup: one rank
-records the one-device setup and makes each parameter from the record), the
-other ranks skip the initialisers, and with them the random numbers those
-draw. Under ``randomness.diff_rank_seed`` every rank has a generator of its
-own, which a DDP run advances through the same initialisers on every rank, so
-each rank ends setup at the state its own seed reaches after them: the
-dropout masks of training depend on it. Copying rank 0's state would make
-every rank draw the same masks.
-
-A generator's advance depends on what was drawn, never on the values written.
-So the recording rank notes each random operation as a :class:`Draw` of
-shapes, and the other ranks make the same draws into scratch tensors
-(:func:`replay_draws`): their generators end where a DDP rank's would.
+When one rank initialises the model for all, the others skip the initialisers
+and their draws. Under ``randomness.diff_rank_seed`` each rank's generator
+must still end setup where a DDP rank's would (training's dropout masks depend
+on it); copying rank 0's would make every rank draw the same masks. A
+generator's advance depends on what was drawn, never on the values, so the
+recording rank notes each draw as a :class:`Draw` of shapes and the others
+make it into scratch tensors (:func:`replay_draws`).
 """
 
 from __future__ import annotations

@@ -115,18 +115,17 @@ def return_freed_memory(threshold: int | None) -> bool:
     """Have glibc give freed blocks of ``threshold`` bytes and more back to the OS at once.
 
     glibc raises its mmap threshold each time a large block is freed, after which
-    the weights a sharded strategy gathers and frees every iteration would stay
-    resident.
+    the weights a sharded strategy gathers and frees each iteration stay resident.
 
     Parameters
     ----------
     threshold : int or None
-        ``env_cfg.malloc_mmap_threshold``; ``0`` or ``None`` keeps glibc's behaviour.
+        ``0`` or ``None`` keeps glibc's behaviour.
 
     Returns
     -------
     bool
-        Whether the setting was applied (glibc only).
+        Whether it was applied (glibc only).
     """
     if not threshold or not sys.platform.startswith("linux"):
         return False
@@ -143,9 +142,8 @@ def return_freed_memory(threshold: int | None) -> bool:
 def default_mmap_threshold(world_size: int) -> int:
     """The threshold a CPU run gets without ``env_cfg.malloc_mmap_threshold``.
 
-    :data:`DEFAULT_MMAP_THRESHOLD` for several processes, which a strategy may
-    shard; ``0`` (glibc's own) for one, which shards nothing and would only pay
-    for mapping and faulting in its large buffers anew every iteration.
+    :data:`DEFAULT_MMAP_THRESHOLD` for several processes; ``0`` (glibc's) for one,
+    which shards nothing and would only pay to map its large buffers anew.
     """
     return DEFAULT_MMAP_THRESHOLD if world_size > 1 else 0
 
@@ -188,15 +186,14 @@ def make_env(
 ) -> Env:
     """Seed this process and describe it.
 
-    Call it after the process group is up: a ``seed=None`` config needs the
-    group to agree on one seed.
+    Call it after the process group is up: a ``seed=None`` config needs the group
+    to agree on one seed.
 
     Parameters
     ----------
     cfg : mmengine.Config or mapping
-        The run's config (``randomness``, ``env_cfg``, ``default_scope``).
     device : str, optional
-        ``cuda:<local_rank>`` when torch sees CUDA, else ``'cpu'``, by default.
+        Default: ``cuda:<local_rank>`` when torch sees CUDA, else ``'cpu'``.
     rank, world_size, local_rank : int, optional
 
     Returns

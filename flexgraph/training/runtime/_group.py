@@ -130,15 +130,14 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True,
                rank: int = 0) -> T | None:
     """Run ``action`` on rank 0 (or ``rank``); every rank gets its result, or its exception.
 
-    The one way a single rank does work for all. Its exception is raised on
-    every rank: a rank that never learned of it would wait in the next
-    collective forever.
+    The one way a single rank does work for all. Its exception is raised on every
+    rank: one that never learned of it would wait in the next collective forever.
 
     Parameters
     ----------
     action : callable
     share_result : bool
-        ``False`` keeps a large result on the acting rank; the others get ``None``.
+        ``False``: the other ranks get ``None`` (a large result stays put).
     rank : int
 
     Returns
@@ -191,25 +190,18 @@ def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E 
 def agreed(action: Callable[[], T], *, kind: type[E]) -> T | None:
     """``action()`` on every rank; the lowest rank's ``kind`` error raised on all of them.
 
-    For work each rank does on its own (each reads its part of a file), so that
-    no rank goes on to a collective the others skip. A collective.
+    A collective, for work each rank does on its own, so that no rank goes on to
+    a collective the others skip. An error not of ``kind`` is raised at once.
 
     Parameters
     ----------
     action : callable
-        What every rank does.
     kind : type of Exception
-        The errors the ranks agree on; any other is raised at once.
 
     Returns
     -------
     Any
         ``action``'s result on this rank.
-
-    Raises
-    ------
-    Exception
-        ``kind``: this rank's own error, or the lowest failing rank's message.
     """
     result, error = None, None
     try:
@@ -228,9 +220,7 @@ def broadcast_buffers(model: torch.nn.Module, *, rank: int = 0) -> None:
     Parameters
     ----------
     model : torch.nn.Module
-        The model, the same buffers on every rank.
     rank : int, default 0
-        The rank whose buffers every rank takes.
     """
     if world_size() == 1:
         return

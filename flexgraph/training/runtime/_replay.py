@@ -457,19 +457,15 @@ class SetupRecord:
     ----------
     log : object
         The recorded operations (private).
-    params : dict
-        Parameter name (shared ones under each name) -> its recorded view, or
-        a :class:`Held` real value (a module initialised whole).
-    buffers : dict
-        Buffer name -> its recorded view or real value.
+    params, buffers : dict
+        Name -> its recorded view, or a :class:`Held` real value (initialised whole).
     initialised : tuple of str
         The modules MMEngine marked initialised (``_is_init``).
     whole : tuple of str
         The modules whose ``init_weights`` ran on real parameters.
     drawn : SourceDraws
-        The draws made, and the generators' states after them.
     reasons : tuple of str
-        Why each of ``whole`` could not be recorded, in its order.
+        Why each of ``whole`` could not be recorded.
     """
 
     log: _Log
@@ -574,18 +570,18 @@ def _entry(recorder: _Recorder, tensor: torch.Tensor) -> View | Held:
 
 def record_setup(build: Callable[[], nn.Module], init: Callable[[nn.Module], Any], *,
                  whole: Sequence[str] = ()) -> tuple[nn.Module, SetupRecord]:
-    """Run ``build()`` then ``init(model)`` as one device would, recording them (see the
-    module docstring); the generators end where that run leaves them.
+    """Run ``build()`` then ``init(model)`` as one device would, recording them.
+
+    The generators end where that run leaves them.
 
     Parameters
     ----------
     build : callable
-        Builds the model (on the CPU, as one device does).
+        Builds the model on the CPU.
     init : callable
         Initialises it (``init_weights``).
     whole : sequence of str
-        Modules whose ``init_weights`` runs on real parameters (``''``: the
-        model, built with them too).
+        Modules initialised on real parameters (``''``: the whole model).
 
     Returns
     -------
@@ -595,7 +591,7 @@ def record_setup(build: Callable[[], nn.Module], init: Callable[[nn.Module], Any
     Raises
     ------
     ReplayError
-        Something in the setup could not be recorded; ``module`` says where.
+        Something could not be recorded; ``module`` says where.
     """
     from flexgraph.training.runtime._rng import capture_rng
 

@@ -125,12 +125,12 @@ def records(work: Path, mode: str = "train") -> list[dict[str, Any]]:
     return [x for x in lines if x.get("mode", "train") == mode]
 
 
-def saved_weights(work: Path, epoch: int) -> dict[str, torch.Tensor]:
-    """The model weights of ``work``'s checkpoint after ``epoch``, whatever its format."""
+def saved_weights(work: Path, epoch: int, unit: str = "epoch") -> dict[str, torch.Tensor]:
+    """The model weights of ``work``'s checkpoint after ``epoch`` (``unit="iter"``: iteration)."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    if (work / f"epoch_{epoch}.pth").exists():
-        return torch.load(work / f"epoch_{epoch}.pth", weights_only=False)["state_dict"]
-    flat = work / f"epoch_{epoch}.flat.pt"
-    dcp_to_torch_save(work / f"epoch_{epoch}.ckpt", flat)
+    if (work / f"{unit}_{epoch}.pth").exists():
+        return torch.load(work / f"{unit}_{epoch}.pth", weights_only=False)["state_dict"]
+    flat = work / f"{unit}_{epoch}.flat.pt"
+    dcp_to_torch_save(work / f"{unit}_{epoch}.ckpt", flat)
     return torch.load(flat, weights_only=False)["model"]

@@ -13,8 +13,11 @@ which extracts the gallery's features again before each validation) on
 test asserts what the hook did. SwAV's loss normalises its prototypes in place
 in ``forward``: FSDP would lose that write, and the run stops at it.
 
-Not run here: MMDetection's ``MeanTeacherHook`` (its soft-teacher config needs
-an unlabelled set beside a labelled one), ``TrackVisualizationHook`` (the
+MMDetection's soft teacher (``MeanTeacherHook``, which copies the student into
+the teacher, then averages it in) trains 4 iterations with the same set as
+labelled and unlabelled.
+
+Not run here: ``TrackVisualizationHook`` (the
 trackers' video sets and models) and ``GroundingVisualizationHook`` (GLIP's
 BERT, a download). MMPreTrain's
 ``SimSiamHook`` trains in ``test_mmpretrain_second_copies.py``'s SimSiam config.
@@ -31,7 +34,7 @@ import torch
 
 from tests.ecosystem.mae_finetune import write_images
 from tests.ecosystem.mmdet_coco import CLASSES, flexgraph_run, write_coco
-from tests.ecosystem.mmpretrain_configs import records, train
+from tests.ecosystem.mmpretrain_configs import records, saved_weights, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
@@ -49,6 +52,18 @@ def _shrunk(value, sizes):
         return [_shrunk(v, sizes) for v in value]
     if isinstance(value, dict):
         return {k: sizes[k] if k in sizes else _shrunk(v, sizes) for k, v in value.items()}
+    return value
+
+
+def _resized(value):
+    """The semi-supervised pipelines at 128 px."""
+    if isinstance(value, list):
+        return [_resized(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    value = {k: _resized(v) for k, v in value.items()}
+    if value.get("type") in ("RandomResize", "Resize"):
+        value["scale"] = [(128, 96), (128, 128)] if value["type"] == "RandomResize" else (128, 128)
     return value
 
 
@@ -198,3 +213,46 @@ def test_the_retriever_s_prototype_is_prepared_before_validation(root, strategy)
     # the retriever prepares it itself only once, at its first prediction: the hook again
     first, second = json.loads((work / "prototype.json").read_text())
     assert first != second, "the gallery's features of the weights trained another epoch"
+
+
+def _soft_teacher_config(root: Path, strategy: str) -> Path:
+    import mmdet
+    from mmengine.config import Config
+
+    cfg = Config.fromfile(Path(mmdet.__file__).parent / ".mim" / "configs" / "soft_teacher"
+                          / "soft-teacher_faster-rcnn_r50-caffe_fpn_180k_semi-0.1-coco.py")
+    data = root / "coco"
+    images = dict(data_root=str(data) + os.sep, ann_file="annotations/train.json",
+                  data_prefix=dict(img="images/"), metainfo=dict(classes=CLASSES))
+    for dataset in [*cfg.train_dataloader.dataset.datasets, cfg.val_dataloader.dataset]:
+        dataset.update(images, pipeline=_resized(dataset.pipeline))  # labelled and not: one set
+    cfg.train_dataloader.update(batch_size=2, num_workers=0, persistent_workers=False)
+    cfg.train_dataloader.sampler.update(batch_size=2, source_ratio=[1, 1])
+    cfg.model.detector.backbone.init_cfg = None  # no download
+    cfg.model.detector.roi_head.bbox_head.num_classes = len(CLASSES)
+    cfg.val_evaluator.ann_file = str(data / "annotations" / "train.json")
+    for key in ("test_dataloader", "test_evaluator", "test_cfg"):
+        cfg[key] = None
+    cfg.train_cfg.update(max_iters=4, val_interval=4)
+    cfg.default_hooks.checkpoint.interval = 4
+    cfg.randomness = dict(seed=0)
+    cfg.env_cfg.dist_cfg.backend = "gloo"
+    path = root / f"soft-teacher-{strategy}.py"
+    cfg.dump(path)
+    return path
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_mean_teacher_copies_the_student_then_follows_it(root, strategy):
+    work = root / f"soft-teacher-{strategy}"
+    done = flexgraph_run(_soft_teacher_config(root, strategy), work, ["randomness.seed=0"],
+                         "--strategy", strategy, "--nproc-per-node",
+                         "1" if strategy == "single" else "2", cwd=root)
+    assert done.returncode == 0, done.stderr[-4000:]
+    weights = saved_weights(work, 4, "iter")
+    # teacher and student are built apart, each with its own random initial weights
+    frozen, trained = "backbone.conv1.weight", "roi_head.bbox_head.fc_cls.weight"
+    assert torch.allclose(weights[f"teacher.{frozen}"], weights[f"student.{frozen}"],
+                          rtol=1e-5, atol=1e-7), "the hook copied the student at the start"
+    assert not torch.allclose(weights[f"teacher.{trained}"], weights[f"student.{trained}"]), \
+        "an average that lags the student, not a copy"

@@ -67,6 +67,16 @@ def _resized(value):
     return value
 
 
+def _written(cfg, path: Path) -> Path:
+    """``cfg`` at ``path``, with no test pass, seed 0 and gloo."""
+    for key in ("test_dataloader", "test_evaluator", "test_cfg"):
+        cfg[key] = None
+    cfg.randomness = dict(seed=0)
+    cfg.env_cfg.dist_cfg.backend = "gloo"
+    cfg.dump(path)
+    return path
+
+
 def _yolox_config(root: Path, strategy: str) -> Path:
     import mmdet
     from mmengine.config import Config
@@ -84,8 +94,6 @@ def _yolox_config(root: Path, strategy: str) -> Path:
     cfg.model.data_preprocessor = _shrunk(cfg.model.data_preprocessor, _YOLOX_SIZES)
     cfg.model.bbox_head.num_classes = len(CLASSES)
     cfg.val_evaluator.ann_file = str(data / "annotations" / "train.json")
-    for key in ("test_dataloader", "test_evaluator", "test_cfg"):
-        cfg[key] = None
     cfg.train_cfg.update(max_epochs=2, val_interval=2)
     cfg.param_scheduler = [s for s in cfg.param_scheduler if s.get("begin", 0) < 2]
     hooks = [h for h in cfg.custom_hooks if not (strategy == "fsdp" and h.type == "EMAHook")]
@@ -93,12 +101,17 @@ def _yolox_config(root: Path, strategy: str) -> Path:
         if hook.type == "YOLOXModeSwitchHook":
             hook.num_last_epochs = 0  # (epoch + 1) >= max_epochs: the second epoch
     cfg.custom_hooks = hooks
-    cfg.randomness = dict(seed=0)
-    cfg.env_cfg.dist_cfg.backend = "gloo"
     cfg.default_hooks.logger.interval = 1
-    path = root / f"yolox-{strategy}.py"
-    cfg.dump(path)
-    return path
+    return _written(cfg, root / f"yolox-{strategy}.py")
+
+
+def _run(root: Path, config: Path, strategy: str):
+    """``flexgraph run`` of ``config`` into ``root/<its stem>``, on 1 process or 2."""
+    work = root / config.stem
+    done = flexgraph_run(config, work, ["randomness.seed=0"], "--strategy", strategy,
+                         "--nproc-per-node", "1" if strategy == "single" else "2", cwd=root)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return work, done
 
 
 @pytest.fixture(scope="module")
@@ -111,11 +124,7 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_yolox_mode_switch_turns_mosaic_off_and_l1_on_in_the_last_epoch(root, strategy):
-    work = root / f"yolox-{strategy}"
-    done = flexgraph_run(_yolox_config(root, strategy), work, ["randomness.seed=0"],
-                         "--strategy", strategy, "--nproc-per-node",
-                         "1" if strategy == "single" else "2", cwd=root)
-    assert done.returncode == 0, done.stderr[-4000:]
+    work, done = _run(root, _yolox_config(root, strategy), strategy)
     logged = done.stdout + done.stderr
     assert "No mosaic and mixup aug now!" in logged and "Add additional L1 loss now!" in logged
     epochs = [(r["epoch"], "loss_l1" in r) for r in records(work)]
@@ -188,26 +197,16 @@ def _retriever_config(root: Path, strategy: str) -> Path:
     cfg.model.image_encoder[0].update(depth=18, init_cfg=None)  # no download
     cfg.model.head.update(num_classes=5, in_channels=512)
     cfg.data_preprocessor.num_classes = 5
-    for key in ("test_dataloader", "test_evaluator", "test_cfg"):
-        cfg[key] = None
     cfg.train_cfg.max_epochs = 2  # validated after each
     cfg.param_scheduler = cfg.param_scheduler[:1]
-    cfg.randomness = dict(seed=0)
-    cfg.env_cfg.dist_cfg.backend = "gloo"
     cfg.custom_imports = dict(imports=["retriever_parts"], allow_failed_imports=False)
     cfg.custom_hooks.append(dict(type="PrototypeProbe"))
-    path = root / f"retriever-{strategy}.py"
-    cfg.dump(path)
-    return path
+    return _written(cfg, root / f"retriever-{strategy}.py")
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_the_retriever_s_prototype_is_prepared_before_validation(root, strategy):
-    work = root / f"retriever-{strategy}"
-    done = flexgraph_run(_retriever_config(root, strategy), work, ["randomness.seed=0"],
-                         "--strategy", strategy, "--nproc-per-node",
-                         "1" if strategy == "single" else "2", cwd=root)
-    assert done.returncode == 0, done.stderr[-4000:]
+    work, _ = _run(root, _retriever_config(root, strategy), strategy)
     validated = records(work, "val")
     assert len(validated) == 2 and all("retrieval/Recall@1" in v for v in validated), validated
     # the retriever prepares it itself only once, at its first prediction: the hook again
@@ -231,24 +230,14 @@ def _soft_teacher_config(root: Path, strategy: str) -> Path:
     cfg.model.detector.backbone.init_cfg = None  # no download
     cfg.model.detector.roi_head.bbox_head.num_classes = len(CLASSES)
     cfg.val_evaluator.ann_file = str(data / "annotations" / "train.json")
-    for key in ("test_dataloader", "test_evaluator", "test_cfg"):
-        cfg[key] = None
     cfg.train_cfg.update(max_iters=4, val_interval=4)
     cfg.default_hooks.checkpoint.interval = 4
-    cfg.randomness = dict(seed=0)
-    cfg.env_cfg.dist_cfg.backend = "gloo"
-    path = root / f"soft-teacher-{strategy}.py"
-    cfg.dump(path)
-    return path
+    return _written(cfg, root / f"soft-teacher-{strategy}.py")
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_mean_teacher_copies_the_student_then_follows_it(root, strategy):
-    work = root / f"soft-teacher-{strategy}"
-    done = flexgraph_run(_soft_teacher_config(root, strategy), work, ["randomness.seed=0"],
-                         "--strategy", strategy, "--nproc-per-node",
-                         "1" if strategy == "single" else "2", cwd=root)
-    assert done.returncode == 0, done.stderr[-4000:]
+    work, _ = _run(root, _soft_teacher_config(root, strategy), strategy)
     weights = saved_weights(work, 4, "iter")
     # teacher and student are built apart, each with its own random initial weights
     frozen, trained = "backbone.conv1.weight", "roi_head.bbox_head.fc_cls.weight"

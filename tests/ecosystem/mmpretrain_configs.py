@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ CONFIGS = {
     "mocov3": "mocov3/mocov3_resnet50_8xb512-amp-coslr-100e_in1k.py",
     "mocov3-sgd": "mocov3/mocov3_resnet50_8xb512-amp-coslr-100e_in1k.py",
     "simsiam": "simsiam/simsiam_resnet50_8xb32-coslr-100e_in1k.py",
+    "swav": "swav/swav_resnet50_8xb32-mcrop-coslr-200e_in1k-224px-96px.py",
 }
 STRATEGIES = {
     "single": None,
@@ -55,8 +57,12 @@ def _shrunk_images(value: Any) -> Any:
     return value
 
 
-def write_config(root: Path, model: str, strategy: str, data: Path) -> Path:
-    """The installed config of ``model``, shrunk, under ``strategy``: ``root/model-strategy.py``."""
+def write_config(root: Path, model: str, strategy: str, data: Path,
+                 edit: Callable[[Any], None] | None = None) -> Path:
+    """The installed config of ``model``, shrunk, under ``strategy``: ``root/model-strategy.py``.
+
+    ``edit`` changes the shrunk ``Config`` further before it is written.
+    """
     import mmpretrain
     from mmengine.config import Config
 
@@ -88,19 +94,23 @@ def write_config(root: Path, model: str, strategy: str, data: Path) -> Path:
     if cfg.model.backbone.get("norm_cfg", {}).get("type") == "SyncBN":
         cfg.model.backbone.update(depth=18, norm_cfg=dict(type="BN"))
         cfg.model.neck.update(in_channels=512, norm_cfg=dict(type="BN1d"))  # SyncBN by default
-        cfg.model.head.predictor.norm_cfg = dict(type="BN1d")
+        if "predictor" in cfg.model.head:
+            cfg.model.head.predictor.norm_cfg = dict(type="BN1d")
     if model.endswith("-sgd"):  # an element-wise optimizer in place of the config's LARS
         cfg.optim_wrapper.optimizer = dict(type="SGD", lr=0.5, weight_decay=1e-6, momentum=0.9)
     if STRATEGIES[strategy] is not None:
         cfg.strategy = eval(STRATEGIES[strategy])  # noqa: S307 (the table above)
+    if edit is not None:
+        edit(cfg)
     path = root / f"{model}-{strategy}.py"
     cfg.dump(path)
     return path
 
 
-def train(root: Path, model: str, strategy: str, data: Path) -> subprocess.CompletedProcess:
-    """``flexgraph run`` of the shrunk config on 2 processes (1 for ``single``)."""
-    config = write_config(root, model, strategy, data)
+def train(root: Path, model: str, strategy: str, data: Path,
+          edit: Callable[[Any], None] | None = None) -> subprocess.CompletedProcess:
+    """``flexgraph run`` of :func:`write_config`'s config on 2 processes (1 for ``single``)."""
+    config = write_config(root, model, strategy, data, edit)
     procs = "1" if strategy == "single" else "2"
     return subprocess.run(
         [sys.executable, "-m", "flexgraph", "run", str(config), "--work-dir",
@@ -115,12 +125,12 @@ def records(work: Path, mode: str = "train") -> list[dict[str, Any]]:
     return [x for x in lines if x.get("mode", "train") == mode]
 
 
-def saved_weights(work: Path, epoch: int) -> dict[str, torch.Tensor]:
-    """The model weights of ``work``'s checkpoint after ``epoch``, whatever its format."""
+def saved_weights(work: Path, epoch: int, unit: str = "epoch") -> dict[str, torch.Tensor]:
+    """The model weights of ``work``'s checkpoint after ``epoch`` (``unit="iter"``: iteration)."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    if (work / f"epoch_{epoch}.pth").exists():
-        return torch.load(work / f"epoch_{epoch}.pth", weights_only=False)["state_dict"]
-    flat = work / f"epoch_{epoch}.flat.pt"
-    dcp_to_torch_save(work / f"epoch_{epoch}.ckpt", flat)
+    if (work / f"{unit}_{epoch}.pth").exists():
+        return torch.load(work / f"{unit}_{epoch}.pth", weights_only=False)["state_dict"]
+    flat = work / f"{unit}_{epoch}.flat.pt"
+    dcp_to_torch_save(work / f"{unit}_{epoch}.ckpt", flat)
     return torch.load(flat, weights_only=False)["model"]

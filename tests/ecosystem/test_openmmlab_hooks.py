@@ -31,6 +31,10 @@ HOOKS = [
     "dict(type='SwitchRecipeHook', schedule=[dict(action_epoch=1, train_pipeline=["
     "dict(type='LoadImageFromFile'), dict(type='RandomResizedCrop', scale=32), "
     "dict(type='PackInputs')])])",
+    # RTMDet's: its epoch counts from 0, where SwitchRecipeHook's counts from 1
+    "dict(type='mmdet.PipelineSwitchHook', switch_epoch=0, switch_pipeline=["
+    "dict(type='LoadImageFromFile'), dict(type='RandomResizedCrop', scale=32), "
+    "dict(type='RandomFlip', prob=0.5), dict(type='PackInputs')])",
     "dict(type='WarmupParamHook', param_name='loss_weight', module_name='head.loss_module', "
     "warmup_epochs=1)",
     "dict(type='PreciseBNHook', num_samples=8)",
@@ -93,6 +97,7 @@ def test_the_hooks_openmmlab_configs_name_train_under_each_strategy(root, strate
     done = flexgraph_run(_config(root, hooks), root / strategy, _options(root / "data"),
                          "--strategy", strategy, "--nproc-per-node", nproc, cwd=root)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert "Switch pipeline now!" in done.stdout + done.stderr, "PipelineSwitchHook switched"
     ranks = [0] if strategy == "single" else [0, 1]
     validations = [json.loads((root / strategy / "probe" / f"val-rank{r}.json").read_text())
                    for r in ranks]

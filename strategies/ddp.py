@@ -34,7 +34,8 @@ def ddp(
     model_wrapper : Mapping, optional
         ``type`` and options; MMEngine's wrapper for a ``BaseModel``, else torch's.
         ``broadcast_buffers`` is ``False`` unless given, as under MMEngine's Runner:
-        each rank keeps its own BatchNorm statistics.
+        each rank keeps its own BatchNorm statistics; ``find_unused_parameters``,
+        unless given, is the config's top-level key, as the Runner reads it.
     sync_bn : str, optional
         ``'torch'`` converts BatchNorm to SyncBatchNorm (CUDA only).
     dist_cfg : Mapping, optional
@@ -54,7 +55,7 @@ def ddp(
                 Step(
                     "wrap_model",
                     f"{HERE}:wrap_ddp",
-                    requires="env",
+                    requires=("env", "cfg"),
                     updates="model",
                     params={"model_wrapper": dict(model_wrapper or {}), "sync_bn": sync_bn},
                     doc="wrap in DistributedDataParallel",
@@ -74,7 +75,8 @@ def ddp(
 
 
 def wrap_ddp(
-    model: Any, env: Any, *, model_wrapper: Mapping[str, Any], sync_bn: str | None = None
+    model: Any, env: Any, cfg: Any, *, model_wrapper: Mapping[str, Any],
+    sync_bn: str | None = None
 ) -> Any:
     """Wrap ``model`` for data-parallel training on ``env.device``.
 
@@ -82,6 +84,8 @@ def wrap_ddp(
     ----------
     model : torch.nn.Module
     env : Env
+    cfg : Config
+        The run's config (its top-level ``find_unused_parameters``).
     model_wrapper : Mapping
     sync_bn : str, optional
 
@@ -101,6 +105,8 @@ def wrap_ddp(
             raise ConfigError("sync_bn needs CUDA devices; drop strategy.sync_bn for a CPU run")
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     options = {"broadcast_buffers": False, **model_wrapper}
+    if cfg.get("find_unused_parameters"):  # the Runner's top-level key; the strategy's wins
+        options.setdefault("find_unused_parameters", True)
     default = "MMDistributedDataParallel" if isinstance(model, BaseModel) else (
         "DistributedDataParallel"
     )

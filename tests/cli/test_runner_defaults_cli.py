@@ -96,3 +96,36 @@ def test_every_strategy_s_checkpoint_hooks_see_ddp_s_keys_shared_layers_included
     assert {"net.4.weight", "net.5.weight"} <= set(keys["ddp"][0])
     for work, seen in keys.items():
         assert seen == [keys["ddp"][0]] * 2, work
+
+
+UNUSED_MODEL = '''
+from digits import DigitsMLP
+from mmengine.registry import MODELS
+from torch import nn
+
+
+@MODELS.register_module(force=True)
+class UnusedLayer(DigitsMLP):
+    """A layer the forward never calls: it gets no gradient, which DDP refuses unless told."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.unused = nn.Linear(10, 10)
+'''
+
+
+def test_the_top_level_find_unused_parameters_reaches_ddp_as_under_the_runner(tmp_path):
+    """MMEngine's Runner wraps with the config's top-level key (25 of MMPreTrain's configs
+    set it): without it, DDP stops at the second iteration."""
+    folder = tmp_path / "cfg"
+    config = write_config(folder, inspect=True, extra=(
+        "custom_imports = dict(imports=['digits', 'killer', 'unused_model'])\n"
+        "model = dict(type='UnusedLayer')\nstrategy = dict(type='DDPStrategy')\n"
+        "find_unused_parameters = True\n"
+        "train_cfg = dict(by_epoch=False, max_iters=4, val_interval=4)\n"))
+    (folder / "unused_model.py").write_text(UNUSED_MODEL)
+    done = launch_two(config, "work", tmp_path)
+    assert "find_unused_parameters" not in done.stderr, "acted on, not warned of"
+    assert sorted(train_losses(tmp_path / "work")) == [1, 2, 3, 4]
+    info = json.loads((tmp_path / "work" / "inspect-rank1.json").read_text())
+    assert info["find_unused_parameters"] is True

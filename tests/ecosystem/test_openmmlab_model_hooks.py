@@ -139,9 +139,6 @@ def _swav(cfg) -> None:
     cfg.custom_hooks = [dict(type="SwAVHook", priority="VERY_HIGH", batch_size=4,
                              epoch_queue_starts=1, crops_for_assign=[0, 1], feat_dim=128,
                              queue_length=16, frozen_layers_cfg=dict(prototypes=2))]
-    if cfg.get("strategy", {}).get("type") == "DDPStrategy":
-        # the config's top-level find_unused_parameters, where flexgraph's warning says
-        cfg.strategy.model_wrapper = dict(find_unused_parameters=True)
 
 
 @pytest.mark.parametrize("strategy", ["single", "ddp"])

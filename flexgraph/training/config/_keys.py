@@ -27,6 +27,7 @@ ACTED_ON = frozenset({
     "optim_wrapper", "param_scheduler", "default_hooks", "custom_hooks",
     "load_from", "resume", "randomness", "env_cfg", "log_level", "default_scope",
     "launcher", "auto_scale_lr", "compile", "visualizer", "log_processor",
+    "find_unused_parameters",  # DDP's wrapper option, unless the strategy gives it
     # flexgraph's own: the graph and its strategies (spec front end), imports
     "strategy", "strategies", "steps", "custom_steps", "inputs", "custom_imports",
 })
@@ -35,8 +36,6 @@ ACTED_ON = frozenset({
 NOT_ACTED_ON = {
     "model_wrapper_cfg": "give DDP options as strategy=dict(type='DDPStrategy', "
                          "model_wrapper=dict(...))",
-    "find_unused_parameters": "give it as strategy=dict(type='DDPStrategy', "
-                              "model_wrapper=dict(find_unused_parameters=True))",
     "activation_checkpointing": "flexgraph has no top-level activation checkpointing; "
                                 "FSDPStrategy takes activation_checkpointing",
     "efficient_conv_bn_eval": "not supported",

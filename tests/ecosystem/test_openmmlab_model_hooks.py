@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -77,15 +78,19 @@ def _written(cfg, path: Path) -> Path:
     return path
 
 
-def _yolox_config(root: Path, strategy: str) -> Path:
+def _mmdet_config(root: Path, *path: str) -> tuple[Any, dict[str, Any]]:
+    """An installed mmdet config, and the dataset keys that point it at the fake COCO set."""
     import mmdet
     from mmengine.config import Config
 
-    cfg = Config.fromfile(Path(mmdet.__file__).parent / ".mim" / "configs" / "yolox"
-                          / "yolox_tiny_8xb8-300e_coco.py")
-    data = root / "coco"
-    images = dict(data_root=str(data) + os.sep, ann_file="annotations/train.json",
+    cfg = Config.fromfile(Path(mmdet.__file__).parent.joinpath(".mim", "configs", *path))
+    images = dict(data_root=str(root / "coco") + os.sep, ann_file="annotations/train.json",
                   data_prefix=dict(img="images/"), metainfo=dict(classes=CLASSES))
+    return cfg, images
+
+
+def _yolox_config(root: Path, strategy: str) -> Path:
+    cfg, images = _mmdet_config(root, "yolox", "yolox_tiny_8xb8-300e_coco.py")
     cfg.train_dataloader.dataset.dataset.update(images)
     cfg.val_dataloader.dataset.update(images)
     for key in ("train_dataloader", "val_dataloader"):
@@ -93,7 +98,7 @@ def _yolox_config(root: Path, strategy: str) -> Path:
         cfg[key].dataset.pipeline = _shrunk(cfg[key].dataset.pipeline, _YOLOX_SIZES)
     cfg.model.data_preprocessor = _shrunk(cfg.model.data_preprocessor, _YOLOX_SIZES)
     cfg.model.bbox_head.num_classes = len(CLASSES)
-    cfg.val_evaluator.ann_file = str(data / "annotations" / "train.json")
+    cfg.val_evaluator.ann_file = str(root / "coco" / "annotations" / "train.json")
     cfg.train_cfg.update(max_epochs=2, val_interval=2)
     cfg.param_scheduler = [s for s in cfg.param_scheduler if s.get("begin", 0) < 2]
     hooks = [h for h in cfg.custom_hooks if not (strategy == "fsdp" and h.type == "EMAHook")]
@@ -212,21 +217,15 @@ def test_the_retriever_s_prototype_is_prepared_before_validation(root, strategy)
 
 
 def _soft_teacher_config(root: Path, strategy: str) -> Path:
-    import mmdet
-    from mmengine.config import Config
-
-    cfg = Config.fromfile(Path(mmdet.__file__).parent / ".mim" / "configs" / "soft_teacher"
-                          / "soft-teacher_faster-rcnn_r50-caffe_fpn_180k_semi-0.1-coco.py")
-    data = root / "coco"
-    images = dict(data_root=str(data) + os.sep, ann_file="annotations/train.json",
-                  data_prefix=dict(img="images/"), metainfo=dict(classes=CLASSES))
+    cfg, images = _mmdet_config(
+        root, "soft_teacher", "soft-teacher_faster-rcnn_r50-caffe_fpn_180k_semi-0.1-coco.py")
     for dataset in [*cfg.train_dataloader.dataset.datasets, cfg.val_dataloader.dataset]:
         dataset.update(images, pipeline=_resized(dataset.pipeline))  # labelled and not: one set
     cfg.train_dataloader.update(batch_size=2, num_workers=0, persistent_workers=False)
     cfg.train_dataloader.sampler.update(batch_size=2, source_ratio=[1, 1])
     cfg.model.detector.backbone.init_cfg = None  # no download
     cfg.model.detector.roi_head.bbox_head.num_classes = len(CLASSES)
-    cfg.val_evaluator.ann_file = str(data / "annotations" / "train.json")
+    cfg.val_evaluator.ann_file = str(root / "coco" / "annotations" / "train.json")
     cfg.train_cfg.update(max_iters=4, val_interval=4)
     cfg.default_hooks.checkpoint.interval = 4
     return _written(cfg, root / f"soft-teacher-{strategy}.py")

@@ -13,9 +13,7 @@ def section(cfg: Any, key: str, default: Any = None) -> Any:
 
     Parameters
     ----------
-    cfg : Config or Mapping or None
-    key : str
-    default : Any, optional
+    cfg, key, default
 
     Returns
     -------

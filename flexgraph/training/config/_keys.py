@@ -1,8 +1,6 @@
-"""Which config keys flexgraph acts on, and a warning for each one it does not.
+"""Which config keys flexgraph acts on, and a warning naming each one it does not.
 
-A key MMEngine's Runner acts on and flexgraph does not is reported by name with
-the reason, rather than ignored in silence; a key close to a known section (a
-typo: ``param_schedular``) is refused (:func:`near_miss`).
+A key close to a known section (a typo: ``param_schedular``) is refused (:func:`near_miss`).
 """
 
 from __future__ import annotations
@@ -90,10 +88,10 @@ _TYPO_CUTOFF = 0.85  # difflib ratio: 'param_schedular' ~ 0.93, 'train_pipeline'
 
 
 def near_miss(key: str) -> str | None:
-    """The key flexgraph acts on that ``key`` misspells (``param_schedular``), if any.
+    """The key flexgraph acts on that ``key`` misspells, if any.
 
-    Only keys flexgraph acts on are worth suggesting: MMPreTrain's ``test_pipeline``
-    is as close to the unsupported ``tta_pipeline``.
+    Only keys flexgraph acts on are suggested: MMPreTrain's ``test_pipeline`` is as
+    close to the unsupported ``tta_pipeline``.
     """
     if key in ACTED_ON or key in NOT_ACTED_ON or key.startswith("_"):
         return None
@@ -107,7 +105,7 @@ def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
 
     Parameters
     ----------
-    cfg : Config or Mapping
+    cfg
     world_size : int, default 1
         Some keys matter only with several processes.
 
@@ -136,7 +134,6 @@ def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
 
 
 def _conditional(cfg: Any) -> Iterator[str]:
-    """Keys flexgraph acts on only with some values."""
     launcher = section(cfg, "launcher", "none")
     if launcher not in ("none", "pytorch", "slurm"):  # the CLI reads those (cli/slurm.py)
         yield (f"config key 'launcher' ({launcher!r}) is not used by flexgraph: start "
@@ -148,7 +145,6 @@ def _conditional(cfg: Any) -> Iterator[str]:
 
 
 def _acted_conditionally(name: str, option: str, world_size: int) -> bool:
-    """``env_cfg.dist_cfg`` only matters in a distributed run, as in MMEngine."""
     return name == "env_cfg" and option == "dist_cfg" and world_size == 1
 
 
@@ -171,9 +167,7 @@ def warn_unused_keys(cfg: Any, *, rank: int = 0, world_size: int = 1) -> None:
 
     Parameters
     ----------
-    cfg : Config or Mapping
-    rank : int, default 0
-    world_size : int, default 1
+    cfg, rank, world_size
     """
     if cfg is None or not hasattr(cfg, "get") or rank != 0:
         return

@@ -6,33 +6,16 @@ is traced there, and each strategy's memory model (``Strategy.memory_model``, se
 ``flexgraph plan --estimate / --compare / --strategy auto`` show it.
 """
 
-from flexgraph.training.estimate._auto import (
-    AUTO_MARGIN,
-    AutoChoice,
-    NothingFitsError,
-    auto_candidates,
-    choose_strategy,
-)
+from flexgraph.training.estimate._auto import AUTO_MARGIN, auto_candidates, choose_strategy
 from flexgraph.training.estimate._candidates import (
     Candidate,
     parse_candidate,
     parse_candidates,
 )
 from flexgraph.training.estimate._census import take_census
-from flexgraph.training.estimate._config import amp_precision, optimizer_states
-from flexgraph.training.estimate._device import (
-    device_memory,
-    host_memory,
-    parse_size,
-    target_device,
-)
-from flexgraph.training.estimate._estimate import (
-    SCHEMA,
-    CandidateEstimate,
-    Estimate,
-    build_meta_model,
-    estimate,
-)
+from flexgraph.training.estimate._config import amp_precision
+from flexgraph.training.estimate._device import device_memory, host_memory, target_device
+from flexgraph.training.estimate._estimate import CandidateEstimate, estimate
 from flexgraph.training.estimate._parts import (
     Allocation,
     CandidateError,
@@ -49,28 +32,21 @@ from flexgraph.training.estimate._trace import UntraceableModelError, trace_step
 __all__ = [
     "AUTO_MARGIN",
     "Allocation",
-    "SCHEMA",
-    "AutoChoice",
     "Candidate",
     "CandidateError",
     "CandidateEstimate",
-    "Estimate",
-    "NothingFitsError",
     "SetupMemory",
     "StrategyMemory",
     "UntraceableModelError",
     "amp_precision",
     "auto_candidates",
-    "build_meta_model",
     "bytes_per",
     "choose_strategy",
     "device_memory",
     "estimate",
     "host_memory",
-    "optimizer_states",
     "parse_candidate",
     "parse_candidates",
-    "parse_size",
     "replicated_states",
     "take_census",
     "target_device",

@@ -1,8 +1,7 @@
 """Attention as a GPU runs it, for a step traced on the meta device.
 
-On the meta device ``F.scaled_dot_product_attention`` would fall back to the math
-implementation, which keeps the whole score matrix for backward; this mode calls
-the fused kernel CUDA would pick, whose meta implementations keep what a GPU keeps.
+On meta, ``F.scaled_dot_product_attention`` falls back to the math implementation,
+which keeps the whole score matrix for backward; the fused kernels keep what a GPU keeps.
 """
 
 from __future__ import annotations

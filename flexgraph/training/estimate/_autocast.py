@@ -1,9 +1,7 @@
 """Autocast's dtype rules, for a step traced on the meta device.
 
-``torch.autocast`` ignores meta tensors, so a traced AMP step would keep every
-activation in fp32. This mode applies CUDA autocast's rules above autograd, as
-autocast does (weights cast once per forward), so saved activations have the
-dtypes a real AMP step saves.
+``torch.autocast`` ignores meta tensors; this mode applies CUDA autocast's rules above
+autograd (weights cast once per forward), so saved activations have an AMP step's dtypes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""What a model holds, counted on the meta device: parameters by kind and by module.
+"""A model's parameters counted on the meta device, by kind and by module.
 
-The largest layer is DeepSpeed's definition (the most parameters one module holds
-directly), which its ZeRO-3 estimate and ours both need.
+The largest layer is DeepSpeed's definition: the most parameters one module holds directly.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """One training step traced on the meta device: how many activation bytes it keeps.
 
-The model is built on the meta device and the first batch moved there; forward
-and backward run as usual, each operator computing only its output's shape and
-dtype, while :class:`LiveBytes` counts what stays alive. Precision is reproduced
-as it would run: autocast's rules (:class:`MetaAutocast`), or the whole model in
-half precision (DeepSpeed's fp16 / bf16).
+Forward and backward run on meta tensors while :class:`LiveBytes` counts what stays
+alive; precision is autocast's rules (:class:`MetaAutocast`) or the model in half
+(DeepSpeed's fp16 / bf16).
 """
 
 from __future__ import annotations
@@ -34,11 +32,8 @@ _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class UntraceableModelError(TrainingError):
-    """A model's training step cannot run on the meta device (no activation estimate).
-
-    Raised for an operator whose output shape depends on values or that has no meta
-    kernel; the message names the module and the operator.
-    """
+    """A model's training step cannot run on the meta device: an operator's output shape
+    depends on values, or it has no meta kernel."""
 
 
 @attrs.frozen
@@ -61,8 +56,8 @@ def _module_names(model: nn.Module, counter: LiveBytes,
                   modes: Callable[[], contextlib.AbstractContextManager]) -> Iterator[None]:
     """Keep ``counter.module`` on the innermost module running forward, and ``modes()`` on.
 
-    Autograd runs backward without Python's torch-function modes, so a forward that
-    activation checkpointing recomputes there enters ``modes()`` again.
+    Autograd runs backward without torch-function modes, so a forward that activation
+    checkpointing recomputes there enters ``modes()`` again.
     """
     names = {id(m): name or type(m).__name__ for name, m in model.named_modules()}
     stack: list[str] = []
@@ -93,7 +88,6 @@ def _module_names(model: nn.Module, counter: LiveBytes,
 
 
 def _to_meta(batch: Any, dtype: torch.dtype | None = None) -> Any:
-    """``batch`` with every tensor on the meta device (floating ones in ``dtype``)."""
     def move(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
@@ -118,8 +112,7 @@ def _map_batch(fn: Callable[[Any], Any], batch: Any) -> Any:
 def _loss(model: nn.Module, batch: Any, half: torch.dtype | None) -> torch.Tensor:
     """The step's loss: MMEngine's ``train_step`` without the optimizer, or a plain forward.
 
-    ``half`` is the dtype a half-precision engine casts the preprocessed inputs to, as
-    DeepSpeed's ``inputs_to_half`` does.
+    ``half``: the dtype the inputs are cast to, as DeepSpeed's ``inputs_to_half`` does.
     """
     if uses_step_api(model):
         module = unwrap_model(model)
@@ -148,11 +141,11 @@ def trace_step(model: nn.Module, batch: Any, compute: str = "fp32",
     model : nn.Module
         Built on the meta device; left with no ``.grad`` and in fp32.
     batch : any
-        The config's batch (real tensors, moved to meta here).
+        The config's batch (moved to meta here).
     compute : str
         One of :data:`COMPUTE_MODES`.
     memo : dict, optional
-        The meta kernels' results, shared by the traces of one estimate (:class:`LiveBytes`).
+        The meta kernels' results, shared by the traces of one estimate.
 
     Returns
     -------

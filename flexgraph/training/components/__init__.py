@@ -1,8 +1,4 @@
-"""The run's components, built from the config as MMEngine builds them.
-
-The model and its weights' initialisation, its training and evaluation steps,
-the dataloaders, the optimizer wrapper and schedulers, CPU mixed precision.
-"""
+"""The run's components, built from the config as MMEngine builds them."""
 
 from flexgraph.training.components._amp import CPUAmpOptimWrapper
 from flexgraph.training.components._data import (

@@ -1,8 +1,5 @@
-"""Mixed precision on the CPU, for configs that ask for MMEngine's ``AmpOptimWrapper``.
-
-MMEngine's refuses to be built without an accelerator; on the CPU flexgraph
-builds :class:`CPUAmpOptimWrapper` in its place, with the same state and options.
-"""
+"""Mixed precision on the CPU: MMEngine's ``AmpOptimWrapper`` refuses to be built
+without an accelerator, so :class:`CPUAmpOptimWrapper` takes its place."""
 
 from __future__ import annotations
 
@@ -22,11 +19,11 @@ class CPUAmpOptimWrapper(AmpOptimWrapper):
     Parameters
     ----------
     loss_scale : {'dynamic'} or float or dict, default 'dynamic'
-        Used for float16 only; bfloat16 needs no scaling.
+        Used for float16 only.
     dtype : str or torch.dtype, optional
         bfloat16 by default here.
     use_fsdp : bool, default False
-        Accepted for MMEngine's configs and ignored.
+        Ignored.
     **kwargs
         ``OptimWrapper``'s.
     """
@@ -55,7 +52,6 @@ class CPUAmpOptimWrapper(AmpOptimWrapper):
 
     @contextmanager
     def optim_context(self, model: torch.nn.Module) -> Iterator[None]:
-        """Accumulation's no_sync (from ``OptimWrapper``) and CPU autocast."""
         with OptimWrapper.optim_context(self, model), torch.autocast("cpu",
                                                                       dtype=self.cast_dtype):
             yield

@@ -1,9 +1,5 @@
-"""The run's settings as the config gives them, and components built from it.
-
-:func:`read_settings` reads the sections flexgraph acts on into one frozen
-:class:`RunSettings` before any step runs, refusing a bad section with a
-``ConfigError`` naming the key; :func:`build_from_cfg` builds components through
-MMEngine's registries in the config's default scope.
+"""The run's settings as the config gives them (:func:`read_settings`, before any step
+runs), and components built from it through MMEngine's registries (:func:`build_from_cfg`).
 """
 
 from flexgraph.training.config._access import (

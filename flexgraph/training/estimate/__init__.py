@@ -1,9 +1,8 @@
 """Will it fit? Per-rank memory estimates of a training config under candidate strategies.
 
-Nothing is allocated: the model is built on the meta device, one training step
-is traced there, and each strategy's memory model (``Strategy.memory_model``, see
-:mod:`._parts`) says what it keeps per rank, and what setup holds on the host.
-``flexgraph plan --estimate / --compare / --strategy auto`` show it.
+Nothing is allocated: the model is built on the meta device, one training step is
+traced there, and each strategy's memory model (``Strategy.memory_model``) says what it
+keeps per rank and what setup holds on the host.
 """
 
 from flexgraph.training.estimate._auto import AUTO_MARGIN, auto_candidates, choose_strategy

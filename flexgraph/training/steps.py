@@ -120,7 +120,14 @@ def _revert_sync_bn_on_cpu(model: nn.Module, env: Env) -> nn.Module:
 def init_weights(env: Env, model: nn.Module) -> nn.Module:
     """Run the model's own ``init_weights()`` if it has one; a failed initialiser fails
     the run, where MMEngine would only log it."""
-    return _initialise(model)
+    unmade = meta_parameters(model)
+    if unmade:
+        raise ConfigError(
+            f"init_weights: {len(unmade)} parameters are still on the meta device "
+            f"(e.g. {unmade[0]!r}); initialising them would do nothing. The step that "
+            f"gives them storage (a strategy's materialize) must run before init_weights")
+    initialise(model, load_pretrained=load_pretrained)
+    return model
 
 
 def init_from_record(cfg: Any, env: Env, model: nn.Module, *, place: str,
@@ -165,17 +172,6 @@ def init_from_record(cfg: Any, env: Env, model: nn.Module, *, place: str,
     if env.rank != source_rank:
         follow_source_draws(drawn, diff_rank_seed=env.diff_rank_seed,
                             warn=env.rank == (1 if source_rank == 0 else 0))
-    return model
-
-
-def _initialise(model: nn.Module) -> nn.Module:
-    unmade = meta_parameters(model)
-    if unmade:
-        raise ConfigError(
-            f"init_weights: {len(unmade)} parameters are still on the meta device "
-            f"(e.g. {unmade[0]!r}); initialising them would do nothing. The step that "
-            f"gives them storage (a strategy's materialize) must run before init_weights")
-    initialise(model, load_pretrained=load_pretrained)
     return model
 
 

@@ -51,16 +51,7 @@ _APEX = (
 
 
 def check_sections(cfg: Any) -> None:
-    """Refuse a malformed component section before any step builds one.
-
-    Examples
-    --------
-    >>> try:
-    ...     check_sections({"custom_hooks": ["MyHook"]})
-    ... except ConfigError as error:
-    ...     print(error)
-    custom_hooks[0]: 'MyHook' is a string; write dict(type='MyHook')
-    """
+    """Refuse a malformed component section before any step builds one."""
     if cfg is None or not hasattr(cfg, "get"):
         return
     _check_top_level_keys(cfg)

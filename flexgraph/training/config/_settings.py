@@ -116,14 +116,11 @@ def train_length(cfg: Any) -> TrainLength:
             )
         max_epochs = 1  # MMEngine's IterBasedTrainLoop: the whole run is one epoch
         default_interval = 1000
-    val_interval = int(tc.get("val_interval", default_interval))
-    if val_interval < 1:
-        raise ConfigError(f"train_cfg.val_interval must be >= 1, got {val_interval}")
     return TrainLength(
         by_epoch=bool(by_epoch),
         max_epochs=int(max_epochs),
         max_iters=None if max_iters is None else int(max_iters),
-        val_interval=val_interval,
+        val_interval=int(tc.get("val_interval", default_interval)),
         val_begin=int(tc.get("val_begin", 1)),
     )
 

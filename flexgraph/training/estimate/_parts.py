@@ -91,7 +91,7 @@ class SetupMemory:
     notes: tuple[str, ...] = ()
 
     def node(self, processes: int) -> int:
-            return self.rank0 + max(processes - 1, 0) * self.others
+        return self.rank0 + max(processes - 1, 0) * self.others
 
 
 @attrs.frozen

@@ -10,22 +10,11 @@ from typing import Any
 import torch
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
-__all__ = ["CPUAmpOptimWrapper"]
-
 
 class CPUAmpOptimWrapper(AmpOptimWrapper):
     """``AmpOptimWrapper`` for the CPU: ``torch.autocast('cpu')`` + a CPU GradScaler.
 
-    Parameters
-    ----------
-    loss_scale : {'dynamic'} or float or dict, default 'dynamic'
-        Used for float16 only.
-    dtype : str or torch.dtype, optional
-        bfloat16 by default here.
-    use_fsdp : bool, default False
-        Ignored.
-    **kwargs
-        ``OptimWrapper``'s.
+    ``dtype`` is bfloat16 by default here; ``loss_scale`` applies to float16 only.
     """
 
     def __init__(self, loss_scale: Any = "dynamic", dtype: str | torch.dtype | None = None,

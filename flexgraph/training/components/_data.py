@@ -27,14 +27,6 @@ from flexgraph.training.config import build_from_cfg, resolve_type
 from flexgraph.training.errors import ConfigError, EmptyDatasetError
 from flexgraph.training.runtime import Env, capture_rng, rank_seed, restore_rng
 
-__all__ = [
-    "DATALOADER_KEYS",
-    "build_dataloader",
-    "build_dataloaders",
-    "epoch_batches",
-    "epoch_length_of",
-]
-
 DATALOADER_KEYS = ("train_dataloader", "val_dataloader", "test_dataloader")
 
 # what MMEngine's Runner.train() builds, so their draws are part of its stream

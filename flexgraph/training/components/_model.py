@@ -15,8 +15,6 @@ from flexgraph.training.config import build_from_cfg, resolve_type, section
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.runtime import parameters_on_meta
 
-__all__ = ["build_model_from_cfg"]
-
 
 def build_model_from_cfg(cfg: Any, env: Any, *, device: str | None = None,
                          init_context: str | None = None,

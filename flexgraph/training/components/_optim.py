@@ -14,15 +14,12 @@ from flexgraph.training.components._data import epoch_length_of
 from flexgraph.training.config import RunSettings, build_from_cfg, resolve_type, section
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["build_optim_wrapper", "build_param_schedulers", "first_param_group"]
-
 
 def build_optim_wrapper(cfg: Any, model: torch.nn.Module, device: str = "cpu") -> Any:
     """``cfg.optim_wrapper`` -> an MMEngine optimizer wrapper over ``model``'s params.
 
     Build it after the model is placed and wrapped: the optimizer keeps the
-    parameters it was given. On the CPU an ``AmpOptimWrapper`` becomes
-    :class:`~flexgraph.training.components.CPUAmpOptimWrapper`.
+    parameters it was given. On the CPU an ``AmpOptimWrapper`` becomes ``CPUAmpOptimWrapper``.
 
     Parameters
     ----------

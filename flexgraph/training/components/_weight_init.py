@@ -16,8 +16,6 @@ from torch import nn
 
 from flexgraph.training.errors import InitWeightsError
 
-__all__ = ["initialise"]
-
 _FAILED_COPY = re.compile(r'While copying the parameter named "([^"]+)".*an exception occurred'
                           r' : \((.*)\)\.?$')
 

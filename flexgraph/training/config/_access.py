@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["is_pretrained", "names_pretrained", "section", "type_name"]
-
 
 def section(cfg: Any, key: str, default: Any = None) -> Any:
     """``cfg[key]`` for a Config, ConfigDict or plain dict, ``default`` if absent or ``None``.

@@ -16,8 +16,6 @@ from mmengine.registry import Registry
 from flexgraph.core.errors import did_you_mean
 from flexgraph.training.errors import ConfigError, UnknownComponentError
 
-__all__ = ["build_from_cfg", "resolve_type"]
-
 # The module that registers MMEngine's own components of a registry, imported only when
 # a name misses: a run never imports ``mmengine.runner``, which imports every runner and
 # strategy (DeepSpeed, when it is installed).

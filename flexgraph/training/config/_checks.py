@@ -14,8 +14,6 @@ from flexgraph.training.config._access import section, type_name
 from flexgraph.training.config._keys import DEFAULT_HOOK_TYPES, near_miss
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["check_sections"]
-
 DATALOADER_KEYS = ("train_dataloader", "val_dataloader", "test_dataloader")
 
 #: MMEngine's ``train_cfg`` options; ``dynamic_intervals`` is reported as unused.

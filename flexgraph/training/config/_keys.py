@@ -13,9 +13,6 @@ from typing import Any
 from flexgraph.training.config._access import section, type_name
 from flexgraph.training.errors import UnusedConfigWarning
 
-__all__ = ["ACTED_ON", "DEFAULT_HOOK_TYPES", "NOT_ACTED_ON", "near_miss", "unused_keys",
-           "warn_unused_keys"]
-
 #: Top-level keys flexgraph acts on (MMEngine's meaning, where MMEngine has the key).
 #: ``visualizer`` is built as MMEngine builds it, every option and backend included.
 ACTED_ON = frozenset({
@@ -101,18 +98,7 @@ def near_miss(key: str) -> str | None:
 
 
 def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
-    """One message per config key flexgraph does not act on, naming the key and why.
-
-    Parameters
-    ----------
-    cfg
-    world_size : int, default 1
-        Some keys matter only with several processes.
-
-    Yields
-    ------
-    str
-    """
+    """One message per config key flexgraph does not act on, naming the key and why."""
     for key in cfg:
         value = cfg.get(key)
         if key in NOT_ACTED_ON and value not in (None, False, {}, []):

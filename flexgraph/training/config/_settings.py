@@ -221,16 +221,7 @@ def _names(value: Any, what: str, *, unique: bool = True) -> tuple[str, ...] | N
 
 
 def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
-    """Map ``default_hooks.checkpoint`` onto a :class:`CheckpointPolicy`.
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    CheckpointPolicy
-    """
+    """Map ``default_hooks.checkpoint`` onto a :class:`CheckpointPolicy`."""
     hooks = section(cfg, "default_hooks", {})
     if "checkpoint" in hooks and hooks["checkpoint"] is None:
         return CheckpointPolicy(enabled=False)
@@ -461,16 +452,7 @@ def _signal_name(value: Any) -> str:
 
 
 def stop_policy(cfg: Any) -> StopPolicy:
-    """Map ``cfg.preemption`` onto a :class:`StopPolicy`.
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    StopPolicy
-    """
+    """Map ``cfg.preemption`` onto a :class:`StopPolicy`."""
     if cfg is not None and "preemption" in cfg and cfg["preemption"] is None:
         return StopPolicy(signals=())
     options = dict(section(cfg, "preemption", {}))

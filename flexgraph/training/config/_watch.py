@@ -15,8 +15,6 @@ import attrs
 from flexgraph.training.config._access import section
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["LONG_PHASE_ALLOWANCE", "WatchPolicy", "collective_timeout", "watch_policy"]
-
 AUTO_FLOOR = 300.0
 """Seconds: the smallest bound an iteration gets by default."""
 AUTO_FACTOR = 10

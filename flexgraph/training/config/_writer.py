@@ -14,8 +14,6 @@ from typing import Any
 
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["WIDTH", "config_text", "write_config"]
-
 WIDTH = 79
 """Columns a one-line value may take, as yapf's style in MMEngine's dump."""
 

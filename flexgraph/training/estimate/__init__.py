@@ -11,10 +11,9 @@ from flexgraph.training.estimate._candidates import (
     parse_candidate,
     parse_candidates,
 )
-from flexgraph.training.estimate._census import take_census
 from flexgraph.training.estimate._config import amp_precision
 from flexgraph.training.estimate._device import device_memory, host_memory, target_device
-from flexgraph.training.estimate._estimate import CandidateEstimate, estimate
+from flexgraph.training.estimate._estimate import estimate
 from flexgraph.training.estimate._parts import (
     Allocation,
     CandidateError,
@@ -26,17 +25,14 @@ from flexgraph.training.estimate._parts import (
     whole_model_setup,
     whole_model_steps,
 )
-from flexgraph.training.estimate._trace import UntraceableModelError, trace_step
 
 __all__ = [
     "AUTO_MARGIN",
     "Allocation",
     "Candidate",
     "CandidateError",
-    "CandidateEstimate",
     "SetupMemory",
     "StrategyMemory",
-    "UntraceableModelError",
     "amp_precision",
     "auto_candidates",
     "bytes_per",
@@ -47,9 +43,7 @@ __all__ = [
     "parse_candidate",
     "parse_candidates",
     "replicated_states",
-    "take_census",
     "target_device",
-    "trace_step",
     "trains_on",
     "whole_model_setup",
     "whole_model_steps",

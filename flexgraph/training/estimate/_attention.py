@@ -12,8 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["FusedAttention"]
-
 _aten = torch.ops.aten
 
 

@@ -9,8 +9,6 @@ from flexgraph.training.errors import ConfigError
 
 from ._estimate import CandidateEstimate, Estimate
 
-__all__ = ["AUTO_MARGIN", "auto_candidates", "choose_strategy"]
-
 AUTO_ORDER = ("ddp", "deepspeed:zero1", "deepspeed:zero2", "fsdp", "deepspeed:zero3",
               "deepspeed:zero3-offload")
 AUTO_MARGIN = 0.10

@@ -13,8 +13,6 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
-__all__ = ["MetaAutocast"]
-
 _LOW = {
     F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
     F.conv_transpose3d, F.scaled_dot_product_attention, F.prelu, torch.matmul, torch.mm,

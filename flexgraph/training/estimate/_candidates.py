@@ -16,8 +16,6 @@ from flexgraph.core.strategy import Strategy, get_strategy, same_strategy
 
 from ._parts import CandidateError
 
-__all__ = ["Candidate", "memory_module", "parse_candidate", "parse_candidates"]
-
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 

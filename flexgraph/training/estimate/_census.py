@@ -12,8 +12,6 @@ from torch import nn
 
 from flexgraph.training.components import unwrap_model
 
-__all__ = ["Census", "take_census"]
-
 
 @attrs.frozen
 class Census:
@@ -41,16 +39,7 @@ def _counts(params: list[nn.Parameter]) -> tuple[int, int]:
 
 
 def take_census(model: nn.Module) -> Census:
-    """Count ``model``'s parameters (the user's module inside any wrapper).
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-
-    Returns
-    -------
-    Census
-    """
+    """Count ``model``'s parameters (the user's module inside any wrapper)."""
     module = unwrap_model(model)
     params = list(module.parameters())
     total, trainable = _counts(params)

@@ -7,8 +7,6 @@ from typing import Any
 
 from flexgraph.training.config import section
 
-__all__ = ["amp_precision", "first_batch", "optimizer_states", "step_temporaries"]
-
 OPTIMIZER_STATES = {
     "Adam": 2, "AdamW": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, "FusedAdam": 2,
     "DeepSpeedCPUAdam": 2, "Lamb": 2, "FusedLamb": 2, "Lion": 1, "Adagrad": 1,

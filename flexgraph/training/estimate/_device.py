@@ -11,8 +11,6 @@ import re
 
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["device_memory", "host_memory", "target_device"]
-
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 

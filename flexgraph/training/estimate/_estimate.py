@@ -31,25 +31,13 @@ from ._parts import (
 )
 from ._trace import StepTrace, UntraceableModelError, trace_step
 
-__all__ = ["CandidateEstimate", "Estimate", "build_meta_model", "estimate"]
-
 SCHEMA = "flexgraph.estimate/1"
 
 
 @attrs.frozen
 class CandidateEstimate:
-    """One candidate's per-rank peak, its parts and where it is reached.
-
-    Parameters
-    ----------
-    label, strategy, memory, world_size, step_note, setup, trains_on
-    trace : StepTrace or None
-        ``None``: the step could not be traced.
-    step_temporaries : int, default 0
-        Bytes the optimizer's step allocates besides its states.
-    steps : tuple of Allocation, default ()
-        What each step of its plan allocates.
-    """
+    """One candidate's per-rank peak, its parts and where it is reached (``trace=None``: the
+    step could not be traced)."""
 
     label: str
     strategy: str

@@ -13,8 +13,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-__all__ = ["LiveBytes"]
-
 
 class LiveBytes(TorchDispatchMode):
     """Count the bytes of storages created under this mode that are still alive.

@@ -22,9 +22,6 @@ from flexgraph.training.errors import ConfigError
 
 from ._census import Census
 
-__all__ = ["Allocation", "CandidateError", "SetupMemory", "StrategyMemory",
-           "replicated_states", "whole_model_setup", "whole_model_steps"]
-
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 

@@ -23,8 +23,6 @@ from ._attention import FusedAttention
 from ._autocast import MetaAutocast
 from ._live_bytes import LiveBytes
 
-__all__ = ["COMPUTE_MODES", "StepTrace", "UntraceableModelError", "trace_step"]
-
 COMPUTE_MODES = ("fp32", "amp:fp16", "amp:bf16", "half:fp16", "half:bf16")
 """How a step computes: fp32; AMP (autocast over fp32 weights); the model in half."""
 
@@ -134,27 +132,10 @@ def _preprocessor_on_meta(model: nn.Module) -> None:
 
 def trace_step(model: nn.Module, batch: Any, compute: str = "fp32",
                memo: dict[Any, Any] | None = None) -> StepTrace:
-    """Run forward and backward of ``model`` (on meta) on ``batch``; count live bytes.
+    """Run forward and backward of ``model`` (built on meta) on ``batch``; count live bytes.
 
-    Parameters
-    ----------
-    model : nn.Module
-        Built on the meta device; left with no ``.grad`` and in fp32.
-    batch : any
-        The config's batch (moved to meta here).
-    compute : str
-        One of :data:`COMPUTE_MODES`.
-    memo : dict, optional
-        The meta kernels' results, shared by the traces of one estimate.
-
-    Returns
-    -------
-    StepTrace
-
-    Raises
-    ------
-    UntraceableModelError
-        An operator of the step has no meta implementation or needs values.
+    ``compute`` is one of :data:`COMPUTE_MODES`; ``memo`` holds the meta kernels' results,
+    shared by the traces of one estimate. The model is left with no ``.grad``, in fp32.
     """
     if compute not in COMPUTE_MODES:
         raise ValueError(f"compute must be one of {COMPUTE_MODES}, not {compute!r}")

@@ -1,8 +1,5 @@
-"""The standard graph's contracts: cheap checks of the model after a setup step.
-
-Each takes artifacts by name and returns ``None`` when it holds, else what is wrong and
-the fix; steps list them as ``"module:function"`` text, so planning imports none.
-"""
+"""The standard graph's contracts: cheap checks of the model after a setup step, each
+returning ``None`` when it holds, else what is wrong and the fix."""
 
 from __future__ import annotations
 

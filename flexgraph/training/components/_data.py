@@ -1,7 +1,6 @@
 """Dataloaders from MMEngine-style config, with a resumable position.
 
-Their random streams are MMEngine's Runner's, draw for draw; a resume inside an epoch
-drops the trained batches' indices before they are loaded. Workers ignore the run's
+Their random streams are MMEngine's Runner's, draw for draw. Workers ignore the run's
 stop signals, which reach every process: their rank saves and ends them.
 """
 

@@ -1,7 +1,5 @@
-"""A model's own ``init_weights()``, with the failed copies MMEngine only logs made errors.
-
-Missing and unexpected keys stay warnings (a backbone's checkpoint has no head).
-"""
+"""A model's own ``init_weights()``, with the failed copies MMEngine only logs made errors
+(missing and unexpected keys stay warnings: a backbone's checkpoint has no head)."""
 
 from __future__ import annotations
 

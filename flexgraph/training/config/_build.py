@@ -1,8 +1,5 @@
-"""Resolve ``type=`` in config dicts and build the component it names.
-
-MMEngine's registries register lazily and report an unknown name as a bare ``KeyError``;
-here an unknown name is an :class:`UnknownComponentError` with a did-you-mean.
-"""
+"""Resolve ``type=`` in config dicts and build the component it names; an unknown name is
+an :class:`UnknownComponentError` with a did-you-mean, not MMEngine's bare ``KeyError``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The shape of each component section, checked before anything is built from it.
-
-A mistake such as ``custom_hooks = ['MyHook']`` would otherwise surface deep in
-MMEngine, after the model exists, or not at all; ``type=`` names are checked when built.
-"""
+"""The shape of each component section, checked before anything is built from it: a
+mistake such as ``custom_hooks = ['MyHook']`` would otherwise surface deep in MMEngine."""
 
 from __future__ import annotations
 

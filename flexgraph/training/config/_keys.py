@@ -1,7 +1,5 @@
-"""Which config keys flexgraph acts on, and a warning naming each one it does not.
-
-A key close to a known section (a typo: ``param_schedular``) is refused (:func:`near_miss`).
-"""
+"""Which config keys flexgraph acts on, a warning naming each one it does not, and the
+refusal of a typo of a known section (``param_schedular``)."""
 
 from __future__ import annotations
 

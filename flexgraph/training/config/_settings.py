@@ -1,8 +1,5 @@
-"""Read the MMEngine-style config sections the training runtime acts on.
-
-The loop, the checkpointer and the output take the frozen :class:`RunSettings`, never
-``cfg``: each default and MMEngine spelling is decided here, before anything is built.
-"""
+"""The config sections the runtime acts on, read into a frozen :class:`RunSettings` before
+anything is built: each default and MMEngine spelling is decided here, once."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The resolved config as a runnable ``.py`` file, in MMEngine's ``dict(...)`` spelling.
-
-MMEngine's ``Config.dump`` formats with yapf, slow at a run's start; a config of Python
-literals is spelled directly, anything else falls back to ``Config.dump``.
-"""
+"""The resolved config as a runnable ``.py`` file, spelled directly where its values are
+literals (``Config.dump`` formats with yapf, slow at a run's start)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Attention as a GPU runs it, for a step traced on the meta device.
-
-On meta, ``F.scaled_dot_product_attention`` falls back to the math implementation,
-which keeps the whole score matrix for backward; the fused kernels keep what a GPU keeps.
-"""
+"""Attention as a GPU runs it, on meta: ``F.scaled_dot_product_attention`` would fall back
+to the math implementation, which keeps the whole score matrix for backward."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Autocast's dtype rules, for a step traced on the meta device.
-
-``torch.autocast`` ignores meta tensors; this mode applies CUDA autocast's rules above
-autograd (weights cast once per forward), so saved activations have an AMP step's dtypes.
-"""
+"""CUDA autocast's dtype rules on meta tensors, which ``torch.autocast`` ignores, so saved
+activations have an AMP step's dtypes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``NAME[:STAGE][:PRECISION]``: the strategies an estimate compares.
-
-What a stage or precision means is the strategy's memory model's to say
-(``candidate_options``), so nothing here knows a strategy by name.
-"""
+"""``NAME[:STAGE][:PRECISION]``: the strategies an estimate compares; what a stage or
+precision means is the strategy's memory model's to say (``candidate_options``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A model's parameters counted on the meta device, by kind and by module.
-
-The largest layer is DeepSpeed's definition: the most parameters one module holds directly.
-"""
+"""A model's parameters counted on the meta device, by kind and by module (the largest
+layer as DeepSpeed defines it: the most parameters one module holds directly)."""
 
 from __future__ import annotations
 

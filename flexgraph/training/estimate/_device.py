@@ -1,8 +1,5 @@
-"""How much memory a rank has (``--device-memory``) and a node's host (``--host-memory``).
-
-Without a flag: the first GPU's memory, else a share of this machine's RAM; a node
-has this machine's RAM. A device size given means GPUs.
-"""
+"""How much memory a rank has (``--device-memory``) and a node's host (``--host-memory``);
+without a flag, the first GPU's, else a share of this machine's RAM."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Live tensor bytes during a traced step: a dispatch mode that counts storages.
-
-Unlike torch's ``MemTracker``, which snapshots every module on every operator, it
-counts each new storage's bytes until Python lets go of it, and the highest total.
-"""
+"""Live tensor bytes during a traced step: a dispatch mode that counts each new storage
+until Python lets go of it (torch's ``MemTracker`` snapshots every module per operator)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""One training step traced on the meta device: how many activation bytes it keeps.
-
-Forward and backward run on meta tensors while :class:`LiveBytes` counts what stays
-alive; precision is autocast's rules (:class:`MetaAutocast`) or the model in half
-(DeepSpeed's fp16 / bf16).
-"""
+"""One training step traced on the meta device: how many activation bytes it keeps, in
+fp32, under autocast's rules, or with the model in half (DeepSpeed's fp16 / bf16)."""
 
 from __future__ import annotations
 

@@ -93,11 +93,9 @@ def _newest_resumable(checkpointer: Checkpointer, read: Read, logger: Any, what:
 
 def _hold_global_batch(meta: dict[str, Any], train_dataloader: Any, logger: Any,
                        path: Any) -> None:
-    """Keep the checkpoint's global batch at another world size: change the per-rank batch.
-
-    DefaultSampler deals an epoch's permutation out to the ranks in turn, so a mid-epoch
-    resume then continues with exactly the samples not yet seen.
-    """
+    """Keep the checkpoint's global batch at another world size: change the per-rank batch
+    (DefaultSampler deals an epoch out to the ranks in turn: a mid-epoch resume then goes
+    on with exactly the samples not yet seen)."""
     saved = meta.get("global_batch")
     per_rank, ranks = per_rank_batch(train_dataloader), world_size()
     if not saved or not per_rank or per_rank * ranks == saved:

@@ -134,9 +134,9 @@ def init_from_record(cfg: Any, env: Env, model: nn.Module, *, place: str,
                      whole: Sequence[str] = (), source_rank: int = 0) -> nn.Module:
     """``init_weights`` for a model no rank holds whole: a one-device run's weights.
 
-    ``source_rank`` records the one-device setup without values and sends every
-    rank the record; ``place`` (``"module:attr"``), called on every rank as
-    ``place(env, model, record, source_rank)``, puts each rank's part in place.
+    ``source_rank`` records the one-device setup without values and sends it to every rank;
+    ``place`` (``"module:attr"``), called as ``place(env, model, record, source_rank)``,
+    puts each rank's part in place.
     """
     import torch
 

@@ -95,10 +95,8 @@ atexit.register(end_dataloader_workers)
 
 
 class WorkerSeeding:
-    """A dataloader worker's first act: ignore the stop signals, then seed itself.
-
-    A module-level class so that ``spawn``-ed workers can unpickle it.
-    """
+    """A dataloader worker's first act: ignore the stop signals, then seed itself (a class,
+    so that ``spawn``-ed workers can unpickle it)."""
 
     def __init__(self, env: Env, num_workers: int, *, init: Any = None,
                  stop_signals: Sequence[str] = (), quiet: bool = False) -> None:
@@ -177,8 +175,8 @@ def _skippable(loader: DataLoader) -> tuple[SkippableSampler | None, int]:
 def epoch_batches(loader: DataLoader, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
     """Start pass ``epoch`` over ``loader``, without its first ``skip_batches`` (already trained).
 
-    An iterable dataset's skipped batches are read here, so their draws come
-    before the checkpoint's RNG state is restored.
+    An iterable dataset's skipped batches are read here, before the checkpoint's RNG state
+    is restored.
 
     Parameters
     ----------
@@ -351,10 +349,8 @@ def epoch_length_of(loader: Any) -> int | None:
 
 def build_dataloaders(cfg: Any, env: Env, *,
                       stop_signals: Sequence[str] = ()) -> dict[str, DataLoader | None]:
-    """The train / val / test dataloaders the config defines (``None`` where absent).
-
-    The test dataloader, which MMEngine's training never builds, draws nothing
-    from the global RNGs.
+    """The train / val / test dataloaders the config defines (``None`` where absent); the test
+    one, which MMEngine's training never builds, draws nothing from the global RNGs.
 
     Parameters
     ----------

@@ -83,11 +83,8 @@ _TYPO_CUTOFF = 0.85  # difflib ratio: 'param_schedular' ~ 0.93, 'train_pipeline'
 
 
 def near_miss(key: str) -> str | None:
-    """The key flexgraph acts on that ``key`` misspells, if any.
-
-    Only keys flexgraph acts on are suggested: MMPreTrain's ``test_pipeline`` is as
-    close to the unsupported ``tta_pipeline``.
-    """
+    """The key flexgraph acts on that ``key`` misspells, if any (only those: MMPreTrain's
+    ``test_pipeline`` is as close to the unsupported ``tta_pipeline``)."""
     if key in ACTED_ON or key in NOT_ACTED_ON or key.startswith("_"):
         return None
     close = difflib.get_close_matches(key, sorted(ACTED_ON), n=1, cutoff=_TYPO_CUTOFF)

@@ -101,11 +101,8 @@ class CandidateEstimate:
 
 @attrs.frozen
 class Estimate:
-    """Every candidate's estimate for one config, and what they share.
-
-    ``untraceable`` says why the step could not be traced; ``weights_loaded``: the
-    run's files set every ``state_dict`` entry.
-    """
+    """Every candidate's estimate for one config, and what they share (``untraceable``: why
+    the step could not be traced)."""
 
     census: Census
     candidates: tuple[CandidateEstimate, ...]

@@ -12,11 +12,8 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 
 class LiveBytes(TorchDispatchMode):
-    """Count the bytes of storages created under this mode that are still alive.
-
-    The tracer sets ``phase``, ``module`` and ``grads``; ``peak`` keeps the highest
-    count, with where it was reached and ``grads_at_peak``.
-    """
+    """Count the bytes of storages created under this mode that are still alive; ``peak``
+    keeps the highest, with the ``phase``, ``module`` and ``grads`` the tracer set then."""
 
     def __init__(self, real: bool = False, memo: dict[Any, Any] | None = None) -> None:
         super().__init__()

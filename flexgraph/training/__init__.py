@@ -2,34 +2,15 @@
 
 An MMEngine-style config becomes a trained model through plain step functions
 (:mod:`flexgraph.training.steps`) wired by :func:`standard_graph`. It uses MMEngine's
-components but not its Runner, so that the order of setup is the graph's; it never imports
-strategies or the CLI. Each concern below the steps is a subpackage with a short face and
-private modules; they import each other only downward (:ref:`layers`).
+components but not its Runner, so that the order of setup is the graph's. Each concern
+below the steps is a subpackage with a short face; they import each other only downward.
 
 Checkpoint words: a run *saves* its checkpoints and *restores* one to continue
 (``resume``); it *loads* weights into a model (``load_from``). A *restorer* restores a run
 from a format, an *opener* reads any format one tensor at a time, and an *inspector*
 describes one offline (``flexgraph ckpt inspect``).
-
-The names below are re-exported lazily: importing this package does not import torch.
 """
-
-from importlib import import_module
-from typing import Any
 
 from flexgraph.training.graph import standard_graph, standard_inputs
 
-_LAZY = {
-    "Checkpointer": "checkpoint",
-    "Env": "runtime",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """Import torch-backed names on first use: planning the graph needs none of them."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'flexgraph.training' has no attribute {name!r}")
-    return getattr(import_module(f"flexgraph.training.{_LAZY[name]}"), name)
-
-
-__all__ = ["Checkpointer", "Env", "standard_graph", "standard_inputs"]
+__all__ = ["standard_graph", "standard_inputs"]

@@ -1,11 +1,5 @@
-"""The standard graph's contracts: cheap checks of the model after a setup step.
-
-Each takes artifacts by name and returns ``None`` when it holds, else what is
-wrong and the fix; the executor stops the run naming the step and the contract
-(:class:`~flexgraph.core.executor.ContractError`). Steps list them as
-``"module:function"`` text (:data:`flexgraph.training.graph.NO_META`, ...), so
-planning imports none.
-"""
+"""The standard graph's contracts: cheap checks of the model after a setup step, each
+returning ``None`` when it holds, else what is wrong and the fix."""
 
 from __future__ import annotations
 
@@ -35,12 +29,7 @@ def _optimizers(optim_wrapper: Any) -> list[Any]:
 
 
 def optimizer_holds_model(model: Any, optim_wrapper: Any) -> str | None:
-    """The optimizer holds exactly the parameters the (wrapped) model trains.
-
-    A parameter it holds that the model does not is a copy the model no longer
-    uses (an optimizer built before the model was wrapped or sharded); a
-    trainable parameter of the model it lacks never trains.
-    """
+    """The optimizer holds exactly the parameters the (wrapped) model trains."""
     params = dict(unwrap_model(model).named_parameters())
     held = {id(p) for o in _optimizers(optim_wrapper) for g in o.param_groups
             for p in g["params"]}

@@ -1,8 +1,7 @@
 """Training failures, one class per kind, and the warning for config keys not acted on.
 
 Each error is a :class:`~flexgraph.core.errors.FlexgraphError` (one line, exit 2) and the
-builtin that describes it (``except ValueError`` still catches a bad config). Messages name
-the culprit and the fix; raise them before any parameter is updated where possible.
+builtin that describes it (``except ValueError`` still catches a bad config).
 """
 
 from __future__ import annotations
@@ -65,10 +64,7 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 
 class ForeignCheckpointError(CheckpointError):
-    """A checkpoint another strategy wrote, in a form this run's strategy cannot restore.
-
-    ``--resume auto`` never skips it as damaged: an older one would silently lose its progress.
-    """
+    """A checkpoint another strategy wrote, in a form this run's strategy cannot restore."""
 
 
 class DeviceFullError(CheckpointError):
@@ -76,10 +72,8 @@ class DeviceFullError(CheckpointError):
 
 
 class UnsafeCheckpointError(CheckpointError):
-    """``torch.load(weights_only=True)`` refused a file: it holds arbitrary objects.
-
-    Never retried unsafely: unpickling it could run code of the file's author's choosing.
-    """
+    """``torch.load(weights_only=True)`` refused a file: it holds arbitrary objects, which
+    could run code of the file's author's choosing."""
 
 
 class WorkDirBusyError(FlexgraphError, RuntimeError):
@@ -90,7 +84,7 @@ class TrainingStopped(BaseException):
     """The run stopped on a signal, after saving a checkpoint to resume from.
 
     A :class:`BaseException`, so ``except Exception`` lets it through; ``flexgraph run``
-    exits 75 ("resumable, run me again"). ``checkpoint`` is ``None`` without a checkpointer.
+    exits 75 ("resumable, run me again").
     """
 
     def __init__(self, message: str, *, signal_name: str, iteration: int,

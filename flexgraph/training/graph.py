@@ -7,19 +7,10 @@ Declared order (ties in a plan follow it):
       -> build_optim_wrapper -> build_param_schedulers -> build_train_step
       -> resume -> train
 
-``init_weights``, ``load_checkpoint``, ``wrap_model`` (and ``compile``) all
-update ``model``; that chain is what strategies rearrange, and everything that
-reads the model runs after it. Each says what it makes of the model
-(``gives``; docs/design.rst, "Model states and needs") and the contracts
-checked after it.
-
-The seams strategies use instead of branching: ``build_model``'s device and
-init context, ``build_checkpointer``'s IO (through which ``load_checkpoint``
-and ``resume`` go), and ``build_train_step``, which an engine that owns
-backward and step replaces.
-
-Functions are referenced as ``"module:attr"`` text, so planning this graph does
-not import torch.
+``init_weights``, ``load_checkpoint``, ``wrap_model`` (and ``compile``) all update
+``model``: that chain is what strategies rearrange. The seams strategies use instead of
+branching: ``build_model``'s device and init context, ``build_checkpointer``'s IO, and
+``build_train_step``. Functions are ``"module:attr"`` text, so planning imports no torch.
 """
 
 from __future__ import annotations
@@ -40,8 +31,6 @@ NO_META = f"{CONTRACTS}:no_meta_parameters"
 OPTIMIZER_HOLDS_MODEL = f"{CONTRACTS}:optimizer_holds_model"
 WEIGHTS_AS_READ = f"{CONTRACTS}:weights_as_read"
 
-# The config, the settings read from it once, and what the run knows beyond its config
-# (the plan, the work_dir's record, the launch: see standard_inputs).
 INPUTS = ("cfg", "settings", "run_context")
 
 LOOP_INPUTS = (
@@ -71,11 +60,9 @@ ENTRIES = ("train", "val", "test")
 def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -> Graph:
     """The training graph for ``cfg`` (``compile=True`` in it adds ``compile``).
 
-    ``entry`` picks the last step: ``train`` (the loop), or ``val`` / ``test``
-    (one evaluation pass). An evaluation graph still holds every setup step;
-    plan it with ``targets=(entry,)`` to keep only what the pass needs once the
-    strategy has rewritten the graph (see :func:`flexgraph.make_plan`). Step
-    functions are ``"flexgraph.training.steps:<name>"`` references.
+    ``entry`` picks the last step: ``train`` (the loop), or ``val`` / ``test`` (one
+    evaluation pass, whose graph still holds every setup step: plan it with
+    ``targets=(entry,)`` to keep what the pass needs once the strategy has rewritten it).
 
     Examples
     --------
@@ -172,8 +159,6 @@ def standard_graph(cfg: Mapping[str, Any] | None = None, entry: str = "train") -
                   "hooks"),
         provides=f"{entry}_result",
     )
-    # Not cut here: a strategy rewrites the whole graph first, then the plan keeps
-    # what ``entry`` needs (``make_plan(..., targets=(entry,))``).
     return Graph.of([*steps, evaluate], inputs=INPUTS)
 
 
@@ -181,12 +166,10 @@ def standard_inputs(cfg: Any, run_context: RunContext | None = None, *,
                     settings: RunSettings | None = None) -> dict[str, Any]:
     """The standard graph's inputs: ``cfg``, its :class:`RunSettings` read once, the run context.
 
-    Reading the settings here, before the plan runs, is what makes a
-    contradictory config, or a path the run could not use, fail before any
-    step has built anything. Without ``run_context``: this process alone (no
-    plan, no record, a console logger at the config's ``log_level``).
+    Read before the plan runs, so a bad config fails before any step has built anything.
+    Without ``run_context``: this process alone (no plan, no record, a console logger).
     """
-    # mmengine's registries: not for plan
+    # imports mmengine's registries, which planning does not need
     from flexgraph.training.config import check_paths, read_settings
     from flexgraph.training.output import RunContext
 

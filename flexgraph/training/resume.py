@@ -1,16 +1,11 @@
 """Resuming a run: everything a checkpoint holds, so that training continues where it stopped.
 
-``resume`` restores weights (strictly), optimizer, schedulers, the loop
-position and this rank's RNG state (handed to the loop in :class:`LoopState`,
-which restores it at the matching point), through the checkpointer's IO of the
-checkpoint's format. ``after_load_checkpoint`` fires before applying, as in
-MMEngine, so a hook may still rewrite the checkpoint.
-
-A group restarted by torch's elastic agent resumes from the latest complete
-checkpoint in ``work_dir``, whatever ``resume`` says. ``resume='auto'`` skips,
-with a warning, incomplete or unreadable checkpoints (the ranks agree on each
-verdict), but never one no restorer of this strategy reads: resuming from
-anything older would silently lose its progress.
+This rank's RNG state goes to the loop in :class:`LoopState`, which restores it at the
+matching point. ``after_load_checkpoint`` fires before applying, as in MMEngine, so a
+hook may still rewrite the checkpoint. A group restarted by torch's elastic agent
+resumes from the latest complete checkpoint, whatever ``resume`` says; ``'auto'`` skips
+incomplete or unreadable ones, but never one this strategy cannot restore: resuming
+from anything older would silently lose its progress.
 """
 
 from __future__ import annotations
@@ -46,14 +41,12 @@ from flexgraph.training.runtime import (
 __all__ = ["resume_training"]
 
 Read = Callable[[Path, CheckpointFormat | None], dict[str, Any]]
-"""Reads a checkpoint path of a known format (or none) for resuming."""
 
 
 def _read_resumable(checkpointer: Checkpointer, path: Path, held: CheckpointFormat | None,
                     model: Any, optim_wrapper: Any, convert: Callable[[Any], Any]
                     ) -> dict[str, Any]:
-    """Read ``path`` (of format ``held``; ``convert`` restates it: MMEngine's layout) and
-    check that it holds a training state; the ranks agree on failure."""
+    """Read ``path`` and check that it holds a training state; the ranks agree on failure."""
     def read() -> dict[str, Any]:
         checkpoint = convert(checkpointer.read(path, held=held, model=model,
                                                optim_wrapper=optim_wrapper))
@@ -69,14 +62,8 @@ def _read_resumable(checkpointer: Checkpointer, path: Path, held: CheckpointForm
 
 def _newest_resumable(checkpointer: Checkpointer, read: Read, logger: Any, what: str
                       ) -> tuple[Path, CheckpointFormat | None, dict[str, Any]] | None:
-    """The newest checkpoint in the work_dir that reads whole, with its format and contents.
-
-    Incomplete and unreadable ones are skipped with a warning naming each;
-    ``None`` when the work_dir holds no checkpoint at all. Each path's format
-    is asked once. A ``CheckpointError`` when none can be resumed; a
-    ``ForeignCheckpointError`` when the newest is another strategy's, which
-    this run must not skip.
-    """
+    """The newest checkpoint in the work_dir that reads whole, with its format and contents
+    (``None``: there is none); the others are skipped with a warning naming each."""
     skipped: list[str] = []
     for path in checkpointer.checkpoint_paths():
         held = format_of(path)
@@ -106,13 +93,9 @@ def _newest_resumable(checkpointer: Checkpointer, read: Read, logger: Any, what:
 
 def _hold_global_batch(meta: dict[str, Any], train_dataloader: Any, logger: Any,
                        path: Any) -> None:
-    """Keep the checkpoint's global batch at another world size: change the per-rank batch.
-
-    Every iteration then trains on the samples the interrupted run would have
-    (DefaultSampler deals an epoch's permutation out to the ranks in turn), so
-    a mid-epoch resume continues with exactly the samples not yet seen. A global
-    batch that does not split evenly over the ranks is a ``CheckpointError``.
-    """
+    """Keep the checkpoint's global batch at another world size: change the per-rank batch
+    (DefaultSampler deals an epoch out to the ranks in turn: a mid-epoch resume then goes
+    on with exactly the samples not yet seen)."""
     saved = meta.get("global_batch")
     per_rank, ranks = per_rank_batch(train_dataloader), world_size()
     if not saved or not per_rank or per_rank * ranks == saved:
@@ -132,12 +115,8 @@ def _hold_global_batch(meta: dict[str, Any], train_dataloader: Any, logger: Any,
 
 def _log_plan_change(checkpoint: dict[str, Any], meta: dict[str, Any], logger: Any,
                      current: Mapping[str, Any] | None) -> None:
-    """Log what changed between the plan that saved ``checkpoint`` and ``current``, if anything.
-
-    The portable format's manifest holds the plan (the plan's own side-by-side
-    view is logged); other checkpoints only tell the world size they were saved at,
-    and so does a run that was given no plan of its own (``current`` is ``None``).
-    """
+    """Log what changed since the plan that saved ``checkpoint`` (only the portable format's
+    manifest holds one; else the world size it was saved at)."""
     manifest = checkpoint.get("manifest") or {}
     saved_world, ranks = manifest.get("world_size", meta.get("world_size")), world_size()
     saved_plan = manifest.get("plan")
@@ -161,19 +140,15 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
                     message_hub: Any) -> LoopState:
     """Restore the run from the checkpoint ``resume`` asks for.
 
-    Returns a fresh :class:`LoopState` when not resuming, or when
-    ``resume='auto'`` finds no checkpoint (the first run of a restartable job).
-    Rank 0 logs what changed since the ``plan`` that saved the checkpoint. A
-    checkpoint without training state, or one that does not fit this config,
-    is a ``CheckpointError``.
+    A fresh :class:`LoopState` when not resuming, or when ``resume='auto'`` finds no
+    checkpoint (the first run of a restartable job).
     """
     source = settings.resume
     restart = settings.restart
     if source is None and not restart:
         return LoopState()
     what = f"restart {restart}" if restart else "resume='auto'"
-    # Only epoch loops promise a fixed epoch length (iteration loops may run an
-    # infinite sampler, whose single "epoch" outgrows len(train_dataloader)).
+    # only epoch loops promise a fixed epoch length (an iteration loop's sampler may be infinite)
     epoch_length = epoch_length_of(train_dataloader) if train_dataloader is not None else None
     by_epoch = settings.train is not None and settings.train.by_epoch
 
@@ -214,7 +189,6 @@ def resume_training(*, settings: RunSettings, model: torch.nn.Module, optim_wrap
         epoch_length = epoch_length_of(train_dataloader)
     epoch, iteration, batch_idx = meta["epoch"], meta["iter"], meta.get("batch_idx", 0)
     data_pass = meta.get("data_pass", epoch)
-    # What hooks recorded for a resumed run (MMEngine's runtime-info names: best scores).
     message_hub.update_info_dict(dict(meta.get("runtime_info") or {}))
     if by_epoch and epoch_length is not None and batch_idx > epoch_length:
         raise CheckpointError(

@@ -1,10 +1,8 @@
 """The standard training graph's steps, as plain functions.
 
-Each step takes its artifacts as keyword arguments named like them, its
-parameters keyword-only, and returns one value or a dict of several. They are
-thin on purpose, so a strategy that replaces a step reuses the same pieces.
-Besides ``cfg``, steps read ``settings`` (read once) and ``run_context``; no
-step asks which strategy is active.
+Each takes its artifacts as keyword arguments named like them, its parameters
+keyword-only, and returns one value or a dict of several. They are thin, so a strategy
+that replaces a step reuses the same pieces; no step asks which strategy is active.
 """
 
 from __future__ import annotations
@@ -82,9 +80,9 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
                 init_options: Mapping[str, Any] | None = None) -> nn.Module:
     """Build ``cfg.model`` through MMEngine's ``MODELS`` registry.
 
-    ``device='meta'`` builds parameters without storage, for strategies that shard
-    before any weight exists; ``init_context`` is the ``"module:attr"`` of a factory
-    ``f(cfg=, env=, **init_options)`` of a context manager to build in (``zero.Init``).
+    ``device='meta'`` builds parameters without storage; ``init_context`` is the
+    ``"module:attr"`` of a factory ``f(cfg=, env=, **init_options)`` of a context manager
+    to build in (``zero.Init``).
     """
     if device != "meta" and init_context is None:
         return _revert_sync_bn_on_cpu(components.build_model_from_cfg(cfg, env, device=device), env)
@@ -99,11 +97,7 @@ def build_model(cfg: Any, env: Env, *, device: str | None = None,
 
 
 def _revert_sync_bn_on_cpu(model: nn.Module, env: Env) -> nn.Module:
-    """SyncBatchNorm layers cannot sync on a CPU process group: BatchNorm, with a warning.
-
-    MMEngine's ``revert_sync_batchnorm``, which its Runner applies to any run
-    without distribution; each rank then normalises by its own batch.
-    """
+    """SyncBatchNorm layers cannot sync on a CPU process group: BatchNorm, with a warning."""
     if env.world_size < 2 or str(env.device).startswith("cuda"):
         return model
     names = [name for name, module in model.named_modules()
@@ -124,20 +118,25 @@ def _revert_sync_bn_on_cpu(model: nn.Module, env: Env) -> nn.Module:
 
 
 def init_weights(env: Env, model: nn.Module) -> nn.Module:
-    """Run the model's own ``init_weights()`` (MMEngine ``BaseModule``) if it has one.
-
-    An initialiser that fails fails the run, where MMEngine would only log it.
-    """
-    return _initialise(model)
+    """Run the model's own ``init_weights()`` if it has one; a failed initialiser fails
+    the run, where MMEngine would only log it."""
+    unmade = meta_parameters(model)
+    if unmade:
+        raise ConfigError(
+            f"init_weights: {len(unmade)} parameters are still on the meta device "
+            f"(e.g. {unmade[0]!r}); initialising them would do nothing. The step that "
+            f"gives them storage (a strategy's materialize) must run before init_weights")
+    initialise(model, load_pretrained=load_pretrained)
+    return model
 
 
 def init_from_record(cfg: Any, env: Env, model: nn.Module, *, place: str,
                      whole: Sequence[str] = (), source_rank: int = 0) -> nn.Module:
     """``init_weights`` for a model no rank holds whole: a one-device run's weights.
 
-    ``source_rank`` records the one-device setup without values and sends every
-    rank the record; ``place`` (``"module:attr"``), called on every rank as
-    ``place(env, model, record, source_rank)``, puts each rank's part in place.
+    ``source_rank`` records the one-device setup without values and sends it to every rank;
+    ``place`` (``"module:attr"``), called as ``place(env, model, record, source_rank)``,
+    puts each rank's part in place.
     """
     import torch
 
@@ -176,20 +175,8 @@ def init_from_record(cfg: Any, env: Env, model: nn.Module, *, place: str,
     return model
 
 
-def _initialise(model: nn.Module) -> nn.Module:
-    unmade = meta_parameters(model)
-    if unmade:
-        raise ConfigError(
-            f"init_weights: {len(unmade)} parameters are still on the meta device "
-            f"(e.g. {unmade[0]!r}); initialising them would do nothing. The step that "
-            f"gives them storage (a strategy's materialize) must run before init_weights")
-    initialise(model, load_pretrained=load_pretrained)
-    return model
-
-
 def build_hooks(cfg: Any, settings: RunSettings, run_context: RunContext) -> Hooks:
-    """``custom_hooks`` (+ non-builtin ``default_hooks``) and the runner view they see,
-    which logs through the run context's logger."""
+    """``custom_hooks`` (+ non-builtin ``default_hooks``) and the runner view they see."""
     return _build_hooks(cfg, settings, run_context)
 
 
@@ -200,10 +187,8 @@ def build_checkpointer(settings: RunSettings, run_context: RunContext, env: Env,
                        ) -> Checkpointer:
     """A checkpointer for ``work_dir`` following ``default_hooks.checkpoint``.
 
-    ``io`` and ``access`` are the ``"module:attr"`` of the strategy's own
-    :class:`~flexgraph.training.checkpoint.CheckpointIO` and
-    :class:`~flexgraph.training.checkpoint.StateAccess`;
-    ``checkpoint_format='portable'`` writes the portable layout instead.
+    ``io`` and ``access`` are the ``"module:attr"`` of the strategy's own ``CheckpointIO``
+    and ``StateAccess``; ``checkpoint_format='portable'`` writes the portable layout.
     """
     if checkpoint_format not in CHECKPOINT_FORMATS:
         raise ConfigError(f"checkpoint_format={checkpoint_format!r}: use one of "
@@ -225,42 +210,27 @@ def build_checkpointer(settings: RunSettings, run_context: RunContext, env: Env,
 def load_checkpoint(settings: RunSettings, run_context: RunContext, hooks: Hooks,
                     model: nn.Module, checkpointer: Checkpointer, *,
                     pretrained: Sequence[Mapping[str, Any]] = ()) -> nn.Module:
-    """Load ``load_from`` weights through the checkpointer's IO.
-
-    The strategy configures the IO (``Configure('build_checkpointer', io=...)``),
-    which knows how weights go into the model it manages; this step stays the
-    same for every strategy.
-    """
+    """Load ``load_from`` weights through the checkpointer's IO, which the strategy
+    configures: this step stays the same for every strategy."""
     return load_weights(checkpointer, settings.weights_to_load(), model, hooks,
                         logger=run_context.logger, pretrained=pretrained)
 
 
 def wrap_model(env: Env, model: nn.Module) -> nn.Module:
-    """Move the model to ``env.device``: the whole of wrapping for one device.
-
-    Distributed strategies replace this step with their own wrapper (DDP's is
-    ``flexgraph.strategies.ddp:wrap_ddp``); no step here looks at the world size.
-    """
+    """Move the model to ``env.device``: the whole of wrapping for one device."""
     return model.to(env.device)
 
 
 def compile(  # noqa: A001 (the public step name; shadows the builtin in this module only)
     model: nn.Module, *, options: Mapping[str, Any] | None = None
 ) -> nn.Module:
-    """``torch.compile`` the model in place (the optional ``compile`` step).
-
-    In place rather than wrapped, so the model keeps its type, its ``train_step``
-    and its state-dict keys.
-    """
+    """``torch.compile`` the model in place, so it keeps its type, ``train_step`` and keys."""
     model.compile(**dict(options or {}))
     return model
 
 
 def build_dataloaders(cfg: Any, settings: RunSettings, env: Env) -> dict[str, Any]:
-    """``train_dataloader`` / ``val_dataloader`` / ``test_dataloader`` (``None`` if absent).
-
-    Their workers leave the run's stop signals to the main process.
-    """
+    """``train_dataloader`` / ``val_dataloader`` / ``test_dataloader`` (``None`` if absent)."""
     return components.build_dataloaders(cfg, env, stop_signals=settings.stop.signals)
 
 
@@ -271,29 +241,19 @@ def build_optim_wrapper(cfg: Any, env: Env, model: nn.Module) -> Any:
 
 def build_param_schedulers(cfg: Any, settings: RunSettings, optim_wrapper: Any,
                            train_dataloader: Any) -> Any:
-    """MMEngine parameter schedulers from ``cfg.param_scheduler`` (maybe empty).
-
-    A list, or for an ``OptimWrapperDict`` a dict of lists by optimizer name,
-    as MMEngine's Runner builds them.
-    """
+    """MMEngine parameter schedulers from ``cfg.param_scheduler`` (maybe empty)."""
     return components.build_param_schedulers(cfg, settings, optim_wrapper, train_dataloader)
 
 
 def build_train_step(env: Env, model: nn.Module, optim_wrapper: Any) -> Any:
-    """The function the loop calls on every batch: forward, backward, optimizer step.
-
-    A strategy whose engine owns backward and step replaces this step.
-    """
+    """The function the loop calls on every batch: forward, backward, optimizer step."""
     return make_train_step(model, optim_wrapper, env.device)
 
 
 def resume(settings: RunSettings, run_context: RunContext, model: nn.Module, optim_wrapper: Any,
            param_schedulers: Any, checkpointer: Checkpointer, hooks: Hooks,
            train_dataloader: Any) -> LoopState:
-    """Restore model, optimizer, schedulers, position and RNG as ``resume`` asks.
-
-    What changed since the checkpoint's plan is logged against ``run_context.plan``.
-    """
+    """Restore model, optimizer, schedulers, position and RNG as ``resume`` asks."""
     return resume_training(settings=settings, model=model, optim_wrapper=optim_wrapper,
                            param_schedulers=param_schedulers, checkpointer=checkpointer,
                            hooks=hooks, train_dataloader=train_dataloader,
@@ -303,8 +263,6 @@ def resume(settings: RunSettings, run_context: RunContext, model: nn.Module, opt
 
 def _output(settings: RunSettings, run_context: RunContext, env: Env, hooks: Hooks,
             **schedule: Any) -> TrainOutput:
-    """The run's output, through the run context's log; the hooks' visualizer, if built,
-    gets its scalars (and it closes it)."""
     log_dir = run_context.log_dir or settings.work_dir
     return TrainOutput(work_dir=settings.work_dir, is_main=env.is_main,
                        logger=run_context.logger, message_hub=run_context.message_hub,

@@ -46,7 +46,7 @@ from mmengine.registry import (
 )
 from torch import nn
 
-from flexgraph.training.components import DATALOADER_KEYS
+from flexgraph.training.components._data import DATALOADER_KEYS
 from flexgraph.training.errors import UnusedConfigWarning
 from tests.training.training_helpers import assert_same_logged_values, run_steps, scalars_json
 

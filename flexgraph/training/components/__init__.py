@@ -1,15 +1,8 @@
-"""The run's components, built from the config as MMEngine builds them.
+"""The run's components, built from the config as MMEngine builds them."""
 
-The model and its weights' initialisation, its training and evaluation steps,
-the dataloaders, the optimizer wrapper and schedulers, CPU mixed precision.
-"""
-
-from flexgraph.training.components._amp import CPUAmpOptimWrapper
 from flexgraph.training.components._data import (
-    DATALOADER_KEYS,
     build_dataloader,
     build_dataloaders,
-    end_dataloader_workers,
     epoch_batches,
     epoch_length_of,
     per_rank_batch,
@@ -34,14 +27,11 @@ from flexgraph.training.components._weight_init import initialise, record_one_de
 __all__ = [
     "per_rank_batch",
     "set_per_rank_batch",
-    "CPUAmpOptimWrapper",
-    "DATALOADER_KEYS",
     "build_dataloader",
     "build_dataloaders",
     "build_model_from_cfg",
     "build_optim_wrapper",
     "build_param_schedulers",
-    "end_dataloader_workers",
     "epoch_batches",
     "epoch_length_of",
     "first_param_group",

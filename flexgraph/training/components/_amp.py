@@ -1,8 +1,5 @@
-"""Mixed precision on the CPU, for configs that ask for MMEngine's ``AmpOptimWrapper``.
-
-MMEngine's refuses to be built without an accelerator; on the CPU flexgraph
-builds :class:`CPUAmpOptimWrapper` in its place, with the same state and options.
-"""
+"""Mixed precision on the CPU: MMEngine's ``AmpOptimWrapper`` refuses to be built
+without an accelerator, so :class:`CPUAmpOptimWrapper` takes its place."""
 
 from __future__ import annotations
 
@@ -13,22 +10,11 @@ from typing import Any
 import torch
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
-__all__ = ["CPUAmpOptimWrapper"]
-
 
 class CPUAmpOptimWrapper(AmpOptimWrapper):
     """``AmpOptimWrapper`` for the CPU: ``torch.autocast('cpu')`` + a CPU GradScaler.
 
-    Parameters
-    ----------
-    loss_scale : {'dynamic'} or float or dict, default 'dynamic'
-        Used for float16 only; bfloat16 needs no scaling.
-    dtype : str or torch.dtype, optional
-        bfloat16 by default here.
-    use_fsdp : bool, default False
-        Accepted for MMEngine's configs and ignored.
-    **kwargs
-        ``OptimWrapper``'s.
+    ``dtype`` is bfloat16 by default here; ``loss_scale`` applies to float16 only.
     """
 
     def __init__(self, loss_scale: Any = "dynamic", dtype: str | torch.dtype | None = None,
@@ -55,7 +41,6 @@ class CPUAmpOptimWrapper(AmpOptimWrapper):
 
     @contextmanager
     def optim_context(self, model: torch.nn.Module) -> Iterator[None]:
-        """Accumulation's no_sync (from ``OptimWrapper``) and CPU autocast."""
         with OptimWrapper.optim_context(self, model), torch.autocast("cpu",
                                                                       dtype=self.cast_dtype):
             yield

@@ -1,10 +1,7 @@
 """Dataloaders from MMEngine-style config, with a resumable position.
 
-Their random streams are MMEngine's Runner's, draw for draw, so a config
-trains bit-identically under both; a resume inside an epoch drops the trained
-batches' indices before they are loaded. Workers ignore the run's stop
-signals, which reach every process: their rank finishes the iteration, saves
-and ends them.
+Their random streams are MMEngine's Runner's, draw for draw. Workers ignore the run's
+stop signals, which reach every process: their rank saves and ends them.
 """
 
 from __future__ import annotations
@@ -29,16 +26,6 @@ from flexgraph.training.config import build_from_cfg, resolve_type
 from flexgraph.training.errors import ConfigError, EmptyDatasetError
 from flexgraph.training.runtime import Env, capture_rng, rank_seed, restore_rng
 
-__all__ = [
-    "DATALOADER_KEYS",
-    "SkippableSampler",
-    "WorkerSeeding",
-    "build_dataloader",
-    "build_dataloaders",
-    "epoch_batches",
-    "epoch_length_of",
-]
-
 DATALOADER_KEYS = ("train_dataloader", "val_dataloader", "test_dataloader")
 
 # what MMEngine's Runner.train() builds, so their draws are part of its stream
@@ -46,11 +33,7 @@ _BUILT_BY_TRAIN = ("train_dataloader", "val_dataloader")
 
 
 class SkippableSampler(torch.utils.data.Sampler):
-    """A sampler (or batch sampler) whose next pass can start ``n`` items in.
-
-    Unknown attributes go to the wrapped sampler, whose own iterator is used when
-    nothing is skipped.
-    """
+    """A sampler (or batch sampler) whose next pass can start ``n`` items in."""
 
     def __init__(self, sampler: Any, seed: int = 0,
                  reseeders: Sequence[Callable[[int], None]] = ()) -> None:
@@ -74,28 +57,22 @@ class SkippableSampler(torch.utils.data.Sampler):
         return getattr(self.sampler, name)
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch of every sampler in the chain, as MMEngine's ``DistSamplerSeedHook`` does.
-
-        Many batch samplers do not pass it on, and every epoch would repeat the first's order.
-        """
+        """Set the epoch of every sampler in the chain: many batch samplers do not pass it on."""
         self.epoch = epoch
         for sampler in _wrapped_samplers(self.sampler):
             if callable(getattr(sampler, "set_epoch", None)):
                 sampler.set_epoch(epoch)
 
     def reseed(self, seed: int) -> None:
-        """Take over a resumed run's base seed, for the sampler and the workers."""
         self.seed = seed
         for reseed in self._reseeders:
             reseed(seed)
 
     def skip_next(self, n: int) -> None:
-        """Make the next ``iter()`` start ``n`` items in (indices, or batches)."""
         self._skip = int(n)
 
 
 def _wrapped_samplers(sampler: Any) -> list[Any]:
-    """``sampler`` and the chain of samplers it holds as ``.sampler``."""
     chain: list[Any] = []
     while sampler is not None and not any(sampler is seen for seen in chain):
         chain.append(sampler)
@@ -104,11 +81,9 @@ def _wrapped_samplers(sampler: Any) -> list[Any]:
 
 
 def end_dataloader_workers() -> None:
-    """Kill this process's daemonic children, which multiprocessing would wait for at exit.
-
-    Workers ignore the SIGTERM multiprocessing ends them with. SIGCHLD gets its
-    default back first, or torch's handler would fail a finished run.
-    """
+    """Kill this process's daemonic children, which ignore the SIGTERM multiprocessing ends
+    them with at exit. SIGCHLD gets its default back first, or torch's handler would fail a
+    finished run."""
     children = [child for child in multiprocessing.active_children() if child.daemon]
     if children and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -120,11 +95,8 @@ atexit.register(end_dataloader_workers)
 
 
 class WorkerSeeding:
-    """A dataloader worker's first act: ignore the stop signals, then seed itself.
-
-    The config's ``worker_init_fn``, else MMEngine's default; a module-level class
-    so that ``spawn``-ed workers can unpickle it.
-    """
+    """A dataloader worker's first act: ignore the stop signals, then seed itself (a class,
+    so that ``spawn``-ed workers can unpickle it)."""
 
     def __init__(self, env: Env, num_workers: int, *, init: Any = None,
                  stop_signals: Sequence[str] = (), quiet: bool = False) -> None:
@@ -136,7 +108,6 @@ class WorkerSeeding:
         self.quiet = quiet  # MMEngine's disable_subprocess_warning
 
     def reseed(self, seed: int) -> None:
-        """Seed the workers as a run with base seed ``seed`` did."""
         self.seed = rank_seed(seed, self.rank, self.diff_rank_seed)
 
     def __call__(self, worker_id: int) -> None:
@@ -162,7 +133,7 @@ def per_rank_batch(loader: Any) -> int | None:
 
     Parameters
     ----------
-    loader : DataLoader or Any
+    loader
 
     Returns
     -------
@@ -178,12 +149,9 @@ def per_rank_batch(loader: Any) -> int | None:
 def set_per_rank_batch(loader: DataLoader, size: int) -> bool:
     """Batch ``loader`` by ``size`` from its next pass on; ``False`` if it cannot.
 
-    A resume at another world size so keeps the global batch.
-
     Parameters
     ----------
-    loader : DataLoader
-    size : int
+    loader, size
 
     Returns
     -------
@@ -197,7 +165,6 @@ def set_per_rank_batch(loader: DataLoader, size: int) -> bool:
 
 
 def _skippable(loader: DataLoader) -> tuple[SkippableSampler | None, int]:
-    """The loader's skippable sampler and how many of its items make one batch."""
     if isinstance(loader.batch_sampler, SkippableSampler):
         return loader.batch_sampler, 1
     if isinstance(loader.sampler, SkippableSampler):
@@ -208,14 +175,12 @@ def _skippable(loader: DataLoader) -> tuple[SkippableSampler | None, int]:
 def epoch_batches(loader: DataLoader, epoch: int, skip_batches: int = 0) -> Iterator[Any]:
     """Start pass ``epoch`` over ``loader``, without its first ``skip_batches`` (already trained).
 
-    An iterable dataset's skipped batches are read here, so their draws come
-    before the checkpoint's RNG state is restored.
+    An iterable dataset's skipped batches are read here, before the checkpoint's RNG state
+    is restored.
 
     Parameters
     ----------
-    loader : DataLoader
-    epoch : int
-    skip_batches : int, default 0
+    loader, epoch, skip_batches
 
     Returns
     -------
@@ -267,19 +232,16 @@ def _is_base_model(model_cfg: Any) -> bool:
 
 
 def _sampler_seed(env: Env) -> int | None:
-    """The seed ``Runner.build_dataloader`` gives a sampler (none under ``diff_rank_seed``, so every
-    rank shuffles alike)."""
+    """The seed ``Runner.build_dataloader`` gives a sampler (none under ``diff_rank_seed``)."""
     return None if env.diff_rank_seed else env.seed
 
 
 def _reseed_sampler(sampler: Any, diff_rank_seed: bool, seed: int) -> None:
-    """Give ``sampler`` the seed a run with base seed ``seed`` gave it."""
     sampler.seed = int(np.random.RandomState(seed).randint(2**31)) if diff_rank_seed else seed
 
 
 def _sampling(args: dict[str, Any], dataset: Any, env: Env, name: str, shuffle: bool,
               batch_size: int, workers: WorkerSeeding) -> dict[str, Any]:
-    """Sampler (or batch sampler) arguments for a map-style dataset, made skippable."""
     sampler_cfg = args.pop("sampler", None) or {"type": "DefaultSampler", "shuffle": shuffle}
     sampler = build_from_cfg(sampler_cfg, DATA_SAMPLERS, what=f"{name}.sampler",
                              default_args={"dataset": dataset, "seed": _sampler_seed(env)})
@@ -298,7 +260,6 @@ def _sampling(args: dict[str, Any], dataset: Any, env: Env, name: str, shuffle: 
 
 def _worker_seeding(args: dict[str, Any], env: Env, name: str, num_workers: int,
                     stop_signals: Sequence[str]) -> WorkerSeeding:
-    """The workers' init from the config's ``worker_init_fn`` (a dict with ``type``)."""
     init = args.pop("worker_init_fn", None)
     if isinstance(init, Mapping):
         init_args = dict(init)
@@ -316,13 +277,11 @@ def build_dataloader(cfg: Any, env: Env, *, name: str = "dataloader",
     ----------
     cfg : Mapping or DataLoader
         Keys MMEngine does not take go to ``DataLoader``.
-    env : Env
+    env, stop_signals
     name : str
         The config key, for messages.
     model_cfg : Mapping, optional
         Chooses the default collate.
-    stop_signals : sequence of str
-        Signals the workers ignore.
 
     Returns
     -------
@@ -376,7 +335,7 @@ def epoch_length_of(loader: Any) -> int | None:
 
     Parameters
     ----------
-    loader : DataLoader or Any
+    loader
 
     Returns
     -------
@@ -390,16 +349,12 @@ def epoch_length_of(loader: Any) -> int | None:
 
 def build_dataloaders(cfg: Any, env: Env, *,
                       stop_signals: Sequence[str] = ()) -> dict[str, DataLoader | None]:
-    """The train / val / test dataloaders the config defines (``None`` where absent).
-
-    The test dataloader, which MMEngine's training never builds, draws nothing
-    from the global RNGs.
+    """The train / val / test dataloaders the config defines (``None`` where absent); the test
+    one, which MMEngine's training never builds, draws nothing from the global RNGs.
 
     Parameters
     ----------
-    cfg : Config or Mapping
-    env : Env
-    stop_signals : sequence of str, default ()
+    cfg, env, stop_signals
 
     Returns
     -------
@@ -418,7 +373,6 @@ def build_dataloaders(cfg: Any, env: Env, *,
 
 
 def _without_draws(build: Callable[[], DataLoader]) -> DataLoader:
-    """``build()``, with the global RNG streams put back as they were before it."""
     state = capture_rng()
     try:
         return build()

@@ -1,7 +1,4 @@
-"""The model, built from ``cfg.model`` through MMEngine's ``MODELS`` registry.
-
-The ``build_model`` step and the memory estimate (on the meta device) share it.
-"""
+"""The model, built from ``cfg.model`` through MMEngine's ``MODELS`` registry."""
 
 from __future__ import annotations
 
@@ -18,8 +15,6 @@ from flexgraph.training.config import build_from_cfg, resolve_type, section
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.runtime import parameters_on_meta
 
-__all__ = ["build_model_from_cfg"]
-
 
 def build_model_from_cfg(cfg: Any, env: Any, *, device: str | None = None,
                          init_context: str | None = None,
@@ -28,15 +23,12 @@ def build_model_from_cfg(cfg: Any, env: Any, *, device: str | None = None,
 
     Parameters
     ----------
-    cfg : Config or Mapping
-    env : Env
+    cfg, env
     device : str, optional
         Where the parameters are made (``'meta'``: no memory).
-    init_context : str, optional
+    init_context, init_options : str, Mapping, optional
         ``'module:function'`` of a context manager factory the model is built
-        under (DeepSpeed's ``zero.Init``).
-    init_options : Mapping, optional
-        Its keyword arguments.
+        under (DeepSpeed's ``zero.Init``), and its keyword arguments.
 
     Returns
     -------
@@ -47,7 +39,6 @@ def build_model_from_cfg(cfg: Any, env: Any, *, device: str | None = None,
         raise ConfigError("the config has no 'model'; add model=dict(type=...)")
     preprocessor = section(cfg, "data_preprocessor")
     if preprocessor is not None and isinstance(model_cfg, Mapping):
-        # MMEngine's Runner: a top-level data_preprocessor is the model's default one.
         model_cfg = dict(model_cfg)
         model_cfg.setdefault("data_preprocessor", preprocessor)
     if isinstance(model_cfg, Mapping) and "type" in model_cfg:

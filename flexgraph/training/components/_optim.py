@@ -1,8 +1,5 @@
-"""Optimizer wrapper and parameter schedulers, built by MMEngine itself.
-
-This module only resolves ``type=`` names first (dotted paths, did-you-mean)
-and fills the scheduler defaults MMEngine's Runner fills.
-"""
+"""Optimizer wrapper and parameter schedulers, built by MMEngine after ``type=`` names are
+resolved and the scheduler defaults its Runner fills are filled."""
 
 from __future__ import annotations
 
@@ -17,20 +14,16 @@ from flexgraph.training.components._data import epoch_length_of
 from flexgraph.training.config import RunSettings, build_from_cfg, resolve_type, section
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["build_optim_wrapper", "build_param_schedulers", "first_param_group"]
-
 
 def build_optim_wrapper(cfg: Any, model: torch.nn.Module, device: str = "cpu") -> Any:
     """``cfg.optim_wrapper`` -> an MMEngine optimizer wrapper over ``model``'s params.
 
     Build it after the model is placed and wrapped: the optimizer keeps the
-    parameters it was given. On the CPU an ``AmpOptimWrapper`` becomes
-    :class:`~flexgraph.training.components.CPUAmpOptimWrapper`.
+    parameters it was given. On the CPU an ``AmpOptimWrapper`` becomes ``CPUAmpOptimWrapper``.
 
     Parameters
     ----------
-    cfg : Config or Mapping
-    model : torch.nn.Module
+    cfg, model
     device : str, default 'cpu'
         The device the model is on.
 
@@ -60,7 +53,6 @@ def build_optim_wrapper(cfg: Any, model: torch.nn.Module, device: str = "cpu") -
 
 
 def _resolved(ow_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy with wrapper and optimizer ``type`` resolved to classes."""
     args = dict(ow_cfg)
     if "type" in args:
         args["type"] = resolve_type(args["type"], OPTIM_WRAPPERS, what="optim_wrapper")
@@ -71,7 +63,7 @@ def _resolved(ow_cfg: Mapping[str, Any]) -> dict[str, Any]:
         args["optimizer"] = dict(optimizer, type=resolve_type(
             optimizer["type"], OPTIMIZERS, what="optim_wrapper.optimizer"))
     elif optimizer is None and "constructor" in args:
-        # e.g. MultiOptimWrapperConstructor: one wrapper config per sub-module.
+        # MultiOptimWrapperConstructor: one wrapper config per sub-module
         for key, value in args.items():
             if isinstance(value, Mapping) and "optimizer" in value:
                 args[key] = _resolved(value)
@@ -83,7 +75,7 @@ def first_param_group(optim_wrapper: Any) -> dict[str, Any]:
 
     Parameters
     ----------
-    optim_wrapper : OptimWrapper or OptimWrapperDict
+    optim_wrapper
 
     Returns
     -------
@@ -98,17 +90,12 @@ def first_param_group(optim_wrapper: Any) -> dict[str, Any]:
 
 def build_param_schedulers(cfg: Any, settings: RunSettings, optim_wrapper: Any,
                            train_dataloader: Any) -> Any:
-    """``cfg.param_scheduler`` -> MMEngine parameter schedulers, shaped as MMEngine's Runner shapes
-    them.
+    """``cfg.param_scheduler`` -> MMEngine parameter schedulers, shaped as its Runner does.
 
     Parameters
     ----------
-    cfg : Config or Mapping
-    settings : RunSettings
-        Gives the training length.
-    optim_wrapper : OptimWrapper or OptimWrapperDict
-    train_dataloader : DataLoader
-        Gives the epoch length.
+    cfg, settings, optim_wrapper, train_dataloader
+        The last gives the epoch length.
 
     Returns
     -------
@@ -141,7 +128,6 @@ def build_param_schedulers(cfg: Any, settings: RunSettings, optim_wrapper: Any,
 
 def _schedulers(sched_cfg: Any, optim_wrapper: Any, schedule: Any, epoch_length: int | None,
                 what: str) -> list[Any]:
-    """The schedulers of one optimizer (``sched_cfg``: one config, a list, or built ones)."""
     entries = sched_cfg if isinstance(sched_cfg, (list, tuple)) else [sched_cfg]
     schedulers = []
     for i, entry in enumerate(entries):

@@ -1,9 +1,5 @@
-"""A model's own ``init_weights()``, with the failures MMEngine only logs made errors.
-
-MMEngine's ``Pretrained`` initialiser only logs a parameter whose copy raised,
-and training goes on with its previous values. Missing and unexpected keys stay
-warnings (a backbone's checkpoint has no head).
-"""
+"""A model's own ``init_weights()``, with the failed copies MMEngine only logs made errors
+(missing and unexpected keys stay warnings: a backbone's checkpoint has no head)."""
 
 from __future__ import annotations
 
@@ -18,14 +14,11 @@ from torch import nn
 
 from flexgraph.training.errors import InitWeightsError
 
-__all__ = ["initialise"]
-
 _FAILED_COPY = re.compile(r'While copying the parameter named "([^"]+)".*an exception occurred'
                           r' : \((.*)\)\.?$')
 
 
 class _FailedCopies(logging.Handler):
-    """Collects (parameter, error) of every failed copy MMEngine logs."""
 
     def __init__(self) -> None:
         super().__init__(level=logging.WARNING)
@@ -52,7 +45,6 @@ def _failed_copies() -> Iterator[_FailedCopies]:
 
 
 def _pretrained_modules(model: nn.Module) -> list[str]:
-    """Dotted names of the modules whose ``init_cfg`` loads a checkpoint."""
     found = []
     for name, module in model.named_modules():
         init_cfg: Any = getattr(module, "init_cfg", None)
@@ -68,11 +60,8 @@ LoadPretrained = Callable[[nn.Module, str, "str | None"], None]
 
 @contextlib.contextmanager
 def _pretrained_loaded_by(load: LoadPretrained | None) -> Iterator[None]:
-    """MMEngine's ``Pretrained`` initialiser, for the duration, loading through ``load``.
-
-    A subclass registered under the same name, the original put back after; URLs
-    stay with MMEngine's loaders.
-    """
+    """MMEngine's ``Pretrained`` initialiser, for the duration, loading through ``load``
+    (URLs stay with MMEngine's loaders)."""
     if load is None:
         yield
         return
@@ -136,10 +125,7 @@ def record_one_device_setup(cfg: Any, env: Any, *, load_pretrained: LoadPretrain
 
     Parameters
     ----------
-    cfg : Config or Mapping
-    env : Env
-    load_pretrained : callable, optional
-        What a ``Pretrained`` ``init_cfg`` loads with.
+    cfg, env, load_pretrained
     whole : tuple of str
         Modules initialised on real parameters from the start (``''``: the model).
 

@@ -5,17 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["is_pretrained", "names_pretrained", "section", "type_name"]
-
 
 def section(cfg: Any, key: str, default: Any = None) -> Any:
     """``cfg[key]`` for a Config, ConfigDict or plain dict, ``default`` if absent or ``None``.
 
     Parameters
     ----------
-    cfg : Config or Mapping or None
-    key : str
-    default : Any, optional
+    cfg, key, default
 
     Returns
     -------

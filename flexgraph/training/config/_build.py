@@ -1,10 +1,5 @@
-"""Resolve ``type=`` in config dicts and build the component it names.
-
-MMEngine's registries register lazily and report an unknown name as a bare
-``KeyError``; here registration is forced and an unknown name is an
-:class:`UnknownComponentError` with a did-you-mean, before the registry builds.
-Names resolve as in MMEngine: the config's default scope, then its ancestors.
-"""
+"""Resolve ``type=`` in config dicts and build the component it names; an unknown name is
+an :class:`UnknownComponentError` with a did-you-mean, not MMEngine's bare ``KeyError``."""
 
 from __future__ import annotations
 
@@ -18,14 +13,9 @@ from mmengine.registry import Registry
 from flexgraph.core.errors import did_you_mean
 from flexgraph.training.errors import ConfigError, UnknownComponentError
 
-__all__ = ["build_from_cfg", "registered_names", "resolve_type"]
-
-# Importing a module registers MMEngine's own components of a registry (the
-# registries have no import locations of their own). A name is first looked up
-# as the config's own imports left the registry; only a miss imports the one
-# module that registers MMEngine's components of that registry. So a run
-# imports what its config names, and never ``mmengine.runner``, which imports
-# every runner and strategy (DeepSpeed, when it is installed).
+# The module that registers MMEngine's own components of a registry, imported only when
+# a name misses: a run never imports ``mmengine.runner``, which imports every runner and
+# strategy (DeepSpeed, when it is installed).
 _REGISTERED_BY = {
     "dataset": "mmengine.dataset",
     "data sampler": "mmengine.dataset",
@@ -48,7 +38,6 @@ _MMENGINE_MODULES = tuple(dict.fromkeys(_REGISTERED_BY.values()))
 
 
 def _register_mmengine(registry: Registry) -> None:
-    """Import what registers MMEngine's components of ``registry`` (all, if unknown)."""
     root = registry
     while root.parent is not None:  # a downstream scope's registry: its root is MMEngine's
         root = root.parent
@@ -58,10 +47,7 @@ def _register_mmengine(registry: Registry) -> None:
 
 
 def registered_names(registry: Registry) -> list[str]:
-    """Every name ``registry`` can resolve, sorted: its own, its ancestors', its children's.
-
-    A child scope's names read ``scope.name``.
-    """
+    """Every name ``registry`` can resolve, sorted (a child scope's read ``scope.name``)."""
     _register_mmengine(registry)
     names: set[str] = set()
     node: Registry | None = registry
@@ -81,9 +67,8 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "",
     ----------
     type_
         A registered name, a dotted import path, or a class or callable.
-    registry
-    what
-        Where the name came from, for messages.
+    registry, what
+        ``what``: where the name came from, for messages.
     scope
         A config's ``_scope_``, looked up instead of the default scope.
 
@@ -116,7 +101,7 @@ def resolve_type(type_: Any, registry: Registry, *, what: str = "",
 
 
 def _registry_constant(registry: Registry) -> str:
-    """The name of ``registry``'s root in ``mmengine.registry`` (``MODELS``, not ``model``)."""
+    """``registry``'s root's name in ``mmengine.registry`` (``MODELS``, not ``model``)."""
     from mmengine.registry import root
 
     while registry.parent is not None:
@@ -127,7 +112,6 @@ def _registry_constant(registry: Registry) -> str:
 
 @contextlib.contextmanager
 def _scoped(registry: Registry, scope: str | None) -> Iterator[Registry]:
-    """The registry names resolve in: the default scope's (or ``scope``'s), else ``registry``."""
     from mmengine.registry import DefaultScope
 
     if scope is None and DefaultScope.get_current_instance() is None:
@@ -160,14 +144,11 @@ def build_from_cfg(
     default_args: Mapping[str, Any] | None = None,
     what: str = "",
 ) -> Any:
-    """Build the component that ``cfg`` (a dict with ``type=``) describes; anything else is returned
-    as it is.
+    """Build the component that ``cfg`` (a dict with ``type=``) describes; return anything else.
 
     Parameters
     ----------
-    cfg : Mapping or Any
-        ``dict(type=..., **arguments)``.
-    registry : Registry
+    cfg, registry
     default_args : Mapping, optional
         Arguments the config's own override.
     what : str, default ''

@@ -1,9 +1,5 @@
-"""The shape of each component section, checked before anything is built from it.
-
-A mistake such as ``custom_hooks = ['MyHook']`` would otherwise surface deep in
-MMEngine, after the model exists, or not at all. Shapes, types and ranges are
-checked here; ``type=`` names when built.
-"""
+"""The shape of each component section, checked before anything is built from it: a
+mistake such as ``custom_hooks = ['MyHook']`` would otherwise surface deep in MMEngine."""
 
 from __future__ import annotations
 
@@ -15,17 +11,13 @@ from flexgraph.training.config._access import section, type_name
 from flexgraph.training.config._keys import DEFAULT_HOOK_TYPES, near_miss
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["check_sections"]
-
 DATALOADER_KEYS = ("train_dataloader", "val_dataloader", "test_dataloader")
 
-#: MMEngine's ``train_cfg`` options (its two train loops); flexgraph acts on all but
-#: ``dynamic_intervals`` (reported as unused, see ``_keys``). Anything else is a typo.
+#: MMEngine's ``train_cfg`` options; ``dynamic_intervals`` is reported as unused.
 TRAIN_CFG_OPTIONS = frozenset({"type", "by_epoch", "max_epochs", "max_iters", "val_interval",
                                "val_begin", "dynamic_intervals"})
 
-#: The options of MMEngine's ``CheckpointHook`` and ``LoggerHook``, which flexgraph
-#: implements itself: an option neither MMEngine nor flexgraph knows is a typo.
+#: The options of MMEngine's ``CheckpointHook`` and ``LoggerHook``, which flexgraph implements.
 HOOK_OPTIONS = {
     "CheckpointHook": frozenset({
         "type", "priority", "interval", "by_epoch", "save_optimizer", "save_param_scheduler",
@@ -38,8 +30,7 @@ HOOK_OPTIONS = {
         "backend_args"}),
 }
 
-#: The options of MMEngine's own optimizer wrappers (``OptimWrapper``, ``AmpOptimWrapper``)
-#: and of its default wrapper constructor; another ``type`` or a ``constructor`` has its own.
+#: The options of MMEngine's own optimizer wrappers and of its default constructor.
 OPTIM_WRAPPER_OPTIONS = {
     "OptimWrapper": frozenset({"type", "optimizer", "accumulative_counts", "clip_grad",
                                "paramwise_cfg", "constructor"}),
@@ -55,16 +46,7 @@ _APEX = (
 
 
 def check_sections(cfg: Any) -> None:
-    """Refuse a malformed component section before any step builds one.
-
-    Examples
-    --------
-    >>> try:
-    ...     check_sections({"custom_hooks": ["MyHook"]})
-    ... except ConfigError as error:
-    ...     print(error)
-    custom_hooks[0]: 'MyHook' is a string; write dict(type='MyHook')
-    """
+    """Refuse a malformed component section before any step builds one."""
     if cfg is None or not hasattr(cfg, "get"):
         return
     _check_top_level_keys(cfg)
@@ -89,8 +71,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _component(value: Any, where: str, example: str) -> None:
-    """A component config: a dict with ``type``, or a built object; a string is refused with the
-    dict to write."""
+    """Refuse what is not a dict with ``type`` or a built object, naming the dict to write."""
     if isinstance(value, str):
         if value.startswith("dict(type="):  # what --cfg-options made of dict(type=X)
             name = value[len("dict(type="):-1].strip("'\"")
@@ -116,7 +97,6 @@ def _unknown_options(options: Mapping[str, Any], known: frozenset[str], where: s
 
 
 def _int_at_least(options: Mapping[str, Any], key: str, low: int | None, where: str) -> None:
-    """``options[key]``, when given, is an integer (``>= low`` unless ``low`` is None)."""
     if key in options and options[key] is not None:
         value = options[key]
         if not _is_int(value) or (low is not None and value < low):
@@ -131,10 +111,7 @@ def _bool(options: Mapping[str, Any], key: str, where: str) -> None:
 
 def _arguments(component: Mapping[str, Any], registry_name: str, where: str,
                extra: frozenset[str] = frozenset()) -> None:
-    """Refuse a keyword the component's class does not take, with a did-you-mean.
-
-    Only where the class resolves now and lists its arguments.
-    """
+    """Refuse a keyword the component's class does not take, where it resolves now."""
     import inspect
 
     import mmengine.registry
@@ -260,7 +237,6 @@ def _check_optimizer(optimizer: Any) -> None:
 
 
 def _scheduler_entries(param_scheduler: Any) -> Iterator[tuple[str, Any]]:
-    """``(where, entry)`` for each scheduler, in a list, a dict, or per optimizer."""
     if isinstance(param_scheduler, Mapping) and "type" not in param_scheduler:
         groups = [(f"param_scheduler[{name!r}]", value)
                   for name, value in param_scheduler.items()]  # one list per optimizer
@@ -289,7 +265,6 @@ def _check_param_scheduler(param_scheduler: Any) -> None:
 
 
 def _dataloader_options() -> frozenset[str]:
-    """``torch.utils.data.DataLoader``'s arguments, with MMEngine's and flexgraph's own."""
     import inspect
 
     from torch.utils.data import DataLoader

@@ -1,9 +1,5 @@
-"""Which config keys flexgraph acts on, and a warning for each one it does not.
-
-A key MMEngine's Runner acts on and flexgraph does not is reported by name with
-the reason, rather than ignored in silence; a key close to a known section (a
-typo: ``param_schedular``) is refused (:func:`near_miss`).
-"""
+"""Which config keys flexgraph acts on, a warning naming each one it does not, and the
+refusal of a typo of a known section (``param_schedular``)."""
 
 from __future__ import annotations
 
@@ -14,9 +10,6 @@ from typing import Any
 
 from flexgraph.training.config._access import section, type_name
 from flexgraph.training.errors import UnusedConfigWarning
-
-__all__ = ["ACTED_ON", "DEFAULT_HOOK_TYPES", "NOT_ACTED_ON", "near_miss", "unused_keys",
-           "warn_unused_keys"]
 
 #: Top-level keys flexgraph acts on (MMEngine's meaning, where MMEngine has the key).
 #: ``visualizer`` is built as MMEngine builds it, every option and backend included.
@@ -90,11 +83,8 @@ _TYPO_CUTOFF = 0.85  # difflib ratio: 'param_schedular' ~ 0.93, 'train_pipeline'
 
 
 def near_miss(key: str) -> str | None:
-    """The key flexgraph acts on that ``key`` misspells (``param_schedular``), if any.
-
-    Only keys flexgraph acts on are worth suggesting: MMPreTrain's ``test_pipeline``
-    is as close to the unsupported ``tta_pipeline``.
-    """
+    """The key flexgraph acts on that ``key`` misspells, if any (only those: MMPreTrain's
+    ``test_pipeline`` is as close to the unsupported ``tta_pipeline``)."""
     if key in ACTED_ON or key in NOT_ACTED_ON or key.startswith("_"):
         return None
     close = difflib.get_close_matches(key, sorted(ACTED_ON), n=1, cutoff=_TYPO_CUTOFF)
@@ -103,18 +93,7 @@ def near_miss(key: str) -> str | None:
 
 
 def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
-    """One message per config key flexgraph does not act on, naming the key and why.
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-    world_size : int, default 1
-        Some keys matter only with several processes.
-
-    Yields
-    ------
-    str
-    """
+    """One message per config key flexgraph does not act on, naming the key and why."""
     for key in cfg:
         value = cfg.get(key)
         if key in NOT_ACTED_ON and value not in (None, False, {}, []):
@@ -136,7 +115,6 @@ def unused_keys(cfg: Any, *, world_size: int = 1) -> Iterator[str]:
 
 
 def _conditional(cfg: Any) -> Iterator[str]:
-    """Keys flexgraph acts on only with some values."""
     launcher = section(cfg, "launcher", "none")
     if launcher not in ("none", "pytorch", "slurm"):  # the CLI reads those (cli/slurm.py)
         yield (f"config key 'launcher' ({launcher!r}) is not used by flexgraph: start "
@@ -148,7 +126,6 @@ def _conditional(cfg: Any) -> Iterator[str]:
 
 
 def _acted_conditionally(name: str, option: str, world_size: int) -> bool:
-    """``env_cfg.dist_cfg`` only matters in a distributed run, as in MMEngine."""
     return name == "env_cfg" and option == "dist_cfg" and world_size == 1
 
 
@@ -171,9 +148,7 @@ def warn_unused_keys(cfg: Any, *, rank: int = 0, world_size: int = 1) -> None:
 
     Parameters
     ----------
-    cfg : Config or Mapping
-    rank : int, default 0
-    world_size : int, default 1
+    cfg, rank, world_size
     """
     if cfg is None or not hasattr(cfg, "get") or rank != 0:
         return

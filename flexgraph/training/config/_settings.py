@@ -1,10 +1,5 @@
-"""Read the MMEngine-style config sections the training runtime acts on.
-
-The loop, the checkpointer and the output never look into ``cfg``: they take
-the frozen :class:`RunSettings` that :func:`read_settings` makes, so each
-default and each MMEngine spelling is decided here, and a bad section is a
-:class:`ConfigError` naming the key before anything is built.
-"""
+"""The config sections the runtime acts on, read into a frozen :class:`RunSettings` before
+anything is built: each default and MMEngine spelling is decided here, once."""
 
 from __future__ import annotations
 
@@ -28,14 +23,11 @@ _LOOP_TYPES = {"EpochBasedTrainLoop": True, "IterBasedTrainLoop": False}
 class TrainSchedule:
     """How long training runs and when it validates.
 
-    ``max_iters`` is always known, so progress and accumulation work alike in
-    both modes; an iteration loop is one epoch to hooks, as in MMEngine.
+    ``max_iters`` is always known; an iteration loop is one epoch to hooks, as in MMEngine.
 
     Parameters
     ----------
-    by_epoch : bool
-        Epoch-based or iteration-based.
-    max_epochs, max_iters : int
+    by_epoch, max_epochs, max_iters
     epoch_length : int
         Batches per pass over the train dataloader (0 without ``len()``).
     val_interval, val_begin : int
@@ -57,13 +49,11 @@ class TrainSchedule:
     val_begin: int
 
     def val_due_after_epoch(self, epochs_done: int) -> bool:
-        """MMEngine's rule: every ``val_interval`` epochs from ``val_begin``, and last."""
         return self.by_epoch and epochs_done >= self.val_begin and (
             epochs_done % self.val_interval == 0 or epochs_done == self.max_epochs
         )
 
     def val_due_after_iter(self, iters_done: int) -> bool:
-        """The same rule counted in iterations, for iteration-based loops."""
         return (not self.by_epoch) and iters_done >= self.val_begin and (
             iters_done % self.val_interval == 0 or iters_done == self.max_iters
         )
@@ -80,8 +70,6 @@ class TrainLength:
     val_begin: int
 
     def schedule(self, epoch_length: int | None) -> TrainSchedule:
-        """The schedule over ``epoch_length`` batches; an epoch loop needs a dataloader with
-        ``len()``."""
         if self.by_epoch and not epoch_length:
             raise ConfigError(
                 "train_cfg: an epoch-based loop needs a train_dataloader with len(); "
@@ -99,11 +87,7 @@ class TrainLength:
 
 
 def train_length(cfg: Any) -> TrainLength:
-    """Parse ``cfg.train_cfg`` (flexgraph's ``by_epoch`` or MMEngine's loop ``type``).
-
-    >>> train_length({"train_cfg": {"max_epochs": 3}}).schedule(epoch_length=10).max_iters
-    30
-    """
+    """Parse ``cfg.train_cfg`` (flexgraph's ``by_epoch`` or MMEngine's loop ``type``)."""
     tc = dict(section(cfg, "train_cfg", {}))
     loop_type = tc.pop("type", None)
     if loop_type is not None and loop_type not in _LOOP_TYPES:
@@ -129,14 +113,11 @@ def train_length(cfg: Any) -> TrainLength:
             )
         max_epochs = 1  # MMEngine's IterBasedTrainLoop: the whole run is one epoch
         default_interval = 1000
-    val_interval = int(tc.get("val_interval", default_interval))
-    if val_interval < 1:
-        raise ConfigError(f"train_cfg.val_interval must be >= 1, got {val_interval}")
     return TrainLength(
         by_epoch=bool(by_epoch),
         max_epochs=int(max_epochs),
         max_iters=None if max_iters is None else int(max_iters),
-        val_interval=val_interval,
+        val_interval=int(tc.get("val_interval", default_interval)),
         val_begin=int(tc.get("val_begin", 1)),
     )
 
@@ -149,17 +130,9 @@ _LESS_KEYS = ("loss",)
 
 
 def _every_n(done: int, n: int, start: int) -> bool:
-    """MMEngine's ``Hook.every_n_*``: ``done - start`` is a non-negative multiple of ``n``."""
+    """MMEngine's ``Hook.every_n_*``."""
     dividend = done - start
     return dividend >= 0 and n > 0 and dividend % n == 0
-
-
-def _next_every_n(done: int, n: int, start: int) -> int | None:
-    """The smallest count after ``done`` for which :func:`_every_n` holds (None: never)."""
-    if n <= 0:
-        return None
-    first = max(done + 1, start)
-    return start + -(-(first - start) // n) * n
 
 
 @attrs.frozen
@@ -168,20 +141,14 @@ class CheckpointPolicy:
 
     Parameters
     ----------
-    enabled : bool
-        ``False`` never saves.
+    enabled, by_epoch, save_last, save_begin, greater_keys, less_keys
+        As MMEngine's (``enabled=False`` never saves).
     interval : int
         Save every ``interval`` epochs (or iterations); ``<= 0`` never.
-    by_epoch : bool
     keep_last : int
         ``max_keep_ckpts``; ``-1`` keeps all.
-    save_last : bool
-    save_begin : int
-        The first count an interval save can fall on.
     save_best, rules : tuple
         Metrics that keep a ``best_*`` checkpoint, and their comparisons.
-    greater_keys, less_keys : tuple of str
-        Name parts a rule is inferred from.
     published_keys : tuple of str, optional
         Entries of published checkpoints; ``None`` publishes nothing.
     async_save : bool
@@ -208,25 +175,14 @@ class CheckpointPolicy:
     async_save: bool = False
 
     def due_after_iter(self, iters_done: int, max_iters: int) -> bool:
-        """Whether a save is due once ``iters_done`` iterations are complete."""
         return self.enabled and not self.by_epoch and (
             _every_n(iters_done, self.interval, self.save_begin)
             or (self.save_last and iters_done == max_iters))
 
     def due_after_epoch(self, epochs_done: int, max_epochs: int) -> bool:
-        """Whether a save is due once ``epochs_done`` epochs are complete."""
         return self.enabled and self.by_epoch and (
             _every_n(epochs_done, self.interval, self.save_begin)
             or (self.save_last and epochs_done == max_epochs))
-
-    def next_iter_due(self, iters_done: int, max_iters: int) -> int | None:
-        """The next iteration count after ``iters_done`` with a save due (None: none)."""
-        if not self.enabled or self.by_epoch:
-            return None
-        due = [n for n in (_next_every_n(iters_done, self.interval, self.save_begin),
-                           max_iters if self.save_last and iters_done < max_iters else None)
-               if n is not None]
-        return min(due) if due else None
 
     def rule_for(self, key: str, rule: str | None = None) -> str:
         """``rule``, or the one MMEngine infers for metric ``key`` from its name."""
@@ -262,16 +218,7 @@ def _names(value: Any, what: str, *, unique: bool = True) -> tuple[str, ...] | N
 
 
 def checkpoint_policy(cfg: Any) -> CheckpointPolicy:
-    """Map ``default_hooks.checkpoint`` onto a :class:`CheckpointPolicy`.
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    CheckpointPolicy
-    """
+    """Map ``default_hooks.checkpoint`` onto a :class:`CheckpointPolicy`."""
     hooks = section(cfg, "default_hooks", {})
     if "checkpoint" in hooks and hooks["checkpoint"] is None:
         return CheckpointPolicy(enabled=False)
@@ -321,16 +268,12 @@ class LogProcessorPolicy:
 
     Parameters
     ----------
-    window_size : int
+    window_size, custom_cfg, num_digits, mean_pattern
+        As MMEngine's.
     by_epoch : bool or None
         Log by epoch or iteration; ``None``: as the train loop runs.
-    custom_cfg : tuple of dict
-        MMEngine's ``custom_cfg``.
-    num_digits : int
     log_with_hierarchy : bool
         Scalars keep their ``train/`` and ``val/`` prefixes.
-    mean_pattern : str
-        Keys logged as a mean over ``window_size``.
     """
 
     window_size: int = 10
@@ -342,8 +285,7 @@ class LogProcessorPolicy:
 
 
 def log_processor_policy(cfg: Any) -> LogProcessorPolicy:
-    """``log_processor``, checked as MMEngine's ``LogProcessor`` does; ``by_epoch`` follows the loop
-    by default."""
+    """``log_processor``, checked as MMEngine's ``LogProcessor`` does."""
     given = section(cfg, "log_processor")
     if given is None:
         return LogProcessorPolicy()
@@ -413,7 +355,6 @@ class LoggerPolicy:
 
 
 def logger_policy(cfg: Any) -> LoggerPolicy:
-    """``default_hooks.logger`` with MMEngine's defaults, and ``log_processor``."""
     processor = log_processor_policy(cfg)
     logger = section(section(cfg, "default_hooks", {}), "logger", {})
     if not isinstance(logger, Mapping):
@@ -442,8 +383,6 @@ def work_dir_of(cfg: Any) -> str:
 
 
 def restart_count() -> int:
-    """How often torch's elastic agent has restarted this process group
-    (``TORCHELASTIC_RESTART_COUNT``)."""
     try:
         return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     except ValueError:
@@ -453,8 +392,7 @@ def restart_count() -> int:
 def resume_source(cfg: Any) -> str | None:
     """What ``resume`` asks for: ``None``, ``'auto'``, or a path.
 
-    ``resume=True`` follows MMEngine: ``load_from`` when set, else the latest in
-    ``work_dir``.
+    ``resume=True`` follows MMEngine: ``load_from`` when set, else the latest.
 
     Parameters
     ----------
@@ -481,7 +419,6 @@ class StopPolicy:
     Parameters
     ----------
     signals : tuple of str, default ('SIGTERM', 'SIGINT')
-        The signals handled; ``()`` handles none.
     check_interval : int, default 10
         Iterations between the ranks' agreements.
     """
@@ -494,7 +431,6 @@ _UNCATCHABLE = ("SIGKILL", "SIGSTOP", "SIGCHLD")
 
 
 def _signal_name(value: Any) -> str:
-    """``'USR1'``, ``'SIGUSR1'`` or ``10`` -> ``'SIGUSR1'``; refuses what cannot stop a run."""
     try:
         if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
             name = signal.Signals(int(value)).name
@@ -513,16 +449,7 @@ def _signal_name(value: Any) -> str:
 
 
 def stop_policy(cfg: Any) -> StopPolicy:
-    """Map ``cfg.preemption`` onto a :class:`StopPolicy`.
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    StopPolicy
-    """
+    """Map ``cfg.preemption`` onto a :class:`StopPolicy`."""
     if cfg is not None and "preemption" in cfg and cfg["preemption"] is None:
         return StopPolicy(signals=())
     options = dict(section(cfg, "preemption", {}))
@@ -541,7 +468,6 @@ def stop_policy(cfg: Any) -> StopPolicy:
 
 
 def experiment_name_of(cfg: Any) -> str:
-    """``cfg.experiment_name``, else the config file's stem (empty without either)."""
     name = section(cfg, "experiment_name")
     filename = getattr(cfg, "filename", None)
     if not name and filename:
@@ -555,21 +481,11 @@ class RunSettings:
 
     Parameters
     ----------
-    work_dir : str
-    experiment_name : str
-    log_level : str
-    load_from : str or None
-        Weights to load before training.
-    resume : str or None
-        What ``resume`` asks for.
+    work_dir, experiment_name, log_level, load_from, resume, checkpoint, logger, stop, watch
     restart : int
         The process group's restarts so far.
     train : TrainLength or None
         ``None`` without ``train_cfg``.
-    checkpoint : CheckpointPolicy
-    logger : LoggerPolicy
-    stop : StopPolicy
-    watch : WatchPolicy
 
     Examples
     --------
@@ -591,7 +507,6 @@ class RunSettings:
     watch: WatchPolicy = WatchPolicy()
 
     def train_schedule(self, epoch_length: int | None) -> TrainSchedule:
-        """The training schedule over ``epoch_length`` batches per pass; needs ``train_cfg``."""
         if self.train is None:
             raise ConfigError("train_cfg: training needs max_epochs >= 1 or max_iters >= 1; "
                               "add train_cfg=dict(by_epoch=True, max_epochs=...)")
@@ -603,13 +518,12 @@ class RunSettings:
 
 
 def read_settings(cfg: Any) -> RunSettings:
-    """Read every section the runtime acts on into one :class:`RunSettings`, after checking the
-    component sections.
+    """Check the component sections and read the rest into one :class:`RunSettings`.
 
     Parameters
     ----------
     cfg : Config or Mapping
-        The whole config, after ``--cfg-options`` and the command line's flags.
+        After ``--cfg-options`` and the command line's flags.
 
     Returns
     -------
@@ -633,13 +547,11 @@ def read_settings(cfg: Any) -> RunSettings:
 
 
 def _is_local(path: str) -> bool:
-    """A path on this machine's file system, not a URL MMEngine's loaders fetch."""
     return "://" not in path
 
 
 def check_paths(settings: RunSettings) -> None:
-    """Refuse, before any step runs, paths the run could not use (``read_settings`` never looks at
-    disk).
+    """Refuse, before any step runs, paths the run could not use.
 
     Parameters
     ----------

@@ -1,10 +1,5 @@
-"""The resolved config as a runnable ``.py`` file, in MMEngine's ``dict(...)`` spelling.
-
-MMEngine's ``Config.dump`` formats with yapf, slow at a run's start. A config
-of Python literals needs no formatter: :func:`config_text` spells it
-directly, every key reading back as it was; anything else falls back to
-``Config.dump``.
-"""
+"""The resolved config as a runnable ``.py`` file, spelled directly where its values are
+literals (``Config.dump`` formats with yapf, slow at a run's start)."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from flexgraph.training.errors import ConfigError
-
-__all__ = ["WIDTH", "config_text", "write_config"]
 
 WIDTH = 79
 """Columns a one-line value may take, as yapf's style in MMEngine's dump."""
@@ -31,12 +24,11 @@ _UNWRITABLE = frozenset({
 
 
 class _NotLiteral(Exception):
-    """A value with no literal spelling (the caller falls back to ``Config.dump``)."""
+    """A value with no literal spelling."""
 
 
 def _spell(value: Any, indent: int, start: int, tail: int = 1, calls: bool = True) -> str:
-    """``value`` as Python source at column ``start``, keeping ``tail`` columns free; dicts as
-    ``dict(...)`` where ``calls``."""
+    """``value`` as Python source at column ``start``, keeping ``tail`` columns free."""
     if isinstance(value, str):
         return _string(value)
     if isinstance(value, _ATOMS):
@@ -76,17 +68,13 @@ def _string(text: str) -> str:
 
 
 def _is_name(key: str) -> bool:
-    """Whether ``key`` reads back as itself when spelled ``dict(key=...)`` or ``key = ...``.
-
-    Only plain ASCII identifiers do: Python reads identifiers in NFKC form, and
-    keywords are syntax errors there.
-    """
+    """Whether ``key`` reads back as itself in ``dict(key=...)``: Python reads identifiers
+    in NFKC form."""
     return (key.isascii() and key.isidentifier() and not keyword.iskeyword(key)
             and key != "__debug__")
 
 
 def _check_top_level(key: Any) -> None:
-    """Raise ``ConfigError`` for a top-level key that no config file can hold."""
     if isinstance(key, str) and (key.startswith("__") or key in _UNWRITABLE):
         why = ("Config.fromfile drops top-level keys that start with '__'"
                if key.startswith("__") else
@@ -97,7 +85,6 @@ def _check_top_level(key: Any) -> None:
 
 
 def _enclose(opening: str, items: list[str], closing: str, indent: int, taken: int) -> str:
-    """The items on one line if it fits beside ``taken`` columns, else one per line."""
     one_line = opening + ", ".join(items) + closing
     if "\n" not in one_line and taken + len(one_line) <= WIDTH:
         return one_line
@@ -141,8 +128,7 @@ def write_config(cfg: Any, path: str | Path) -> None:
 
     Parameters
     ----------
-    cfg : Config
-    path : str or Path
+    cfg, path
     """
     text = config_text(cfg)
     if text is not None:

@@ -1,9 +1,5 @@
-"""Attention as a GPU runs it, for a step traced on the meta device.
-
-On the meta device ``F.scaled_dot_product_attention`` would fall back to the math
-implementation, which keeps the whole score matrix for backward; this mode calls
-the fused kernel CUDA would pick, whose meta implementations keep what a GPU keeps.
-"""
+"""Attention as a GPU runs it, on meta: ``F.scaled_dot_product_attention`` would fall back
+to the math implementation, which keeps the whole score matrix for backward."""
 
 from __future__ import annotations
 
@@ -12,8 +8,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-
-__all__ = ["FusedAttention"]
 
 _aten = torch.ops.aten
 

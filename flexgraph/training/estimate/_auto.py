@@ -1,9 +1,5 @@
-"""``--strategy auto``: the fastest-communicating candidate whose estimate fits.
-
-Candidates are tried by what they communicate per step (:data:`AUTO_ORDER`);
-the first whose per-rank peak fits the device, and whose setup fits the node's
-host memory (rank 0 and the other ranks together), both with the margin, wins.
-"""
+"""``--strategy auto``: the first candidate, cheapest communication first, whose
+per-rank peak fits the device and whose setup fits the node's host memory."""
 
 from __future__ import annotations
 
@@ -13,12 +9,8 @@ from flexgraph.training.errors import ConfigError
 
 from ._estimate import CandidateEstimate, Estimate
 
-__all__ = ["AUTO_MARGIN", "AUTO_ORDER", "AutoChoice", "NothingFitsError", "auto_candidates",
-           "choose_strategy", "setup_refusal"]
-
 AUTO_ORDER = ("ddp", "deepspeed:zero1", "deepspeed:zero2", "fsdp", "deepspeed:zero3",
               "deepspeed:zero3-offload")
-"""The candidates of several processes, cheapest communication first."""
 AUTO_MARGIN = 0.10
 """Share of the device kept free: the allocator's cache, the CUDA context, fragmentation."""
 
@@ -26,7 +18,6 @@ GB = 1e9
 
 
 def _size(nbytes: float) -> str:
-    """Gigabytes with one decimal, or whole megabytes below a gigabyte."""
     return f"{nbytes / GB:.1f} GB" if nbytes >= GB else f"{nbytes / 1e6:.0f} MB"
 
 
@@ -36,14 +27,7 @@ class NothingFitsError(ConfigError):
 
 @attrs.frozen
 class AutoChoice:
-    """The chosen candidate and why, in one line.
-
-    Parameters
-    ----------
-    label : str
-        As ``--compare`` writes it (``'deepspeed:zero2'``).
-    reason : str
-    """
+    """The chosen candidate's label (as ``--compare`` writes it) and why, in one line."""
 
     label: str
     reason: str
@@ -102,11 +86,9 @@ def choose_strategy(result: Estimate, capacity: int, margin: float = AUTO_MARGIN
     ----------
     result : Estimate
         The candidates' estimates, in the order to try them.
-    capacity : int
-        Bytes a rank has.
+    capacity, host_memory : int
+        Bytes a rank has; bytes one node's host has (``None``: setups not checked).
     margin : float, default AUTO_MARGIN
-    host_memory : int, optional
-        One node's host memory: a candidate whose setup does not fit is refused.
     processes_per_node : int, default 1
 
     Returns

@@ -1,10 +1,5 @@
-"""Autocast's dtype rules, for a step traced on the meta device.
-
-``torch.autocast`` ignores meta tensors, so a traced AMP step would keep every
-activation in fp32. This mode applies CUDA autocast's rules above autograd, as
-autocast does (weights cast once per forward), so saved activations have the
-dtypes a real AMP step saves.
-"""
+"""CUDA autocast's dtype rules on meta tensors, which ``torch.autocast`` ignores, so saved
+activations have an AMP step's dtypes."""
 
 from __future__ import annotations
 
@@ -14,8 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
-
-__all__ = ["MetaAutocast"]
 
 _LOW = {
     F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,

@@ -1,9 +1,5 @@
-"""``NAME[:STAGE][:PRECISION]``: the strategies an estimate compares.
-
-The name is a registered strategy; what a stage or precision means is its memory
-model's to say (``candidate_options``), so nothing here knows a strategy by name.
-Without a precision a candidate keeps the config's.
-"""
+"""``NAME[:STAGE][:PRECISION]``: the strategies an estimate compares; what a stage or
+precision means is the strategy's memory model's to say (``candidate_options``)."""
 
 from __future__ import annotations
 
@@ -17,8 +13,6 @@ from flexgraph.core.strategy import Strategy, get_strategy, same_strategy
 
 from ._parts import CandidateError
 
-__all__ = ["PRECISIONS", "Candidate", "memory_module", "parse_candidates"]
-
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
@@ -28,15 +22,13 @@ class Candidate:
 
     Parameters
     ----------
-    label : str
-        The candidate as written.
+    label, name : str
+        The candidate as written; the strategy's registry name.
     strategy : Strategy
     amp : str or None
         The AMP precision it computes in; ``None`` for fp32.
-    name : str
-        The strategy's registry name.
     options : Mapping, default {}
-        The options the strategy was built with (``--strategy auto`` hands them to the run).
+        The strategy's options (``--strategy auto`` hands them to the run).
     """
 
     label: str
@@ -47,7 +39,6 @@ class Candidate:
 
 
 def memory_module(strategy: Strategy) -> Any:
-    """The module holding ``strategy``'s memory model (see ``_parts``)."""
     if not strategy.memory_model:
         raise CandidateError(f"strategy {strategy.name!r} has no memory model; "
                              f"it cannot be estimated")
@@ -57,22 +48,19 @@ def memory_module(strategy: Strategy) -> Any:
 def _base_options(name: str, config_strategy: Any) -> dict[str, Any]:
     if isinstance(config_strategy, Mapping) and same_strategy(name, config_strategy["type"]):
         return {k: v for k, v in config_strategy.items() if k != "type"}
-    if isinstance(config_strategy, str) and same_strategy(name, config_strategy):
-        return {}
     return {}
 
 
 def parse_candidate(text: str, config_strategy: Any, amp: str | None) -> Candidate:
-    """One candidate from its text.
+    """One candidate from its text, ``NAME[:STAGE][:PRECISION]``.
 
     Parameters
     ----------
     text : str
-        ``NAME[:STAGE][:PRECISION]``.
     config_strategy : Any
         The config's ``strategy``, whose options a candidate of the same strategy starts from.
     amp : str or None
-        The config's AMP precision.
+        The config's AMP precision, kept without a PRECISION.
 
     Returns
     -------
@@ -106,9 +94,8 @@ def parse_candidates(text: str, config_strategy: Any, amp: str | None) -> list[C
 
     Parameters
     ----------
-    text : str
-    config_strategy : Any
-    amp : str or None
+    text, config_strategy, amp
+        As :func:`parse_candidate` takes them.
 
     Returns
     -------

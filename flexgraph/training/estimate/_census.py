@@ -1,8 +1,5 @@
-"""What a model holds, counted on the meta device: parameters by kind and by module.
-
-The largest layer is DeepSpeed's definition (the most parameters one module holds
-directly), which its ZeRO-3 estimate and ours both need.
-"""
+"""A model's parameters counted on the meta device, by kind and by module (the largest
+layer as DeepSpeed defines it: the most parameters one module holds directly)."""
 
 from __future__ import annotations
 
@@ -12,8 +9,6 @@ import attrs
 from torch import nn
 
 from flexgraph.training.components import unwrap_model
-
-__all__ = ["Census", "take_census"]
 
 
 @attrs.frozen
@@ -42,16 +37,7 @@ def _counts(params: list[nn.Parameter]) -> tuple[int, int]:
 
 
 def take_census(model: nn.Module) -> Census:
-    """Count ``model``'s parameters (the user's module inside any wrapper).
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-
-    Returns
-    -------
-    Census
-    """
+    """Count ``model``'s parameters (the user's module inside any wrapper)."""
     module = unwrap_model(model)
     params = list(module.parameters())
     total, trainable = _counts(params)

@@ -7,17 +7,12 @@ from typing import Any
 
 from flexgraph.training.config import section
 
-__all__ = ["OPTIMIZER_STATES", "amp_precision", "first_batch", "optimizer_states",
-           "step_temporaries"]
-
 OPTIMIZER_STATES = {
     "Adam": 2, "AdamW": 2, "NAdam": 2, "RAdam": 2, "Adamax": 2, "FusedAdam": 2,
     "DeepSpeedCPUAdam": 2, "Lamb": 2, "FusedLamb": 2, "Lion": 1, "Adagrad": 1,
     "RMSprop": 1, "Adadelta": 2, "SGD": 0, "ASGD": 2, "LBFGS": 2, "Rprop": 2,
 }
-"""fp32 states per parameter, by optimizer class name (torch's defaults; SGD gains one with
-``momentum``).
-"""
+"""fp32 states per parameter, by optimizer class name (SGD gains one with ``momentum``)."""
 
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "fp16": "fp16",
            "bf16": "bf16"}
@@ -43,16 +38,7 @@ def amp_precision(cfg: Any) -> str | None:
 
 
 def optimizer_states(cfg: Any) -> tuple[int, str]:
-    """(fp32 states per trainable parameter, the optimizer's name) of ``optim_wrapper``.
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    tuple of (int, str)
-    """
+    """(fp32 states per trainable parameter, the optimizer's name) of ``optim_wrapper``."""
     name, optimizer = _optimizer_cfg(cfg)
     states = OPTIMIZER_STATES.get(name, 2)
     if name == "SGD" and float(optimizer.get("momentum", 0) or 0) > 0:
@@ -72,8 +58,7 @@ def step_temporaries(cfg: Any, stepped: tuple[int, int], device: str) -> tuple[i
     """The bytes torch's Adam / AdamW allocate during their step and free again, with a note.
 
     The for-loop kernel (the CPU default) takes two temporaries the size of the largest
-    tensor; the foreach kernels (the CUDA default) one fp32 tensor per stepped one; a
-    fused step none. Other optimizers are not modelled (0).
+    tensor, the foreach kernels (CUDA's) one per stepped tensor, a fused step none.
     """
     name, optimizer = _optimizer_cfg(cfg)
     largest, total = stepped
@@ -92,9 +77,8 @@ def step_temporaries(cfg: Any, stepped: tuple[int, int], device: str) -> tuple[i
 def first_batch(cfg: Any) -> Any:
     """A batch of ``train_dataloader``: its dataset's first ``batch_size`` samples, collated.
 
-    Loaded in this process in index order rather than through the sampler: the same
-    batch every call, without shuffling a large index for one batch. A loader without
-    a plain ``batch_size`` or indexable data gives its first batch as in a run.
+    In index order, not through the sampler: the same batch every call, without
+    shuffling a large index. Other loaders give their first batch as in a run.
     """
     from torch.utils.data import IterableDataset
 

@@ -1,8 +1,5 @@
-"""How much memory a rank has (``--device-memory``) and a node's host (``--host-memory``).
-
-Without a flag, a rank has the first GPU's memory, or its share of this machine's
-RAM without CUDA; a node has this machine's RAM. A device size given means GPUs.
-"""
+"""How much memory a rank has (``--device-memory``) and a node's host (``--host-memory``);
+without a flag, the first GPU's, else a share of this machine's RAM."""
 
 from __future__ import annotations
 
@@ -11,39 +8,17 @@ import re
 
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["DeviceMemoryError", "device_memory", "host_memory", "parse_size", "target_device"]
-
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-class DeviceMemoryError(ConfigError):
-    """``--device-memory`` or ``--host-memory`` is not a size with a unit."""
-
-
 def parse_size(text: str, flag: str = "--device-memory") -> int:
-    """A size with a decimal (``GB``) or binary (``GiB``, a power of two) unit, in bytes.
-
-    Parameters
-    ----------
-    text : str
-    flag : str, default "--device-memory"
-        The option ``text`` was given to, named by the error.
-
-    Returns
-    -------
-    int
-
-    Raises
-    ------
-    DeviceMemoryError
-        ``text`` is not a size.
-    """
+    """A size with a decimal (``GB``) or binary (``GiB``) unit, in bytes; ``flag`` for errors."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _UNITS:
-        raise DeviceMemoryError(f"{flag} {text!r} is not a size; write e.g. 80GB, "
-                                f"40GiB or 81920MiB")
+        raise ConfigError(f"{flag} {text!r} is not a size; write e.g. 80GB, "
+                          f"40GiB or 81920MiB")
     return int(float(match.group(1)) * _UNITS[unit])
 
 
@@ -59,7 +34,7 @@ def device_memory(given: str | None, world_size: int) -> tuple[int, str]:
     given : str or None
         ``--device-memory`` as written; ``None``: this machine's.
     world_size : int
-        The ranks sharing this machine's RAM when there is no GPU.
+        The ranks sharing this machine's RAM without a GPU.
 
     Returns
     -------

@@ -31,30 +31,13 @@ from ._parts import (
 )
 from ._trace import StepTrace, UntraceableModelError, trace_step
 
-__all__ = ["SCHEMA", "CandidateEstimate", "Estimate", "build_meta_model", "estimate"]
-
 SCHEMA = "flexgraph.estimate/1"
 
 
 @attrs.frozen
 class CandidateEstimate:
-    """One candidate's per-rank peak, its parts and where it is reached.
-
-    Parameters
-    ----------
-    label, strategy : str
-    memory : StrategyMemory
-    trace : StepTrace or None
-        ``None``: the step could not be traced.
-    world_size : int
-    step_temporaries : int, default 0
-        Bytes the optimizer's step allocates besides its states.
-    step_note : str, optional
-    setup : SetupMemory, optional
-    steps : tuple of Allocation, default ()
-        What each step of its plan allocates.
-    trains_on : {'host', 'device'}, default 'device'
-    """
+    """One candidate's per-rank peak, its parts and where it is reached (``trace=None``: the
+    step could not be traced)."""
 
     label: str
     strategy: str
@@ -118,22 +101,8 @@ class CandidateEstimate:
 
 @attrs.frozen
 class Estimate:
-    """Every candidate's estimate for one config, and what they share.
-
-    Parameters
-    ----------
-    census : Census
-    candidates : tuple of CandidateEstimate
-    world_size : int
-    batch_size : int or None
-        The traced batch's size per rank.
-    optimizer : str
-    untraceable : str, optional
-        Why the step could not be traced.
-    seconds : float, default 0.0
-    weights_loaded : bool, default False
-        The run's files set every ``state_dict`` entry.
-    """
+    """Every candidate's estimate for one config, and what they share (``untraceable``: why
+    the step could not be traced)."""
 
     census: Census
     candidates: tuple[CandidateEstimate, ...]
@@ -177,16 +146,7 @@ class Estimate:
 
 
 def build_meta_model(cfg: Any) -> torch.nn.Module:
-    """``cfg.model`` built on the meta device, in train mode.
-
-    Parameters
-    ----------
-    cfg : Config or Mapping
-
-    Returns
-    -------
-    torch.nn.Module
-    """
+    """``cfg.model`` built on the meta device, in train mode."""
     from flexgraph.training.components import build_model_from_cfg
 
     with torch.device("meta"):
@@ -207,9 +167,7 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
 
     Parameters
     ----------
-    cfg : Config or Mapping
-    candidates : sequence of Candidate
-    world_size : int
+    cfg, candidates, world_size
     device : str, optional
         ``'cuda'`` or ``'cpu'`` (``None``: this machine's): it decides the
         optimizer kernels and what setup holds on the host.
@@ -271,18 +229,13 @@ def estimate(cfg: Any, candidates: Sequence[Candidate], *, world_size: int,
 
 
 def _replays_init(strategy: Any) -> bool:
-    """Whether ``strategy`` makes ``init_weights`` from the one-device record (no rank whole)."""
     steps = [getattr(getattr(r, "rewrite", r), "step", None) for r in strategy.rewrites]
     return any(str(getattr(s, "fn", "")).endswith(":init_from_record") for s in steps)
 
 
 def initialised_whole(cfg: Any, census: Census) -> tuple[tuple[str, int, str], ...]:
-    """The modules whose ``init_weights`` the one-device record cannot follow, as
-    ``(name, parameter bytes, why)``: rank 0 initialises them whole and sends them.
-
-    The setup is recorded on parameters without values, as the run's rank 0
-    records it (``Pretrained`` files not read); the generators are put back.
-    """
+    """``(name, parameter bytes, why)`` of the modules rank 0 initialises whole and sends:
+    those whose ``init_weights`` the one-device record cannot follow."""
     from flexgraph.training.components import record_one_device_setup
     from flexgraph.training.runtime import capture_rng, restore_rng
 
@@ -301,7 +254,6 @@ def initialised_whole(cfg: Any, census: Census) -> tuple[tuple[str, int, str], .
 def _with_whole(setup: SetupMemory, steps: tuple[Allocation, ...],
                 whole: tuple[tuple[str, int, str], ...]
                 ) -> tuple[SetupMemory, tuple[Allocation, ...]]:
-    """Rank 0's setup with the modules it initialises whole, each named with why."""
     held = sum(size for _, size, _ in whole)
     notes = tuple(f"init_weights: {name or 'the model'} cannot be made from the one-device "
                   f"record ({why}); it alone is initialised whole on rank 0 and sent"
@@ -315,7 +267,6 @@ def _with_whole(setup: SetupMemory, steps: tuple[Allocation, ...],
 
 def _setup_of(module: Any, census: Census, options: dict[str, Any], **facts: Any
               ) -> SetupMemory:
-    """The strategy's setup memory; without ``estimate_setup``, the whole model per rank."""
     setup = getattr(module, "estimate_setup", None)
     if setup is None:
         return whole_model_setup(census, notes=(f"{module.__name__} does not say what its "
@@ -325,8 +276,6 @@ def _setup_of(module: Any, census: Census, options: dict[str, Any], **facts: Any
 
 def _steps_of(module: Any, census: Census, options: dict[str, Any], *,
               memory: StrategyMemory, **facts: Any) -> tuple[Allocation, ...]:
-    """What each step allocates, by the strategy's memory model; without ``estimate_steps``,
-    the whole model on every rank from ``build_model``."""
     steps = getattr(module, "estimate_steps", None)
     if steps is None:
         return whole_model_steps(census, memory, facts["target_device"])

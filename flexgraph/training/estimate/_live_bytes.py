@@ -1,10 +1,5 @@
-"""Live tensor bytes during a traced step: a dispatch mode that counts storages.
-
-Rather than torch's ``MemTracker``, which snapshots every module on every operator,
-this counts only what an estimate needs: each new storage's bytes when an operator
-creates it, minus them when Python lets go of it, and the highest total with the
-phase and module it was reached in.
-"""
+"""Live tensor bytes during a traced step: a dispatch mode that counts each new storage
+until Python lets go of it (torch's ``MemTracker`` snapshots every module per operator)."""
 
 from __future__ import annotations
 
@@ -15,15 +10,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-__all__ = ["LiveBytes"]
-
 
 class LiveBytes(TorchDispatchMode):
-    """Count the bytes of storages created under this mode that are still alive.
-
-    The tracer sets ``phase``, ``module`` and ``grads``; ``peak`` keeps the highest
-    count with where it was reached and ``grads_at_peak``.
-    """
+    """Count the bytes of storages created under this mode that are still alive; ``peak``
+    keeps the highest, with the ``phase``, ``module`` and ``grads`` the tracer set then."""
 
     def __init__(self, real: bool = False, memo: dict[Any, Any] | None = None) -> None:
         super().__init__()
@@ -42,9 +32,8 @@ class LiveBytes(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        """No: torch would wrap ``__torch_dispatch__`` in ``torch._disable_dynamo``, which imports
-        Dynamo and costs a call per operator; nothing is compiled under this mode.
-        """
+        """No: torch would wrap ``__torch_dispatch__`` in ``torch._disable_dynamo``, which
+        imports Dynamo; nothing is compiled under this mode."""
         return False
 
     def ignore(self, tensors: Any) -> None:
@@ -58,7 +47,6 @@ class LiveBytes(TorchDispatchMode):
             self.live -= self._sizes.pop(key)
 
     def _recount(self) -> None:
-        """Read every live storage's size again (see ``real``)."""
         for key, ref in list(self._refs.items()):
             storage = ref() if ref is not None else None
             if storage is not None:
@@ -102,8 +90,8 @@ class LiveBytes(TorchDispatchMode):
 def _plain_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The tensors that hold ``tensor``'s memory: itself, or a wrapper subclass's inner ones.
 
-    A wrapper (DTensor) has a storage of the global size that holds nothing, and its
-    shard's allocation happens while this mode is off, so the shard is counted here.
+    A DTensor's storage of the global size holds nothing, and its shard is allocated
+    while this mode is off, so the shard is counted here.
     """
     if not is_traceable_wrapper_subclass(tensor):
         return [tensor]
@@ -158,7 +146,7 @@ def _memo_key(func: Any, args: Any, kwargs: Any) -> Any:
 
 
 def _layout(out: Any) -> Any:
-    """``out`` with each meta tensor as (shape, stride, dtype); ``None`` if not reproducible."""
+    """``out`` with each meta tensor as (shape, stride, dtype); ``None``: not reproducible."""
     leaves, spec = tree_flatten(out)
     layout = []
     for leaf in leaves:

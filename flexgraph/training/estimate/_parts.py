@@ -5,15 +5,13 @@ A strategy's memory model is a module of its own (:attr:`Strategy.memory_model`)
 ``estimate_memory(census, *, world_size, amp, optimizer_states, **memory_options)``
     a :class:`StrategyMemory`.
 ``candidate_options(options, stage, precision)``
-    the strategy's options for a ``--compare`` candidate ``NAME[:STAGE][:PRECISION]``,
-    raising :class:`CandidateError` for a stage or precision it does not have.
+    the options for a candidate ``NAME[:STAGE][:PRECISION]`` (:class:`CandidateError`).
 ``estimate_setup(census, *, world_size, target_device, weights_loaded, **memory_options)``
     optional: a :class:`SetupMemory`; without it, every rank holds the whole model.
 ``traced_model(model, **memory_options)``
     optional: the changed meta model to trace (FSDP's activation checkpointing), or ``None``.
 ``estimate_steps(census, *, world_size, target_device, weights_loaded, memory, **memory_options)``
-    optional: the :class:`Allocation` of each step of its plan that allocates;
-    without it, every rank builds the model whole.
+    optional: each allocating step's :class:`Allocation`; without it, the model whole.
 """
 
 from __future__ import annotations
@@ -23,9 +21,6 @@ import attrs
 from flexgraph.training.errors import ConfigError
 
 from ._census import Census
-
-__all__ = ["Allocation", "CandidateError", "SetupMemory", "StrategyMemory",
-           "replicated_states", "whole_model_setup", "whole_model_steps"]
 
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -42,18 +37,15 @@ class StrategyMemory:
     ----------
     label : str
         The strategy's name in the table (``'deepspeed zero2'``).
-    parameters, gradients, optimizer : int
-        Bytes this rank holds at the end of backward (optimizer: master weights included).
-    buffers : int
-        Bytes of the strategy's own buffers (buckets, gathered units).
+    parameters, gradients, optimizer, buffers : int
+        Bytes held at the end of backward (optimizer: master weights included; buffers:
+        the strategy's own, buckets or gathered units).
     compute : str
         The trace mode (``COMPUTE_MODES``).
-    modelled : tuple of str, default ('buffers',)
-        The parts computed from formulas rather than counted.
-    notes : tuple of str, default ()
-        What the figures assume, one line each.
+    modelled, notes : tuple of str
+        The parts computed from formulas rather than counted; what the figures assume.
     reference : int, optional
-        The strategy's library's own figure for the same states, if it has one.
+        The strategy's library's own figure for the same states.
     step_gradients, step_buffers : int, optional
         What is alive during the optimizer step, where it differs (ZeRO frees some).
     stepped : tuple of (int, int), default (0, 0)
@@ -82,16 +74,13 @@ class StrategyMemory:
 class SetupMemory:
     """Host bytes a rank holds while the model is set up, before the optimizer exists.
 
-    On a GPU run this is host memory, which a node's ranks share. Counted: the
-    parameters as the rank holds them and the largest tensor in flight; not the
-    process itself, the buffers, or a mapped checkpoint's page cache.
+    Counted: the parameters as the rank holds them and the largest tensor in flight;
+    not the process itself, the buffers, or a mapped checkpoint's page cache.
 
     Parameters
     ----------
-    rank0 : int
-    others : int
-        Every other rank's bytes (less where rank 0 initialises for all).
-    notes : tuple of str, default ()
+    rank0, others, notes
+        Rank 0's bytes, every other rank's, and what they assume.
     """
 
     rank0: int
@@ -99,7 +88,6 @@ class SetupMemory:
     notes: tuple[str, ...] = ()
 
     def node(self, processes: int) -> int:
-        """What a node holding rank 0 and ``processes - 1`` other ranks holds."""
         return self.rank0 + max(processes - 1, 0) * self.others
 
 
@@ -109,10 +97,8 @@ class Allocation:
 
     Parameters
     ----------
-    step : str
-    bytes : int
-    what : str
-        What they are, in words.
+    step, bytes, what
+        The step, the bytes, what they are in words.
     ranks : {'all', 'rank0', 'others'}, default 'all'
     memory : {'host', 'device'}, default 'host'
     transient : bool, default False
@@ -151,15 +137,12 @@ def whole_model_steps(census: Census, memory: StrategyMemory, target_device: str
 
     Parameters
     ----------
-    census : Census
-    memory : StrategyMemory
-        Its ``parameters`` are what the rank trains.
-    target_device : str
+    census, memory, target_device
+        ``memory.parameters`` are what the rank trains.
     placed_at : str, default 'wrap_model'
         The step that moves the model to the device (and adds ``extra`` and ``states``).
-    extra : int, default 0
-        Bytes allocated there besides the parameters (DDP's buckets), ``extra_what``.
-    extra_what : str, default ''
+    extra, extra_what : int, str
+        Bytes allocated there besides the parameters (DDP's buckets), and what they are.
     states : int, default 0
         Optimizer state bytes allocated there (DeepSpeed's engine makes them).
 
@@ -187,10 +170,9 @@ def whole_model_setup(census: Census, *, extra: int = 0,
 
     Parameters
     ----------
-    census : Census
+    census, notes
     extra : int, default 0
         Bytes every rank holds besides the model.
-    notes : tuple of str, default ()
 
     Returns
     -------
@@ -224,14 +206,12 @@ def replicated_states(census: Census, *, label: str, amp: str | None,
 
     Parameters
     ----------
-    census : Census
-    label : str
+    census, label, buffers, notes
+        As :class:`StrategyMemory` takes them.
     amp : str or None
         The AMP precision (the trace mode follows it).
     optimizer_states : int
         fp32 states per trainable parameter.
-    buffers : int, default 0
-    notes : tuple of str, default ()
 
     Returns
     -------

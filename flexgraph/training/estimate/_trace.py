@@ -1,11 +1,5 @@
-"""One training step traced on the meta device: how many activation bytes it keeps.
-
-The model is built on the meta device and the first batch moved there; forward
-and backward run as usual, each operator computing only its output's shape and
-dtype, while :class:`LiveBytes` counts what stays alive. Precision is reproduced
-as it would run: autocast's rules (:class:`MetaAutocast`), or the whole model in
-half precision (DeepSpeed's fp16 / bf16).
-"""
+"""One training step traced on the meta device: how many activation bytes it keeps, in
+fp32, under autocast's rules, or with the model in half (DeepSpeed's fp16 / bf16)."""
 
 from __future__ import annotations
 
@@ -25,8 +19,6 @@ from ._attention import FusedAttention
 from ._autocast import MetaAutocast
 from ._live_bytes import LiveBytes
 
-__all__ = ["COMPUTE_MODES", "StepTrace", "UntraceableModelError", "trace_step"]
-
 COMPUTE_MODES = ("fp32", "amp:fp16", "amp:bf16", "half:fp16", "half:bf16")
 """How a step computes: fp32; AMP (autocast over fp32 weights); the model in half."""
 
@@ -34,11 +26,8 @@ _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class UntraceableModelError(TrainingError):
-    """A model's training step cannot run on the meta device (no activation estimate).
-
-    Raised for an operator whose output shape depends on values or that has no meta
-    kernel; the message names the module and the operator.
-    """
+    """A model's training step cannot run on the meta device: an operator's output shape
+    depends on values, or it has no meta kernel."""
 
 
 @attrs.frozen
@@ -61,8 +50,8 @@ def _module_names(model: nn.Module, counter: LiveBytes,
                   modes: Callable[[], contextlib.AbstractContextManager]) -> Iterator[None]:
     """Keep ``counter.module`` on the innermost module running forward, and ``modes()`` on.
 
-    Autograd runs backward without Python's torch-function modes, so a forward that
-    activation checkpointing recomputes there enters ``modes()`` again.
+    Autograd runs backward without torch-function modes, so a forward that activation
+    checkpointing recomputes there enters ``modes()`` again.
     """
     names = {id(m): name or type(m).__name__ for name, m in model.named_modules()}
     stack: list[str] = []
@@ -93,7 +82,6 @@ def _module_names(model: nn.Module, counter: LiveBytes,
 
 
 def _to_meta(batch: Any, dtype: torch.dtype | None = None) -> Any:
-    """``batch`` with every tensor on the meta device (floating ones in ``dtype``)."""
     def move(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value
@@ -118,8 +106,7 @@ def _map_batch(fn: Callable[[Any], Any], batch: Any) -> Any:
 def _loss(model: nn.Module, batch: Any, half: torch.dtype | None) -> torch.Tensor:
     """The step's loss: MMEngine's ``train_step`` without the optimizer, or a plain forward.
 
-    ``half`` is the dtype a half-precision engine casts the preprocessed inputs to, as
-    DeepSpeed's ``inputs_to_half`` does.
+    ``half``: the dtype the inputs are cast to, as DeepSpeed's ``inputs_to_half`` does.
     """
     if uses_step_api(model):
         module = unwrap_model(model)
@@ -141,27 +128,10 @@ def _preprocessor_on_meta(model: nn.Module) -> None:
 
 def trace_step(model: nn.Module, batch: Any, compute: str = "fp32",
                memo: dict[Any, Any] | None = None) -> StepTrace:
-    """Run forward and backward of ``model`` (on meta) on ``batch``; count live bytes.
+    """Run forward and backward of ``model`` (built on meta) on ``batch``; count live bytes.
 
-    Parameters
-    ----------
-    model : nn.Module
-        Built on the meta device; left with no ``.grad`` and in fp32.
-    batch : any
-        The config's batch (real tensors, moved to meta here).
-    compute : str
-        One of :data:`COMPUTE_MODES`.
-    memo : dict, optional
-        The meta kernels' results, shared by the traces of one estimate (:class:`LiveBytes`).
-
-    Returns
-    -------
-    StepTrace
-
-    Raises
-    ------
-    UntraceableModelError
-        An operator of the step has no meta implementation or needs values.
+    ``compute`` is one of :data:`COMPUTE_MODES`; ``memo`` holds the meta kernels' results,
+    shared by the traces of one estimate. The model is left with no ``.grad``, in fp32.
     """
     if compute not in COMPUTE_MODES:
         raise ValueError(f"compute must be one of {COMPUTE_MODES}, not {compute!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from mmengine.config import Config
 
-from flexgraph.training.components import CPUAmpOptimWrapper
+from flexgraph.training.components._amp import CPUAmpOptimWrapper
 from tests.training.training_helpers import EXAMPLES, run_steps
 
 

@@ -11,7 +11,7 @@ import pytest
 ENDING = textwrap.dedent("""
     import multiprocessing, time
     import torch
-    from flexgraph.training.components import end_dataloader_workers
+    from flexgraph.training.components._data import end_dataloader_workers
 
     loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2, num_workers=2,
                                          persistent_workers=True)

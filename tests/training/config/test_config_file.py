@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from mmengine.config import Config
 from mmengine.config import config as mmengine_config
 
-from flexgraph.training.config import WIDTH, config_text, write_config
+from flexgraph.training.config import config_text, write_config
+from flexgraph.training.config._writer import WIDTH
 from flexgraph.training.errors import ConfigError
 
 _RESERVED = set(mmengine_config.RESERVED_KEYS)  # Config refuses them at the top level

@@ -8,8 +8,9 @@ import sys
 import pytest
 from mmengine.config import Config
 
-from flexgraph.training.config import checkpoint_policy, unused_keys
 from flexgraph.training.config._checks import check_sections
+from flexgraph.training.config._keys import unused_keys
+from flexgraph.training.config._settings import checkpoint_policy
 from flexgraph.training.errors import ConfigError, UnusedConfigWarning
 from tests.training.training_helpers import build_hooks, run_steps
 

@@ -8,13 +8,13 @@ import warnings
 import pytest
 
 from flexgraph.training.config import (
-    LONG_PHASE_ALLOWANCE,
     WatchPolicy,
     collective_timeout,
     read_settings,
-    unused_keys,
     watch_policy,
 )
+from flexgraph.training.config._keys import unused_keys
+from flexgraph.training.config._watch import LONG_PHASE_ALLOWANCE
 from flexgraph.training.errors import ConfigError
 
 

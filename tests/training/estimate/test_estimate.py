@@ -9,13 +9,9 @@ from torch import nn
 from flexgraph.core.strategy import get_strategy
 from flexgraph.spec import load_spec
 from flexgraph.training import standard_graph
-from flexgraph.training.estimate import (
-    Candidate,
-    UntraceableModelError,
-    estimate,
-    take_census,
-    trace_step,
-)
+from flexgraph.training.estimate import Candidate, estimate
+from flexgraph.training.estimate._census import take_census
+from flexgraph.training.estimate._trace import UntraceableModelError, trace_step
 
 
 def _candidate(name: str, **options) -> Candidate:
@@ -102,7 +98,8 @@ def test_zero_half_precision_steps_with_the_fp32_gradients_alone(stage: int) -> 
 
 def test_the_step_phase_counts_the_buffers_the_strategy_keeps_through_it() -> None:
     """A candidate whose peak is its optimizer step shows the step's gradients and buffers."""
-    from flexgraph.training.estimate import CandidateEstimate, StrategyMemory
+    from flexgraph.training.estimate import StrategyMemory
+    from flexgraph.training.estimate._estimate import CandidateEstimate
 
     memory = StrategyMemory(label="m", parameters=10, gradients=40, optimizer=20,
                             buffers=30, compute="fp32", step_gradients=8, step_buffers=0)

@@ -16,7 +16,8 @@ from torch import nn
 
 from flexgraph.core.strategy import get_strategy
 from flexgraph.training.components._weight_init import record_one_device_setup
-from flexgraph.training.estimate import SetupMemory, take_census
+from flexgraph.training.estimate import SetupMemory
+from flexgraph.training.estimate._census import take_census
 
 
 class ReadsNumpy(BaseModule):

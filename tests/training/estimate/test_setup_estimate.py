@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from flexgraph.training.estimate import take_census
+from flexgraph.training.estimate._census import take_census
 
 
 class _Model(nn.Module):

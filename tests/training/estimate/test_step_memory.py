@@ -12,7 +12,8 @@ from torch import nn
 from flexgraph.cli.plan_cmd import load_config
 from flexgraph.core.rewrite import Prune
 from flexgraph.render._page_memory import held_by_step
-from flexgraph.training.estimate import take_census, trains_on
+from flexgraph.training.estimate import trains_on
+from flexgraph.training.estimate._census import take_census
 
 
 class _Model(nn.Module):

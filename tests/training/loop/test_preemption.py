@@ -17,7 +17,8 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from flexgraph.training.components import build_dataloader
-from flexgraph.training.config import StopPolicy, stop_policy
+from flexgraph.training.config import StopPolicy
+from flexgraph.training.config._settings import stop_policy
 from flexgraph.training.errors import ConfigError, TrainingStopped
 from flexgraph.training.formats import read_checkpoint_file
 from flexgraph.training.runtime import Env

@@ -1,7 +1,6 @@
-"""Joining a torch.distributed process group: the ``setup_env`` of every multi-process strategy.
+"""Joining a torch.distributed process group from ``torch.distributed.run``'s variables.
 
-The rank, world size and rendezvous come from ``torch.distributed.run``'s
-environment variables; a process started without them is a world of one.
+A process started without them is a world of one.
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ def _free_port() -> int:
 
 
 def visible_device_index(local_rank: int, visible: int) -> int:
-    """This rank's accelerator among the ``visible`` ones (``CUDA_VISIBLE_DEVICES``).
-
-    torchrun shows each rank every device of its node; a scheduler that binds
-    one device to each task shows it only that one.
+    """This rank's accelerator among the ``visible`` ones: torchrun shows each rank every
+    device of its node, a scheduler that binds one device per task only that one.
 
     Examples
     --------
@@ -85,9 +82,9 @@ def setup_process_group(
     ----------
     cfg : Config or Mapping
     device : str, optional
-        This rank's GPU when CUDA is available, else the CPU.
+        Default: this rank's GPU when CUDA is available, else the CPU.
     backend : str, optional
-        NCCL on CUDA, gloo on the CPU by default.
+        Default: NCCL on CUDA, gloo on the CPU.
     timeout : float, optional
         Seconds a collective may wait (``dist_cfg.timeout``).
 
@@ -123,11 +120,7 @@ def setup_process_group(
 
 
 def leave_process_group() -> None:
-    """Destroy the process group once every rank has finished.
-
-    Left to interpreter exit, the teardown can abort a rank whose training
-    completed.
-    """
+    """Destroy the process group once every rank has finished (at exit it can abort one)."""
     import torch.distributed as dist
 
     from flexgraph.training.runtime._group import group_is_up

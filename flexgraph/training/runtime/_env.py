@@ -1,9 +1,7 @@
 """The process's place in the run (device, rank, world size) and its seeding.
 
-:func:`make_env` builds the frozen :class:`Env` once, whichever strategy set
-the process up, so no later step needs to know which did. Seeding follows
-MMEngine's ``randomness``: ``Env.seed`` is the base seed shared by all ranks
-(samplers must shuffle alike everywhere), and under ``diff_rank_seed`` the
+Seeding follows MMEngine's ``randomness``: ``Env.seed`` is the base seed shared
+by all ranks (samplers must shuffle alike), and under ``diff_rank_seed`` the
 global RNGs get ``seed + rank`` so that dropout and augmentations differ.
 """
 
@@ -79,7 +77,7 @@ def _random_seed() -> int:
 
 
 def seed_everything(randomness: Any = None, rank: int = 0) -> int:
-    """Seed python, numpy and torch (and CUDA) as ``randomness`` asks.
+    """Seed python, numpy, torch and CUDA as ``randomness`` asks.
 
     Parameters
     ----------
@@ -114,8 +112,8 @@ DEFAULT_MMAP_THRESHOLD = 4 * 1024 * 1024
 def return_freed_memory(threshold: int | None) -> bool:
     """Have glibc give freed blocks of ``threshold`` bytes and more back to the OS at once.
 
-    glibc raises its mmap threshold each time a large block is freed, after which
-    the weights a sharded strategy gathers and frees each iteration stay resident.
+    glibc raises its mmap threshold as large blocks are freed, after which the
+    weights a sharded strategy gathers and frees each iteration stay resident.
 
     Parameters
     ----------
@@ -140,11 +138,8 @@ def return_freed_memory(threshold: int | None) -> bool:
 
 
 def default_mmap_threshold(world_size: int) -> int:
-    """The threshold a CPU run gets without ``env_cfg.malloc_mmap_threshold``.
-
-    :data:`DEFAULT_MMAP_THRESHOLD` for several processes; ``0`` (glibc's) for one,
-    which shards nothing and would only pay to map its large buffers anew.
-    """
+    """The threshold a CPU run gets without ``env_cfg.malloc_mmap_threshold``: ``0``
+    (glibc's) for one process, which shards nothing and would only pay to map anew."""
     return DEFAULT_MMAP_THRESHOLD if world_size > 1 else 0
 
 
@@ -184,10 +179,7 @@ def make_env(
     world_size: int = 1,
     local_rank: int = 0,
 ) -> Env:
-    """Seed this process and describe it.
-
-    Call it after the process group is up: a ``seed=None`` config needs the group
-    to agree on one seed.
+    """Seed this process and describe it; after the process group is up (``seed=None``).
 
     Parameters
     ----------

@@ -1,6 +1,5 @@
 """This process's random number generators, captured and put back.
 
-Checkpoints hold them so a resumed run draws what an uninterrupted one would.
 The states are plain tensors and numbers, which ``torch.load(weights_only=True)``
 accepts (numpy's ``ndarray`` it refuses).
 """

@@ -1,9 +1,6 @@
 """Checkpoints through ``torch.distributed.checkpoint`` (DCP), as every strategy reads them.
 
-flexgraph's sharded layout (FSDP's native format) holds :data:`SHARDED_KEYS`
-shard by shard and the rest in ``extra.pth``. DCP reshards on load, so a
-whole model reads every shard and an FSDP2 model its own. DCP's shards carry
-no checksum.
+DCP reshards on load, so a whole model reads every shard and an FSDP2 model its own.
 """
 
 from __future__ import annotations
@@ -64,10 +61,9 @@ def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> 
     Parameters
     ----------
     path : Path
-        flexgraph's DCP directory, or another tool's bare state dict.
     model : torch.nn.Module
     on_read : callable
-        Called with an empty checkpoint: the weights go straight into the model.
+        Called with an empty checkpoint.
 
     Returns
     -------
@@ -78,7 +74,6 @@ def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> 
     if problem is not None:
         raise CheckpointError(problem)
     metadata = SafeDCPStorage(path).read_metadata()
-    # flexgraph's weights are under 'state_dict.'; another tool's bare state dict is not
     keys = metadata.state_dict_metadata
     under = "state_dict." if any(k.startswith("state_dict.") for k in keys) else ""
     saved = {key.removeprefix(under) for key in metadata.state_dict_metadata
@@ -90,8 +85,8 @@ def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> 
             f"none of the weights in {str(path)!r} match a parameter of "
             f"{type(model).__name__}; is it the right checkpoint?")
     state = {"state_dict": wanted} if under else wanted
-    # Whole tensors are read by each rank alone: no rank waits for another (the one that
-    # initialises the model for all loads its Pretrained files by itself).
+    # whole tensors are read by each rank alone: the rank that initialises for all loads
+    # its Pretrained files by itself
     dcp_load(state, path, partial=True, alone=not _holds_shards(wanted))
     set_model_state_dict(model, state["state_dict"] if under else state,
                          options=StateDictOptions(strict=False))

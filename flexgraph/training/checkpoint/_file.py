@@ -33,7 +33,6 @@ class OneFileChecks(CheckpointRestorer):
     format = TORCH_SAVE_FILE
 
     def is_complete(self, path: Path) -> bool:
-        """A torch.save file is a zip archive: a truncated one has no central directory."""
         return TORCH_SAVE_FILE.recognise(path)
 
     def problem(self, path: Path) -> str | None:
@@ -45,11 +44,7 @@ class OneFileChecks(CheckpointRestorer):
 
 
 class FileCheckpointIO(OneFileChecks, CheckpointIO):
-    """One ``torch.save`` file holding everything, written by rank 0.
-
-    For models every rank holds whole (single device, DDP), in MMEngine's layout
-    so MMEngine tools read it; every rank reads it with ``weights_only=True``.
-    """
+    """One ``torch.save`` file in MMEngine's layout, written by rank 0 (single device, DDP)."""
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
         return {"state_dict": model_weights(model),
@@ -65,9 +60,7 @@ class FileCheckpointIO(OneFileChecks, CheckpointIO):
             os.fsync(f.fileno())
 
     maps_weights: ClassVar[bool] = True
-    """Whether :meth:`read` maps the file and leaves the weights in the map for
-    :meth:`apply`, so they are copied once; everything else is copied out at once.
-    """
+    """Whether :meth:`read` leaves the weights in the file's map, so they are copied once."""
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
         checkpoint = read_checkpoint_file(path, mmap=self.maps_weights)
@@ -93,7 +86,7 @@ class FileCheckpointIO(OneFileChecks, CheckpointIO):
 
 
 def copied_out(value: Any) -> Any:
-    """``value`` with every tensor copied out of a file's map (containers keep their type)."""
+    """``value`` with every tensor copied out of a file's map."""
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, (dict, list)):

@@ -1,8 +1,7 @@
 """``load_from``: the weights a run starts from, through the run's checkpointer.
 
 One sequence for every strategy: the pruned ``init_weights``' ``Pretrained``
-files, then ``load_from``, non-strictly as in MMEngine. The format is
-recognised once and handed to the IO that reads it.
+files, then ``load_from``, non-strictly as in MMEngine.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ def load_weights(checkpointer: Checkpointer, path: str | None, model: Any, hooks
         ``after_load_checkpoint`` sees what was read.
     logger : logging.Logger
     pretrained : sequence of Mapping, optional
-        A pruned ``init_weights``'s :class:`WeightSource` params, loaded first without hooks.
+        A pruned ``init_weights``'s files, loaded first without hooks.
 
     Returns
     -------

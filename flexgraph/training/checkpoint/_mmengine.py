@@ -29,10 +29,8 @@ def from_mmengine(checkpoint: Any, *, by_epoch: bool, train_dataloader: Any,
                   message_hub: Any = None) -> Any:
     """An MMEngine checkpoint in flexgraph's layout; any other checkpoint as it is.
 
-    ``batch_idx`` comes from ``iter`` and the dataloader's length; schedulers are
-    made plain (a per-optimizer dict is refused); ``rng_states`` are absent, so
-    ``resume`` reseeds; the saved message hub is loaded into ``message_hub``, as
-    MMEngine's own resume does. Every other key is kept.
+    ``batch_idx`` comes from ``iter`` and the dataloader's length; without
+    ``rng_states`` ``resume`` reseeds; the message hub is loaded, as MMEngine does.
 
     Parameters
     ----------

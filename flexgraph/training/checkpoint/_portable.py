@@ -10,9 +10,8 @@ A directory written through ``torch.distributed.checkpoint`` (DCP) by every rank
                           RNG states, hook extras
     manifest.json         written last: strategy, world size, dtypes, the plan
 
-Each strategy's :class:`~flexgraph.training.checkpoint._access.StateAccess`
-gives and takes name-keyed state, so the files resume under any strategy and
-world size (DCP reshards on load).
+Each strategy's ``StateAccess`` gives and takes name-keyed state, so the files
+resume under any strategy and world size (DCP reshards on load).
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ _GROUPS = "optimizer_param_groups"
 
 
 def _begin(path: Path, manifest: dict[str, Any]) -> None:
-    """Rank 0 marks the directory as a portable checkpoint before any shard is in it."""
+    """Rank 0 marks the directory before any shard is in it."""
     if this_rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
         (path / PORTABLE_MARKER).write_text(manifest["format"] + "\n")
@@ -85,9 +84,8 @@ _SAVE_GROUP: list[Any] = []
 
 
 def _background_group() -> Any:
-    """A gloo group of its own for background saves (``None`` without a process group),
-    so DCP's collectives never interleave with training's.
-    """
+    """A gloo group of its own for background saves, so DCP's collectives never interleave
+    with training's (``None`` without a process group)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
@@ -98,11 +96,7 @@ def _background_group() -> Any:
 
 
 class BackgroundWrite:
-    """A portable checkpoint whose shards DCP writes in the background (``async_save``).
-
-    :meth:`wait` waits for the shards, then rank 0 writes ``extra.pth`` and the
-    manifest, so the manifest exists only once everything else is on disk.
-    """
+    """A portable checkpoint whose shards DCP writes in the background (``async_save``)."""
 
     def __init__(self, future: Any, path: Path, rest: dict[str, Any],
                  manifest: dict[str, Any]) -> None:
@@ -141,9 +135,7 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
     meta : dict, optional
         The loop position (default: step 0).
     extra : dict, optional
-        Anything else a run restores.
     strategy : str, optional
-        Recorded in the manifest.
 
     Returns
     -------
@@ -195,7 +187,6 @@ def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:
     ----------
     path : str or Path
     key : str
-        As :func:`portable_tensors` lists it.
 
     Returns
     -------
@@ -244,9 +235,8 @@ class PortableCheckpointIO(CheckpointIO):
     weights
         The IO that loads ``load_from`` files of other formats.
     plan
-        The plan each manifest records.
     async_save
-        :meth:`write` returns a :class:`BackgroundWrite` once the state is in CPU memory.
+        :meth:`write` returns once the state is in CPU memory.
     """
 
     suffix = ".ckpt"

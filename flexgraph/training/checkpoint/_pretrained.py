@@ -1,10 +1,8 @@
-"""MMEngine's ``init_cfg=dict(type='Pretrained', ...)``: a load like ``load_from``.
+"""MMEngine's ``init_cfg=dict(type='Pretrained', ...)``, loaded as ``load_from`` is.
 
-MMEngine's ``PretrainedInit`` may unpickle anything; here it loads through the
-whole-model ``load_from`` loader: safe unpickling, formats told by content,
-one-line errors, MMEngine's non-strict rules. Every strategy initialises on
-whole tensors, so a whole-model load is right under all of them. ``prefix``
-keeps MMEngine's meaning; URLs are left to MMEngine's loaders.
+MMEngine's ``PretrainedInit`` may unpickle anything; this loads safely, with the
+formats told by content. Every strategy initialises on whole tensors, so a
+whole-model load is right under all of them. URLs are left to MMEngine.
 """
 
 from __future__ import annotations

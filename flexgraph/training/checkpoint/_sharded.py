@@ -1,9 +1,7 @@
 """``load_from`` into a model whose weights are split over the ranks (FSDP2, ZeRO-3).
 
-Every rank maps the file and reads only its own slice of each weight; the
-ranks agree on a failure. A format that does not map (a DCP or DeepSpeed
-directory) is opened by rank 0, which sends one tensor at a time. Loading is
-as ``load_from``'s: non-strict, a tensor of another shape left as it was.
+Every rank maps the file and reads only its own slice; a format that does not
+map is opened by rank 0, which sends one tensor at a time.
 """
 
 from __future__ import annotations
@@ -42,11 +40,9 @@ class Slices:
     Parameters
     ----------
     read_own : callable
-        ``read_own(entry, value, mapped)``: this rank's slice of ``value``, read
-        from the mapped file, into ``entry``.
+        ``read_own(entry, value, mapped)``: this rank's slice of ``value`` into ``entry``.
     receive : callable
-        ``receive(entry, value)``, a collective: ``value`` whole on rank 0,
-        ``None`` elsewhere; every rank puts its slice into ``entry``.
+        ``receive(entry, value)``, a collective: ``value`` whole on rank 0, else ``None``.
     whole_shape : callable, optional
         An entry's whole shape (default: its ``shape``).
     """
@@ -58,18 +54,17 @@ class Slices:
 
 def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,
                      slices: Slices, *, on_read: OnRead) -> WeightsLoaded:
-    """The weights at ``path`` (of format ``held``) into this rank's slices of ``model``; a
-    collective.
+    """The weights at ``path`` (of format ``held``) into this rank's slices of ``model``.
+
+    A collective.
 
     Parameters
     ----------
     path : Path
     held : CheckpointFormat
-        What ``path`` holds.
     model : torch.nn.Module
     slices : Slices
     on_read : callable
-        Called with the checkpoint as read, before the weights go in.
 
     Returns
     -------
@@ -102,7 +97,7 @@ def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,
 def _through_rank0(path: Path, held: CheckpointFormat, entries: dict[str, Any],
                    shapes: dict[str, tuple[int, ...]], owner: str, slices: Slices,
                    on_read: OnRead) -> WeightsLoaded:
-    """Rank 0 opens ``path`` and fetches one tensor at a time; each rank receives its slice."""
+    """Rank 0 opens ``path`` and sends one tensor at a time."""
     source = rank0_does(lambda: open_checkpoint(path, held=held), share_result=False)
     checkpoint = source.layout if source is not None else dict(NOTHING_READ)
     on_read(checkpoint)

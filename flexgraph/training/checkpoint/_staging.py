@@ -1,11 +1,9 @@
 """Staging for background saves: one copy of the state, into buffers kept between saves.
 
-A background save copies the state to CPU memory before it returns, the only
-part that blocks training. :class:`StagedWriter` keeps DCP from copying it
-again, and :class:`Staging` reuses each tensor's buffer from the previous save
-(a fresh allocation faults in every page), as DCP's ``cache_staged_state_dict``
-does; buffers are pinned where CUDA is available. The checkpointer finishes a
-pending save before the next snapshot reuses them.
+The copy to CPU memory is the part of a background save that blocks training;
+:class:`Staging` reuses each tensor's buffer (a fresh allocation faults in every
+page), as DCP's ``cache_staged_state_dict`` does, and :class:`StagedWriter`
+keeps DCP from copying again. A pending save finishes before buffers are reused.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Training state in a form ``torch.load(weights_only=True)`` accepts.
+"""Training state (RNG and scheduler states) in a form ``torch.load(weights_only=True)`` accepts.
 
-RNG states and MMEngine scheduler states (which hold e.g. a ``Counter``) are
-made plain by :func:`to_plain` and rebuilt by :func:`from_plain`; values with
-no safe form are left out, keeping the config's value.
+Values with no safe form are left out, keeping the config's value.
 """
 
 from __future__ import annotations
@@ -54,17 +52,7 @@ _DROP = object()
 
 
 def to_plain(obj: Any) -> Any:
-    """``obj`` with every value turned into something ``weights_only`` loads.
-
-    Parameters
-    ----------
-    obj : Any
-
-    Returns
-    -------
-    Any
-        ``None`` when ``obj`` has no safe form.
-    """
+    """``obj`` with every value turned into something ``weights_only`` loads (``None``: none)."""
     out = _plain(obj)
     return None if out is _DROP else out
 
@@ -95,16 +83,7 @@ def _plain(obj: Any) -> Any:
 
 
 def from_plain(obj: Any) -> Any:
-    """Inverse of :func:`to_plain` (dropped values stay absent).
-
-    Parameters
-    ----------
-    obj : Any
-
-    Returns
-    -------
-    Any
-    """
+    """Inverse of :func:`to_plain` (dropped values stay absent)."""
     if isinstance(obj, dict):
         kind = obj.get(_TAG)
         if kind == "Counter":

@@ -1,7 +1,6 @@
 """Weights between a model and a checkpoint: what a file holds, and putting it in.
 
-A checkpoint's weights are the user's module's, never a wrapper's, under
-``state_dict`` (MMEngine), under ``model``, or a raw state dict.
+A checkpoint's weights are the user's module's, never a wrapper's.
 """
 
 from __future__ import annotations
@@ -44,12 +43,11 @@ class WeightsLoaded:
     checksums: Mapping[str, float] = attrs.field(factory=dict, eq=False)
 
     def went_in(self, keys: Any) -> list[str]:
-        """Those of the model's ``keys`` the load put in: not missing, not of another shape."""
+        """Those of the model's ``keys`` the load put in."""
         skipped = set(self.missing) | {line.partition(":")[0] for line in self.mismatched}
         return [k for k in keys if k not in skipped]
 
     def __bool__(self) -> bool:
-        """Whether anything was left out."""
         return bool(self.missing or self.unexpected or self.mismatched)
 
     def describe(self) -> str:
@@ -61,7 +59,7 @@ class WeightsLoaded:
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of ``tensor``: a DTensor's local shard, a ZeRO-3 partition, else itself."""
+    """This rank's part of ``tensor``: a DTensor's shard, a ZeRO-3 partition, or itself."""
     if hasattr(tensor, "ds_tensor"):
         return tensor.ds_tensor
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
@@ -112,9 +110,7 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
                   strict: bool) -> WeightsLoaded:
     """Load the weights in ``checkpoint`` into ``model`` (wrapped or not).
 
-    Non-strict (``load_from``, as in MMEngine) reports what was left out but
-    refuses a file none of whose keys match: a wrong file, not a fine-tuning start.
-    The model's ``load_state_dict`` pre-hooks see every tensor.
+    Non-strict (``load_from``) still refuses a file none of whose keys match.
 
     Parameters
     ----------
@@ -122,9 +118,7 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
     checkpoint : Any
         A checkpoint dict or a bare ``state_dict``.
     path : str
-        For messages.
     strict : bool
-        Refuse any missing or unexpected key (``resume``).
 
     Returns
     -------
@@ -162,7 +156,7 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
 
 
 def _only_size_mismatches(message: str) -> tuple[str, ...] | None:
-    """The ``size mismatch`` lines of torch's error, or ``None`` when it holds any other."""
+    """The ``size mismatch`` lines of torch's error, or ``None`` when it holds another."""
     lines = [line for line in message.splitlines()[1:] if line.strip()]
     found = [_SIZE_MISMATCH.match(line) for line in lines]
     if not lines or not all(found):
@@ -172,24 +166,9 @@ def _only_size_mismatches(message: str) -> tuple[str, ...] | None:
 
 def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int, ...]],
                      owner: str) -> tuple[dict[str, Any], WeightsLoaded]:
-    """The weights in ``checkpoint`` that fit ``shapes``, and what is left out.
+    """The weights in ``checkpoint`` that fit ``shapes`` (whole, by name), and what is left out.
 
-    For loaders that put weights in one by one (shards, ZeRO-3 partitions); refuses
-    a file none of whose keys match, naming ``owner``.
-
-    Parameters
-    ----------
-    checkpoint : Any
-        A state dict, or MMEngine's dict holding one.
-    path : str
-        For messages.
-    shapes : Mapping[str, tuple[int, ...]]
-        Each parameter's whole shape, by name.
-    owner : str
-
-    Returns
-    -------
-    tuple[dict[str, Any], WeightsLoaded]
+    For loaders that put weights in one by one; refuses a file none of whose keys match.
     """
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     named = {k: weights[k] for k in shapes if k in weights}

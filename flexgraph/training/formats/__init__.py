@@ -46,7 +46,6 @@ __all__ = [
     "format_of",
     "known_formats",
     "map_checkpoint",
-    "mmengine_globals",
     "open_checkpoint",
     "read_any_checkpoint",
     "read_checkpoint_file",
@@ -62,7 +61,6 @@ __all__ = [
 
 _LAZY = {
     "_torch_file": ("directory_problem", "file_problem", "read_checkpoint_file"),
-    "_mmengine_types": ("mmengine_globals",),
     "_dcp_storage": ("EXTRA_NAME", "SafeDCPStorage", "dcp_load", "dcp_problem"),
     "_safetensors": ("SAFETENSORS_DTYPES", "TORCH_DTYPES", "safetensors_header"),
     "_source": ("CheckpointSource", "KeyPath", "replace_tensors", "single_process_dcp",

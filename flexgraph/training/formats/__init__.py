@@ -1,7 +1,6 @@
 """Checkpoint formats: what a path holds, told by its content, and reading it safely.
 
-Everything here reads, and nothing unsafe is unpickled. :func:`format_of`
-needs no torch; the names that need torch are loaded on first use.
+:func:`format_of` needs no torch; the names that need torch are loaded on first use.
 """
 
 from __future__ import annotations

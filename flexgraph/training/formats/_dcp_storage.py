@@ -52,10 +52,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 class SafeDCPStorage(FileSystemReader):
-    """DCP's file-system storage with the metadata read through :class:`_MetadataUnpickler`.
-
-    ``dcp.load``'s ``storage_reader``, and how flexgraph reads a DCP index alone.
-    """
+    """DCP's file-system storage with the metadata read through :class:`_MetadataUnpickler`."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
         from torch.distributed.checkpoint.metadata import StorageMeta
@@ -112,7 +109,7 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False,
     partial : bool, default False
         Allow ``state`` to ask for only some of the keys.
     alone : bool, default False
-        Read in this process without the others (DCP's ``no_dist``).
+        DCP's ``no_dist``.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
@@ -133,7 +130,7 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False,
 
 
 def _shard_problem(path: Path, metadata: Any) -> str | None:
-    """A shard file that is missing or shorter than the metadata says, by name."""
+    """A shard file that is missing or shorter than the metadata says."""
     needed: dict[str, int] = {}
     for info in getattr(metadata, "storage_data", {}).values():
         end = int(info.offset) + int(info.length)

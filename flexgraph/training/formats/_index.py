@@ -1,9 +1,6 @@
 """A checkpoint's weights from its own index: names, shapes and dtypes, no tensor read.
 
-Whether the loaded files cover the model is decided before the model is built,
-from each file's index: a ``torch.save`` zip loaded onto the meta device, a
-safetensors header, a DCP ``.metadata``. Weights are named as ``load_from``
-loads them. A DeepSpeed directory or torch's legacy format has no such index.
+A DeepSpeed directory or torch's legacy format has no such index.
 """
 
 from __future__ import annotations
@@ -37,9 +34,7 @@ Shape = tuple[int, ...]
 
 @attrs.frozen
 class WeightsIndex:
-    """The weights a checkpoint holds, as its index lists them: ``weights`` maps each
-    name (as ``load_from`` reads it) to (shape, dtype).
-    """
+    """The weights a checkpoint holds: name (as ``load_from`` reads it) -> (shape, dtype)."""
 
     path: Path
     format_name: str
@@ -47,7 +42,7 @@ class WeightsIndex:
 
 
 def _torch_file_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]] | None:
-    """The weights of a ``torch.save`` zip, every tensor on ``meta`` (no record read)."""
+    """The weights of a ``torch.save`` zip, every tensor on ``meta``."""
     if not zipfile.is_zipfile(path):
         return None  # torch's legacy format: its storages are read with its pickle
     problem = file_problem(path, verify=False)
@@ -75,8 +70,7 @@ def _safetensors_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]]:
 
 
 def _dcp_weights(path: Path, under: str | None) -> dict[str, tuple[Shape, torch.dtype]]:
-    """A DCP ``.metadata``'s tensors under ``under`` (``None``: ``state_dict.`` when any key has it,
-    else all)."""
+    """A DCP ``.metadata``'s tensors under ``under`` (``None``: ``state_dict.`` if any)."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     items = SafeDCPStorage(path).read_metadata().state_dict_metadata
@@ -98,7 +92,7 @@ def weights_index(path: str | Path) -> WeightsIndex | None:
     Returns
     -------
     WeightsIndex or None
-        ``None`` for a format whose index needs its tensors, or no known format.
+        ``None`` where the index needs the tensors, or the format is unknown.
     """
     path = Path(path)
     found = format_of(path)

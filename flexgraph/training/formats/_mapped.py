@@ -1,10 +1,7 @@
 """A checkpoint file opened for reading rows: each rank reads only its own slices.
 
-:attr:`MappedCheckpoint.checkpoint` is what ``load_from`` hooks see, every
-tensor mapped from the file and read when touched; :meth:`MappedCheckpoint.read_rows`
-reads rows of one of the file's tensors straight into a shard with ``read``,
-located by the file's own index. Only the zip directory is checked: verifying
-every CRC would read the whole file on every rank.
+Only the zip directory is checked: verifying every CRC would read the whole file
+on every rank.
 """
 
 from __future__ import annotations
@@ -43,7 +40,6 @@ class _Place:
 
     @property
     def by_rows(self) -> bool:
-        """Whether rows are consecutive bytes."""
         expected, step = [], 1
         for size in reversed(self.shape):
             expected.append(step)
@@ -59,7 +55,7 @@ class MappedCheckpoint:
     ----------
     path
     checkpoint
-        What it holds, its tensors mapped from the file.
+        What it holds (what ``load_from`` hooks see), its tensors mapped from the file.
     places : dict, optional
         Where each of the file's own tensors lies in it, by ``id``.
     own : dict, optional
@@ -77,11 +73,8 @@ class MappedCheckpoint:
 
     def read_rows(self, tensor: torch.Tensor, start: int, stop: int,
                   out: torch.Tensor) -> None:
-        """Copy rows ``[start, stop)`` of ``tensor`` into ``out`` (in ``out``'s dtype and device).
-
-        One of the file's own tensors is read from the file; anything else is sliced
-        in memory. A 0-d tensor is one row.
-        """
+        """Copy rows ``[start, stop)`` of ``tensor`` into ``out``: from the file where it is
+        one of the file's own, else sliced in memory (a 0-d tensor is one row)."""
         place = self._place_of(tensor)
         if place is None or not place.by_rows or tensor.dim() == 0:
             with torch.no_grad():
@@ -113,7 +106,7 @@ def _read_into(path: Path, offset: int, out: torch.Tensor) -> None:
 
 
 def _storage_places(path: Path) -> Any:
-    """The checkpoint loaded onto the meta device: every tensor's storage knows its offset."""
+    """The checkpoint on the meta device: every tensor's storage knows its offset."""
     with warnings.catch_warnings(), allow_mmengine_types():
         warnings.filterwarnings("ignore", message="Detected pickle protocol")
         return torch.load(path, map_location="meta", weights_only=True)
@@ -165,9 +158,7 @@ def map_checkpoint(path: str | Path, held: CheckpointFormat | None) -> MappedChe
     Parameters
     ----------
     path
-        A ``torch.save`` zip or a safetensors file.
     held
-        What ``path`` holds.
 
     Returns
     -------

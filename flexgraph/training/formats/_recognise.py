@@ -1,9 +1,6 @@
-"""Checkpoint formats, each recognised by what a path holds: never by its name.
+"""Checkpoint formats, each recognised by what a path holds, never by its name.
 
-A suffix cannot say what a checkpoint is, so each :class:`CheckpointFormat`
-looks at a few bytes or a directory listing. Every format is known to every
-strategy, so a work_dir another strategy wrote is never taken for empty. No
-torch is imported, so ``flexgraph plan`` names a path's format without it.
+No torch is imported, so ``flexgraph plan`` names a path's format without it.
 """
 
 from __future__ import annotations
@@ -45,7 +42,7 @@ class CheckpointFormat:
     name
         How messages name it ("a torch.save file").
     recognise
-        Whether a path holds this format, judged by its content.
+        Whether a path holds this format.
 
     Examples
     --------
@@ -125,12 +122,11 @@ PORTABLE_DIRECTORY = CheckpointFormat(
 
 
 def known_formats() -> tuple[CheckpointFormat, ...]:
-    """Every format declared so far (flexgraph's, and those of imported strategies).
+    """Every format declared so far (flexgraph's, and those of imported strategies), in order.
 
     Returns
     -------
     tuple of CheckpointFormat
-        In the order they were declared.
     """
     return tuple(_KNOWN)
 
@@ -160,7 +156,7 @@ def unrecognised(path: Path, tried: Iterable[CheckpointFormat], *, what: str) ->
     path : Path
     tried : iterable of CheckpointFormat
     what : str
-        What was expected (``'resume checkpoint'``).
+        What was expected (``'load_from'``).
 
     Returns
     -------

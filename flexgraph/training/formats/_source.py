@@ -1,9 +1,7 @@
 """A checkpoint opened for reading one tensor at a time, whatever wrote it.
 
-Each format's opener gives a :class:`CheckpointSource`: the layout in
-flexgraph's terms with a meta tensor for every tensor, and a ``fetch`` that
-reads one tensor whole, so a conversion holds one tensor at a time. A file of
-weights alone has the layout ``{'state_dict': weights}``, ``module.`` stripped.
+Each format's opener gives the layout in flexgraph's terms, a meta tensor for
+every tensor, and a ``fetch`` that reads one tensor whole.
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ KeyPath = tuple[Any, ...]
 
 
 def _on_meta(value: Any) -> Any:
-    """``value`` with every tensor replaced by a meta tensor of its shape and dtype."""
+    """``value`` with every tensor replaced by a meta tensor like it."""
     if isinstance(value, torch.Tensor):
         return torch.empty(value.shape, dtype=value.dtype, device="meta")
     if isinstance(value, Mapping):
@@ -61,7 +59,6 @@ def tensor_paths(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, torc
     value : Any
         A nest of mappings, lists and tuples.
     path : KeyPath, default ()
-        The key path of ``value`` itself.
 
     Yields
     ------
@@ -91,15 +88,12 @@ def replace_tensors(value: Any, make: Callable[[KeyPath, torch.Tensor], Any],
     Parameters
     ----------
     value : Any
-        A nest of mappings, lists and tuples.
     make : callable
     path : KeyPath, default ()
-        The key path of ``value`` itself.
 
     Returns
     -------
     Any
-        Mapping types kept.
     """
     if isinstance(value, torch.Tensor):
         return make(path, value)
@@ -119,13 +113,12 @@ class CheckpointSource:
     ----------
     path
     format_name
-        For messages.
     layout
         The checkpoint dict in flexgraph's layout, every tensor a meta tensor.
     fetch
         The whole tensor at a path of ``layout``, on the CPU.
     note
-        What a conversion leaves out and why, or ``None``.
+        What a conversion leaves out and why.
     """
 
     path: Path
@@ -135,11 +128,10 @@ class CheckpointSource:
     note: str | None = None
 
     def tensors(self) -> Iterator[tuple[KeyPath, torch.Tensor]]:
-        """Every tensor's path and meta tensor, in the layout's order."""
         return tensor_paths(self.layout, ())
 
     def largest_tensor_bytes(self) -> int:
-        """Bytes of the largest tensor: the most reading one at a time holds."""
+        """Bytes of the largest tensor."""
         return max((t.numel() * t.element_size() for _, t in self.tensors()), default=0)
 
     def whole(self) -> dict[str, Any]:
@@ -188,7 +180,7 @@ def open_torch_file(path: Path) -> CheckpointSource:
 
 
 def _set_at(root: dict[str, Any], path: KeyPath, value: Any) -> None:
-    """Put ``value`` at ``path``, making dicts (and lists, for int keys) on the way."""
+    """Put ``value`` at ``path``, making dicts (lists, for int keys) on the way."""
     node: Any = root
     for key, following in zip(path[:-1], path[1:], strict=True):
         empty: Any = [] if isinstance(following, int) else {}
@@ -206,8 +198,7 @@ def _set_at(root: dict[str, Any], path: KeyPath, value: Any) -> None:
 
 
 def open_dcp_directory(path: Path) -> CheckpointSource:
-    """A DCP directory: its layout from ``.metadata`` and ``extra.pth``; each tensor read by its own
-    ``dcp.load``."""
+    """A DCP directory: its layout from ``.metadata`` and ``extra.pth``."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     problem = dcp_problem(path, need_extra=False)
@@ -260,7 +251,7 @@ def single_process_dcp() -> Iterator[None]:
 
 
 def _load_flat(state: dict[str, Any], path: Path) -> None:
-    """``dcp.load`` of the given flat keys only, in this process alone (no collective)."""
+    """``dcp.load`` of the given flat keys only, in this process alone."""
     import torch.distributed.checkpoint as dcp
 
     try:

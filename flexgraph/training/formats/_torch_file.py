@@ -1,9 +1,7 @@
 """Reading a checkpoint file safely, and what is wrong with one, in a line naming it.
 
-``torch.load`` reports a damaged file from deep inside its unpickler, or not
-at all: it never checks the CRC-32 ``torch.save`` stores per zip member, so
-changed tensor bytes load as wrong weights. Here a file is checked first and a
-failure becomes one sentence.
+``torch.load`` never checks the CRC-32 ``torch.save`` stores per zip member, so
+changed tensor bytes would load as wrong weights; here a file is checked first.
 """
 
 from __future__ import annotations
@@ -88,8 +86,8 @@ def _first_bad_member(path: Path, archive: zipfile.ZipFile,
                       members: list[zipfile.ZipInfo]) -> str | None:
     """The first member whose bytes fail their CRC-32, or ``None``.
 
-    ``torch.save``'s members are stored uncompressed, so each is checked in place
-    over a map of the file and stays in the page cache for ``torch.load``.
+    ``torch.save``'s members are stored uncompressed, so each is checked over a map
+    of the file and stays in the page cache for ``torch.load``.
     """
     if any(m.compress_type != zipfile.ZIP_STORED for m in members):
         return archive.testzip()
@@ -109,7 +107,7 @@ def _member_intact(mapped: mmap.mmap, member: zipfile.ZipInfo) -> bool:
 
 
 def file_problem(path: Path, *, verify: bool = True) -> str | None:
-    """What is wrong with the would-be checkpoint file ``path``, or ``None`` (nothing found).
+    """What is wrong with the would-be checkpoint file ``path``, or ``None``.
 
     Parameters
     ----------
@@ -175,8 +173,7 @@ def _first_line(exc: BaseException) -> str:
 def _refusal(exc: pickle.UnpicklingError, path: Path) -> str | None:
     """What weights_only refused, or ``None`` when the pickle is merely broken.
 
-    In a CRC-checked zip the pickle is what was written, so a failure is a
-    refusal; elsewhere only a named global tells one.
+    In a CRC-checked zip a failure is a refusal; elsewhere only a named global tells one.
     """
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     named = next((line for line in lines if "GLOBAL" in line or "global" in line), None)
@@ -198,7 +195,7 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False, verify: bool =
     mmap
         Map the tensors' bytes instead of reading them (zip files).
     verify
-        Check every member's CRC-32 first; ``False``: the zip directory alone.
+        Check every member's CRC-32 first.
 
     Returns
     -------
@@ -209,7 +206,6 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False, verify: bool =
     UnsafeCheckpointError
         The file holds types beyond tensors, containers and MMEngine's few.
     CheckpointError
-        Anything else, naming the file and the problem.
     """
     path = Path(path)
     if not path.exists():

@@ -1,5 +1,4 @@
-"""``flexgraph ckpt inspect`` for portable checkpoints, from manifest, ``.metadata`` and
-``extra.pth`` alone (no shard is read)."""
+"""``flexgraph ckpt inspect`` for portable checkpoints (no shard is read)."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from flexgraph.training.checkpoint_tools._inspect import (
     CheckpointSummary,
     _dtype_name,
     _model_tensors,
+    _numel,
     state_parts,
 )
 from flexgraph.training.errors import CheckpointError
@@ -51,13 +51,6 @@ def describe_portable(path: Path) -> CheckpointSummary:
         problem is None, problem, world_size=manifest.get("world_size"),
         epoch=manifest.get("epoch"), iteration=manifest.get("iter"), parameters=parameters,
         dtypes=dtypes, contents=parts, extras=extras, versions=versions)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    total = 1
-    for size in shape:
-        total *= int(size)
-    return total
 
 
 PORTABLE_INSPECTOR = CheckpointInspector(PORTABLE_DIRECTORY, describe_portable)

@@ -21,8 +21,6 @@ from torch.distributed.checkpoint.state_dict import (
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.runtime import world_size
 
-__all__ = ["StateAccess", "TorchStateAccess", "as_on_rank0", "optimizers_of", "positions_to_names"]
-
 
 def optimizers_of(optim_wrapper: Any) -> list[torch.optim.Optimizer]:
     """The torch optimizers inside an MMEngine wrapper (several for an OptimWrapperDict).

@@ -47,14 +47,6 @@ from flexgraph.training.runtime import (
     world_size,
 )
 
-__all__ = [
-    "POINTER_NAME",
-    "Checkpointer",
-    "atomic_write",
-    "checkpoint_meta",
-    "restore_schedulers",
-]
-
 POINTER_NAME = "last_checkpoint"
 _CHECKPOINT_NAME = re.compile(r"^(epoch|iter)_\d+(\.[A-Za-z0-9]+)?$")
 _TEMP_PREFIX = ".tmp-"

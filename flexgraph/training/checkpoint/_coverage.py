@@ -19,9 +19,6 @@ from flexgraph.training.config import is_pretrained, names_pretrained
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import weights_index
 
-__all__ = ["Coverage", "WeightSource", "WeightsDerivation", "derive_from_weights",
-           "pretrained_sources", "weights_coverage"]
-
 LOAD_FROM = "load_from"
 PRETRAINED = "init_cfg Pretrained"
 _SHOWN = 5

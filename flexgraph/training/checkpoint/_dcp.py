@@ -21,8 +21,6 @@ from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import SafeDCPStorage, dcp_load, dcp_problem
 
-__all__ = ["SHARDED_KEYS", "full_tensors", "load_dcp_weights"]
-
 SHARDED_KEYS = ("state_dict", "optimizer")
 """The checkpoint entries DCP writes shard by shard; the rest go into ``extra.pth``."""
 

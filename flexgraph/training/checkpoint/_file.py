@@ -23,9 +23,6 @@ from flexgraph.training.formats import (
 )
 from flexgraph.training.runtime import this_rank
 
-__all__ = ["FileCheckpointIO", "OneFileChecks", "copied_out", "load_optimizer_state",
-           "optimizer_keyed_by"]
-
 
 class OneFileChecks(CheckpointRestorer):
     """When a one-file checkpoint is whole (its zip directory; the CRCs are checked on read)."""

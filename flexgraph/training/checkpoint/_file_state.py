@@ -14,8 +14,6 @@ from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import read_checkpoint_file
 
-__all__ = ["FileStateRestorer"]
-
 
 class FileStateRestorer(OneFileChecks):
     """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess`.

@@ -30,16 +30,6 @@ from flexgraph.training.formats import (
     unrecognised,
 )
 
-__all__ = [
-    "NOTHING_READ",
-    "CheckpointIO",
-    "CheckpointRestorer",
-    "CheckpointWriter",
-    "OnRead",
-    "WeightLoader",
-    "refuse_unloadable",
-]
-
 OnRead = Callable[[dict[str, Any]], None]
 """Called with a checkpoint as read, before it goes in (``after_load_checkpoint``)."""
 

@@ -16,8 +16,6 @@ from flexgraph.training.checkpoint._pretrained import load_pretrained
 from flexgraph.training.components import unwrap_model
 from flexgraph.training.formats import format_of
 
-__all__ = ["load_weights"]
-
 
 def load_weights(checkpointer: Checkpointer, path: str | None, model: Any, hooks: Any, *,
                  logger: Any, pretrained: Sequence[Mapping[str, Any]] = ()) -> Any:

@@ -15,8 +15,6 @@ import torch
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import MANIFEST_NAME
 
-__all__ = ["MANIFEST_FORMAT", "make_manifest", "read_manifest"]
-
 MANIFEST_FORMAT = "flexgraph.portable/1"
 
 

@@ -13,8 +13,6 @@ from flexgraph.training.checkpoint._state import to_plain
 from flexgraph.training.components import epoch_length_of
 from flexgraph.training.errors import CheckpointError
 
-__all__ = ["from_mmengine", "is_mmengine_checkpoint"]
-
 
 def is_mmengine_checkpoint(checkpoint: Any) -> bool:
     """Whether ``checkpoint`` was written by MMEngine (its Runner or FlexibleRunner)."""

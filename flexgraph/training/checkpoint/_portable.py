@@ -47,9 +47,6 @@ from flexgraph.training.formats import (
 )
 from flexgraph.training.runtime import this_rank, world_size
 
-__all__ = ["BackgroundWrite", "PortableCheckpointIO", "portable_tensors", "read_portable_tensor",
-           "write_portable"]
-
 MODEL, OPTIMIZER = "model", "optimizer"
 _GROUPS = "optimizer_param_groups"
 

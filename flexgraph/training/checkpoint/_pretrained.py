@@ -19,8 +19,6 @@ from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import DCP_DIRECTORY, format_of
 
-__all__ = ["load_pretrained"]
-
 _WHAT = "init_cfg Pretrained checkpoint"
 
 

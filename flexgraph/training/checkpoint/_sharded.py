@@ -26,8 +26,6 @@ from flexgraph.training.formats import (
 )
 from flexgraph.training.runtime import agreed, broadcast_from_rank0, rank0_does, this_rank
 
-__all__ = ["Slices", "load_into_slices"]
-
 
 def _own_shape(entry: torch.Tensor) -> tuple[int, ...]:
     return tuple(entry.shape)

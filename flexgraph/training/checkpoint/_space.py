@@ -18,8 +18,6 @@ import torch
 
 from flexgraph.training.errors import DeviceFullError
 
-__all__ = ["device_full_error", "human_bytes", "tensor_bytes"]
-
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FULL_TEXTS = ("No space left on device", "Disk quota exceeded")
 #: What torch's zip writer says when a write came up short, without saying why.

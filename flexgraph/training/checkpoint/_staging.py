@@ -13,8 +13,6 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint import FileSystemWriter
 
-__all__ = ["StagedWriter", "Staging"]
-
 
 class StagedWriter(FileSystemWriter):
     """DCP's file writer, taking the state as :class:`Staging` already copied it."""

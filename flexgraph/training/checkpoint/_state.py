@@ -12,9 +12,6 @@ import attrs
 import numpy as np
 import torch
 
-__all__ = ["LoopState", "from_plain", "to_plain"]
-
-
 
 @attrs.frozen
 class LoopState:

@@ -16,10 +16,6 @@ from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.runtime import meta_parameters
 
-__all__ = ["WeightsLoaded", "apply_weights", "local_checksums", "matching_weights",
-           "model_weights", "weights_in"]
-
-
 _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
 
 

@@ -31,9 +31,6 @@ from flexgraph.training.formats import (
     tensor_paths,
 )
 
-__all__ = ["TARGETS", "Conversion", "convert_checkpoint", "write_safetensors",
-           "write_torch_file"]
-
 TARGETS = ("dcp", "torch", "safetensors")
 """The formats ``flexgraph ckpt convert --to`` writes."""
 

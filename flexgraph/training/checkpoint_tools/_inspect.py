@@ -32,15 +32,6 @@ from flexgraph.training.formats import (
     unrecognised_by,
 )
 
-__all__ = [
-    "INSPECTOR_ENTRY_POINTS",
-    "CheckpointInspector",
-    "CheckpointSummary",
-    "checkpoint_inspectors",
-    "describe_checkpoint",
-    "state_parts",
-]
-
 INSPECTOR_ENTRY_POINTS = "flexgraph.checkpoint_inspectors"
 """The entry-point group of added inspectors (each a :class:`CheckpointInspector`)."""
 

@@ -22,8 +22,6 @@ from flexgraph.training.formats import (
     read_checkpoint_file,
 )
 
-__all__ = ["PORTABLE_INSPECTOR", "describe_portable"]
-
 
 def describe_portable(path: Path) -> CheckpointSummary:
     """A portable checkpoint's summary, from its manifest and metadata alone."""

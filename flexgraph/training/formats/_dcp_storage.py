@@ -20,8 +20,6 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
 from flexgraph.training.formats._torch_file import file_problem
 
-__all__ = ["EXTRA_NAME", "SafeDCPStorage", "dcp_load", "dcp_problem"]
-
 EXTRA_NAME = "extra.pth"
 """flexgraph's file beside a DCP checkpoint's shards: loop state, schedulers, RNG states."""
 

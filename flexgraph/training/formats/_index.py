@@ -27,8 +27,6 @@ from flexgraph.training.formats._safetensors import safetensors_entries
 from flexgraph.training.formats._source import _flexgraph_layout
 from flexgraph.training.formats._torch_file import file_problem
 
-__all__ = ["WeightsIndex", "weights_index"]
-
 Shape = tuple[int, ...]
 
 

@@ -26,8 +26,6 @@ from flexgraph.training.formats._safetensors import safetensors_entries
 from flexgraph.training.formats._source import tensor_paths
 from flexgraph.training.formats._torch_file import file_problem, read_checkpoint_file
 
-__all__ = ["MappedCheckpoint", "map_checkpoint"]
-
 
 @attrs.frozen
 class _Place:

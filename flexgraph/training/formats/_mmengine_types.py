@@ -14,8 +14,6 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["allow_mmengine_types", "mmengine_globals"]
-
 # numpy dtypes whose values are raw numbers: what HistoryBuffer and the ETA hold.
 _NUMERIC_DTYPES = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
                    np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,

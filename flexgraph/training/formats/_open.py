@@ -29,9 +29,6 @@ from flexgraph.training.formats._source import (
 )
 from flexgraph.training.formats._torch_file import file_problem, read_checkpoint_file
 
-__all__ = ["OPENER_ENTRY_POINTS", "Opener", "open_checkpoint", "openers",
-           "read_any_checkpoint", "unrecognised_by"]
-
 OPENER_ENTRY_POINTS = "flexgraph.checkpoint_openers"
 """The entry-point group of strategies' openers, each named by its format's ``key``."""
 

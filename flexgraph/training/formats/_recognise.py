@@ -12,20 +12,6 @@ from pathlib import Path
 
 import attrs
 
-__all__ = [
-    "DCP_DIRECTORY",
-    "DEEPSPEED_DIRECTORY",
-    "MANIFEST_NAME",
-    "PORTABLE_DIRECTORY",
-    "PORTABLE_MARKER",
-    "SAFETENSORS_FILE",
-    "TORCH_SAVE_FILE",
-    "CheckpointFormat",
-    "format_of",
-    "known_formats",
-    "unrecognised",
-]
-
 _KNOWN: list[CheckpointFormat] = []
 #: The first bytes of torch's legacy (pre-1.6) save format: a pickled magic number.
 LEGACY_TORCH_MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)[:14]

@@ -13,8 +13,6 @@ from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats._recognise import SAFETENSORS_FILE
 from flexgraph.training.formats._source import CheckpointSource, weights_layout
 
-__all__ = ["SAFETENSORS_DTYPES", "TORCH_DTYPES", "open_safetensors_file", "safetensors_header"]
-
 SAFETENSORS_DTYPES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
     torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",

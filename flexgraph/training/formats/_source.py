@@ -26,10 +26,6 @@ from flexgraph.training.formats._dcp_storage import (
 from flexgraph.training.formats._recognise import DCP_DIRECTORY, TORCH_SAVE_FILE
 from flexgraph.training.formats._torch_file import read_checkpoint_file
 
-__all__ = ["CheckpointSource", "KeyPath", "element_at", "open_dcp_directory",
-           "open_torch_file", "replace_tensors", "single_process_dcp", "tensor_paths",
-           "weights_layout"]
-
 KeyPath = tuple[Any, ...]
 """Where a value sits in a nested checkpoint: its keys and indices, outermost first."""
 

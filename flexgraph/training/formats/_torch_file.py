@@ -25,8 +25,6 @@ from flexgraph.training.errors import (
 from flexgraph.training.formats._mmengine_types import allow_mmengine_types
 from flexgraph.training.formats._recognise import LEGACY_TORCH_MAGIC
 
-__all__ = ["directory_problem", "file_problem", "read_checkpoint_file"]
-
 _ZIP_MAGIC = b"PK\x03\x04"
 _CONVERT = "python -m torch.distributed.checkpoint.format_utils dcp_to_torch"
 _PLAIN_PICKLE = "a plain Python pickle (pickle.dump), not a torch.save file"

@@ -12,8 +12,6 @@ from typing import Any
 
 from flexgraph.training.runtime._env import Env, make_env
 
-__all__ = ["setup_process_group"]
-
 
 def _free_port() -> int:
     with socket.socket() as s:

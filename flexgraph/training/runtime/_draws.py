@@ -18,8 +18,6 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_map
 
-__all__ = ["VALUE_READS", "Draw", "SourceDraws", "TensorShape", "follow_source_draws",
-           "host_generators_moved", "replay_draws"]
 
 @attrs.frozen
 class TensorShape:

@@ -20,9 +20,6 @@ from flexgraph.training.config import section
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.runtime._group import broadcast_from_rank0
 
-__all__ = ["Env", "default_mmap_threshold", "make_env", "rank_seed", "return_freed_memory",
-           "seed_everything", "use_default_scope"]
-
 
 @attrs.frozen
 class Env:

@@ -12,20 +12,6 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = [
-    "agreed",
-    "barrier",
-    "broadcast_buffers",
-    "broadcast_from_rank0",
-    "first_error_of_all_ranks",
-    "gathered_from_every_rank",
-    "launch_rank",
-    "launch_world_size",
-    "rank0_does",
-    "this_rank",
-    "world_size",
-]
-
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
 

@@ -7,8 +7,6 @@ from collections.abc import Iterator
 
 from torch import nn
 
-__all__ = ["meta_parameters", "parameters_on_meta"]
-
 
 @contextlib.contextmanager
 def parameters_on_meta() -> Iterator[None]:

@@ -35,8 +35,6 @@ from flexgraph.training.runtime._draws import (
     host_generators_moved,
 )
 
-__all__ = ["ReplayError", "SetupRecord", "record_setup"]
-
 aten = torch.ops.aten
 
 

@@ -14,8 +14,6 @@ import torch
 
 from flexgraph.training.runtime._group import world_size
 
-__all__ = ["capture_rng", "gather_rng_states", "restore_rng"]
-
 
 def capture_rng() -> dict[str, Any]:
     """This process's python, numpy, torch and (if present) CUDA RNG states.

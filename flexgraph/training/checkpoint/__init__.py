@@ -1,9 +1,4 @@
-"""Checkpoints during a run: saving the training state, restoring it, loading weights.
-
-A :class:`Checkpointer` saves and restores; how a state reaches disk is a
-:class:`CheckpointIO`, and what each strategy's live objects give and take is a
-:class:`StateAccess`.
-"""
+"""Checkpoints during a run: saving the training state, restoring it, loading weights."""
 
 from flexgraph.training.checkpoint._access import (
     StateAccess,

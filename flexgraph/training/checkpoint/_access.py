@@ -1,9 +1,5 @@
-"""State keyed by parameter name: what each strategy gives to, and takes from, a checkpoint.
-
-A portable checkpoint keys weights and optimizer state by the parameter's
-qualified name, in torch's optimizer ``state_dict`` layout, never by position
-or wrapper prefix; a :class:`StateAccess` produces and accepts that layout.
-"""
+"""State keyed by parameter name, never by position or wrapper prefix, as each strategy gives
+and takes it."""
 
 from __future__ import annotations
 
@@ -65,11 +61,7 @@ def as_on_rank0(state: dict[str, Any], keys: Any) -> dict[str, Any]:
 
 
 class StateAccess:
-    """How a strategy's model and optimizer give and take name-keyed state.
-
-    What a save writes doubles as the template a load fills in place; every
-    method is called on every rank.
-    """
+    """How a strategy's model and optimizer give and take name-keyed state (on every rank)."""
 
     name = "state"
 

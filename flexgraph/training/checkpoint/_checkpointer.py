@@ -90,11 +90,8 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
 
 def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int, seed: int | None,
                     data_pass: int | None = None) -> dict[str, Any]:
-    """The ``meta`` entry: where the loop stands, and what wrote the checkpoint.
-
-    ``data_pass`` (default ``epoch``) passes over the train dataloader are complete
-    and ``batch_idx`` batches of the next one are trained on.
-    """
+    """The ``meta`` entry: where the loop stands (``data_pass`` defaults to ``epoch``), and
+    what wrote the checkpoint."""
     return {
         "flexgraph_version": _flexgraph_version(),
         "torch_version": str(torch.__version__),
@@ -319,21 +316,17 @@ class Checkpointer:
         if self.rank == 0:
             self._discard(path)
 
-    def publish(self, path: Path, keys: Sequence[str], *, logger: Any = None) -> Path | None:
-        """Write ``{stem}-{sha256[:8]}.pth`` next to ``path``, holding only ``keys`` (rank 0).
-
-        MMEngine's ``published_keys``; a directory checkpoint cannot be published.
-        """
+    def publish(self, path: Path, keys: Sequence[str], *, logger: Any) -> Path | None:
+        """MMEngine's ``published_keys``: ``{stem}-{sha256[:8]}.pth`` beside ``path`` (rank 0)."""
         if self.rank != 0:
             return None
         if not path.is_file():
-            if logger is not None:
-                logger.warning(f"published_keys: {path.name} is not a single-file "
-                               f"checkpoint, so it is not published")
+            logger.warning(f"published_keys: {path.name} is not a single-file "
+                           f"checkpoint, so it is not published")
             return None
         checkpoint = read_checkpoint_file(path)
         removed = sorted(k for k in checkpoint if k not in keys)
-        if removed and logger is not None:
+        if removed:
             logger.info(f"published_keys: {removed} are left out of the published "
                         f"{path.name}")
         buffer = BytesIO()
@@ -341,8 +334,7 @@ class Checkpointer:
         data = buffer.getvalue()
         final = path.with_name(f"{path.stem}-{hashlib.sha256(data).hexdigest()[:8]}.pth")
         atomic_write(final, lambda f: f.write(data))
-        if logger is not None:
-            logger.info(f"The checkpoint {path.name} is published to {final.name}.")
+        logger.info(f"The checkpoint {path.name} is published to {final.name}.")
         return final
 
     def load_weights(self, path: str | os.PathLike[str], model: Any, *, on_read: OnRead,
@@ -397,10 +389,8 @@ class Checkpointer:
                                                    optim_wrapper=optim_wrapper, strict=strict)
 
     def checkpoint_paths(self) -> list[Path]:
-        """The checkpoints in ``work_dir`` of every format: the pointer's first, then newest first.
-
-        Every format, so that a work_dir another strategy wrote is not taken for empty.
-        """
+        """The checkpoints in ``work_dir`` of every format (so that a work_dir another strategy
+        wrote is not taken for empty): the pointer's first, then newest first."""
         ordered: list[Path] = []
         pointer = self.work_dir / POINTER_NAME
         if pointer.is_file():

@@ -1,8 +1,5 @@
-"""Whether the weights a run loads cover its model, so that ``init_weights`` can be pruned.
-
-The files are ``load_from`` and every ``Pretrained`` ``init_cfg``; only their
-indexes and the model's shapes on the meta device are read.
-"""
+"""Whether the weights a run loads (``load_from``, ``Pretrained``) cover its model, so that
+``init_weights`` can be pruned; only the files' indexes are read."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Checkpoints through ``torch.distributed.checkpoint`` (DCP), as every strategy reads them.
-
-DCP reshards on load, so a whole model reads every shard and an FSDP2 model its own.
-"""
+"""Checkpoints through ``torch.distributed.checkpoint`` (DCP), as every strategy reads them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Resuming a one-file checkpoint (``.pth``) under a strategy that writes another format.
-
-The optimizer's numbered parameters become names by this run's own numbering.
-"""
+"""Resuming a one-file checkpoint (``.pth``) under a strategy that writes another format."""
 
 from __future__ import annotations
 

@@ -78,13 +78,9 @@ class CheckpointRestorer(abc.ABC):
     format: ClassVar[CheckpointFormat]
     """What :meth:`read` restores from."""
 
-    def recognises(self, path: Path) -> bool:
-        """Whether ``path`` holds this format, by content."""
-        return self.format.recognise(path)
-
     def foreign_format(self, path: Path) -> CheckpointFormat | None:
         """The other known format ``path`` holds, or ``None`` (this format, or none known)."""
-        if self.recognises(path):
+        if self.format.recognise(path):
             return None
         return format_of(path, [f for f in known_formats() if f != self.format])
 

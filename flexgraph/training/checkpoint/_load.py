@@ -1,8 +1,4 @@
-"""``load_from``: the weights a run starts from, through the run's checkpointer.
-
-One sequence for every strategy: the pruned ``init_weights``' ``Pretrained``
-files, then ``load_from``, non-strictly as in MMEngine.
-"""
+"""``load_from``: the weights a run starts from, one sequence for every strategy."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""A portable checkpoint's manifest: what wrote it, where the run stood, and the plan.
-
-``manifest.json`` is written last, atomically, so a checkpoint without it does not count.
-"""
+"""A portable checkpoint's manifest: what wrote it, where the run stood, and the plan."""
 
 from __future__ import annotations
 

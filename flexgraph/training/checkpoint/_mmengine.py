@@ -1,8 +1,5 @@
-"""Checkpoints written by MMEngine's Runner, restated in flexgraph's terms for ``resume``.
-
-Such a file holds a ``message_hub``, raw scheduler states and completed
-``epoch``/``iter`` counts, but no RNG state and no position inside an epoch.
-"""
+"""Checkpoints written by MMEngine's Runner (no RNG state, no position inside an epoch),
+restated in flexgraph's terms for ``resume``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""MMEngine's ``init_cfg=dict(type='Pretrained', ...)``, loaded as ``load_from`` is.
+"""MMEngine's ``init_cfg=dict(type='Pretrained', ...)``, loaded safely as ``load_from`` is.
 
-MMEngine's ``PretrainedInit`` may unpickle anything; this loads safely, with the
-formats told by content. Every strategy initialises on whole tensors, so a
-whole-model load is right under all of them. URLs are left to MMEngine.
+Every strategy initialises on whole tensors, so a whole-model load is right under all.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""``load_from`` into a model whose weights are split over the ranks (FSDP2, ZeRO-3).
-
-Every rank maps the file and reads only its own slice; a format that does not
-map is opened by rank 0, which sends one tensor at a time.
-"""
+"""``load_from`` into a model whose weights are split over the ranks (FSDP2, ZeRO-3)."""
 
 from __future__ import annotations
 

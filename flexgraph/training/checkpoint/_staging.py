@@ -1,9 +1,7 @@
 """Staging for background saves: one copy of the state, into buffers kept between saves.
 
-The copy to CPU memory is the part of a background save that blocks training;
-:class:`Staging` reuses each tensor's buffer (a fresh allocation faults in every
-page), as DCP's ``cache_staged_state_dict`` does, and :class:`StagedWriter`
-keeps DCP from copying again. A pending save finishes before buffers are reused.
+The copy blocks training; a fresh allocation would fault in every page, so
+buffers are reused, as DCP's ``cache_staged_state_dict`` does.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""Training state (RNG and scheduler states) in a form ``torch.load(weights_only=True)`` accepts.
-
-Values with no safe form are left out, keeping the config's value.
-"""
+"""Training state (RNG and scheduler states) in a form ``torch.load(weights_only=True)`` accepts."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Weights between a model and a checkpoint: what a file holds, and putting it in.
-
-A checkpoint's weights are the user's module's, never a wrapper's.
-"""
+"""Weights between a model and a checkpoint: the user's module's, never a wrapper's."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The offline checkpoint tools behind ``flexgraph ckpt``: describing and converting.
-
-Both run on the CPU, without building the model; nothing on the run path imports them.
-"""
+"""The offline checkpoint tools behind ``flexgraph ckpt``: describing and converting."""
 
 from flexgraph.training.checkpoint_tools._convert import TARGETS, convert_checkpoint
 from flexgraph.training.checkpoint_tools._inspect import (

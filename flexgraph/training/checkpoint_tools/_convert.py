@@ -1,7 +1,4 @@
-"""``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time.
-
-Memory stays near the largest tensor; the result is renamed into place.
-"""
+"""``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""A checkpoint's weights from its own index: names, shapes and dtypes, no tensor read.
-
-A DeepSpeed directory or torch's legacy format has no such index.
-"""
+"""A checkpoint's weights from its own index: names, shapes and dtypes, no tensor read."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""A checkpoint opened for reading one tensor at a time, whatever wrote it.
-
-Each format's opener gives the layout in flexgraph's terms, a meta tensor for
-every tensor, and a ``fetch`` that reads one tensor whole.
-"""
+"""A checkpoint opened for reading one tensor at a time, whatever wrote it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Where this process runs: its place in the run, its process group, its RNGs, its memory.
-
-:class:`Env` is built once by the strategy's ``setup_env`` step; the rest
-works without one.
-"""
+"""Where this process runs: its place in the run, its process group, its RNGs, its memory."""
 
 from flexgraph.training.runtime._distributed import leave_process_group, setup_process_group
 from flexgraph.training.runtime._draws import follow_source_draws

@@ -1,7 +1,4 @@
-"""Joining a torch.distributed process group from ``torch.distributed.run``'s variables.
-
-A process started without them is a world of one.
-"""
+"""Joining a torch.distributed process group from ``torch.distributed.run``'s variables."""
 
 from __future__ import annotations
 

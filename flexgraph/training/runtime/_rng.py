@@ -1,8 +1,4 @@
-"""This process's random number generators, captured and put back.
-
-The states are plain tensors and numbers, which ``torch.load(weights_only=True)``
-accepts (numpy's ``ndarray`` it refuses).
-"""
+"""This process's RNGs, captured as plain tensors and numbers (``weights_only`` loads them)."""
 
 from __future__ import annotations
 

@@ -168,15 +168,6 @@ class Checkpointer:
         The format this run writes (default :class:`FileCheckpointIO`).
     restorers : sequence of CheckpointRestorer, optional
         Other formats ``--resume`` restores from, tried after ``io``.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> checkpointer = Checkpointer(tempfile.mkdtemp())
-    >>> checkpointer.latest() is None  # nothing saved yet
-    True
-    >>> type(checkpointer.io).__name__
-    'FileCheckpointIO'
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], policy: CheckpointPolicy | None = None,

@@ -159,7 +159,6 @@ def weights_coverage(model: nn.Module, sources: Sequence[WeightSource]) -> Cover
 
 
 def _meta_model(cfg: Any) -> nn.Module:
-    """``cfg.model`` built on the meta device."""
     from flexgraph.training.components import build_model_from_cfg
     from flexgraph.training.runtime import use_default_scope
 

@@ -26,11 +26,6 @@ class LoopState:
         This rank's, restored before the first batch; ``None``: leave the streams.
     resumed_from
         The checkpoint restored; ``None`` for a fresh run.
-
-    Examples
-    --------
-    >>> LoopState()
-    LoopState(epoch=0, iter=0, batch_idx=0, data_pass=0, resumed_from=None)
     """
 
     epoch: int = 0

@@ -83,7 +83,6 @@ class CheckpointSummary:
     versions: dict[str, str] = attrs.field(factory=dict, converter=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The summary as JSON-ready data."""
         return attrs.asdict(self)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,7 +11,7 @@ import torch
 
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats._dcp_storage import SafeDCPStorage
-from flexgraph.training.formats._mmengine_types import allow_mmengine_types
+from flexgraph.training.formats._mapped import meta_loaded
 from flexgraph.training.formats._recognise import (
     DCP_DIRECTORY,
     PORTABLE_DIRECTORY,
@@ -44,9 +43,7 @@ def _torch_file_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]] | No
     if problem is not None:
         raise CheckpointError(problem)
     try:
-        with warnings.catch_warnings(), allow_mmengine_types():
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            checkpoint = torch.load(path, map_location="meta", weights_only=True)
+        checkpoint = meta_loaded(path)
     except Exception as exc:  # the unpickler refuses, or the pickle is broken
         raise CheckpointError(f"checkpoint {str(path)!r}: its index (data.pkl) cannot be "
                               f"read: {type(exc).__name__}: {str(exc).strip()[:160]}") from exc

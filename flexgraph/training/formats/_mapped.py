@@ -103,8 +103,8 @@ def _read_into(path: Path, offset: int, out: torch.Tensor) -> None:
             done += got
 
 
-def _storage_places(path: Path) -> Any:
-    """The checkpoint on the meta device: every tensor's storage knows its offset."""
+def meta_loaded(path: Path) -> Any:
+    """The ``torch.save`` zip loaded onto the meta device: each storage knows its offset."""
     with warnings.catch_warnings(), allow_mmengine_types():
         warnings.filterwarnings("ignore", message="Detected pickle protocol")
         return torch.load(path, map_location="meta", weights_only=True)
@@ -115,7 +115,7 @@ def _map_torch_file(path: Path) -> MappedCheckpoint:
     if problem is not None:
         raise CheckpointError(problem)
     mapped = read_checkpoint_file(path, mmap=True, verify=False)
-    located = _storage_places(path)
+    located = meta_loaded(path)
     result = MappedCheckpoint(path, mapped)
     pairs = zip(tensor_paths(mapped), tensor_paths(located), strict=False)
     for (where, tensor), (where_meta, meta) in pairs:

@@ -67,7 +67,6 @@ def tensor_paths(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, torc
 
 
 def element_at(value: Any, path: KeyPath) -> Any:
-    """The value at ``path`` inside ``value``."""
     for key in path:
         value = value[key]
     return value
@@ -123,7 +122,6 @@ class CheckpointSource:
         return tensor_paths(self.layout, ())
 
     def largest_tensor_bytes(self) -> int:
-        """Bytes of the largest tensor."""
         return max((t.numel() * t.element_size() for _, t in self.tensors()), default=0)
 
     def whole(self) -> dict[str, Any]:

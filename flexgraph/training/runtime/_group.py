@@ -17,7 +17,6 @@ E = TypeVar("E", bound=BaseException)
 
 
 def group_is_up() -> bool:
-    """Whether this process has joined a torch.distributed process group."""
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
@@ -155,8 +154,7 @@ def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E 
     """
     if world_size() == 1:
         return error
-    messages: list[str | None] = [None] * world_size()
-    torch.distributed.all_gather_object(messages, None if error is None else str(error))
+    messages = gathered_from_every_rank(None if error is None else str(error))
     first = next((m for m in messages if m is not None), None)
     if first is None:
         return None

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flexgraph.training.runtime._group import world_size
+from flexgraph.training.runtime._group import gathered_from_every_rank
 
 
 def capture_rng() -> dict[str, Any]:
@@ -60,9 +60,4 @@ def gather_rng_states(mine: dict[str, Any] | None = None) -> list[dict[str, Any]
     -------
     list of dict
     """
-    mine = capture_rng() if mine is None else mine
-    if world_size() == 1:
-        return [mine]
-    states: list[Any] = [None] * world_size()
-    torch.distributed.all_gather_object(states, mine)
-    return states
+    return gathered_from_every_rank(capture_rng() if mine is None else mine)

@@ -44,7 +44,6 @@ class CheckpointWriter(abc.ABC):
     """Appended to a checkpoint's stem (``iter_40``)."""
 
     format: ClassVar[CheckpointFormat]
-    """What :meth:`write` writes."""
 
     @abc.abstractmethod
     def states(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:
@@ -76,7 +75,6 @@ class CheckpointRestorer(abc.ABC):
     """What ``resume`` asks of a format (on every rank): is a checkpoint whole, and reading it."""
 
     format: ClassVar[CheckpointFormat]
-    """What :meth:`read` restores from."""
 
     def foreign_format(self, path: Path) -> CheckpointFormat | None:
         """The other known format ``path`` holds, or ``None`` (this format, or none known)."""
@@ -164,7 +162,6 @@ class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
     """
 
     format: ClassVar[CheckpointFormat] = TORCH_SAVE_FILE
-    """What :meth:`write` writes and :meth:`read` restores from."""
 
     weight_formats: ClassVar[tuple[CheckpointFormat, ...]] = (
         TORCH_SAVE_FILE, DCP_DIRECTORY, SAFETENSORS_FILE, DEEPSPEED_DIRECTORY)

@@ -6,6 +6,7 @@ The portable layout's and strategies' inspectors come through
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import entry_points
@@ -42,10 +43,6 @@ _PARTS = {"state_dict": "model", "optimizer": "optimizer",
           "loss_scaler": "loss scaler"}
 
 
-def _tuple(value: Iterable[str]) -> tuple[str, ...]:
-    return tuple(value)
-
-
 def _dtypes(value: Mapping[str, int]) -> dict[str, int]:
     return dict(sorted(value.items()))
 
@@ -78,8 +75,8 @@ class CheckpointSummary:
     iteration: int | None = None
     parameters: int | None = None
     dtypes: dict[str, int] = attrs.field(factory=dict, converter=_dtypes)
-    contents: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
-    extras: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    contents: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    extras: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     versions: dict[str, str] = attrs.field(factory=dict, converter=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -221,20 +218,13 @@ def _describe_safetensors(path: Path) -> CheckpointSummary:
     header = safetensors_header(path)
     entries = [v for k, v in header.items() if k != "__metadata__" and isinstance(v, Mapping)]
     parameters, dtypes = _model_tensors(
-        (_numel(v.get("shape") or []), _dtype_name(TORCH_DTYPES[v["dtype"]])
+        (math.prod(v.get("shape") or []), _dtype_name(TORCH_DTYPES[v["dtype"]])
          if v.get("dtype") in TORCH_DTYPES else str(v.get("dtype"))) for v in entries)
     metadata = header.get("__metadata__") if isinstance(header.get("__metadata__"), Mapping) \
         else {}
     return CheckpointSummary(str(path), SAFETENSORS_FILE.name,
                              f"safetensors (format {metadata.get('format', 'unknown')})", True,
                              parameters=parameters, dtypes=dtypes, contents=("model",))
-
-
-def _numel(shape: Iterable[int]) -> int:
-    count = 1
-    for size in shape:
-        count *= int(size)
-    return count
 
 
 _BUILT_IN = (CheckpointInspector(TORCH_SAVE_FILE, _describe_file),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -11,7 +12,6 @@ from flexgraph.training.checkpoint_tools._inspect import (
     CheckpointSummary,
     _dtype_name,
     _model_tensors,
-    _numel,
     state_parts,
 )
 from flexgraph.training.errors import CheckpointError
@@ -32,7 +32,7 @@ def describe_portable(path: Path) -> CheckpointSummary:
         manifest, problem = {}, str(exc)
     held = portable_tensors(path) if (path / ".metadata").is_file() else {}
     parameters, dtypes = _model_tensors(
-        (int(_numel(shape)), _dtype_name(dtype)) for key, (shape, dtype) in held.items()
+        (int(math.prod(shape)), _dtype_name(dtype)) for key, (shape, dtype) in held.items()
         if key.startswith("model."))
     extra = path / EXTRA_NAME
     rest = read_checkpoint_file(extra, mmap=True) if extra.is_file() and problem is None else {}

@@ -36,12 +36,10 @@ def visible_device_index(local_rank: int, visible: int) -> int:
                       f"node, or bind one device to each task")
 
 
-FLIGHT_RECORDER_ENTRIES = "2000"
-"""Collectives NCCL's flight recorder keeps per process group, dumped when one times out."""
 _NCCL_DEFAULTS = {
     # end the process without tearing the communicator down: that cleanup can hang
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": FLIGHT_RECORDER_ENTRIES,
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",  # collectives kept per group, dumped on a timeout
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
 }
 

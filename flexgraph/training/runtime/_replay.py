@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 import sys
 import weakref
 from collections import defaultdict
@@ -402,19 +403,12 @@ class _Recorder(TorchDispatchMode):
         views = [self.view(t) for t in written]
         overwrites = (f"{func._schema.name}" in _OVERWRITERS and not set(writes) & set(reads)
                       and all(v.offset == 0 and _contiguous(v.size, v.stride)
-                              and _numel(v.size) == self.log.numel[v.storage] for v in views))
+                              and math.prod(v.size) == self.log.numel[v.storage] for v in views))
         if not overwrites:
             reads = tuple(dict.fromkeys((*reads, *writes)))
         args, kwargs = tree_map(self.shape, (tuple(args), dict(kwargs)))
         self.log.add(Op(f"{func._schema.name}.{func._overloadname}", args, kwargs, writes, reads,
                         tuple(makes), state, overwrites))
-
-
-def _numel(size: tuple[int, ...]) -> int:
-    count = 1
-    for extent in size:
-        count *= extent
-    return count
 
 
 @contextlib.contextmanager

@@ -160,14 +160,13 @@ class Checkpointer:
     Parameters
     ----------
     work_dir : str or os.PathLike
-        Created on the first save.
     policy : CheckpointPolicy, optional
     rank : int
         Only rank 0 renames, points and prunes.
     io : CheckpointIO, optional
         The format this run writes (default :class:`FileCheckpointIO`).
     restorers : sequence of CheckpointRestorer, optional
-        Other formats ``--resume`` restores from, tried after ``io``.
+        Other formats ``--resume`` restores from.
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], policy: CheckpointPolicy | None = None,
@@ -398,7 +397,6 @@ class Checkpointer:
         return ordered
 
     def candidates(self) -> list[tuple[Path, str | None]]:
-        """:meth:`checkpoint_paths`, each with its :meth:`problem`."""
         return [(p, self.problem(p, format_of(p))) for p in self.checkpoint_paths()]
 
     def latest(self) -> Path | None:

@@ -21,7 +21,6 @@ def load_weights(checkpointer: Checkpointer, path: str | None, model: Any, hooks
     ----------
     checkpointer : Checkpointer
     path : str or None
-        ``None``: none, or ``resume`` loads it.
     model : Any
     hooks : Hooks
         ``after_load_checkpoint`` sees what was read.

@@ -32,7 +32,6 @@ def from_mmengine(checkpoint: Any, *, by_epoch: bool, train_dataloader: Any,
     checkpoint : Any
     by_epoch : bool
     train_dataloader : DataLoader or None
-        Its length converts MMEngine's iteration count.
     message_hub : MessageHub, optional
 
     Returns

@@ -3,15 +3,10 @@
 A directory written through ``torch.distributed.checkpoint`` (DCP) by every rank::
 
     .flexgraph-portable   written first: marks the format
-    __0_0.distcp ...      ``model.<name>`` and ``optimizer.<name>.<key>``, keyed by
-                          parameter name, never by position or wrapper prefix
+    __0_0.distcp ...      ``model.<name>``, ``optimizer.<name>.<key>`` (DCP reshards on load)
     .metadata             DCP's index (global shapes, dtypes)
-    extra.pth             rank 0's: loop position, param groups, schedulers,
-                          RNG states, hook extras
+    extra.pth             rank 0's: loop position, param groups, schedulers, RNG, hook extras
     manifest.json         written last: strategy, world size, dtypes, the plan
-
-Each strategy's ``StateAccess`` gives and takes name-keyed state, so the files
-resume under any strategy and world size (DCP reshards on load).
 """
 
 from __future__ import annotations
@@ -125,7 +120,6 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
     Parameters
     ----------
     path : str or Path
-        Must not exist yet.
     model_state : dict of str to torch.Tensor
     optimizer_state : dict, optional
         torch's, name-keyed.

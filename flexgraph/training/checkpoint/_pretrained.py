@@ -44,7 +44,6 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None, *,
     ----------
     module
     checkpoint
-        A local torch.save or safetensors file, or a DCP directory.
     prefix
         Only the weights under ``prefix.``, renamed without it; ``None``: all.
     loader

@@ -50,8 +50,6 @@ def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,
                      slices: Slices, *, on_read: OnRead) -> WeightsLoaded:
     """The weights at ``path`` (of format ``held``) into this rank's slices of ``model``.
 
-    A collective.
-
     Parameters
     ----------
     path : Path

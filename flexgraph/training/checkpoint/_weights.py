@@ -23,11 +23,10 @@ class WeightsLoaded:
     Parameters
     ----------
     missing, unexpected : tuple of str
-        The model's keys the checkpoint lacks, and the reverse.
     mismatched : tuple of str
         The tensors of another shape (left as they were), one line each.
     checksums : mapping of str to float
-        This rank's :func:`local_checksums` of what went in, for a contract to compare.
+        This rank's :func:`local_checksums` of what went in.
     """
 
     missing: tuple[str, ...] = ()

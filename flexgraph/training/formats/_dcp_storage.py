@@ -102,7 +102,6 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False,
     Parameters
     ----------
     state : dict
-        Loaded into in place.
     path : Path
     partial : bool, default False
         Allow ``state`` to ask for only some of the keys.

@@ -26,9 +26,8 @@ class CheckpointFormat:
     key
         Also the name of the format's opener entry point.
     name
-        How messages name it ("a torch.save file").
+        How messages name it.
     recognise
-        Whether a path holds this format.
 
     Examples
     --------

@@ -109,7 +109,6 @@ class CheckpointSource:
     fetch
         The whole tensor at a path of ``layout``, on the CPU.
     note
-        What a conversion leaves out and why.
     """
 
     path: Path

@@ -23,7 +23,7 @@ from flexgraph.training.runtime._group import broadcast_from_rank0
 
 @attrs.frozen
 class Env:
-    """Where this process trains: the ``env`` artifact every later step reads.
+    """Where this process trains: the ``env`` artifact.
 
     Parameters
     ----------
@@ -44,7 +44,6 @@ class Env:
 
     @property
     def is_main(self) -> bool:
-        """Rank 0 writes files and prints; the others stay quiet."""
         return self.rank == 0
 
     @property
@@ -157,7 +156,6 @@ def use_default_scope(cfg: Any) -> None:
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
     """
     scope = section(cfg, "default_scope")
     if scope:

@@ -548,9 +548,7 @@ def record_setup(build: Callable[[], nn.Module], init: Callable[[nn.Module], Any
     Parameters
     ----------
     build : callable
-        Builds the model on the CPU.
     init : callable
-        Initialises it (``init_weights``).
     whole : sequence of str
         Modules initialised on real parameters (``''``: the whole model).
 
@@ -562,7 +560,7 @@ def record_setup(build: Callable[[], nn.Module], init: Callable[[nn.Module], Any
     Raises
     ------
     ReplayError
-        Something could not be recorded; ``module`` says where.
+        Its ``module`` says where.
     """
     from flexgraph.training.runtime._rng import capture_rng
 

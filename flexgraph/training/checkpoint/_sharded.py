@@ -23,10 +23,6 @@ from flexgraph.training.formats import (
 from flexgraph.training.runtime import agreed, broadcast_from_rank0, rank0_does, this_rank
 
 
-def _own_shape(entry: torch.Tensor) -> tuple[int, ...]:
-    return tuple(entry.shape)
-
-
 @attrs.frozen
 class Slices:
     """How a strategy's ranks hold the model's weights, as :func:`load_into_slices` needs it.
@@ -43,7 +39,7 @@ class Slices:
 
     read_own: Callable[[torch.Tensor, torch.Tensor, MappedCheckpoint], None]
     receive: Callable[[torch.Tensor, torch.Tensor | None], None]
-    whole_shape: Callable[[torch.Tensor], tuple[int, ...]] = _own_shape
+    whole_shape: Callable[[torch.Tensor], tuple[int, ...]] = lambda entry: tuple(entry.shape)
 
 
 def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,

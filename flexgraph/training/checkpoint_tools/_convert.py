@@ -29,7 +29,6 @@ from flexgraph.training.formats import (
 )
 
 TARGETS = ("dcp", "torch", "safetensors")
-"""The formats ``flexgraph ckpt convert --to`` writes."""
 
 @attrs.frozen
 class Conversion:
@@ -77,11 +76,6 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
     Returns
     -------
     Conversion
-
-    Raises
-    ------
-    CheckpointExistsError
-    CheckpointError
     """
     if to not in TARGETS:
         raise CheckpointError(f"cannot convert to {to!r}: the formats are {', '.join(TARGETS)}")

@@ -43,10 +43,6 @@ _PARTS = {"state_dict": "model", "optimizer": "optimizer",
           "loss_scaler": "loss scaler"}
 
 
-def _dtypes(value: Mapping[str, int]) -> dict[str, int]:
-    return dict(sorted(value.items()))
-
-
 @attrs.frozen
 class CheckpointSummary:
     """What a checkpoint holds, as ``flexgraph ckpt inspect`` shows it (plain data).
@@ -74,7 +70,8 @@ class CheckpointSummary:
     epoch: int | None = None
     iteration: int | None = None
     parameters: int | None = None
-    dtypes: dict[str, int] = attrs.field(factory=dict, converter=_dtypes)
+    dtypes: dict[str, int] = attrs.field(factory=dict,
+                                         converter=lambda value: dict(sorted(value.items())))
     contents: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     extras: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     versions: dict[str, str] = attrs.field(factory=dict, converter=dict)

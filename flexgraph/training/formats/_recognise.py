@@ -28,16 +28,6 @@ class CheckpointFormat:
     name
         How messages name it.
     recognise
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> path = Path(tempfile.mkdtemp()) / "iter_4.dcp"  # a name says nothing
-    >>> path.mkdir()
-    >>> (path / ".metadata").touch()
-    >>> format_of(path) is DCP_DIRECTORY, DCP_DIRECTORY.key
-    (True, 'dcp')
     """
 
     key: str

@@ -20,7 +20,6 @@ SAFETENSORS_DTYPES = {
     torch.float8_e5m2: "F8_E5M2"}
 """torch dtypes -> safetensors' dtype names (the library's own table)."""
 TORCH_DTYPES = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
-"""safetensors' dtype names -> torch dtypes."""
 
 
 def safetensors_header(path: Path) -> dict[str, Any]:

@@ -133,12 +133,6 @@ def return_freed_memory(threshold: int | None) -> bool:
     return bool(libc.mallopt(m_mmap_threshold, int(threshold)))
 
 
-def default_mmap_threshold(world_size: int) -> int:
-    """The threshold a CPU run gets without ``env_cfg.malloc_mmap_threshold``: ``0``
-    (glibc's) for one process, which shards nothing and would only pay to map anew."""
-    return DEFAULT_MMAP_THRESHOLD if world_size > 1 else 0
-
-
 def _resolve_device(device: str | None, local_rank: int) -> str:
     if device is None:
         return f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
@@ -193,9 +187,9 @@ def make_env(
     env_cfg = section(cfg, "env_cfg", {})
     if env_cfg.get("cudnn_benchmark") is not None:
         torch.backends.cudnn.benchmark = bool(env_cfg["cudnn_benchmark"])
-    if resolved == "cpu":
+    if resolved == "cpu":  # one process shards nothing: glibc's own threshold (0) suits it
         return_freed_memory(env_cfg.get("malloc_mmap_threshold",
-                                        default_mmap_threshold(world_size)))
+                                        DEFAULT_MMAP_THRESHOLD if world_size > 1 else 0))
     use_default_scope(cfg)
     randomness = section(cfg, "randomness", {})
     seed = seed_everything(randomness, rank)

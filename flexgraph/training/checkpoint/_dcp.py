@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +43,6 @@ def full_tensors(value: Any) -> Any:
     return value
 
 
-def _holds_shards(state: Mapping[str, Any]) -> bool:
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(v, DTensor) for v in state.values())
-
-
 def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> WeightsLoaded:
     """Load the model weights of the DCP checkpoint ``path`` into ``model``, non-strictly.
 
@@ -64,6 +57,8 @@ def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> 
     -------
     WeightsLoaded
     """
+    from torch.distributed.tensor import DTensor
+
     on_read(dict(NOTHING_READ))
     problem = dcp_problem(path, need_extra=False)
     if problem is not None:
@@ -82,7 +77,8 @@ def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> 
     state = {"state_dict": wanted} if under else wanted
     # whole tensors are read by each rank alone: the rank that initialises for all loads
     # its Pretrained files by itself
-    dcp_load(state, path, partial=True, alone=not _holds_shards(wanted))
+    alone = not any(isinstance(v, DTensor) for v in wanted.values())
+    dcp_load(state, path, partial=True, alone=alone)
     set_model_state_dict(model, state["state_dict"] if under else state,
                          options=StateDictOptions(strict=False))
     return WeightsLoaded(missing=tuple(sorted(set(current) - set(wanted))),

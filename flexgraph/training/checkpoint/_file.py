@@ -11,7 +11,8 @@ import torch
 
 from flexgraph.training.checkpoint._dcp import load_dcp_weights
 from flexgraph.training.checkpoint._io import CheckpointIO, CheckpointRestorer, OnRead
-from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
+from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights
+from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import (
     DCP_DIRECTORY,
@@ -44,7 +45,7 @@ class FileCheckpointIO(OneFileChecks, CheckpointIO):
     """One ``torch.save`` file in MMEngine's layout, written by rank 0 (single device, DDP)."""
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
-        return {"state_dict": model_weights(model),
+        return {"state_dict": unwrap_model(model).state_dict(),
                 "optimizer": optim_wrapper.state_dict() if optim_wrapper is not None else None}
 
     def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,

@@ -167,10 +167,6 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
             if isinstance(info, TensorStorageMetadata)}
 
 
-def _saved_keys(path: Path) -> set[str]:
-    return set(SafeDCPStorage(path).read_metadata().state_dict_metadata)
-
-
 def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:
     """One whole tensor of a portable checkpoint, on the CPU, reading only its shards.
 
@@ -272,7 +268,7 @@ class PortableCheckpointIO(CheckpointIO):
             raise CheckpointError(problem)
         checkpoint = dict(read_checkpoint_file(path / EXTRA_NAME))
         checkpoint["manifest"] = read_manifest(path)
-        saved = _saved_keys(path)
+        saved = set(SafeDCPStorage(path).read_metadata().state_dict_metadata)
         shapes = {k: shape for k, (shape, _) in portable_tensors(path).items()}
         model_part, optimizer_part = self.access.templates(model, optim_wrapper, shapes)
         state: dict[str, Any] = {MODEL: _keep_saved(model_part, MODEL, saved)}

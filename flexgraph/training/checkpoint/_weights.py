@@ -75,11 +75,6 @@ def local_checksums(model: torch.nn.Module, names: Any) -> dict[str, float]:
                 for name in names if name in entries and entries[name].is_floating_point()}
 
 
-def model_weights(model: torch.nn.Module) -> dict[str, Any]:
-    """The state dict of the user's module (never DDP's ``module.``-prefixed one)."""
-    return unwrap_model(model).state_dict()
-
-
 def weights_in(checkpoint: Any, path: str) -> Mapping[str, Any]:
     """The model weights inside a loaded checkpoint (flexgraph/MMEngine layout or raw)."""
     if isinstance(checkpoint, Mapping):

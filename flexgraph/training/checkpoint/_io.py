@@ -52,10 +52,8 @@ class CheckpointWriter(abc.ABC):
     @abc.abstractmethod
     def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
               optim_wrapper: Any = None) -> Any:
-        """Write ``checkpoint`` at ``path``, a temporary name the checkpointer renames into place.
-
-        Returns ``None`` once on disk, or a background write whose ``wait()`` returns once it is.
-        """
+        """Write ``checkpoint`` at ``path`` (a temporary name); ``None`` once on disk, or a
+        background write whose ``wait()`` returns once it is."""
 
     def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
                     optim_wrapper: Any = None) -> int:
@@ -118,10 +116,8 @@ class WeightLoader(abc.ABC):
     @abc.abstractmethod
     def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
                      on_read: OnRead) -> WeightsLoaded:
-        """Load the weights at ``path``, which holds ``held``, into ``model``, non-strictly.
-
-        ``on_read`` sees the checkpoint as read before the weights go in.
-        """
+        """Load the weights at ``path`` (of format ``held``) into ``model``, non-strictly;
+        ``on_read`` sees the checkpoint as read before the weights go in."""
 
 
     def loader_of(self, held: CheckpointFormat) -> WeightLoader:
@@ -170,10 +166,8 @@ class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
 
 def refuse_unloadable(io: WeightLoader, path: Path, held: CheckpointFormat | None, *,
                       what: str) -> CheckpointFormat:
-    """The format ``io`` reads ``path`` as, or a refusal naming the path.
-
-    A file of no known format goes on as a ``torch.save`` file, whose reader says what it is.
-    """
+    """The format ``io`` reads ``path`` as, or a refusal naming it; a file of no known format
+    goes on as a ``torch.save`` file, whose reader says what it is."""
     if not path.exists():
         raise CheckpointNotFoundError(f"{what} {str(path)!r} does not exist")
     formats = io.weight_formats

@@ -100,10 +100,8 @@ def _is_device_full(exc: BaseException, directory: Path, needed: int) -> bool:
 
 def device_full_error(exc: BaseException, path: Path, *, needed: int,
                       intact: Path | None) -> DeviceFullError | None:
-    """A ``DeviceFullError`` for a save that failed with ``exc`` on a full device, else ``None``.
-
-    Call it before the partial checkpoint is removed: the room left is measured then.
-    """
+    """A ``DeviceFullError`` for a save that failed with ``exc`` on a full device, else
+    ``None``; call it before the partial checkpoint is removed (the room left is measured)."""
     directory = path.parent
     if not _is_device_full(exc, directory, needed):
         return None

@@ -153,10 +153,8 @@ def _only_size_mismatches(message: str) -> tuple[str, ...] | None:
 
 def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int, ...]],
                      owner: str) -> tuple[dict[str, Any], WeightsLoaded]:
-    """The weights in ``checkpoint`` that fit ``shapes`` (whole, by name), and what is left out.
-
-    For loaders that put weights in one by one; refuses a file none of whose keys match.
-    """
+    """The weights in ``checkpoint`` that fit ``shapes`` (whole, by name), and what is left
+    out; refuses a file none of whose keys match."""
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     named = {k: weights[k] for k in shapes if k in weights}
     if not named:

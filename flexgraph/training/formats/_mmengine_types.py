@@ -50,11 +50,8 @@ def mmengine_globals() -> list[Any]:
 
 @contextlib.contextmanager
 def allow_mmengine_types() -> Iterator[None]:
-    """Admit :func:`mmengine_globals` to ``weights_only`` loads inside the ``with`` block.
-
-    Only its own entries are removed after, and HistoryBuffer's class-wide
-    statistics registry is put back, so a file leaves nothing behind.
-    """
+    """Admit :func:`mmengine_globals` to ``weights_only`` loads inside the ``with`` block;
+    after, only its own entries go and HistoryBuffer's statistics registry is put back."""
     from mmengine.logging import HistoryBuffer
 
     if torch.torch_version.TorchVersion(torch.__version__) < (2, 6):

@@ -82,11 +82,8 @@ def _zip_problem(path: Path, size: int, verify: bool) -> str | None:
 
 def _first_bad_member(path: Path, archive: zipfile.ZipFile,
                       members: list[zipfile.ZipInfo]) -> str | None:
-    """The first member whose bytes fail their CRC-32, or ``None``.
-
-    ``torch.save``'s members are stored uncompressed, so each is checked over a map
-    of the file and stays in the page cache for ``torch.load``.
-    """
+    """The first member whose bytes fail their CRC-32, or ``None``; ``torch.save``'s are
+    stored uncompressed, so each is checked over a map and stays cached for ``torch.load``."""
     if any(m.compress_type != zipfile.ZIP_STORED for m in members):
         return archive.testzip()
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
@@ -124,9 +121,7 @@ def file_problem(path: Path, *, verify: bool = True) -> str | None:
     size = path.stat().st_size
     if size == 0:
         return f"{_named(path)} is empty (0 bytes); its save or copy never wrote anything"
-    with open(path, "rb") as f:
-        head = f.read(4)
-    return _zip_problem(path, size, verify) if head == _ZIP_MAGIC else None
+    return _zip_problem(path, size, verify) if _is_zip(path) else None
 
 
 def _foreign_format(path: Path) -> str | None:
@@ -169,18 +164,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _refusal(exc: pickle.UnpicklingError, path: Path) -> str | None:
-    """What weights_only refused, or ``None`` when the pickle is merely broken.
-
-    In a CRC-checked zip a failure is a refusal; elsewhere only a named global tells one.
-    """
+    """What weights_only refused, or ``None`` when the pickle is merely broken (in a
+    CRC-checked zip a failure is a refusal; elsewhere only a named global tells one)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     named = next((line for line in lines if "GLOBAL" in line or "global" in line), None)
     if named is not None:
         return named
-    with open(path, "rb") as f:
-        if f.read(4) == _ZIP_MAGIC:
-            return next((line for line in lines if "Unsupported" in line
-                         or "is not one of" in line), lines[-1] if lines else "")
+    if _is_zip(path):
+        return next((line for line in lines if "Unsupported" in line
+                     or "is not one of" in line), lines[-1] if lines else "")
     return None
 
 

@@ -103,11 +103,8 @@ def host_generators_moved(before: dict[str, Any]) -> bool:
 
 @attrs.frozen
 class SourceDraws:
-    """What the rank that initialised for all tells the others of its random draws.
-
-    ``rng``: its generator states after them; ``host_draws``: whether Python's or
-    numpy's generator drew too (those are not replayed).
-    """
+    """What the rank that initialised for all tells the others of its random draws;
+    ``host_draws``: whether Python's or numpy's generator drew too (not replayed)."""
 
     draws: list[Draw]
     rng: dict[str, Any]

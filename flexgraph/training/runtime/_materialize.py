@@ -10,10 +10,8 @@ from torch import nn
 
 @contextlib.contextmanager
 def parameters_on_meta() -> Iterator[None]:
-    """Modules built inside get their parameters on ``meta``; buffers stay real.
-
-    Buffers are often computed in ``__init__`` with no method to recompute them later.
-    """
+    """Modules built inside get their parameters on ``meta``; buffers stay real (they are
+    often computed in ``__init__``, with no method to recompute them later)."""
     register = nn.Module.register_parameter
 
     def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:

@@ -105,9 +105,8 @@ def gathered_from_every_rank(obj: T) -> list[T]:
 
 def rank0_does(action: Callable[[], T], *, share_result: bool = True,
                rank: int = 0) -> T | None:
-    """Run ``action`` on rank 0 (or ``rank``); every rank gets its result, or its exception.
-
-    A rank that never learned of the exception would wait in the next collective forever.
+    """Run ``action`` on rank 0 (or ``rank``); every rank gets its result, or its exception
+    (a rank that never learned of it would wait in the next collective forever).
 
     Parameters
     ----------
@@ -138,9 +137,8 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True,
 
 
 def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E | None:
-    """This rank's own error, else the lowest failing rank's message as ``kind``, else ``None``.
-
-    The ranks agree on the outcome, so none goes on to a collective the others skip.
+    """This rank's own error, else the lowest failing rank's message as ``kind``, else ``None``:
+    the ranks agree, so none goes on to a collective the others skip.
 
     Parameters
     ----------
@@ -162,9 +160,8 @@ def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E 
 
 
 def agreed(action: Callable[[], T], *, kind: type[E]) -> T | None:
-    """``action()`` on every rank; the lowest rank's ``kind`` error raised on all of them.
-
-    A collective; an error not of ``kind`` is raised at once.
+    """``action()`` on every rank; the lowest rank's ``kind`` error raised on all of them (a
+    collective); an error not of ``kind`` is raised at once.
 
     Parameters
     ----------

@@ -189,7 +189,8 @@ class Checkpointer:
                  global_batch: int | None = None) -> dict[str, Any]:
         """Everything needed to continue training exactly from this point; a collective.
 
-        ``optim_wrapper=None`` and ``param_schedulers=None`` leave those out (a best checkpoint).
+        ``optim_wrapper=None`` and ``param_schedulers=None`` leave those out (a best checkpoint);
+        ``global_batch`` lets a resume at another world size keep it.
         """
         meta = checkpoint_meta(epoch=epoch, iteration=iteration, batch_idx=batch_idx,
                                seed=seed, data_pass=data_pass)

@@ -1,27 +1,13 @@
-"""Checkpoints during a run: saving the training state, restoring it, loading weights.
-
-A :class:`Checkpointer` saves and restores; how a state reaches disk is a
-:class:`CheckpointIO`, and what each strategy's live objects give and take is a
-:class:`StateAccess`. :func:`load_weights` is ``load_from``'s one sequence.
-"""
+"""Checkpoints during a run: saving the training state, restoring it, loading weights."""
 
 from flexgraph.training.checkpoint._access import (
     StateAccess,
     TorchStateAccess,
     as_on_rank0,
     optimizers_of,
-    positions_to_names,
 )
-from flexgraph.training.checkpoint._checkpointer import (
-    Checkpointer,
-    flat_schedulers,
-    restore_schedulers,
-)
-from flexgraph.training.checkpoint._coverage import (
-    WeightSource,
-    derive_from_weights,
-    pretrained_sources,
-)
+from flexgraph.training.checkpoint._checkpointer import Checkpointer, restore_schedulers
+from flexgraph.training.checkpoint._coverage import derive_from_weights
 from flexgraph.training.checkpoint._dcp import SHARDED_KEYS, full_tensors, load_dcp_weights
 from flexgraph.training.checkpoint._file import FileCheckpointIO, optimizer_keyed_by
 from flexgraph.training.checkpoint._file_state import FileStateRestorer
@@ -44,13 +30,8 @@ from flexgraph.training.checkpoint._portable import (
 from flexgraph.training.checkpoint._pretrained import load_pretrained
 from flexgraph.training.checkpoint._sharded import Slices, load_into_slices
 from flexgraph.training.checkpoint._space import human_bytes, tensor_bytes
-from flexgraph.training.checkpoint._state import LoopState, from_plain, to_plain
-from flexgraph.training.checkpoint._weights import (
-    WeightsLoaded,
-    apply_weights,
-    local_checksums,
-    matching_weights,
-)
+from flexgraph.training.checkpoint._state import LoopState
+from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, local_checksums
 
 CHECKPOINT_FORMATS = ("native", "portable")
 """What a strategy's ``checkpoint_format`` option takes: its own format, or the portable one."""
@@ -71,14 +52,11 @@ __all__ = [
     "StateAccess",
     "TorchStateAccess",
     "WeightLoader",
-    "WeightSource",
     "WeightsLoaded",
     "apply_weights",
     "as_on_rank0",
     "derive_from_weights",
-    "flat_schedulers",
     "from_mmengine",
-    "from_plain",
     "full_tensors",
     "human_bytes",
     "load_dcp_weights",
@@ -86,16 +64,12 @@ __all__ = [
     "load_pretrained",
     "load_weights",
     "local_checksums",
-    "matching_weights",
     "optimizer_keyed_by",
     "optimizers_of",
     "portable_tensors",
-    "positions_to_names",
-    "pretrained_sources",
     "read_manifest",
     "read_portable_tensor",
     "restore_schedulers",
     "tensor_bytes",
-    "to_plain",
     "write_portable",
 ]

@@ -1,11 +1,5 @@
-"""State keyed by parameter name: what each strategy gives to, and takes from, a checkpoint.
-
-A portable checkpoint keys weights and optimizer state by the parameter's
-qualified name, in torch's optimizer ``state_dict`` layout, never by position
-or wrapper prefix. A :class:`StateAccess` is how one strategy's live objects
-produce and accept that layout: :class:`TorchStateAccess` for single device,
-DDP and FSDP2; DeepSpeed's in ``flexgraph.strategies.deepspeed.state``.
-"""
+"""State keyed by parameter name, never by position or wrapper prefix, as each strategy gives
+and takes it."""
 
 from __future__ import annotations
 
@@ -22,8 +16,6 @@ from torch.distributed.checkpoint.state_dict import (
 
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.runtime import world_size
-
-__all__ = ["StateAccess", "TorchStateAccess", "as_on_rank0", "optimizers_of", "positions_to_names"]
 
 
 def optimizers_of(optim_wrapper: Any) -> list[torch.optim.Optimizer]:
@@ -46,15 +38,12 @@ def optimizers_of(optim_wrapper: Any) -> list[torch.optim.Optimizer]:
 def as_on_rank0(state: dict[str, Any], keys: Any) -> dict[str, Any]:
     """``state`` with the tensors at ``keys`` replaced by rank 0's values (a collective).
 
-    For buffers, which nothing keeps equal across ranks under FSDP, ZeRO, or DDP
-    without ``broadcast_buffers`` (BatchNorm's running statistics): MMEngine's
-    Runner saves rank 0's, while DCP writes each replicated tensor from whichever
-    rank balances its writes.
+    For buffers, which nothing keeps equal across ranks: MMEngine's Runner saves
+    rank 0's, while DCP writes each replicated tensor from whichever rank it likes.
 
     Parameters
     ----------
     state : dict
-        Left as it is.
     keys : iterable of str
 
     Returns
@@ -72,11 +61,7 @@ def as_on_rank0(state: dict[str, Any], keys: Any) -> dict[str, Any]:
 
 
 class StateAccess:
-    """How a strategy's model and optimizer give and take name-keyed state.
-
-    What a save writes doubles as the template a load fills in place; every
-    method is called on every rank and may be a collective.
-    """
+    """How a strategy's model and optimizer give and take name-keyed state (on every rank)."""
 
     name = "state"
 
@@ -89,17 +74,12 @@ class StateAccess:
         raise NotImplementedError
 
     def parameter_names(self, model: Any) -> list[str] | None:
-        """Every parameter's name, frozen ones too, in the model's order; ``None`` where the
-        optimizer holds them all, as torch's does."""
+        """Every parameter's name, frozen ones too; ``None`` where the optimizer holds them all."""
         return None
 
     def templates(self, model: Any, optim_wrapper: Any, saved: dict[str, tuple[int, ...]]
                   ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """What a load reads into: the model's and the optimizer's state dicts.
-
-        ``saved`` (key -> global shape) lets an access with no template of its own
-        build one.
-        """
+        """What a load reads into; ``saved`` (key -> global shape) lets an access build one."""
         model_part = self.model_state(model)
         optimizer_part = None if optim_wrapper is None else \
             self.optimizer_state(model, optim_wrapper)["state"]
@@ -108,8 +88,7 @@ class StateAccess:
     def set_state(self, model: Any, optim_wrapper: Any, model_state: dict[str, Any],
                   optimizer_state: dict[str, Any] | None, *, full: bool,
                   strict: bool = True) -> None:
-        """Put name-keyed state into the live model (and optimizer); ``full``: whole tensors on
-        every rank."""
+        """Put name-keyed state into the live objects; ``full``: whole tensors on every rank."""
         raise NotImplementedError
 
 
@@ -141,7 +120,7 @@ class TorchStateAccess(StateAccess):
 
 def _sharded_like(templates: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     """``state`` with each whole tensor cut to this rank's shard where the model's is a
-    DTensor: a hook swapped it in (EMAHook's trained weights, a whole hook extra)."""
+    DTensor (a hook swapped it in, as EMAHook does)."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     def cut(key: str, value: Any) -> Any:
@@ -159,21 +138,8 @@ def positions_to_names(saved: dict[str, Any], names: list[list[str]],
                        every: list[str] | None = None) -> dict[str, Any]:
     """A torch ``optimizer.state_dict()`` (parameters numbered) keyed by parameter name.
 
-    The same configs number parameters alike in every strategy, which lets a
-    single-device ``.pth`` resume under FSDP or DeepSpeed.
-
-    Parameters
-    ----------
-    saved : dict
-    names : list of list of str
-        The parameter names, group by group, in torch's numbering order.
-    every : list of str, optional
-        Every parameter, frozen ones too: tells them apart where the saved optimizer
-        held them all and this run's holds only the trained ones (ZeRO).
-
-    Returns
-    -------
-    dict
+    ``names``: group by group, in torch's numbering order; ``every``: frozen ones
+    too, for a saved optimizer that held them all where this run's (ZeRO) does not.
     """
     groups = saved.get("param_groups") or []
     sizes = [len(g.get("params", [])) for g in groups]
@@ -195,8 +161,7 @@ def positions_to_names(saved: dict[str, Any], names: list[list[str]],
 def _trained_groups(saved: dict[str, Any], names: list[list[str]], every: list[str] | None,
                     sizes: list[int]) -> tuple[list[tuple[dict[str, Any], list[str]]],
                                                dict[int, str]]:
-    """The saved groups paired with this run's, when the saved ones also hold the frozen
-    parameters; a ``ValueError`` where the numbering says otherwise."""
+    """The saved groups paired with this run's, when the saved ones also hold frozen ones."""
     mismatch = ValueError(f"its optimizer has groups of {sizes} parameters, this run's of "
                           f"{[len(g) for g in names]}")
     groups = saved.get("param_groups") or []
@@ -218,8 +183,7 @@ def _trained_groups(saved: dict[str, Any], names: list[list[str]], every: list[s
 
 def restore_into(access: StateAccess, checkpoint: dict[str, Any], what: str, *, model: Any,
                  optim_wrapper: Any, full: bool, strict: bool = True) -> None:
-    """:meth:`StateAccess.set_state` of a read checkpoint; a mismatch is a ``CheckpointError``
-    naming ``what``."""
+    """:meth:`StateAccess.set_state` of a read checkpoint; a mismatch names ``what``."""
     try:
         access.set_state(model, optim_wrapper, checkpoint["state_dict"],
                          checkpoint.get("optimizer"), full=full, strict=strict)

@@ -1,10 +1,8 @@
 """Checkpoints: atomic saves, safe restores, and what a checkpoint holds.
 
-How the state is stored is a :class:`CheckpointIO`'s job; this module keeps
-what is the same for all: a crash never damages the last good checkpoint (a
-save is written under a temporary name and renamed once every rank is done;
-the ``last_checkpoint`` pointer follows, pruning comes last), and loading never
-executes code from the file.
+What is the same for every :class:`CheckpointIO`: a crash never damages the last
+good checkpoint (a save is written under a temporary name and renamed once every
+rank is done; the pointer follows, pruning comes last).
 """
 
 from __future__ import annotations
@@ -49,15 +47,6 @@ from flexgraph.training.runtime import (
     world_size,
 )
 
-__all__ = [
-    "POINTER_NAME",
-    "Checkpointer",
-    "atomic_write",
-    "checkpoint_meta",
-    "flat_schedulers",
-    "restore_schedulers",
-]
-
 POINTER_NAME = "last_checkpoint"
 _CHECKPOINT_NAME = re.compile(r"^(epoch|iter)_\d+(\.[A-Za-z0-9]+)?$")
 _TEMP_PREFIX = ".tmp-"
@@ -101,12 +90,8 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
 
 def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int, seed: int | None,
                     data_pass: int | None = None) -> dict[str, Any]:
-    """The ``meta`` entry: where the loop stands, and what wrote the checkpoint.
-
-    ``epoch`` and ``iter`` are MMEngine's counters; ``data_pass`` (default
-    ``epoch``) passes over the train dataloader are complete and ``batch_idx``
-    batches of the next one are trained on.
-    """
+    """The ``meta`` entry: where the loop stands (``data_pass`` defaults to ``epoch``), and
+    what wrote the checkpoint."""
     return {
         "flexgraph_version": _flexgraph_version(),
         "torch_version": str(torch.__version__),
@@ -118,22 +103,6 @@ def checkpoint_meta(*, epoch: int, iteration: int, batch_idx: int, seed: int | N
         "data_pass": int(epoch if data_pass is None else data_pass),
         "seed": seed,
     }
-
-
-def flat_schedulers(param_schedulers: Any) -> list[Any]:
-    """Every scheduler of a list, or of MMEngine's per-optimizer dict of lists.
-
-    Parameters
-    ----------
-    param_schedulers : list or Mapping or None
-
-    Returns
-    -------
-    list
-    """
-    if isinstance(param_schedulers, Mapping):
-        return [s for group in param_schedulers.values() for s in group]
-    return list(param_schedulers or [])
 
 
 def _scheduler_states(param_schedulers: Any) -> Any:
@@ -151,7 +120,7 @@ def restore_schedulers(param_schedulers: Any, states: Any) -> None:
     ----------
     param_schedulers : list or Mapping
     states : list or Mapping
-        In the same shape; other schedulers (another config) are a ``CheckpointError``.
+        In the same shape.
     """
     if isinstance(param_schedulers, Mapping) or isinstance(states, Mapping):
         mine = dict(param_schedulers) if isinstance(param_schedulers, Mapping) else {}
@@ -175,7 +144,7 @@ def restore_schedulers(param_schedulers: Any, states: Any) -> None:
 
 @attrs.frozen
 class _PendingSave:
-    """A save written (or being written in the background) under ``temp``, not yet in place."""
+    """A save written (or being written) under ``temp``, not yet in place."""
 
     write: Any  # the IO's background write (``wait()``), or None
     temp: Path
@@ -188,29 +157,16 @@ class _PendingSave:
 class Checkpointer:
     """Saves, finds and restores the run's checkpoints in ``work_dir``; loads weights.
 
-    The strategy's :class:`CheckpointIO` stores the state; the checkpointer keeps
-    the names, the atomic rename, the ``last_checkpoint`` pointer and pruning.
-
     Parameters
     ----------
     work_dir : str or os.PathLike
-        Created on the first save.
     policy : CheckpointPolicy, optional
     rank : int
         Only rank 0 renames, points and prunes.
     io : CheckpointIO, optional
         The format this run writes (default :class:`FileCheckpointIO`).
     restorers : sequence of CheckpointRestorer, optional
-        Other formats ``--resume`` restores from, tried after ``io``.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> checkpointer = Checkpointer(tempfile.mkdtemp())
-    >>> checkpointer.latest() is None  # nothing saved yet
-    True
-    >>> type(checkpointer.io).__name__
-    'FileCheckpointIO'
+        Other formats ``--resume`` restores from.
     """
 
     def __init__(self, work_dir: str | os.PathLike[str], policy: CheckpointPolicy | None = None,
@@ -225,18 +181,16 @@ class Checkpointer:
         self._pending: _PendingSave | None = None  # written, not yet in place
         self.loaded: WeightsLoaded | None = None  # the last load_weights, with its checksums
 
-    # -- write --------------------------------------------------------------------
     def snapshot(self, *, model: torch.nn.Module, optim_wrapper: Any,
                  param_schedulers: Any, epoch: int, iteration: int,
                  batch_idx: int, seed: int | None, data_pass: int | None = None,
                  rng_state: dict[str, Any] | None = None,
                  runtime_info: Mapping[str, Any] | None = None,
                  global_batch: int | None = None) -> dict[str, Any]:
-        """Everything needed to continue training exactly from this point.
+        """Everything needed to continue training exactly from this point; a collective.
 
-        A collective (RNG states are gathered, a sharded IO gathers its state).
-        ``optim_wrapper=None`` and ``param_schedulers=None`` leave those out, as a
-        best checkpoint does; ``global_batch`` lets a resume at another world size keep it.
+        ``optim_wrapper=None`` and ``param_schedulers=None`` leave those out (a best checkpoint);
+        ``global_batch`` lets a resume at another world size keep it.
         """
         meta = checkpoint_meta(epoch=epoch, iteration=iteration, batch_idx=batch_idx,
                                seed=seed, data_pass=data_pass)
@@ -256,9 +210,9 @@ class Checkpointer:
              optim_wrapper: Any = None, keep: bool = True) -> Path:
         """Write ``checkpoint`` as ``work_dir/<stem><io.suffix>`` atomically, then prune.
 
-        A collective. ``meta['saved_checkpoints']`` records it, so a resumed run
-        prunes only what runs wrote; ``keep=False`` (a best checkpoint) is neither
-        counted for ``keep_last`` nor pointed to.
+        ``meta['saved_checkpoints']`` records it, so a resumed run prunes only what
+        runs wrote; ``keep=False`` (a best checkpoint) is neither counted nor pointed to.
+        A collective.
         """
         self.finish_pending()  # the previous save's background write, before any sweep
         name = stem + self.io.suffix
@@ -284,10 +238,7 @@ class Checkpointer:
         return path
 
     def finish_pending(self) -> None:
-        """Complete the last save: wait for a background write, then put it in place.
-
-        A collective; until it returns, ``--resume auto`` takes the previous checkpoint.
-        """
+        """Complete the last save: wait for a background write, put it in place; a collective."""
         save, self._pending = self._pending, None
         if save is None:
             return
@@ -321,11 +272,7 @@ class Checkpointer:
 
     def _write(self, checkpoint: dict[str, Any], temp: Path, path: Path, *, model: Any,
                optim_wrapper: Any) -> Any:
-        """``io.write`` into ``temp``; on failure nothing is left there.
-
-        A full device is a :class:`DeviceFullError` on every rank, so none waits at
-        the next barrier.
-        """
+        """``io.write`` into ``temp``; a full device is a ``DeviceFullError`` on every rank."""
         failure: DeviceFullError | None = None
         pending = None
         try:
@@ -344,8 +291,7 @@ class Checkpointer:
         return pending
 
     def _discard(self, path: Path) -> None:
-        """Remove a checkpoint by renaming it first, so a crash never leaves a damaged one under its
-        name."""
+        """Remove a checkpoint, renaming it first so that no damaged one keeps its name."""
         trash = path.with_name(_TEMP_PREFIX + "old-" + path.name)
         try:
             os.replace(path, trash)
@@ -360,22 +306,17 @@ class Checkpointer:
         if self.rank == 0:
             self._discard(path)
 
-    def publish(self, path: Path, keys: Sequence[str], *, logger: Any = None) -> Path | None:
-        """Write ``{stem}-{sha256[:8]}.pth`` next to ``path``, holding only ``keys``.
-
-        MMEngine's ``published_keys``: a release file without the training state.
-        Rank 0 writes; a directory checkpoint cannot be published.
-        """
+    def publish(self, path: Path, keys: Sequence[str], *, logger: Any) -> Path | None:
+        """MMEngine's ``published_keys``: ``{stem}-{sha256[:8]}.pth`` beside ``path`` (rank 0)."""
         if self.rank != 0:
             return None
         if not path.is_file():
-            if logger is not None:
-                logger.warning(f"published_keys: {path.name} is not a single-file "
-                               f"checkpoint, so it is not published")
+            logger.warning(f"published_keys: {path.name} is not a single-file "
+                           f"checkpoint, so it is not published")
             return None
         checkpoint = read_checkpoint_file(path)
         removed = sorted(k for k in checkpoint if k not in keys)
-        if removed and logger is not None:
+        if removed:
             logger.info(f"published_keys: {removed} are left out of the published "
                         f"{path.name}")
         buffer = BytesIO()
@@ -383,18 +324,12 @@ class Checkpointer:
         data = buffer.getvalue()
         final = path.with_name(f"{path.stem}-{hashlib.sha256(data).hexdigest()[:8]}.pth")
         atomic_write(final, lambda f: f.write(data))
-        if logger is not None:
-            logger.info(f"The checkpoint {path.name} is published to {final.name}.")
+        logger.info(f"The checkpoint {path.name} is published to {final.name}.")
         return final
 
-    # -- load and restore ------------------------------------------------------------
     def load_weights(self, path: str | os.PathLike[str], model: Any, *, on_read: OnRead,
                      held: CheckpointFormat | None = None) -> WeightsLoaded:
-        """Load the weights at ``path`` into ``model`` through the IO of its format (``load_from``).
-
-        ``held`` is the format when already recognised; returns the keys the
-        non-strict load left out.
-        """
+        """Load the weights at ``path`` (of format ``held``) into ``model`` by its format's IO."""
         path = Path(path)
         held = held or format_of(path)
         loader = self.weight_loader_for(held)
@@ -407,19 +342,13 @@ class Checkpointer:
         return self.loaded
 
     def weight_loader_for(self, held: CheckpointFormat | None) -> WeightLoader:
-        """The IO that loads weights of format ``held``: the run's own, else the first restorer that
-        reads it, else ``io``."""
+        """The IO that loads weights of format ``held``: the run's own, a restorer, else ``io``."""
         return next((r for r in (self.io, *self.restorers)
                      if isinstance(r, WeightLoader) and held in r.weight_formats), self.io)
 
     def restorer_for(self, held: CheckpointFormat | None) -> CheckpointRestorer | None:
         """The IO that restores format ``held``: the run's own, else a restorer, else ``None``."""
         return next((r for r in (self.io, *self.restorers) if r.format == held), None)
-
-    def unreadable_format(self, path: str | os.PathLike[str]) -> CheckpointFormat | None:
-        """The known format of ``path`` when no IO of this run restores it, else ``None``."""
-        held = format_of(Path(path))
-        return held if held is not None and self.restorer_for(held) is None else None
 
     def problem(self, path: Path, held: CheckpointFormat | None) -> str | None:
         """What keeps ``path`` (of format ``held``) from being restored by this run, or ``None``."""
@@ -450,10 +379,8 @@ class Checkpointer:
                                                    optim_wrapper=optim_wrapper, strict=strict)
 
     def checkpoint_paths(self) -> list[Path]:
-        """The checkpoints in ``work_dir`` of every format: the pointer's first, then newest first.
-
-        Every format, so that a work_dir another strategy wrote is never taken for empty.
-        """
+        """The checkpoints in ``work_dir`` of every format (so that a work_dir another strategy
+        wrote is not taken for empty): the pointer's first, then newest first."""
         ordered: list[Path] = []
         pointer = self.work_dir / POINTER_NAME
         if pointer.is_file():
@@ -470,12 +397,10 @@ class Checkpointer:
         return ordered
 
     def candidates(self) -> list[tuple[Path, str | None]]:
-        """:meth:`checkpoint_paths`, each with its :meth:`problem`."""
         return [(p, self.problem(p, format_of(p))) for p in self.checkpoint_paths()]
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint in ``work_dir`` (the pointer's, when complete), or
-        ``None``."""
+        """The newest complete checkpoint in ``work_dir`` (the pointer's first), or ``None``."""
         return next((path for path, problem in self.candidates() if problem is None), None)
 
     def restore_saved(self, checkpoint: Mapping[str, Any]) -> None:

@@ -1,11 +1,5 @@
-"""Whether the weights a run loads cover its model, so that ``init_weights`` can be pruned.
-
-A run that loads every ``state_dict`` entry from files has nothing for
-``init_weights`` to do; a strategy that saves memory by not initialising
-(FSDP) then loses that step as a derived rewrite with its reason. The files
-are ``load_from`` and every ``Pretrained`` ``init_cfg``; only their indexes and
-the model's shapes on the meta device are read.
-"""
+"""Whether the weights a run loads (``load_from``, ``Pretrained``) cover its model, so that
+``init_weights`` can be pruned; only the files' indexes are read."""
 
 from __future__ import annotations
 
@@ -22,9 +16,6 @@ from flexgraph.training.config import is_pretrained, names_pretrained
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import weights_index
 
-__all__ = ["Coverage", "WeightSource", "WeightsDerivation", "derive_from_weights",
-           "pretrained_sources", "weights_coverage"]
-
 LOAD_FROM = "load_from"
 PRETRAINED = "init_cfg Pretrained"
 _SHOWN = 5
@@ -32,18 +23,8 @@ _SHOWN = 5
 
 @attrs.frozen
 class WeightSource:
-    """One file whose weights the run loads, and which entries of the model they go to.
-
-    Parameters
-    ----------
-    path
-    origin
-        ``'load_from'`` or ``'init_cfg Pretrained'``.
-    module
-        The submodule whose ``init_cfg`` names the file; ``''``: the model.
-    prefix
-        ``Pretrained``'s ``prefix``; ``None``: every weight.
-    """
+    """One file whose weights the run loads; ``module``: the submodule whose ``init_cfg``
+    names it (``''``: the model)."""
 
     path: str
     origin: str = LOAD_FROM
@@ -51,7 +32,7 @@ class WeightSource:
     prefix: str | None = None
 
     def file_key(self, model_key: str) -> str | None:
-        """The name ``model_key`` has in the file, or ``None`` when this file does not set it."""
+        """The name ``model_key`` has in the file, or ``None`` when the file does not set it."""
         if self.module:
             if not model_key.startswith(self.module + "."):
                 return None
@@ -61,30 +42,23 @@ class WeightSource:
         return model_key
 
     def describe(self) -> str:
-        """The source in words, for the plan."""
         where = f" of {self.module}" if self.module else ""
         prefix = f" (prefix {self.prefix!r})" if self.prefix else ""
         return f"{self.origin} {self.path!r}{where}{prefix}"
 
     def as_params(self) -> dict[str, Any]:
-        """The source as the ``load_checkpoint`` step's ``pretrained`` entries."""
+        """The source as a ``pretrained`` entry of the ``load_checkpoint`` step."""
         return {"path": self.path, "module": self.module, "prefix": self.prefix}
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> WeightSource:
-        """A ``Pretrained`` source from :meth:`as_params`'s data."""
         return cls(path=str(params["path"]), origin=PRETRAINED,
                    module=str(params.get("module") or ""), prefix=params.get("prefix"))
 
 
 @attrs.frozen
 class Coverage:
-    """Which entries of a model's ``state_dict`` the loaded files set, and which file last.
-
-    ``set_by`` maps an entry to the last source holding it under the model's
-    shape; ``unreadable`` has a line per source whose index needs its tensors;
-    ``reshaped`` lists entries held under another shape.
-    """
+    """Which entries of a model's ``state_dict`` the loaded files set, and which file last."""
 
     entries: tuple[str, ...]
     set_by: Mapping[str, WeightSource]
@@ -94,27 +68,25 @@ class Coverage:
 
     @property
     def uncovered(self) -> tuple[str, ...]:
-        """Entries no file sets."""
         return tuple(e for e in self.entries if e not in self.set_by)
 
     @property
     def covered(self) -> bool:
-        """Whether every entry comes from a file and every index could be read."""
+        """Whether every entry comes from a file whose index could be read."""
         return not self.unreadable and not self.uncovered
 
     @property
     def needed(self) -> tuple[WeightSource, ...]:
-        """The sources that set at least one entry's final value, in load order."""
+        """The sources that set an entry's final value, in load order."""
         used = set(self.set_by.values())
         return tuple(s for s in self.sources if s in used)
 
     def reason(self) -> str:
-        """Why ``init_weights`` is pruned, for the plan."""
         return "every state_dict entry comes from " + " and ".join(
             s.describe() for s in self.needed)
 
     def missing(self) -> str:
-        """Why ``init_weights`` stays: unread indexes, or the entries left."""
+        """Why ``init_weights`` stays."""
         if self.unreadable:
             return "; ".join(self.unreadable)
         left = self.uncovered
@@ -128,19 +100,7 @@ class Coverage:
 
 
 def pretrained_sources(model: nn.Module) -> list[WeightSource]:
-    """The ``Pretrained`` initialisers ``model.init_weights()`` would run, in its order.
-
-    MMEngine runs children's ``init_weights`` before a module's own ``Pretrained``,
-    so an inner one loads first.
-
-    Parameters
-    ----------
-    model : nn.Module
-
-    Returns
-    -------
-    list of WeightSource
-    """
+    """The ``Pretrained`` initialisers ``model.init_weights()`` would run, inner ones first."""
     found: list[WeightSource] = []
 
     def visit(module: nn.Module, name: str) -> None:
@@ -159,7 +119,6 @@ def pretrained_sources(model: nn.Module) -> list[WeightSource]:
 
 
 def _unreadable(source: WeightSource) -> str | None:
-    """Why ``source``'s index cannot be read, or ``None``."""
     if "://" in source.path:
         return (f"{source.describe()} is a URL, which MMEngine downloads when init_weights "
                 f"runs")
@@ -200,7 +159,6 @@ def weights_coverage(model: nn.Module, sources: Sequence[WeightSource]) -> Cover
 
 
 def _meta_model(cfg: Any) -> nn.Module:
-    """``cfg.model`` built on the meta device, in the config's default registry scope."""
     from flexgraph.training.components import build_model_from_cfg
     from flexgraph.training.runtime import use_default_scope
 
@@ -211,9 +169,7 @@ def _meta_model(cfg: Any) -> nn.Module:
 
 @attrs.frozen
 class WeightsDerivation:
-    """What the run's weight files change in its plan: the derived ``rewrites``, the
-    plan's ``notes`` per step, and the ``coverage`` found (``None``: nothing looked at).
-    """
+    """What the run's weight files change in its plan (``coverage=None``: nothing looked at)."""
 
     rewrites: tuple[Rewrite, ...] = ()
     notes: Mapping[str, str] = attrs.field(factory=dict)
@@ -223,9 +179,6 @@ class WeightsDerivation:
 def derive_from_weights(cfg: Any, load_from: str | None, prunable: Sequence[str]
                         ) -> WeightsDerivation:
     """Prune ``init_weights`` when the files the run loads cover the model.
-
-    Builds the model on the meta device and reads each file's index; looks at
-    nothing when the strategy prunes nothing or no file is loaded.
 
     Parameters
     ----------
@@ -238,7 +191,6 @@ def derive_from_weights(cfg: Any, load_from: str | None, prunable: Sequence[str]
     Returns
     -------
     WeightsDerivation
-        Empty when nothing is pruned.
     """
     if "init_weights" not in prunable or not (load_from or names_pretrained(cfg)):
         return WeightsDerivation()

@@ -1,14 +1,7 @@
-"""Checkpoints through ``torch.distributed.checkpoint`` (DCP), as every strategy reads them.
-
-flexgraph's sharded layout (FSDP's native format) holds :data:`SHARDED_KEYS`
-shard by shard and the rest in ``extra.pth``. DCP reshards on load, so a
-whole model reads every shard and an FSDP2 model its own. DCP's shards carry
-no checksum.
-"""
+"""Checkpoints through ``torch.distributed.checkpoint`` (DCP), as every strategy reads them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +16,6 @@ from flexgraph.training.checkpoint._io import NOTHING_READ, OnRead
 from flexgraph.training.checkpoint._weights import WeightsLoaded
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import SafeDCPStorage, dcp_load, dcp_problem
-
-__all__ = ["SHARDED_KEYS", "full_tensors", "load_dcp_weights"]
 
 SHARDED_KEYS = ("state_dict", "optimizer")
 """The checkpoint entries DCP writes shard by shard; the rest go into ``extra.pth``."""
@@ -52,33 +43,27 @@ def full_tensors(value: Any) -> Any:
     return value
 
 
-def _holds_shards(state: Mapping[str, Any]) -> bool:
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(v, DTensor) for v in state.values())
-
-
 def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> WeightsLoaded:
     """Load the model weights of the DCP checkpoint ``path`` into ``model``, non-strictly.
 
     Parameters
     ----------
     path : Path
-        flexgraph's DCP directory, or another tool's bare state dict.
     model : torch.nn.Module
     on_read : callable
-        Called with an empty checkpoint: the weights go straight into the model.
+        Called with an empty checkpoint.
 
     Returns
     -------
     WeightsLoaded
     """
+    from torch.distributed.tensor import DTensor
+
     on_read(dict(NOTHING_READ))
     problem = dcp_problem(path, need_extra=False)
     if problem is not None:
         raise CheckpointError(problem)
     metadata = SafeDCPStorage(path).read_metadata()
-    # flexgraph's weights are under 'state_dict.'; another tool's bare state dict is not
     keys = metadata.state_dict_metadata
     under = "state_dict." if any(k.startswith("state_dict.") for k in keys) else ""
     saved = {key.removeprefix(under) for key in metadata.state_dict_metadata
@@ -90,9 +75,10 @@ def load_dcp_weights(path: Path, model: torch.nn.Module, *, on_read: OnRead) -> 
             f"none of the weights in {str(path)!r} match a parameter of "
             f"{type(model).__name__}; is it the right checkpoint?")
     state = {"state_dict": wanted} if under else wanted
-    # Whole tensors are read by each rank alone: no rank waits for another (the one that
-    # initialises the model for all loads its Pretrained files by itself).
-    dcp_load(state, path, partial=True, alone=not _holds_shards(wanted))
+    # whole tensors are read by each rank alone: the rank that initialises for all loads
+    # its Pretrained files by itself
+    alone = not any(isinstance(v, DTensor) for v in wanted.values())
+    dcp_load(state, path, partial=True, alone=alone)
     set_model_state_dict(model, state["state_dict"] if under else state,
                          options=StateDictOptions(strict=False))
     return WeightsLoaded(missing=tuple(sorted(set(current) - set(wanted))),

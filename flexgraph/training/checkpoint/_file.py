@@ -11,7 +11,8 @@ import torch
 
 from flexgraph.training.checkpoint._dcp import load_dcp_weights
 from flexgraph.training.checkpoint._io import CheckpointIO, CheckpointRestorer, OnRead
-from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights, model_weights
+from flexgraph.training.checkpoint._weights import WeightsLoaded, apply_weights
+from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import (
     DCP_DIRECTORY,
@@ -23,9 +24,6 @@ from flexgraph.training.formats import (
 )
 from flexgraph.training.runtime import this_rank
 
-__all__ = ["FileCheckpointIO", "OneFileChecks", "copied_out", "load_optimizer_state",
-           "optimizer_keyed_by"]
-
 
 class OneFileChecks(CheckpointRestorer):
     """When a one-file checkpoint is whole (its zip directory; the CRCs are checked on read)."""
@@ -33,7 +31,6 @@ class OneFileChecks(CheckpointRestorer):
     format = TORCH_SAVE_FILE
 
     def is_complete(self, path: Path) -> bool:
-        """A torch.save file is a zip archive: a truncated one has no central directory."""
         return TORCH_SAVE_FILE.recognise(path)
 
     def problem(self, path: Path) -> str | None:
@@ -45,14 +42,10 @@ class OneFileChecks(CheckpointRestorer):
 
 
 class FileCheckpointIO(OneFileChecks, CheckpointIO):
-    """One ``torch.save`` file holding everything, written by rank 0.
-
-    For models every rank holds whole (single device, DDP), in MMEngine's layout
-    so MMEngine tools read it; every rank reads it with ``weights_only=True``.
-    """
+    """One ``torch.save`` file in MMEngine's layout, written by rank 0 (single device, DDP)."""
 
     def states(self, model: torch.nn.Module, optim_wrapper: Any) -> dict[str, Any]:
-        return {"state_dict": model_weights(model),
+        return {"state_dict": unwrap_model(model).state_dict(),
                 "optimizer": optim_wrapper.state_dict() if optim_wrapper is not None else None}
 
     def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
@@ -65,9 +58,7 @@ class FileCheckpointIO(OneFileChecks, CheckpointIO):
             os.fsync(f.fileno())
 
     maps_weights: ClassVar[bool] = True
-    """Whether :meth:`read` maps the file and leaves the weights in the map for
-    :meth:`apply`, so they are copied once; everything else is copied out at once.
-    """
+    """Whether :meth:`read` leaves the weights in the file's map, so they are copied once."""
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
         checkpoint = read_checkpoint_file(path, mmap=self.maps_weights)
@@ -93,7 +84,7 @@ class FileCheckpointIO(OneFileChecks, CheckpointIO):
 
 
 def copied_out(value: Any) -> Any:
-    """``value`` with every tensor copied out of a file's map (containers keep their type)."""
+    """``value`` with every tensor copied out of a file's map."""
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, (dict, list)):

@@ -1,9 +1,4 @@
-"""Resuming a one-file checkpoint (``.pth``) under a strategy that writes another format.
-
-Every rank reads the file; the optimizer's numbered parameters become names by
-this run's own numbering, and the strategy's ``StateAccess`` puts the whole
-tensors in, each rank keeping what it holds.
-"""
+"""Resuming a one-file checkpoint (``.pth``) under a strategy that writes another format."""
 
 from __future__ import annotations
 
@@ -16,16 +11,13 @@ from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import read_checkpoint_file
 
-__all__ = ["FileStateRestorer"]
-
 
 class FileStateRestorer(OneFileChecks):
-    """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess` (a restorer alone).
+    """Restores a ``.pth`` checkpoint through a strategy's :class:`StateAccess`.
 
     Parameters
     ----------
     access
-        How this strategy's model and optimizer take name-keyed state.
     """
 
     def __init__(self, access: StateAccess) -> None:

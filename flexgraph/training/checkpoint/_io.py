@@ -1,11 +1,9 @@
 """Checkpoint state IO: three small interfaces, one implementation per storage format.
 
-The loop hands the live objects to a :class:`CheckpointIO`, which decides what
-the state is and how it reaches disk; a strategy picks its IO with
-``Configure('build_checkpointer', io=...)``. The three parts are separate so
-that none inherits a method it cannot do. A checkpoint is, under every IO, a
-dict with ``meta``, ``state_dict``, ``optimizer`` (absent where an engine keeps
-it), ``param_schedulers``, ``rng_states`` and what hooks added.
+A strategy picks its IO with ``Configure('build_checkpointer', io=...)``; the
+parts are separate so that none inherits a method it cannot do. Under every IO
+a checkpoint is a dict with ``meta``, ``state_dict``, ``optimizer`` (absent
+where an engine keeps it), ``param_schedulers``, ``rng_states`` and hook extras.
 """
 
 from __future__ import annotations
@@ -32,16 +30,6 @@ from flexgraph.training.formats import (
     unrecognised,
 )
 
-__all__ = [
-    "NOTHING_READ",
-    "CheckpointIO",
-    "CheckpointRestorer",
-    "CheckpointWriter",
-    "OnRead",
-    "WeightLoader",
-    "refuse_unloadable",
-]
-
 OnRead = Callable[[dict[str, Any]], None]
 """Called with a checkpoint as read, before it goes in (``after_load_checkpoint``)."""
 
@@ -50,37 +38,26 @@ NOTHING_READ: dict[str, Any] = {"meta": {}, "state_dict": {}}
 
 
 class CheckpointWriter(abc.ABC):
-    """What a save asks of a format: the training state in its form, written to disk.
-
-    Called on every rank; an implementation decides which ranks touch the disk.
-    """
+    """What a save asks of a format (on every rank): the training state, written to disk."""
 
     suffix: ClassVar[str] = ".pth"
-    """Appended to a checkpoint's stem (``iter_40``) to name it in the work_dir."""
+    """Appended to a checkpoint's stem (``iter_40``)."""
 
     format: ClassVar[CheckpointFormat]
-    """What :meth:`write` writes."""
 
     @abc.abstractmethod
     def states(self, model: Any, optim_wrapper: Any) -> dict[str, Any]:
-        """The checkpoint's ``state_dict`` and ``optimizer`` entries in this format's form.
-
-        ``None`` entries are left out; one an engine writes itself is absent.
-        """
+        """The checkpoint's ``state_dict`` and ``optimizer`` entries (``None``: left out)."""
 
     @abc.abstractmethod
     def write(self, checkpoint: dict[str, Any], path: Path, *, model: Any = None,
               optim_wrapper: Any = None) -> Any:
-        """Write ``checkpoint`` at ``path``, a temporary name the checkpointer renames into place.
-
-        Returns ``None`` once on disk, or a background write whose ``wait()`` returns
-        once it is. The model and optimizer are given for engines that write their own state.
-        """
+        """Write ``checkpoint`` at ``path`` (a temporary name); ``None`` once on disk, or a
+        background write whose ``wait()`` returns once it is."""
 
     def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
                     optim_wrapper: Any = None) -> int:
-        """About how many bytes :meth:`write` puts on disk (all ranks), for a full device's
-        message."""
+        """About how many bytes :meth:`write` puts on disk (all ranks)."""
         return tensor_bytes(checkpoint)
 
     def remove(self, path: Path) -> None:
@@ -93,20 +70,13 @@ class CheckpointWriter(abc.ABC):
 
 
 class CheckpointRestorer(abc.ABC):
-    """What ``resume`` asks of a format: whether a path holds a whole checkpoint, and
-    reading it back into the live objects. Called on every rank.
-    """
+    """What ``resume`` asks of a format (on every rank): is a checkpoint whole, and reading it."""
 
     format: ClassVar[CheckpointFormat]
-    """What :meth:`read` restores from."""
-
-    def recognises(self, path: Path) -> bool:
-        """Whether ``path`` holds this format, by content."""
-        return self.format.recognise(path)
 
     def foreign_format(self, path: Path) -> CheckpointFormat | None:
         """The other known format ``path`` holds, or ``None`` (this format, or none known)."""
-        if self.recognises(path):
+        if self.format.recognise(path):
             return None
         return format_of(path, [f for f in known_formats() if f != self.format])
 
@@ -115,10 +85,7 @@ class CheckpointRestorer(abc.ABC):
         """Whether ``path`` holds a whole checkpoint of this format."""
 
     def problem(self, path: Path) -> str | None:
-        """One line on what keeps ``path`` from being a whole checkpoint, or ``None``.
-
-        Cheap, since ``--resume auto`` asks it of every checkpoint in the work_dir.
-        """
+        """What keeps ``path`` from being a whole checkpoint, or ``None``; cheap."""
         other = self.foreign_format(path)
         if other is not None:
             return (f"checkpoint {str(path)!r} is {other.name}; this strategy restores "
@@ -132,19 +99,12 @@ class CheckpointRestorer(abc.ABC):
 
     @abc.abstractmethod
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        """The checkpoint at ``path``, its states in the form :meth:`apply` takes.
-
-        Hooks see it between the two calls. Raises ``CheckpointError`` where ``path``
-        cannot be read or does not fit ``model``.
-        """
+        """The checkpoint at ``path`` in the form :meth:`apply` takes; hooks see it between."""
 
     @abc.abstractmethod
     def apply(self, checkpoint: dict[str, Any], path: Path, *, model: Any,
               optim_wrapper: Any, strict: bool = True) -> None:
-        """Put the checkpoint's model (and optimizer, when given) state into place.
-
-        Raises ``CheckpointError`` where names or shapes do not fit.
-        """
+        """Put the checkpoint's model (and optimizer, when given) state into place."""
 
 
 class WeightLoader(abc.ABC):
@@ -156,12 +116,8 @@ class WeightLoader(abc.ABC):
     @abc.abstractmethod
     def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
                      on_read: OnRead) -> WeightsLoaded:
-        """Load the weights at ``path``, which holds ``held``, into ``model``, non-strictly.
-
-        ``on_read`` sees the checkpoint as read before the weights go in. Returns the
-        keys either side lacks and the tensors of another shape; raises
-        ``CheckpointError`` where ``path`` is damaged or nothing fits.
-        """
+        """Load the weights at ``path`` (of format ``held``) into ``model``, non-strictly;
+        ``on_read`` sees the checkpoint as read before the weights go in."""
 
 
     def loader_of(self, held: CheckpointFormat) -> WeightLoader:
@@ -171,10 +127,6 @@ class WeightLoader(abc.ABC):
 
 class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
     """One checkpoint format a strategy writes: saved, restored, and loaded as weights.
-
-    An implementation gives :meth:`states`, :meth:`write`, :meth:`read`,
-    :meth:`apply`, :meth:`load_weights` and :meth:`is_complete`; the rest have
-    defaults.
 
     Examples
     --------
@@ -206,7 +158,6 @@ class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
     """
 
     format: ClassVar[CheckpointFormat] = TORCH_SAVE_FILE
-    """What :meth:`write` writes and :meth:`read` restores from."""
 
     weight_formats: ClassVar[tuple[CheckpointFormat, ...]] = (
         TORCH_SAVE_FILE, DCP_DIRECTORY, SAFETENSORS_FILE, DEEPSPEED_DIRECTORY)
@@ -215,12 +166,8 @@ class CheckpointIO(CheckpointWriter, CheckpointRestorer, WeightLoader):
 
 def refuse_unloadable(io: WeightLoader, path: Path, held: CheckpointFormat | None, *,
                       what: str) -> CheckpointFormat:
-    """Return the format ``io`` reads ``path`` as, or raise in one line naming the path.
-
-    A missing path, a directory of no known format and a known format the IO does
-    not read are refused; a file of no known format goes on as a ``torch.save``
-    file, whose reader says what it is.
-    """
+    """The format ``io`` reads ``path`` as, or a refusal naming it; a file of no known format
+    goes on as a ``torch.save`` file, whose reader says what it is."""
     if not path.exists():
         raise CheckpointNotFoundError(f"{what} {str(path)!r} does not exist")
     formats = io.weight_formats

@@ -1,9 +1,4 @@
-"""``load_from``: the weights a run starts from, through the run's checkpointer.
-
-One sequence for every strategy: the pruned ``init_weights``' ``Pretrained``
-files, then ``load_from``, non-strictly as in MMEngine. The format is
-recognised once and handed to the IO that reads it.
-"""
+"""``load_from``: the weights a run starts from, one sequence for every strategy."""
 
 from __future__ import annotations
 
@@ -17,8 +12,6 @@ from flexgraph.training.checkpoint._pretrained import load_pretrained
 from flexgraph.training.components import unwrap_model
 from flexgraph.training.formats import format_of
 
-__all__ = ["load_weights"]
-
 
 def load_weights(checkpointer: Checkpointer, path: str | None, model: Any, hooks: Any, *,
                  logger: Any, pretrained: Sequence[Mapping[str, Any]] = ()) -> Any:
@@ -28,13 +21,12 @@ def load_weights(checkpointer: Checkpointer, path: str | None, model: Any, hooks
     ----------
     checkpointer : Checkpointer
     path : str or None
-        ``None``: none, or ``resume`` loads it.
     model : Any
     hooks : Hooks
         ``after_load_checkpoint`` sees what was read.
     logger : logging.Logger
     pretrained : sequence of Mapping, optional
-        A pruned ``init_weights``'s :class:`WeightSource` params, loaded first without hooks.
+        A pruned ``init_weights``'s files, loaded first without hooks.
 
     Returns
     -------

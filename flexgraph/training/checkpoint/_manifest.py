@@ -1,10 +1,4 @@
-"""A portable checkpoint's manifest: what wrote it, where the run stood, and the plan.
-
-``manifest.json`` is written last, atomically, so a checkpoint without it does
-not count. It is plain JSON for people and tools: format, strategy,
-world_size, the loop counters, versions, each tensor's dtype, the optimizer
-keys, and the plan (or null).
-"""
+"""A portable checkpoint's manifest: what wrote it, where the run stood, and the plan."""
 
 from __future__ import annotations
 
@@ -18,8 +12,6 @@ import torch
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import MANIFEST_NAME
 
-__all__ = ["MANIFEST_FORMAT", "make_manifest", "read_manifest"]
-
 MANIFEST_FORMAT = "flexgraph.portable/1"
 
 
@@ -31,8 +23,7 @@ def _dtype_name(value: Any) -> str:
 def make_manifest(meta: dict[str, Any], model_state: dict[str, Any],
                   optimizer_state: dict[str, Any] | None, *, world_size: int,
                   plan: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The manifest of a checkpoint holding ``model_state`` and ``optimizer_state``; ``plan`` may be
-    ``None``."""
+    """The manifest of a checkpoint holding ``model_state`` and ``optimizer_state``."""
     keys = sorted({k for per_param in (optimizer_state or {}).values()
                    for k in (per_param or {})})
     return {

@@ -1,8 +1,5 @@
-"""Checkpoints written by MMEngine's Runner, restated in flexgraph's terms for ``resume``.
-
-Such a file holds a ``message_hub``, raw scheduler states and completed
-``epoch``/``iter`` counts, but no RNG state and no position inside an epoch.
-"""
+"""Checkpoints written by MMEngine's Runner (no RNG state, no position inside an epoch),
+restated in flexgraph's terms for ``resume``."""
 
 from __future__ import annotations
 
@@ -12,8 +9,6 @@ from typing import Any
 from flexgraph.training.checkpoint._state import to_plain
 from flexgraph.training.components import epoch_length_of
 from flexgraph.training.errors import CheckpointError
-
-__all__ = ["from_mmengine", "is_mmengine_checkpoint"]
 
 
 def is_mmengine_checkpoint(checkpoint: Any) -> bool:
@@ -29,17 +24,14 @@ def from_mmengine(checkpoint: Any, *, by_epoch: bool, train_dataloader: Any,
                   message_hub: Any = None) -> Any:
     """An MMEngine checkpoint in flexgraph's layout; any other checkpoint as it is.
 
-    ``batch_idx`` comes from ``iter`` and the dataloader's length; schedulers are
-    made plain (a per-optimizer dict is refused); ``rng_states`` are absent, so
-    ``resume`` reseeds; the saved message hub is loaded into ``message_hub``, as
-    MMEngine's own resume does. Every other key is kept.
+    ``batch_idx`` comes from ``iter`` and the dataloader's length; without
+    ``rng_states`` ``resume`` reseeds; the message hub is loaded, as MMEngine does.
 
     Parameters
     ----------
     checkpoint : Any
     by_epoch : bool
     train_dataloader : DataLoader or None
-        Its length converts MMEngine's iteration count.
     message_hub : MessageHub, optional
 
     Returns

@@ -3,16 +3,10 @@
 A directory written through ``torch.distributed.checkpoint`` (DCP) by every rank::
 
     .flexgraph-portable   written first: marks the format
-    __0_0.distcp ...      ``model.<name>`` and ``optimizer.<name>.<key>``, keyed by
-                          parameter name, never by position or wrapper prefix
+    __0_0.distcp ...      ``model.<name>``, ``optimizer.<name>.<key>`` (DCP reshards on load)
     .metadata             DCP's index (global shapes, dtypes)
-    extra.pth             rank 0's: loop position, param groups, schedulers,
-                          RNG states, hook extras
+    extra.pth             rank 0's: loop position, param groups, schedulers, RNG, hook extras
     manifest.json         written last: strategy, world size, dtypes, the plan
-
-Each strategy's :class:`~flexgraph.training.checkpoint._access.StateAccess`
-gives and takes name-keyed state, so the files resume under any strategy and
-world size (DCP reshards on load).
 """
 
 from __future__ import annotations
@@ -48,15 +42,12 @@ from flexgraph.training.formats import (
 )
 from flexgraph.training.runtime import this_rank, world_size
 
-__all__ = ["BackgroundWrite", "PortableCheckpointIO", "portable_tensors", "read_portable_tensor",
-           "write_portable"]
-
 MODEL, OPTIMIZER = "model", "optimizer"
 _GROUPS = "optimizer_param_groups"
 
 
 def _begin(path: Path, manifest: dict[str, Any]) -> None:
-    """Rank 0 marks the directory as a portable checkpoint before any shard is in it."""
+    """Rank 0 marks the directory before any shard is in it."""
     if this_rank() == 0:
         path.mkdir(parents=True, exist_ok=True)
         (path / PORTABLE_MARKER).write_text(manifest["format"] + "\n")
@@ -85,9 +76,8 @@ _SAVE_GROUP: list[Any] = []
 
 
 def _background_group() -> Any:
-    """A gloo group of its own for background saves (``None`` without a process group),
-    so DCP's collectives never interleave with training's.
-    """
+    """A gloo group of its own for background saves, so DCP's collectives never interleave
+    with training's (``None`` without a process group)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
@@ -98,11 +88,7 @@ def _background_group() -> Any:
 
 
 class BackgroundWrite:
-    """A portable checkpoint whose shards DCP writes in the background (``async_save``).
-
-    :meth:`wait` waits for the shards, then rank 0 writes ``extra.pth`` and the
-    manifest, so the manifest exists only once everything else is on disk.
-    """
+    """A portable checkpoint whose shards DCP writes in the background (``async_save``)."""
 
     def __init__(self, future: Any, path: Path, rest: dict[str, Any],
                  manifest: dict[str, Any]) -> None:
@@ -134,16 +120,13 @@ def write_portable(path: str | Path, model_state: dict[str, torch.Tensor],
     Parameters
     ----------
     path : str or Path
-        Must not exist yet.
     model_state : dict of str to torch.Tensor
     optimizer_state : dict, optional
         torch's, name-keyed.
     meta : dict, optional
         The loop position (default: step 0).
     extra : dict, optional
-        Anything else a run restores.
     strategy : str, optional
-        Recorded in the manifest.
 
     Returns
     -------
@@ -184,10 +167,6 @@ def portable_tensors(path: str | Path) -> dict[str, tuple[tuple[int, ...], torch
             if isinstance(info, TensorStorageMetadata)}
 
 
-def _saved_keys(path: Path) -> set[str]:
-    return set(SafeDCPStorage(path).read_metadata().state_dict_metadata)
-
-
 def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:
     """One whole tensor of a portable checkpoint, on the CPU, reading only its shards.
 
@@ -195,7 +174,6 @@ def read_portable_tensor(path: str | Path, key: str) -> torch.Tensor:
     ----------
     path : str or Path
     key : str
-        As :func:`portable_tensors` lists it.
 
     Returns
     -------
@@ -244,9 +222,8 @@ class PortableCheckpointIO(CheckpointIO):
     weights
         The IO that loads ``load_from`` files of other formats.
     plan
-        The plan each manifest records.
     async_save
-        :meth:`write` returns a :class:`BackgroundWrite` once the state is in CPU memory.
+        :meth:`write` returns once the state is in CPU memory.
     """
 
     suffix = ".ckpt"
@@ -291,7 +268,7 @@ class PortableCheckpointIO(CheckpointIO):
             raise CheckpointError(problem)
         checkpoint = dict(read_checkpoint_file(path / EXTRA_NAME))
         checkpoint["manifest"] = read_manifest(path)
-        saved = _saved_keys(path)
+        saved = set(SafeDCPStorage(path).read_metadata().state_dict_metadata)
         shapes = {k: shape for k, (shape, _) in portable_tensors(path).items()}
         model_part, optimizer_part = self.access.templates(model, optim_wrapper, shapes)
         state: dict[str, Any] = {MODEL: _keep_saved(model_part, MODEL, saved)}

@@ -1,10 +1,6 @@
-"""MMEngine's ``init_cfg=dict(type='Pretrained', ...)``: a load like ``load_from``.
+"""MMEngine's ``init_cfg=dict(type='Pretrained', ...)``, loaded safely as ``load_from`` is.
 
-MMEngine's ``PretrainedInit`` may unpickle anything; here it loads through the
-whole-model ``load_from`` loader: safe unpickling, formats told by content,
-one-line errors, MMEngine's non-strict rules. Every strategy initialises on
-whole tensors, so a whole-model load is right under all of them. ``prefix``
-keeps MMEngine's meaning; URLs are left to MMEngine's loaders.
+Every strategy initialises on whole tensors, so a whole-model load is right under all.
 """
 
 from __future__ import annotations
@@ -20,8 +16,6 @@ from flexgraph.training.checkpoint._io import refuse_unloadable
 from flexgraph.training.checkpoint._weights import weights_in
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import DCP_DIRECTORY, format_of
-
-__all__ = ["load_pretrained"]
 
 _WHAT = "init_cfg Pretrained checkpoint"
 
@@ -50,7 +44,6 @@ def load_pretrained(module: nn.Module, checkpoint: str, prefix: str | None, *,
     ----------
     module
     checkpoint
-        A local torch.save or safetensors file, or a DCP directory.
     prefix
         Only the weights under ``prefix.``, renamed without it; ``None``: all.
     loader

@@ -1,10 +1,4 @@
-"""``load_from`` into a model whose weights are split over the ranks (FSDP2, ZeRO-3).
-
-Every rank maps the file and reads only its own slice of each weight; the
-ranks agree on a failure. A format that does not map (a DCP or DeepSpeed
-directory) is opened by rank 0, which sends one tensor at a time. Loading is
-as ``load_from``'s: non-strict, a tensor of another shape left as it was.
-"""
+"""``load_from`` into a model whose weights are split over the ranks (FSDP2, ZeRO-3)."""
 
 from __future__ import annotations
 
@@ -28,12 +22,6 @@ from flexgraph.training.formats import (
 )
 from flexgraph.training.runtime import agreed, broadcast_from_rank0, rank0_does, this_rank
 
-__all__ = ["Slices", "load_into_slices"]
-
-
-def _own_shape(entry: torch.Tensor) -> tuple[int, ...]:
-    return tuple(entry.shape)
-
 
 @attrs.frozen
 class Slices:
@@ -42,34 +30,29 @@ class Slices:
     Parameters
     ----------
     read_own : callable
-        ``read_own(entry, value, mapped)``: this rank's slice of ``value``, read
-        from the mapped file, into ``entry``.
+        ``read_own(entry, value, mapped)``: this rank's slice of ``value`` into ``entry``.
     receive : callable
-        ``receive(entry, value)``, a collective: ``value`` whole on rank 0,
-        ``None`` elsewhere; every rank puts its slice into ``entry``.
+        ``receive(entry, value)``, a collective: ``value`` whole on rank 0, else ``None``.
     whole_shape : callable, optional
         An entry's whole shape (default: its ``shape``).
     """
 
     read_own: Callable[[torch.Tensor, torch.Tensor, MappedCheckpoint], None]
     receive: Callable[[torch.Tensor, torch.Tensor | None], None]
-    whole_shape: Callable[[torch.Tensor], tuple[int, ...]] = _own_shape
+    whole_shape: Callable[[torch.Tensor], tuple[int, ...]] = lambda entry: tuple(entry.shape)
 
 
 def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,
                      slices: Slices, *, on_read: OnRead) -> WeightsLoaded:
-    """The weights at ``path`` (of format ``held``) into this rank's slices of ``model``; a
-    collective.
+    """The weights at ``path`` (of format ``held``) into this rank's slices of ``model``.
 
     Parameters
     ----------
     path : Path
     held : CheckpointFormat
-        What ``path`` holds.
     model : torch.nn.Module
     slices : Slices
     on_read : callable
-        Called with the checkpoint as read, before the weights go in.
 
     Returns
     -------
@@ -102,7 +85,7 @@ def load_into_slices(path: Path, held: CheckpointFormat, model: torch.nn.Module,
 def _through_rank0(path: Path, held: CheckpointFormat, entries: dict[str, Any],
                    shapes: dict[str, tuple[int, ...]], owner: str, slices: Slices,
                    on_read: OnRead) -> WeightsLoaded:
-    """Rank 0 opens ``path`` and fetches one tensor at a time; each rank receives its slice."""
+    """Rank 0 opens ``path`` and sends one tensor at a time."""
     source = rank0_does(lambda: open_checkpoint(path, held=held), share_result=False)
     checkpoint = source.layout if source is not None else dict(NOTHING_READ)
     on_read(checkpoint)

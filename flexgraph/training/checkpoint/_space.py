@@ -1,11 +1,9 @@
 """A save that fails because the device is full, said as such.
 
-Neither ``torch.save``'s zip writer nor DCP says "no space left": the
-``ENOSPC`` ``OSError`` is only the error's ``__context__`` on the rank that
-wrote, and other ranks of a DCP save get the failure's text alone, so there a
-zip-writer failure counts as a full device when the filesystem has less room
-than the state needs. :func:`device_full_error` turns either into a
-:class:`DeviceFullError` naming the checkpoint, the size and what is intact.
+Neither ``torch.save``'s zip writer nor DCP says "no space left": ``ENOSPC`` is
+only the ``__context__`` on the rank that wrote, and other ranks of a DCP save
+get the text alone, so a short zip write counts as a full device when the
+filesystem has less room than the state needs.
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from typing import Any
 import torch
 
 from flexgraph.training.errors import DeviceFullError
-
-__all__ = ["device_full_error", "human_bytes", "tensor_bytes"]
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FULL_TEXTS = ("No space left on device", "Disk quota exceeded")
@@ -104,11 +100,8 @@ def _is_device_full(exc: BaseException, directory: Path, needed: int) -> bool:
 
 def device_full_error(exc: BaseException, path: Path, *, needed: int,
                       intact: Path | None) -> DeviceFullError | None:
-    """A :class:`DeviceFullError` for a save that failed with ``exc`` on a full device, else
-    ``None``.
-
-    Call it before the partial checkpoint is removed: the room left is measured then.
-    """
+    """A ``DeviceFullError`` for a save that failed with ``exc`` on a full device, else
+    ``None``; call it before the partial checkpoint is removed (the room left is measured)."""
     directory = path.parent
     if not _is_device_full(exc, directory, needed):
         return None

@@ -1,11 +1,7 @@
 """Staging for background saves: one copy of the state, into buffers kept between saves.
 
-A background save copies the state to CPU memory before it returns, the only
-part that blocks training. :class:`StagedWriter` keeps DCP from copying it
-again, and :class:`Staging` reuses each tensor's buffer from the previous save
-(a fresh allocation faults in every page), as DCP's ``cache_staged_state_dict``
-does; buffers are pinned where CUDA is available. The checkpointer finishes a
-pending save before the next snapshot reuses them.
+The copy blocks training; a fresh allocation would fault in every page, so
+buffers are reused, as DCP's ``cache_staged_state_dict`` does.
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint import FileSystemWriter
-
-__all__ = ["StagedWriter", "Staging"]
 
 
 class StagedWriter(FileSystemWriter):

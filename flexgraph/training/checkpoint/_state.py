@@ -1,9 +1,4 @@
-"""Training state in a form ``torch.load(weights_only=True)`` accepts.
-
-RNG states and MMEngine scheduler states (which hold e.g. a ``Counter``) are
-made plain by :func:`to_plain` and rebuilt by :func:`from_plain`; values with
-no safe form are left out, keeping the config's value.
-"""
+"""Training state (RNG and scheduler states) in a form ``torch.load(weights_only=True)`` accepts."""
 
 from __future__ import annotations
 
@@ -13,9 +8,6 @@ from typing import Any
 import attrs
 import numpy as np
 import torch
-
-__all__ = ["LoopState", "from_plain", "to_plain"]
-
 
 
 @attrs.frozen
@@ -34,11 +26,6 @@ class LoopState:
         This rank's, restored before the first batch; ``None``: leave the streams.
     resumed_from
         The checkpoint restored; ``None`` for a fresh run.
-
-    Examples
-    --------
-    >>> LoopState()
-    LoopState(epoch=0, iter=0, batch_idx=0, data_pass=0, resumed_from=None)
     """
 
     epoch: int = 0
@@ -54,17 +41,7 @@ _DROP = object()
 
 
 def to_plain(obj: Any) -> Any:
-    """``obj`` with every value turned into something ``weights_only`` loads.
-
-    Parameters
-    ----------
-    obj : Any
-
-    Returns
-    -------
-    Any
-        ``None`` when ``obj`` has no safe form.
-    """
+    """``obj`` with every value turned into something ``weights_only`` loads (``None``: none)."""
     out = _plain(obj)
     return None if out is _DROP else out
 
@@ -95,16 +72,7 @@ def _plain(obj: Any) -> Any:
 
 
 def from_plain(obj: Any) -> Any:
-    """Inverse of :func:`to_plain` (dropped values stay absent).
-
-    Parameters
-    ----------
-    obj : Any
-
-    Returns
-    -------
-    Any
-    """
+    """Inverse of :func:`to_plain` (dropped values stay absent)."""
     if isinstance(obj, dict):
         kind = obj.get(_TAG)
         if kind == "Counter":

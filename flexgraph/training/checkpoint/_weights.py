@@ -1,8 +1,4 @@
-"""Weights between a model and a checkpoint: what a file holds, and putting it in.
-
-A checkpoint's weights are the user's module's, never a wrapper's, under
-``state_dict`` (MMEngine), under ``model``, or a raw state dict.
-"""
+"""Weights between a model and a checkpoint: the user's module's, never a wrapper's."""
 
 from __future__ import annotations
 
@@ -17,10 +13,6 @@ from flexgraph.training.components import unwrap_model
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.runtime import meta_parameters
 
-__all__ = ["WeightsLoaded", "apply_weights", "local_checksums", "matching_weights",
-           "model_weights", "weights_in"]
-
-
 _SIZE_MISMATCH = re.compile(r"^\s*size mismatch for (\S+): (.*)$")
 
 
@@ -31,11 +23,10 @@ class WeightsLoaded:
     Parameters
     ----------
     missing, unexpected : tuple of str
-        The model's keys the checkpoint lacks, and the reverse.
     mismatched : tuple of str
         The tensors of another shape (left as they were), one line each.
     checksums : mapping of str to float
-        This rank's :func:`local_checksums` of what went in, for a contract to compare.
+        This rank's :func:`local_checksums` of what went in.
     """
 
     missing: tuple[str, ...] = ()
@@ -44,12 +35,11 @@ class WeightsLoaded:
     checksums: Mapping[str, float] = attrs.field(factory=dict, eq=False)
 
     def went_in(self, keys: Any) -> list[str]:
-        """Those of the model's ``keys`` the load put in: not missing, not of another shape."""
+        """Those of the model's ``keys`` the load put in."""
         skipped = set(self.missing) | {line.partition(":")[0] for line in self.mismatched}
         return [k for k in keys if k not in skipped]
 
     def __bool__(self) -> bool:
-        """Whether anything was left out."""
         return bool(self.missing or self.unexpected or self.mismatched)
 
     def describe(self) -> str:
@@ -61,7 +51,7 @@ class WeightsLoaded:
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of ``tensor``: a DTensor's local shard, a ZeRO-3 partition, else itself."""
+    """This rank's part of ``tensor``: a DTensor's shard, a ZeRO-3 partition, or itself."""
     if hasattr(tensor, "ds_tensor"):
         return tensor.ds_tensor
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
@@ -83,11 +73,6 @@ def local_checksums(model: torch.nn.Module, names: Any) -> dict[str, float]:
     with torch.no_grad():
         return {name: float(_local(entries[name]).sum(dtype=torch.float64))
                 for name in names if name in entries and entries[name].is_floating_point()}
-
-
-def model_weights(model: torch.nn.Module) -> dict[str, Any]:
-    """The state dict of the user's module (never DDP's ``module.``-prefixed one)."""
-    return unwrap_model(model).state_dict()
 
 
 def weights_in(checkpoint: Any, path: str) -> Mapping[str, Any]:
@@ -112,9 +97,7 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
                   strict: bool) -> WeightsLoaded:
     """Load the weights in ``checkpoint`` into ``model`` (wrapped or not).
 
-    Non-strict (``load_from``, as in MMEngine) reports what was left out but
-    refuses a file none of whose keys match: a wrong file, not a fine-tuning start.
-    The model's ``load_state_dict`` pre-hooks see every tensor.
+    Non-strict (``load_from``) still refuses a file none of whose keys match.
 
     Parameters
     ----------
@@ -122,9 +105,7 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
     checkpoint : Any
         A checkpoint dict or a bare ``state_dict``.
     path : str
-        For messages.
     strict : bool
-        Refuse any missing or unexpected key (``resume``).
 
     Returns
     -------
@@ -162,7 +143,7 @@ def apply_weights(model: torch.nn.Module, checkpoint: Any, path: str, *,
 
 
 def _only_size_mismatches(message: str) -> tuple[str, ...] | None:
-    """The ``size mismatch`` lines of torch's error, or ``None`` when it holds any other."""
+    """The ``size mismatch`` lines of torch's error, or ``None`` when it holds another."""
     lines = [line for line in message.splitlines()[1:] if line.strip()]
     found = [_SIZE_MISMATCH.match(line) for line in lines]
     if not lines or not all(found):
@@ -172,25 +153,8 @@ def _only_size_mismatches(message: str) -> tuple[str, ...] | None:
 
 def matching_weights(checkpoint: Any, path: str, shapes: Mapping[str, tuple[int, ...]],
                      owner: str) -> tuple[dict[str, Any], WeightsLoaded]:
-    """The weights in ``checkpoint`` that fit ``shapes``, and what is left out.
-
-    For loaders that put weights in one by one (shards, ZeRO-3 partitions); refuses
-    a file none of whose keys match, naming ``owner``.
-
-    Parameters
-    ----------
-    checkpoint : Any
-        A state dict, or MMEngine's dict holding one.
-    path : str
-        For messages.
-    shapes : Mapping[str, tuple[int, ...]]
-        Each parameter's whole shape, by name.
-    owner : str
-
-    Returns
-    -------
-    tuple[dict[str, Any], WeightsLoaded]
-    """
+    """The weights in ``checkpoint`` that fit ``shapes`` (whole, by name), and what is left
+    out; refuses a file none of whose keys match."""
     weights = {k.removeprefix("module."): v for k, v in weights_in(checkpoint, path).items()}
     named = {k: weights[k] for k in shapes if k in weights}
     if not named:

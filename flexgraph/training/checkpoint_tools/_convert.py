@@ -1,9 +1,4 @@
-"""``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time.
-
-Each target is written one fetched tensor at a time, so memory stays near the
-largest tensor, and renamed into place. ``dcp`` leaves out a numbered optimizer
-state (it cannot be named without the model), and says so.
-"""
+"""``flexgraph ckpt convert``: a checkpoint rewritten in another format, a tensor at a time."""
 
 from __future__ import annotations
 
@@ -33,18 +28,11 @@ from flexgraph.training.formats import (
     tensor_paths,
 )
 
-__all__ = ["TARGETS", "Conversion", "convert_checkpoint", "write_safetensors",
-           "write_torch_file"]
-
 TARGETS = ("dcp", "torch", "safetensors")
-"""The formats ``flexgraph ckpt convert --to`` writes."""
-
-
 
 @attrs.frozen
 class Conversion:
-    """What :func:`convert_checkpoint` wrote: paths, formats, tensor count, the largest tensor, and
-    what was left out."""
+    """What :func:`convert_checkpoint` wrote, and what it left out."""
 
     source: str
     destination: str
@@ -88,13 +76,6 @@ def convert_checkpoint(source: str | Path, destination: str | Path, *, to: str
     Returns
     -------
     Conversion
-
-    Raises
-    ------
-    CheckpointExistsError
-        ``destination`` exists.
-    CheckpointError
-        ``to`` is unknown, or the destination's folder or the source is unusable.
     """
     if to not in TARGETS:
         raise CheckpointError(f"cannot convert to {to!r}: the formats are {', '.join(TARGETS)}")
@@ -130,8 +111,6 @@ def _discard(path: Path) -> None:
         path.unlink()
 
 
-# -- torch.save ---------------------------------------------------------------------------
-
 def _as_fake(value: Any, mode: Any) -> Any:
     if isinstance(value, torch.Tensor):
         with mode:
@@ -145,11 +124,8 @@ def _as_fake(value: Any, mode: Any) -> Any:
 
 def write_torch_file(path: Path, layout: dict[str, Any],
                      fetch: Callable[[KeyPath], torch.Tensor]) -> None:
-    """A ``torch.save`` file of ``layout``, each tensor fetched only to be written.
-
-    ``torch.save`` writes the pickle and an empty record per tensor; each record's
-    bytes and CRC-32 are filled in after.
-    """
+    """A ``torch.save`` file of ``layout``: the pickle and empty records first, then each
+    record's bytes and CRC-32, each tensor fetched only to be written."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with open(path, "wb") as f, torch.serialization.skip_data(materialize_fake_tensors=True):
@@ -217,12 +193,9 @@ def _fill_directory_crcs(f: Any, offset: int, crcs: dict[str, int]) -> None:
         offset += 46 + sum(lengths)
 
 
-# -- safetensors --------------------------------------------------------------------------
-
 def write_safetensors(path: Path, weights: Mapping[str, torch.Tensor],
                       fetch: Callable[[str], torch.Tensor]) -> None:
-    """Write a safetensors file of ``weights`` (meta tensors will do), fetching each tensor only to
-    write it."""
+    """Write a safetensors file of ``weights`` (meta tensors), fetching each tensor to write it."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, tensor in weights.items():
@@ -259,17 +232,14 @@ def _write_safetensors(path: Path, layout: dict[str, Any],
     write_safetensors(path, weights, lambda name: fetch(("state_dict", name)))
 
 
-# -- DCP ------------------------------------------------------------------------------------
-
 def _write_dcp(path: Path, layout: dict[str, Any],
                fetch: Callable[[KeyPath], torch.Tensor]) -> None:
-    """DistributedCheckpointIO's layout: model and optimizer through DCP, the rest in extra.pth."""
+    """Model and optimizer through DCP, the rest in extra.pth."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemWriter
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
     class FetchingPlanner(DefaultSavePlanner):
-        """Plans from the meta tensors; reads each tensor only when DCP writes it."""
 
         def resolve_data(self, write_item: Any) -> Any:
             found = self.lookup_object(write_item.index)

@@ -1,12 +1,12 @@
-"""What a checkpoint holds, read offline on the CPU without building the model.
+"""What a checkpoint holds, from its metadata alone, without building the model.
 
-Only metadata is read, never a shard. Each format has one
-:class:`CheckpointInspector`; the portable layout's and strategies' come
-through :data:`INSPECTOR_ENTRY_POINTS`, so this layer never imports a strategy.
+The portable layout's and strategies' inspectors come through
+:data:`INSPECTOR_ENTRY_POINTS`, so this layer never imports a strategy.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import entry_points
@@ -33,32 +33,14 @@ from flexgraph.training.formats import (
     unrecognised_by,
 )
 
-__all__ = [
-    "INSPECTOR_ENTRY_POINTS",
-    "CheckpointInspector",
-    "CheckpointSummary",
-    "checkpoint_inspectors",
-    "describe_checkpoint",
-    "state_parts",
-]
-
 INSPECTOR_ENTRY_POINTS = "flexgraph.checkpoint_inspectors"
 """The entry-point group of added inspectors (each a :class:`CheckpointInspector`)."""
 
 
-#: The parts of a training state, by the checkpoint key that holds each.
 _PARTS = {"state_dict": "model", "optimizer": "optimizer",
           "param_schedulers": "param_schedulers", "meta": "loop state",
           "rng_states": "rng states", "message_hub": "message hub (MMEngine)",
           "loss_scaler": "loss scaler"}
-
-
-def _tuple(value: Iterable[str]) -> tuple[str, ...]:
-    return tuple(value)
-
-
-def _dtypes(value: Mapping[str, int]) -> dict[str, int]:
-    return dict(sorted(value.items()))
 
 
 @attrs.frozen
@@ -68,19 +50,15 @@ class CheckpointSummary:
     Parameters
     ----------
     path, format
-        The checkpoint, and its format's name.
     writer
         What wrote it, as far as the content tells.
     complete, problem
-        Whether it is whole, and why not.
     world_size, epoch, iteration
-        From its loop state, if any.
     parameters, dtypes
         Elements of the model's tensors, in all and per dtype.
     contents, extras
         The training-state parts inside, and other top-level entries (hooks').
     versions
-        The library versions recorded.
     """
 
     path: str
@@ -92,13 +70,13 @@ class CheckpointSummary:
     epoch: int | None = None
     iteration: int | None = None
     parameters: int | None = None
-    dtypes: dict[str, int] = attrs.field(factory=dict, converter=_dtypes)
-    contents: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
-    extras: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    dtypes: dict[str, int] = attrs.field(factory=dict,
+                                         converter=lambda value: dict(sorted(value.items())))
+    contents: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    extras: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     versions: dict[str, str] = attrs.field(factory=dict, converter=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The summary as JSON-ready data; ``CheckpointSummary(**data)`` reads it back."""
         return attrs.asdict(self)
 
 
@@ -117,15 +95,13 @@ class CheckpointInspector:
     describe: Callable[[Path], CheckpointSummary] = attrs.field(eq=False, repr=False)
 
 
-# -- what a loaded checkpoint dict tells --------------------------------------------------
-
 def _is_tensor_dict(value: Any) -> bool:
     return isinstance(value, Mapping) and bool(value) and all(
         isinstance(v, torch.Tensor) for v in value.values())
 
 
 def _model_tensors(shapes_and_dtypes: Iterable[tuple[int, str]]) -> tuple[int, dict[str, int]]:
-    """Total elements, and elements per dtype, of ``(numel, dtype name)`` pairs."""
+    """Total elements, and per dtype, of ``(numel, dtype name)`` pairs."""
     per_dtype: Counter[str] = Counter()
     for numel, dtype in shapes_and_dtypes:
         per_dtype[dtype] += int(numel)
@@ -144,7 +120,7 @@ def state_parts(checkpoint: Mapping[str, Any], *, engine_keys: Iterable[str] = (
     ----------
     checkpoint
     engine_keys
-        Keys of the format itself, neither parts nor extras.
+        Keys of the format itself.
 
     Returns
     -------
@@ -171,7 +147,6 @@ def _loop_fields(meta: Any) -> dict[str, Any]:
 
 
 def _file_writer(checkpoint: Mapping[str, Any]) -> str:
-    """Who wrote a torch.save checkpoint dict, as far as its content tells."""
     meta = checkpoint.get("meta") if isinstance(checkpoint.get("meta"), Mapping) else {}
     if "flexgraph_version" not in meta:
         return "MMEngine" if "mmengine_version" in meta or "message_hub" in checkpoint \
@@ -237,24 +212,16 @@ def _describe_dcp(path: Path) -> CheckpointSummary:
 
 
 def _describe_safetensors(path: Path) -> CheckpointSummary:
-    """From the file's JSON header alone."""
     header = safetensors_header(path)
     entries = [v for k, v in header.items() if k != "__metadata__" and isinstance(v, Mapping)]
     parameters, dtypes = _model_tensors(
-        (_numel(v.get("shape") or []), _dtype_name(TORCH_DTYPES[v["dtype"]])
+        (math.prod(v.get("shape") or []), _dtype_name(TORCH_DTYPES[v["dtype"]])
          if v.get("dtype") in TORCH_DTYPES else str(v.get("dtype"))) for v in entries)
     metadata = header.get("__metadata__") if isinstance(header.get("__metadata__"), Mapping) \
         else {}
     return CheckpointSummary(str(path), SAFETENSORS_FILE.name,
                              f"safetensors (format {metadata.get('format', 'unknown')})", True,
                              parameters=parameters, dtypes=dtypes, contents=("model",))
-
-
-def _numel(shape: Iterable[int]) -> int:
-    count = 1
-    for size in shape:
-        count *= int(size)
-    return count
 
 
 _BUILT_IN = (CheckpointInspector(TORCH_SAVE_FILE, _describe_file),
@@ -269,7 +236,7 @@ def checkpoint_inspectors() -> tuple[CheckpointInspector, ...]:
 
 
 def describe_checkpoint(path: str | Path) -> CheckpointSummary:
-    """Describe the checkpoint at ``path``, whatever wrote it, without loading its tensors.
+    """Describe the checkpoint at ``path``, whatever wrote it, without reading its tensors.
 
     Parameters
     ----------

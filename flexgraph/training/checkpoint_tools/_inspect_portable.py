@@ -1,8 +1,8 @@
-"""``flexgraph ckpt inspect`` for portable checkpoints, from manifest, ``.metadata`` and
-``extra.pth`` alone (no shard is read)."""
+"""``flexgraph ckpt inspect`` for portable checkpoints (no shard is read)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,8 +22,6 @@ from flexgraph.training.formats import (
     read_checkpoint_file,
 )
 
-__all__ = ["PORTABLE_INSPECTOR", "describe_portable"]
-
 
 def describe_portable(path: Path) -> CheckpointSummary:
     """A portable checkpoint's summary, from its manifest and metadata alone."""
@@ -34,7 +32,7 @@ def describe_portable(path: Path) -> CheckpointSummary:
         manifest, problem = {}, str(exc)
     held = portable_tensors(path) if (path / ".metadata").is_file() else {}
     parameters, dtypes = _model_tensors(
-        (int(_numel(shape)), _dtype_name(dtype)) for key, (shape, dtype) in held.items()
+        (int(math.prod(shape)), _dtype_name(dtype)) for key, (shape, dtype) in held.items()
         if key.startswith("model."))
     extra = path / EXTRA_NAME
     rest = read_checkpoint_file(extra, mmap=True) if extra.is_file() and problem is None else {}
@@ -51,13 +49,6 @@ def describe_portable(path: Path) -> CheckpointSummary:
         problem is None, problem, world_size=manifest.get("world_size"),
         epoch=manifest.get("epoch"), iteration=manifest.get("iter"), parameters=parameters,
         dtypes=dtypes, contents=parts, extras=extras, versions=versions)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    total = 1
-    for size in shape:
-        total *= int(size)
-    return total
 
 
 PORTABLE_INSPECTOR = CheckpointInspector(PORTABLE_DIRECTORY, describe_portable)

@@ -1,7 +1,6 @@
 """Checkpoint formats: what a path holds, told by its content, and reading it safely.
 
-Everything here reads, and nothing unsafe is unpickled. :func:`format_of`
-needs no torch; the names that need torch are loaded on first use.
+:func:`format_of` needs no torch; the names that need torch are loaded on first use.
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ __all__ = [
     "format_of",
     "known_formats",
     "map_checkpoint",
-    "mmengine_globals",
     "open_checkpoint",
     "read_any_checkpoint",
     "read_checkpoint_file",
@@ -62,7 +60,6 @@ __all__ = [
 
 _LAZY = {
     "_torch_file": ("directory_problem", "file_problem", "read_checkpoint_file"),
-    "_mmengine_types": ("mmengine_globals",),
     "_dcp_storage": ("EXTRA_NAME", "SafeDCPStorage", "dcp_load", "dcp_problem"),
     "_safetensors": ("SAFETENSORS_DTYPES", "TORCH_DTYPES", "safetensors_header"),
     "_source": ("CheckpointSource", "KeyPath", "replace_tensors", "single_process_dcp",

@@ -20,8 +20,6 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
 from flexgraph.training.formats._torch_file import file_problem
 
-__all__ = ["EXTRA_NAME", "SafeDCPStorage", "dcp_load", "dcp_problem"]
-
 EXTRA_NAME = "extra.pth"
 """flexgraph's file beside a DCP checkpoint's shards: loop state, schedulers, RNG states."""
 
@@ -52,10 +50,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 class SafeDCPStorage(FileSystemReader):
-    """DCP's file-system storage with the metadata read through :class:`_MetadataUnpickler`.
-
-    ``dcp.load``'s ``storage_reader``, and how flexgraph reads a DCP index alone.
-    """
+    """DCP's file-system storage with the metadata read through :class:`_MetadataUnpickler`."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
         from torch.distributed.checkpoint.metadata import StorageMeta
@@ -107,12 +102,11 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False,
     Parameters
     ----------
     state : dict
-        Loaded into in place.
     path : Path
     partial : bool, default False
         Allow ``state`` to ask for only some of the keys.
     alone : bool, default False
-        Read in this process without the others (DCP's ``no_dist``).
+        DCP's ``no_dist``.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
@@ -133,7 +127,7 @@ def dcp_load(state: dict[str, Any], path: Path, *, partial: bool = False,
 
 
 def _shard_problem(path: Path, metadata: Any) -> str | None:
-    """A shard file that is missing or shorter than the metadata says, by name."""
+    """A shard file that is missing or shorter than the metadata says."""
     needed: dict[str, int] = {}
     for info in getattr(metadata, "storage_data", {}).values():
         end = int(info.offset) + int(info.length)

@@ -1,14 +1,7 @@
-"""A checkpoint's weights from its own index: names, shapes and dtypes, no tensor read.
-
-Whether the loaded files cover the model is decided before the model is built,
-from each file's index: a ``torch.save`` zip loaded onto the meta device, a
-safetensors header, a DCP ``.metadata``. Weights are named as ``load_from``
-loads them. A DeepSpeed directory or torch's legacy format has no such index.
-"""
+"""A checkpoint's weights from its own index: names, shapes and dtypes, no tensor read."""
 
 from __future__ import annotations
 
-import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +11,7 @@ import torch
 
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats._dcp_storage import SafeDCPStorage
-from flexgraph.training.formats._mmengine_types import allow_mmengine_types
+from flexgraph.training.formats._mapped import meta_loaded
 from flexgraph.training.formats._recognise import (
     DCP_DIRECTORY,
     PORTABLE_DIRECTORY,
@@ -30,16 +23,12 @@ from flexgraph.training.formats._safetensors import safetensors_entries
 from flexgraph.training.formats._source import _flexgraph_layout
 from flexgraph.training.formats._torch_file import file_problem
 
-__all__ = ["WeightsIndex", "weights_index"]
-
 Shape = tuple[int, ...]
 
 
 @attrs.frozen
 class WeightsIndex:
-    """The weights a checkpoint holds, as its index lists them: ``weights`` maps each
-    name (as ``load_from`` reads it) to (shape, dtype).
-    """
+    """The weights a checkpoint holds: name (as ``load_from`` reads it) -> (shape, dtype)."""
 
     path: Path
     format_name: str
@@ -47,16 +36,14 @@ class WeightsIndex:
 
 
 def _torch_file_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]] | None:
-    """The weights of a ``torch.save`` zip, every tensor on ``meta`` (no record read)."""
+    """The weights of a ``torch.save`` zip, every tensor on ``meta``."""
     if not zipfile.is_zipfile(path):
         return None  # torch's legacy format: its storages are read with its pickle
     problem = file_problem(path, verify=False)
     if problem is not None:
         raise CheckpointError(problem)
     try:
-        with warnings.catch_warnings(), allow_mmengine_types():
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            checkpoint = torch.load(path, map_location="meta", weights_only=True)
+        checkpoint = meta_loaded(path)
     except Exception as exc:  # the unpickler refuses, or the pickle is broken
         raise CheckpointError(f"checkpoint {str(path)!r}: its index (data.pkl) cannot be "
                               f"read: {type(exc).__name__}: {str(exc).strip()[:160]}") from exc
@@ -75,8 +62,7 @@ def _safetensors_weights(path: Path) -> dict[str, tuple[Shape, torch.dtype]]:
 
 
 def _dcp_weights(path: Path, under: str | None) -> dict[str, tuple[Shape, torch.dtype]]:
-    """A DCP ``.metadata``'s tensors under ``under`` (``None``: ``state_dict.`` when any key has it,
-    else all)."""
+    """A DCP ``.metadata``'s tensors under ``under`` (``None``: ``state_dict.`` if any)."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     items = SafeDCPStorage(path).read_metadata().state_dict_metadata
@@ -98,7 +84,7 @@ def weights_index(path: str | Path) -> WeightsIndex | None:
     Returns
     -------
     WeightsIndex or None
-        ``None`` for a format whose index needs its tensors, or no known format.
+        ``None`` where the index needs the tensors, or the format is unknown.
     """
     path = Path(path)
     found = format_of(path)

@@ -1,10 +1,7 @@
 """A checkpoint file opened for reading rows: each rank reads only its own slices.
 
-:attr:`MappedCheckpoint.checkpoint` is what ``load_from`` hooks see, every
-tensor mapped from the file and read when touched; :meth:`MappedCheckpoint.read_rows`
-reads rows of one of the file's tensors straight into a shard with ``read``,
-located by the file's own index. Only the zip directory is checked: verifying
-every CRC would read the whole file on every rank.
+Only the zip directory is checked: verifying every CRC would read the whole file
+on every rank.
 """
 
 from __future__ import annotations
@@ -29,8 +26,6 @@ from flexgraph.training.formats._safetensors import safetensors_entries
 from flexgraph.training.formats._source import tensor_paths
 from flexgraph.training.formats._torch_file import file_problem, read_checkpoint_file
 
-__all__ = ["MappedCheckpoint", "map_checkpoint"]
-
 
 @attrs.frozen
 class _Place:
@@ -43,7 +38,6 @@ class _Place:
 
     @property
     def by_rows(self) -> bool:
-        """Whether rows are consecutive bytes."""
         expected, step = [], 1
         for size in reversed(self.shape):
             expected.append(step)
@@ -59,7 +53,7 @@ class MappedCheckpoint:
     ----------
     path
     checkpoint
-        What it holds, its tensors mapped from the file.
+        What it holds (what ``load_from`` hooks see), its tensors mapped from the file.
     places : dict, optional
         Where each of the file's own tensors lies in it, by ``id``.
     own : dict, optional
@@ -77,11 +71,8 @@ class MappedCheckpoint:
 
     def read_rows(self, tensor: torch.Tensor, start: int, stop: int,
                   out: torch.Tensor) -> None:
-        """Copy rows ``[start, stop)`` of ``tensor`` into ``out`` (in ``out``'s dtype and device).
-
-        One of the file's own tensors is read from the file; anything else is sliced
-        in memory. A 0-d tensor is one row.
-        """
+        """Copy rows ``[start, stop)`` of ``tensor`` into ``out``: from the file where it is
+        one of the file's own, else sliced in memory (a 0-d tensor is one row)."""
         place = self._place_of(tensor)
         if place is None or not place.by_rows or tensor.dim() == 0:
             with torch.no_grad():
@@ -112,8 +103,8 @@ def _read_into(path: Path, offset: int, out: torch.Tensor) -> None:
             done += got
 
 
-def _storage_places(path: Path) -> Any:
-    """The checkpoint loaded onto the meta device: every tensor's storage knows its offset."""
+def meta_loaded(path: Path) -> Any:
+    """The ``torch.save`` zip loaded onto the meta device: each storage knows its offset."""
     with warnings.catch_warnings(), allow_mmengine_types():
         warnings.filterwarnings("ignore", message="Detected pickle protocol")
         return torch.load(path, map_location="meta", weights_only=True)
@@ -124,7 +115,7 @@ def _map_torch_file(path: Path) -> MappedCheckpoint:
     if problem is not None:
         raise CheckpointError(problem)
     mapped = read_checkpoint_file(path, mmap=True, verify=False)
-    located = _storage_places(path)
+    located = meta_loaded(path)
     result = MappedCheckpoint(path, mapped)
     pairs = zip(tensor_paths(mapped), tensor_paths(located), strict=False)
     for (where, tensor), (where_meta, meta) in pairs:
@@ -165,9 +156,7 @@ def map_checkpoint(path: str | Path, held: CheckpointFormat | None) -> MappedChe
     Parameters
     ----------
     path
-        A ``torch.save`` zip or a safetensors file.
     held
-        What ``path`` holds.
 
     Returns
     -------

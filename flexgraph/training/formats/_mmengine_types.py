@@ -1,9 +1,7 @@
 """The few types MMEngine's checkpoints pickle, admitted to ``weights_only`` loads and no more.
 
 An MMEngine checkpoint's ``message_hub`` holds ``HistoryBuffer`` objects and
-numpy values, which ``weights_only`` refuses. :func:`allow_mmengine_types`
-admits exactly :func:`mmengine_globals` around one ``torch.load``; any other
-global still fails the load.
+numpy values, which ``weights_only`` refuses; any other global still fails the load.
 """
 
 from __future__ import annotations
@@ -15,8 +13,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
-__all__ = ["allow_mmengine_types", "mmengine_globals"]
 
 # numpy dtypes whose values are raw numbers: what HistoryBuffer and the ETA hold.
 _NUMERIC_DTYPES = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
@@ -39,13 +35,7 @@ def _history_buffer_statistic(obj: Any, name: str) -> Any:
 
 
 def mmengine_globals() -> list[Any]:
-    """The allow-list, in the form ``torch.serialization.safe_globals`` takes.
-
-    Returns
-    -------
-    list
-        Classes and ``(function, name)`` pairs MMEngine's checkpoints hold.
-    """
+    """The allow-list, in the form ``torch.serialization.safe_globals`` takes."""
     from mmengine.logging import HistoryBuffer
 
     reconstruct = np.empty(0).__reduce__()[0]  # numpy's own, wherever numpy keeps it
@@ -60,11 +50,8 @@ def mmengine_globals() -> list[Any]:
 
 @contextlib.contextmanager
 def allow_mmengine_types() -> Iterator[None]:
-    """Admit :func:`mmengine_globals` to ``weights_only`` loads inside the ``with`` block.
-
-    Only the entries it added are removed after, and HistoryBuffer's class-wide
-    statistics registry is put back, so a file leaves nothing behind.
-    """
+    """Admit :func:`mmengine_globals` to ``weights_only`` loads inside the ``with`` block;
+    after, only its own entries go and HistoryBuffer's statistics registry is put back."""
     from mmengine.logging import HistoryBuffer
 
     if torch.torch_version.TorchVersion(torch.__version__) < (2, 6):

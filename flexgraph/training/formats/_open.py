@@ -1,8 +1,7 @@
 """Opening a checkpoint of any format, by the opener of the format it holds.
 
-flexgraph has the openers of its own formats and of safetensors; a strategy
-adds its own through :data:`OPENER_ENTRY_POINTS`, imported only when a path of
-its format is opened, so this layer never imports a strategy.
+A strategy adds its openers through :data:`OPENER_ENTRY_POINTS`, imported only
+when a path of its format is opened, so this layer never imports a strategy.
 """
 
 from __future__ import annotations
@@ -30,9 +29,6 @@ from flexgraph.training.formats._source import (
 )
 from flexgraph.training.formats._torch_file import file_problem, read_checkpoint_file
 
-__all__ = ["OPENER_ENTRY_POINTS", "Opener", "open_checkpoint", "openers",
-           "read_any_checkpoint", "unrecognised_by"]
-
 OPENER_ENTRY_POINTS = "flexgraph.checkpoint_openers"
 """The entry-point group of strategies' openers, each named by its format's ``key``."""
 
@@ -40,8 +36,7 @@ Opener = Callable[[Path], CheckpointSource]
 """Opens a checkpoint of one format for reading one tensor at a time."""
 
 def open_portable_directory(path: Path) -> CheckpointSource:
-    """A portable checkpoint opened as a DCP directory, its weights offered under ``state_dict`` as
-    MMEngine's tools expect."""
+    """A portable checkpoint opened as a DCP directory, its weights under ``state_dict``."""
     source = open_dcp_directory(path)
     layout = {k: v for k, v in source.layout.items() if k not in ("model", "state_dict")}
     layout["state_dict"] = source.layout.get("model", {})
@@ -70,7 +65,7 @@ def _added(entry: EntryPoint) -> Opener:
 
 
 def openers() -> tuple[tuple[CheckpointFormat, Opener], ...]:
-    """Each format that opens, with its opener: flexgraph's, then those strategies add."""
+    """Each format that opens, with its opener: flexgraph's, then the strategies'."""
     by_key = {f.key: f for f in known_formats()}
     return _BUILT_IN + tuple((by_key[ep.name], _added(ep))
                              for ep in entry_points(group=OPENER_ENTRY_POINTS)
@@ -102,7 +97,7 @@ def open_checkpoint(path: str | Path, *, held: CheckpointFormat | None = None
     ----------
     path
     held
-        What ``path`` holds; ``None``: asked here.
+        What ``path`` holds (``None``: unknown).
 
     Returns
     -------
@@ -126,12 +121,10 @@ def read_any_checkpoint(path: str | Path, *, held: CheckpointFormat | None = Non
     ----------
     path
     held
-        What ``path`` holds; ``None``: asked here.
 
     Returns
     -------
     Any
-        What a ``torch.save`` file holds; for another format, its checkpoint dict.
     """
     path = Path(path)
     if held is None:

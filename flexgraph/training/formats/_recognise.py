@@ -1,9 +1,6 @@
-"""Checkpoint formats, each recognised by what a path holds: never by its name.
+"""Checkpoint formats, each recognised by what a path holds, never by its name.
 
-A suffix cannot say what a checkpoint is, so each :class:`CheckpointFormat`
-looks at a few bytes or a directory listing. Every format is known to every
-strategy, so a work_dir another strategy wrote is never taken for empty. No
-torch is imported, so ``flexgraph plan`` names a path's format without it.
+No torch is imported, so ``flexgraph plan`` names a path's format without it.
 """
 
 from __future__ import annotations
@@ -14,20 +11,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import attrs
-
-__all__ = [
-    "DCP_DIRECTORY",
-    "DEEPSPEED_DIRECTORY",
-    "MANIFEST_NAME",
-    "PORTABLE_DIRECTORY",
-    "PORTABLE_MARKER",
-    "SAFETENSORS_FILE",
-    "TORCH_SAVE_FILE",
-    "CheckpointFormat",
-    "format_of",
-    "known_formats",
-    "unrecognised",
-]
 
 _KNOWN: list[CheckpointFormat] = []
 #: The first bytes of torch's legacy (pre-1.6) save format: a pickled magic number.
@@ -43,19 +26,8 @@ class CheckpointFormat:
     key
         Also the name of the format's opener entry point.
     name
-        How messages name it ("a torch.save file").
+        How messages name it.
     recognise
-        Whether a path holds this format, judged by its content.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> path = Path(tempfile.mkdtemp()) / "iter_4.dcp"  # a name says nothing
-    >>> path.mkdir()
-    >>> (path / ".metadata").touch()
-    >>> format_of(path) is DCP_DIRECTORY, DCP_DIRECTORY.key
-    (True, 'dcp')
     """
 
     key: str
@@ -125,12 +97,11 @@ PORTABLE_DIRECTORY = CheckpointFormat(
 
 
 def known_formats() -> tuple[CheckpointFormat, ...]:
-    """Every format declared so far (flexgraph's, and those of imported strategies).
+    """Every format declared so far (flexgraph's, and those of imported strategies), in order.
 
     Returns
     -------
     tuple of CheckpointFormat
-        In the order they were declared.
     """
     return tuple(_KNOWN)
 
@@ -160,7 +131,7 @@ def unrecognised(path: Path, tried: Iterable[CheckpointFormat], *, what: str) ->
     path : Path
     tried : iterable of CheckpointFormat
     what : str
-        What was expected (``'resume checkpoint'``).
+        What was expected (``'load_from'``).
 
     Returns
     -------

@@ -1,8 +1,4 @@
-"""safetensors files: their header, and the file opened one tensor at a time.
-
-A safetensors file holds named tensors alone and runs no code when read: an
-8-byte header length, a JSON header, then the bytes.
-"""
+"""safetensors files (an 8-byte header length, a JSON header, the bytes): read without code."""
 
 from __future__ import annotations
 
@@ -17,8 +13,6 @@ from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats._recognise import SAFETENSORS_FILE
 from flexgraph.training.formats._source import CheckpointSource, weights_layout
 
-__all__ = ["SAFETENSORS_DTYPES", "TORCH_DTYPES", "open_safetensors_file", "safetensors_header"]
-
 SAFETENSORS_DTYPES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
     torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
@@ -26,11 +20,10 @@ SAFETENSORS_DTYPES = {
     torch.float8_e5m2: "F8_E5M2"}
 """torch dtypes -> safetensors' dtype names (the library's own table)."""
 TORCH_DTYPES = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
-"""safetensors' dtype names -> torch dtypes."""
 
 
 def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (every tensor's dtype, shape, byte range).
+    """The JSON header of a safetensors file.
 
     Parameters
     ----------
@@ -53,8 +46,7 @@ def safetensors_header(path: Path) -> dict[str, Any]:
 
 
 def safetensors_entries(path: Path) -> Iterator[tuple[str, Mapping[str, Any], torch.dtype]]:
-    """Each tensor's ``(name, header entry, torch dtype)``, in order; an unread dtype is refused by
-    name."""
+    """Each tensor's ``(name, header entry, torch dtype)``; an unknown dtype is refused."""
     for name, entry in safetensors_header(path).items():
         if name == "__metadata__" or not isinstance(entry, Mapping):
             continue
@@ -69,17 +61,8 @@ def open_safetensors_file(path: Path) -> CheckpointSource:
     """A safetensors file as ``{'state_dict': weights}``, each tensor read when fetched."""
     from safetensors import safe_open
 
-    header = safetensors_header(path)
-    weights: dict[str, torch.Tensor] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        code = entry.get("dtype") if isinstance(entry, Mapping) else entry
-        dtype = TORCH_DTYPES.get(code) if isinstance(code, str) else None
-        if dtype is None:
-            raise CheckpointError(f"safetensors file {str(path)!r}: tensor {name!r} has "
-                                  f"dtype {code!r}, which flexgraph does not read")
-        weights[name] = torch.empty(entry["shape"], dtype=dtype, device="meta")
+    weights = {name: torch.empty(entry["shape"], dtype=dtype, device="meta")
+               for name, entry, dtype in safetensors_entries(path)}
     layout = weights_layout(weights)
     stored = {k.removeprefix("module."): k for k in weights}
     try:

@@ -1,10 +1,4 @@
-"""A checkpoint opened for reading one tensor at a time, whatever wrote it.
-
-Each format's opener gives a :class:`CheckpointSource`: the layout in
-flexgraph's terms with a meta tensor for every tensor, and a ``fetch`` that
-reads one tensor whole, so a conversion holds one tensor at a time. A file of
-weights alone has the layout ``{'state_dict': weights}``, ``module.`` stripped.
-"""
+"""A checkpoint opened for reading one tensor at a time, whatever wrote it."""
 
 from __future__ import annotations
 
@@ -28,16 +22,12 @@ from flexgraph.training.formats._dcp_storage import (
 from flexgraph.training.formats._recognise import DCP_DIRECTORY, TORCH_SAVE_FILE
 from flexgraph.training.formats._torch_file import read_checkpoint_file
 
-__all__ = ["CheckpointSource", "KeyPath", "element_at", "open_dcp_directory",
-           "open_torch_file", "replace_tensors", "single_process_dcp", "tensor_paths",
-           "weights_layout"]
-
 KeyPath = tuple[Any, ...]
 """Where a value sits in a nested checkpoint: its keys and indices, outermost first."""
 
 
 def _on_meta(value: Any) -> Any:
-    """``value`` with every tensor replaced by a meta tensor of its shape and dtype."""
+    """``value`` with every tensor replaced by a meta tensor like it."""
     if isinstance(value, torch.Tensor):
         return torch.empty(value.shape, dtype=value.dtype, device="meta")
     if isinstance(value, Mapping):
@@ -61,7 +51,6 @@ def tensor_paths(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, torc
     value : Any
         A nest of mappings, lists and tuples.
     path : KeyPath, default ()
-        The key path of ``value`` itself.
 
     Yields
     ------
@@ -78,7 +67,6 @@ def tensor_paths(value: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, torc
 
 
 def element_at(value: Any, path: KeyPath) -> Any:
-    """The value at ``path`` inside ``value``."""
     for key in path:
         value = value[key]
     return value
@@ -91,15 +79,12 @@ def replace_tensors(value: Any, make: Callable[[KeyPath, torch.Tensor], Any],
     Parameters
     ----------
     value : Any
-        A nest of mappings, lists and tuples.
     make : callable
     path : KeyPath, default ()
-        The key path of ``value`` itself.
 
     Returns
     -------
     Any
-        Mapping types kept.
     """
     if isinstance(value, torch.Tensor):
         return make(path, value)
@@ -119,13 +104,11 @@ class CheckpointSource:
     ----------
     path
     format_name
-        For messages.
     layout
         The checkpoint dict in flexgraph's layout, every tensor a meta tensor.
     fetch
         The whole tensor at a path of ``layout``, on the CPU.
     note
-        What a conversion leaves out and why, or ``None``.
     """
 
     path: Path
@@ -135,11 +118,9 @@ class CheckpointSource:
     note: str | None = None
 
     def tensors(self) -> Iterator[tuple[KeyPath, torch.Tensor]]:
-        """Every tensor's path and meta tensor, in the layout's order."""
         return tensor_paths(self.layout, ())
 
     def largest_tensor_bytes(self) -> int:
-        """Bytes of the largest tensor: the most reading one at a time holds."""
         return max((t.numel() * t.element_size() for _, t in self.tensors()), default=0)
 
     def whole(self) -> dict[str, Any]:
@@ -188,7 +169,7 @@ def open_torch_file(path: Path) -> CheckpointSource:
 
 
 def _set_at(root: dict[str, Any], path: KeyPath, value: Any) -> None:
-    """Put ``value`` at ``path``, making dicts (and lists, for int keys) on the way."""
+    """Put ``value`` at ``path``, making dicts (lists, for int keys) on the way."""
     node: Any = root
     for key, following in zip(path[:-1], path[1:], strict=True):
         empty: Any = [] if isinstance(following, int) else {}
@@ -206,8 +187,7 @@ def _set_at(root: dict[str, Any], path: KeyPath, value: Any) -> None:
 
 
 def open_dcp_directory(path: Path) -> CheckpointSource:
-    """A DCP directory: its layout from ``.metadata`` and ``extra.pth``; each tensor read by its own
-    ``dcp.load``."""
+    """A DCP directory: its layout from ``.metadata`` and ``extra.pth``."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     problem = dcp_problem(path, need_extra=False)
@@ -260,7 +240,7 @@ def single_process_dcp() -> Iterator[None]:
 
 
 def _load_flat(state: dict[str, Any], path: Path) -> None:
-    """``dcp.load`` of the given flat keys only, in this process alone (no collective)."""
+    """``dcp.load`` of the given flat keys only, in this process alone."""
     import torch.distributed.checkpoint as dcp
 
     try:

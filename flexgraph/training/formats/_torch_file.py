@@ -1,9 +1,7 @@
 """Reading a checkpoint file safely, and what is wrong with one, in a line naming it.
 
-``torch.load`` reports a damaged file from deep inside its unpickler, or not
-at all: it never checks the CRC-32 ``torch.save`` stores per zip member, so
-changed tensor bytes load as wrong weights. Here a file is checked first and a
-failure becomes one sentence.
+``torch.load`` never checks the CRC-32 ``torch.save`` stores per zip member, so
+changed tensor bytes would load as wrong weights; here a file is checked first.
 """
 
 from __future__ import annotations
@@ -26,8 +24,6 @@ from flexgraph.training.errors import (
 )
 from flexgraph.training.formats._mmengine_types import allow_mmengine_types
 from flexgraph.training.formats._recognise import LEGACY_TORCH_MAGIC
-
-__all__ = ["directory_problem", "file_problem", "read_checkpoint_file"]
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _CONVERT = "python -m torch.distributed.checkpoint.format_utils dcp_to_torch"
@@ -86,11 +82,8 @@ def _zip_problem(path: Path, size: int, verify: bool) -> str | None:
 
 def _first_bad_member(path: Path, archive: zipfile.ZipFile,
                       members: list[zipfile.ZipInfo]) -> str | None:
-    """The first member whose bytes fail their CRC-32, or ``None``.
-
-    ``torch.save``'s members are stored uncompressed, so each is checked in place
-    over a map of the file and stays in the page cache for ``torch.load``.
-    """
+    """The first member whose bytes fail their CRC-32, or ``None``; ``torch.save``'s are
+    stored uncompressed, so each is checked over a map and stays cached for ``torch.load``."""
     if any(m.compress_type != zipfile.ZIP_STORED for m in members):
         return archive.testzip()
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
@@ -109,7 +102,7 @@ def _member_intact(mapped: mmap.mmap, member: zipfile.ZipInfo) -> bool:
 
 
 def file_problem(path: Path, *, verify: bool = True) -> str | None:
-    """What is wrong with the would-be checkpoint file ``path``, or ``None`` (nothing found).
+    """What is wrong with the would-be checkpoint file ``path``, or ``None``.
 
     Parameters
     ----------
@@ -128,9 +121,7 @@ def file_problem(path: Path, *, verify: bool = True) -> str | None:
     size = path.stat().st_size
     if size == 0:
         return f"{_named(path)} is empty (0 bytes); its save or copy never wrote anything"
-    with open(path, "rb") as f:
-        head = f.read(4)
-    return _zip_problem(path, size, verify) if head == _ZIP_MAGIC else None
+    return _zip_problem(path, size, verify) if _is_zip(path) else None
 
 
 def _foreign_format(path: Path) -> str | None:
@@ -173,19 +164,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _refusal(exc: pickle.UnpicklingError, path: Path) -> str | None:
-    """What weights_only refused, or ``None`` when the pickle is merely broken.
-
-    In a CRC-checked zip the pickle is what was written, so a failure is a
-    refusal; elsewhere only a named global tells one.
-    """
+    """What weights_only refused, or ``None`` when the pickle is merely broken (in a
+    CRC-checked zip a failure is a refusal; elsewhere only a named global tells one)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     named = next((line for line in lines if "GLOBAL" in line or "global" in line), None)
     if named is not None:
         return named
-    with open(path, "rb") as f:
-        if f.read(4) == _ZIP_MAGIC:
-            return next((line for line in lines if "Unsupported" in line
-                         or "is not one of" in line), lines[-1] if lines else "")
+    if _is_zip(path):
+        return next((line for line in lines if "Unsupported" in line
+                     or "is not one of" in line), lines[-1] if lines else "")
     return None
 
 
@@ -198,7 +185,7 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False, verify: bool =
     mmap
         Map the tensors' bytes instead of reading them (zip files).
     verify
-        Check every member's CRC-32 first; ``False``: the zip directory alone.
+        Check every member's CRC-32 first.
 
     Returns
     -------
@@ -209,7 +196,6 @@ def read_checkpoint_file(path: str | Path, *, mmap: bool = False, verify: bool =
     UnsafeCheckpointError
         The file holds types beyond tensors, containers and MMEngine's few.
     CheckpointError
-        Anything else, naming the file and the problem.
     """
     path = Path(path)
     if not path.exists():

@@ -1,19 +1,7 @@
-"""Where this process runs: its place in the run, its process group, its RNGs, its memory.
-
-:class:`Env` is built once by the strategy's ``setup_env`` step; the rest
-answers rank and world size without one, lets rank 0 act for every rank and
-the ranks agree on a failure, captures and replays random draws, and records
-a one-device setup to make its parameters again one part at a time.
-"""
+"""Where this process runs: its place in the run, its process group, its RNGs, its memory."""
 
 from flexgraph.training.runtime._distributed import leave_process_group, setup_process_group
-from flexgraph.training.runtime._draws import (
-    Draw,
-    SourceDraws,
-    follow_source_draws,
-    host_generators_moved,
-    replay_draws,
-)
+from flexgraph.training.runtime._draws import follow_source_draws
 from flexgraph.training.runtime._env import (
     DEFAULT_MMAP_THRESHOLD,
     Env,
@@ -30,7 +18,6 @@ from flexgraph.training.runtime._group import (
     broadcast_from_rank0,
     first_error_of_all_ranks,
     gathered_from_every_rank,
-    group_is_up,
     launch_rank,
     launch_world_size,
     rank0_does,
@@ -47,11 +34,9 @@ from flexgraph.training.runtime._rng import (
 
 __all__ = [
     "DEFAULT_MMAP_THRESHOLD",
-    "Draw",
     "Env",
     "ReplayError",
     "SetupRecord",
-    "SourceDraws",
     "agreed",
     "barrier",
     "broadcast_buffers",
@@ -61,8 +46,6 @@ __all__ = [
     "follow_source_draws",
     "gather_rng_states",
     "gathered_from_every_rank",
-    "group_is_up",
-    "host_generators_moved",
     "launch_rank",
     "launch_world_size",
     "leave_process_group",
@@ -72,7 +55,6 @@ __all__ = [
     "rank0_does",
     "rank_seed",
     "record_setup",
-    "replay_draws",
     "restore_rng",
     "return_freed_memory",
     "seed_everything",

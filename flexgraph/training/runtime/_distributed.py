@@ -1,8 +1,4 @@
-"""Joining a torch.distributed process group: the ``setup_env`` of every multi-process strategy.
-
-The rank, world size and rendezvous come from ``torch.distributed.run``'s
-environment variables; a process started without them is a world of one.
-"""
+"""Joining a torch.distributed process group from ``torch.distributed.run``'s variables."""
 
 from __future__ import annotations
 
@@ -13,8 +9,6 @@ from typing import Any
 
 from flexgraph.training.runtime._env import Env, make_env
 
-__all__ = ["setup_process_group"]
-
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -23,10 +17,8 @@ def _free_port() -> int:
 
 
 def visible_device_index(local_rank: int, visible: int) -> int:
-    """This rank's accelerator among the ``visible`` ones (``CUDA_VISIBLE_DEVICES``).
-
-    torchrun shows each rank every device of its node; a scheduler that binds
-    one device to each task shows it only that one.
+    """This rank's accelerator among the ``visible`` ones: torchrun shows each rank every
+    device of its node, a scheduler that binds one device per task only that one.
 
     Examples
     --------
@@ -44,12 +36,10 @@ def visible_device_index(local_rank: int, visible: int) -> int:
                       f"node, or bind one device to each task")
 
 
-FLIGHT_RECORDER_ENTRIES = "2000"
-"""Collectives NCCL's flight recorder keeps per process group, dumped when one times out."""
 _NCCL_DEFAULTS = {
     # end the process without tearing the communicator down: that cleanup can hang
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": FLIGHT_RECORDER_ENTRIES,
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",  # collectives kept per group, dumped on a timeout
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
 }
 
@@ -85,9 +75,9 @@ def setup_process_group(
     ----------
     cfg : Config or Mapping
     device : str, optional
-        This rank's GPU when CUDA is available, else the CPU.
+        Default: this rank's GPU when CUDA is available, else the CPU.
     backend : str, optional
-        NCCL on CUDA, gloo on the CPU by default.
+        Default: NCCL on CUDA, gloo on the CPU.
     timeout : float, optional
         Seconds a collective may wait (``dist_cfg.timeout``).
 
@@ -123,11 +113,7 @@ def setup_process_group(
 
 
 def leave_process_group() -> None:
-    """Destroy the process group once every rank has finished.
-
-    Left to interpreter exit, the teardown can abort a rank whose training
-    completed.
-    """
+    """Destroy the process group once every rank has finished (at exit it can abort one)."""
     import torch.distributed as dist
 
     from flexgraph.training.runtime._group import group_is_up

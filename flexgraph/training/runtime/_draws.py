@@ -1,12 +1,10 @@
 """The random draws a piece of code makes, noted as shapes and made again on another rank.
 
-When one rank initialises the model for all, the others skip the initialisers
-and their draws. Under ``randomness.diff_rank_seed`` each rank's generator
-must still end setup where a DDP rank's would (training's dropout masks depend
-on it); copying rank 0's would make every rank draw the same masks. A
-generator's advance depends on what was drawn, never on the values, so the
-recording rank notes each draw as a :class:`Draw` of shapes and the others
-make it into scratch tensors (:func:`replay_draws`).
+When one rank initialises the model for all, under ``randomness.diff_rank_seed``
+each other rank's generator must still end setup where a DDP rank's would
+(copying rank 0's would give every rank the same dropout masks). A generator's
+advance depends on what was drawn, never on the values, so the draws are
+replayed into scratch tensors.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_map
 
-__all__ = ["VALUE_READS", "Draw", "SourceDraws", "TensorShape", "follow_source_draws",
-           "host_generators_moved", "replay_draws"]
 
 @attrs.frozen
 class TensorShape:
@@ -38,8 +34,7 @@ class TensorShape:
                    tensor.device.type)
 
     def scratch(self) -> torch.Tensor:
-        """An uninitialised tensor of this shape, strides and dtype, on this rank's device
-        (the CPU for a meta tensor: where a one-device run initialises)."""
+        """An uninitialised tensor like this one on this rank's device (the CPU for meta)."""
         device = {"meta": "cpu"}.get(self.device_type, self.device_type)
         if device == "cuda":
             device = f"cuda:{torch.cuda.current_device()}"
@@ -48,17 +43,7 @@ class TensorShape:
 
 @attrs.frozen
 class Draw:
-    """One random operation: the ATen overload's name and its arguments, tensors as shapes.
-
-    Parameters
-    ----------
-    op : str
-        The ATen overload's qualified name.
-    args : tuple
-        Its positional arguments, tensors as :class:`TensorShape`.
-    kwargs : dict
-        Its keyword arguments, tensors as :class:`TensorShape`.
-    """
+    """One random operation: the ATen overload's name and its arguments, tensors as shapes."""
 
     op: str
     args: tuple[Any, ...]
@@ -102,30 +87,13 @@ VALUE_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_non
 
 
 def replay_draws(draws: list[Draw]) -> None:
-    """Make ``draws`` again, in order, into scratch tensors (one alive at a time).
-
-    Parameters
-    ----------
-    draws : list of Draw
-        What :func:`recording_draws` recorded.
-    """
+    """Make ``draws`` again, in order, into scratch tensors (one alive at a time)."""
     for draw in draws:
         draw.make()
 
 
 def host_generators_moved(before: dict[str, Any]) -> bool:
-    """Whether Python's or numpy's global generator drew since ``before``.
-
-    Parameters
-    ----------
-    before : dict
-        A :func:`~flexgraph.training.runtime.capture_rng` state.
-
-    Returns
-    -------
-    bool
-        Either generator's state differs from ``before``'s.
-    """
+    """Whether Python's or numpy's global generator drew since ``before`` (a ``capture_rng``)."""
     np_now = np.random.get_state()
     np_before = before["numpy"]
     return (random.getstate() != before["python"]
@@ -135,18 +103,8 @@ def host_generators_moved(before: dict[str, Any]) -> bool:
 
 @attrs.frozen
 class SourceDraws:
-    """What the rank that initialised for all tells the others of its random numbers
-    (small: shapes and generator states; it pickles).
-
-    Attributes
-    ----------
-    draws : list of Draw
-        Each seeded random operation it made on the default generators, in order.
-    rng : dict
-        Its generator states after them (:func:`~flexgraph.training.runtime.capture_rng`).
-    host_draws : bool
-        Whether Python's or numpy's generator drew too (not replayed).
-    """
+    """What the rank that initialised for all tells the others of its random draws;
+    ``host_draws``: whether Python's or numpy's generator drew too (not replayed)."""
 
     draws: list[Draw]
     rng: dict[str, Any]
@@ -159,12 +117,10 @@ def follow_source_draws(done: SourceDraws, *, diff_rank_seed: bool, warn: bool =
     Parameters
     ----------
     done : SourceDraws
-        What the source recorded (:func:`drawn_by`).
+        What the source recorded.
     diff_rank_seed : bool
-        ``randomness.diff_rank_seed`` of the run.
     warn : bool, default True
-        Warn when the source drew from Python's or numpy's generator under
-        ``diff_rank_seed`` (those are not replayed); one rank says it for all.
+        Warn when the source drew from Python's or numpy's generator (not replayed).
     """
     from flexgraph.training.runtime._rng import restore_rng
 

@@ -1,9 +1,7 @@
 """The process's place in the run (device, rank, world size) and its seeding.
 
-:func:`make_env` builds the frozen :class:`Env` once, whichever strategy set
-the process up, so no later step needs to know which did. Seeding follows
-MMEngine's ``randomness``: ``Env.seed`` is the base seed shared by all ranks
-(samplers must shuffle alike everywhere), and under ``diff_rank_seed`` the
+Seeding follows MMEngine's ``randomness``: ``Env.seed`` is the base seed shared
+by all ranks (samplers must shuffle alike), and under ``diff_rank_seed`` the
 global RNGs get ``seed + rank`` so that dropout and augmentations differ.
 """
 
@@ -22,13 +20,10 @@ from flexgraph.training.config import section
 from flexgraph.training.errors import ConfigError
 from flexgraph.training.runtime._group import broadcast_from_rank0
 
-__all__ = ["Env", "default_mmap_threshold", "make_env", "rank_seed", "return_freed_memory",
-           "seed_everything", "use_default_scope"]
-
 
 @attrs.frozen
 class Env:
-    """Where this process trains: the ``env`` artifact every later step reads.
+    """Where this process trains: the ``env`` artifact.
 
     Parameters
     ----------
@@ -49,7 +44,6 @@ class Env:
 
     @property
     def is_main(self) -> bool:
-        """Rank 0 writes files and prints; the others stay quiet."""
         return self.rank == 0
 
     @property
@@ -79,7 +73,7 @@ def _random_seed() -> int:
 
 
 def seed_everything(randomness: Any = None, rank: int = 0) -> int:
-    """Seed python, numpy and torch (and CUDA) as ``randomness`` asks.
+    """Seed python, numpy, torch and CUDA as ``randomness`` asks.
 
     Parameters
     ----------
@@ -114,8 +108,8 @@ DEFAULT_MMAP_THRESHOLD = 4 * 1024 * 1024
 def return_freed_memory(threshold: int | None) -> bool:
     """Have glibc give freed blocks of ``threshold`` bytes and more back to the OS at once.
 
-    glibc raises its mmap threshold each time a large block is freed, after which
-    the weights a sharded strategy gathers and frees each iteration stay resident.
+    glibc raises its mmap threshold as large blocks are freed, after which the
+    weights a sharded strategy gathers and frees each iteration stay resident.
 
     Parameters
     ----------
@@ -139,15 +133,6 @@ def return_freed_memory(threshold: int | None) -> bool:
     return bool(libc.mallopt(m_mmap_threshold, int(threshold)))
 
 
-def default_mmap_threshold(world_size: int) -> int:
-    """The threshold a CPU run gets without ``env_cfg.malloc_mmap_threshold``.
-
-    :data:`DEFAULT_MMAP_THRESHOLD` for several processes; ``0`` (glibc's) for one,
-    which shards nothing and would only pay to map its large buffers anew.
-    """
-    return DEFAULT_MMAP_THRESHOLD if world_size > 1 else 0
-
-
 def _resolve_device(device: str | None, local_rank: int) -> str:
     if device is None:
         return f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
@@ -165,7 +150,6 @@ def use_default_scope(cfg: Any) -> None:
     Parameters
     ----------
     cfg : Config or Mapping
-        The run's config.
     """
     scope = section(cfg, "default_scope")
     if scope:
@@ -184,10 +168,7 @@ def make_env(
     world_size: int = 1,
     local_rank: int = 0,
 ) -> Env:
-    """Seed this process and describe it.
-
-    Call it after the process group is up: a ``seed=None`` config needs the group
-    to agree on one seed.
+    """Seed this process and describe it; after the process group is up (``seed=None``).
 
     Parameters
     ----------
@@ -206,9 +187,9 @@ def make_env(
     env_cfg = section(cfg, "env_cfg", {})
     if env_cfg.get("cudnn_benchmark") is not None:
         torch.backends.cudnn.benchmark = bool(env_cfg["cudnn_benchmark"])
-    if resolved == "cpu":
+    if resolved == "cpu":  # one process shards nothing: glibc's own threshold (0) suits it
         return_freed_memory(env_cfg.get("malloc_mmap_threshold",
-                                        default_mmap_threshold(world_size)))
+                                        DEFAULT_MMAP_THRESHOLD if world_size > 1 else 0))
     use_default_scope(cfg)
     randomness = section(cfg, "randomness", {})
     seed = seed_everything(randomness, rank)

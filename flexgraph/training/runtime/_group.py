@@ -1,8 +1,7 @@
-"""The process group as code without an :class:`~flexgraph.training.runtime.Env` asks about it.
+"""The process group, asked of torch.distributed itself, for code without an ``Env``.
 
-Answers come from torch.distributed itself, so a world of one and a group of N
-take the same path: without a group this process is rank 0 of 1 and every
-collective here is a no-op. With a group, every rank must call a collective.
+Without a group this process is rank 0 of 1 and every collective here is a
+no-op; with one, every rank must call a collective.
 """
 
 from __future__ import annotations
@@ -13,32 +12,11 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = [
-    "agreed",
-    "barrier",
-    "broadcast_buffers",
-    "broadcast_from_rank0",
-    "first_error_of_all_ranks",
-    "gathered_from_every_rank",
-    "group_is_up",
-    "launch_rank",
-    "launch_world_size",
-    "rank0_does",
-    "this_rank",
-    "world_size",
-]
-
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
 
 
 def group_is_up() -> bool:
-    """Whether this process has joined a torch.distributed process group.
-
-    Returns
-    -------
-    bool
-    """
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
@@ -95,7 +73,6 @@ def broadcast_from_rank0(obj: T, *, rank: int = 0) -> T:
     ----------
     obj : Any
     rank : int, default 0
-        The source rank.
 
     Returns
     -------
@@ -128,10 +105,8 @@ def gathered_from_every_rank(obj: T) -> list[T]:
 
 def rank0_does(action: Callable[[], T], *, share_result: bool = True,
                rank: int = 0) -> T | None:
-    """Run ``action`` on rank 0 (or ``rank``); every rank gets its result, or its exception.
-
-    The one way a single rank does work for all. Its exception is raised on every
-    rank: one that never learned of it would wait in the next collective forever.
+    """Run ``action`` on rank 0 (or ``rank``); every rank gets its result, or its exception
+    (a rank that never learned of it would wait in the next collective forever).
 
     Parameters
     ----------
@@ -162,10 +137,8 @@ def rank0_does(action: Callable[[], T], *, share_result: bool = True,
 
 
 def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E | None:
-    """This rank's own error, else the lowest failing rank's message as ``kind``, else ``None``.
-
-    For work every rank does on its own: the ranks agree on the outcome, so
-    none goes on to a collective the others skip.
+    """This rank's own error, else the lowest failing rank's message as ``kind``, else ``None``:
+    the ranks agree, so none goes on to a collective the others skip.
 
     Parameters
     ----------
@@ -179,8 +152,7 @@ def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E 
     """
     if world_size() == 1:
         return error
-    messages: list[str | None] = [None] * world_size()
-    torch.distributed.all_gather_object(messages, None if error is None else str(error))
+    messages = gathered_from_every_rank(None if error is None else str(error))
     first = next((m for m in messages if m is not None), None)
     if first is None:
         return None
@@ -188,10 +160,8 @@ def first_error_of_all_ranks(error: E | None, *, kind: Callable[[str], E]) -> E 
 
 
 def agreed(action: Callable[[], T], *, kind: type[E]) -> T | None:
-    """``action()`` on every rank; the lowest rank's ``kind`` error raised on all of them.
-
-    A collective, for work each rank does on its own, so that no rank goes on to
-    a collective the others skip. An error not of ``kind`` is raised at once.
+    """``action()`` on every rank; the lowest rank's ``kind`` error raised on all of them (a
+    collective); an error not of ``kind`` is raised at once.
 
     Parameters
     ----------

@@ -1,10 +1,4 @@
-"""Models whose parameters do not exist yet: built on the meta device.
-
-A model too large for one rank's memory is built with its parameters on
-PyTorch's ``meta`` device (shapes, no storage); a strategy that shards it
-gives each rank storage for its own part later (FSDP's
-:mod:`flexgraph.strategies.fsdp.shards`).
-"""
+"""Models built with their parameters on the ``meta`` device, for a strategy to shard later."""
 
 from __future__ import annotations
 
@@ -13,16 +7,11 @@ from collections.abc import Iterator
 
 from torch import nn
 
-__all__ = ["meta_parameters", "parameters_on_meta"]
-
 
 @contextlib.contextmanager
 def parameters_on_meta() -> Iterator[None]:
-    """Modules built inside get their parameters on ``meta``; buffers stay real.
-
-    Buffers are often computed in ``__init__`` (positional tables, BatchNorm
-    statistics) with no method to recompute them later, so they keep their values.
-    """
+    """Modules built inside get their parameters on ``meta``; buffers stay real (they are
+    often computed in ``__init__``, with no method to recompute them later)."""
     register = nn.Module.register_parameter
 
     def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
@@ -47,12 +36,11 @@ def meta_parameters(model: nn.Module) -> list[str]:
     Parameters
     ----------
     model : torch.nn.Module
-        The model (each rank holds its own shards).
 
     Returns
     -------
     list of str
-        The names, parameters first; empty when the model has storage everywhere.
+        Parameters first.
     """
     return [name for name, t in [*model.named_parameters(), *model.named_buffers()]
             if t.device.type == "meta"]

@@ -1,22 +1,19 @@
 """A one-device setup recorded without values, then made again one part at a time, bit for bit.
 
 A sharded run wants a one-device run's weights without any rank holding the
-model. :func:`record_setup` runs that setup once with every parameter a fake
-tensor and notes, as a :class:`SetupRecord`, every operation that writes a
-parameter or makes a tensor from one, with the CPU generator's state before
-each random draw. :meth:`SetupRecord.values` replays the operations a
-parameter's final value depends on, each draw from its recorded state, so every
-kernel gets the same inputs as in the one-device run: the values match bit for bit.
-
-What cannot be recorded (``.numpy()``, a C extension, an operation whose output
-shape depends on values) fails while recording; the setup is then recorded
-again with the failing module's parameters real (``whole``).
+model. :func:`record_setup` runs the setup with fake parameters and notes every
+operation that writes a parameter or makes a tensor from one, with the CPU
+generator's state before each draw; replaying what a parameter depends on gives
+every kernel the same inputs, so the values match bit for bit. What cannot be
+recorded (``.numpy()``, a C extension, a value-dependent shape) fails; the setup
+is then recorded again with the failing module's parameters real (``whole``).
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 import sys
 import weakref
 from collections import defaultdict
@@ -38,8 +35,6 @@ from flexgraph.training.runtime._draws import (
     _uses_default_generator,
     host_generators_moved,
 )
-
-__all__ = ["ReplayError", "SetupRecord", "record_setup"]
 
 aten = torch.ops.aten
 
@@ -65,8 +60,7 @@ class View:
 
 @attrs.frozen(eq=False)
 class Held:
-    """A real tensor an operation took, kept by reference with its version counter
-    (``None`` in a record sent to another rank: only the recording rank holds it)."""
+    """A real tensor an operation took, with its version (``None`` on the other ranks)."""
 
     tensor: torch.Tensor | None
     version: int
@@ -82,12 +76,10 @@ class Held:
 
 @attrs.frozen(eq=False)
 class Op:
-    """One recorded operation.
+    """One recorded operation (``func=None``: a parameter's first contents).
 
-    ``func``: the ATen overload's name; ``None``: a parameter's first contents.
-    ``writes`` / ``reads``: storages written in place / read; ``makes``: per
-    output, the view of the storage it makes; ``state``: the CPU generator's
-    state before a draw.
+    ``makes``: per output, the view of the storage it makes; ``state``: the CPU
+    generator's state before a draw.
     """
 
     func: str | None
@@ -188,17 +180,15 @@ class _Log:
             self.writes[key] += 1
 
     def changed(self, key: int) -> bool:
-        """Whether the two values compared into ``key`` (``a != b``) come from different
-        writes of what they were computed from: MMEngine's check that an initialiser
-        changed a parameter's mean, answered without values."""
+        """Whether ``a != b`` compared into ``key`` comes from different writes: MMEngine's
+        check that an initialiser changed a parameter's mean, answered without values."""
         compared = self.ops[self.touching[key][0]].reads
         return len({self.derived.get(r) for r in compared}) > 1
 
     def live(self, needs: Sequence[tuple[int, int]], cached: dict[int, int]
              ) -> tuple[list[int], set[int]]:
-        """The operations the values of ``needs`` ((storage, before op index) pairs)
-        depend on, in order, and the storages that start from ``cached`` (storage -> the
-        op index its cached value stands at)."""
+        """The operations ``needs`` ((storage, before op index) pairs) depend on, in order,
+        and the storages that start from ``cached`` (storage -> op index)."""
         live: set[int] = set()
         seen: set[tuple[int, int]] = set()
         from_cache: set[int] = set()
@@ -227,8 +217,8 @@ class _Log:
         return sorted(live), from_cache
 
     def run(self, live: list[int], bases: dict[int, torch.Tensor], keep: set[int]) -> None:
-        """Make ``live`` operations again on real tensors in ``bases`` (storage -> flat
-        tensor over it), dropping each storage not in ``keep`` after its last use."""
+        """Make ``live`` operations again into ``bases``, dropping storages not in ``keep``
+        after their last use."""
         last: dict[int, int] = {}
         for index in live:
             op = self.ops[index]
@@ -298,7 +288,6 @@ class _Recorder(TorchDispatchMode):
         self.draws: list[Draw] = []
         self.cache: dict[int, tuple[torch.Tensor, int]] = {}
 
-    # -- storages -------------------------------------------------------------------------
     def key(self, tensor: torch.Tensor) -> int:
         storage = tensor.untyped_storage()
         address = storage._cdata
@@ -326,8 +315,7 @@ class _Recorder(TorchDispatchMode):
         return value
 
     def fake_parameter(self, param: torch.Tensor) -> nn.Parameter:
-        """A fake stand-in for the real ``param`` a module registers; its values, if any,
-        kept by reference."""
+        """A fake stand-in for the real ``param`` a module registers."""
         from torch.utils._python_dispatch import _disable_current_modes
 
         with _disable_current_modes(), self.fake:
@@ -338,7 +326,6 @@ class _Recorder(TorchDispatchMode):
                         (), (), (self.view(data),)))
         return type(param)(data, requires_grad=param.requires_grad, **dict(param.__dict__))
 
-    # -- values ---------------------------------------------------------------------------
     def values(self, views: Sequence[View], *, keep: bool = False) -> list[torch.Tensor]:
         """Real tensors for ``views`` as they stand now (the generators left as they are)."""
         state = torch.get_rng_state()
@@ -362,7 +349,6 @@ class _Recorder(TorchDispatchMode):
             self.cache = {key: (bases[key], now) for key in wanted}
         return [self.log.view(v, bases) for v in views]
 
-    # -- the dispatch ---------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         leaves = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
@@ -417,19 +403,12 @@ class _Recorder(TorchDispatchMode):
         views = [self.view(t) for t in written]
         overwrites = (f"{func._schema.name}" in _OVERWRITERS and not set(writes) & set(reads)
                       and all(v.offset == 0 and _contiguous(v.size, v.stride)
-                              and _numel(v.size) == self.log.numel[v.storage] for v in views))
+                              and math.prod(v.size) == self.log.numel[v.storage] for v in views))
         if not overwrites:
             reads = tuple(dict.fromkeys((*reads, *writes)))
         args, kwargs = tree_map(self.shape, (tuple(args), dict(kwargs)))
         self.log.add(Op(f"{func._schema.name}.{func._overloadname}", args, kwargs, writes, reads,
                         tuple(makes), state, overwrites))
-
-
-def _numel(size: tuple[int, ...]) -> int:
-    count = 1
-    for extent in size:
-        count *= extent
-    return count
 
 
 @contextlib.contextmanager
@@ -456,9 +435,8 @@ class SetupRecord:
     Attributes
     ----------
     log : object
-        The recorded operations (private).
     params, buffers : dict
-        Name -> its recorded view, or a :class:`Held` real value (initialised whole).
+        Name -> its recorded view, or a real value (initialised whole).
     initialised : tuple of str
         The modules MMEngine marked initialised (``_is_init``).
     whole : tuple of str
@@ -483,8 +461,7 @@ class SetupRecord:
         return entries, live
 
     def reads_held(self, names: Sequence[str]) -> bool:
-        """Whether making ``names`` reads a real tensor the record holds (which a
-        :meth:`portable` copy leaves with the recording rank)."""
+        """Whether making ``names`` reads a real tensor only the recording rank holds."""
         entries, live = self._live(names)
         held = [*entries.values(), *(a for i in live for a in tree_leaves(
             (self.log.ops[i].args, self.log.ops[i].kwargs)))]
@@ -492,9 +469,7 @@ class SetupRecord:
 
     def made_in_turn(self, runs: Sequence[Sequence[str]], *, source: int, rank: int,
                      world: int) -> Iterator[tuple[int, dict[str, torch.Tensor] | None]]:
-        """For each run of names, in order: the rank that makes it and, on that rank, its
-        values (``None`` elsewhere).
-        """
+        """Per run of names: the rank that makes it and, there, its values (``None`` elsewhere)."""
         makers = [source if self.reads_held(run) else index % world
                   for index, run in enumerate(runs)]
         for start in range(0, len(runs), world):
@@ -504,8 +479,7 @@ class SetupRecord:
                 yield makers[i], made.pop(i, None)
 
     def portable(self) -> SetupRecord:
-        """This record without the real tensors it holds (small; it pickles), for the other
-        ranks: they make what needs none of them (:meth:`held_by_source`)."""
+        """This record without the real tensors it holds, to send to the other ranks."""
         def drop(value: Any) -> Any:
             return Held(None, value.version) if isinstance(value, Held) else value
 
@@ -517,8 +491,7 @@ class SetupRecord:
                             buffers={k: drop(v) for k, v in self.buffers.items()})
 
     def values(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
-        """The parameters (or buffers) ``names``' values after the setup, as one device has
-        them: whole CPU tensors, made from the record (the generators are put back)."""
+        """``names``' values after the setup as whole CPU tensors (the generators put back)."""
         entries, live = self._live(names)
         views = {name: e for name, e in entries.items() if isinstance(e, View)}
         bases: dict[int, torch.Tensor] = {}
@@ -572,14 +545,10 @@ def record_setup(build: Callable[[], nn.Module], init: Callable[[nn.Module], Any
                  whole: Sequence[str] = ()) -> tuple[nn.Module, SetupRecord]:
     """Run ``build()`` then ``init(model)`` as one device would, recording them.
 
-    The generators end where that run leaves them.
-
     Parameters
     ----------
     build : callable
-        Builds the model on the CPU.
     init : callable
-        Initialises it (``init_weights``).
     whole : sequence of str
         Modules initialised on real parameters (``''``: the whole model).
 
@@ -591,7 +560,7 @@ def record_setup(build: Callable[[], nn.Module], init: Callable[[nn.Module], Any
     Raises
     ------
     ReplayError
-        Something could not be recorded; ``module`` says where.
+        Its ``module`` says where.
     """
     from flexgraph.training.runtime._rng import capture_rng
 

@@ -1,9 +1,4 @@
-"""This process's random number generators, captured and put back.
-
-Checkpoints hold them so a resumed run draws what an uninterrupted one would.
-The states are plain tensors and numbers, which ``torch.load(weights_only=True)``
-accepts (numpy's ``ndarray`` it refuses).
-"""
+"""This process's RNGs, captured as plain tensors and numbers (``weights_only`` loads them)."""
 
 from __future__ import annotations
 
@@ -13,9 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flexgraph.training.runtime._group import world_size
-
-__all__ = ["capture_rng", "gather_rng_states", "restore_rng"]
+from flexgraph.training.runtime._group import gathered_from_every_rank
 
 
 def capture_rng() -> dict[str, Any]:
@@ -67,9 +60,4 @@ def gather_rng_states(mine: dict[str, Any] | None = None) -> list[dict[str, Any]
     -------
     list of dict
     """
-    mine = capture_rng() if mine is None else mine
-    if world_size() == 1:
-        return [mine]
-    states: list[Any] = [None] * world_size()
-    torch.distributed.all_gather_object(states, mine)
-    return states
+    return gathered_from_every_rank(capture_rng() if mine is None else mine)

@@ -24,9 +24,8 @@ from flexgraph.training.checkpoint import (
     PortableCheckpointIO,
     TorchStateAccess,
     WeightLoader,
-    from_plain,
-    to_plain,
 )
+from flexgraph.training.checkpoint._state import from_plain, to_plain
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import (
     CheckpointError,

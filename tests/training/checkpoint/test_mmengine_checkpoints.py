@@ -26,7 +26,8 @@ from mmengine.logging import HistoryBuffer
 from flexgraph.training.checkpoint import from_mmengine
 from flexgraph.training.checkpoint_tools import describe_checkpoint
 from flexgraph.training.errors import CheckpointError, UnsafeCheckpointError
-from flexgraph.training.formats import mmengine_globals, read_checkpoint_file
+from flexgraph.training.formats import read_checkpoint_file
+from flexgraph.training.formats._mmengine_types import mmengine_globals
 from tests.training.training_helpers import REPO, run_steps
 
 HERE = Path(__file__).resolve().parents[1]  # tests/training: mmengine_parts.py

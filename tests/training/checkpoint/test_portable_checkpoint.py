@@ -22,11 +22,11 @@ from flexgraph.training.checkpoint import (
     PortableCheckpointIO,
     TorchStateAccess,
     portable_tensors,
-    positions_to_names,
     read_manifest,
     read_portable_tensor,
     write_portable,
 )
+from flexgraph.training.checkpoint._access import positions_to_names
 from flexgraph.training.checkpoint_tools import describe_checkpoint
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import MANIFEST_NAME, PORTABLE_DIRECTORY, format_of
@@ -118,7 +118,7 @@ def test_a_one_file_checkpoint_restores_through_any_strategys_state_access(tmp_p
     path = _save(Checkpointer(tmp_path, io=FileCheckpointIO()), model, wrapper, 3)
     portable = Checkpointer(tmp_path, io=PortableCheckpointIO(),
                             restorers=[FileStateRestorer(TorchStateAccess())])
-    assert portable.unreadable_format(path) is None and portable.latest() == path
+    assert portable.latest() == path
     fresh, fresh_wrapper = _trained(steps=0, seed=1)
     restored = portable.read(path, model=fresh, optim_wrapper=fresh_wrapper)
     assert set(restored["optimizer"]["state"]) == {n for n, _ in model.named_parameters()}

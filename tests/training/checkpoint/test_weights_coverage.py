@@ -20,12 +20,8 @@ from mmengine.config import Config
 from mmengine.logging import HistoryBuffer
 from mmengine.model import BaseModel, BaseModule
 
-from flexgraph.training.checkpoint import (
-    WeightSource,
-    derive_from_weights,
-    pretrained_sources,
-    write_portable,
-)
+from flexgraph.training.checkpoint import derive_from_weights, write_portable
+from flexgraph.training.checkpoint._coverage import WeightSource, pretrained_sources
 from flexgraph.training.errors import CheckpointError
 from flexgraph.training.formats import read_checkpoint_file, weights_index
 

@@ -11,7 +11,8 @@ import random
 import numpy as np
 import torch
 
-from flexgraph.training.runtime import capture_rng, host_generators_moved
+from flexgraph.training.runtime import capture_rng
+from flexgraph.training.runtime._draws import host_generators_moved
 
 
 def test_draws_from_python_or_numpy_are_told_apart():

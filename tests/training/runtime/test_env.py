@@ -42,7 +42,7 @@ def _heap_after_frees(setup: str) -> int:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_only_a_run_of_several_processes_gives_freed_blocks_back_to_the_os():
     """A fixed threshold (4 MiB) for several processes, glibc's adaptive one for one process
-    (see ``default_mmap_threshold``); ``env_cfg.malloc_mmap_threshold`` overrides either."""
+    (see ``make_env``); ``env_cfg.malloc_mmap_threshold`` overrides either."""
     single = _heap_after_frees("make_env({}, device='cpu', world_size=1)")
     several = _heap_after_frees("make_env({}, device='cpu', world_size=2)")
     # glibc's adaptive threshold keeps the freed 16 MiB in the heap; a fixed one does not

@@ -18,7 +18,8 @@ from torch import nn
 from flexgraph.training.checkpoint import load_pretrained
 from flexgraph.training.components import initialise
 from flexgraph.training.components._weight_init import record_one_device_setup
-from flexgraph.training.runtime import ReplayError, record_setup, replay_draws
+from flexgraph.training.runtime import ReplayError, record_setup
+from flexgraph.training.runtime._draws import replay_draws
 
 
 class ConvModule(nn.Module):

@@ -1,7 +1,4 @@
-"""What more than one strategy uses: shared rewrites, option and stage refusals.
-
-Nothing here imports torch: the rewrites are built when a plan is made.
-"""
+"""What more than one strategy uses: shared rewrites, option and stage refusals."""
 
 from __future__ import annotations
 
@@ -59,9 +56,7 @@ def refuse(strategy: str, key: str, why: str) -> StrategyOptionError:
 
     Parameters
     ----------
-    strategy, key : str
-    why : str
-        Why it is refused, and what to write instead.
+    strategy, key, why : str
 
     Returns
     -------

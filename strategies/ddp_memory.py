@@ -1,8 +1,6 @@
 """DDPStrategy's memory: every rank the whole model, plus the reducer's gradient buckets.
 
-DistributedDataParallel all-reduces gradients through flat buckets that hold a
-copy of every gradient (``gradient_as_bucket_view=False``, torch's default): one
-more gradient's worth per rank, allocated when the model is wrapped.
+The buckets copy every gradient unless ``gradient_as_bucket_view`` (torch's default is off).
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Each built-in strategy's names, in one table.
 
-Every factory takes its name and memory model from its row, and the
-``flexgraph.strategies`` entry points in ``pyproject.toml`` are
-:func:`entry_points` of this table (tests hold them equal). A third-party
-strategy declares entry points of its own in that group.
-
-Examples
---------
->>> FSDP.alias, FSDP.memory_model
-('FSDPStrategy', 'flexgraph.strategies.fsdp.memory')
+The ``flexgraph.strategies`` entry points in ``pyproject.toml`` are :func:`entry_points`
+of this table (tests hold them equal).
 """
 
 from __future__ import annotations
@@ -50,15 +43,13 @@ DEEPSPEED = StrategyNames("deepspeed", "DeepSpeedStrategy", f"{PACKAGE}.deepspee
                           f"{PACKAGE}.deepspeed.memory")
 
 BUILT_IN = (SINGLE, DDP, FSDP, DEEPSPEED)
-"""The built-in strategies, in the order the documentation lists them."""
 
 
 def entry_points() -> dict[str, str]:
-    """The entry points of the group ``flexgraph.strategies`` the table declares.
+    """The entry points of the group ``flexgraph.strategies``: name and alias -> factory.
 
     Returns
     -------
     dict of str to str
-        Each name and alias -> its factory.
     """
     return {key: row.factory for row in BUILT_IN for key in (row.name, row.alias)}

@@ -17,9 +17,8 @@ def join_process_group(device: str | None, dist_cfg: Mapping[str, Any] | None) -
 
     Parameters
     ----------
-    device : str or None
-    dist_cfg : mapping or None
-        MMEngine's: ``backend``, ``timeout`` in seconds.
+    device, dist_cfg : optional
+        This rank's device; MMEngine's ``dist_cfg`` (``backend``, ``timeout`` in seconds).
 
     Returns
     -------
@@ -70,8 +69,7 @@ def refuse_stages(strategy: str, stage: str | None) -> None:
 
     Parameters
     ----------
-    strategy : str
-    stage : str or None
+    strategy, stage : str
     """
     if stage is None:
         return

@@ -31,8 +31,7 @@ def ddp(
         (``broadcast_buffers=False``, the config's ``find_unused_parameters``).
     sync_bn : str, optional
         ``'torch'`` converts BatchNorm to SyncBatchNorm (CUDA only).
-    dist_cfg : Mapping, optional
-    device : str, optional
+    dist_cfg, device : optional
     checkpoint_format : {'native', 'portable'}, default 'native'
 
     Returns
@@ -75,9 +74,7 @@ def wrap_ddp(
 
     Parameters
     ----------
-    model, env, cfg
-    model_wrapper : Mapping
-    sync_bn : str, optional
+    model, env, cfg, model_wrapper, sync_bn
 
     Returns
     -------

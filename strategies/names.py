@@ -19,14 +19,9 @@ class StrategyNames:
 
     Parameters
     ----------
-    name : str
-        Its registry name (``--strategy``, ``strategy=dict(type=...)``).
-    alias : str
-        MMEngine's type name for it, so MMEngine configs plan unchanged.
-    factory : str
-        ``'module:function'`` building its :class:`~flexgraph.Strategy`.
-    memory_model : str
-        The module with its ``candidate_options`` and ``estimate_memory``.
+    name, alias, factory, memory_model : str
+        Its ``--strategy`` name, MMEngine's type name, ``'module:function'`` of its
+        factory, and the module of its ``candidate_options`` and ``estimate_memory``.
     """
 
     name: str

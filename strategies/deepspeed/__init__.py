@@ -59,12 +59,10 @@ def deepspeed(
         ``stage`` 0-3; MMEngine's ``cpu_offload`` becomes ``offload_optimizer``.
     gradient_clipping : float, optional
         Global L2 norm (default: the optimizer wrapper's ``clip_grad``).
-    fp16, bf16, amp : Mapping, optional
-        DeepSpeed's precision sections (at most one enabled).
+    fp16, bf16, amp, activation_checkpointing, aio : Mapping, optional
+        DeepSpeed's sections of those names (one precision at most).
     inputs_to_half : list of int or str, optional
         Inputs cast to half precision before the forward, as in MMEngine.
-    activation_checkpointing, aio : Mapping, optional
-        DeepSpeed's sections of those names.
     train_micro_batch_size_per_gpu, train_batch_size, gradient_accumulation_steps : int, optional
         Default: from the dataloader and the optimizer wrapper.
     steps_per_print : int, optional

@@ -56,8 +56,7 @@ def setup_env(cfg: Any, *, precision: str = "fp32", tensor_parallel: bool = Fals
         _leave_out_shm_all_reduce(deepspeed)
     _warn_about_stale_build_locks()
     env = setup_process_group(cfg, device=device, backend=backend, timeout=timeout)
-    # DeepSpeed reads LOCAL_RANK itself (its engine, zero.Init), which a process
-    # started without a launcher lacks: it is then a world of one, rank 0.
+    # DeepSpeed reads LOCAL_RANK itself, which a process started without a launcher lacks
     os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
     deepspeed.init_distributed(dist_backend=backend or ("nccl" if "cuda" in env.device
                                                         else "gloo"))

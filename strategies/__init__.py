@@ -1,4 +1,1 @@
-"""Built-in strategies, installed as ``flexgraph.strategies``.
-
-Found through the ``flexgraph.strategies`` entry points, so nothing below imports this package.
-"""
+"""Built-in strategies, installed as ``flexgraph.strategies``; found through its entry points."""

@@ -1,7 +1,4 @@
-"""DDPStrategy's memory: every rank the whole model, plus the reducer's gradient buckets.
-
-The buckets copy every gradient unless ``gradient_as_bucket_view`` (torch's default is off).
-"""
+"""DDPStrategy's memory: every rank the whole model, plus the reducer's gradient buckets."""
 
 from __future__ import annotations
 

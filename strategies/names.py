@@ -1,8 +1,4 @@
-"""Each built-in strategy's names, in one table.
-
-The ``flexgraph.strategies`` entry points in ``pyproject.toml`` are :func:`entry_points`
-of this table (tests hold them equal).
-"""
+"""Each built-in strategy's names, in one table, whose :func:`entry_points` are pyproject's."""
 
 from __future__ import annotations
 

@@ -182,8 +182,7 @@ class EngineModel:
     def val_step(self, data: Any) -> list[Any]:
         return self._run(self._prepared(data, False), "predict")
 
-    def test_step(self, data: Any) -> list[Any]:
-        return self._run(self._prepared(data, False), "predict")
+    test_step = val_step
 
 
 def _compute_dtype(engine: Any) -> torch.dtype | None:
@@ -274,8 +273,7 @@ STALE_LOCK_SECONDS = 600
 def stale_build_locks(now: float | None = None) -> list[tuple[Path, float]]:
     """Lock files older than :data:`STALE_LOCK_SECONDS`, with their ages in seconds.
 
-    A killed build of a DeepSpeed op leaves ``<extensions dir>/<op>/lock``, and every
-    later build of that op waits for it forever.
+    A killed build of a DeepSpeed op leaves one, which every later build waits for forever.
     """
     from torch.utils.cpp_extension import get_default_build_root
 

@@ -33,12 +33,6 @@ def into_partitions(env: Any, model: nn.Module, record: Any, source_rank: int) -
     allow_partitioned_copies(model)
 
 
-def _gathered(params: list[nn.Parameter], modifier_rank: int | None = None) -> Any:
-    import deepspeed  # imported by the strategy's setup_env, told its accelerator there
-
-    return deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank)
-
-
 def _partition(param: nn.Parameter) -> torch.Tensor | None:
     """This rank's flat run of ``param``'s elements; ``None`` unless over every rank."""
     partition = getattr(param, "ds_tensor", None)
@@ -54,11 +48,13 @@ def _into_partition(param: nn.Parameter, value: torch.Tensor | None, source: int
 
     (``GatheredParameters`` with a modifier rank would all-gather the old values first.)
     """
+    import deepspeed  # imported by the strategy's setup_env, told its accelerator there
+
     from flexgraph.training.runtime import this_rank
 
     part = _partition(param)
     if part is None:
-        with _gathered([param], modifier_rank=source), torch.no_grad():
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=source), torch.no_grad():
             if this_rank() == source:
                 param.data.copy_(value)
         return

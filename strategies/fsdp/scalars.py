@@ -25,8 +25,6 @@ def replicate_scalars(model: nn.Module, scalars: list[nn.Parameter], device: Any
 
     A rank that built the model on the meta device gets new ones.
     """
-    if not scalars:
-        return scalars
     scalars = _materialized(model, scalars, device)
     with torch.no_grad():
         for param in scalars:

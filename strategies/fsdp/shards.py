@@ -14,11 +14,7 @@ __all__ = ["ROWS", "local_rows", "local_tensor", "materialize_module",
 
 
 def materialize_module(model: nn.Module, device: str) -> nn.Module:
-    """Give a meta-built model storage on ``device``; returns ``model``.
-
-    Floating-point parameters are NaN, so one that nothing sets is found
-    (:func:`uninitialised_parameters`) instead of training on garbage.
-    """
+    """Give a meta-built model storage on ``device``, floating-point parameters NaN (unset)."""
     buffers = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
     model.to_empty(device=device)
     with torch.no_grad():

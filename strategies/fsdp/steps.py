@@ -19,10 +19,7 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
           reshard_after_forward: bool = True, mixed_precision: Mapping[str, Any] | None = None,
           cpu_offload: bool = False, broadcast_from_rank0: bool = False,
           hybrid_mesh: str | tuple[int, int] | None = None) -> Any:
-    """``fully_shard`` every unit the wrap policy picks (innermost first), then the root.
-
-    ``broadcast_from_rank0``: every rank first takes rank 0's weights, as DDP does.
-    """
+    """``fully_shard`` every unit the wrap policy picks (innermost first), then the root."""
     import torch
     from flexgraph.strategies.fsdp.copies import allow_sharded_copies, refuse_stale_parameters
     from flexgraph.strategies.fsdp.scalars import replicate_scalars, scalar_parameters
@@ -144,10 +141,7 @@ def _packed(tensors: list[Any], rows: list[tuple[int, int]], length: int) -> Any
 
 
 def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
-    """The 2-D mesh of hybrid sharding: sharded within a row, rows replicated.
-
-    A row is consecutive ranks, which launchers place on one node.
-    """
+    """The 2-D mesh of hybrid sharding: sharded within a row of consecutive ranks (a node)."""
     import os
 
     from mmengine.logging import MMLogger

@@ -107,8 +107,7 @@ def _wrapper_type(optim_cfg: Mapping[str, Any]) -> str:
 def wrapper_options(optim_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The ``optim_wrapper`` options DeepSpeed's wrapper takes, and the keys dropped.
 
-    An AmpOptimWrapper's ``dtype`` and ``loss_scale`` are not dropped: they become its
-    precision (:func:`amp_sections`).
+    An AmpOptimWrapper's ``dtype`` and ``loss_scale`` become DeepSpeed's precision.
     """
     kind = _wrapper_type(optim_cfg)
     if kind not in _WRAPPERS:
@@ -123,8 +122,7 @@ def wrapper_options(optim_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[
 def amp_sections(optim_cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """An ``AmpOptimWrapper``'s precision as DeepSpeed's ``bf16`` / ``fp16`` section, or ``{}``.
 
-    Refused: scaling DeepSpeed cannot do (growth other than doubling, an ``init_scale``
-    not a power of 2).
+    DeepSpeed scales only from a power of 2, doubling and halving.
     """
     if _wrapper_type(optim_cfg) != "AmpOptimWrapper":
         return {}

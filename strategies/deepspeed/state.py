@@ -51,10 +51,7 @@ def _group_params(zero: Any, base: torch.optim.Optimizer) -> list[list[torch.nn.
 
 
 def _flat_partitions(zero: Any, base: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """This rank's flat fp32 partitions, which key the torch optimizer's state.
-
-    ZeRO-3 puts them into the optimizer's param groups only while it steps.
-    """
+    """This rank's flat fp32 partitions (ZeRO-3's are in the param groups only as it steps)."""
     for attr in ("fp32_partitioned_groups_flat", "single_partition_of_fp32_groups",
                  "fp32_groups_flat_partition"):
         flats = getattr(zero, attr, None)

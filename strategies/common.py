@@ -1,7 +1,4 @@
-"""What more than one strategy uses: shared rewrites, option and stage refusals.
-
-Nothing here imports torch: the rewrites are built when a plan is made.
-"""
+"""What more than one strategy uses: shared rewrites, option and stage refusals."""
 
 from __future__ import annotations
 
@@ -20,9 +17,8 @@ def join_process_group(device: str | None, dist_cfg: Mapping[str, Any] | None) -
 
     Parameters
     ----------
-    device : str or None
-    dist_cfg : mapping or None
-        MMEngine's: ``backend``, ``timeout`` in seconds.
+    device, dist_cfg : optional
+        This rank's device; MMEngine's ``dist_cfg`` (``backend``, ``timeout`` in seconds).
 
     Returns
     -------
@@ -59,9 +55,7 @@ def refuse(strategy: str, key: str, why: str) -> StrategyOptionError:
 
     Parameters
     ----------
-    strategy, key : str
-    why : str
-        Why it is refused, and what to write instead.
+    strategy, key, why : str
 
     Returns
     -------
@@ -75,8 +69,7 @@ def refuse_stages(strategy: str, stage: str | None) -> None:
 
     Parameters
     ----------
-    strategy : str
-    stage : str or None
+    strategy, stage : str
     """
     if stage is None:
         return

@@ -1,9 +1,4 @@
-"""DDPStrategy: one process per device, gradients averaged by DistributedDataParallel.
-
-``load_checkpoint`` stays before ``wrap_model``: every rank loads into the bare
-model, so no ``module.`` prefixes are stripped and the wrapper's first
-broadcast carries the loaded weights.
-"""
+"""DDPStrategy: one process per device, gradients averaged by DistributedDataParallel."""
 
 from __future__ import annotations
 
@@ -32,14 +27,11 @@ def ddp(
     Parameters
     ----------
     model_wrapper : Mapping, optional
-        ``type`` and options; MMEngine's wrapper for a ``BaseModel``, else torch's.
-        ``broadcast_buffers`` is ``False`` unless given, as under MMEngine's Runner:
-        each rank keeps its own BatchNorm statistics; ``find_unused_parameters``,
-        unless given, is the config's top-level key, as the Runner reads it.
+        ``type`` and options, defaulting as under MMEngine's Runner
+        (``broadcast_buffers=False``, the config's ``find_unused_parameters``).
     sync_bn : str, optional
         ``'torch'`` converts BatchNorm to SyncBatchNorm (CUDA only).
-    dist_cfg : Mapping, optional
-    device : str, optional
+    dist_cfg, device : optional
     checkpoint_format : {'native', 'portable'}, default 'native'
 
     Returns
@@ -82,12 +74,7 @@ def wrap_ddp(
 
     Parameters
     ----------
-    model : torch.nn.Module
-    env : Env
-    cfg : Config
-        The run's config (its top-level ``find_unused_parameters``).
-    model_wrapper : Mapping
-    sync_bn : str, optional
+    model, env, cfg, model_wrapper, sync_bn
 
     Returns
     -------

@@ -1,9 +1,4 @@
-"""DDPStrategy's memory: every rank the whole model, plus the reducer's gradient buckets.
-
-DistributedDataParallel all-reduces gradients through flat buckets that hold a
-copy of every gradient (``gradient_as_bucket_view=False``, torch's default): one
-more gradient's worth per rank, allocated when the model is wrapped.
-"""
+"""DDPStrategy's memory: every rank the whole model, plus the reducer's gradient buckets."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""Each built-in strategy's names, in one table.
-
-Every factory takes its name and memory model from its row, and the
-``flexgraph.strategies`` entry points in ``pyproject.toml`` are
-:func:`entry_points` of this table (tests hold them equal). A third-party
-strategy declares entry points of its own in that group.
-
-Examples
---------
->>> FSDP.alias, FSDP.memory_model
-('FSDPStrategy', 'flexgraph.strategies.fsdp.memory')
-"""
+"""Each built-in strategy's names, in one table, whose :func:`entry_points` are pyproject's."""
 
 from __future__ import annotations
 
@@ -26,14 +15,9 @@ class StrategyNames:
 
     Parameters
     ----------
-    name : str
-        Its registry name (``--strategy``, ``strategy=dict(type=...)``).
-    alias : str
-        MMEngine's type name for it, so MMEngine configs plan unchanged.
-    factory : str
-        ``'module:function'`` building its :class:`~flexgraph.Strategy`.
-    memory_model : str
-        The module with its ``candidate_options`` and ``estimate_memory``.
+    name, alias, factory, memory_model : str
+        Its ``--strategy`` name, MMEngine's type name, ``'module:function'`` of its
+        factory, and the module of its ``candidate_options`` and ``estimate_memory``.
     """
 
     name: str
@@ -50,15 +34,13 @@ DEEPSPEED = StrategyNames("deepspeed", "DeepSpeedStrategy", f"{PACKAGE}.deepspee
                           f"{PACKAGE}.deepspeed.memory")
 
 BUILT_IN = (SINGLE, DDP, FSDP, DEEPSPEED)
-"""The built-in strategies, in the order the documentation lists them."""
 
 
 def entry_points() -> dict[str, str]:
-    """The entry points of the group ``flexgraph.strategies`` the table declares.
+    """The entry points of the group ``flexgraph.strategies``: name and alias -> factory.
 
     Returns
     -------
     dict of str to str
-        Each name and alias -> its factory.
     """
     return {key: row.factory for row in BUILT_IN for key in (row.name, row.alias)}

@@ -1,28 +1,9 @@
 """DeepSpeedStrategy: ZeRO stages 0-3 on current DeepSpeed, MMEngine's config keys unchanged.
 
-The order, and why (each line is a rewrite below)::
-
-    setup_env            precision checked against the accelerator before any
-                         process group exists
-    build_model          under deepspeed.zero.Init for stage 3: each parameter is
-                         partitioned as it is created, no rank holds the model
-    init_weights         (stage 3) a one-device run's weights, bit for bit, made
-                         from rank 0's record one parameter at a time and
-                         scattered into the partitions (.partitions); when
-                         pruned, follow_init_draws keeps the random streams
-    load_checkpoint      (stage 3) before the engine, into the partitions: each
-                         rank reads only its own elements
-    deepspeed_initialize wrap_model + build_optim_wrapper (+ the schedulers when
-                         the DeepSpeed config has its own) fused: DeepSpeed builds
-                         the engine and the ZeRO optimizer in one call
-    load_checkpoint      (stages 0-2) after it, through the engine, which owns
-                         the parameters and their fp32 master copies
-    build_train_step     the engine's backward and step
-    build_checkpointer   portable checkpoints by parameter name
-                         (checkpoint_format='native': DeepSpeed's own directories)
-
-Batch sizes, clipping and accumulation come from the config's dataloader and
-optimizer wrapper when unset.
+``deepspeed_initialize`` fuses ``wrap_model`` and ``build_optim_wrapper``: DeepSpeed builds
+the engine and its ZeRO optimizer in one call. Under ZeRO-3 the model is built partitioned
+and the weights go into the partitions before the engine; below it they load through the
+engine.
 """
 
 from __future__ import annotations
@@ -38,11 +19,9 @@ from flexgraph.core.rewrite import Configure, Fuse, IfAbsent, IfPresent, Insert,
 from flexgraph.core.step import Step
 from flexgraph.core.strategy import Strategy
 
-__all__ = ["deepspeed", "deepspeed_config"]
+__all__ = ["deepspeed"]
 
 STEPS = "flexgraph.strategies.deepspeed.steps"
-CHECKPOINTS = "flexgraph.strategies.deepspeed.checkpoint"
-STATE = "flexgraph.strategies.deepspeed.state"
 PARTITIONS = "flexgraph.strategies.deepspeed.partitions"
 PARTITIONED = "flexgraph.strategies.deepspeed.contracts:partitioned"
 ENGINE_HOLDS_MODEL = "flexgraph.strategies.deepspeed.contracts:engine_holds_model"
@@ -70,10 +49,7 @@ def deepspeed(
     device: str | None = None,
     checkpoint_format: str = "portable",
 ) -> Strategy:
-    """DeepSpeed ZeRO (stage 0-3) over a torch.distributed process group.
-
-    The parameters are MMEngine's ``DeepSpeedStrategy`` ones; a key given here
-    overrides ``config``'s.
+    """DeepSpeed ZeRO (stage 0-3); MMEngine's ``DeepSpeedStrategy`` keys, over ``config``'s.
 
     Parameters
     ----------
@@ -83,12 +59,10 @@ def deepspeed(
         ``stage`` 0-3; MMEngine's ``cpu_offload`` becomes ``offload_optimizer``.
     gradient_clipping : float, optional
         Global L2 norm (default: the optimizer wrapper's ``clip_grad``).
-    fp16, bf16, amp : Mapping, optional
-        DeepSpeed's precision sections (at most one enabled).
+    fp16, bf16, amp, activation_checkpointing, aio : Mapping, optional
+        DeepSpeed's sections of those names (one precision at most).
     inputs_to_half : list of int or str, optional
         Inputs cast to half precision before the forward, as in MMEngine.
-    activation_checkpointing, aio : Mapping, optional
-        DeepSpeed's sections of those names.
     train_micro_batch_size_per_gpu, train_batch_size, gradient_accumulation_steps : int, optional
         Default: from the dataloader and the optimizer wrapper.
     steps_per_print : int, optional
@@ -104,13 +78,11 @@ def deepspeed(
     Returns
     -------
     Strategy
-        The rewrites the module docstring explains.
 
     Raises
     ------
     StrategyOptionError
-        A config file missing or not JSON, a ZeRO stage DeepSpeed lacks, two
-        precisions, or contradicting options.
+        A config file missing or not JSON, a ZeRO stage DeepSpeed lacks, two precisions.
     """
     ds = deepspeed_config(
         config, zero_optimization=zero_optimization, gradient_clipping=gradient_clipping,
@@ -178,9 +150,10 @@ def deepspeed(
             doc="the engine's backward and step"),
             why="the engine owns backward and the optimizer step"),
         Configure("build_checkpointer", {
-            "io": f"{CHECKPOINTS}:DeepSpeedCheckpointIO",
+            "io": "flexgraph.strategies.deepspeed.checkpoint:DeepSpeedCheckpointIO",
             "io_options": {"exclude_frozen_parameters": bool(exclude_frozen_parameters)},
-            "access": f"{STATE}:DeepSpeedStateAccess", "checkpoint_format": checkpoint_format},
+            "access": "flexgraph.strategies.deepspeed.state:DeepSpeedStateAccess",
+            "checkpoint_format": checkpoint_format},
             why="checkpoints go through the engine: fp32 master weights and optimizer moments "
                 "by parameter name"),
     ]

@@ -1,17 +1,8 @@
 """The DeepSpeed strategy's checkpoints: DeepSpeed's own format, read safely.
 
-:class:`DeepSpeedCheckpointIO` saves and loads through DeepSpeed (every rank
-writes its partition), with flexgraph's loop state in the client state.
-:func:`open_deepspeed_directory` is the ``deepspeed`` checkpoint opener, for
-``load_from`` of a DeepSpeed directory under any strategy; it lives on the
-run-time side so that such a load imports none of the offline tools.
-
-DeepSpeed unpickles every file (``weights_only=False``); here each file is read
-with ``weights_only=True`` and an allow-list of DeepSpeed's own classes first.
-The weights come from DeepSpeed's ``zero_to_fp32`` (lazy, memory-mapped), which
-rebuilds the fp32 master weights from the optimizer files; without ZeRO they
-are the model-states file's ``module``. DeepSpeed's optimizer state is not
-converted: only DeepSpeed reads its universal format.
+DeepSpeed unpickles every file (``weights_only=False``); here each is read with
+``weights_only=True`` and an allow-list of DeepSpeed's own classes. The weights of a
+directory come from DeepSpeed's ``zero_to_fp32``; its optimizer state is not converted.
 """
 
 from __future__ import annotations
@@ -71,12 +62,9 @@ _SAFE_ENGINES: dict[type, type] = {}
 
 
 def safe_checkpoint_engine(engine: Any) -> None:
-    """Make ``engine``'s checkpoint engine load with ``weights_only=True``.
+    """Make ``engine``'s ``TorchCheckpointEngine`` load with ``weights_only=True``.
 
-    DeepSpeed's ``TorchCheckpointEngine`` unpickles every file, so a crafted
-    checkpoint could run code; the instance gets a subclass that admits tensors,
-    plain containers and DeepSpeed's own classes. A checkpoint engine the user
-    configured (decoupled, NVMe) is left alone.
+    A checkpoint engine the user configured (decoupled, NVMe) is left alone.
     """
     from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import (
         TorchCheckpointEngine,
@@ -108,11 +96,7 @@ def _safe_load(self: Any, path: str, map_location: Any = None) -> Any:
 
 
 class DeepSpeedCheckpointIO(CheckpointIO):
-    """DeepSpeed's own checkpoint directories (``iter_40.ds/``), every rank writing.
-
-    The loop state travels in DeepSpeed's ``client_state``; the engine writes the
-    weights and optimizer partitions itself.
-    """
+    """DeepSpeed's own directories (``iter_40.ds/``), the loop state in its ``client_state``."""
 
     suffix = ".ds"
     format = DEEPSPEED_DIRECTORY
@@ -132,7 +116,7 @@ class DeepSpeedCheckpointIO(CheckpointIO):
 
     def size_needed(self, checkpoint: dict[str, Any], *, model: Any = None,
                     optim_wrapper: Any = None) -> int:
-        """The engine's whole weights and every rank's optimizer partition (what a save writes)."""
+        """The engine's whole weights and every rank's optimizer partition."""
         engine = model.engine
         weights = sum(int(getattr(p, "ds_numel", p.numel())) * p.element_size()
                       for p in engine.module.parameters())
@@ -161,10 +145,7 @@ class DeepSpeedCheckpointIO(CheckpointIO):
 
     def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
                      on_read: OnRead) -> WeightsLoaded:
-        """``load_from`` into the running engine (:func:`_load_weights_into_engine`), or,
-        under ZeRO-3 before the engine exists, into the partitions ``zero.Init`` made
-        (:func:`~flexgraph.training.checkpoint.load_into_slices`, ZeRO-3's
-        :data:`~flexgraph.strategies.deepspeed.partitions.PARTITIONS`)."""
+        """``load_from`` into the engine, or, before it exists (ZeRO-3), into the partitions."""
         if not isinstance(model, EngineModel):
             return load_into_slices(path, held, model, PARTITIONS, on_read=on_read)
         return _load_weights_into_engine(model, path, held, on_read)
@@ -182,12 +163,7 @@ def _refresh_master_weights(engine: Any) -> None:
 
 def _load_weights_into_engine(model: EngineModel, path: Path, held: CheckpointFormat,
                               on_read: OnRead) -> WeightsLoaded:
-    """``load_from`` into a running engine; returns the keys left out.
-
-    A DeepSpeed tag without ZeRO-3 loads through the engine; under ZeRO-3 the
-    weights go into the partitions; anything else is read whole by every rank. The
-    optimizer's master copies then follow the loaded weights.
-    """
+    """``load_from`` into a running engine, then its master copies refreshed from the weights."""
     engine = model.engine
     partitioned = engine.zero_optimization_partition_weights()
     if partitioned:
@@ -216,20 +192,13 @@ def model_states_file(path: Path) -> Path:
 
 
 def _deepspeed_classes() -> list[Any]:
-    """:func:`safe_globals`, importing DeepSpeed with its log lines sent to stderr.
-
-    ``--format json`` prints its summary on stdout.
-    """
+    """:func:`safe_globals`, DeepSpeed's import lines on stderr (``--format json`` owns stdout)."""
     with contextlib.redirect_stdout(sys.stderr):
         return safe_globals()
 
 
 def read_deepspeed_file(file: Path) -> dict[str, Any]:
-    """One DeepSpeed checkpoint file as a dict, read memory-mapped with ``weights_only=True``.
-
-    A file holding anything but DeepSpeed's allow-listed classes, or not a dict,
-    raises :class:`CheckpointError` rather than being unpickled.
-    """
+    """One DeepSpeed checkpoint file as a dict, read memory-mapped with ``weights_only=True``."""
     try:
         with torch.serialization.safe_globals(_deepspeed_classes()):
             state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
@@ -266,11 +235,7 @@ def _fp32_weights(path: Path) -> dict[str, Any]:
 
 
 def open_deepspeed_directory(path: Path) -> CheckpointSource:
-    """A DeepSpeed tag directory's fp32 weights as a lazy ``{'state_dict': ...}`` source.
-
-    Raises :class:`CheckpointError` when a file holds what DeepSpeed never writes
-    or DeepSpeed's converter refuses the directory (a rank's files missing).
-    """
+    """A DeepSpeed tag directory's fp32 weights as a lazy ``{'state_dict': ...}`` source."""
     state = read_deepspeed_file(model_states_file(path))
     if zero_stage(state) == 0:
         module = state.get("module")

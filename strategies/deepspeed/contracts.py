@@ -1,8 +1,4 @@
-"""DeepSpeed's contracts: ZeRO-3's partitions and the writes it loses, and the engine's master
-copies of the weights.
-
-See :mod:`flexgraph.training.contracts` for what a contract is.
-"""
+"""DeepSpeed's contracts: ZeRO-3's partitions and lost writes, the engine's master copies."""
 
 from __future__ import annotations
 
@@ -18,17 +14,12 @@ __all__ = ["engine_holds_model", "forward_writes_kept", "partitioned"]
 
 
 def _module(model: Any) -> Any:
-    """The user's module, whether ``model`` is the engine's wrapper or the module itself."""
+    """The user's module, under the engine's wrapper or not."""
     return model.module if hasattr(model, "engine") else model
 
 
 def partitioned(env: Any, model: Any) -> str | None:
-    """Under ZeRO-3, each parameter is partitioned over the whole data-parallel group.
-
-    A parameter built outside ``zero.Init`` is whole on every rank; one
-    partitioned over fewer ranks (``zero.Init`` before the process group) is
-    whole on each; an empty one holds no value anywhere.
-    """
+    """Under ZeRO-3, each parameter is partitioned over the whole data-parallel group."""
     module = _module(model)
     empty = empty_parameters(module)
     if empty:
@@ -51,14 +42,12 @@ def partitioned(env: Any, model: Any) -> str | None:
 
 
 def forward_writes_kept(model: Any, report: Any) -> None:
-    """Under ZeRO-3, judged in the first training forward: the forward wrote nothing in place
-    to a parameter (:func:`~flexgraph.strategies.deepspeed.params.watch_forward_writes`)."""
+    """Under ZeRO-3, the first training forward wrote nothing in place to a parameter."""
     watch_forward_writes(_module(model), report)
 
 
 def engine_holds_model(model: Any, optim_wrapper: Any) -> str | None:
-    """The engine's optimizer holds the model's weights: ZeRO-1/2's master partitions equal
-    this rank's partition of the weights; a torch optimizer holds the parameters themselves."""
+    """The engine's optimizer holds the model's weights (ZeRO-1/2: its master partitions)."""
     engine = model.engine
     optimizer = engine.optimizer
     masters = getattr(optimizer, "single_partition_of_fp32_groups", None)

@@ -1,11 +1,8 @@
 """ZeRO-3 and second copies of the weights: an averaged copy held as partitions.
 
-MMEngine's averaged models (EMA) deep-copy the model they average; under ZeRO-3
-a parameter is an empty placeholder between steps. :func:`allow_partitioned_copies`
-makes that copy a :class:`PartitionedCopy` of this rank's partitions, and the
-averaged models see the source as its :class:`Partitions`, so MMEngine's own
-update and swap work element-wise on partitions, no rank holding the average
-whole. Its ``state_dict`` gathers one parameter at a time, by name.
+MMEngine's averaged models (EMA) deep-copy the model, whose parameters are empty
+placeholders under ZeRO-3; the copy is made of this rank's partitions instead, and
+MMEngine's update and swap work on partitions, no rank holding the average whole.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ __all__ = ["PartitionedCopy", "Partitions", "allow_partitioned_copies"]
 
 
 class PartitionedCopy(nn.Module):
-    """A ZeRO-3 model's parameters as copies of this rank's partitions, its buffers copied,
-    under the same names; it holds no layers and cannot run."""
+    """A ZeRO-3 model's partitions and buffers, copied under the same names; it cannot run."""
 
     def __init__(self, sources: dict[str, nn.Parameter], tree: dict[str, Any]) -> None:
         super().__init__()
@@ -31,8 +27,7 @@ class PartitionedCopy(nn.Module):
         self.__dict__["tree"] = tree  # shared by the copy's modules: its root, what to save
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        """The copy's own partitions (what its averaged model averages) when asked directly;
-        whole tensors by name inside its averaged model's (what a checkpoint saves)."""
+        """Its partitions when asked directly; whole tensors inside its averaged model's."""
         if self.tree["root"] is self:
             self.tree["whole"] = bool(kwargs.get("prefix", args[1] if len(args) > 1 else ""))
         return super().state_dict(*args, **kwargs)
@@ -89,8 +84,7 @@ def partitioned_copy(module: nn.Module, memo: dict[int, Any] | None = None) -> P
 
 
 class Partitions:
-    """A ZeRO-3 model as its averaged copy sees it: each parameter's local partition, each
-    buffer itself (what MMEngine's averaged models and ``EMAHook`` read of a source)."""
+    """A ZeRO-3 model as its averaged copy sees it: partitions and buffers."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -109,7 +103,7 @@ class Partitions:
             name: buffer for name, buffer in self.model.named_buffers()}}
 
     def release(self) -> None:
-        """Free the parameters held gathered, so that the next forward gathers the partitions."""
+        """Free the parameters held gathered."""
         whole = [p for p in self.model.parameters() if p.data.numel()]
         if whole:
             whole[0].partition(param_list=whole)
@@ -136,8 +130,7 @@ def _hook_on_partitions(self: Any, method: Any, *args: Any, release: bool = Fals
 
 
 def allow_partitioned_copies(model: nn.Module) -> None:
-    """``copy.deepcopy(model)`` gives a :class:`PartitionedCopy` (this model alone), which
-    MMEngine's averaged models update and ``EMAHook`` swaps against the model's partitions."""
+    """``copy.deepcopy(model)`` gives a :class:`PartitionedCopy` (this model alone)."""
     from mmengine.hooks import EMAHook
     from mmengine.model import BaseAveragedModel
 

@@ -1,11 +1,7 @@
 """DeepSpeed's runtime besides checkpoints: its config, its engine in MMEngine's shapes.
 
-``deepspeed.initialize`` returns an engine that owns the parameters, the ZeRO
-optimizer, backward and step. flexgraph's loop, hooks and schedulers talk to
-MMEngine-shaped objects, so this module shapes the engine that way, as
-MMEngine's own DeepSpeed wrappers did (they no longer import with current
-DeepSpeed). Checkpoints are in :mod:`flexgraph.strategies.deepspeed.checkpoint`.
-Nothing here is imported at plan time.
+flexgraph's loop, hooks and schedulers talk to MMEngine-shaped objects; MMEngine's own
+DeepSpeed wrappers no longer import with current DeepSpeed.
 """
 
 from __future__ import annotations
@@ -41,8 +37,6 @@ __all__ = [
 AUTO = "auto"
 
 
-# -- the DeepSpeed config, completed at run time ----------------------------------------------
-
 def _clamp(value: float, low: float, high: float) -> int:
     return int(min(max(value, low), high))
 
@@ -61,14 +55,11 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
                 numel: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The DeepSpeed config with what flexgraph derives filled in; returns (config, filled).
 
-    Batch sizes, precision, clipping and accumulation come from the run's config
-    (no ``clip_grad``: ``gradient_clipping=0``, where DeepSpeed's default clips).
-    Nothing the user set is overwritten: a contradiction is a :class:`ConfigError`.
-    ZeRO sizes left ``'auto'`` are sized from the model's ``numel``: DeepSpeed's
-    defaults suit far larger models and cost more memory than ZeRO saves on
-    smaller ones.
+    Batch sizes, precision, clipping and accumulation come from the run's config; what the
+    user set is never overwritten. ZeRO sizes left ``'auto'`` follow ``numel``: DeepSpeed's
+    defaults suit far larger models and cost more memory than ZeRO saves on smaller ones.
     """
-    config = json.loads(json.dumps(config))  # a deep, plain copy
+    config = json.loads(json.dumps(config))
     before = json.loads(json.dumps(config))
     optim_cfg = dict(cfg.get("optim_wrapper") or {})
     for name, amp in amp_sections(optim_cfg).items():
@@ -89,9 +80,7 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
                               "only; use optim_wrapper.clip_grad=dict(max_norm=...)")
         _set(config, "gradient_clipping", float(clip["max_norm"]), "optim_wrapper.clip_grad")
     else:
-        # No clip_grad means no clipping, as under every other strategy. DeepSpeed's
-        # own default clips at a global norm of 1.0 (GRADIENT_CLIPPING_DEFAULT),
-        # which silently changes training: the same config would train differently.
+        # no clip_grad: no clipping, as under every other strategy (DeepSpeed's default clips)
         config.setdefault("gradient_clipping", 0.0)
     batch = loader.get("batch_size") if isinstance(loader, Mapping) else None
     if batch is not None:
@@ -120,8 +109,7 @@ def fill_config(config: Mapping[str, Any], *, cfg: Any, world_size: int,
 
 
 def _fill_hierarchical(zero: dict[str, Any], world_size: int) -> None:
-    """ZeRO++ hpZ's group: ``'auto'`` is the launch's processes per node; it must divide
-    the world (every node the same size)."""
+    """ZeRO++ hpZ's group: ``'auto'`` is the launch's processes per node."""
     hpz = zero.get("zero_hpz_partition_size")
     if hpz == AUTO:
         hpz = zero["zero_hpz_partition_size"] = int(os.environ.get("LOCAL_WORLD_SIZE",
@@ -132,15 +120,11 @@ def _fill_hierarchical(zero: dict[str, Any], world_size: int) -> None:
                           f"processes per node, or 'auto'")
 
 
-# -- the engine as an MMEngine model ----------------------------------------------------------
-
 def cast_inputs(data: Any, keys: list[Any] | None, dtype: torch.dtype | None) -> Any:
     """``data`` with the floating tensors under ``keys`` cast to ``dtype``.
 
-    ``keys`` are dict keys or positions (positions also index a dict's keys in
-    order, as MMEngine's ``inputs_to_half=[0]`` does), tensors possibly nested.
-    ``None`` casts every floating tensor, so a config switched to bf16 by its
-    ``strategy`` line alone trains as it is; ``[]`` casts nothing.
+    ``keys`` are dict keys or positions (MMEngine's ``inputs_to_half=[0]``); ``None`` casts
+    every floating tensor, so a config switched to bf16 by its ``strategy`` alone trains.
     """
     if dtype is None or keys == []:
         return data
@@ -167,11 +151,7 @@ def cast_inputs(data: Any, keys: list[Any] | None, dtype: torch.dtype | None) ->
 
 @MODEL_WRAPPERS.register_module(force=True)
 class EngineModel:
-    """A DeepSpeed engine behaving like an MMEngine model wrapper.
-
-    ``module`` is the user's model (so checkpoints and hooks see it unwrapped),
-    ``engine`` the DeepSpeed engine; any other attribute is the engine's.
-    """
+    """A DeepSpeed engine as an MMEngine model wrapper; ``module`` is the user's model."""
 
     def __init__(self, engine: Any, inputs_to_half: list[Any] | None = None) -> None:
         self.engine = engine
@@ -202,8 +182,7 @@ class EngineModel:
     def val_step(self, data: Any) -> list[Any]:
         return self._run(self._prepared(data, False), "predict")
 
-    def test_step(self, data: Any) -> list[Any]:
-        return self._run(self._prepared(data, False), "predict")
+    test_step = val_step
 
 
 def _compute_dtype(engine: Any) -> torch.dtype | None:
@@ -240,15 +219,12 @@ def engine_train_step(model: EngineModel, optim_wrapper: Any) -> Any:
 class DeepSpeedOptimWrapper(BaseOptimWrapper):
     """MMEngine's optimizer-wrapper interface over a DeepSpeed engine.
 
-    ``optimizer`` is the engine's, so MMEngine's LR schedulers work unchanged;
-    accumulation and clipping are DeepSpeed's. The wrapper is made over the torch
-    optimizer (``torch_optimizer``) and then points at the engine's, as MMEngine's
-    DeepSpeed strategy does: with several param groups MMEngine reads the
-    optimizer's ``defaults``, which ZeRO's optimizers lack.
+    Made over the torch optimizer, then pointed at the engine's, as MMEngine's DeepSpeed
+    strategy does: MMEngine reads the optimizer's ``defaults``, which ZeRO's lack.
     """
 
     def __init__(self, engine: Any, torch_optimizer: Any = None) -> None:
-        if torch_optimizer is None:  # the DeepSpeed config built its own optimizer
+        if torch_optimizer is None:  # the DeepSpeed config's own optimizer
             torch_optimizer = getattr(engine.optimizer, "optimizer", engine.optimizer)
         super().__init__(torch_optimizer)
         self.optimizer = engine.optimizer
@@ -265,17 +241,17 @@ class DeepSpeedOptimWrapper(BaseOptimWrapper):
         self.engine.step()
 
     def zero_grad(self, **kwargs: Any) -> None:
-        """The engine zeroes gradients in ``step`` at each accumulation boundary."""
+        """The engine zeroes gradients in ``step``."""
 
     def initialize_count_status(self, model: Any, init_counts: int, max_counts: int) -> None:
-        """Accumulation is counted by the engine (``gradient_accumulation_steps``)."""
+        """The engine counts accumulation."""
 
     def state_dict(self) -> dict[str, Any]:
         """Empty: the engine's checkpoint holds the optimizer state."""
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Nothing to load: see :meth:`state_dict`."""
+        """The engine's checkpoint holds the optimizer state."""
 
     @contextlib.contextmanager
     def optim_context(self, model: Any):
@@ -291,17 +267,13 @@ def write_config_file(config: Mapping[str, Any], work_dir: str) -> None:
     (folder / "deepspeed_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
-# -- DeepSpeed's C++ op builds ------------------------------------------------------------------
-
 STALE_LOCK_SECONDS = 600
 
 
 def stale_build_locks(now: float | None = None) -> list[tuple[Path, float]]:
-    """Lock files of interrupted C++ op builds, with their ages in seconds.
+    """Lock files older than :data:`STALE_LOCK_SECONDS`, with their ages in seconds.
 
-    A killed build of a DeepSpeed op leaves ``<extensions dir>/<op>/lock`` behind,
-    and every later build of that op waits for it silently and forever; a lock
-    older than :data:`STALE_LOCK_SECONDS` is taken as stale.
+    A killed build of a DeepSpeed op leaves one, which every later build waits for forever.
     """
     from torch.utils.cpp_extension import get_default_build_root
 

@@ -1,12 +1,7 @@
 """What a DeepSpeed checkpoint directory holds, for ``flexgraph ckpt inspect``.
 
-DeepSpeed's format is this strategy's knowledge, so its inspector lives here
-and reaches the offline tools through the ``flexgraph.checkpoint_inspectors``
-entry point (:data:`DEEPSPEED_INSPECTOR`), never an import from below. A run
-that loads a DeepSpeed directory imports neither this module nor those tools.
-
-Describing reads only the model-states file (memory-mapped, with DeepSpeed's
-allow-list); the ``*optim_states.pt`` files are counted, never read.
+Reached through the ``flexgraph.checkpoint_inspectors`` entry point, never imported from
+below. It reads only the model-states file; the ``*optim_states.pt`` files are counted.
 """
 
 from __future__ import annotations
@@ -32,7 +27,7 @@ from flexgraph.training.formats import DEEPSPEED_DIRECTORY
 
 __all__ = ["DEEPSPEED_INSPECTOR", "describe_deepspeed_directory"]
 
-#: Keys of a model-states file that are DeepSpeed's own, neither state parts nor hook extras.
+#: a model-states file's own keys, neither state parts nor hook extras
 _ENGINE_KEYS = ("module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes",
                 "shared_params", "frozen_param_fragments", "lr_scheduler", "data_sampler",
                 "random_ltd", "sparse_tensor_module_names", "skipped_steps", "global_steps",
@@ -61,10 +56,7 @@ def _model_tensors(state: Mapping[str, Any]) -> tuple[int, dict[str, int]]:
 
 
 def describe_deepspeed_directory(path: Path) -> CheckpointSummary:
-    """Describe a DeepSpeed tag directory.
-
-    Raises :class:`CheckpointError` when its model-states file cannot be read.
-    """
+    """Describe a DeepSpeed tag directory."""
     state = read_deepspeed_file(model_states_file(path))
     stage = zero_stage(state)
     ranks = int(state.get("dp_world_size") or 1)
@@ -96,4 +88,3 @@ def describe_deepspeed_directory(path: Path) -> CheckpointSummary:
 
 
 DEEPSPEED_INSPECTOR = CheckpointInspector(DEEPSPEED_DIRECTORY, describe_deepspeed_directory)
-"""The ``flexgraph.checkpoint_inspectors`` entry point of DeepSpeed's directories."""

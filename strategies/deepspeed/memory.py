@@ -1,26 +1,9 @@
 """DeepSpeedStrategy's memory: ZeRO's partitions, tied to DeepSpeed's own estimator.
 
-Mixed precision (fp16 / bf16) with an optimizer of ``k`` fp32 states per
-parameter (Adam: 2), ``P`` parameters, ``N`` ranks, per rank:
-
-=========  ====================  ======================  ==================
-stage      parameters            gradients               optimizer states
-=========  ====================  ======================  ==================
-1          2P                    2P (full fp16) + 4P/N   (4 + 4k)P/N
-2          2P                    2P/N + 4P/N             (4 + 4k)P/N
-3          2P/N + 4 x largest    2P/N                    (4 + 4k)P/N
-=========  ====================  ======================  ==================
-
-4P/N is the fp32 gradient partition, which stage 3 converts one sub-group at a
-time in the step; 4 + 4k the fp32 master weights and states. In fp32 the master
-partition is still a copy. DeepSpeed's own estimator
-(``estimate_zero2_model_states_mem_needs_all_live``, which counts Adam's stage 2
-the same) is kept as the reference. Offloaded, optimizer states and fp32 gradients live
-in CPU memory; buffers are modelled from the config, ``'auto'`` sizes as filled.
-
-Setup: stages 0 to 2 build the whole model on every rank, in fp32; stage 3
-holds its partitions plus one module while it is made, then one parameter at a
-time at ``init_weights``: no rank holds the model.
+Per rank, mixed precision, ``P`` parameters over ``N`` ranks, ``k`` fp32 optimizer states a
+parameter: the fp32 master weights and states are (4 + 4k)P/N; parameters 2P below stage
+3, 2P/N plus the largest layer gathered at it. DeepSpeed's
+``estimate_zero2_model_states_mem_needs_all_live`` is the reference.
 """
 
 from __future__ import annotations
@@ -151,11 +134,7 @@ def estimate_memory(census: Any, *, world_size: int, amp: str | None, optimizer_
 
 def _at_the_step(census: Any, stage: int, low: int, offload: bool, n: int, grads: int,
                  stepped: tuple[int, int], reduce: int) -> tuple[int | None, int | None]:
-    """(gradient bytes, buffer bytes) alive during the optimizer step, where they differ.
-
-    Stages 1 and 2 have reduced every gradient into the fp32 partition and freed
-    the rest by then; stage 3 keeps its low-precision partition and one bucket.
-    """
+    """(gradient bytes, buffer bytes) alive during the optimizer step, where they differ."""
     if offload or stage == 0:
         return None, None
     fp32_partition = census.trainable * 4 // n
@@ -182,8 +161,7 @@ def _stepped(census: Any, config: Mapping[str, Any], zero: Mapping[str, Any], st
 
 def _zero3_parts(census: Any, world_size: int, target_device: str, config: Mapping[str, Any]
                  ) -> tuple[int, int, int, int]:
-    """ZeRO-3's setup on the host: (partitions, one module whole, a parameter made and scattered,
-    the whole model in the compute precision)."""
+    """ZeRO-3's setup on the host: (partitions, one module, a parameter in flight, the model)."""
     low = bytes_per(_precision(config))
     on_host = target_device == "cpu"
     partitions = census.total * low // max(world_size, 1) if on_host else 0
@@ -217,8 +195,7 @@ def estimate_setup(census: Any, *, world_size: int, target_device: str, weights_
 
 def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_loaded: bool,
                    memory: StrategyMemory, config: Mapping[str, Any]) -> tuple[Allocation, ...]:
-    """Stages 0-2: built whole, the engine makes the trained states at ``deepspeed_initialize``;
-    stage 3: partitions from ``build_model`` on, one parameter in flight at ``init_weights``."""
+    """Stages 0-2: built whole, then the engine's states; stage 3: partitions from the start."""
     engine = "deepspeed_initialize"
     if _stage(config) < 3:
         return whole_model_steps(census, memory, target_device, placed_at=engine,

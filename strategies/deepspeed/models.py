@@ -1,12 +1,8 @@
 """What DeepSpeed needs from models that torch alone takes as they are.
 
-Some habits of MMDetection's models stop DeepSpeed before the first step:
-0-d parameters (``Scale``) cannot be broadcast as bytes; under ``zero.Init``
-the legacy ``torch.Tensor(data)`` constructor takes its data for a size; in
-bf16 a BatchNorm's fp32 running statistics meet bf16 weights; and ZeRO refuses
-torch's SGD with a bare ``AssertionError``. Each function below makes the
-model or config what DeepSpeed takes, or refuses in one line where it cannot.
-Nothing here is imported at plan time.
+MMDetection's models stop DeepSpeed before the first step: 0-d parameters (``Scale``),
+``torch.Tensor(data)`` under ``zero.Init``, fp32 running statistics beside bf16 weights,
+torch's SGD refused with a bare ``AssertionError``.
 """
 
 from __future__ import annotations
@@ -26,15 +22,12 @@ __all__ = ["allow_torch_optimizer", "data_constructors_kept", "norm_statistics_c
 
 UNTESTED = "zero_allow_untested_optimizer"
 ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adagrad", "Adadelta",
-               "RMSprop", "Rprop", "ASGD")
-"""torch's optimizers that update each element from its own gradient and state alone."""
-SAVED_SHAPE = "flexgraph_saved_shape"
-"""The attribute of a ZeRO-3 parameter that was 0-d: its shape in checkpoints."""
+               "RMSprop", "Rprop", "ASGD")  # each element updated from its own state alone
+SAVED_SHAPE = "flexgraph_saved_shape"  # a ZeRO-3 parameter that was 0-d: its saved shape
 
 
 def scalars_as_vectors(model: nn.Module) -> list[nn.Parameter]:
-    """Make each 0-d parameter of ``model`` 1-d of one element, for ``deepspeed.initialize``;
-    returns them, for :func:`scalars_restored`."""
+    """Each 0-d parameter of ``model`` made 1-d, for ``deepspeed.initialize``; returns them."""
     scalars = [p for p in model.parameters() if p.dim() == 0 and not hasattr(p, "ds_shape")]
     for param in scalars:
         param.data = param.data.reshape(1)
@@ -44,8 +37,7 @@ def scalars_as_vectors(model: nn.Module) -> list[nn.Parameter]:
 def scalars_restored(scalars: list[nn.Parameter], zero_optimizer: Any) -> None:
     """The parameters :func:`scalars_as_vectors` changed, 0-d again, in the engine's storage.
 
-    Under ZeRO-1/2 that is the engine's flat buffer, so the optimizer's updates
-    still reach the model; the shapes ZeRO re-views after each step are made 0-d too.
+    The shapes ZeRO-1/2 re-view after each step are made 0-d too.
     """
     if not scalars:
         return
@@ -61,12 +53,7 @@ def scalars_restored(scalars: list[nn.Parameter], zero_optimizer: Any) -> None:
 
 
 def scalar_safe_init(deepspeed: Any) -> type:
-    """A ``deepspeed.zero.Init`` subclass that partitions 0-d parameters too (ZeRO-3).
-
-    ZeRO-3 broadcasts parameters as bytes, which a 0-d tensor cannot take, so a
-    0-d parameter is trained as one element of one dimension; its own shape is
-    kept in :data:`SAVED_SHAPE` for the checkpoints (:func:`saved_shape`).
-    """
+    """A ``deepspeed.zero.Init`` that trains a 0-d parameter as 1-d (ZeRO-3 broadcasts bytes)."""
 
     class ScalarSafeInit(deepspeed.zero.Init):
         def _zero_init_param(self, param: nn.Parameter) -> None:
@@ -86,10 +73,9 @@ def saved_shape(param: nn.Parameter, value: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def data_constructors_kept() -> Iterator[None]:
-    """Inside ``zero.Init``: ``torch.Tensor(data)`` builds from data, as torch does.
+    """Inside ``zero.Init``: ``torch.Tensor(data)`` builds from data (mmdet's anchors).
 
-    DeepSpeed's replacement takes every argument for a size; a call whose arguments
-    are not all whole numbers goes to torch's own ``__new__`` (mmdet's anchors).
+    DeepSpeed's replacement takes every argument for a size.
     """
     replaced = torch.Tensor.__new__
     original = getattr(torch.Tensor, "__old_new__", None)
@@ -125,8 +111,7 @@ def _whole(value: Any) -> int | None:
 def norm_statistics_cast(model: nn.Module, config: dict[str, Any]) -> int:
     """Cast each normalisation layer's running statistics to its weight's dtype; returns how many.
 
-    Left alone where ``config`` sets ``data_types.buffer_dtype`` (DeepSpeed casts
-    then) and where a layer has no weight.
+    Unless ``config`` sets ``data_types.buffer_dtype`` (DeepSpeed casts then).
     """
     if (config.get("data_types") or {}).get("buffer_dtype") is not None:
         return 0
@@ -146,11 +131,8 @@ def allow_torch_optimizer(config: dict[str, Any], optimizer: Any, log: Callable[
                           tested: Callable[[Any], bool] | None = None) -> None:
     """Set ``zero_allow_untested_optimizer`` for an element-wise optimizer ZeRO has not tested.
 
-    ZeRO hands the optimizer flat partitions, which changes nothing for one that
-    updates each element on its own (SGD, Adam); one that takes norms (LARS, LAMB)
-    would train other weights than DDP. So the key is set and logged for the first;
-    for the second, or where the config sets it false, a :class:`ConfigError`
-    names the key. ``tested`` defaults to DeepSpeed's own list.
+    ZeRO hands the optimizer flat partitions: one that takes norms (LARS, LAMB) would
+    train other weights than DDP, and is refused. ``tested``: DeepSpeed's list by default.
     """
     stage = (config.get("zero_optimization") or {}).get("stage", 0)
     if optimizer is None or not stage:

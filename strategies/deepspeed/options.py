@@ -1,7 +1,6 @@
 """The DeepSpeed strategy's options: MMEngine's keys as one DeepSpeed config, checked.
 
-Plan time: nothing here imports DeepSpeed or torch; what only the run knows
-(batch sizes, ``'auto'`` sizes) is filled in by
+Plan time: no DeepSpeed or torch import; what only the run knows is filled in by
 :func:`flexgraph.strategies.deepspeed.engine.fill_config`.
 """
 
@@ -45,10 +44,7 @@ def _base_config(config: str | Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def precision(config: Mapping[str, Any]) -> str:
-    """The precision ``config`` enables: ``'fp16'``, ``'bf16'``, ``'amp'`` or ``'fp32'``.
-
-    Raises :class:`StrategyOptionError` when more than one is enabled.
-    """
+    """The one precision ``config`` enables: ``'fp16'``, ``'bf16'``, ``'amp'`` or ``'fp32'``."""
     enabled = [name for name in ("fp16", "bf16", "amp")
                if isinstance(config.get(name), Mapping) and config[name].get("enabled")]
     if len(enabled) > 1:
@@ -57,12 +53,7 @@ def precision(config: Mapping[str, Any]) -> str:
 
 
 def _check_hierarchical(zero: Mapping[str, Any], stage: int) -> None:
-    """ZeRO++ hpZ (``zero_hpz_partition_size``): DeepSpeed's hybrid sharding.
-
-    Each group of that many ranks (a node) keeps a secondary copy of stage 3's
-    parameters, so the forward's all-gathers stay within the node. ``'auto'`` is
-    the launch's processes per node, filled in at run time.
-    """
+    """ZeRO++ hpZ (``zero_hpz_partition_size``): stage 3's parameters also kept per node."""
     hpz = zero.get("zero_hpz_partition_size", 1)
     if hpz == 1:
         return
@@ -77,28 +68,10 @@ def _check_hierarchical(zero: Mapping[str, Any], stage: int) -> None:
 
 def deepspeed_config(config: str | Mapping[str, Any] | None = None,
                      **keys: Any) -> dict[str, Any]:
-    """The DeepSpeed config the options describe (plan time: no DeepSpeed import).
+    """A copy of ``config`` (a dict or a JSON file) with ``keys`` over it, checked.
 
-    MMEngine's ``zero_optimization.cpu_offload`` becomes DeepSpeed's
-    ``offload_optimizer``; unset ZeRO bucket sizes become ``'auto'``.
-
-    Parameters
-    ----------
-    config : str, mapping or None
-        A full DeepSpeed config, or its JSON file's path.
-    **keys
-        The strategy's options, over ``config``'s; ``None`` leaves its value.
-
-    Returns
-    -------
-    dict
-        A copy: ``config`` is not changed.
-
-    Raises
-    ------
-    StrategyOptionError
-        A missing or non-JSON file, a ZeRO stage or hpZ size DeepSpeed lacks, or
-        two precisions enabled.
+    MMEngine's ``zero_optimization.cpu_offload`` becomes ``offload_optimizer``; unset ZeRO
+    bucket sizes become ``'auto'``; a key given ``None`` leaves ``config``'s value.
     """
     merged = _base_config(config)
     merged.update({k: json.loads(json.dumps(v)) for k, v in keys.items() if v is not None})
@@ -117,8 +90,7 @@ def deepspeed_config(config: str | Mapping[str, Any] | None = None,
     return merged
 
 
-#: what a DeepSpeed run takes of an ``optim_wrapper`` (clipping and accumulation become
-#: DeepSpeed config keys, an AmpOptimWrapper's precision its fp16/bf16 section)
+#: what a DeepSpeed run takes of an ``optim_wrapper`` (the rest become DeepSpeed config keys)
 _TAKEN = frozenset({"type", "optimizer", "paramwise_cfg", "constructor", "clip_grad",
                     "accumulative_counts"})
 _WRAPPERS = ("OptimWrapper", "DeepSpeedOptimWrapper", "AmpOptimWrapper")
@@ -135,10 +107,7 @@ def _wrapper_type(optim_cfg: Mapping[str, Any]) -> str:
 def wrapper_options(optim_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The ``optim_wrapper`` options DeepSpeed's wrapper takes, and the keys dropped.
 
-    An AmpOptimWrapper's ``dtype`` and ``loss_scale`` are kept: they are its
-    precision (:func:`amp_sections`). A wrapper type other than ``OptimWrapper``,
-    ``AmpOptimWrapper`` or ``DeepSpeedOptimWrapper`` raises
-    :class:`StrategyOptionError`.
+    An AmpOptimWrapper's ``dtype`` and ``loss_scale`` become DeepSpeed's precision.
     """
     kind = _wrapper_type(optim_cfg)
     if kind not in _WRAPPERS:
@@ -153,10 +122,7 @@ def wrapper_options(optim_cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[
 def amp_sections(optim_cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """An ``AmpOptimWrapper``'s precision as DeepSpeed's ``bf16`` / ``fp16`` section, or ``{}``.
 
-    float16 (the default) takes ``loss_scale``: ``'dynamic'``, GradScaler's options
-    or a static number. A dtype DeepSpeed lacks, or scaling it cannot do (growth
-    other than doubling, an ``init_scale`` not a power of 2), raises
-    :class:`StrategyOptionError`.
+    DeepSpeed scales only from a power of 2, doubling and halving.
     """
     if _wrapper_type(optim_cfg) != "AmpOptimWrapper":
         return {}

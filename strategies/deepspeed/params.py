@@ -1,23 +1,10 @@
 """ZeRO-3 parameters a forward cannot get: refused before training, or named when met.
 
-Under ZeRO-3 DeepSpeed gathers a module's parameters right before its forward.
-When it cannot (the parameter is empty, or read outside its module's forward),
-it stops deep in the first step with ``AssertionError: {'id': 28, 'status':
-'NOT_AVAILABLE', ...}``, naming the parameter by an id of its own. The limit is
-DeepSpeed's; the message is ours. :func:`empty_parameters` is checked right
-after ``deepspeed.initialize``: ``torch.nn.TransformerEncoder`` deep-copies its
-layer, which under ``zero.Init`` is already partitioned, so the copies hold
-empty placeholders. :func:`named_parameter_errors` names a parameter not
-gathered during training.
-
-The ways out: build each layer itself (no copies), register a parameter read
-outside its module's forward with ``deepspeed.zero.register_external_parameter``,
-use ZeRO stage 1 or 2, or ``FSDPStrategy``, which handles these models.
-
-A forward that writes a parameter in place (a momentum encoder) writes into the
-gathered copy, or into the empty placeholder outside its module's forward; the
-write is lost. :func:`watch_forward_writes` notes such writes in the first
-training forward.
+DeepSpeed gathers a module's parameters right before its forward; when it cannot (the
+parameter is empty, or read outside that forward) it stops with ``AssertionError:
+{'id': 28, 'status': 'NOT_AVAILABLE', ...}``. The limit is DeepSpeed's; the message,
+naming the parameter and the fixes, is ours. In-place writes to a parameter in a forward
+are lost too, and are reported.
 """
 
 from __future__ import annotations
@@ -40,11 +27,7 @@ _OTHER_WAYS = "or use zero_optimization.stage 1 or 2, or FSDPStrategy, which han
 
 
 class ZeroParameterError(FlexgraphError, RuntimeError):
-    """Under ZeRO-3, a parameter a forward needs cannot be gathered.
-
-    The message names the parameter by its dotted name, the module running or
-    making it, and the fixes.
-    """
+    """Under ZeRO-3, a parameter a forward needs cannot be gathered."""
 
 
 def _empty_message(names: list[str], maker: str | None) -> str:
@@ -64,8 +47,7 @@ def _empty_message(names: list[str], maker: str | None) -> str:
 
 
 def _copying_ancestor(model: nn.Module, name: str) -> str | None:
-    """``'encoder (TransformerEncoder)'`` when a torch module that copies its layer holds
-    the parameter ``name``."""
+    """``'encoder (TransformerEncoder)'`` when a module that copies its layer holds ``name``."""
     parts = name.split(".")
     for depth in range(len(parts) - 1, 0, -1):
         prefix = ".".join(parts[:depth])
@@ -78,8 +60,8 @@ def _copying_ancestor(model: nn.Module, name: str) -> str | None:
 def empty_parameters(model: nn.Module) -> str | None:
     """What is wrong with parameters ZeRO-3 holds no value of anywhere, or ``None``.
 
-    The message names the parameters with no elements and the fixes; the contract
-    :func:`~flexgraph.strategies.deepspeed.contracts.partitioned` stops the run with it.
+    ``torch.nn.TransformerEncoder`` deep-copies its layer, which under ``zero.Init`` is
+    already partitioned: the copies hold empty placeholders.
     """
     empty = [name for name, p in model.named_parameters()  # a copy: no ds_id, no elements
              if getattr(p, "ds_numel", 1) == 0 or not hasattr(p, "ds_id") and p.numel() == 0]
@@ -109,8 +91,7 @@ def _running_module(exc: BaseException, names: dict[int, str]) -> str | None:
 
 @contextlib.contextmanager
 def named_parameter_errors(model: nn.Module) -> Iterator[None]:
-    """Make DeepSpeed's not-gathered assertion a :class:`ZeroParameterError` naming the parameter.
-    """
+    """DeepSpeed's not-gathered assertion as a :class:`ZeroParameterError` naming the parameter."""
     try:
         yield
     except AssertionError as exc:
@@ -161,8 +142,7 @@ class _Writes(TorchFunctionMode):
 
 
 def watch_forward_writes(model: nn.Module, report: Callable[[str], Any]) -> None:
-    """Watch ``model``'s first training forward for in-place writes to its parameters, and
-    ``report`` them (ZeRO-3 loses them; see the module's docstring)."""
+    """``report`` the in-place writes to parameters in ``model``'s first training forward."""
     names = {id(p): n for n, p in model.named_parameters()}
     watch = _Writes(names)
 

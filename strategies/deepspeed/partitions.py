@@ -1,17 +1,8 @@
 """A one-device run's weights into ZeRO-3's partitions during setup, one parameter at a time.
 
-Under ``deepspeed.zero.Init`` each rank holds its partition of every parameter
-and the constructors' initialisers see empty partitions. So ``init_weights``
-(:func:`~flexgraph.training.steps.init_from_record`, placing with
-:func:`into_partitions`) has rank 0 record the one-device setup without values,
-and the ranks make each parameter's value from the record in turn, each maker
-scattering it; every rank ends with a one-device run's random-number states.
-No rank holds more than its partitions and a parameter in flight.
-
-When the loaded files set every weight, ``init_weights`` is pruned:
-:func:`follow_init_draws` advances the generators as the setup would, and
-``load_checkpoint`` reads each rank's own elements into the partitions
-(:data:`PARTITIONS`).
+Under ``deepspeed.zero.Init`` the initialisers see empty partitions, so rank 0 records the
+one-device setup and the ranks make each parameter from the record in turn, scattering
+it: no rank holds more than its partitions and a parameter in flight.
 """
 
 from __future__ import annotations
@@ -28,11 +19,7 @@ __all__ = ["PARTITIONS", "follow_init_draws", "into_partitions"]
 
 
 def into_partitions(env: Any, model: nn.Module, record: Any, source_rank: int) -> None:
-    """``init_weights``' placer: each parameter's one-device value into every rank's partition.
-
-    The ranks make the values from ``record`` in turn, one parameter at a time,
-    each maker scattering what it made.
-    """
+    """``init_weights``' placer: each parameter's one-device value into every rank's partition."""
     from flexgraph.training.runtime import return_freed_memory
 
     params = dict(model.named_parameters())
@@ -46,16 +33,8 @@ def into_partitions(env: Any, model: nn.Module, record: Any, source_rank: int) -
     allow_partitioned_copies(model)
 
 
-def _gathered(params: list[nn.Parameter], modifier_rank: int | None = None) -> Any:
-    import deepspeed  # imported by the strategy's setup_env, told its accelerator there
-
-    return deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank)
-
-
 def _partition(param: nn.Parameter) -> torch.Tensor | None:
-    """This rank's partition of ``param``: a flat run of its elements, as DeepSpeed
-    partitions it (the last rank's padded); ``None`` where it is not partitioned over
-    every rank (then it is gathered and released whole, DeepSpeed's way)."""
+    """This rank's flat run of ``param``'s elements; ``None`` unless over every rank."""
     partition = getattr(param, "ds_tensor", None)
     group = getattr(param, "ds_process_group", None)
     if partition is None or torch.distributed.get_world_size(group=group) != \
@@ -67,14 +46,15 @@ def _partition(param: nn.Parameter) -> torch.Tensor | None:
 def _into_partition(param: nn.Parameter, value: torch.Tensor | None, source: int = 0) -> None:
     """``source``'s whole ``value`` scattered into every rank's partition of ``param``.
 
-    ``GatheredParameters`` with a modifier rank would all-gather the old values
-    first, then broadcast the whole.
+    (``GatheredParameters`` with a modifier rank would all-gather the old values first.)
     """
+    import deepspeed  # imported by the strategy's setup_env, told its accelerator there
+
     from flexgraph.training.runtime import this_rank
 
     part = _partition(param)
     if part is None:
-        with _gathered([param], modifier_rank=source), torch.no_grad():
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=source), torch.no_grad():
             if this_rank() == source:
                 param.data.copy_(value)
         return
@@ -89,10 +69,8 @@ def _into_partition(param: nn.Parameter, value: torch.Tensor | None, source: int
 def follow_init_draws(cfg: Any, env: Any, model: nn.Module) -> nn.Module:
     """``init_weights`` pruned: every rank's generators advance as the one-device setup's.
 
-    A one-device run initialises before it loads, drawing numbers training's
-    dropout then follows. Each rank records that setup without values and drops
-    the record, its ``Pretrained`` files not read; where it cannot be recorded the
-    run warns and goes on with this rank's seed's streams.
+    A one-device run's init draws numbers its dropout then follows; where the setup cannot
+    be recorded, the run warns and keeps this rank's streams.
     """
     import warnings
 
@@ -112,8 +90,7 @@ def follow_init_draws(cfg: Any, env: Any, model: nn.Module) -> nn.Module:
 
 
 def _read_own(entry: torch.Tensor, tensor: torch.Tensor, mapped: Any) -> None:
-    """This rank's part of ``tensor`` (a value of ``mapped``'s checkpoint) into ``entry``:
-    its partition of a parameter, a buffer whole."""
+    """This rank's part of ``mapped``'s ``tensor`` into ``entry`` (a buffer whole)."""
     if not hasattr(entry, "ds_tensor"):
         mapped.read_rows(tensor, 0, entry.shape[0] if entry.dim() else 1, entry)
         return
@@ -149,7 +126,4 @@ def _receive(entry: torch.Tensor, value: torch.Tensor | None) -> None:
 
 PARTITIONS = Slices(read_own=_read_own, receive=_receive,
                     whole_shape=lambda entry: tuple(getattr(entry, "ds_shape", entry.shape)))
-"""ZeRO-3's slices, for the one sharded ``load_from``
-(:func:`~flexgraph.training.checkpoint.load_into_slices`): a parameter's partition
-is a flat run of its elements (``ds_tensor``; the rows that hold it are read from
-the file, or it is scattered from rank 0's whole value); a buffer is held whole."""
+"""ZeRO-3's slices for :func:`~flexgraph.training.checkpoint.load_into_slices`."""

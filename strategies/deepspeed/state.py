@@ -1,15 +1,8 @@
 """DeepSpeed's state by parameter name: how a ZeRO engine writes and reads portable checkpoints.
 
-ZeRO keeps the optimizer's view in flat fp32 partitions that say nothing of
-which parameter a slice belongs to. DeepSpeed's ``safe_get_full_*`` /
-``safe_set_full_*`` collectives assemble or scatter one parameter's master
-weight or moment; :class:`DeepSpeedStateAccess` walks the parameters in their
-order (the same on every rank) and gives exactly the layout torch's
-``state_dict`` API gives for single device, DDP and FSDP2, by name.
-
-On restore, a fresh engine's optimizer has no state yet, so every partition
-gets zero state and the step count first, then the moments parameter by
-parameter. ZeRO stage 0 goes through torch's API.
+ZeRO's flat fp32 partitions say nothing of which parameter a slice belongs to;
+DeepSpeed's ``safe_get_full_*`` / ``safe_set_full_*`` collectives assemble or scatter one
+parameter's master weight or moment, walked in the same order on every rank.
 """
 
 from __future__ import annotations
@@ -58,10 +51,7 @@ def _group_params(zero: Any, base: torch.optim.Optimizer) -> list[list[torch.nn.
 
 
 def _flat_partitions(zero: Any, base: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """This rank's flat fp32 partitions: what the torch optimizer's state is keyed by.
-
-    ZeRO-3 puts them into the optimizer's param groups only while it steps.
-    """
+    """This rank's flat fp32 partitions (ZeRO-3's are in the param groups only as it steps)."""
     for attr in ("fp32_partitioned_groups_flat", "single_partition_of_fp32_groups",
                  "fp32_groups_flat_partition"):
         flats = getattr(zero, attr, None)
@@ -73,9 +63,8 @@ def _flat_partitions(zero: Any, base: torch.optim.Optimizer) -> list[torch.Tenso
 def _link_optimizer_state(zero: Any, base: torch.optim.Optimizer) -> None:
     """Point every parameter's fragment at its group's optimizer state as it is now.
 
-    ZeRO-1/2 link the fragments once, at their first step; a group not stepped
-    then keeps an empty link for good, and ``safe_get_full_optimizer_state``
-    raises "exp_avg not found" for its parameters (layer decay's many groups).
+    ZeRO-1/2 link them at their first step only: a group not stepped then has no state
+    (``safe_get_full_optimizer_state`` raises "exp_avg not found").
     """
     from deepspeed.utils import lazy_init_hp_params_optimizer_state
 
@@ -93,9 +82,8 @@ def _link_optimizer_state(zero: Any, base: torch.optim.Optimizer) -> None:
 def _set_fp32(param: torch.nn.Parameter, value: torch.Tensor, key: str | None = None) -> None:
     """Put a whole tensor into ZeRO's fp32 partitions: the master weight, or state ``key``.
 
-    DeepSpeed's ``safe_set_full_*`` cuts a ZeRO-3 partition without the last
-    rank's padding and fails where the ranks do not divide a parameter's size
-    (MMPreTrain's ViT); here the partition is cut and padded, then set locally.
+    Under ZeRO-3 the partition is cut and padded here: DeepSpeed's ``safe_set_full_*``
+    fails where the ranks do not divide a parameter's size.
     """
     from deepspeed.utils import (
         safe_set_full_fp32_param,
@@ -157,7 +145,7 @@ class DeepSpeedStateAccess(StateAccess):
 
     def model_state(self, model: Any) -> dict[str, torch.Tensor]:
         module = model.engine.module
-        # every name of a shared parameter, as in a state_dict (hooks look each one up)
+        # every name of a shared parameter, as in a state_dict
         out = {name: saved_shape(p, _full_weight(p))
                for name, p in module.named_parameters(remove_duplicate=False)}
         buffers = dict(_buffers(module))

@@ -1,7 +1,4 @@
-"""The DeepSpeed strategy's step functions: what its rewrites bring into the plan.
-
-Each imports DeepSpeed when it runs, never when the plan is made.
-"""
+"""The DeepSpeed strategy's step functions; each imports DeepSpeed when it runs, not at plan."""
 
 from __future__ import annotations
 
@@ -59,8 +56,7 @@ def setup_env(cfg: Any, *, precision: str = "fp32", tensor_parallel: bool = Fals
         _leave_out_shm_all_reduce(deepspeed)
     _warn_about_stale_build_locks()
     env = setup_process_group(cfg, device=device, backend=backend, timeout=timeout)
-    # DeepSpeed reads LOCAL_RANK itself (its engine, zero.Init), which a process
-    # started without a launcher lacks: it is then a world of one, rank 0.
+    # DeepSpeed reads LOCAL_RANK itself, which a process started without a launcher lacks
     os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
     deepspeed.init_distributed(dist_backend=backend or ("nccl" if "cuda" in env.device
                                                         else "gloo"))
@@ -70,9 +66,8 @@ def setup_env(cfg: Any, *, precision: str = "fp32", tensor_parallel: bool = Fals
 def _leave_out_shm_all_reduce(deepspeed: Any) -> None:
     """Keep DeepSpeed from building its shared-memory all-reduce op, which training never calls.
 
-    On a CPU ``init_distributed`` compiles that op and every rank loads it, though
-    only tensor-parallel layers call it. DeepSpeed probes its dict of buildable ops
-    once, so the edit persists; a config with ``tensor_parallel`` keeps the op.
+    On a CPU ``init_distributed`` compiles it for every rank, though only tensor-parallel
+    layers call it; DeepSpeed probes its dict of buildable ops once, so the edit persists.
     """
     builder = deepspeed.accelerator.get_accelerator().create_op_builder("ShareMemCommBuilder")
     if builder is not None:
@@ -92,13 +87,7 @@ def _warn_about_stale_build_locks() -> None:
 
 
 def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:
-    """``deepspeed.zero.Init``: ZeRO-3 partitions each parameter as it is created.
-
-    Given the run's DeepSpeed config (batch sizes filled in), so parameters are
-    made in the training precision and placement; ``torch.Tensor(data)`` and 0-d
-    parameters are handled (:mod:`flexgraph.strategies.deepspeed.models`). The
-    values come later, from ``init_weights``.
-    """
+    """``deepspeed.zero.Init`` with the run's config: each parameter partitioned as created."""
     from flexgraph.strategies.deepspeed.engine import fill_config
     from flexgraph.strategies.deepspeed.models import data_constructors_kept, scalar_safe_init
 
@@ -111,8 +100,7 @@ def zero_init(cfg: Any, env: Any, *, config: Mapping[str, Any]) -> Any:
 
 
 def _optimizer(cfg: Any, model: Any, *, warn: bool) -> Any:
-    """The torch optimizer the config's optim_wrapper describes (paramwise_cfg included);
-    ``warn``: about the keys DeepSpeed's wrapper does not take."""
+    """The torch optimizer the config's optim_wrapper describes; ``warn`` of keys dropped."""
     from flexgraph.strategies.deepspeed.options import wrapper_options
     from mmengine.config import ConfigDict
 
@@ -126,7 +114,7 @@ def _optimizer(cfg: Any, model: Any, *, warn: bool) -> Any:
         warnings.warn(f"{', '.join('optim_wrapper.' + key for key in dropped)}: dropped, "
                       f"DeepSpeed's optimizer wrapper does not take them (its precision is "
                       f"the strategy's fp16/bf16 keys)", UserWarning, stacklevel=2)
-    for moved in ("type", "clip_grad", "accumulative_counts"):  # became DeepSpeed config keys
+    for moved in ("type", "clip_grad", "accumulative_counts"):  # DeepSpeed config keys now
         plain.pop(moved, None)
     with _full_shapes(model):
         return build_optim_wrapper(ConfigDict(optim_wrapper=plain), model).optimizer
@@ -134,11 +122,10 @@ def _optimizer(cfg: Any, model: Any, *, warn: bool) -> Any:
 
 @contextlib.contextmanager
 def _full_shapes(model: Any) -> Iterator[None]:
-    """ZeRO-3's partitioned parameters show their full shape, without storage.
+    """ZeRO-3's parameters show their full shape, without storage.
 
-    A placeholder's shape is ``[0]``, and optimizer constructors put every 1-D
-    parameter in a group without weight decay; so for the duration each is
-    swapped for one element expanded to the full shape.
+    A placeholder's shape is ``[0]``, which optimizer constructors take for a 1-D
+    parameter and leave without weight decay.
     """
     import torch
 
@@ -156,11 +143,7 @@ def _full_shapes(model: Any) -> Iterator[None]:
 def initialize(cfg: Any, settings: Any, run_context: Any, env: Any, model: Any, *,
                config: Mapping[str, Any], inputs_to_half: list[Any] | None = None
                ) -> dict[str, Any]:
-    """``deepspeed.initialize``: the engine, as a model, and its optimizer wrapper.
-
-    What it chose is logged through the run context's logger; the resolved
-    DeepSpeed config is written into the work_dir.
-    """
+    """``deepspeed.initialize``: the engine, as a model, and its optimizer wrapper."""
     from flexgraph.strategies.deepspeed.checkpoint import safe_checkpoint_engine
     from flexgraph.strategies.deepspeed.engine import (
         DeepSpeedOptimWrapper,

@@ -1,32 +1,9 @@
 """FSDPStrategy: FSDP2 (``torch.distributed.fsdp.fully_shard``) over a process group.
 
-The order, and why (each line is a rewrite below)::
-
-    build_model              every rank on the meta device: no rank builds the
-                             model whole, and the build draws nothing
-    activation_checkpointing (when asked) wraps blocks before they are sharded
-    compile                  (when planned) before sharding, as FSDP2 expects
-    fully_shard              each wrap-policy unit, innermost first, then the
-                             root: shards on the meta device
-    materialize              storage for this rank's shards (NaN until set)
-    init_weights             a one-device run's weights, bit for bit: rank 0
-                             records that run's setup without values and the
-                             ranks make the parameters from the record in
-                             turn, each sending every rank its rows; the
-                             random-number states end as that run's
-    load_checkpoint          each rank reads its own rows of a full file
-                             (mapped) or its own shards of a DCP checkpoint
-    build_optim_wrapper      on the sharded parameters (built before sharding it
-                             would hold the full tensors fully_shard replaced)
-
-No rank holds the model: setup costs a rank its shards and a parameter's worth
-in flight. A module whose ``init_weights`` cannot run without values
-(``.numpy()``, a C extension, a shape from values) is initialised whole on
-rank 0 and sent; ``flexgraph plan --estimate`` names it. When the loaded files
-cover the model's ``state_dict`` the run prunes ``init_weights``
-(``skip_init_weights=True`` always does). Contracts (:mod:`.contracts`) check
-as the run goes. Options are MMEngine's ``FSDPStrategy`` keys where they carry
-over to FSDP2; a key with no FSDP2 meaning is refused by name.
+No rank holds the model: every rank builds on the meta device, shards, then gets
+storage for its shards; ``init_weights`` makes a one-device run's weights from rank 0's
+record and sends each rank its rows. Options are MMEngine's ``FSDPStrategy`` keys where
+they carry over to FSDP2; a key with no FSDP2 meaning is refused by name.
 """
 
 from __future__ import annotations
@@ -48,16 +25,11 @@ __all__ = ["fsdp"]
 
 STEPS = "flexgraph.strategies.fsdp.steps"
 CONTRACTS = "flexgraph.strategies.fsdp.contracts"
-SOURCE_RANK = 0
-"""The rank that records the one-device setup and makes each parameter for all."""
-
-INIT_FROM_RECORD = ("MMEngine's initialisers copy whole tensors, which fails on shards, and a "
-                    "sharded init draws other random numbers than a single-device run: rank 0 "
-                    "records that run's init and makes each parameter again from the record")
-LOAD_INTO_SHARDS = ("the sharded checkpoint IO loads into this rank's shards, which exist only "
-                    "once the model is sharded")
+SOURCE_RANK = 0  # records the one-device setup and makes each parameter for all
 NO_STORAGE = ("the sharded checkpoint IO loads into this rank's shards, which have no storage "
               "before materialize")
+NO_ROWS = ("init_weights writes each rank's rows into its shards, which have no storage before "
+           "materialize")
 
 
 def fsdp(
@@ -70,9 +42,6 @@ def fsdp(
     checkpoint_format: str | None = None,
 ) -> Strategy:
     """Fully sharded data parallel over a torch.distributed process group.
-
-    The parameters follow MMEngine's ``FSDPStrategy``; each is translated to
-    FSDP2 or refused by name.
 
     Parameters
     ----------
@@ -93,7 +62,6 @@ def fsdp(
     Returns
     -------
     Strategy
-        The rewrites the module docstring explains.
 
     Raises
     ------
@@ -105,7 +73,7 @@ def fsdp(
     if not isinstance(skip_init_weights, bool):
         raise refuse(FSDP.name, f"skip_init_weights={skip_init_weights!r}",
                      "must be True or False")
-    if isinstance(activation_checkpointing, bool):  # True: the wrap policy's units
+    if isinstance(activation_checkpointing, bool):
         activation_checkpointing = {} if activation_checkpointing else None
     elif not isinstance(activation_checkpointing, (Mapping, type(None))):
         raise refuse(FSDP.name, f"activation_checkpointing={activation_checkpointing!r}",
@@ -147,10 +115,11 @@ def fsdp(
             requires=("cfg", "env"), updates="model", gives="initialised",
             params={"place": f"{STEPS}:scatter_rows", "source_rank": SOURCE_RANK},
             doc="a one-device run's init_weights, made unit by unit on rank 0 from its "
-                "record, each rank sent its rows"), why=INIT_FROM_RECORD)),
-        IfPresent("init_weights", Move("init_weights", after="materialize", why=(
-            "init_weights writes each rank's rows into its shards, which have no storage "
-            "before materialize"))),
+                "record, each rank sent its rows"), why=(
+            "MMEngine's initialisers copy whole tensors, which fails on shards, and a sharded "
+            "init draws other random numbers than a single-device run: rank 0 records that "
+            "run's init and makes each parameter again from the record"))),
+        IfPresent("init_weights", Move("init_weights", after="materialize", why=NO_ROWS)),
         Configure("build_checkpointer", {"io": checkpoint_io(state_dict_cfg),
                                          "checkpoint_format": checkpoint_format},
                   why="each rank reads and writes its own shards"),
@@ -163,11 +132,11 @@ def fsdp(
                  "an optimizer built before sharding holds the full parameters that "
                  "fully_shard replaces with shards, and would update tensors the model "
                  "no longer uses"),
-        Precedes("fully_shard", "load_checkpoint", LOAD_INTO_SHARDS),
+        Precedes("fully_shard", "load_checkpoint",
+                 "the sharded checkpoint IO loads into this rank's shards, which exist only "
+                 "once the model is sharded"),
         Precedes("materialize", "load_checkpoint", NO_STORAGE),
-        Precedes("materialize", "init_weights",
-                 "init_weights writes each rank's rows into its shards, which have no "
-                 "storage before materialize"),
+        Precedes("materialize", "init_weights", NO_ROWS),
     ]
     memory = {k: v for k, v in shard.items() if k != "hybrid_mesh" or isinstance(v, tuple)}
     return Strategy(FSDP.name, rewrites, doc="fully sharded data parallel (FSDP2)",

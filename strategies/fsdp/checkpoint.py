@@ -1,12 +1,4 @@
-"""The FSDP strategy's own checkpoints: sharded directories or one full file.
-
-:class:`DistributedCheckpointIO` (``iter_40.dcp/``): every rank writes and reads
-its own shards, and DCP reshards on load, so another world size resumes; rank 0
-writes the rest (loop state, RNG states) as a small ``extra.pth`` beside them.
-:class:`FullStateFileIO` (``iter_40.pth``): the full state gathered to rank 0 as
-one ordinary file that other tools read; on resume each rank receives only its
-shard. Both load ``load_from`` through :class:`ShardLoader`.
-"""
+"""The FSDP strategy's own checkpoints: sharded directories or one full file."""
 
 from __future__ import annotations
 
@@ -54,11 +46,7 @@ __all__ = ["DistributedCheckpointIO", "FullStateFileIO", "ShardLoader"]
 
 
 class ShardLoader(WeightLoader):
-    """``load_from`` into FSDP2's shards, each rank reading only what it holds.
-
-    A DCP checkpoint shard by shard; any other format through the one sharded
-    load, with FSDP2's rows.
-    """
+    """``load_from`` into FSDP2's shards, each rank reading only what it holds."""
 
     def load_weights(self, path: Path, model: Any, *, held: CheckpointFormat,
                      on_read: OnRead) -> WeightsLoaded:
@@ -87,7 +75,10 @@ def _write_file(obj: Any, path: Path) -> None:
 
 
 class DistributedCheckpointIO(ShardLoader, CheckpointIO):
-    """Sharded checkpoint directories: every rank writes and reads its own shards."""
+    """Sharded checkpoint directories (``iter_40.dcp/``); rank 0 writes the rest as ``extra.pth``.
+
+    DCP reshards on load, so another world size resumes.
+    """
 
     suffix = ".dcp"
     format = DCP_DIRECTORY
@@ -144,11 +135,7 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 class FullStateFileIO(ShardLoader, FileCheckpointIO):
-    """One file with the full state, gathered from the shards to rank 0.
-
-    The optimizer state is keyed by parameter name, so it loads into any sharding
-    of the same model; rank 0 reads the file whole and broadcasts the states.
-    """
+    """One file with the full state, gathered to rank 0, the optimizer's by parameter name."""
 
     maps_weights = False
 
@@ -161,12 +148,7 @@ class FullStateFileIO(ShardLoader, FileCheckpointIO):
         return out
 
     def read(self, path: Path, *, model: Any = None, optim_wrapper: Any = None) -> dict[str, Any]:
-        """Rank 0 reads the file; the other ranks get everything but the states.
-
-        A failure is raised on every rank; so is a single-device or DDP checkpoint
-        (:class:`ForeignCheckpointError`), whose optimizer state, keyed by position,
-        torch's full optimizer state dict cannot place.
-        """
+        """Rank 0 reads the file; the other ranks get everything but the states."""
         def read_on_rank0() -> dict[str, Any]:
             read = super(FullStateFileIO, self).read(path)
             if not isinstance(read, dict):

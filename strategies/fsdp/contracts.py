@@ -1,8 +1,4 @@
-"""FSDP's contracts: what its steps leave, checked after them (or before ``fully_shard``,
-or during training).
-
-See :mod:`flexgraph.training.contracts` for what a contract is.
-"""
+"""FSDP's contracts (:mod:`flexgraph.training.contracts`): what its steps leave, checked."""
 
 from __future__ import annotations
 
@@ -18,11 +14,7 @@ SOURCE_RANK = 0
 
 
 def every_parameter_set(env: Any, model: Any) -> str | None:
-    """Every parameter was set by init or the loaded files, on every rank (a collective).
-
-    ``materialize`` fills new storage with NaN, so a parameter that neither a
-    ``reset_parameters()`` nor the files set is found here, before it trains on garbage.
-    """
+    """Every parameter was set (none left NaN by ``materialize``), on every rank (a collective)."""
     bad: list[list[str]] = [[] for _ in range(env.world_size)]
     torch.distributed.all_gather_object(bad, uninitialised_parameters(model))
     names = sorted({name for rank in bad for name in rank})
@@ -36,8 +28,7 @@ def every_parameter_set(env: Any, model: Any) -> str | None:
 
 
 def source_alone_whole(env: Any, model: Any) -> str | None:
-    """No rank but the source holds the model's weights after ``build_model`` (a collective
-    of one flag a rank, so every rank stops together)."""
+    """No rank but the source holds the model's weights after ``build_model`` (a collective)."""
     made = [n for n, p in model.named_parameters() if p.device.type != "meta"]
     every: list[Any] = [None] * env.world_size
     torch.distributed.all_gather_object(every, made[:1])
@@ -50,8 +41,7 @@ def source_alone_whole(env: Any, model: Any) -> str | None:
 
 
 def _signature(model: Any, params: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
-    """Each unit fully_shard will make (its name), with the dtypes of its own trainable
-    parameters, in the order fully_shard takes them."""
+    """Each unit fully_shard will make, in its order, with its trainable parameters' dtypes."""
     from flexgraph.strategies.fsdp.units import resolve_wrap_policy, wrap_units
 
     policy = resolve_wrap_policy(params.get("auto_wrap_policy"), model,
@@ -69,8 +59,7 @@ def _signature(model: Any, params: Mapping[str, Any]) -> list[tuple[str, list[st
 
 
 def dtypes_uniform(env: Any, model: Any, params: Mapping[str, Any]) -> str | None:
-    """Before ``fully_shard``: each unit's trainable parameters share one dtype, the same on
-    every rank (a collective of a few names)."""
+    """Before ``fully_shard``: each unit's trainable parameters share one dtype on every rank."""
     mine = _signature(model, params)
     every: list[Any] = [None] * env.world_size
     torch.distributed.all_gather_object(every, mine)
@@ -92,9 +81,7 @@ def dtypes_uniform(env: Any, model: Any, params: Mapping[str, Any]) -> str | Non
 
 
 def forward_writes_kept(model: Any, report: Any) -> None:
-    """After ``fully_shard``, judged at each unit's first training forward: the forward wrote
-    nothing in place to a gathered parameter, a write FSDP frees with the copy
-    (:func:`~flexgraph.strategies.fsdp.copies.forward_writes`)."""
+    """Each unit's first training forward wrote nothing in place to a gathered parameter."""
     from flexgraph.strategies.fsdp.copies import watch_forward_writes
 
     watch_forward_writes(model, report)

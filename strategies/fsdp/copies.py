@@ -1,12 +1,8 @@
 """Second copies of a sharded model's weights, and the writes sharding loses.
 
-MMEngine's averaged models (EMA) deep-copy the model they average, which FSDP2
-refuses. :func:`allow_sharded_copies` makes that copy a :class:`ShardedCopy` of
-this rank's shards, which averaging, swapping for validation and saving touch
-locally: no rank holds it whole. A model that updates its own weights in place
-(MoCo v3's momentum encoder) writes into parameters ``fully_shard`` replaced or
-into the gathered copy FSDP frees; :func:`refuse_stale_parameters` and
-:func:`forward_writes` catch those.
+MMEngine's averaged models (EMA) deep-copy the model, which FSDP2 refuses: the copy is
+made of this rank's shards instead. A model that updates its own weights in place (MoCo
+v3's momentum encoder) loses those writes under FSDP, and is refused.
 """
 
 from __future__ import annotations
@@ -24,14 +20,10 @@ __all__ = ["ShardedCopy", "allow_sharded_copies", "forward_writes", "refuse_stal
 
 
 class ShardedCopy(nn.Module):
-    """A module's parameters and buffers, copied as this rank's shards, under the same names.
-
-    Names, order and ties are the source's, so MMEngine's averaged models treat it
-    as a copy of the whole model; it holds no layers and cannot run.
-    """
+    """A module's parameters and buffers, copied as this rank's shards, under the same names."""
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
-        # a whole tensor (a DDP checkpoint's average, resumed here) is cut to this rank's shard
+        # a whole tensor (a DDP checkpoint's average) is cut to this rank's shard
         from torch.distributed.tensor import DTensor, distribute_tensor
 
         for name, mine in self._parameters.items():
@@ -47,7 +39,7 @@ class ShardedCopy(nn.Module):
 
 
 def sharded_copy(module: nn.Module, memo: dict[int, Any] | None = None) -> ShardedCopy:
-    """``module``'s parameters and buffers as a :class:`ShardedCopy` (shards stay shards)."""
+    """``module``'s parameters and buffers as a :class:`ShardedCopy`."""
     memo = {} if memo is None else memo
     if id(module) in memo:
         return memo[id(module)]
@@ -65,8 +57,7 @@ def sharded_copy(module: nn.Module, memo: dict[int, Any] | None = None) -> Shard
 
 
 def allow_sharded_copies(model: nn.Module) -> None:
-    """Let ``copy.deepcopy`` of ``model`` or of any of its sharded modules give a
-    :class:`ShardedCopy` (FSDP2 refuses to deep-copy them)."""
+    """``copy.deepcopy`` of ``model``'s sharded modules gives a :class:`ShardedCopy`."""
     from torch.distributed.fsdp import FSDPModule
 
     for module in model.modules():
@@ -109,9 +100,7 @@ def _written(fsdp_param: Any) -> bool:
 def forward_writes(model: nn.Module) -> str | None:
     """What the last ``forward`` wrote in place to a gathered parameter, if anything.
 
-    Such a write is lost when FSDP frees the gathered copy, and the model trains
-    other weights than under DDP. Called while the copies are gathered, it
-    compares this rank's rows of each with its shard, which only the optimizer changes.
+    Called while the copies are gathered: this rank's rows of each against its shard.
     """
     written = [name for name, fsdp_param in _fsdp_params(model).items() if _written(fsdp_param)]
     if not written:
@@ -124,8 +113,7 @@ def forward_writes(model: nn.Module) -> str | None:
 
 
 def watch_forward_writes(model: nn.Module, report: Callable[[str], Any]) -> None:
-    """Look for :func:`forward_writes` after each sharded unit's first training forward,
-    before FSDP frees its gathered parameters; ``report`` what is found."""
+    """``report`` :func:`forward_writes` after each sharded unit's first training forward."""
     from torch.distributed.fsdp import FSDPModule
 
     def after_forward(module: nn.Module, args: Any, output: Any) -> None:
@@ -140,12 +128,7 @@ def watch_forward_writes(model: nn.Module, report: Callable[[str], Any]) -> None
 
 
 def refuse_stale_parameters(model: nn.Module) -> None:
-    """Refuse a sharded model whose modules hold on to parameters ``fully_shard`` replaced.
-
-    MMEngine's averaged models keep their own dict of parameters (``avg_parameters``)
-    and update it in place, which after sharding never reaches the trained
-    weights. The :class:`TrainingError` names the module, its attribute and the fix.
-    """
+    """Refuse a sharded model whose modules hold on to parameters ``fully_shard`` replaced."""
     current = {id(p) for p in model.parameters()}
     for name, module in model.named_modules():
         for attr, value in vars(module).items():

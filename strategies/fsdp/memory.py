@@ -1,16 +1,8 @@
 """FSDPStrategy's memory: fp32 shards, plus the units gathered while they compute.
 
-Per rank, ``P`` parameters over ``N`` ranks: parameters, gradients and the
-optimizer's ``k`` states are fp32 shards (``4P/N``, ``4P/N``, ``4kP/N``). The
-buffers are modelled as two of the largest unit gathered in the compute dtype (one
-computing, one prefetched) plus its unsharded gradients, and the root's own
-parameters gathered for the whole step; units are the ones ``fully_shard`` would
-get (:mod:`flexgraph.strategies.fsdp.units`). With ``reshard_after_forward=False``
-every unit stays gathered from its forward to its backward.
-
-Setup: every rank builds on meta and holds its shards, and ``init_weights`` or
-``load_from`` fill them a bounded amount at a time: no rank holds the model.
-On a GPU the shards are the GPU's (unless ``cpu_offload``).
+Buffers are modelled as two of the largest unit gathered in the compute dtype (one
+computing, one prefetched) plus its unsharded gradients, and the root's own parameters
+gathered for the whole step.
 """
 
 from __future__ import annotations
@@ -139,8 +131,7 @@ def estimate_steps(census: Any, *, world_size: int, target_device: str, weights_
                    memory: StrategyMemory, auto_wrap_policy: Any = None,
                    cpu_offload: bool = False, hybrid_mesh: Any = None, **_: Any
                    ) -> tuple[Allocation, ...]:
-    """Every rank builds on meta, ``materialize`` gives its shards, then ``init_weights``
-    (or ``load_checkpoint``) fills them a bounded amount at a time."""
+    """Built on meta, shards at ``materialize``, filled a bounded amount at a time."""
     shards, unit, _, _ = _setup_parts(census, world_size, target_device, auto_wrap_policy,
                                       cpu_offload, hybrid_mesh)
     steps = [Allocation("build_model", 0, "on the meta device: no storage"),

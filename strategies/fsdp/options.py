@@ -1,8 +1,4 @@
-"""The FSDP strategy's options: MMEngine's keys, checked and translated for FSDP2.
-
-A key with no FSDP2 meaning is refused by name rather than ignored. Plan time:
-nothing here imports torch.
-"""
+"""The FSDP strategy's options: MMEngine's keys, checked and translated for FSDP2 at plan time."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ from flexgraph.strategies.names import FSDP
 
 from flexgraph.core.strategy import StrategyOptionError
 
-__all__ = ["DCP_IO", "FROM_LAUNCH", "FULL_IO", "checkpoint_io", "shard_options"]
+__all__ = ["FROM_LAUNCH", "checkpoint_io", "shard_options"]
 
 DCP_IO = "flexgraph.strategies.fsdp.checkpoint:DistributedCheckpointIO"
 FULL_IO = "flexgraph.strategies.fsdp.checkpoint:FullStateFileIO"
@@ -22,8 +18,7 @@ _RESHARD = {"FULL_SHARD": True, "SHARD_GRAD_OP": False,
             "HYBRID_SHARD": True, "_HYBRID_SHARD_ZERO2": False}
 _WRAPPER_KEYS = ("type", "auto_wrap_policy", "sharding_strategy", "mixed_precision",
                  "cpu_offload", "use_orig_params", "device_mesh")
-FROM_LAUNCH = "nodes x processes per node"
-"""A hybrid mesh sized by the launch: replicate across nodes, shard within one."""
+FROM_LAUNCH = "nodes x processes per node"  # a hybrid mesh sized by the launch
 _PRECISION_KEYS = ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
 
 
@@ -32,12 +27,7 @@ def _refuse(key: str, why: str) -> StrategyOptionError:
 
 
 def shard_options(model_wrapper: Mapping[str, Any] | None) -> dict[str, Any]:
-    """MMEngine's ``model_wrapper`` keys as the params of the ``fully_shard`` step.
-
-    ``use_orig_params`` may only be ``True``; ``device_mesh`` asks for hybrid
-    sharding. A key with no FSDP2 meaning, or a value FSDP2 cannot take, raises
-    :class:`StrategyOptionError`.
-    """
+    """MMEngine's ``model_wrapper`` keys as the params of the ``fully_shard`` step."""
     wrapper = dict(model_wrapper or {})
     for key in wrapper:
         if key not in _WRAPPER_KEYS:
@@ -78,7 +68,7 @@ def shard_options(model_wrapper: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _mesh_shape(mesh: Any) -> tuple[int, int]:
-    """``device_mesh=(replicas, shard size)``: HYBRID_SHARD's mesh, given by the config."""
+    """``device_mesh=(replicas, shard size)``: HYBRID_SHARD's mesh."""
     if (not isinstance(mesh, (tuple, list)) or len(mesh) != 2
             or not all(isinstance(n, int) and n >= 1 for n in mesh)):
         raise _refuse(f"model_wrapper.device_mesh={mesh!r}", "must be (replicas, shard size), "
@@ -87,10 +77,7 @@ def _mesh_shape(mesh: Any) -> tuple[int, int]:
 
 
 def checkpoint_io(state_dict_cfg: str | Mapping[str, Any]) -> str:
-    """``state_dict_cfg`` (``'local'``, ``'full'``, a dict) as :data:`DCP_IO` or :data:`FULL_IO`.
-
-    Any other value raises :class:`StrategyOptionError`.
-    """
+    """``state_dict_cfg`` (``'local'``, ``'full'``, a dict) as the checkpoint IO it names."""
     if isinstance(state_dict_cfg, Mapping):
         kind = str(state_dict_cfg.get("state_dict_type", "")).rpartition(".")[2]
         full = kind == "FULL_STATE_DICT"

@@ -1,10 +1,7 @@
 """0-d parameters under FSDP2: replicated on every rank, their gradients averaged as DDP's are.
 
-``fully_shard`` refuses a 0-d parameter, and MMDetection's ``Scale`` modules
-hold one each. Making them 1-d would change the model's computation and its
-checkpoints' shapes, so they stay 0-d and out of sharding (``ignored_params``):
-each rank holds rank 0's values whole, and their gradients are averaged in one
-all-reduce after backward, which FSDP does not do for what it ignores.
+``fully_shard`` refuses a 0-d parameter (MMDetection's ``Scale``), and making them 1-d
+would change the model and its checkpoints; FSDP averages nothing it ignores.
 """
 
 from __future__ import annotations
@@ -24,13 +21,10 @@ def scalar_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 def replicate_scalars(model: nn.Module, scalars: list[nn.Parameter], device: Any
                       ) -> list[nn.Parameter]:
-    """Rank 0's ``scalars`` on every rank, on ``device``; their gradients averaged after backward.
+    """Rank 0's ``scalars`` on every rank, on ``device``, gradients averaged; returns them.
 
-    Returns the scalars the model now holds: a rank that built the model on the
-    meta device gets new ones.
+    A rank that built the model on the meta device gets new ones.
     """
-    if not scalars:
-        return scalars
     scalars = _materialized(model, scalars, device)
     with torch.no_grad():
         for param in scalars:
@@ -87,7 +81,7 @@ def _average_gradients(scalars: list[nn.Parameter]) -> None:
 
 
 def _tensors(output: Any) -> list[torch.Tensor]:
-    """Every tensor in a model's output (a tensor, or dicts, lists and tuples of them)."""
+    """Every tensor in a model's output."""
     if isinstance(output, torch.Tensor):
         return [output]
     if isinstance(output, dict):

@@ -1,9 +1,4 @@
-"""This rank's shards of an FSDP2 model: their storage, their rows, and loading into them.
-
-:data:`ROWS` tells the one sharded ``load_from``
-(:func:`~flexgraph.training.checkpoint.load_into_slices`) how the ranks hold the
-weights: each reads its own rows from the file, or receives them from rank 0.
-"""
+"""This rank's shards of an FSDP2 model: their storage, their rows, and loading into them."""
 
 from __future__ import annotations
 
@@ -14,17 +9,12 @@ from torch import nn
 
 from flexgraph.training.checkpoint import Slices
 
-__all__ = ["ROWS", "local_rows", "local_tensor", "materialize_module", "read_own_rows",
-           "receive_rows", "uninitialised_parameters"]
+__all__ = ["ROWS", "local_rows", "local_tensor", "materialize_module",
+           "uninitialised_parameters"]
 
 
 def materialize_module(model: nn.Module, device: str) -> nn.Module:
-    """Give a meta-built (possibly sharded) model storage on ``device``; returns ``model``.
-
-    Each rank allocates its shards; the buffers, kept real on meta, are put back.
-    Floating-point parameters are filled with NaN, so one that nothing loads is
-    found (:func:`uninitialised_parameters`) instead of training on garbage.
-    """
+    """Give a meta-built model storage on ``device``, floating-point parameters NaN (unset)."""
     buffers = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
     model.to_empty(device=device)
     with torch.no_grad():
@@ -59,13 +49,7 @@ def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def local_rows(tensor: torch.Tensor) -> tuple[int, int]:
-    """The rows ``(start, stop)`` of dimension 0 that this rank holds of ``tensor``.
-
-    FSDP2 shards by rows the way ``torch.chunk`` does (the last chunks may be
-    short or empty) over the mesh's shard dimension; a plain tensor is held whole,
-    a 0-d one is one row. A tensor sharded along another dimension raises
-    ``ValueError``.
-    """
+    """The rows ``(start, stop)`` of dimension 0 that this rank holds of ``tensor``."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
@@ -82,8 +66,7 @@ def local_rows(tensor: torch.Tensor) -> tuple[int, int]:
 
 
 def read_own_rows(entry: torch.Tensor, value: torch.Tensor, mapped: Any) -> None:
-    """This rank's rows of ``value`` (a tensor of ``mapped``'s checkpoint) into ``entry``,
-    read from the file; a tensor held whole (a buffer) is read whole."""
+    """This rank's rows of ``mapped``'s ``value`` into ``entry``."""
     start, stop = local_rows(entry)
     mapped.read_rows(value, start, stop, local_tensor(entry).detach())
 
@@ -101,4 +84,4 @@ def receive_rows(entry: torch.Tensor, value: torch.Tensor | None) -> None:
 
 
 ROWS = Slices(read_own=read_own_rows, receive=receive_rows)
-"""FSDP2's slices: the rows of dimension 0 this rank holds (whole tensors held whole)."""
+"""FSDP2's slices for :func:`~flexgraph.training.checkpoint.load_into_slices`: rows."""

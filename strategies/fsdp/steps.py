@@ -1,7 +1,4 @@
-"""The FSDP strategy's step functions: what its rewrites bring into the plan.
-
-Each imports torch when it runs, never when the plan is made.
-"""
+"""The FSDP strategy's step functions; each imports torch when it runs, not at plan."""
 
 from __future__ import annotations
 
@@ -22,14 +19,7 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
           reshard_after_forward: bool = True, mixed_precision: Mapping[str, Any] | None = None,
           cpu_offload: bool = False, broadcast_from_rank0: bool = False,
           hybrid_mesh: str | tuple[int, int] | None = None) -> Any:
-    """``fully_shard`` every unit the wrap policy picks (innermost first), then the root.
-
-    ``hybrid_mesh`` (HYBRID_SHARD) shards over a 2-D mesh. 0-d parameters, which
-    ``fully_shard`` refuses, are replicated (:mod:`.scalars`); second copies of the
-    weights (EMA) are seen to (:mod:`.copies`). ``broadcast_from_rank0``: every
-    rank first takes rank 0's parameters and buffers, as DDP does, since ranks
-    seeded apart initialise different weights.
-    """
+    """``fully_shard`` every unit the wrap policy picks (innermost first), then the root."""
     import torch
     from flexgraph.strategies.fsdp.copies import allow_sharded_copies, refuse_stale_parameters
     from flexgraph.strategies.fsdp.scalars import replicate_scalars, scalar_parameters
@@ -59,7 +49,7 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
             options["offload_policy"] = CPUOffloadPolicy()
     if hybrid_mesh is not None:
         options["mesh"] = _hybrid_mesh(env, hybrid_mesh)
-    scalars = scalar_parameters(model)  # fully_shard refuses 0-d parameters: replicated
+    scalars = scalar_parameters(model)  # fully_shard refuses 0-d parameters
     if scalars:
         scalars = replicate_scalars(model, scalars, env.device)
         options["ignored_params"] = set(scalars)
@@ -73,8 +63,7 @@ def shard(env: Any, model: Any, *, auto_wrap_policy: Any = None,
 
 
 def _units(model: Any) -> list[list[str]]:
-    """Parameter names by the FSDP module (wrap unit, or the root) that manages them,
-    innermost unit first."""
+    """Parameter names by the FSDP module that manages them, innermost first."""
     from torch.distributed.fsdp import FSDPModule
 
     units = [name for name, m in model.named_modules() if isinstance(m, FSDPModule)]
@@ -102,10 +91,8 @@ def _chunks(names: list[str], numel: dict[str, int], limit: int) -> list[list[st
 def scatter_rows(env: Any, model: Any, record: Any, source_rank: int) -> None:
     """``init_weights``' placer: each rank's rows of every parameter, unit by unit.
 
-    Within a unit the parameters go in runs of one dtype no larger than the
-    largest parameter; the ranks make the runs from ``record`` in turn, and each
-    maker packs every rank's rows into one padded flat buffer and scatters it. So
-    no rank holds more than its shards and a few runs in flight.
+    The ranks make runs of one dtype, no larger than the largest parameter, from
+    ``record`` in turn; each maker scatters every rank's rows as one padded buffer.
     """
     import torch
     import torch.distributed as dist
@@ -140,7 +127,7 @@ def scatter_rows(env: Any, model: Any, record: Any, source_rank: int) -> None:
 
 
 def _row_numel(tensor: Any) -> int:
-    """Elements in one row of ``tensor`` (dimension 0); a 0-d tensor is one row of one."""
+    """Elements in one row of ``tensor`` (a 0-d tensor: one)."""
     return math.prod(tensor.shape[1:])
 
 
@@ -154,12 +141,7 @@ def _packed(tensors: list[Any], rows: list[tuple[int, int]], length: int) -> Any
 
 
 def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
-    """The 2-D mesh of hybrid sharding: parameters sharded within a row, rows replicated.
-
-    Rows are consecutive ranks, which launchers place on one node, so only the
-    gradients' all-reduce crosses nodes; :data:`FROM_LAUNCH` sizes a row by
-    ``LOCAL_WORLD_SIZE``.
-    """
+    """The 2-D mesh of hybrid sharding: sharded within a row of consecutive ranks (a node)."""
     import os
 
     from mmengine.logging import MMLogger
@@ -182,11 +164,7 @@ def _hybrid_mesh(env: Any, shape: str | tuple[int, int]) -> Any:
 
 
 def materialize(env: Any, model: Any) -> Any:
-    """Storage on ``env.device`` for this rank's shards, NaN until something sets them.
-
-    A parameter nothing sets is refused by the contract
-    :func:`~flexgraph.strategies.fsdp.contracts.every_parameter_set`.
-    """
+    """Storage on ``env.device`` for this rank's shards, NaN until something sets them."""
     from flexgraph.strategies.fsdp.shards import materialize_module
 
     return materialize_module(model, env.device)
@@ -194,7 +172,7 @@ def materialize(env: Any, model: Any) -> Any:
 
 def checkpoint_blocks(model: Any, *, options: Mapping[str, Any],
                       auto_wrap_policy: Any = None) -> Any:
-    """MMEngine's ``activation_checkpointing=dict(check_fn=...)``; see ``checkpoint_selected``."""
+    """MMEngine's ``activation_checkpointing=dict(check_fn=...)``."""
     from flexgraph.strategies.fsdp.units import checkpoint_selected
 
     checkpoint_selected(model, options, auto_wrap_policy)

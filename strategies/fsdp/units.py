@@ -1,11 +1,7 @@
 """Which submodules to shard (or checkpoint) on their own: MMEngine's wrap policies.
 
-MMEngine's FSDP configs choose units with FSDP1 auto-wrap policies
-(``model_wrapper.auto_wrap_policy``: torch's ``size_based_auto_wrap_policy``,
-``transformer_auto_wrap_policy``, by name, dotted path or dict). FSDP2 has no
-policies, so :func:`wrap_units` walks the model as FSDP1's recursive wrapping
-did and returns the modules it would have wrapped, and the configs keep their
-meaning. Transformer layer classes may also be given by class name.
+MMEngine's FSDP configs choose units with FSDP1 auto-wrap policies; FSDP2 has none, so
+:func:`wrap_units` walks the model as FSDP1's recursive wrapping did.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ Policy = Callable[..., bool]
 
 
 def _classes_by_name(model: nn.Module, names: Any, what: str) -> tuple[type, ...]:
-    """Module classes named in ``names`` (classes or class names) among ``model``'s modules."""
+    """The classes ``names`` gives (classes or names of ``model``'s module classes)."""
     present = {type(m).__name__: type(m) for m in model.modules()}
     classes = []
     for item in names if isinstance(names, (list, tuple, set)) else [names]:
@@ -64,16 +60,13 @@ def resolve_wrap_policy(policy: Any, model: nn.Module, *, what: str) -> Policy |
 
 
 def wrap_units(model: nn.Module, policy: Policy | None) -> list[nn.Module]:
-    """The submodules FSDP1's auto-wrapping would have wrapped, innermost first.
-
-    The root is never in the list (it is always sharded last, as a whole).
-    """
+    """The submodules FSDP1's auto-wrapping would have wrapped, innermost first, root not."""
     if policy is None:
         return []
     units: list[nn.Module] = []
 
     def visit(module: nn.Module, is_root: bool) -> int:
-        """Wrap what the policy says below ``module``; return how many params got wrapped."""
+        """Wrap what the policy says below ``module``; returns the parameters wrapped."""
         numel = sum(p.numel() for p in module.parameters())
         if not policy(module=module, recurse=True, nonwrapped_numel=numel):
             return 0
@@ -91,8 +84,7 @@ def wrap_units(model: nn.Module, policy: Policy | None) -> list[nn.Module]:
 def checkpoint_activations(model: nn.Module, check_fn: Callable[[nn.Module], bool]) -> int:
     """Recompute in backward the activations of every submodule ``check_fn`` selects; how many.
 
-    torch's composable ``checkpoint`` keeps module names and state dict keys, so a
-    checkpoint loads the same with or without it.
+    torch's composable ``checkpoint`` keeps the state dict keys.
     """
     from torch.distributed._composable import checkpoint
 
@@ -106,8 +98,7 @@ def checkpoint_selected(model: nn.Module, options: Mapping[str, Any],
                         auto_wrap_policy: Any = None) -> int:
     """Activation checkpointing as MMEngine's FSDP configs ask for it; how many modules.
 
-    ``options`` is ``dict(check_fn=...)`` (a name, dotted path or dict); without a
-    ``check_fn``, the units ``auto_wrap_policy`` shards.
+    Without ``options['check_fn']``: the units ``auto_wrap_policy`` shards.
     """
     from mmengine.registry import FUNCTIONS
 

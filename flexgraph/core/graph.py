@@ -1,13 +1,9 @@
 """Graphs: a set of steps, with the edges between them derived, never stored.
 
-A :class:`Graph` keeps its steps in declaration order (the tie-break, so a graph
-always gives the same plan), its inputs, and for each artifact updated in place
-the chain of its updaters, which strategies rearrange.
-
-Edges (:func:`derive_edges`): producer -> first updater -> ... -> last updater;
-producer or last updater -> each consumer, unless the consumer is ordered
-``before`` an updater; and each step's ``after`` / ``before``. A step added
-later to a chain must name its place, or :class:`AmbiguousOrderError`.
+Steps keep declaration order, the tie-break, so a graph always gives the same
+plan; each artifact updated in place has the chain of its updaters. Edges:
+producer -> updaters in chain order -> each consumer (unless it is ordered
+``before`` an updater), plus each step's ``after`` / ``before``.
 """
 
 from __future__ import annotations
@@ -64,7 +60,6 @@ class Edge:
 
 
 def unknown_step(name: str, known: Iterable[str], context: str = "") -> UnknownStepError:
-    """Build the error for a step name that is not in the graph."""
     where = f"{context}: " if context else ""
     return UnknownStepError(f"{where}no step named {name!r}{did_you_mean(name, known)}")
 
@@ -76,10 +71,6 @@ def _freeze_chains(chains: Mapping[str, Iterable[str]]) -> Mapping[str, tuple[st
 @attrs.frozen
 class Graph:
     """An immutable set of steps in declaration order, with updater chains.
-
-    Build one with :meth:`of`; :meth:`add`, :meth:`extend`, ``|``,
-    :meth:`remove` and :meth:`upstream` return new graphs. Iterating gives the
-    steps; ``name in graph`` asks for a step by name.
 
     Examples
     --------
@@ -119,10 +110,9 @@ class Graph:
         return self.extend([step])
 
     def extend(self, steps: Iterable[Step] | Graph) -> Graph:
-        """A graph with ``steps`` appended, chained among themselves as :meth:`of` does.
+        """A graph with ``steps`` appended, chained as :meth:`of` does.
 
-        A user's step that names a step neither the graph nor ``steps`` has yet
-        goes to :attr:`pending` instead.
+        A user's step anchored on a step not there yet goes to :attr:`pending`.
         """
         if isinstance(steps, Graph):
             return self | steps
@@ -137,7 +127,6 @@ class Graph:
         return self | attrs.evolve(Graph.of(placed), pending=pending)
 
     def __or__(self, other: Graph) -> Graph:
-        """Union: ``other``'s steps appended, chains merged (see :meth:`extend`)."""
         if not isinstance(other, Graph):
             return NotImplemented
         clash = [s.name for s in other.steps if s.name in self.by_name]
@@ -194,7 +183,6 @@ class Graph:
 
     @cached_property
     def by_name(self) -> Mapping[str, Step]:
-        """Steps by name."""
         return MappingProxyType({s.name: s for s in self.steps})
 
     @cached_property
@@ -220,7 +208,6 @@ class Graph:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Step names in declaration order."""
         return tuple(s.name for s in self.steps)
 
     @cached_property
@@ -260,8 +247,8 @@ class Graph:
     ) -> int:
         """Where ``step`` goes in ``chain`` given its own ordering edges.
 
-        An unknown name in its ``after`` / ``before`` is reported first: read as
-        "no edge" it would surface as an ambiguous order, hiding the typo.
+        An unknown anchor is reported first: read as "no edge" it would surface as an
+        ambiguous order, hiding the typo.
         """
         for field in ("after", "before"):
             for name in getattr(step, field):
@@ -335,10 +322,9 @@ def _chains_in_order(steps: tuple[Step, ...]) -> dict[str, tuple[str, ...]]:
 
 
 def derive_edges(graph: Graph, edge: Callable[[str, str, str], T] = Edge) -> list[T]:
-    """Derive every edge of ``graph`` (the rules are in the module docstring).
+    """Every edge of ``graph``; ``edge(source, target, reason)`` makes each.
 
-    ``edge(source, target, reason)`` makes each one; validation passes a plain
-    tuple, which is cheaper than an :class:`Edge`.
+    Validation passes a plain tuple, cheaper than an :class:`Edge`.
     """
     edges: list[T] = []
     by_name = graph.by_name

@@ -1,11 +1,8 @@
 """Function references (``"module:attr"``): checked without importing, or resolved up front.
 
-``flexgraph plan`` checks them without importing (:func:`check_references`):
-modules are found one dotted part at a time, so no package's ``__init__`` runs,
-and their source is read with :mod:`ast`; what that cannot settle comes back as
-:class:`Unchecked`. ``flexgraph run`` imports every function before the first
-step (:func:`resolve_functions`). Each failure is a :class:`StepFunctionError`
-naming the step, the reference and close names.
+``flexgraph plan`` finds modules one dotted part at a time, so no package's
+``__init__`` runs, and reads their source with :mod:`ast`; what that cannot
+settle comes back as :class:`Unchecked`.
 """
 
 from __future__ import annotations
@@ -97,8 +94,7 @@ def _submodules(path: list[str] | None) -> list[str]:
 def find_module(name: str) -> ModuleSpec:
     """The spec of module ``name``, found without running it or its parents.
 
-    Modules already imported are taken from ``sys.modules`` (``os.path`` is not
-    in ``os``'s folder).
+    Modules already imported come from ``sys.modules`` (``os.path`` is not in ``os``'s folder).
     """
     parts = name.split(".")
     path: list[str] | None = None
@@ -150,8 +146,7 @@ def _source_of(spec: ModuleSpec) -> tuple[str | None, str]:
 def check_reference(ref: str, specs: dict[str, ModuleSpec] | None = None) -> str | None:
     """``None`` when ``ref``'s module binds its name at top level, else why that is unsettled.
 
-    Raises a :class:`StepFunctionError` when ``ref`` is definitely wrong;
-    ``specs`` caches the modules found across calls.
+    Raises a :class:`StepFunctionError` when ``ref`` is wrong; ``specs`` caches modules found.
     """
     module, attr = split_ref(ref)
     specs = {} if specs is None else specs
@@ -197,11 +192,7 @@ def _functions(step: Any, into: str = "") -> Iterable[tuple[str, Any]]:
 
 
 def check_references(plan: Any) -> list[Unchecked]:
-    """Check every text reference of ``plan.steps`` (fused members included), importing none.
-
-    Returns the :class:`Unchecked` ones in plan order; raises for the first
-    definitely wrong one.
-    """
+    """Check every text reference of ``plan.steps``, importing none; the unsettled ones."""
     unchecked = []
     specs: dict[str, ModuleSpec] = {}
     for step in plan.steps:
@@ -272,7 +263,6 @@ def resolve_unchecked(unchecked: Iterable[Unchecked]) -> None:
 
 
 def _resolve_for(label: str, fn: Callable[..., Any] | str) -> Callable[..., Any]:
-    """:func:`resolve_fn`, its error message starting with ``label`` (the step)."""
     try:
         return resolve_fn(fn)
     except StepFunctionError as exc:

@@ -1,14 +1,7 @@
 """Steps: named units of work with declared inputs and outputs.
 
-A step is a function plus the artifacts it ``requires`` (reads), ``provides``
-(creates) and ``updates`` (reads and replaces, like ``init_weights`` on
-``model``), and ordering edges ``after`` / ``before``. The function may be a
-``"module:attr"`` reference, resolved only when the plan runs, so planning
-never imports the modules steps live in (nor torch).
-
-Steps that change the ``model`` say which facts they ``gives`` and ``ends``
-(:mod:`flexgraph.core.states`), and what they ``needs``; ``contracts`` and
-``expects`` are checks the executor runs after and before the step.
+The function may be a ``"module:attr"`` reference, resolved only when the plan
+runs, so planning never imports the modules steps live in (nor torch).
 
 The calling contract: the function gets one keyword argument per name in
 ``requires`` and ``updates``, plus the bound ``params``. It returns nothing for
@@ -133,16 +126,13 @@ class Step:
         Facts about the ``model`` this step makes true, and makes false
         (:mod:`flexgraph.core.states`).
     needs : str or tuple of str
-        Facts that must hold in the ``model`` this step receives; the plan
-        places the step where they do, or refuses it saying why.
+        Facts that must hold in the ``model`` this step receives.
     contracts, expects : str or tuple of str
         ``"module:function"`` references of the checks run after this step,
         and before it (:class:`~flexgraph.core.executor.ContractError`).
     user : str
         Where a user added this step to a graph they did not write
-        (``"custom_steps"``), empty for the graph's own steps. Plans mark such
-        a step ``user``; its name anchors mean the base graph's model there,
-        and may name a strategy's step. Not part of equality.
+        (``"custom_steps"``); its anchors keep their base-graph meaning.
 
     Examples
     --------
@@ -222,7 +212,6 @@ def step(
     Returns
     -------
     Step, or a decorator returning a Step
-        Its ``doc`` is the first line of the function's docstring.
 
     Examples
     --------
@@ -288,7 +277,7 @@ def run_step(
     Returns
     -------
     dict of str to Any
-        The step's outputs by name; :class:`StepOutputError` when they do not fit.
+        The step's outputs by name.
     """
     func = func if func is not None else resolve_fn(step.fn)
     result = func(**{name: artifacts[name] for name in step.inputs}, **step.params)

@@ -1,10 +1,8 @@
 """Strategies: a named, ordered list of rewrites, and the registry that finds them.
 
-The whole difference between two strategies is their rewrites (and the step
-functions those bring in): no step asks which strategy is active. Strategies are
-found by name: entry points of the group ``flexgraph.strategies``, each a factory
-``factory(**options) -> Strategy``, and factories given to
-:func:`register_strategy`. The core knows no strategy by name.
+No step asks which strategy is active; the core knows no strategy by name.
+Strategies are entry points of the group ``flexgraph.strategies`` or factories
+given to :func:`register_strategy`.
 """
 
 from __future__ import annotations
@@ -95,8 +93,8 @@ def register_strategy(name: str, factory: StrategyFactory, *aliases: str) -> Non
 def _is_entry_point(found: Any) -> bool:
     """Whether ``found`` is an entry point not loaded yet.
 
-    Not an ``isinstance`` check: once the ``importlib_metadata`` backport is
-    imported (mmpretrain does), ``entry_points()`` returns the backport's class.
+    Not ``isinstance``: once mmpretrain imports the ``importlib_metadata``
+    backport, ``entry_points()`` returns its class.
     """
     return hasattr(found, "load") and isinstance(getattr(found, "value", None), str)
 

@@ -270,8 +270,8 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
         prepared = prepare_run(args, args.config, handed_down or LaunchEnv(), progress,
                                imports_done)
         if prepared.launching:
-            return _launch_ranks(args, prepared.strategy, prepared.plan, prepared.digest,
-                                 prepared.place.launch, prepared.settings)
+            return _launch_ranks(args, prepared.digest, prepared.place.launch,
+                                 prepared.settings)
         return _execute(args, hooks, prepared)
 
 
@@ -412,8 +412,8 @@ def _remove_watch_folder(settings: Any, this_run: str, lock: Any) -> None:
         remove_run(settings.work_dir, this_run)
 
 
-def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Plan,
-                  digest: str, launch: LaunchFacts, settings: Any) -> int:
+def _launch_ranks(args: argparse.Namespace, digest: str, launch: LaunchFacts,
+                  settings: Any) -> int:
     """Start the ranks (:mod:`flexgraph.cli.launch`), handing them this launch's facts and
     the digest of what the plan is made of."""
     from flexgraph.cli.launch import launch as launch_ranks

@@ -1,8 +1,6 @@
-"""``flexgraph ckpt inspect PATH`` and ``ckpt convert SRC DST``: checkpoints, offline, on the CPU.
+"""``flexgraph ckpt inspect`` and ``ckpt convert``: checkpoints, offline, on the CPU.
 
-The reading and writing are :mod:`flexgraph.training.checkpoint_tools`'s; this
-module prints them, as a table or ``--format json``. A path in no known format
-is one line naming it (exit 2).
+The reading and writing are :mod:`flexgraph.training.checkpoint_tools`'s; this prints them.
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ exit status: 0 ok, 2 not a checkpoint, unreadable, or DST exists (one line on st
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``ckpt``'s subcommands (``inspect``) to ``parser``."""
     commands = parser.add_subparsers(dest="ckpt_command", metavar="COMMAND", required=True)
     inspect = commands.add_parser(
         "inspect",

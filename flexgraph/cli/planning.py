@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from flexgraph.cli.choice import default_strategy
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.plan import Plan, make_plan
 from flexgraph.core.rewrite import Rewrite
@@ -56,6 +55,17 @@ def load_config(config: str | os.PathLike[str] | Any,
     if cfg_options:
         cfg.merge_from_dict(dict(cfg_options))
     return config_spec(cfg, cfg.filename or "<config>", default_graph)
+
+
+def default_strategy(spec: Any, world_size: int = 1) -> str | None:
+    """The strategy when neither the command line nor the spec names one, or ``None``.
+
+    ``plan`` and ``run`` share it, so the plan printed is the plan run: a cfg.py on
+    the standard training graph gets ``single``, or ``ddp`` with more than one process.
+    """
+    if spec.strategy is not None or spec.cfg is None or "steps" in spec.cfg:
+        return None
+    return "ddp" if world_size > 1 else "single"
 
 
 def choose_strategy(spec: Spec, name: str | None, world_size: int = 1) -> Strategy | None:

@@ -1,9 +1,7 @@
 """Views of a plan: text table, diff, JSON, Graphviz dot, Mermaid, HTML page, timings, estimate.
 
-Everything here reads a :class:`flexgraph.Plan` (or the executor's records, or
-an estimate's dict) and returns text or a rich renderable; nothing plans, runs
-or imports torch. The views are deterministic: the same plan gives the same
-bytes, so plans can be diffed in review and checked in CI.
+Nothing here plans, runs or imports torch. The same plan gives the same bytes,
+so plans can be diffed in review and checked in CI.
 """
 
 from flexgraph.render._changes import derivation_lines, pruned_steps

@@ -1,12 +1,7 @@
 """The plan page's picture: the base order and the planned order side by side, as SVG.
 
-Laid out here, no layout engine: one row per aligned step (:mod:`._align`),
-the base graph's boxes on the left, the plan's on the right, what each rewrite
-did and why on the far right. A step kept in its place is joined to itself by
-a thin line; a moved step by a curve from its old row to its new one; the parts
-of a fused step by lines into it. The data edges are arcs beside the plan's
-boxes, hidden until asked for. All text is monospace, so its width is known
-here and every line is wrapped before it is drawn.
+Laid out here, no layout engine: one row per aligned step (:mod:`._align`). All
+text is monospace, so its width is known and every line is wrapped before drawing.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The plan as one self-contained HTML page (``flexgraph plan --format html``).
 
-The page holds everything it shows: its style, its picture (SVG laid out here,
-:mod:`._page_svg`) and a few lines of script (zoom, the data edges on demand),
-and loads nothing, so it opens offline and from a run's folder. It shows what
-the strategy changed and why (the picture, then every rewrite in words), and,
-given an estimate or a run's records, what each step holds on each rank
-(:mod:`._page_memory`). Where the plan knows the model's facts, a table gives
-the model's state after each step. A ``--compare`` page puts the candidates
-side by side.
+The page holds its style, picture and script and loads nothing, so it opens
+offline and from a run's folder.
 """
 
 from __future__ import annotations

@@ -77,8 +77,7 @@ SCHEMA = "flexgraph.plan/2"
 def json_safe(value: Any) -> Any:
     """``value`` as something :func:`json.dumps` writes deterministically.
 
-    Tuples become lists, sets lists sorted by ``repr``, mappings with string
-    keys dicts; anything else JSON cannot hold becomes its ``repr``.
+    Sets become lists sorted by ``repr``; anything else JSON cannot hold becomes its ``repr``.
     """
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -106,11 +105,7 @@ def _state(state: tuple[str, ...] | None) -> list[str] | None:
 
 
 def plan_to_dict(plan: Plan, notes: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``plan`` as a JSON-ready dict in the ``flexgraph.plan/2`` schema.
-
-    ``notes`` (a line per step on what it will do with the run's inputs) is
-    added when not empty.
-    """
+    """``plan`` as a JSON-ready dict in the ``flexgraph.plan/2`` schema."""
     stage_of = {name: i for i, stage in enumerate(plan.stages) for name in stage}
     steps = []
     for step in plan.steps:

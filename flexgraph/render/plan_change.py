@@ -1,10 +1,6 @@
 """Two plans side by side: the one that saved a checkpoint and the one resuming it.
 
-Laid out as :func:`~flexgraph.render.diff.plan_diff` lays out a strategy's
-changes, from the two plan dicts alone (``flexgraph.plan/1`` or ``/2``, read
-through the fields both have): ``replaced`` means another function,
-``configured`` other parameters, ``moved`` another place among the steps both
-plans hold.
+Read from the two plan dicts alone, through the fields ``/1`` and ``/2`` share.
 """
 
 from __future__ import annotations

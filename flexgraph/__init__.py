@@ -1,7 +1,6 @@
 """flexgraph: training setup as a graph of named steps that strategies rewrite.
 
-The public face: everything users and specs need is re-exported here.
-Importing flexgraph never imports torch.
+The public face. Importing flexgraph never imports torch.
 """
 
 from flexgraph.core.checks import PlanCheckError, Precedes, Runs

@@ -1,11 +1,9 @@
 """MMEngine-style ``cfg.py`` configs, read with mmengine's own ``Config``.
 
-So OpenMMLab users' configs (``_base_``, ``custom_imports``, ``--cfg-options``,
-``strategy = dict(type='DeepSpeedStrategy', ...)``) work unchanged. flexgraph
-reads ``steps`` (the graph; without it ``default_graph(cfg)``), ``custom_steps``
-(steps added to that graph, so a new updater must say ``after`` / ``before``),
-``strategies``, ``strategy`` and ``inputs``; the Config itself is the ``cfg``
-input. ``mmengine.config`` is imported lazily; it does not import torch.
+So OpenMMLab configs (``_base_``, ``custom_imports``, ``--cfg-options``) work
+unchanged. flexgraph reads ``steps`` (else ``default_graph(cfg)``),
+``custom_steps``, ``strategies``, ``strategy`` and ``inputs``; the Config itself
+is the ``cfg`` input.
 """
 
 from __future__ import annotations
@@ -41,8 +39,7 @@ def _one_line(exc: BaseException) -> str:
 def _location(exc: BaseException, path: Path, shown: str) -> str:
     """Where in the config (or one of its ``_base_`` files) ``exc`` arose.
 
-    mmengine runs each file as code under its own name: the deepest such frame
-    in the traceback is the culprit.
+    mmengine runs each file as code under its own name: the deepest such frame is the culprit.
     """
     filename, line = None, None
     for frame, lineno in traceback.walk_tb(exc.__traceback__):

@@ -3,7 +3,7 @@
 The public face. Importing flexgraph never imports torch.
 """
 
-from flexgraph.core.checks import PlanCheckError, Precedes, Runs
+from flexgraph.core.checks import PlanCheckError, Precedes
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.executor import (
     ContractError,
@@ -19,7 +19,6 @@ from flexgraph.core.graph import (
     DuplicateStepError,
     Edge,
     Graph,
-    GraphError,
     MissingInputError,
     UnknownStepError,
 )
@@ -67,7 +66,6 @@ __all__ = [
     "FlexgraphError",
     "Fuse",
     "Graph",
-    "GraphError",
     "IfAbsent",
     "IfPresent",
     "Insert",
@@ -84,7 +82,6 @@ __all__ = [
     "Rewrite",
     "RewriteDefinitionError",
     "RunResult",
-    "Runs",
     "Step",
     "StepDefinitionError",
     "StepFailedError",

@@ -9,7 +9,6 @@ from flexgraph.render.diff import plan_diff
 from flexgraph.render.dot import plan_dot
 from flexgraph.render.estimate import estimate_json, estimate_view
 from flexgraph.render.explain import explain_step
-from flexgraph.render.html import compare_page, plan_page
 from flexgraph.render.json_view import SCHEMA, plan_json, plan_to_dict
 from flexgraph.render.mermaid import plan_mermaid
 from flexgraph.render.text import plan_table
@@ -17,7 +16,6 @@ from flexgraph.render.timings import timings_table
 
 __all__ = [
     "SCHEMA",
-    "compare_page",
     "derivation_lines",
     "estimate_json",
     "estimate_view",
@@ -26,7 +24,6 @@ __all__ = [
     "plan_dot",
     "plan_json",
     "plan_mermaid",
-    "plan_page",
     "plan_table",
     "plan_to_dict",
     "pruned_steps",

@@ -73,7 +73,6 @@ def _count(number: int | None) -> str:
 
 
 def summary_table(summary: Any) -> Table:
-    """The summary as a two-column rich table (field, value)."""
     table = Table(title=f"checkpoint {summary.path}", title_justify="left", show_header=False)
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value")
@@ -98,7 +97,6 @@ def summary_table(summary: Any) -> Table:
 
 
 def inspect_command(args: argparse.Namespace) -> int:
-    """Run ``flexgraph ckpt inspect``; return the exit status (errors propagate to main)."""
     from flexgraph.training.checkpoint_tools import describe_checkpoint
 
     summary = describe_checkpoint(args.path)
@@ -111,7 +109,6 @@ def inspect_command(args: argparse.Namespace) -> int:
 
 
 def convert_command(args: argparse.Namespace) -> int:
-    """Run ``flexgraph ckpt convert``; return the exit status (errors propagate to main)."""
     from flexgraph.training.checkpoint import human_bytes
     from flexgraph.training.checkpoint_tools import convert_checkpoint
 

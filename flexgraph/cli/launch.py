@@ -133,8 +133,6 @@ def run_as_rank(run: Callable[[], int], report: RankReport, *, to_launcher: bool
 
 @attrs.frozen
 class Failure:
-    """One failed rank, as the launcher reports it."""
-
     rank: int
     status: int  # BAD_INPUT or CRASH
     line: str

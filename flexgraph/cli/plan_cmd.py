@@ -137,7 +137,6 @@ def _reader_note(key: str, path: Path) -> str:
 
 def load_spec_and_plan(config: str, strategy: str | None, cfg_options: list[str]
                        ) -> tuple[Spec, Plan]:
-    """Load ``config`` through the spec layer and plan it: the spec, and its plan."""
     spec = load_config(config, parse_cfg_options(cfg_options))
     return spec, make_run_plan(spec, _strategy_of(spec, strategy))
 

@@ -250,7 +250,6 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
          handed_down: LaunchEnv | None = None, progress: Any = None) -> int:
-    """Plan, then launch the ranks or run the plan here; the exit status."""
     # What loading and planning import stays out of the collector's scans (see collector.py).
     with imports_kept_from_collector() as imports_done:
         prepared = prepare_run(args, args.config, handed_down or LaunchEnv(), progress,
@@ -263,7 +262,6 @@ def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
 
 @attrs.frozen
 class _Place:
-
     rank: int
     world_size: int
     launch: LaunchFacts
@@ -392,7 +390,6 @@ def _remove_watch_folder(settings: Any, this_run: str, lock: Any) -> None:
 
 def _launch_ranks(args: argparse.Namespace, digest: str, launch: LaunchFacts,
                   settings: Any) -> int:
-    """Start the ranks, handing them this launch's facts and the plan's digest."""
     from flexgraph.cli.launch import launch as launch_ranks
     from flexgraph.cli.work_dir_owner import own_work_dir, run_id
 
@@ -442,7 +439,6 @@ def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[
 def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
                   derived: dict[str, Any], settings: Any, place: _Place, this_run: str,
                   lock: Any) -> RunResult | None:
-    """Run the plan in this process: the summary, the work_dir's record, the context, the steps."""
     from flexgraph.cli.console import stdout_console
     from flexgraph.render import derivation_lines
     from flexgraph.training.errors import TrainingStopped

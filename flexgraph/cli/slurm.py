@@ -30,17 +30,7 @@ class SlurmLaunchError(FlexgraphError, RuntimeError):
 
 
 def first_host(nodelist: str) -> str:
-    """The first host of a SLURM hostlist, compressed or not.
-
-    Examples
-    --------
-    >>> first_host("node[01-04,07],gpu5")
-    'node01'
-    >>> first_host("gpu-a[3,5]-ib")
-    'gpu-a3-ib'
-    >>> first_host("login1")
-    'login1'
-    """
+    """The first host of a SLURM hostlist (``node[01-04,07],gpu5``: ``node01``)."""
     match = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?([^,]*)", nodelist.strip())
     if match is None or not (match.group(1) or match.group(2)):
         raise SlurmLaunchError(f"SLURM_JOB_NODELIST={nodelist!r} names no host; set "
@@ -51,13 +41,7 @@ def first_host(nodelist: str) -> str:
 
 
 def tasks_per_node(text: str) -> list[int]:
-    """``SLURM_STEP_TASKS_PER_NODE`` (``'2(x3),1'``) as one count per node.
-
-    Examples
-    --------
-    >>> tasks_per_node("2(x3),1")
-    [2, 2, 2, 1]
-    """
+    """``SLURM_STEP_TASKS_PER_NODE`` (``'2(x3),1'``) as one count per node."""
     counts: list[int] = []
     for part in text.split(","):
         count, _, times = part.partition("(x")

@@ -80,7 +80,6 @@ def _leave_note(folder: Path, note: str, rank: int) -> None:
 
 
 def stop_note(progress_dir: str | os.PathLike[str]) -> str:
-    """The ranks' note that they stopped and saved (empty when none did)."""
     try:
         return (Path(progress_dir) / STOP_NOTE).read_text().strip()
     except OSError:

@@ -167,14 +167,7 @@ def die_with_parent() -> None:
 
 
 def failure_line(rank: int, failure: Mapping[str, Any]) -> str:
-    """The one line that reports rank ``rank``'s failure, as the rank recorded it.
-
-    Examples
-    --------
-    >>> failure_line(1, {"status": 1, "error": "RuntimeError: boom", "step": "train",
-    ...                  "iteration": 6, "message": "..."})
-    "rank 1 failed in step 'train' after 6 iterations: RuntimeError: boom"
-    """
+    """The one line that reports rank ``rank``'s failure, as the rank recorded it."""
     if failure["status"] == BAD_INPUT:
         return failure["message"]
     where = f" in step {failure['step']!r}" if failure.get("step") else ""
@@ -202,16 +195,6 @@ def compose_report(beats: Mapping[int, Mapping[str, Any]], world_size: int,
     """The stall's report: ``line``, ``stuck`` (the ranks named) and ``stacks`` (the folder).
 
     ``answered``: the ranks that wrote stacks; ``gone``: those whose process ended.
-
-    Examples
-    --------
-    >>> beats = {0: {"since": 100, "iteration": 6, "where": "graph.py:823 backward",
-    ...              "waiting": True},
-    ...          1: {"since": 98, "iteration": 5, "where": "hooks.py:42 after_train_iter",
-    ...              "waiting": False}}
-    >>> report = compose_report(beats, 2, [0, 1], [], 120.4, Path("/w/1/stacks"))
-    >>> report["stuck"], report["line"][:60]
-    ([1], 'rank 1 made no progress for 22 s at iteration 5, in hooks.py')
     """
     answered, gone = set(answered), set(gone)
     silent = [r for r in range(world_size) if r not in answered]
@@ -385,7 +368,6 @@ class Watchdog:
         return frames  # innermost first
 
     def _sample(self, now: float) -> None:
-        """Note the main thread's phase and position, and whether it progressed."""
         frames = self._main_frames()
         codes = self._phase_codes()
         marked = [(codes[f.f_code], f) for f in frames if f.f_code in codes]

@@ -34,7 +34,6 @@ def partners(base_order: Sequence[str], order: Sequence[str],
 
 def aligned_rows(base_order: Sequence[str], order: Sequence[str],
                  into: Mapping[str, str | None], moved: Collection[str] = ()) -> list[Row]:
-    """The rows, top to bottom (see the module docstring)."""
     pairs = partners(base_order, order, into)
     anchors, claimed = [], set()
     for name in base_order:  # a fused step is anchored by its first part only

@@ -134,7 +134,6 @@ def _check_reasons(changes: Mapping[str, tuple[Change, ...]], order: Sequence[st
 
 def page_model(plan: Mapping[str, Any], *, checks: Sequence[Mapping[str, str]] = (),
                docs: Mapping[str, str] | None = None) -> PageModel:
-    """The :class:`PageModel` of a plan dict."""
     docs = dict(docs or {})
     steps = plan["steps"]
     order = [s["name"] for s in steps]

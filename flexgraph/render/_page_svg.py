@@ -118,7 +118,6 @@ def _notes(box: Box | None, base: Box | None, model: PageModel) -> list[tuple[st
 
 
 def _legend(width: float, model: PageModel) -> tuple[list[str], float]:
-    """The legend's SVG and its height."""
     out, x, y = [], 12.0, 20.0
     for action, words in LEGEND:
         w = 26 + len(words) * CHAR + 18
@@ -155,7 +154,6 @@ def _box(box: Box, side: str, x: float, y: float, width: float) -> str:
 
 
 def plan_svg(model: PageModel, title: str) -> str:
-    """The picture as one ``<svg>`` element (see the module docstring)."""
     boxes = [b for row in model.rows for b in row if b is not None]
     chars = max(len(line) for b in boxes for line in _box_lines(b))
     box_w = chars * CHAR + 2 * PAD

@@ -35,7 +35,6 @@ def min_width(text: str) -> int:
 
 
 def natural_width(text: str) -> int:
-    """The longest line of ``text``."""
     return max((len(line) for line in text.splitlines()), default=0)
 
 
@@ -105,7 +104,6 @@ def fitted_table(headers: Sequence[str], rows: Sequence[Sequence[Text]], width: 
 
 
 def table_width(table: Table) -> int:
-    """The width a :func:`fitted_table` takes."""
     return sum(c.width or 0 for c in table.columns) + COLUMN_GAP * (len(table.columns) - 1)
 
 

@@ -214,7 +214,6 @@ def plan_page(plan: Plan | Mapping[str, Any], *, checks: Sequence[Any] = (),
               estimate: Mapping[str, Any] | None = None,
               measured: Sequence[Sequence[Mapping[str, Any]]] = (),
               source: str = "") -> str:
-    """The page of one plan, as HTML text."""
     model = _model(plan, checks)
     who = model.strategy or "no strategy"
     title = f"flexgraph plan: {who}" + (f" - {source}" if source else "")

@@ -93,7 +93,6 @@ LEFT_OUT_FIRST = ("fn", "stage")
 
 
 def fit_table(plan: Plan, width: int) -> Table:
-    """The plan table laid out for ``width`` columns (see the module docstring)."""
     rows = _cells(plan)
     kept = list(COLUMNS)
     for left_out in ("", *LEFT_OUT_FIRST):

@@ -102,7 +102,6 @@ def load_cfg_spec(
     cfg_options: dict[str, Any] | None = None,
     default_graph: DefaultGraph | None = None,
 ) -> Spec:
-    """Load an MMEngine-style config as a :class:`Spec` (see the module docstring)."""
     return config_spec(read_config(path, shown, cfg_options), shown, default_graph)
 
 

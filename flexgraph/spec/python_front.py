@@ -65,7 +65,6 @@ def parse_python(path: Path, shown: str) -> ast.Module:
 
 
 def defines_pipeline(tree: ast.Module) -> bool:
-    """Whether the module binds the name ``pipeline`` at top level."""
     for node in tree.body:
         if isinstance(node, ast.Assign):
             targets = node.targets

@@ -330,8 +330,7 @@ def fused_step(name: str, members: Sequence[Step]) -> Step:
     Returns
     -------
     Step
-        The members' combined interface, less what one provides to another;
-        its facts are the members' in turn.
+        The members' interface, less what one provides to another.
     """
     member_names = {s.name for s in members}
     provides = tuple(dict.fromkeys(a for s in members for a in s.provides))
@@ -375,8 +374,7 @@ class Fuse(Rewrite):
     ----------
     names : sequence of str
     into : Step or str
-        The step that does their work (``deepspeed_initialize``), or the name of
-        a :func:`fused_step` that runs them in order.
+        The step that does their work, or the name of a :func:`fused_step` of them.
     why : str, optional
     """
 

@@ -112,7 +112,7 @@ class Step:
     Parameters
     ----------
     name : str
-        Stable name, a Python identifier (configs, specs and rewrites use it).
+        A Python identifier; configs, specs and rewrites use it.
     fn : callable or str
     requires, provides, updates : str or tuple of str
         Artifacts read, created, and read-and-replaced.
@@ -122,14 +122,11 @@ class Step:
         Keyword arguments bound to the function.
     doc : str
         One line shown in plans; not part of equality.
-    gives, ends : str or tuple of str
-        Facts about the ``model`` this step makes true, and makes false
+    gives, ends, needs : str or tuple of str
+        Facts about the ``model`` this step makes true, makes false, and needs
         (:mod:`flexgraph.core.states`).
-    needs : str or tuple of str
-        Facts that must hold in the ``model`` this step receives.
     contracts, expects : str or tuple of str
-        ``"module:function"`` references of the checks run after this step,
-        and before it (:class:`~flexgraph.core.executor.ContractError`).
+        ``"module:function"`` checks run after this step, and before it.
     user : str
         Where a user added this step to a graph they did not write
         (``"custom_steps"``); its anchors keep their base-graph meaning.
@@ -203,11 +200,8 @@ def step(
         Defaults to the function's ``__name__``.
     requires : str or iterable of str, optional
         Defaults to the function's parameters without a default, less ``updates``.
-    provides, updates, after, before : str or iterable of str, optional
+    provides, updates, after, before, params, needs, gives, ends : optional
         As in :class:`Step`.
-    params : mapping, optional
-    needs, gives, ends : str or iterable of str, optional
-        Facts about the model, as in :class:`Step`.
 
     Returns
     -------
@@ -264,13 +258,12 @@ class StepOutputError(FlexgraphError, TypeError):
 def run_step(
     step: Step, artifacts: Mapping[str, Any], func: Callable[..., Any] | None = None
 ) -> dict[str, Any]:
-    """Call ``step``'s function on its inputs from ``artifacts``; see the calling contract.
+    """Call ``step``'s function on its inputs from ``artifacts`` (the calling contract).
 
     Parameters
     ----------
     step : Step
     artifacts : Mapping of str to Any
-        Every artifact so far.
     func : callable, optional
         ``step.fn`` already resolved.
 

@@ -43,16 +43,12 @@ class Strategy:
         ``"one"`` (one process) or ``"many"`` (expects a process group).
     checks : tuple of Check
         Orders the plan must keep, even through rewrites appended later.
-    memory_model : str or None
-        The module whose ``estimate_memory`` says what a rank keeps (not imported).
-    memory_options : mapping
-        Keyword arguments for that ``estimate_memory``.
+    memory_model, memory_options : str or None, mapping
+        The module whose ``estimate_memory`` says what a rank keeps, and its options.
     prunable : tuple of str
-        Steps a run may prune before these rewrites (a derived
-        :class:`~flexgraph.core.rewrite.Prune`); the rewrites fit either graph.
+        Steps a run may prune before these rewrites; the rewrites fit either graph.
     plan_notes : str or None
-        ``'module:function'`` of ``(cfg, strategy) -> {step: line}``: what its steps
-        will make of the config, for ``flexgraph plan`` (a module without torch).
+        ``'module:function'`` of ``(cfg, strategy) -> {step: line}`` for ``flexgraph plan``.
     """
 
     name: str
@@ -76,8 +72,6 @@ _registered: dict[str, StrategyFactory] = {}
 
 def register_strategy(name: str, factory: StrategyFactory, *aliases: str) -> None:
     """Make ``factory`` findable as ``name`` and ``aliases`` in this process.
-
-    For strategies defined at run time; a registered name shadows an entry point.
 
     Parameters
     ----------
@@ -121,8 +115,7 @@ def get_strategy(
     Parameters
     ----------
     name : str, Strategy or mapping
-        A registered name; a mapping with ``type`` and options (a config's
-        ``strategy``); or a :class:`Strategy`, returned as it is.
+        A :class:`Strategy` is returned as it is.
     extra : mapping of str to Strategy, optional
         Strategies defined as data (a spec's); they shadow others and take no options.
     **options

@@ -11,8 +11,6 @@ import contextlib
 import gc
 from collections.abc import Callable, Iterator
 
-__all__ = ["imports_kept_from_collector"]
-
 
 @contextlib.contextmanager
 def imports_kept_from_collector() -> Iterator[Callable[[], None]]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.executor import ContractError, StepFailedError
 
-__all__ = ["DEBUG_HINT", "UsageError", "describe_error"]
-
 DEBUG_HINT = "(run with --debug to see the traceback)"
 
 

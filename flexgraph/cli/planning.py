@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from flexgraph.core.graph import Graph
     from flexgraph.spec import Spec
 
-__all__ = ["choose_strategy", "derived_plan", "load_config", "make_run_plan", "plan_digest"]
-
 
 def _standard_graph(cfg: Any, entry: str) -> Graph:
     """The standard training graph, imported only when needed (it may import torch)."""

@@ -20,8 +20,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WATCH_FOLDER", "WatchFolder", "remove_other_runs", "remove_run", "run_key"]
-
 WATCH_FOLDER = ".watchdog"
 """The work_dir's folder of watch folders, one per run."""
 CLAIM, REPORT, FAILED = "claim", "report", "failed-rank"

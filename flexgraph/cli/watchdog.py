@@ -27,10 +27,6 @@ from flexgraph.cli.errors import describe_error
 from flexgraph.cli.watch_folder import CLAIM, REPORT, WatchFolder
 from flexgraph.core.executor import StepFailedError
 
-__all__ = ["CAUSE_WAIT", "EXIT_AFTER_ANOTHER", "EXIT_STALLED", "STACKS_SIGNAL", "Watchdog",
-           "beat_interval", "compose_report", "die_with_parent", "failure_line", "lost_a_peer",
-           "start_watchdog"]
-
 EXIT_STALLED = 3
 """Exit status of a run the watchdog stopped (every rank's, and the launcher's)."""
 STACKS_SIGNAL = signal.SIGRTMIN + 3

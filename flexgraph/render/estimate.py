@@ -19,8 +19,6 @@ from rich.text import Text
 from flexgraph.render._changes import derivation_lines
 from flexgraph.render._table_style import TABLE_STYLE
 
-__all__ = ["estimate_json", "estimate_view"]
-
 _PARTS = ("parameters", "gradients", "optimizer", "activations", "buffers")
 
 

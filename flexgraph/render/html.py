@@ -18,8 +18,6 @@ from flexgraph.render._page_svg import COLOURS, plan_svg
 from flexgraph.render.estimate import size_text
 from flexgraph.render.json_view import plan_to_dict
 
-__all__ = ["compare_page", "plan_page"]
-
 STYLE = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 24px 40px;
 color:#212529;background:#fff}

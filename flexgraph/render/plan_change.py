@@ -15,8 +15,6 @@ from rich.text import Text
 from flexgraph.render._changes import COLOURS, MARKERS
 from flexgraph.render._table_style import TABLE_STYLE
 
-__all__ = ["plan_changes", "plan_change_view"]
-
 
 def _steps(plan: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {step["name"]: step for step in plan.get("steps", [])}

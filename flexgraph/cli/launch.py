@@ -53,9 +53,6 @@ def is_launcher() -> bool:
     return os.environ.get(LAUNCHER_PID_VAR) == str(os.getpid())
 
 
-# -- the rank's side ---------------------------------------------------------------------
-
-
 class RankReport:
     """Executor hook of a launched rank: where it is, and what to say if it fails."""
 
@@ -126,9 +123,6 @@ def run_as_rank(run: Callable[[], int], report: RankReport, *, to_launcher: bool
         if debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
         return describe_error(exc)[0]
-
-
-# -- the launcher's side -----------------------------------------------------------------
 
 
 @attrs.frozen

@@ -26,9 +26,6 @@ class SlurmLaunchError(FlexgraphError, RuntimeError):
     """SLURM's variables do not describe the launch that was asked for."""
 
 
-# -- reading SLURM's variables ------------------------------------------------------------
-
-
 def first_host(nodelist: str) -> str:
     """The first host of a SLURM hostlist (``node[01-04,07],gpu5``: ``node01``)."""
     match = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?([^,]*)", nodelist.strip())
@@ -68,9 +65,6 @@ def _rendezvous(env: Mapping[str, str]) -> tuple[str, int]:
     addr = env.get("MASTER_ADDR") or first_host(nodelist)
     port = int(env.get("MASTER_PORT") or job_port(env.get("SLURM_JOB_ID", "0")))
     return addr, port
-
-
-# -- choosing ------------------------------------------------------------------------------
 
 
 def choose_launcher(requested: str | None, env: Mapping[str, str]) -> str:
@@ -138,9 +132,6 @@ def slurm_node(nnodes: str, env: Mapping[str, str], *, master_addr: str | None =
         return None
     addr, port = _rendezvous(env)
     return SlurmNode(nodes, int(env["SLURM_PROCID"]), master_addr or addr, master_port or port)
-
-
-# -- preemption ----------------------------------------------------------------------------
 
 
 def resume_after_requeue(resume: str | None, env: Mapping[str, str]) -> str | None:

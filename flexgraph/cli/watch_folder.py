@@ -69,7 +69,6 @@ class WatchFolder:
             (self.path / part).mkdir(parents=True, exist_ok=True)
         return self
 
-    # -- where things are -----------------------------------------------------------------
     def beat_path(self, rank: int) -> Path:
         return self.path / "beats" / f"rank{rank}.json"
 
@@ -80,7 +79,6 @@ class WatchFolder:
     def stacks(self) -> Path:
         return self.path / "stacks"
 
-    # -- heartbeats -----------------------------------------------------------------------
     def read_beats(self) -> dict[int, dict[str, Any]]:
         beats = {}
         with contextlib.suppress(OSError):
@@ -91,7 +89,6 @@ class WatchFolder:
                         beats[int(beat["rank"])] = beat
         return beats
 
-    # -- events ---------------------------------------------------------------------------
     def events(self) -> list[str]:
         try:
             return [name for name in os.listdir(self.path / "events")

@@ -267,7 +267,6 @@ class Watchdog:
         self._beat_size = 0
         self._stacks_file: Any = None
 
-    # -- executor hook: where the main thread is -------------------------------------------
     def before_step(self, step: Any, context: Mapping[str, Any]) -> None:
         self._step, self._step_events = step.name, self._step_events + 1
         hooks = context.get("hooks")
@@ -285,7 +284,6 @@ class Watchdog:
     def after_step(self, step: Any, context: Mapping[str, Any], record: Any) -> None:
         self._step_events += 1
 
-    # -- the thread's life -------------------------------------------------------------------
     @property
     def interval(self) -> float:
         return beat_interval(self.policy.iteration_bound())
@@ -343,7 +341,6 @@ class Watchdog:
         if now - self._since > self.policy.limit(self._phase, self._slowest):
             self._report_stall()
 
-    # -- where the main thread is --------------------------------------------------------
     def _phase_codes(self) -> dict[Any, str]:
         if not self._codes:
             from flexgraph.training.checkpoint import Checkpointer
@@ -404,7 +401,6 @@ class Watchdog:
         self._beat_size = max(self._beat_size, len(data))
         os.pwrite(self._beat_fd, data.ljust(self._beat_size), 0)
 
-    # -- a stall ------------------------------------------------------------------------------
     def _answer(self) -> None:
         """Write this process's stacks (once per stall) and its collectives' record."""
         if self._answered:
@@ -514,7 +510,6 @@ class Watchdog:
         if self.folder.read_report() is None:
             self._publish(self.folder.read_beats())
 
-    # -- another rank's failure ------------------------------------------------------------
     def failed(self, exc: BaseException) -> None:
         """The run raised ``exc`` on the main thread: end here if another rank failed first.
 
@@ -585,7 +580,6 @@ class Watchdog:
                 f"(killed by a signal, or it exited on its own)")
         self._end(EXIT_AFTER_ANOTHER if self.quiet else 1, line, say=self._printer(gone))
 
-    # -- the end --------------------------------------------------------------------------
     def _end_if_reported(self) -> None:
         report = self.folder.read_report()
         if report is not None:

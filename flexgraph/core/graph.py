@@ -96,8 +96,6 @@ class Graph:
                 )
             seen.add(s.name)
 
-    # construction -----------------------------------------------------------
-
     @classmethod
     def of(cls, steps: Iterable[Step] = (), inputs: Iterable[str] = ()) -> Graph:
         """Make a graph from steps declared together; updaters chain in list order."""
@@ -179,8 +177,6 @@ class Graph:
         """A graph that also takes ``artifacts`` from outside."""
         return attrs.evolve(self, inputs=self.inputs | set(artifacts))
 
-    # lookup -----------------------------------------------------------------
-
     @cached_property
     def by_name(self) -> Mapping[str, Step]:
         return MappingProxyType({s.name: s for s in self.steps})
@@ -223,8 +219,6 @@ class Graph:
             names.update(s.requires, s.provides, s.updates)
         return frozenset(names)
 
-    # edges ------------------------------------------------------------------
-
     def edges(self) -> list[Edge]:
         """The derived edges, each with its reason."""
         return derive_edges(self)
@@ -239,8 +233,6 @@ class Graph:
             else:
                 dag.add_edge(e.source, e.target, reason=e.reason)
         return dag
-
-    # splicing, used by extend/union and the rewrites -----------------------------
 
     def _anchored_slot(
         self, step: Step, artifact: str, chain: list[str], previous: str | None = None

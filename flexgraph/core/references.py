@@ -67,9 +67,6 @@ def split_ref(ref: str) -> tuple[str, str]:
     return module, attr
 
 
-# -- finding modules without importing them ------------------------------------------
-
-
 def _find_spec(name: str, path: list[str] | None) -> ModuleSpec | None:
     """Ask each meta-path finder for ``name`` under ``path``, as ``import`` would."""
     for finder in sys.meta_path:
@@ -119,9 +116,6 @@ def find_module(name: str) -> ModuleSpec:
         path = list(locations) if locations is not None else None
     assert spec is not None
     return spec
-
-
-# -- one reference -------------------------------------------------------------------------
 
 
 def _no_attribute(ref: str, module: str, part: str, known: Iterable[str]) -> UnknownFunctionError:
@@ -206,9 +200,6 @@ def check_references(plan: Any) -> list[Unchecked]:
             if reason is not None:
                 unchecked.append(Unchecked(label, fn, reason))
     return unchecked
-
-
-# -- resolving: import for real ----------------------------------------------------------
 
 
 def _unknown_module(ref: str, module: str, exc: ModuleNotFoundError) -> StepFunctionError:

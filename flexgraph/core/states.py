@@ -155,8 +155,6 @@ class Placer:
     implied: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     records: Sequence[tuple[Record, Rewrite]] = ()
 
-    # what a step needs ------------------------------------------------------
-
     def needs_of(self, step: Step) -> tuple[tuple[str, ...], bool]:
         """``step``'s needs, and whether its anchors imply them (rather than declared)."""
         if step.needs:
@@ -171,8 +169,6 @@ class Placer:
             return implied_needs(graph | Graph.of([step]), step), True
         except GraphError:
             return (), True
-
-    # placing --------------------------------------------------------------------
 
     def place(self, graph: Graph, step: Step) -> tuple[Graph, str | None]:
         """``graph`` with ``step`` placed, and how, when not at its anchors; or refuse."""
@@ -276,8 +272,6 @@ class Placer:
         if slot + 1 < len(line):
             before += (line[slot + 1].name,)  # type: ignore[operator]
         return step.evolve(after=after, before=before)
-
-    # words -------------------------------------------------------------------------
 
     def _under(self) -> str:
         return f"under {self.strategy!r}" if self.strategy else "in the base graph"

@@ -1,8 +1,4 @@
-"""``flexgraph plan CONFIG``: print the plan a strategy makes, run nothing.
-
-Planning imports no step function, so this never imports torch and is safe in
-CI; only ``--estimate`` / ``--compare`` and ``--strategy auto`` do.
-"""
+"""``flexgraph plan CONFIG``: the plan a strategy makes; imports no torch without ``--estimate``."""
 
 from __future__ import annotations
 

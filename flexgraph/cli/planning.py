@@ -1,8 +1,4 @@
-"""Planning, as ``flexgraph plan`` and ``flexgraph run`` both do it.
-
-:func:`plan_digest`, which a launcher hands its ranks, covers what the plan is
-made of, not what a rank derives from its files.
-"""
+"""Planning, as ``flexgraph plan`` and ``flexgraph run`` both do it."""
 
 from __future__ import annotations
 

@@ -84,10 +84,7 @@ def _frame_text(frame: Any) -> str:
 
 
 def innermost_user_frame(frames: list[Any], libraries: tuple[str, ...]) -> str | None:
-    """``file.py:line function`` of the innermost frame outside ``libraries``.
-
-    ``frames`` are innermost first; the innermost when all are libraries'.
-    """
+    """``file.py:line function`` of the innermost frame outside ``libraries``, else the first."""
     for frame in frames:
         name = frame.f_code.co_filename
         if not name.startswith(("<", *libraries)):

@@ -29,10 +29,7 @@ def run_id(rendezvous: str | None = None, *, handed_down: str | None = None) -> 
 @contextlib.contextmanager
 def own_work_dir(settings: Any, *, owner: bool, this_run: str,
                  launcher: bool = False) -> Iterator[Any]:
-    """Hold the run's work_dir for the ``with`` block (``owner``), or check it is free.
-
-    A launcher keeps no heartbeat thread: its rank 0 keeps the heartbeat.
-    """
+    """Hold the work_dir for the block (``owner``), or check it is free; no launcher heartbeat."""
     from flexgraph.cli.watch_folder import remove_other_runs
     from flexgraph.training.output import check_work_dir_owner, take_work_dir
 

@@ -13,7 +13,7 @@ import resource
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import attrs
 
@@ -25,10 +25,7 @@ from flexgraph.core.step import Step, run_step
 
 
 class StepFailedError(FlexgraphError, RuntimeError):
-    """A step raised; its ``step`` and ``origin`` name it, the original error is ``__cause__``.
-
-    ``KeyboardInterrupt`` and other non-:class:`Exception` errors pass unwrapped.
-    """
+    """A step raised; ``step`` and ``origin`` name it, the original error is ``__cause__``."""
 
     def __init__(self, message: str, step: str = "", origin: str = "") -> None:
         super().__init__(message)
@@ -51,10 +48,7 @@ def _contract_name(ref: str) -> str:
 
 @attrs.define
 class StepRecord:
-    """What happened when a step ran; ``status``: ``"planned"``, ``"ok"`` or ``"failed"``.
-
-    ``rss_mib`` is ``None`` without ``/proc``.
-    """
+    """What happened when a step ran; ``status``: ``planned``, ``ok`` or ``failed``."""
 
     name: str
     origin: str
@@ -64,21 +58,8 @@ class StepRecord:
     peak_rss_mib: float | None = None
 
 
-class ExecutorHook(Protocol):
-    """Methods an executor hook may define; each is optional."""
-
-    def before_step(self, step: Step, context: Mapping[str, Any]) -> None: ...
-
-    def after_step(self, step: Step, context: Mapping[str, Any], record: StepRecord) -> None: ...
-
-    def on_error(self, step: Step, context: Mapping[str, Any], error: BaseException) -> None: ...
-
-
 def memory_mib() -> tuple[float | None, float]:
-    """(resident memory, its high-water mark) of this process in MiB.
-
-    Both from ``/proc/self/status``, as ``ru_maxrss`` lags; its fallback without ``/proc``.
-    """
+    """(resident memory, high-water mark) in MiB from ``/proc/self/status``; ``ru_maxrss`` lags."""
     try:
         with open("/proc/self/status", "rb") as f:
             fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
@@ -97,7 +78,8 @@ class RunResult:
 
 
 class Executor:
-    """Runs plans; each of ``hooks`` may define any :class:`ExecutorHook` method.
+    """Runs plans; each of ``hooks`` may define ``before_step(step, context)``,
+    ``after_step(step, context, record)`` and ``on_error(step, context, error)``.
 
     Examples
     --------

@@ -108,10 +108,7 @@ class Graph:
         return self.extend([step])
 
     def extend(self, steps: Iterable[Step] | Graph) -> Graph:
-        """A graph with ``steps`` appended, chained as :meth:`of` does.
-
-        A user's step anchored on a step not there yet goes to :attr:`pending`.
-        """
+        """``steps`` appended, chained as :meth:`of` does; a user's step anchored ahead waits."""
         if isinstance(steps, Graph):
             return self | steps
         known = set(self.by_name)
@@ -314,10 +311,7 @@ def _chains_in_order(steps: tuple[Step, ...]) -> dict[str, tuple[str, ...]]:
 
 
 def derive_edges(graph: Graph, edge: Callable[[str, str, str], T] = Edge) -> list[T]:
-    """Every edge of ``graph``; ``edge(source, target, reason)`` makes each.
-
-    Validation passes a plain tuple, cheaper than an :class:`Edge`.
-    """
+    """Every edge of ``graph``, made by ``edge(source, target, reason)`` (validation's: a tuple)."""
     edges: list[T] = []
     by_name = graph.by_name
     producers = graph.producers

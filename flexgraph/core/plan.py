@@ -1,8 +1,4 @@
-"""Plans: a strategy applied to a graph, validated, ordered, and attributed.
-
-:func:`make_plan` validates the base graph and the graph after each rewrite,
-so a rewrite that breaks it is refused naming the strategy and the rewrite.
-"""
+"""Plans: a strategy applied to a graph, validated after each rewrite, ordered, and attributed."""
 
 from __future__ import annotations
 

@@ -89,10 +89,7 @@ def _submodules(path: list[str] | None) -> list[str]:
 
 
 def find_module(name: str) -> ModuleSpec:
-    """The spec of module ``name``, found without running it or its parents.
-
-    Modules already imported come from ``sys.modules`` (``os.path`` is not in ``os``'s folder).
-    """
+    """The spec of module ``name``, found without running it or its parents."""
     parts = name.split(".")
     path: list[str] | None = None
     spec: ModuleSpec | None = None

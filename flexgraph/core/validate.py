@@ -1,8 +1,4 @@
-"""Validation of a graph: every rule a plan relies on, checked in one place.
-
-Run after every rewrite, so a strategy that breaks the graph is caught at the
-rewrite that broke it.
-"""
+"""Validation of a graph, run after every rewrite so a broken graph is caught at its rewrite."""
 
 from __future__ import annotations
 

@@ -77,10 +77,7 @@ def is_user(plan: Plan, name: str) -> bool:
 
 
 def first_action(plan: Plan, name: str) -> str:
-    """The action that put ``name`` where it is (its first rewrite's), ``"user"`` or ``"base"``.
-
-    A step inserted and then configured is marked inserted: where it came from matters more.
-    """
+    """The action that put ``name`` where it is (an insert then configure is inserted)."""
     entries = history(plan, name)
     if entries:
         return entries[0].action
@@ -150,10 +147,7 @@ _UNKNOWN = AppliedRewrite(index=-1, strategy="?", description="?", kind="?", tou
 
 
 def edge_artifacts(plan: Plan, edge: Edge) -> tuple[str, ...]:
-    """The artifacts an edge passes (empty for a pure ordering edge).
-
-    Read from its reason, and only those the source writes.
-    """
+    """The artifacts an edge passes, read from its reason, only those its source writes."""
     source = plan.graph.by_name[edge.source]
     target = plan.graph.by_name[edge.target]
     return passed_artifacts(source.outputs, target.inputs, edge.reason)

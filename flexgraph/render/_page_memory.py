@@ -59,10 +59,7 @@ def held_by_step(order: Sequence[str], candidate: Mapping[str, Any]
 
 def columns(rows: Mapping[str, Mapping[tuple[str, str], int]], world_size: int
             ) -> list[tuple[str, tuple[str, str]]]:
-    """``(header, (rank, memory))`` of the columns worth showing.
-
-    Rank 0 gets a column apart only where it differs from the others.
-    """
+    """``(header, (rank, memory))`` of the columns worth showing; rank 0 apart if it differs."""
     out = []
     for memory in MEMORIES:
         if not any(r[rank, memory] for r in rows.values() for rank in RANKS):
@@ -118,10 +115,7 @@ def peak_lines(rows: Mapping[str, Mapping[tuple[str, str], int]],
 def estimate_table(order: Sequence[str], candidate: Mapping[str, Any], world_size: int,
                    measured: Sequence[Sequence[Mapping[str, Any]]] = (), prefix: str = "",
                    compact: bool = False) -> str:
-    """The per-step table: the estimate's columns, then each rank's measured figures.
-
-    ``compact`` leaves out what each step allocates, in words.
-    """
+    """The per-step table; ``compact`` leaves out what each step allocates, in words."""
     rows, said = held_by_step(order, candidate) if candidate else ({}, {})
     cols = columns(rows, world_size) if rows else []
     largest = {key: max((r[key] for r in rows.values()), default=0) for _, key in cols}

@@ -39,10 +39,7 @@ def natural_width(text: str) -> int:
 
 
 def _breaks(line: str, width: int) -> list[int]:
-    """Offsets in ``line`` where its wrapped lines start.
-
-    Greedy, but a break goes at the last space when that leaves the line more than half full.
-    """
+    """Offsets where ``line``'s wrapped lines start: greedy, or at the last space past half."""
     starts: list[int] = []
     start = at = 0
     space = None
@@ -70,10 +67,7 @@ def wrap(text: Text, width: int) -> Text:
 
 def fit_widths(natural: Sequence[int], minimum: Sequence[int], width: int,
                shrink_first: Sequence[int]) -> list[int]:
-    """Column widths summing (with the gaps) to at most ``width`` where the minimums allow.
-
-    ``shrink_first`` columns give way first, in order; then the others, widest first.
-    """
+    """Column widths fitting ``width`` where minimums allow; ``shrink_first`` give way first."""
     widths = list(natural)
     excess = sum(widths) + COLUMN_GAP * (len(widths) - 1) - width
     others = sorted(set(range(len(widths))) - set(shrink_first), key=lambda i: -widths[i])

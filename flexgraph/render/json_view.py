@@ -20,10 +20,7 @@ SCHEMA = "flexgraph.plan/2"
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` as something :func:`json.dumps` writes deterministically.
-
-    Sets become lists sorted by ``repr``; anything else JSON cannot hold becomes its ``repr``.
-    """
+    """``value`` for :func:`json.dumps`, deterministic: sets sorted, the unknown as ``repr``."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):

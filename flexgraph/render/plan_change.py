@@ -1,7 +1,4 @@
-"""Two plans side by side: the one that saved a checkpoint and the one resuming it.
-
-Read from the two plan dicts alone, through the fields ``/1`` and ``/2`` share.
-"""
+"""Two plans side by side: the one that saved a checkpoint and the one resuming it."""
 
 from __future__ import annotations
 

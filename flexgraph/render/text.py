@@ -45,10 +45,7 @@ STAGE_NOTE = ("stage: 1 + the longest chain of steps the step waits for; steps o
 
 
 def plan_caption(plan: Plan, width: int | None = None) -> Text:
-    """The counts, the stage note, each rewrite with its reason, the placements, the model.
-
-    With ``width``, each line is wrapped to it (continuations indented).
-    """
+    """The counts, stage note, rewrites, placements and model lines, wrapped to ``width``."""
     lines = [f"{len(plan.order)} steps in {len(plan.stages)} stages; {rewrite_count(plan)}",
              STAGE_NOTE]
     lines += [f"  {line}" for applied in plan.rewrites for line in rewrite_lines(applied)]

@@ -37,10 +37,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _location(exc: BaseException, path: Path, shown: str) -> str:
-    """Where in the config (or one of its ``_base_`` files) ``exc`` arose.
-
-    mmengine runs each file as code under its own name: the deepest such frame is the culprit.
-    """
+    """Where in the config or its ``_base_`` files ``exc`` arose: the deepest frame mmengine ran."""
     filename, line = None, None
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
         if frame.f_code.co_name == "<module>":

@@ -29,10 +29,7 @@ def put_folder_on_path(path: Path) -> None:
 
 
 def base_files(path: Path, seen: set[Path] | None = None) -> list[Path]:
-    """The ``_base_`` files a cfg.py builds on, nearest first (read with :mod:`ast`).
-
-    Their ``custom_imports`` name modules beside them, so their folders go on ``sys.path`` too.
-    """
+    """A cfg.py's ``_base_`` files, nearest first (their ``custom_imports`` need their folders)."""
     seen = set() if seen is None else seen
     try:
         tree = ast.parse(path.read_text())

@@ -1,7 +1,4 @@
-"""A step written as data (a YAML mapping, a cfg.py dict) turned into a :class:`Step`.
-
-Functions stay ``"module:attr"`` text, checked only for their shape.
-"""
+"""A step written as data turned into a :class:`Step`; functions stay ``"module:attr"`` text."""
 
 from __future__ import annotations
 

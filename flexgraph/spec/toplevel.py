@@ -49,10 +49,7 @@ def extend_graph(graph: Graph, value: object, where: Where, field: str) -> Graph
 
 
 def apply_options(inputs: Mapping[str, Any], options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``inputs`` with ``--cfg-options`` applied (``a.b=1`` sets ``inputs['a']['b']``).
-
-    They add no graph input: a step cannot come to depend on a command-line flag.
-    """
+    """``inputs`` with ``--cfg-options`` applied; they add no graph input a step could depend on."""
     result = dict(inputs)
     for key, value in (options or {}).items():
         *parents, last = key.split(".")

@@ -1,10 +1,9 @@
 """flexgraph: training setup as a graph of named steps that strategies rewrite.
 
-The public face: everything users and specs need is re-exported here.
-Importing flexgraph never imports torch.
+The public face. Importing flexgraph never imports torch.
 """
 
-from flexgraph.core.checks import PlanCheckError, Precedes, Runs
+from flexgraph.core.checks import PlanCheckError, Precedes
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.executor import (
     ContractError,
@@ -20,7 +19,6 @@ from flexgraph.core.graph import (
     DuplicateStepError,
     Edge,
     Graph,
-    GraphError,
     MissingInputError,
     UnknownStepError,
 )
@@ -68,7 +66,6 @@ __all__ = [
     "FlexgraphError",
     "Fuse",
     "Graph",
-    "GraphError",
     "IfAbsent",
     "IfPresent",
     "Insert",
@@ -85,7 +82,6 @@ __all__ = [
     "Rewrite",
     "RewriteDefinitionError",
     "RunResult",
-    "Runs",
     "Step",
     "StepDefinitionError",
     "StepFailedError",

@@ -1,11 +1,8 @@
 """``flexgraph run`` from Python: :class:`Runner`, shaped like MMEngine's.
 
-A ``tools/train.py`` written for MMEngine's ``Runner.from_cfg(cfg).train()``
-imports ``Runner`` from here and runs unchanged. It sits above the command line,
-so ``import flexgraph`` does not import it. Each call takes ``flexgraph run``'s
-own path (:func:`~flexgraph.cli.run_cmd.prepare_run`, then
-:func:`~flexgraph.cli.run_cmd.execute_run`) with its flags at their defaults,
-and starts no processes: under ``torchrun script.py`` each copy is a rank.
+A ``tools/train.py`` written for ``Runner.from_cfg(cfg).train()`` runs
+unchanged. Each call takes ``flexgraph run``'s own path with its flags at their
+defaults, and starts no processes: under ``torchrun script.py`` each copy is a rank.
 """
 
 from __future__ import annotations
@@ -50,10 +47,9 @@ def _check_strategy(runner: Runner, attribute: attrs.Attribute, value: Any) -> N
 class Runner:
     """Train, validate or test a config as ``flexgraph run`` does, from Python.
 
-    ``cfg`` is a ``Config``, a dict of one, or any file ``flexgraph run`` takes; it
-    is copied, never changed. ``strategy`` (a ``--strategy`` name or
-    ``dict(type=..., **options)``) replaces the config's own; without either,
-    ``single`` for one process and ``ddp`` for several.
+    ``cfg`` (a ``Config``, a dict, or a file ``flexgraph run`` takes) is copied,
+    never changed; ``strategy`` (a name or ``dict(type=..., **options)``) replaces
+    the config's own.
 
     Examples
     --------
@@ -101,7 +97,6 @@ class Runner:
             return execute_run(args, (), prepared)
 
     def _config(self) -> Any:
-        """The config to plan: ``cfg``, or a copy with ``strategy`` in it."""
         from mmengine.config import Config
 
         cfg = self.cfg

@@ -1,8 +1,6 @@
-"""``flexgraph ckpt inspect PATH`` and ``ckpt convert SRC DST``: checkpoints, offline, on the CPU.
+"""``flexgraph ckpt inspect`` and ``ckpt convert``: checkpoints, offline, on the CPU.
 
-The reading and writing are :mod:`flexgraph.training.checkpoint_tools`'s; this
-module prints them, as a table or ``--format json``. A path in no known format
-is one line naming it (exit 2).
+The reading and writing are :mod:`flexgraph.training.checkpoint_tools`'s; this prints them.
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ exit status: 0 ok, 2 not a checkpoint, unreadable, or DST exists (one line on st
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``ckpt``'s subcommands (``inspect``) to ``parser``."""
     commands = parser.add_subparsers(dest="ckpt_command", metavar="COMMAND", required=True)
     inspect = commands.add_parser(
         "inspect",
@@ -76,7 +73,6 @@ def _count(number: int | None) -> str:
 
 
 def summary_table(summary: Any) -> Table:
-    """The summary as a two-column rich table (field, value)."""
     table = Table(title=f"checkpoint {summary.path}", title_justify="left", show_header=False)
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value")
@@ -101,7 +97,6 @@ def summary_table(summary: Any) -> Table:
 
 
 def inspect_command(args: argparse.Namespace) -> int:
-    """Run ``flexgraph ckpt inspect``; return the exit status (errors propagate to main)."""
     from flexgraph.training.checkpoint_tools import describe_checkpoint
 
     summary = describe_checkpoint(args.path)
@@ -114,7 +109,6 @@ def inspect_command(args: argparse.Namespace) -> int:
 
 
 def convert_command(args: argparse.Namespace) -> int:
-    """Run ``flexgraph ckpt convert``; return the exit status (errors propagate to main)."""
     from flexgraph.training.checkpoint import human_bytes
     from flexgraph.training.checkpoint_tools import convert_checkpoint
 

@@ -1,7 +1,5 @@
-"""Where text views go: a rich console that is plain whenever stdout is not a TTY.
-
-Piped output is plain and of fixed width whatever the environment says, so
-the same plan gives the same bytes every time.
+"""Where text views go: a rich console, plain and of fixed width off a TTY, so the
+same plan gives the same bytes.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ PLAIN_WIDTH = 120
 
 
 def stdout_console(file: IO[str] | None = None) -> Console:
-    """A rich Console on ``file`` (default ``sys.stdout``): the terminal's settings on a TTY, else
-    plain."""
+    """A rich Console on ``file`` (default stdout): the terminal's settings on a TTY, else plain."""
     file = file if file is not None else sys.stdout
     isatty = getattr(file, "isatty", None)
     if isatty is not None and isatty():
@@ -38,10 +35,9 @@ def stdout_console(file: IO[str] | None = None) -> Console:
 
 
 def print_renderable(renderable: RenderableType, file: IO[str] | None = None) -> None:
-    """Print a rich renderable to ``file`` (default ``sys.stdout``).
+    """Print a rich renderable to ``file`` (default stdout).
 
-    Off a terminal it is drawn plain without trailing padding, and never cropped:
-    a table too narrow for a name is drawn wider.
+    Off a terminal: plain, no trailing padding, never cropped.
     """
     file = file if file is not None else sys.stdout
     console = stdout_console(file)

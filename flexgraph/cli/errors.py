@@ -1,16 +1,9 @@
-"""How an error that ended a command is reported: an exit status and one line.
-
-Bad input (a :class:`~flexgraph.core.errors.FlexgraphError`) exits 2 with its
-message; anything else exits 1 with its type and the ``--debug`` hint. The
-launcher reports the ranks' errors the same way.
-"""
+"""How an error that ended a command is reported: an exit status and one line."""
 
 from __future__ import annotations
 
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.executor import ContractError, StepFailedError
-
-__all__ = ["DEBUG_HINT", "UsageError", "describe_error"]
 
 DEBUG_HINT = "(run with --debug to see the traceback)"
 

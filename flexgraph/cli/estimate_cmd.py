@@ -1,7 +1,4 @@
-"""``plan --estimate / --compare`` and ``--strategy auto``: what a plan costs per rank.
-
-torch is imported lazily, so ``flexgraph plan`` without these flags never imports it.
-"""
+"""``plan --estimate / --compare`` and ``--strategy auto``: what a plan costs per rank."""
 
 from __future__ import annotations
 
@@ -14,8 +11,7 @@ AUTO = "auto"
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> None:
-    """``--device-memory`` and ``--estimate``; with ``views`` (plan's), ``--compare``
-    and ``--world-size`` too."""
+    """``--device-memory`` and ``--estimate``; with ``views``, ``--compare`` and the sizes."""
     group = parser.add_argument_group("memory estimate (imports torch; allocates nothing)")
     if views:
         group.add_argument("--estimate", action="store_true",
@@ -44,8 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, views: bool = True) -> Non
 
 def _with_verdicts(report: dict[str, Any], given: str | None, world_size: int,
                    margin: float, host: tuple[str | None, int]) -> dict[str, Any]:
-    """Each candidate's verdicts: its peak against a device, its setup against a node's host
-    memory."""
+    """Each candidate's peak against a device, its setup against a node's host memory."""
     from flexgraph.training.estimate import device_memory, host_memory
 
     capacity, source = device_memory(given, world_size)
@@ -66,8 +61,7 @@ def _with_verdicts(report: dict[str, Any], given: str | None, world_size: int,
 
 
 def _weights_loaded(cfg: Any) -> bool:
-    """Whether the files the run loads set every weight, so a strategy that may prune
-    ``init_weights`` does."""
+    """Whether the files the run loads set every weight (``init_weights`` may be pruned)."""
     from flexgraph.training.checkpoint import derive_from_weights
     from flexgraph.training.config import read_settings
 
@@ -76,7 +70,6 @@ def _weights_loaded(cfg: Any) -> bool:
 
 
 def _per_node(given: int | None, world_size: int) -> int:
-    """Ranks per node: as given, else every rank on one node."""
     return max(1, min(given or world_size, world_size))
 
 
@@ -122,9 +115,7 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None,
                 per_node: int | None = None) -> tuple[Strategy, dict[str, Any], Any]:
     """``--strategy auto``: ``(strategy, report, candidate)``, the first candidate that fits.
 
-    ``chosen`` is a launcher's choice, taken without estimating again;
-    ``host_memory`` refuses a candidate whose setup does not fit a node. Raises
-    ``NothingFitsError`` with the smallest estimate when none fits.
+    ``chosen`` is a launcher's choice, taken without estimating again.
     """
     from flexgraph.training.estimate import (
         AUTO_MARGIN,
@@ -167,8 +158,7 @@ def choose_auto(spec: Any, world_size: int, device_memory: str | None,
 def run_estimate(spec: Any, strategy: Strategy | None, world_size: int,
                  device_memory: str | None, *, host_memory: str | None = None,
                  per_node: int | None = None) -> Any:
-    """``run --estimate``: the plan's per-rank peak and its setup's, as a ``RunEstimate`` to measure
-    against."""
+    """``run --estimate``: the plan's per-rank peak and its setup's, to measure against."""
     from flexgraph.training.output import RunEstimate
 
     args = argparse.Namespace(compare=None, world_size=world_size, device_memory=device_memory,

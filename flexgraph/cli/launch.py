@@ -1,18 +1,9 @@
 """Launching ranks with torch's elastic agent, and reporting what happens to them.
 
-``flexgraph run --nproc-per-node N`` (or ``--nnodes``, ``--max-restarts K``)
-makes this process a launcher: it parses torchrun's flags with torchrun's
-parser and runs torch's ``LocalElasticAgent``, which starts the ranks (fresh
-interpreters, as torchrun starts a script) and restarts the group after a rank
-dies; restarted ranks resume from the last complete checkpoint.
-
-The agent's monitor result (which rank failed, with which status or signal)
-and the ranks' torch elastic error files (with flexgraph's exit class, step and
-iteration) become one line, whatever the number of ranks: bad input
-(:class:`~flexgraph.FlexgraphError`) is printed as one process would, exit 2,
-never restarted; a crash names the rank, the step and the iteration, exit 1.
-A stop signal is forwarded to the ranks, which save and exit 75; so does the
-launcher, and it never restarts them.
+The launcher runs torch's ``LocalElasticAgent`` with torchrun's own parser, and
+turns the agent's monitor result and the ranks' error files into one line,
+whatever the number of ranks: bad input exits 2 and is never restarted; a crash
+names the rank, the step and the iteration, exit 1.
 """
 
 from __future__ import annotations
@@ -58,19 +49,12 @@ BAD_INPUT, CRASH = 2, 1
 
 
 def is_launcher() -> bool:
-    """This process launched ranks (:func:`launch` ran in it: it set
-    :data:`~flexgraph.training.output.LAUNCHER_PID_VAR` to its own id)."""
+    """This process launched ranks (it set ``LAUNCHER_PID_VAR`` to its own id)."""
     return os.environ.get(LAUNCHER_PID_VAR) == str(os.getpid())
 
 
-# -- the rank's side ---------------------------------------------------------------------
-
-
 class RankReport:
-    """Executor hook of a launched rank: where it is, and what to say if it fails.
-
-    ``progress`` is the record it keeps for its launcher, if asked for one.
-    """
+    """Executor hook of a launched rank: where it is, and what to say if it fails."""
 
     def __init__(self, progress: Progress | None = None) -> None:
         self.step: str | None = None
@@ -124,10 +108,9 @@ def run_as_rank(run: Callable[[], int], report: RankReport, *, to_launcher: bool
                 debug: bool) -> int:
     """Run ``run()`` as one rank of a launched group; ``report`` is its executor hook.
 
-    A failure goes to the rank's torch elastic error file. Under flexgraph's
-    launcher (``to_launcher``) the rank then exits silently (``debug``: with its
-    traceback), as the launcher reports once for all; under plain ``torchrun`` it
-    propagates.
+    A failure goes to the rank's torch elastic error file; under flexgraph's
+    launcher (``to_launcher``) the rank then exits quietly, as the launcher reports
+    once for all; under plain ``torchrun`` it propagates.
     """
     handler = _RankErrorHandler(report)
     handler.initialize()  # torch's: a fatal signal (segfault) prints its traceback
@@ -142,13 +125,8 @@ def run_as_rank(run: Callable[[], int], report: RankReport, *, to_launcher: bool
         return describe_error(exc)[0]
 
 
-# -- the launcher's side -----------------------------------------------------------------
-
-
 @attrs.frozen
 class Failure:
-    """One failed rank, as the launcher reports it."""
-
     rank: int
     status: int  # BAD_INPUT or CRASH
     line: str
@@ -228,8 +206,9 @@ class _ReportingAgent(LocalElasticAgent):
         self.stopped = False
 
     def _stop_workers(self, worker_group: WorkerGroup) -> None:
-        """Stop the ranks (a failure, a restart) within the grace period, as a stop signal
-        does: torch's own stops wait 30 s whatever the agent's ``shutdown_timeout``."""
+        """Stop the ranks within the grace period: torch's own stops wait 30 s whatever
+        the agent's ``shutdown_timeout``.
+        """
         self._shutdown(timeout=getattr(self, "_shutdown_timeout", 30))
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
@@ -259,8 +238,7 @@ class _ReportingAgent(LocalElasticAgent):
 
 
     def _stall(self, spec: WorkerSpec) -> Failure | None:
-        """The watchdog's report of this attempt, if the ranks stopped on a stall
-        (:mod:`flexgraph.cli.watchdog`)."""
+        """The watchdog's report of this attempt, if the ranks stopped on a stall."""
         if self.watch is None:
             return None
         report = self.watch(spec.max_restarts - self._remaining_restarts).read_report()
@@ -290,11 +268,7 @@ class _ReportingAgent(LocalElasticAgent):
         return RunResult(state=WorkerState.FAILED, failures=early) if early else result
 
     def _add_ranks_that_left_errors(self, result: RunResult, worker_group: WorkerGroup) -> None:
-        """Count every rank that ended badly as failed, not only those the agent saw first.
-
-        The agent reports the ranks that exited before it stopped the others; the
-        first to fail may be another.
-        """
+        """Count every rank that ended badly as failed, not only those the agent saw first."""
         files = getattr(self._pcontext, "error_files", None) or {}
         exits = _exit_statuses(self._pcontext)
         for worker in worker_group.workers:
@@ -318,10 +292,9 @@ class _ReportingAgent(LocalElasticAgent):
 
 
 def _bound_close(pcontext: Any, grace: float) -> None:
-    """Have every stop of elastic process context ``pcontext`` wait ``grace`` s before SIGKILL.
+    """Have every stop of ``pcontext`` wait ``grace`` s before SIGKILL.
 
-    torch's contexts stop the others from inside their own poll with a fixed
-    default; the agent's own stops pass its timeout.
+    torch's contexts stop the others from inside their own poll with a fixed default.
     """
     close = type(pcontext).close
 
@@ -332,10 +305,7 @@ def _bound_close(pcontext: Any, grace: float) -> None:
 
 
 def _exit_statuses(pcontext: Any) -> dict[int, int | None]:
-    """``{local rank: exit status}`` of an elastic process context's ranks (None: running).
-
-    Negative for a signal, as torch reports it.
-    """
+    """``{local rank: exit status}`` of ``pcontext``'s ranks (None: running; negative: a signal)."""
     handlers = getattr(pcontext, "subprocess_handlers", None) or {}
     return {rank: handler.proc.poll() for rank, handler in handlers.items()}
 
@@ -343,11 +313,7 @@ def _exit_statuses(pcontext: Any) -> dict[int, int | None]:
 def _torchrun_argv(args: argparse.Namespace, facts: LaunchFacts,
                    parser: argparse.ArgumentParser, stop_signals: Sequence[str] = ()
                    ) -> list[str]:
-    """torchrun's flags for this launch, then ``-m flexgraph run`` with the user's own args.
-
-    The node rank and rendezvous are the launch's (``facts``: the flags', or
-    SLURM's for a launcher per node).
-    """
+    """torchrun's flags for this launch, then ``-m flexgraph run`` with the user's own args."""
     launch = ["--nproc-per-node", str(args.nproc_per_node), "--nnodes", str(args.nnodes),
               "--max-restarts", str(args.max_restarts)]
     if any("--signals-to-handle" in a.option_strings for a in parser._actions):  # torch>=2.8
@@ -365,8 +331,7 @@ def _torchrun_argv(args: argparse.Namespace, facts: LaunchFacts,
 def _rank_argv(args: argparse.Namespace, facts: LaunchFacts) -> list[str]:
     """A rank's ``flexgraph`` arguments: the user's own, nothing re-derived.
 
-    Each rank resolves the strategy (with the config's options) exactly as this
-    process did. ``--resume`` is the launch's (a requeued SLURM job's ``auto``).
+    ``--resume`` is the launch's (a requeued SLURM job's ``auto``).
     """
     child = ["run", args.config, "--entry", args.entry]
     given = {"work_dir": args.work_dir, "resume": facts.resume, "load_from": args.load_from,
@@ -382,10 +347,7 @@ def _rank_argv(args: argparse.Namespace, facts: LaunchFacts) -> list[str]:
 
 
 def _quiet_torch_logs() -> None:
-    """torch elastic logs every failure and every SIGTERM it sends; the launcher says it once.
-
-    Left alone under ``--debug`` or when the user set ``LOGLEVEL`` (torch's own switch).
-    """
+    """torch elastic logs every failure and SIGTERM it sends; the launcher says it once."""
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if name.startswith(("torch.distributed", "torch.multiprocessing")) and isinstance(
                 logger, logging.Logger):
@@ -397,10 +359,9 @@ def _run_agent(torch_args: argparse.Namespace, progress_dir: str, quiet: bool,
                watch: Callable[[int], WatchFolder] | None) -> _ReportingAgent:
     """torchrun's ``run`` and ``launch_agent``, with our agent.
 
-    torchrun builds ``LocalElasticAgent`` itself, so its few wiring lines are
-    repeated here; ``LaunchConfig`` options shared with ``WorkerSpec`` and the
-    agent pass through by name, so newer knobs keep working. ``grace``: seconds
-    from SIGTERM to SIGKILL; ``watch`` gives an attempt's watch folder.
+    torchrun builds ``LocalElasticAgent`` itself, so its wiring is repeated here;
+    ``LaunchConfig`` options shared with ``WorkerSpec`` pass through by name, so
+    newer knobs keep working.
     """
     import inspect
 
@@ -459,13 +420,9 @@ def launch(args: argparse.Namespace, facts: LaunchFacts, handed_down: LaunchEnv,
            settings: Any = None, run_id: str | None = None) -> int:
     """Start the ranks through torch's elastic agent; return the run's exit status.
 
-    ``facts`` are this launch's (node rank, rendezvous, resume); ``handed_down``
-    is the ranks' environment, to which the launcher adds its pid and progress
-    folder. ``stop_signals`` are forwarded besides
-    :data:`~flexgraph.cli.stopping.FORWARDED`; ``on_stop`` is told the signal's
-    name once the ranks saved (a SLURM job asks to be requeued). ``settings`` give
-    the stop grace period and, with ``run_id``, the watch folder where a stall is
-    reported (exit :data:`~flexgraph.cli.watchdog.EXIT_STALLED`).
+    ``handed_down`` is the ranks' environment; ``stop_signals`` are forwarded
+    besides :data:`~flexgraph.cli.stopping.FORWARDED`, and ``on_stop`` is told the
+    signal's name once the ranks saved (a SLURM job asks to be requeued).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser

@@ -1,13 +1,10 @@
 """``flexgraph``: the command line. ``main(argv) -> exit status``.
 
-Subcommands ``plan``, ``run`` and ``ckpt``; ``run``'s module is imported only
-for ``run``, so ``plan`` and ``--help`` never import torch.
-
-Exit status, the contract scripts rely on: ``0`` done; ``2`` bad input (a
-usage error, a :class:`~flexgraph.FlexgraphError`, or a step failure it
-caused); ``1`` anything else; ``75`` stopped on a signal after saving
-(``--resume auto`` continues); ``130`` interrupted before training. An error
-is one line on stderr, ``error: <message>``; ``--debug`` adds the traceback.
+``run``'s module is imported only for ``run``, so ``plan`` and ``--help`` never
+import torch. Exit status, the contract scripts rely on: ``0`` done; ``2`` bad
+input (a usage error, a :class:`~flexgraph.FlexgraphError`, or a step failure
+it caused); ``1`` anything else; ``75`` stopped on a signal after saving;
+``130`` interrupted before training. An error is one line on stderr.
 """
 
 from __future__ import annotations
@@ -48,7 +45,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _command_of(argv: Sequence[str]) -> str | None:
-    """The subcommand in ``argv``: its first word that is not an option."""
     return next((word for word in argv if not word.startswith("-")), None)
 
 
@@ -125,10 +121,7 @@ def _quiet_broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``flexgraph`` command line on ``argv`` (default ``sys.argv[1:]``); the exit status.
-
-    0, 1, 2, 75 or 130, as the module docstring says.
-    """
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
@@ -151,9 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_and_exit() -> NoReturn:
-    """The ``flexgraph`` command: :func:`main`, then exit; a launcher skips the
-    interpreter's teardown, having said all it says.
-    """
+    """The ``flexgraph`` command; a launcher skips the interpreter's teardown."""
     status = main()
     launch = sys.modules.get("flexgraph.cli.launch")
     if launch is not None and launch.is_launcher():

@@ -1,9 +1,6 @@
-"""``--cfg-options K=V``: mmengine's override syntax, parsed by mmengine itself.
+"""``--cfg-options K=V``: mmengine's override syntax, parsed by mmengine's ``DictAction``.
 
-A command line that works with an OpenMMLab ``tools/train.py`` works here:
-the items go through :class:`mmengine.config.DictAction` (dotted keys, ``[a,b]``
-lists, ``true``/``None``...). mmengine is imported only when options are given,
-so ``flexgraph plan`` on a YAML spec stays light.
+mmengine is imported only when options are given.
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""``flexgraph plan CONFIG``: print the plan a strategy makes, run nothing.
-
-CONFIG is a YAML spec or a Python config (an MMEngine cfg.py or a pipeline
-script). Planning imports no step function, so this never imports torch and is
-safe anywhere, CI included; only ``--estimate`` / ``--compare`` (and
-``--strategy auto``) do. A function reference that cannot resolve is an error
-(exit 2, with close names); one the source alone cannot settle is a ``note:``.
-"""
+"""``flexgraph plan CONFIG``: the plan a strategy makes; imports no torch without ``--estimate``."""
 
 from __future__ import annotations
 
@@ -25,6 +18,7 @@ from flexgraph.cli.options import parse_cfg_options
 from flexgraph.cli.planning import choose_strategy, derived_plan, load_config, make_run_plan
 from flexgraph.core.plan import Plan
 from flexgraph.core.references import check_references, resolve_fn
+from flexgraph.render.html import compare_page, plan_page
 
 if TYPE_CHECKING:
     from flexgraph.core.strategy import Strategy
@@ -37,7 +31,6 @@ NO_STRATEGY = "none"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``plan``'s arguments to ``parser``."""
     parser.add_argument("config", help="a YAML spec (.yaml, .yml) or a Python config (.py)")
     parser.add_argument(
         "--strategy",
@@ -80,8 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def checkpoint_notes(cfg: Any, plan: Plan) -> dict[str, str]:
     """Which reader will read ``load_from`` and an explicit ``resume`` path, by step.
 
-    Only for a path that exists now, recognised by its content as the run will,
-    without importing torch.
+    Only for a path that exists now, recognised by its content without torch.
     """
     if cfg is None or not {"load_checkpoint", "resume"} & set(plan.order):
         return {}
@@ -98,11 +90,7 @@ def checkpoint_notes(cfg: Any, plan: Plan) -> dict[str, str]:
 
 
 def pruning_notes(cfg: Any, strategy: Any, plan: Plan) -> dict[str, str]:
-    """``init_weights``: what a run decides about it, where only a run can (no torch here).
-
-    Whether the loaded files cover the model needs its names, which ``flexgraph
-    plan --estimate`` and ``flexgraph run`` find on the meta device.
-    """
+    """``init_weights``: what a run decides about it, where only a run can (no torch here)."""
     if cfg is None or strategy is None or "init_weights" not in strategy.prunable \
             or "init_weights" not in plan.order:
         return {}
@@ -145,7 +133,6 @@ def _reader_note(key: str, path: Path) -> str:
 
 def load_spec_and_plan(config: str, strategy: str | None, cfg_options: list[str]
                        ) -> tuple[Spec, Plan]:
-    """Load ``config`` through the spec layer and plan it: the spec, and its plan."""
     spec = load_config(config, parse_cfg_options(cfg_options))
     return spec, make_run_plan(spec, _strategy_of(spec, strategy))
 
@@ -156,8 +143,7 @@ def _strategy_of(spec: Spec, name: str | None) -> Strategy | None:
 
 
 def render(plan: Plan, args: argparse.Namespace, notes: dict[str, str] | None = None) -> None:
-    """Print ``plan`` to stdout the way ``args`` ask; the text table and the JSON carry
-    ``notes`` (step -> a line about what it will read)."""
+    """Print ``plan`` the way ``args`` ask; the table and the JSON carry ``notes``."""
     if args.format == "json":
         sys.stdout.write(views.plan_json(plan, notes) + "\n")
     elif args.format == "dot":
@@ -176,7 +162,6 @@ def render(plan: Plan, args: argparse.Namespace, notes: dict[str, str] | None = 
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    """Run ``flexgraph plan``; return the exit status (errors propagate to main)."""
     if args.output:  # what stdout would get, written to the file once the plan is made
         import contextlib
         import io
@@ -211,8 +196,6 @@ def _plan_command(args: argparse.Namespace) -> int:
     notes = {**checkpoint_notes(spec.cfg, plan), **pruning_notes(spec.cfg, strategy, plan),
              **strategy_notes(spec.cfg, strategy)}
     if args.format == "html":
-        from flexgraph.cli.plan_page import page_of_plan
-
         sys.stdout.write(page_of_plan(plan, strategy, args.config))
         return 0
     render(plan, args, notes)
@@ -227,11 +210,7 @@ def _print_estimate(report: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 def _load_for_estimate(args: argparse.Namespace, imports_done: Callable[[], None]) -> Any:
-    """The spec, with the estimate's own imports, then frozen out of the collector.
-
-    Loading the config imports torch and MMEngine, whose many objects each full
-    collection during the trace would scan again (:mod:`flexgraph.cli.collector`).
-    """
+    """The spec, with the estimate's own imports, then frozen out of the collector."""
     spec = load_config(args.config, parse_cfg_options(args.cfg_options))
     import_module("flexgraph.training.estimate")
     imports_done()
@@ -251,18 +230,33 @@ def _plan_estimate(args: argparse.Namespace) -> int:
         if derived:
             report["plan"] = derived
         if args.format == "html":
-            from flexgraph.cli import plan_page
-
             if args.compare:
                 load_from = _load_from(spec)
-                sys.stdout.write(plan_page.page_of_candidates(
+                sys.stdout.write(page_of_candidates(
                     spec, report, args.config, args.compare,
                     lambda s: derived_plan(spec, s, load_from)[0]))
             else:
-                sys.stdout.write(plan_page.page_of_plan(plan, strategy, args.config, report))
+                sys.stdout.write(page_of_plan(plan, strategy, args.config, report))
             return 0
         _print_estimate(report, args)
     return 0
+
+
+def page_of_plan(plan: Plan, strategy: Any, config: str,
+                 report: dict[str, Any] | None = None) -> str:
+    """The page of ``plan``, with ``report``'s memory per step when given."""
+    checks = strategy.checks if strategy is not None else ()
+    return plan_page(plan, checks=checks, estimate=report, source=config)
+
+
+def page_of_candidates(spec: Any, report: dict[str, Any], config: str, compare: str,
+                       plan_of: Callable[[Any], Plan]) -> str:
+    """The ``--compare`` page: each candidate with the plan ``plan_of`` makes of it."""
+    from flexgraph.training.estimate import amp_precision, parse_candidates
+
+    candidates = parse_candidates(compare, spec.cfg.get("strategy"), amp_precision(spec.cfg))
+    plans = {c.label: (plan_of(c.strategy), c.strategy.checks) for c in candidates}
+    return compare_page(report, plans, source=config)
 
 
 def _plan_auto(args: argparse.Namespace) -> int:
@@ -286,8 +280,6 @@ def _plan_auto(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(plan_dict, indent=2, sort_keys=True) + "\n")
         return 0
     if args.format == "html":  # the chosen candidate's page
-        from flexgraph.cli.plan_page import page_of_plan
-
         chosen = [r for r in report["candidates"] if r["candidate"] == report["auto"]["choice"]]
         sys.stdout.write(page_of_plan(plan, strategy, args.config,
                                       {**report, "candidates": chosen}))

@@ -1,11 +1,4 @@
-"""Planning, as ``flexgraph plan`` and ``flexgraph run`` both do it.
-
-Load the config, choose the strategy, then make the one plan, with the
-rewrites derived from the files the run loads (:func:`derived_plan`, which
-imports torch) or without them (:func:`make_run_plan`). :func:`plan_digest`,
-which a launcher hands its ranks, covers what the plan is made of, not what a
-rank derives from its files.
-"""
+"""Planning, as ``flexgraph plan`` and ``flexgraph run`` both do it."""
 
 from __future__ import annotations
 
@@ -21,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from flexgraph.cli.choice import default_strategy
 from flexgraph.core.errors import FlexgraphError
 from flexgraph.core.plan import Plan, make_plan
 from flexgraph.core.rewrite import Rewrite
@@ -31,12 +23,9 @@ if TYPE_CHECKING:
     from flexgraph.core.graph import Graph
     from flexgraph.spec import Spec
 
-__all__ = ["choose_strategy", "derived_plan", "load_config", "make_run_plan", "plan_digest"]
-
 
 def _standard_graph(cfg: Any, entry: str) -> Graph:
-    """The standard training graph, imported only for a cfg.py without ``steps`` (it may import
-    torch)."""
+    """The standard training graph, imported only when needed (it may import torch)."""
     from flexgraph.training.graph import standard_graph
 
     return standard_graph(cfg, entry=entry)
@@ -44,10 +33,9 @@ def _standard_graph(cfg: Any, entry: str) -> Graph:
 
 def load_config(config: str | os.PathLike[str] | Any,
                 cfg_options: Mapping[str, Any] | None = None, *, entry: str = "train") -> Spec:
-    """The spec of ``config``, as ``flexgraph plan``, ``flexgraph run`` and the Runner load it.
+    """The spec of ``config`` (a path, or an MMEngine ``Config``, copied).
 
-    ``config`` is a path or an MMEngine ``Config`` (a copy is planned);
-    ``cfg_options`` override keys; ``entry`` is the standard graph's last step.
+    ``entry`` is the standard graph's last step.
     """
     default_graph = functools.partial(_standard_graph, entry=entry)
     if isinstance(config, (str, os.PathLike)):
@@ -63,17 +51,25 @@ def load_config(config: str | os.PathLike[str] | Any,
     return config_spec(cfg, cfg.filename or "<config>", default_graph)
 
 
-def choose_strategy(spec: Spec, name: str | None, world_size: int = 1) -> Strategy | None:
-    """The strategy ``name`` (the command line's), else the spec's, else the default for
-    ``world_size`` processes.
+def default_strategy(spec: Any, world_size: int = 1) -> str | None:
+    """The strategy when neither the command line nor the spec names one, or ``None``.
+
+    ``plan`` and ``run`` share it, so the plan printed is the plan run: a cfg.py on
+    the standard training graph gets ``single``, or ``ddp`` with more than one process.
     """
+    if spec.strategy is not None or spec.cfg is None or "steps" in spec.cfg:
+        return None
+    return "ddp" if world_size > 1 else "single"
+
+
+def choose_strategy(spec: Spec, name: str | None, world_size: int = 1) -> Strategy | None:
+    """The strategy ``name``, else the spec's, else the default for ``world_size``."""
     return spec.resolve_strategy(name or default_strategy(spec, world_size))
 
 
 def make_run_plan(spec: Spec, strategy: Strategy | None, *, targets: tuple[str, ...] = (),
                   derived: tuple[Rewrite, ...] = ()) -> Plan:
-    """Plan ``spec``'s graph under ``strategy`` (``None``: as declared); errors name the spec's
-    file."""
+    """Plan ``spec``'s graph under ``strategy``; errors name the spec's file."""
     from flexgraph.spec.errors import restate
 
     try:
@@ -86,8 +82,7 @@ def derived_plan(spec: Spec, strategy: Strategy | None, load_from: str | None,
                  targets: tuple[str, ...] = ()) -> tuple[Plan, dict[str, Any]]:
     """The plan with the rewrites a run derives from its files, and what to say about them.
 
-    Returns the plan and ``{"pruned": {step: reason}, "notes": {step: line}}``,
-    empty parts left out.
+    The second is ``{"pruned": {step: reason}, "notes": {step: line}}``, empty parts left out.
     """
     if spec.cfg is None or strategy is None or not strategy.prunable:
         return make_run_plan(spec, strategy, targets=targets), {}
@@ -101,7 +96,7 @@ def derived_plan(spec: Spec, strategy: Strategy | None, load_from: str | None,
 
 
 def plan_digest(spec: Spec, strategy: Strategy | None, targets: tuple[str, ...] = ()) -> str:
-    """A digest of what the plan is made of: the base graph, the strategy, the targets.
+    """A digest of the base graph, the strategy and the targets.
 
     Sets are sorted and object addresses left out, as both differ between processes.
     """

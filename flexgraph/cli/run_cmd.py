@@ -1,10 +1,8 @@
 """``flexgraph run``: plan a config, then execute the plan.
 
 What can be checked before a step runs is checked first, so bad input exits 2
-without starting processes or writing files. With ``--nproc-per-node N`` this
-process only launches (:mod:`flexgraph.cli.launch`); a copy started by
-``torchrun`` or ``srun`` works the same way. Each process plans once; a rank
-whose plan's digest differs from its launcher's refuses to run.
+without starting processes or writing files. A rank whose plan's digest
+differs from its launcher's refuses to run.
 """
 
 from __future__ import annotations
@@ -48,7 +46,6 @@ class PlanMismatchError(FlexgraphError, RuntimeError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``flexgraph run``."""
     parser.add_argument("config", help="a cfg.py, a Python pipeline script, or a YAML spec")
     parser.add_argument("--work-dir", help="where checkpoints and metrics go")
     parser.add_argument("--resume", help="'auto' (latest checkpoint in the work dir) or a path")
@@ -87,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _at_least(low: int, text: str, high: int | None = None) -> int:
-    """``text`` as an integer in ``low..high``; argparse reports the refusal in one line."""
+    """``text`` as an integer in ``low..high``."""
     try:
         value = int(text)
     except ValueError:
@@ -111,7 +108,7 @@ def _port(text: str) -> int:
 
 
 def _nodes(text: str) -> str:
-    """``N`` or torch's elastic ``MIN:MAX``, both at least 1, kept as text (torchrun's)."""
+    """``N`` or torch's elastic ``MIN:MAX``, both at least 1, kept as text."""
     low, _, high = text.partition(":")
     if _positive(low) > _positive(high or low):
         raise argparse.ArgumentTypeError(f"MIN:MAX needs MIN <= MAX, not {text}")
@@ -152,9 +149,7 @@ def _world_size(args: argparse.Namespace) -> int:
 
 
 def _read_settings(spec: Any) -> Any:
-    """A training config's settings, read once and checked before anything is planned
-    (``None`` for a pipeline): what the run derives from its files, its work_dir, its
-    stop signals."""
+    """A training config's settings, checked before anything is planned (``None``: a pipeline)."""
     if spec.cfg is None:
         return None
     from flexgraph.training.config import check_paths, read_settings
@@ -166,8 +161,7 @@ def _read_settings(spec: Any) -> Any:
 
 def _choose_strategy(args: argparse.Namespace, spec: Any, world: int, handed_down: LaunchEnv,
                      launched: bool) -> tuple[Strategy | None, AutoChoice | None, Any]:
-    """The strategy (checked against the world size), and for ``--strategy auto`` its
-    choice and the estimate it was chosen by."""
+    """The strategy, checked against the world size; ``--strategy auto``'s choice and estimate."""
     if args.strategy == "auto" and spec.cfg is not None:
         return _choose_auto(args, spec, world, handed_down, launched)
     strategy = choose_strategy(spec, args.strategy, world)
@@ -183,10 +177,9 @@ def _choose_strategy(args: argparse.Namespace, spec: Any, world: int, handed_dow
 
 def _choose_auto(args: argparse.Namespace, spec: Any, world: int, handed_down: LaunchEnv,
                  launched: bool) -> tuple[Strategy, AutoChoice, Any]:
-    """``--strategy auto``: estimate, choose, and say so; returns (strategy, choice, estimate).
+    """``--strategy auto``: (strategy, choice, estimate).
 
-    The choice is recorded so the work_dir's config plans the same way again. A
-    launched rank takes its launcher's choice without estimating (estimate ``None``).
+    A launched rank takes its launcher's choice without estimating (estimate ``None``).
     """
     from flexgraph.cli import estimate_cmd
     from flexgraph.cli.console import stdout_console
@@ -204,8 +197,7 @@ def _choose_auto(args: argparse.Namespace, spec: Any, world: int, handed_down: L
 
 
 def _choose_launch(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
-    """This process's place in the launch (the :class:`LaunchFacts` of it): taken from
-    SLURM where it launched it (see :mod:`flexgraph.cli.slurm`); what launched it."""
+    """This process's place in the launch (the :class:`LaunchFacts` of it), and what launched it."""
     from flexgraph.cli.slurm import become_slurm_rank, choose_launcher, slurm_node
 
     launched_by, node = None, None
@@ -231,7 +223,6 @@ def _choose_launch(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
 
 
 def _check_launched_plan(digest: str, handed_down: LaunchEnv, rank: int) -> None:
-    """Refuse to run a plan other than the one the launcher handed down the digest of."""
     expected = handed_down.plan_digest
     if expected and digest != expected:
         raise PlanMismatchError(
@@ -242,7 +233,6 @@ def _check_launched_plan(digest: str, handed_down: LaunchEnv, rank: int) -> None
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run the config; return the exit status."""
     handed_down = LaunchEnv.read(os.environ)  # what a launcher handed this rank, if any
     if handed_down.launcher_pid is not None:  # a rank of flexgraph's launcher
         from flexgraph.cli.watchdog import die_with_parent
@@ -260,25 +250,18 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, hooks: Sequence[Any] = (),
          handed_down: LaunchEnv | None = None, progress: Any = None) -> int:
-    """Plan, then launch the ranks or run the plan here; the exit status.
-
-    ``hooks`` are executor hooks (a launched rank's report); ``handed_down`` is what
-    a launcher handed this process, ``progress`` the record it keeps for it.
-    """
     # What loading and planning import stays out of the collector's scans (see collector.py).
     with imports_kept_from_collector() as imports_done:
         prepared = prepare_run(args, args.config, handed_down or LaunchEnv(), progress,
                                imports_done)
         if prepared.launching:
-            return _launch_ranks(args, prepared.strategy, prepared.plan, prepared.digest,
-                                 prepared.place.launch, prepared.settings)
+            return _launch_ranks(args, prepared.digest, prepared.place.launch,
+                                 prepared.settings)
         return _execute(args, hooks, prepared)
 
 
 @attrs.frozen
 class _Place:
-    """This process's place in the run: its rank, the world size, its launch's facts."""
-
     rank: int
     world_size: int
     launch: LaunchFacts
@@ -286,9 +269,7 @@ class _Place:
 
 @attrs.frozen
 class PreparedRun:
-    """What a process settled before anything runs: the spec, its strategy and plan
-    (``derived``: what the run's files changed in it), the settings, the digest
-    handed to ranks, whether this process only launches, and its place."""
+    """What a process settled before anything runs (``derived``: what the run's files changed)."""
 
     spec: Any
     strategy: Strategy | None
@@ -302,9 +283,10 @@ class PreparedRun:
 
 def prepare_run(args: argparse.Namespace, config: Any, handed_down: LaunchEnv, progress: Any,
                 imports_done: Callable[[], None]) -> PreparedRun:
-    """Load ``config`` (a path, or a Config already read), choose the strategy, plan and
-    check it, as ``flexgraph run`` does; ``imports_done`` is called once the plan's
-    functions are imported (:func:`~flexgraph.cli.collector.imports_kept_from_collector`)."""
+    """Load ``config`` (a path, or a Config), choose the strategy, plan and check it.
+
+    ``imports_done`` is called once the plan's functions are imported.
+    """
     resume = args.resume
     if args.launcher != "none":
         resume = resume_after_requeue(resume, os.environ)
@@ -341,11 +323,7 @@ def prepare_run(args: argparse.Namespace, config: Any, handed_down: LaunchEnv, p
 
 def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None, world: int,
                   handed_down: LaunchEnv, estimate: RunEstimate | None) -> RunEstimate | None:
-    """The estimate this run's memory is measured against, or ``None`` (no cost then).
-
-    ``--strategy auto`` has one already (``estimate``); ``--estimate`` makes
-    one; a launched rank takes its launcher's.
-    """
+    """The estimate this run's memory is measured against, or ``None``."""
     if args.dry_run or spec.cfg is None:
         return None
     if handed_down.run_estimate:
@@ -361,8 +339,7 @@ def _run_estimate(args: argparse.Namespace, spec: Any, strategy: Strategy | None
 
 
 def _execute(args: argparse.Namespace, hooks: Sequence[Any], prepared: PreparedRun) -> int:
-    """Run the plan here (:func:`execute_run`); a stop on a signal is said and requeued,
-    and a launched rank ends at once."""
+    """Run the plan here; a stop on a signal is said and requeued; a launched rank ends at once."""
     from flexgraph.training.errors import TrainingStopped
 
     settings, launch = prepared.settings, prepared.place.launch
@@ -393,8 +370,7 @@ def _execute(args: argparse.Namespace, hooks: Sequence[Any], prepared: PreparedR
 
 def execute_run(args: argparse.Namespace, hooks: Sequence[Any],
                 prepared: PreparedRun) -> RunResult | None:
-    """Run the plan in this process, in its work_dir (a training config's), which it owns
-    meanwhile; the steps' result (``None`` for a dry run)."""
+    """Run the plan in this process, owning its work_dir meanwhile; ``None`` for a dry run."""
     from flexgraph.cli.work_dir_owner import own_work_dir, run_id
 
     place = prepared.place
@@ -412,10 +388,8 @@ def _remove_watch_folder(settings: Any, this_run: str, lock: Any) -> None:
         remove_run(settings.work_dir, this_run)
 
 
-def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Plan,
-                  digest: str, launch: LaunchFacts, settings: Any) -> int:
-    """Start the ranks (:mod:`flexgraph.cli.launch`), handing them this launch's facts and
-    the digest of what the plan is made of."""
+def _launch_ranks(args: argparse.Namespace, digest: str, launch: LaunchFacts,
+                  settings: Any) -> int:
     from flexgraph.cli.launch import launch as launch_ranks
     from flexgraph.cli.work_dir_owner import own_work_dir, run_id
 
@@ -451,8 +425,7 @@ def _launch_ranks(args: argparse.Namespace, strategy: Strategy | None, plan: Pla
 def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[str]) -> None:
     """After a stop on the preemption signal, in a SLURM job: have SLURM requeue it.
 
-    SLURM cancels the job's step as it requeues it (SIGTERM): this process, which
-    saved and is about to exit 75, ignores it from here on.
+    SLURM cancels the job's step as it requeues it (SIGTERM): this process ignores it from here.
     """
     from flexgraph.cli.slurm import requeue_after_stop
     from flexgraph.cli.stopping import ignore_stop_signals
@@ -466,11 +439,6 @@ def _requeue(args: argparse.Namespace, signal_name: str, stop_signals: Sequence[
 def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, plan: Plan,
                   derived: dict[str, Any], settings: Any, place: _Place, this_run: str,
                   lock: Any) -> RunResult | None:
-    """Run the plan in this process: the summary, the work_dir's record, the context, the steps.
-
-    ``derived``: what the run's files changed in the plan (a pruned
-    ``init_weights``), printed under the summary.
-    """
     from flexgraph.cli.console import stdout_console
     from flexgraph.render import derivation_lines
     from flexgraph.training.errors import TrainingStopped
@@ -536,7 +504,6 @@ def _execute_here(args: argparse.Namespace, hooks: Sequence[Any], spec: Any, pla
 
 def _open_record(args: argparse.Namespace, spec: Any, settings: Any, plan_record: Any,
                  place: _Place, lines: Sequence[str]) -> Any:
-    """The work_dir's record of the run (log file, config, plan), with ``lines`` noted."""
     from flexgraph.training.output import open_run_record
 
     auto = place.launch.auto
@@ -566,9 +533,7 @@ def _run_steps(args: argparse.Namespace, hooks: Sequence[Any], peaks: Any, plan:
 def _run_watched(args: argparse.Namespace, hooks: Sequence[Any], peaks: Any, plan: Plan,
                  inputs: dict[str, Any], settings: Any, context: RunContext, this_run: str,
                  lock: Any) -> Any:
-    """The steps under the progress watchdog (:mod:`flexgraph.cli.watchdog`), unless
-    ``env_cfg.stall_timeout`` is 0; the watch folder of a run that ended well is removed
-    by the work_dir's owner."""
+    """The steps under the progress watchdog, unless ``env_cfg.stall_timeout`` is 0."""
     from flexgraph.cli.watchdog import start_watchdog
     from flexgraph.training.errors import TrainingStopped
 
@@ -593,10 +558,7 @@ def _run_watched(args: argparse.Namespace, hooks: Sequence[Any], peaks: Any, pla
 
 def _write_run_page(spec: Any, plan: Plan, record: Any, timings: Any, estimate: Any,
                     console: Any) -> None:
-    """The run folder's ``plan.html`` and ``timings.txt``: every rank's steps, measured.
-
-    A report of a run that went well: one that cannot be written is said, not an error.
-    """
+    """The run folder's ``plan.html`` and ``timings.txt`` (a warning if not written)."""
     from flexgraph.training.output import write_run_page
 
     strategy = spec.resolve_strategy(plan.strategy) if plan.strategy else None

@@ -1,14 +1,9 @@
 """SLURM as a launcher, both ways clusters run it, and its requeue after a preemption stop.
 
-**One task per rank** (``srun -n8 flexgraph run cfg.py``): each task's rank
-and rendezvous come from SLURM's variables and are written as torchrun's, so
-everything downstream sees one kind of launch. **One task per node**
-(``--nproc-per-node 8 --nnodes $SLURM_NNODES``): each task launches its node's
-ranks; SLURM fills in the node rank and rendezvous. :func:`choose_launcher`
-decides which.
-
-**Requeue**: a run stopped by its preemption signal saves and exits 75; rank 0
-then asks SLURM to requeue the job, which resumes from its latest checkpoint.
+One task per rank (``srun -n8``): each task's place is written as torchrun's
+variables. One task per node (``--nproc-per-node 8 --nnodes $SLURM_NNODES``):
+each task launches its node's ranks. A run stopped by its preemption signal
+saves, exits 75, and rank 0 asks SLURM to requeue the job.
 """
 
 from __future__ import annotations
@@ -31,21 +26,8 @@ class SlurmLaunchError(FlexgraphError, RuntimeError):
     """SLURM's variables do not describe the launch that was asked for."""
 
 
-# -- reading SLURM's variables ------------------------------------------------------------
-
-
 def first_host(nodelist: str) -> str:
-    """The first host of a SLURM hostlist, compressed or not.
-
-    Examples
-    --------
-    >>> first_host("node[01-04,07],gpu5")
-    'node01'
-    >>> first_host("gpu-a[3,5]-ib")
-    'gpu-a3-ib'
-    >>> first_host("login1")
-    'login1'
-    """
+    """The first host of a SLURM hostlist (``node[01-04,07],gpu5``: ``node01``)."""
     match = re.match(r"([^,\[]*)(?:\[([^\]]*)\])?([^,]*)", nodelist.strip())
     if match is None or not (match.group(1) or match.group(2)):
         raise SlurmLaunchError(f"SLURM_JOB_NODELIST={nodelist!r} names no host; set "
@@ -56,13 +38,7 @@ def first_host(nodelist: str) -> str:
 
 
 def tasks_per_node(text: str) -> list[int]:
-    """``SLURM_STEP_TASKS_PER_NODE`` (``'2(x3),1'``) as one count per node.
-
-    Examples
-    --------
-    >>> tasks_per_node("2(x3),1")
-    [2, 2, 2, 1]
-    """
+    """``SLURM_STEP_TASKS_PER_NODE`` (``'2(x3),1'``) as one count per node."""
     counts: list[int] = []
     for part in text.split(","):
         count, _, times = part.partition("(x")
@@ -91,15 +67,10 @@ def _rendezvous(env: Mapping[str, str]) -> tuple[str, int]:
     return addr, port
 
 
-# -- choosing ------------------------------------------------------------------------------
-
-
 def choose_launcher(requested: str | None, env: Mapping[str, str]) -> str:
     """``'slurm'``, or ``'none'`` (torch elastic's variables, if any, or one process).
 
-    ``requested`` (``--launcher`` or the config's) of ``None`` or ``'auto'``
-    detects an ``srun`` step of several tasks; ``'slurm'`` outside one, or an
-    unknown launcher, is a :class:`SlurmLaunchError`.
+    ``None`` or ``'auto'`` detects an ``srun`` step of several tasks.
     """
     if requested not in (None, *LAUNCHERS):
         raise SlurmLaunchError(f"launcher={requested!r} is not one of "
@@ -139,7 +110,6 @@ class SlurmNode:
     master_port: int
 
     def describe(self, nproc_per_node: int) -> str:
-        """What launched the ranks, for the run's first line and its log."""
         return (f"slurm + torch elastic ({self.nodes} nodes x {nproc_per_node}, node "
                 f"{self.node_rank}, rendezvous {self.master_addr}:{self.master_port})")
 
@@ -148,8 +118,7 @@ def slurm_node(nnodes: str, env: Mapping[str, str], *, master_addr: str | None =
                master_port: int | None = None) -> SlurmNode | None:
     """In an ``srun`` step, a launcher of ranks on each of ``nnodes`` nodes: its place.
 
-    ``None`` outside an ``srun`` step, for a rank, and for one node;
-    ``master_addr`` and ``master_port`` win over SLURM's.
+    ``None`` outside an ``srun`` step, for a rank, and for one node.
     """
     if not in_srun_step(env) or "LOCAL_RANK" in env:
         return None
@@ -165,9 +134,6 @@ def slurm_node(nnodes: str, env: Mapping[str, str], *, master_addr: str | None =
     return SlurmNode(nodes, int(env["SLURM_PROCID"]), master_addr or addr, master_port or port)
 
 
-# -- preemption ----------------------------------------------------------------------------
-
-
 def resume_after_requeue(resume: str | None, env: Mapping[str, str]) -> str | None:
     """``resume``, else ``'auto'`` in a requeued job (``SLURM_RESTART_COUNT`` > 0)."""
     if int(env.get("SLURM_RESTART_COUNT") or 0) > 0 and not resume:
@@ -179,8 +145,8 @@ def requeue_after_stop(signal_name: str, preempt_signals: tuple[str, ...],
                        env: Mapping[str, str]) -> None:
     """Ask SLURM to requeue this job after a stop on its preemption signal.
 
-    SIGTERM and SIGINT are a user's, and SLURM requeues what it preempts itself,
-    so only the preemption signal requeues; only SLURM's task 0 asks.
+    SIGTERM and SIGINT are a user's, and SLURM requeues what it preempts itself;
+    only SLURM's task 0 asks.
     """
     job = env.get("SLURM_JOB_ID")
     if not job or signal_name not in preempt_signals or env.get("SLURM_PROCID", "0") != "0":

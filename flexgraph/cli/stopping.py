@@ -1,11 +1,8 @@
 """A run stopped by a signal: its exit status, and how the launcher passes it on.
 
-A process that a stop signal ended cleanly, its checkpoint saved, exits
-:data:`EXIT_STOPPED`, 75 (``EX_TEMPFAIL``): a job script requeues on 75 and
-reruns with ``--resume auto``. torch's elastic agent keeps no exit status for
-ranks it stopped, so each rank leaves :data:`STOP_NOTE` in the launcher's
-progress folder once saved. A rank exits 75 only after the save's last
-barrier, so one such rank proves the checkpoint whole (:func:`ranks_stopped`).
+A cleanly stopped process exits :data:`EXIT_STOPPED` (75, ``EX_TEMPFAIL``).
+torch's elastic agent keeps no exit status for ranks it stopped, so each rank
+leaves :data:`STOP_NOTE` in the launcher's progress folder once saved.
 """
 
 from __future__ import annotations
@@ -30,11 +27,9 @@ _IGNORED_ON_EXIT = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
 
 
 def report_stop(stop: TrainingStopped) -> int:
-    """In a training process: say that the run stopped; return :data:`EXIT_STOPPED`.
+    """Say that the run stopped; return :data:`EXIT_STOPPED`.
 
-    A launcher's rank leaves its note for the launcher; any other process says it
-    on rank 0. Stop signals are ignored from here, so none turns 75 into a death
-    by signal.
+    A launcher's rank leaves its note for the launcher; any other process says it on rank 0.
     """
     ignore_stop_signals(stop.signal_name)
     folder = os.environ.get(PROGRESS_DIR_VAR)
@@ -48,7 +43,7 @@ def report_stop(stop: TrainingStopped) -> int:
 
 
 def ignore_stop_signals(signal_name: str) -> None:
-    """Ignore the stop signals and ``signal_name`` until exit: none turns 75 into a signal death."""
+    """Ignore the stop signals and ``signal_name`` until exit, so none turns 75 into a death."""
     for name in dict.fromkeys([*_IGNORED_ON_EXIT, signal_name]):
         with contextlib.suppress(ValueError, OSError):  # not the main thread
             signal.signal(signal.Signals[name], signal.SIG_IGN)
@@ -57,8 +52,7 @@ def ignore_stop_signals(signal_name: str) -> None:
 def end_launched_rank(status: int) -> None:
     """End a launched rank now, with ``status``, skipping the interpreter's teardown.
 
-    Called once everything is on disk and the rank left the process group: the
-    C++ teardown left races the other ranks' exit, and c10d or gloo threads can
+    The C++ teardown races the other ranks' exit, and c10d or gloo threads can
     abort it, which the agent would take for a crash (pytorch/pytorch#190489).
     """
     sys.stdout.flush()
@@ -86,7 +80,6 @@ def _leave_note(folder: Path, note: str, rank: int) -> None:
 
 
 def stop_note(progress_dir: str | os.PathLike[str]) -> str:
-    """The ranks' note that they stopped and saved (empty when none did)."""
     try:
         return (Path(progress_dir) / STOP_NOTE).read_text().strip()
     except OSError:
@@ -94,6 +87,9 @@ def stop_note(progress_dir: str | os.PathLike[str]) -> str:
 
 
 def ranks_stopped(failures: Mapping[Any, Any]) -> bool:
-    """A rank exited :data:`EXIT_STOPPED`, the others too or by the agent's SIGTERM."""
+    """A rank exited :data:`EXIT_STOPPED`, the others too or by the agent's SIGTERM.
+
+    A rank exits 75 only after the save's last barrier, so one proves the checkpoint whole.
+    """
     codes = [f.exitcode for f in failures.values()]
     return EXIT_STOPPED in codes and all(c in (EXIT_STOPPED, -signal.SIGTERM) for c in codes)

@@ -1,18 +1,11 @@
 """Where a run's processes tell each other how far they got, and what stopped the run.
 
-The watchdogs must learn about the other ranks without a collective (a stuck
-rank cannot join one), so they share a folder in the work_dir::
+A stuck rank cannot join a collective, so the watchdogs share a folder::
 
     work_dir/.watchdog/<run key>/attempt<K>/    K: the launcher's restart count
-      beats/rank<R>.json        rank R's heartbeat, rewritten every few seconds
-      stacks/rank<R>.txt        rank R's stacks, written when the run stalled
-      events/claim              the rank that reports a stall
-      events/report             the stall's report
-      events/failed-rank<R>     rank R failed: its error line
+      beats/rank<R>.json  stacks/rank<R>.txt  events/{claim,report,failed-rank<R>}
 
-A run that ended well removes its folder; one that stalled or failed keeps it
-until the next run takes the work_dir. Only the standard library is imported:
-the launcher reads the folder too.
+Only the standard library is imported: the launcher reads the folder too.
 """
 
 from __future__ import annotations
@@ -27,8 +20,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WATCH_FOLDER", "WatchFolder", "remove_other_runs", "remove_run", "run_key"]
-
 WATCH_FOLDER = ".watchdog"
 """The work_dir's folder of watch folders, one per run."""
 CLAIM, REPORT, FAILED = "claim", "report", "failed-rank"
@@ -41,7 +32,6 @@ def run_key(run_id: str, environ: Mapping[str, str]) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    """A record's content; ``None`` when absent or not written whole (yet)."""
     try:
         data = json.loads(path.read_bytes() or b"null")
     except (OSError, ValueError):
@@ -79,7 +69,6 @@ class WatchFolder:
             (self.path / part).mkdir(parents=True, exist_ok=True)
         return self
 
-    # -- where things are -----------------------------------------------------------------
     def beat_path(self, rank: int) -> Path:
         return self.path / "beats" / f"rank{rank}.json"
 
@@ -90,9 +79,7 @@ class WatchFolder:
     def stacks(self) -> Path:
         return self.path / "stacks"
 
-    # -- heartbeats -----------------------------------------------------------------------
     def read_beats(self) -> dict[int, dict[str, Any]]:
-        """Every rank's last heartbeat that reads whole, by rank."""
         beats = {}
         with contextlib.suppress(OSError):
             for entry in os.scandir(self.path / "beats"):
@@ -102,9 +89,7 @@ class WatchFolder:
                         beats[int(beat["rank"])] = beat
         return beats
 
-    # -- events ---------------------------------------------------------------------------
     def events(self) -> list[str]:
-        """The names in ``events/`` (empty when the folder is gone)."""
         try:
             return [name for name in os.listdir(self.path / "events")
                     if not name.startswith(".")]
@@ -112,7 +97,7 @@ class WatchFolder:
             return []
 
     def claim(self, rank: int) -> bool:
-        """Become the rank that reports the stall: True for the first to ask, only."""
+        """Become the rank that reports the stall: True for the first to ask only."""
         try:
             fd = os.open(self.path / "events" / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
                          0o644)
@@ -129,11 +114,9 @@ class WatchFolder:
         _write_json(self.path / "events" / REPORT, report)
 
     def read_report(self) -> dict[str, Any] | None:
-        """The stall's report (``line``, ``stacks``, ``stuck``), if a rank wrote one."""
         return _read_json(self.path / "events" / REPORT)
 
     def write_failure(self, rank: int, failure: dict[str, Any]) -> None:
-        """Rank ``rank`` failed: ``failure`` holds its line, status and time."""
         with contextlib.suppress(OSError):
             _write_json(self.path / "events" / f"{FAILED}{rank}", failure)
 
@@ -148,8 +131,7 @@ class WatchFolder:
         return failures
 
     def copy_stacks(self, destination: Path) -> Path:
-        """Copy every rank's stacks into ``destination``; where they are after (here, if the copy
-        fails)."""
+        """Copy every rank's stacks into ``destination``; where they are after."""
         try:
             destination.mkdir(parents=True, exist_ok=True)
             for entry in os.scandir(self.stacks):
@@ -163,8 +145,7 @@ class WatchFolder:
 def remove_other_runs(work_dir: str | os.PathLike[str], run_id: str | None) -> None:
     """Remove the watch folders of every run but ``run_id`` (``None``: of every run).
 
-    Called by the work_dir's new owner; a rank 0 keeps its own run's, which its
-    peers may have started to write.
+    A rank 0 keeps its own run's, which its peers may have started to write.
     """
     root = Path(work_dir) / WATCH_FOLDER
     keep = None if run_id is None else run_key(run_id, os.environ)
@@ -175,7 +156,7 @@ def remove_other_runs(work_dir: str | os.PathLike[str], run_id: str | None) -> N
 
 
 def remove_run(work_dir: str | os.PathLike[str], run_id: str) -> None:
-    """Remove the watch folder of run ``run_id`` (it ended well), and the parent when left empty."""
+    """Remove the watch folder of run ``run_id`` (it ended well), and the parent when empty."""
     root = Path(work_dir) / WATCH_FOLDER
     shutil.rmtree(root / run_key(run_id, os.environ), ignore_errors=True)
     with contextlib.suppress(OSError):

@@ -2,15 +2,10 @@
 
 A rank blocked in a data read, a hook or a deadlock leaves the others waiting
 in a collective until the group's timeout, with nothing said about who was at
-fault. So every process runs a :class:`Watchdog` thread that samples where the
-main thread is, writes a heartbeat to the run's watch folder and compares the
-time since progress with its :class:`~flexgraph.training.config.WatchPolicy`.
-
-The first process past its limit asks every rank for its stacks
-(:data:`STACKS_SIGNAL`, answered by :mod:`faulthandler` even when Python is
-stuck), writes them to ``<run folder>/stacks/``, says one line naming the stuck
-ranks, and every process exits :data:`EXIT_STALLED`. A failing rank records its
-error first, so the others report it rather than their transport error.
+fault. Each process's :class:`Watchdog` thread writes heartbeats; the first
+past its limit gathers every rank's stacks (:data:`STACKS_SIGNAL`, answered by
+:mod:`faulthandler` even when Python is stuck), names the stuck ranks in one
+line, and every process exits :data:`EXIT_STALLED`.
 """
 
 from __future__ import annotations
@@ -31,10 +26,6 @@ from typing import Any
 from flexgraph.cli.errors import describe_error
 from flexgraph.cli.watch_folder import CLAIM, REPORT, WatchFolder
 from flexgraph.core.executor import StepFailedError
-
-__all__ = ["CAUSE_WAIT", "EXIT_AFTER_ANOTHER", "EXIT_STALLED", "STACKS_SIGNAL", "Watchdog",
-           "beat_interval", "compose_report", "die_with_parent", "failure_line", "lost_a_peer",
-           "start_watchdog"]
 
 EXIT_STALLED = 3
 """Exit status of a run the watchdog stopped (every rank's, and the launcher's)."""
@@ -93,9 +84,7 @@ def _frame_text(frame: Any) -> str:
 
 
 def innermost_user_frame(frames: list[Any], libraries: tuple[str, ...]) -> str | None:
-    """``file.py:line function`` of the innermost frame (``frames``: innermost first) outside
-    ``libraries``; the innermost frame when all are libraries'.
-    """
+    """``file.py:line function`` of the innermost frame outside ``libraries``, else the first."""
     for frame in frames:
         name = frame.f_code.co_filename
         if not name.startswith(("<", *libraries)):
@@ -104,7 +93,6 @@ def innermost_user_frame(frames: list[Any], libraries: tuple[str, ...]) -> str |
 
 
 def _process_gone(pid: Any) -> bool:
-    """Whether process ``pid`` (of this host) has ended, a zombie included."""
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -119,16 +107,13 @@ def _process_gone(pid: Any) -> bool:
 
 
 def lost_a_peer(exc: BaseException) -> bool:
-    """Whether ``exc``, or its cause, is the transport error a collective raises when
-    another rank's process ended.
+    """Whether ``exc``, or its cause, is the error a collective raises when a peer ended.
 
     Examples
     --------
     >>> lost_a_peer(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: "
     ...                          "Connection reset by peer"))
     True
-    >>> lost_a_peer(ValueError("bad config"))
-    False
     """
     dist = sys.modules.get("torch.distributed")
     kinds = tuple(getattr(dist, name) for name in ("DistNetworkError", "DistBackendError")
@@ -144,8 +129,7 @@ def lost_a_peer(exc: BaseException) -> bool:
 
 
 def _say(line: str) -> None:
-    """``error: line`` on stderr, without Python's stream locks (the blocked main thread may hold
-    them)."""
+    """``error: line`` on stderr, without Python's stream locks (the main thread may hold them)."""
     with contextlib.suppress(OSError):
         os.write(2, f"error: {line}\n".encode())
 
@@ -162,10 +146,7 @@ def _kill_children() -> None:
 
 
 def die_with_parent() -> None:
-    """Have the kernel SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``).
-
-    The last defence against a launcher killed outright; a no-op off Linux.
-    """
+    """Have the kernel SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -179,14 +160,7 @@ def die_with_parent() -> None:
 
 
 def failure_line(rank: int, failure: Mapping[str, Any]) -> str:
-    """The one line that reports rank ``rank``'s failure, as the rank recorded it.
-
-    Examples
-    --------
-    >>> failure_line(1, {"status": 1, "error": "RuntimeError: boom", "step": "train",
-    ...                  "iteration": 6, "message": "..."})
-    "rank 1 failed in step 'train' after 6 iterations: RuntimeError: boom"
-    """
+    """The one line that reports rank ``rank``'s failure, as the rank recorded it."""
     if failure["status"] == BAD_INPUT:
         return failure["message"]
     where = f" in step {failure['step']!r}" if failure.get("step") else ""
@@ -196,7 +170,6 @@ def failure_line(rank: int, failure: Mapping[str, Any]) -> str:
 
 
 def _position(beat: Mapping[str, Any]) -> str:
-    """Where a rank was, from its heartbeat: its iteration, else its step."""
     doing = {"evaluation": ", evaluating", "save": ", saving a checkpoint"}.get(
         beat.get("phase"), "")
     if beat.get("iteration") is not None:
@@ -205,7 +178,6 @@ def _position(beat: Mapping[str, Any]) -> str:
 
 
 def _shown(path: Path) -> str:
-    """``path`` relative to the working directory when it lies below it."""
     relative = os.path.relpath(path)
     return relative if not relative.startswith("..") else str(path)
 
@@ -215,20 +187,7 @@ def compose_report(beats: Mapping[int, Mapping[str, Any]], world_size: int,
                    stacks: Path) -> dict[str, Any]:
     """The stall's report: ``line``, ``stuck`` (the ranks named) and ``stacks`` (the folder).
 
-    ``beats`` are every rank's last heartbeats; ``answered`` the ranks that wrote
-    stacks; ``gone`` those whose process ended.
-
-    Examples
-    --------
-    >>> beats = {0: {"since": 100, "iteration": 6, "where": "graph.py:823 backward",
-    ...              "waiting": True},
-    ...          1: {"since": 98, "iteration": 5, "where": "hooks.py:42 after_train_iter",
-    ...              "waiting": False}}
-    >>> report = compose_report(beats, 2, [0, 1], [], 120.4, Path("/w/1/stacks"))
-    >>> report["stuck"], report["line"][:60]
-    ([1], 'rank 1 made no progress for 22 s at iteration 5, in hooks.py')
-    >>> report["line"][60:]
-    ':42 after_train_iter (stacks of every rank: /w/1/stacks/)'
+    ``answered``: the ranks that wrote stacks; ``gone``: those whose process ended.
     """
     answered, gone = set(answered), set(gone)
     silent = [r for r in range(world_size) if r not in answered]
@@ -263,8 +222,7 @@ def compose_report(beats: Mapping[int, Mapping[str, Any]], world_size: int,
 class Watchdog:
     """The watchdog of one process of a run: an executor hook with a thread of its own.
 
-    ``quiet``: a launcher reports for this process; ``release`` frees the
-    work_dir's lock before a stall or another's failure ends the process.
+    ``quiet``: a launcher reports for this process; ``release`` frees the work_dir's lock.
     """
 
     def __init__(self, policy: Any, folder: WatchFolder, *, rank: int, world_size: int,
@@ -306,7 +264,6 @@ class Watchdog:
         self._beat_size = 0
         self._stacks_file: Any = None
 
-    # -- executor hook: where the main thread is -------------------------------------------
     def before_step(self, step: Any, context: Mapping[str, Any]) -> None:
         self._step, self._step_events = step.name, self._step_events + 1
         hooks = context.get("hooks")
@@ -324,13 +281,11 @@ class Watchdog:
     def after_step(self, step: Any, context: Mapping[str, Any], record: Any) -> None:
         self._step_events += 1
 
-    # -- the thread's life -------------------------------------------------------------------
     @property
     def interval(self) -> float:
         return beat_interval(self.policy.iteration_bound())
 
     def start(self) -> Watchdog:
-        """Write the first heartbeat, register the stacks signal, start the thread."""
         stacks = self.folder.stacks_path(self.rank)
         self._stacks_file = open(stacks, "w")  # noqa: SIM115 (faulthandler writes into it)
         self._stacks_file.write(f"rank {self.rank}, process {os.getpid()} on {self._host}; "
@@ -347,8 +302,7 @@ class Watchdog:
         return self
 
     def stop(self) -> None:
-        """End the thread; the last heartbeat says this process is done (the stacks signal stays
-        registered)."""
+        """End the thread; the last heartbeat says this process is done."""
         self._done = True
         self._stopping.set()
         if self._thread is not None:
@@ -366,7 +320,6 @@ class Watchdog:
                     os.write(2, f"warning: flexgraph's watchdog: {exc!r}\n".encode())
 
     def _look(self, now: float) -> None:
-        """One round: sample, write the heartbeat, act on events and on a stall."""
         self._sample(now)
         names = self.folder.events()
         if REPORT in names:
@@ -385,9 +338,7 @@ class Watchdog:
         if now - self._since > self.policy.limit(self._phase, self._slowest):
             self._report_stall()
 
-    # -- where the main thread is --------------------------------------------------------
     def _phase_codes(self) -> dict[Any, str]:
-        """The code objects that mark an evaluation or a save on the main thread's stack."""
         if not self._codes:
             from flexgraph.training.checkpoint import Checkpointer
             from flexgraph.training.loop import TrainLoop, run_evaluation
@@ -407,7 +358,6 @@ class Watchdog:
         return frames  # innermost first
 
     def _sample(self, now: float) -> None:
-        """Note the main thread's phase and position, and whether it progressed."""
         frames = self._main_frames()
         codes = self._phase_codes()
         marked = [(codes[f.f_code], f) for f in frames if f.f_code in codes]
@@ -436,7 +386,6 @@ class Watchdog:
         self._collectives = self._records_collectives()
 
     def _write_beat(self, now: float, step: str | None = None) -> None:
-        """Rewrite this process's heartbeat (``step``: the step the main thread starts)."""
         import json
 
         beat = {"rank": self.rank, "pid": os.getpid(), "host": self._host, "beat": now,
@@ -449,7 +398,6 @@ class Watchdog:
         self._beat_size = max(self._beat_size, len(data))
         os.pwrite(self._beat_fd, data.ljust(self._beat_size), 0)
 
-    # -- a stall ------------------------------------------------------------------------------
     def _answer(self) -> None:
         """Write this process's stacks (once per stall) and its collectives' record."""
         if self._answered:
@@ -463,7 +411,6 @@ class Watchdog:
         self._write_beat(time.time())
 
     def _records_collectives(self) -> bool:
-        """Whether torch's flight recorder keeps this process's last collectives."""
         size = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get(
             "TORCH_NCCL_TRACE_BUFFER_SIZE")
         if not size or size == "0" or "torch.distributed" not in sys.modules:
@@ -473,8 +420,7 @@ class Watchdog:
         return dist.is_available() and dist.is_initialized()
 
     def _dump_collectives(self) -> None:
-        """The flight recorder's record of this rank's collectives beside its stacks, or why there
-        is none."""
+        """The flight recorder's record of this rank's collectives, or why there is none."""
         if not self._records_collectives():
             return
         import torch
@@ -495,7 +441,6 @@ class Watchdog:
             path.with_suffix(".error").write_text(why + "\n")
 
     def _answered_ranks(self, beats: Mapping[int, Mapping[str, Any]]) -> set[int]:
-        """The ranks done, or whose stacks (and collectives, where recorded) are written."""
         answered = {r for r, beat in beats.items() if beat.get("done")}
         for rank in range(self.world_size):
             with contextlib.suppress(OSError):
@@ -508,8 +453,7 @@ class Watchdog:
         return answered
 
     def _report_stall(self) -> None:
-        """Claim the report; if first, gather every rank's stacks, name the stuck ones, and end the
-        run."""
+        """If first to claim: gather every rank's stacks, name the stuck ones, end the run."""
         if not self.folder.claim(self.rank):
             return
         self._answer()
@@ -542,9 +486,7 @@ class Watchdog:
         self._end(EXIT_STALLED, report["line"])
 
     def _end_silent_ranks(self, silent: Mapping[int, Mapping[str, Any]]) -> None:
-        """Have the ranks of this host that wrote no stack end with the others: a stopped
-        one is continued, one still there after a beat and two seconds is killed.
-        """
+        """End this host's ranks that wrote no stack: continue a stopped one, then kill."""
         pids = [int(b["pid"]) for r, b in silent.items()
                 if b.get("host") == self._host and r != self.rank and not b.get("done")]
         for pid in pids:
@@ -565,13 +507,10 @@ class Watchdog:
         if self.folder.read_report() is None:
             self._publish(self.folder.read_beats())
 
-    # -- another rank's failure ------------------------------------------------------------
     def failed(self, exc: BaseException) -> None:
-        """The run raised ``exc`` on this process's main thread: say whether it was first.
+        """The run raised ``exc`` on the main thread: end here if another rank failed first.
 
-        When another rank failed earlier (its record is in the folder, or its process
-        on this host is gone), report that failure and end here; otherwise record this
-        one and return. A transport error (:func:`lost_a_peer`) waits up to
+        Otherwise record this failure and return. A transport error waits up to
         :data:`CAUSE_WAIT` for a killed peer to show, since its sockets close first.
         """
         now = time.time()
@@ -601,8 +540,7 @@ class Watchdog:
             "pid": os.getpid(), "host": self._host})
 
     def _printer(self, failed: Iterable[int]) -> bool:
-        """Whether this process says another rank's failure: the lowest rank that did not fail,
-        without a launcher."""
+        """Whether this process says another's failure: the lowest survivor, without a launcher."""
         failed = set(failed)
         survivors = [r for r in range(self.world_size) if r not in failed]
         return not self.quiet and bool(survivors) and survivors[0] == self.rank
@@ -621,7 +559,6 @@ class Watchdog:
         self._end(status, failure_line(rank, first), say=self._printer(failures))
 
     def _vanished_peers(self) -> dict[int, Mapping[str, Any]]:
-        """Other ranks of this host whose process ended without a word (killed)."""
         if len(self._peers) < self.world_size - 1:
             self._peers = {r: b for r, b in self.folder.read_beats().items()
                            if r != self.rank and b.get("host") == self._host}
@@ -640,16 +577,15 @@ class Watchdog:
                 f"(killed by a signal, or it exited on its own)")
         self._end(EXIT_AFTER_ANOTHER if self.quiet else 1, line, say=self._printer(gone))
 
-    # -- the end --------------------------------------------------------------------------
     def _end_if_reported(self) -> None:
-        """A stall was reported: this process ends as every other does, silently."""
         report = self.folder.read_report()
         if report is not None:
             self._end(EXIT_STALLED, report.get("line"))
 
     def _end(self, status: int, line: str | None, *, say: bool = False) -> None:
-        """End this process now with ``status``, saying ``line`` if ``say``: children first,
-        then the work_dir's lock; whoever comes second waits here for the end.
+        """End this process now with ``status``: children first, then the work_dir's lock.
+
+        Whoever comes second waits here for the end.
         """
         self._ending.acquire()
         if say and line:
@@ -670,10 +606,7 @@ class Watchdog:
 
 def start_watchdog(settings: Any, context: Any, run_id: str, *,
                    release: Callable[[], None] | None = None) -> Watchdog | None:
-    """Start this process's watchdog of run ``run_id`` (``None`` when ``stall_timeout=0``).
-
-    NCCL's flight recorder dumps into its ``stacks/`` either way.
-    """
+    """Start this process's watchdog of run ``run_id`` (``None`` when ``stall_timeout=0``)."""
     folder = WatchFolder.of_run(settings.work_dir, run_id, settings.restart).make()
     os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
                           str(folder.stacks.absolute() / "nccl_trace_rank_"))

@@ -1,9 +1,7 @@
 """Which process of a launch owns the work_dir, and how the others recognise their own run.
 
-The process that stands for the whole run takes the lock: node 0's launcher
-when flexgraph launches the ranks, else global rank 0. The others only check
-that no other run owns it, so all of a refused run's processes stop. Every
-process of one launch shares a run id (:func:`run_id`).
+The process that stands for the whole run takes the lock (node 0's launcher,
+else global rank 0); the others only check that no other run owns it.
 """
 
 from __future__ import annotations
@@ -16,9 +14,7 @@ from typing import Any
 
 
 def run_id(rendezvous: str | None = None, *, handed_down: str | None = None) -> str:
-    """The id every process of this launch computes alike: ``handed_down`` (a
-    launcher's), SLURM's job id, the ``rendezvous``, or this launcher's own.
-    """
+    """The id every process of this launch computes alike."""
     if handed_down:
         return handed_down
     if "SLURM_JOB_ID" in os.environ:
@@ -33,12 +29,7 @@ def run_id(rendezvous: str | None = None, *, handed_down: str | None = None) -> 
 @contextlib.contextmanager
 def own_work_dir(settings: Any, *, owner: bool, this_run: str,
                  launcher: bool = False) -> Iterator[Any]:
-    """Hold the run's work_dir for the ``with`` block (``owner``), or check it is free.
-
-    The block gets the lock (``None`` when only checked); its owner also clears
-    the watch folders of runs that did not end. A launcher keeps no heartbeat
-    thread: its rank 0 keeps the heartbeat.
-    """
+    """Hold the work_dir for the block (``owner``), or check it is free; no launcher heartbeat."""
     from flexgraph.cli.watch_folder import remove_other_runs
     from flexgraph.training.output import check_work_dir_owner, take_work_dir
 

@@ -1,9 +1,8 @@
 """Plan checks: orders and choices a strategy relies on, stated as data.
 
-A strategy's order has reasons (FSDP shards before it builds the optimizer,
-which must hold the sharded parameters). A later rewrite can undo it without
-breaking the graph's own rules; a check makes :func:`~flexgraph.core.plan.make_plan`
-refuse such a plan, saying why, instead of failing at run time.
+A later rewrite can undo a strategy's order without breaking the graph's own
+rules (FSDP shards before it builds the optimizer); a check makes
+:func:`~flexgraph.core.plan.make_plan` refuse that plan instead of failing at run time.
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ from flexgraph.core.graph import Graph
 
 
 class PlanCheckError(FlexgraphError, ValueError):
-    """A plan breaks an order or a choice its strategy depends on.
-
-    The message names the strategy, the problem, the check's reason and the fix.
-    """
+    """A plan breaks an order or a choice its strategy depends on."""
 
 
 @attrs.frozen
@@ -43,7 +39,6 @@ class Precedes:
     first_optional: bool = False
 
     def describe(self) -> str:
-        """The check in words: ``"a runs before b"``."""
         return f"{self.first} runs before {self.then}"
 
     def verify(self, graph: Graph, dag: nx.DiGraph) -> tuple[str, str] | None:
@@ -78,7 +73,6 @@ class Runs:
     why: str
 
     def describe(self) -> str:
-        """The check in words: ``"a runs m:f"``."""
         return f"{self.step} runs {self.fn}"
 
     def verify(self, graph: Graph, dag: nx.DiGraph) -> tuple[str, str] | None:

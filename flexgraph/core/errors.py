@@ -1,7 +1,6 @@
 """The root of flexgraph's exception tree, and the did-you-mean every lookup appends.
 
-Each error class lives beside the code that raises it and also derives from the
-builtin that fits (``ValueError``, ``LookupError``), so callers can catch either.
+Each error also derives from the builtin that fits, so callers can catch either.
 """
 
 from __future__ import annotations
@@ -11,11 +10,7 @@ from collections.abc import Iterable
 
 
 class FlexgraphError(Exception):
-    """Base class of every error flexgraph raises on purpose.
-
-    The CLI prints one as a single line and exits 2 (1 when a step raised
-    anything else); ``--debug`` adds the traceback.
-    """
+    """Base class of every error flexgraph raises on purpose; the CLI exits 2 on one."""
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

@@ -1,15 +1,8 @@
 """The executor: runs a plan's steps in order over a context of artifacts.
 
-Every step's function is resolved before the first step runs (a misspelt
-reference fails with nothing run); hooks fire around each step; each step's wall
-time and memory are recorded; a failure is a :class:`StepFailedError`.
-
-A step's *contracts* are cheap checks of the artifacts, run before the step
-(``expects``: what it receives) and after it (``contracts``), resolved with the
-functions. A contract's parameters name artifacts (``params``: the step's
-bound params); it returns ``None`` when it holds, else what is wrong and the
-fix, and the run stops with a :class:`ContractError` naming step and contract. One
-that can only be judged during training takes ``report`` and calls it then.
+Every function is resolved before the first step runs, so a misspelt reference
+fails with nothing run. A contract returns ``None`` when it holds, else what is
+wrong and the fix; one judged only during training takes ``report`` instead.
 """
 
 from __future__ import annotations
@@ -20,7 +13,7 @@ import resource
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import attrs
 
@@ -32,10 +25,7 @@ from flexgraph.core.step import Step, run_step
 
 
 class StepFailedError(FlexgraphError, RuntimeError):
-    """A step raised; its ``step`` and ``origin`` name it, the original error is ``__cause__``.
-
-    ``KeyboardInterrupt`` and other non-:class:`Exception` errors pass unwrapped.
-    """
+    """A step raised; ``step`` and ``origin`` name it, the original error is ``__cause__``."""
 
     def __init__(self, message: str, step: str = "", origin: str = "") -> None:
         super().__init__(message)
@@ -58,12 +48,7 @@ def _contract_name(ref: str) -> str:
 
 @attrs.define
 class StepRecord:
-    """What happened when a step ran; ``status``: ``"planned"`` (not run), ``"ok"``, ``"failed"``.
-
-    ``seconds`` is the wall time of the step's function; ``rss_mib`` the resident
-    memory right after it (``None`` without ``/proc``), ``peak_rss_mib`` the
-    process's high-water mark then, never below it.
-    """
+    """What happened when a step ran; ``status``: ``planned``, ``ok`` or ``failed``."""
 
     name: str
     origin: str
@@ -73,22 +58,8 @@ class StepRecord:
     peak_rss_mib: float | None = None
 
 
-class ExecutorHook(Protocol):
-    """Methods an executor hook may define; each is optional."""
-
-    def before_step(self, step: Step, context: Mapping[str, Any]) -> None: ...
-
-    def after_step(self, step: Step, context: Mapping[str, Any], record: StepRecord) -> None: ...
-
-    def on_error(self, step: Step, context: Mapping[str, Any], error: BaseException) -> None: ...
-
-
 def memory_mib() -> tuple[float | None, float]:
-    """(resident memory, its high-water mark) of this process in MiB, from one read.
-
-    VmRSS and VmHWM of ``/proc/self/status`` together, as ``ru_maxrss`` lags;
-    without ``/proc``: no resident figure and ``ru_maxrss`` as the mark.
-    """
+    """(resident memory, high-water mark) in MiB from ``/proc/self/status``; ``ru_maxrss`` lags."""
     try:
         with open("/proc/self/status", "rb") as f:
             fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
@@ -107,7 +78,8 @@ class RunResult:
 
 
 class Executor:
-    """Runs plans; each of ``hooks`` may define any :class:`ExecutorHook` method.
+    """Runs plans; each of ``hooks`` may define ``before_step(step, context)``,
+    ``after_step(step, context, record)`` and ``on_error(step, context, error)``.
 
     Examples
     --------
@@ -131,10 +103,7 @@ class Executor:
     def run(
         self, plan: Plan, context: Mapping[str, Any] | None = None, *, dry_run: bool = False
     ) -> RunResult:
-        """Run ``plan`` over ``context`` (the graph's inputs, and anything to pass through).
-
-        ``dry_run`` checks the inputs and resolves the functions, running nothing.
-        """
+        """Run ``plan`` over ``context``; ``dry_run`` checks inputs and functions, runs nothing."""
         context = dict(context or {})
         missing = sorted(a for a in plan.graph.inputs if a not in context)
         if missing:
@@ -177,11 +146,7 @@ class Executor:
     def check_contracts(self, step: Step, refs: tuple[str, ...],
                         functions: Mapping[str, Any], context: Mapping[str, Any],
                         when: str) -> None:
-        """Run ``step``'s contracts ``refs`` over ``context``; the first broken one stops it.
-
-        A contract that can only be judged once training runs (a write inside
-        ``forward``) takes ``report`` and calls it with what is wrong when it sees it.
-        """
+        """Run ``step``'s contracts ``refs`` over ``context``; the first broken one stops it."""
         available = {**context, "params": step.params}
         for ref in refs:
             check = functions[ref]
@@ -194,7 +159,6 @@ class Executor:
 
 
 def _break_contract(step: str, ref: str, when: str, problem: str) -> NoReturn:
-    """Stop the run: ``step``'s contract ``ref`` found ``problem`` (``when``: before or after
-    the step ran, or during training)."""
+    """Stop the run: ``step``'s contract ``ref`` found ``problem``."""
     raise ContractError(f"step {step!r} broke contract {_contract_name(ref)!r} {when}: "
                         f"{problem}", step=step, contract=_contract_name(ref))

@@ -1,13 +1,9 @@
 """Graphs: a set of steps, with the edges between them derived, never stored.
 
-A :class:`Graph` keeps its steps in declaration order (the tie-break, so a graph
-always gives the same plan), its inputs, and for each artifact updated in place
-the chain of its updaters, which strategies rearrange.
-
-Edges (:func:`derive_edges`): producer -> first updater -> ... -> last updater;
-producer or last updater -> each consumer, unless the consumer is ordered
-``before`` an updater; and each step's ``after`` / ``before``. A step added
-later to a chain must name its place, or :class:`AmbiguousOrderError`.
+Steps keep declaration order, the tie-break, so a graph always gives the same
+plan; each artifact updated in place has the chain of its updaters. Edges:
+producer -> updaters in chain order -> each consumer (unless it is ordered
+``before`` an updater), plus each step's ``after`` / ``before``.
 """
 
 from __future__ import annotations
@@ -64,7 +60,6 @@ class Edge:
 
 
 def unknown_step(name: str, known: Iterable[str], context: str = "") -> UnknownStepError:
-    """Build the error for a step name that is not in the graph."""
     where = f"{context}: " if context else ""
     return UnknownStepError(f"{where}no step named {name!r}{did_you_mean(name, known)}")
 
@@ -76,10 +71,6 @@ def _freeze_chains(chains: Mapping[str, Iterable[str]]) -> Mapping[str, tuple[st
 @attrs.frozen
 class Graph:
     """An immutable set of steps in declaration order, with updater chains.
-
-    Build one with :meth:`of`; :meth:`add`, :meth:`extend`, ``|``,
-    :meth:`remove` and :meth:`upstream` return new graphs. Iterating gives the
-    steps; ``name in graph`` asks for a step by name.
 
     Examples
     --------
@@ -105,8 +96,6 @@ class Graph:
                 )
             seen.add(s.name)
 
-    # construction -----------------------------------------------------------
-
     @classmethod
     def of(cls, steps: Iterable[Step] = (), inputs: Iterable[str] = ()) -> Graph:
         """Make a graph from steps declared together; updaters chain in list order."""
@@ -119,11 +108,7 @@ class Graph:
         return self.extend([step])
 
     def extend(self, steps: Iterable[Step] | Graph) -> Graph:
-        """A graph with ``steps`` appended, chained among themselves as :meth:`of` does.
-
-        A user's step that names a step neither the graph nor ``steps`` has yet
-        goes to :attr:`pending` instead.
-        """
+        """``steps`` appended, chained as :meth:`of` does; a user's step anchored ahead waits."""
         if isinstance(steps, Graph):
             return self | steps
         known = set(self.by_name)
@@ -137,7 +122,6 @@ class Graph:
         return self | attrs.evolve(Graph.of(placed), pending=pending)
 
     def __or__(self, other: Graph) -> Graph:
-        """Union: ``other``'s steps appended, chains merged (see :meth:`extend`)."""
         if not isinstance(other, Graph):
             return NotImplemented
         clash = [s.name for s in other.steps if s.name in self.by_name]
@@ -190,11 +174,8 @@ class Graph:
         """A graph that also takes ``artifacts`` from outside."""
         return attrs.evolve(self, inputs=self.inputs | set(artifacts))
 
-    # lookup -----------------------------------------------------------------
-
     @cached_property
     def by_name(self) -> Mapping[str, Step]:
-        """Steps by name."""
         return MappingProxyType({s.name: s for s in self.steps})
 
     @cached_property
@@ -220,7 +201,6 @@ class Graph:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Step names in declaration order."""
         return tuple(s.name for s in self.steps)
 
     @cached_property
@@ -235,8 +215,6 @@ class Graph:
         for s in self.steps:
             names.update(s.requires, s.provides, s.updates)
         return frozenset(names)
-
-    # edges ------------------------------------------------------------------
 
     def edges(self) -> list[Edge]:
         """The derived edges, each with its reason."""
@@ -253,15 +231,13 @@ class Graph:
                 dag.add_edge(e.source, e.target, reason=e.reason)
         return dag
 
-    # splicing, used by extend/union and the rewrites -----------------------------
-
     def _anchored_slot(
         self, step: Step, artifact: str, chain: list[str], previous: str | None = None
     ) -> int:
         """Where ``step`` goes in ``chain`` given its own ordering edges.
 
-        An unknown name in its ``after`` / ``before`` is reported first: read as
-        "no edge" it would surface as an ambiguous order, hiding the typo.
+        An unknown anchor is reported first: read as "no edge" it would surface as an
+        ambiguous order, hiding the typo.
         """
         for field in ("after", "before"):
             for name in getattr(step, field):
@@ -335,11 +311,7 @@ def _chains_in_order(steps: tuple[Step, ...]) -> dict[str, tuple[str, ...]]:
 
 
 def derive_edges(graph: Graph, edge: Callable[[str, str, str], T] = Edge) -> list[T]:
-    """Derive every edge of ``graph`` (the rules are in the module docstring).
-
-    ``edge(source, target, reason)`` makes each one; validation passes a plain
-    tuple, which is cheaper than an :class:`Edge`.
-    """
+    """Every edge of ``graph``, made by ``edge(source, target, reason)`` (validation's: a tuple)."""
     edges: list[T] = []
     by_name = graph.by_name
     producers = graph.producers

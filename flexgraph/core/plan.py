@@ -1,8 +1,4 @@
-"""Plans: a strategy applied to a graph, validated, ordered, and attributed.
-
-:func:`make_plan` validates the base graph and the graph after each rewrite,
-so a rewrite that breaks it is refused naming the strategy and the rewrite.
-"""
+"""Plans: a strategy applied to a graph, validated after each rewrite, ordered, and attributed."""
 
 from __future__ import annotations
 
@@ -129,12 +125,7 @@ class Plan:
                      if (r.strategy, r.index) == (origin.strategy, origin.index)), "")
 
     def explain(self, name: str) -> str:
-        """Why ``name`` sits where it does, in lines (``--explain``).
-
-        Its origins with their reasons, the conditional rewrites about it that
-        were skipped, what it needs of the model and the model after it, and
-        its edges.
-        """
+        """Why ``name`` sits where it does, in lines (``--explain``)."""
         step = self.graph.step(name)
         position = self.order.index(name)
         lines = [f"{name} is step {position + 1} of {len(self.order)} ({step.fn_name})"]
@@ -194,7 +185,6 @@ Records = list[tuple[AppliedRewrite, Rewrite]]
 
 
 def _named(rewrite: Rewrite) -> set[str]:
-    """The steps ``rewrite`` refers to or brings in."""
     names = set(rewrite.touches)
     while isinstance(rewrite, IfPresent):
         names.add(rewrite.step)
@@ -266,10 +256,7 @@ def _apply_all(rewrites: tuple[Rewrite, ...], owner: str, where: str, current: G
 
 def _refuse_contradiction(graph: Graph, strategy: Strategy | None,
                           derived: Sequence[Rewrite]) -> None:
-    """Raise the :class:`PlacementError` of a user's step whose anchors make ``graph`` cyclic.
-
-    The ways out it offers are planned in full, under ``strategy``.
-    """
+    """Raise the :class:`PlacementError` of a user's step whose anchors make ``graph`` cyclic."""
     placer = Placer(None, graph)
     for step in graph.steps:
         if not step.user or not (step.after and step.before):
@@ -296,7 +283,7 @@ References = dict[str, tuple[tuple[str, ...], tuple[str, ...]]]
 
 
 def _hold_out(graph: Graph, names: list[str]) -> tuple[Graph, References]:
-    """``graph`` without the steps ``names``, and the other steps' references to them."""
+    """``graph`` without ``names``, and the other steps' references to them."""
     held = set(names)
     refs = {s.name: (tuple(a for a in s.after if a in held),
                      tuple(b for b in s.before if b in held))
@@ -307,7 +294,6 @@ def _hold_out(graph: Graph, names: list[str]) -> tuple[Graph, References]:
 
 
 def _restore(graph: Graph, refs: References) -> Graph:
-    """``graph`` with the references :func:`_hold_out` took back on their steps."""
     if not refs:
         return graph
     steps = []
@@ -337,8 +323,7 @@ def make_plan(
     """Validate ``graph``, apply ``strategy`` rewrite by rewrite, place the user's steps, order it.
 
     A step that needs something of the model is held out of the rewrites and
-    placed after them: at its anchors when its needs hold there, else where
-    they do, else refused (:class:`~flexgraph.core.states.PlacementError`).
+    placed after them, where its needs hold, or refused.
 
     Examples
     --------

@@ -1,11 +1,8 @@
 """Function references (``"module:attr"``): checked without importing, or resolved up front.
 
-``flexgraph plan`` checks them without importing (:func:`check_references`):
-modules are found one dotted part at a time, so no package's ``__init__`` runs,
-and their source is read with :mod:`ast`; what that cannot settle comes back as
-:class:`Unchecked`. ``flexgraph run`` imports every function before the first
-step (:func:`resolve_functions`). Each failure is a :class:`StepFunctionError`
-naming the step, the reference and close names.
+``flexgraph plan`` finds modules one dotted part at a time, so no package's
+``__init__`` runs, and reads their source with :mod:`ast`; what that cannot
+settle comes back as :class:`Unchecked`.
 """
 
 from __future__ import annotations
@@ -70,9 +67,6 @@ def split_ref(ref: str) -> tuple[str, str]:
     return module, attr
 
 
-# -- finding modules without importing them ------------------------------------------
-
-
 def _find_spec(name: str, path: list[str] | None) -> ModuleSpec | None:
     """Ask each meta-path finder for ``name`` under ``path``, as ``import`` would."""
     for finder in sys.meta_path:
@@ -95,11 +89,7 @@ def _submodules(path: list[str] | None) -> list[str]:
 
 
 def find_module(name: str) -> ModuleSpec:
-    """The spec of module ``name``, found without running it or its parents.
-
-    Modules already imported are taken from ``sys.modules`` (``os.path`` is not
-    in ``os``'s folder).
-    """
+    """The spec of module ``name``, found without running it or its parents."""
     parts = name.split(".")
     path: list[str] | None = None
     spec: ModuleSpec | None = None
@@ -125,9 +115,6 @@ def find_module(name: str) -> ModuleSpec:
     return spec
 
 
-# -- one reference -------------------------------------------------------------------------
-
-
 def _no_attribute(ref: str, module: str, part: str, known: Iterable[str]) -> UnknownFunctionError:
     known = [n for n in known if not n.startswith("_") or part.startswith("_")]
     return UnknownFunctionError(
@@ -150,8 +137,7 @@ def _source_of(spec: ModuleSpec) -> tuple[str | None, str]:
 def check_reference(ref: str, specs: dict[str, ModuleSpec] | None = None) -> str | None:
     """``None`` when ``ref``'s module binds its name at top level, else why that is unsettled.
 
-    Raises a :class:`StepFunctionError` when ``ref`` is definitely wrong;
-    ``specs`` caches the modules found across calls.
+    Raises a :class:`StepFunctionError` when ``ref`` is wrong; ``specs`` caches modules found.
     """
     module, attr = split_ref(ref)
     specs = {} if specs is None else specs
@@ -197,11 +183,7 @@ def _functions(step: Any, into: str = "") -> Iterable[tuple[str, Any]]:
 
 
 def check_references(plan: Any) -> list[Unchecked]:
-    """Check every text reference of ``plan.steps`` (fused members included), importing none.
-
-    Returns the :class:`Unchecked` ones in plan order; raises for the first
-    definitely wrong one.
-    """
+    """Check every text reference of ``plan.steps``, importing none; the unsettled ones."""
     unchecked = []
     specs: dict[str, ModuleSpec] = {}
     for step in plan.steps:
@@ -215,9 +197,6 @@ def check_references(plan: Any) -> list[Unchecked]:
             if reason is not None:
                 unchecked.append(Unchecked(label, fn, reason))
     return unchecked
-
-
-# -- resolving: import for real ----------------------------------------------------------
 
 
 def _unknown_module(ref: str, module: str, exc: ModuleNotFoundError) -> StepFunctionError:
@@ -272,7 +251,6 @@ def resolve_unchecked(unchecked: Iterable[Unchecked]) -> None:
 
 
 def _resolve_for(label: str, fn: Callable[..., Any] | str) -> Callable[..., Any]:
-    """:func:`resolve_fn`, its error message starting with ``label`` (the step)."""
     try:
         return resolve_fn(fn)
     except StepFunctionError as exc:

@@ -1,9 +1,7 @@
 """Rewrites: one edit of a graph, as data; a strategy is a list of them.
 
-A rewrite refuses a step that does not exist (with a did-you-mean), describes
-itself in one line, and returns the new graph with what it did to which step,
-so a plan can say where each step came from. Its ``why`` says what it is for;
-plans show it beside the rewrite.
+A rewrite refuses a step that does not exist, describes itself in one line,
+and says what it did to which step, so a plan can say where each step came from.
 """
 
 from __future__ import annotations
@@ -127,9 +125,6 @@ def _where(after: str | None, before: str | None) -> str:
 class Insert(Rewrite):
     """Add ``step`` right after ``after`` or right before ``before`` (exactly one).
 
-    The anchor becomes one of the step's ordering edges; an updater joins its
-    artifact's chain next to it.
-
     Parameters
     ----------
     step : Step
@@ -202,8 +197,7 @@ class Remove(Rewrite):
 class Prune(Rewrite):
     """Drop step ``name``, which the run does not need, for ``reason`` (a few words).
 
-    A derived rewrite (:func:`~flexgraph.make_plan`'s ``derived``): its reason
-    is in the run's inputs (``load_from`` covers every weight), not the config.
+    A derived rewrite: its reason is in the run's inputs, not the config.
 
     Parameters
     ----------
@@ -216,7 +210,6 @@ class Prune(Rewrite):
 
     @property
     def why(self) -> str:  # type: ignore[override]
-        """The reason it is pruned."""
         return self.reason
 
     @property
@@ -266,8 +259,6 @@ class Replace(Rewrite):
 @attrs.frozen
 class Move(Rewrite):
     """Move step ``name`` right after ``after`` or right before ``before`` (exactly one).
-
-    Its own ``after`` / ``before`` are replaced by the new anchor.
 
     Parameters
     ----------
@@ -339,8 +330,7 @@ def fused_step(name: str, members: Sequence[Step]) -> Step:
     Returns
     -------
     Step
-        The members' combined interface, less what one provides to another;
-        its facts are the members' in turn.
+        The members' interface, less what one provides to another.
     """
     member_names = {s.name for s in members}
     provides = tuple(dict.fromkeys(a for s in members for a in s.provides))
@@ -384,8 +374,7 @@ class Fuse(Rewrite):
     ----------
     names : sequence of str
     into : Step or str
-        The step that does their work (``deepspeed_initialize``), or the name of
-        a :func:`fused_step` that runs them in order.
+        The step that does their work, or the name of a :func:`fused_step` of them.
     why : str, optional
     """
 
@@ -421,7 +410,7 @@ class Fuse(Rewrite):
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    """``repr(value)``, a long mapping or sequence cut to its outline (one-line descriptions)."""
+    """``repr(value)``, a long mapping or sequence cut to its outline."""
     text = repr(value)
     if len(text) <= limit:
         return text
@@ -437,8 +426,7 @@ class Configure(Rewrite):
     """Bind ``params`` to step ``name``'s function, over the ones it has.
 
     Params that change what the step does to the model say so in ``gives`` /
-    ``ends`` (``device='meta'`` ends ``whole``): facts are data, never guessed
-    from params.
+    ``ends``: facts are never guessed from params.
 
     Parameters
     ----------
@@ -448,7 +436,7 @@ class Configure(Rewrite):
         Facts the configured step now gives, or ends, instead of its own.
     why : str, optional
     contracts, expects : tuple of str, optional
-        Checks added to the step's own (:class:`~flexgraph.core.step.Step`).
+        Checks added to the step's own.
     """
 
     name: str
@@ -484,8 +472,6 @@ class Configure(Rewrite):
 @attrs.frozen
 class IfPresent(Rewrite):
     """``rewrite``, applied only when the optional step ``step`` is in the graph.
-
-    Elsewhere a rewrite naming an absent step is refused; this says it may be.
 
     Parameters
     ----------

@@ -1,9 +1,7 @@
 """What a Python source file binds at its top level, read with :mod:`ast`, never run.
 
-Top-level blocks (``if``, ``try``, ``with``, ``for``) count. A module that may
-bind names its source does not show (a star import, a module ``__getattr__``,
-``global``, ``globals()``, ``sys.modules``) is reported, so a missing name is
-called unchecked rather than wrong.
+A module that may bind names its source does not show (a star import, a module
+``__getattr__``, ``globals()``) is reported, so a missing name is unchecked, not wrong.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Model states and needs: the model after each step, and where a step that needs something goes.
 
-The steps that make or change the ``model`` declare the *facts* they give and
-end (:attr:`Step.gives`, :attr:`Step.ends`: ``"whole"``, ``"loaded"``, ...); the
-model's state after a step is the set of facts that hold then, found by walking
-its *line*: its producer, then its updaters in chain order. A step may declare
-what it ``needs``. A user's step (:attr:`Step.user`) whose name anchors all name
-steps of the base graph, one of them on the model's line, needs what the base
-graph's model has there (its :data:`ANCHOR_FACTS`): the anchors keep the meaning
-they have in the base graph under every strategy.
+The model's state after a step is the set of facts (:attr:`Step.gives`,
+:attr:`Step.ends`) that hold along its *line*: its producer, then its updaters
+in chain order. A user's step anchored on the base graph's model line needs
+what the base graph's model has there (its :data:`ANCHOR_FACTS`), so its
+anchors keep their meaning under every strategy.
 """
 
 from __future__ import annotations
@@ -42,11 +39,7 @@ FACTS = {
 
 
 class PlacementError(GraphError):
-    """A step's needs hold nowhere in the plan, or its anchors contradict the plan's order.
-
-    The message names the step, what it needs, the rewrite that took that
-    away (with its reason) and what to ask for instead.
-    """
+    """A step's needs hold nowhere in the plan, or its anchors contradict the plan's order."""
 
 
 class Record(Protocol):
@@ -118,11 +111,7 @@ def slot_of(graph: Graph, step: Step) -> int:
 
 
 def implied_needs(graph: Graph, step: Step) -> tuple[str, ...]:
-    """What ``step``'s name anchors mean in ``graph`` (the base), or ``()``.
-
-    Only for a user's step that receives the model, declares no facts of its
-    own, and anchors on ``graph``'s steps alone, one of them on the model's line.
-    """
+    """What ``step``'s name anchors mean in ``graph`` (the base), or ``()``."""
     if not step.user or step.needs or step.gives or step.ends or not reads_model(step):
         return ()
     line = model_line(graph)
@@ -166,8 +155,6 @@ class Placer:
     implied: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     records: Sequence[tuple[Record, Rewrite]] = ()
 
-    # what a step needs ------------------------------------------------------
-
     def needs_of(self, step: Step) -> tuple[tuple[str, ...], bool]:
         """``step``'s needs, and whether its anchors imply them (rather than declared)."""
         if step.needs:
@@ -182,8 +169,6 @@ class Placer:
             return implied_needs(graph | Graph.of([step]), step), True
         except GraphError:
             return (), True
-
-    # placing --------------------------------------------------------------------
 
     def place(self, graph: Graph, step: Step) -> tuple[Graph, str | None]:
         """``graph`` with ``step`` placed, and how, when not at its anchors; or refuse."""
@@ -236,9 +221,7 @@ class Placer:
     def _translated(self, graph: Graph, step: Step) -> Step:
         """``step`` with anchors the rewrites took out renamed to what took their place.
 
-        A step taken out for good (removed, pruned) stands for its neighbour on
-        the base graph's model line: ``after='init_weights'`` without
-        ``init_weights`` is after what it followed.
+        An anchor removed for good stands for its neighbour on the base model line.
         """
         gone: dict[str, str | None] = {}
         for record, _ in self.records:
@@ -289,8 +272,6 @@ class Placer:
         if slot + 1 < len(line):
             before += (line[slot + 1].name,)  # type: ignore[operator]
         return step.evolve(after=after, before=before)
-
-    # words -------------------------------------------------------------------------
 
     def _under(self) -> str:
         return f"under {self.strategy!r}" if self.strategy else "in the base graph"
@@ -406,10 +387,7 @@ class Placer:
 
     def contradiction(self, graph: Graph, step: Step,
                       fits: Callable[[Step], str | None]) -> PlacementError | None:
-        """The refusal of ``step`` when its own anchors contradict ``graph``'s order.
-
-        ``fits(variant)`` says where a variant of it would run, or ``None``.
-        """
+        """The refusal of ``step`` when its own anchors contradict ``graph``'s order."""
         if self._clash(graph, step) is None:
             return None
         return self._contradiction(graph, step, step, None, fits)

@@ -1,14 +1,7 @@
 """Steps: named units of work with declared inputs and outputs.
 
-A step is a function plus the artifacts it ``requires`` (reads), ``provides``
-(creates) and ``updates`` (reads and replaces, like ``init_weights`` on
-``model``), and ordering edges ``after`` / ``before``. The function may be a
-``"module:attr"`` reference, resolved only when the plan runs, so planning
-never imports the modules steps live in (nor torch).
-
-Steps that change the ``model`` say which facts they ``gives`` and ``ends``
-(:mod:`flexgraph.core.states`), and what they ``needs``; ``contracts`` and
-``expects`` are checks the executor runs after and before the step.
+The function may be a ``"module:attr"`` reference, resolved only when the plan
+runs, so planning never imports the modules steps live in (nor torch).
 
 The calling contract: the function gets one keyword argument per name in
 ``requires`` and ``updates``, plus the bound ``params``. It returns nothing for
@@ -119,7 +112,7 @@ class Step:
     Parameters
     ----------
     name : str
-        Stable name, a Python identifier (configs, specs and rewrites use it).
+        A Python identifier; configs, specs and rewrites use it.
     fn : callable or str
     requires, provides, updates : str or tuple of str
         Artifacts read, created, and read-and-replaced.
@@ -129,20 +122,14 @@ class Step:
         Keyword arguments bound to the function.
     doc : str
         One line shown in plans; not part of equality.
-    gives, ends : str or tuple of str
-        Facts about the ``model`` this step makes true, and makes false
+    gives, ends, needs : str or tuple of str
+        Facts about the ``model`` this step makes true, makes false, and needs
         (:mod:`flexgraph.core.states`).
-    needs : str or tuple of str
-        Facts that must hold in the ``model`` this step receives; the plan
-        places the step where they do, or refuses it saying why.
     contracts, expects : str or tuple of str
-        ``"module:function"`` references of the checks run after this step,
-        and before it (:class:`~flexgraph.core.executor.ContractError`).
+        ``"module:function"`` checks run after this step, and before it.
     user : str
         Where a user added this step to a graph they did not write
-        (``"custom_steps"``), empty for the graph's own steps. Plans mark such
-        a step ``user``; its name anchors mean the base graph's model there,
-        and may name a strategy's step. Not part of equality.
+        (``"custom_steps"``); its anchors keep their base-graph meaning.
 
     Examples
     --------
@@ -213,16 +200,12 @@ def step(
         Defaults to the function's ``__name__``.
     requires : str or iterable of str, optional
         Defaults to the function's parameters without a default, less ``updates``.
-    provides, updates, after, before : str or iterable of str, optional
+    provides, updates, after, before, params, needs, gives, ends : optional
         As in :class:`Step`.
-    params : mapping, optional
-    needs, gives, ends : str or iterable of str, optional
-        Facts about the model, as in :class:`Step`.
 
     Returns
     -------
     Step, or a decorator returning a Step
-        Its ``doc`` is the first line of the function's docstring.
 
     Examples
     --------
@@ -275,20 +258,19 @@ class StepOutputError(FlexgraphError, TypeError):
 def run_step(
     step: Step, artifacts: Mapping[str, Any], func: Callable[..., Any] | None = None
 ) -> dict[str, Any]:
-    """Call ``step``'s function on its inputs from ``artifacts``; see the calling contract.
+    """Call ``step``'s function on its inputs from ``artifacts`` (the calling contract).
 
     Parameters
     ----------
     step : Step
     artifacts : Mapping of str to Any
-        Every artifact so far.
     func : callable, optional
         ``step.fn`` already resolved.
 
     Returns
     -------
     dict of str to Any
-        The step's outputs by name; :class:`StepOutputError` when they do not fit.
+        The step's outputs by name.
     """
     func = func if func is not None else resolve_fn(step.fn)
     result = func(**{name: artifacts[name] for name in step.inputs}, **step.params)

@@ -1,10 +1,8 @@
 """Strategies: a named, ordered list of rewrites, and the registry that finds them.
 
-The whole difference between two strategies is their rewrites (and the step
-functions those bring in): no step asks which strategy is active. Strategies are
-found by name: entry points of the group ``flexgraph.strategies``, each a factory
-``factory(**options) -> Strategy``, and factories given to
-:func:`register_strategy`. The core knows no strategy by name.
+No step asks which strategy is active; the core knows no strategy by name.
+Strategies are entry points of the group ``flexgraph.strategies`` or factories
+given to :func:`register_strategy`.
 """
 
 from __future__ import annotations
@@ -45,16 +43,12 @@ class Strategy:
         ``"one"`` (one process) or ``"many"`` (expects a process group).
     checks : tuple of Check
         Orders the plan must keep, even through rewrites appended later.
-    memory_model : str or None
-        The module whose ``estimate_memory`` says what a rank keeps (not imported).
-    memory_options : mapping
-        Keyword arguments for that ``estimate_memory``.
+    memory_model, memory_options : str or None, mapping
+        The module whose ``estimate_memory`` says what a rank keeps, and its options.
     prunable : tuple of str
-        Steps a run may prune before these rewrites (a derived
-        :class:`~flexgraph.core.rewrite.Prune`); the rewrites fit either graph.
+        Steps a run may prune before these rewrites; the rewrites fit either graph.
     plan_notes : str or None
-        ``'module:function'`` of ``(cfg, strategy) -> {step: line}``: what its steps
-        will make of the config, for ``flexgraph plan`` (a module without torch).
+        ``'module:function'`` of ``(cfg, strategy) -> {step: line}`` for ``flexgraph plan``.
     """
 
     name: str
@@ -79,8 +73,6 @@ _registered: dict[str, StrategyFactory] = {}
 def register_strategy(name: str, factory: StrategyFactory, *aliases: str) -> None:
     """Make ``factory`` findable as ``name`` and ``aliases`` in this process.
 
-    For strategies defined at run time; a registered name shadows an entry point.
-
     Parameters
     ----------
     name : str
@@ -95,8 +87,8 @@ def register_strategy(name: str, factory: StrategyFactory, *aliases: str) -> Non
 def _is_entry_point(found: Any) -> bool:
     """Whether ``found`` is an entry point not loaded yet.
 
-    Not an ``isinstance`` check: once the ``importlib_metadata`` backport is
-    imported (mmpretrain does), ``entry_points()`` returns the backport's class.
+    Not ``isinstance``: once mmpretrain imports the ``importlib_metadata``
+    backport, ``entry_points()`` returns its class.
     """
     return hasattr(found, "load") and isinstance(getattr(found, "value", None), str)
 
@@ -123,8 +115,7 @@ def get_strategy(
     Parameters
     ----------
     name : str, Strategy or mapping
-        A registered name; a mapping with ``type`` and options (a config's
-        ``strategy``); or a :class:`Strategy`, returned as it is.
+        A :class:`Strategy` is returned as it is.
     extra : mapping of str to Strategy, optional
         Strategies defined as data (a spec's); they shadow others and take no options.
     **options

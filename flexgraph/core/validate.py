@@ -1,9 +1,4 @@
-"""Validation of a graph: every rule a plan relies on, checked in one place.
-
-Run on the base graph and after every rewrite, so a strategy that breaks the
-graph is caught at the rewrite that broke it. :func:`check` checks;
-:func:`validate` also builds the DAG, which planning does once, at the end.
-"""
+"""Validation of a graph, run after every rewrite so a broken graph is caught at its rewrite."""
 
 from __future__ import annotations
 

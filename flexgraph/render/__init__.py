@@ -1,9 +1,7 @@
 """Views of a plan: text table, diff, JSON, Graphviz dot, Mermaid, HTML page, timings, estimate.
 
-Everything here reads a :class:`flexgraph.Plan` (or the executor's records, or
-an estimate's dict) and returns text or a rich renderable; nothing plans, runs
-or imports torch. The views are deterministic: the same plan gives the same
-bytes, so plans can be diffed in review and checked in CI.
+Nothing here plans, runs or imports torch. The same plan gives the same bytes,
+so plans can be diffed in review and checked in CI.
 """
 
 from flexgraph.render._changes import derivation_lines, pruned_steps
@@ -11,7 +9,6 @@ from flexgraph.render.diff import plan_diff
 from flexgraph.render.dot import plan_dot
 from flexgraph.render.estimate import estimate_json, estimate_view
 from flexgraph.render.explain import explain_step
-from flexgraph.render.html import compare_page, plan_page
 from flexgraph.render.json_view import SCHEMA, plan_json, plan_to_dict
 from flexgraph.render.mermaid import plan_mermaid
 from flexgraph.render.text import plan_table
@@ -19,7 +16,6 @@ from flexgraph.render.timings import timings_table
 
 __all__ = [
     "SCHEMA",
-    "compare_page",
     "derivation_lines",
     "estimate_json",
     "estimate_view",
@@ -28,7 +24,6 @@ __all__ = [
     "plan_dot",
     "plan_json",
     "plan_mermaid",
-    "plan_page",
     "plan_table",
     "plan_to_dict",
     "pruned_steps",

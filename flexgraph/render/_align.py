@@ -1,10 +1,7 @@
 """The base order and the planned order, aligned by step: the rows of ``--diff`` and the page.
 
-A step both orders hold shares a row, and so does a base step with the step
-that took its place (a fuse, a replace under a new name). Steps a rewrite moved
-are never aligned: they get one row at their old place and one at their new
-place, so a view can draw the move. Everything else gets a row of its own,
-base steps first, in the order of its side.
+A base step shares a row with the step that took its place (a fuse, a replace);
+a moved step gets a row at its old place and one at its new, so a view can draw the move.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ def partners(base_order: Sequence[str], order: Sequence[str],
 
 def aligned_rows(base_order: Sequence[str], order: Sequence[str],
                  into: Mapping[str, str | None], moved: Collection[str] = ()) -> list[Row]:
-    """The rows, top to bottom (see the module docstring)."""
     pairs = partners(base_order, order, into)
     anchors, claimed = [], set()
     for name in base_order:  # a fused step is anchored by its first part only

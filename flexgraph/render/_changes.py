@@ -1,8 +1,4 @@
-"""What a strategy did to each step, answered once for every view.
-
-Which action placed or changed a step, its marker and colour, which rewrite
-took a base step out, each rewrite in words with its reason or why it was
-skipped, and the model's state in words, so the table, diff, explain, dot and
+"""What a strategy did to each step, answered once, so the table, diff, explain, dot and
 Mermaid views agree.
 """
 
@@ -54,8 +50,7 @@ def rewrite_label(applied: AppliedRewrite) -> str:
 
 
 def rewrite_lines(applied: AppliedRewrite) -> list[str]:
-    """``ddp #1: <rewrite>``, then ``skipped: ...`` when it did not apply, else its
-    ``why: ...``."""
+    """``ddp #1: <rewrite>``, then ``skipped: ...`` or its ``why: ...``."""
     lines = [f"{rewrite_label(applied)}: {applied.description}"]
     if applied.skipped is not None:
         lines.append(f"  skipped: {applied.skipped}")
@@ -74,21 +69,15 @@ def rewrite_count(plan: Plan) -> str:
 
 
 def history(plan: Plan, name: str) -> tuple[Origin, ...]:
-    """Every rewrite that placed or changed ``name``, oldest first (empty for base)."""
     return tuple(plan.history.get(name, ()))
 
 
 def is_user(plan: Plan, name: str) -> bool:
-    """Whether step ``name`` is one the user added (:attr:`flexgraph.Step.user`)."""
     return bool(plan.graph.by_name[name].user)
 
 
 def first_action(plan: Plan, name: str) -> str:
-    """The action that put ``name`` where it is (its first rewrite's), ``"user"`` or ``"base"``.
-
-    A step inserted and then configured is marked inserted: where it came from
-    matters more; a user's step placed by its needs is marked placed.
-    """
+    """The action that put ``name`` where it is (an insert then configure is inserted)."""
     entries = history(plan, name)
     if entries:
         return entries[0].action
@@ -112,17 +101,6 @@ def model_lines(plan: Plan) -> list[str]:
     width = max(len(name) for name, _ in states)
     return ["the model after each step that changes it:"] + [
         f"  {name:<{width}}  {', '.join(words)}" for name, words in states]
-
-
-def needs_words(plan: Plan, name: str) -> str:
-    """``"loaded (declared)"`` or ``"... (what after='x' means in the base graph)"``, or ``""``."""
-    step = plan.graph.by_name[name]
-    if step.needs:
-        return f"{', '.join(sorted(step.needs))} (declared)"
-    implied = plan.implied.get(name)
-    if not implied:
-        return ""
-    return f"{', '.join(implied)} (what its anchors mean in the base graph)"
 
 
 @attrs.frozen
@@ -169,11 +147,7 @@ _UNKNOWN = AppliedRewrite(index=-1, strategy="?", description="?", kind="?", tou
 
 
 def edge_artifacts(plan: Plan, edge: Edge) -> tuple[str, ...]:
-    """The artifacts an edge passes (empty for a pure ordering edge).
-
-    Read from its reason, and only those the source writes, so a name in a
-    reason is never mistaken.
-    """
+    """The artifacts an edge passes, read from its reason, only those its source writes."""
     source = plan.graph.by_name[edge.source]
     target = plan.graph.by_name[edge.target]
     return passed_artifacts(source.outputs, target.inputs, edge.reason)
@@ -208,10 +182,6 @@ def pruned_steps(plan: Plan) -> dict[str, str]:
 
 
 def derivation_lines(derived: Mapping[str, Mapping[str, str]]) -> list[str]:
-    """What a run's files changed in its plan, as lines for the log and ``--estimate``.
-
-    ``derived`` is ``{"pruned": {step: reason}, "notes": {step: line}}``, either
-    part optional (:func:`flexgraph.cli.planning.derived_plan`).
-    """
+    """What a run's files changed in its plan, as lines for the log and ``--estimate``."""
     return ([f"pruned: {step} ({reason})" for step, reason in derived.get("pruned", {}).items()]
             + [f"{step}: {note}" for step, note in derived.get("notes", {}).items()])

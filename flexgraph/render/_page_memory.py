@@ -1,11 +1,8 @@
 """The plan page's memory tables: what each step holds per rank, estimated and measured.
 
-The estimate's per-step figures come from its ``steps`` (``flexgraph.estimate/1``):
-the bytes each step allocates or frees on rank 0 and on the other ranks, on the
-host and on the device, as the strategy's memory model attributes them; the
-training step gets the rest of the estimated peak. What a rank holds while a
-step runs is what it held before, plus what the step allocates (frees count
-after the step). Measured figures are the run's per-step records of every rank.
+The estimate's per-step figures are its ``steps``; the training step gets the
+rest of the estimated peak. What a rank holds while a step runs is what it held
+before plus what the step allocates (frees count after the step).
 """
 
 from __future__ import annotations
@@ -62,11 +59,7 @@ def held_by_step(order: Sequence[str], candidate: Mapping[str, Any]
 
 def columns(rows: Mapping[str, Mapping[tuple[str, str], int]], world_size: int
             ) -> list[tuple[str, tuple[str, str]]]:
-    """``(header, (rank, memory))`` of the columns worth showing.
-
-    A memory nothing is held in is left out; rank 0 gets a column apart from the
-    others only where the two differ.
-    """
+    """``(header, (rank, memory))`` of the columns worth showing; rank 0 apart if it differs."""
     out = []
     for memory in MEMORIES:
         if not any(r[rank, memory] for r in rows.values() for rank in RANKS):
@@ -122,11 +115,7 @@ def peak_lines(rows: Mapping[str, Mapping[tuple[str, str], int]],
 def estimate_table(order: Sequence[str], candidate: Mapping[str, Any], world_size: int,
                    measured: Sequence[Sequence[Mapping[str, Any]]] = (), prefix: str = "",
                    compact: bool = False) -> str:
-    """The per-step table: the estimate's columns, then each rank's measured figures.
-
-    Each row's id is ``memory-<prefix><step>``; ``compact`` leaves out what each step
-    allocates, in words.
-    """
+    """The per-step table; ``compact`` leaves out what each step allocates, in words."""
     rows, said = held_by_step(order, candidate) if candidate else ({}, {})
     cols = columns(rows, world_size) if rows else []
     largest = {key: max((r[key] for r in rows.values()), default=0) for _, key in cols}

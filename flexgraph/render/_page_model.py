@@ -1,11 +1,7 @@
 """What the plan page draws, read from the plan's JSON dict (``flexgraph.plan/1`` or ``/2``).
 
-The page is drawn from the dict rather than the :class:`~flexgraph.Plan`, so a
-run's recorded ``plan.json`` draws the same. What ``/2`` adds is drawn where
-present and skipped where absent (an older run's ``/1``): a step's model
-``state`` and ``needs``, the user's steps and those placed by their needs, a
-rewrite's ``why`` and ``skipped``. A conditional rewrite is shown applied or
-skipped with its condition in words.
+Drawn from the dict, not the :class:`~flexgraph.Plan`, so a run's recorded
+``plan.json`` draws the same; what ``/2`` adds is skipped where absent.
 """
 
 from __future__ import annotations
@@ -138,7 +134,6 @@ def _check_reasons(changes: Mapping[str, tuple[Change, ...]], order: Sequence[st
 
 def page_model(plan: Mapping[str, Any], *, checks: Sequence[Mapping[str, str]] = (),
                docs: Mapping[str, str] | None = None) -> PageModel:
-    """The :class:`PageModel` of a plan dict."""
     docs = dict(docs or {})
     steps = plan["steps"]
     order = [s["name"] for s in steps]

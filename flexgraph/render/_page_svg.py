@@ -1,12 +1,7 @@
 """The plan page's picture: the base order and the planned order side by side, as SVG.
 
-Laid out here, no layout engine: one row per aligned step (:mod:`._align`),
-the base graph's boxes on the left, the plan's on the right, what each rewrite
-did and why on the far right. A step kept in its place is joined to itself by
-a thin line; a moved step by a curve from its old row to its new one; the parts
-of a fused step by lines into it. The data edges are arcs beside the plan's
-boxes, hidden until asked for. All text is monospace, so its width is known
-here and every line is wrapped before it is drawn.
+Laid out here, no layout engine: one row per aligned step (:mod:`._align`). All
+text is monospace, so its width is known and every line is wrapped before drawing.
 """
 
 from __future__ import annotations
@@ -123,7 +118,6 @@ def _notes(box: Box | None, base: Box | None, model: PageModel) -> list[tuple[st
 
 
 def _legend(width: float, model: PageModel) -> tuple[list[str], float]:
-    """The legend's SVG and its height."""
     out, x, y = [], 12.0, 20.0
     for action, words in LEGEND:
         w = 26 + len(words) * CHAR + 18
@@ -160,7 +154,6 @@ def _box(box: Box, side: str, x: float, y: float, width: float) -> str:
 
 
 def plan_svg(model: PageModel, title: str) -> str:
-    """The picture as one ``<svg>`` element (see the module docstring)."""
     boxes = [b for row in model.rows for b in row if b is not None]
     chars = max(len(line) for b in boxes for line in _box_lines(b))
     box_w = chars * CHAR + 2 * PAD

@@ -1,7 +1,4 @@
-"""The one look of every table view (a rule under the header, no frame, flush left).
-
-Tables printed one after another look alike and stay as narrow as their text.
-"""
+"""The one look of every table view (a rule under the header, no frame, flush left)."""
 
 from __future__ import annotations
 

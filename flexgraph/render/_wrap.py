@@ -1,11 +1,7 @@
 """Tables that fit a width without breaking an identifier.
 
-A line may break at a space, or after a character that cannot be part of an
-identifier (``.`` ``:`` ``,`` ``=`` ...), never between two word characters, so
-``flexgraph.strategies.deepspeed.steps:setup_env`` breaks after a dot or the
-colon, never inside ``deepspeed``. :func:`fitted_table` chooses the column widths
-(shrinking the columns a reader minds least first, never below their longest
-unbreakable piece) and wraps every cell itself, so rich never folds one.
+A line breaks at a space or after a character that cannot be part of an
+identifier, never between two word characters; cells are wrapped here, so rich never folds one.
 """
 
 from __future__ import annotations
@@ -39,16 +35,11 @@ def min_width(text: str) -> int:
 
 
 def natural_width(text: str) -> int:
-    """The longest line of ``text``."""
     return max((len(line) for line in text.splitlines()), default=0)
 
 
 def _breaks(line: str, width: int) -> list[int]:
-    """Offsets in ``line`` where its wrapped lines start.
-
-    Greedy: a piece that does not fit starts a new line, unless the last space
-    on the line leaves it more than half full, in which case the break goes there.
-    """
+    """Offsets where ``line``'s wrapped lines start: greedy, or at the last space past half."""
     starts: list[int] = []
     start = at = 0
     space = None
@@ -76,11 +67,7 @@ def wrap(text: Text, width: int) -> Text:
 
 def fit_widths(natural: Sequence[int], minimum: Sequence[int], width: int,
                shrink_first: Sequence[int]) -> list[int]:
-    """Column widths summing (with the gaps) to at most ``width`` where the minimums allow.
-
-    Columns listed in ``shrink_first`` give way first, in that order, each down to
-    its minimum; then the others, widest first.
-    """
+    """Column widths fitting ``width`` where minimums allow; ``shrink_first`` give way first."""
     widths = list(natural)
     excess = sum(widths) + COLUMN_GAP * (len(widths) - 1) - width
     others = sorted(set(range(len(widths))) - set(shrink_first), key=lambda i: -widths[i])
@@ -96,10 +83,7 @@ def fit_widths(natural: Sequence[int], minimum: Sequence[int], width: int,
 def fitted_table(headers: Sequence[str], rows: Sequence[Sequence[Text]], width: int, *,
                  shrink_first: Sequence[int] = (), right: Sequence[int] = (),
                  **table: Any) -> Table:
-    """A table of ``rows`` fitted to ``width`` (see the module docstring).
-
-    ``right`` lists the right-justified columns; ``table`` goes to :class:`rich.table.Table`.
-    """
+    """A table of ``rows`` fitted to ``width``; ``right``: the right-justified columns."""
     columns = [[Text(h), *(row[i] for row in rows)] for i, h in enumerate(headers)]
     natural = [max(natural_width(c.plain) for c in cells) for cells in columns]
     minimum = [max(min_width(c.plain) for c in cells) for cells in columns]
@@ -114,7 +98,6 @@ def fitted_table(headers: Sequence[str], rows: Sequence[Sequence[Text]], width: 
 
 
 def table_width(table: Table) -> int:
-    """The width a :func:`fitted_table` takes."""
     return sum(c.width or 0 for c in table.columns) + COLUMN_GAP * (len(table.columns) - 1)
 
 

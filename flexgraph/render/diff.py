@@ -1,12 +1,7 @@
 """The plan next to the base graph, step by step (``flexgraph plan CONFIG --diff``).
 
-Left the base order, right the planned order, aligned by step (:mod:`._align`):
-a step keeps its row, a step a rewrite moved (or the plan placed by its needs)
-has a row at its old place and one at its new place, each naming the other's
-position. Each step is marked with what the strategy did to it (or ``u``, the
-user's), in colour on a terminal and by the one-character markers of the legend
-in a pipe. The rewrites follow, each with its reason or why it was skipped, then
-the model's state after each step that changes it.
+Each step is marked with what the strategy did to it, in colour on a terminal
+and by the legend's one-character markers in a pipe.
 """
 
 from __future__ import annotations
@@ -72,8 +67,7 @@ def legend() -> Text:
 
 
 def rewrite_list(plan: Plan, width: int = 120) -> Text:
-    """The rewrites, one numbered line each (``  ddp #1: replace ...``), with their reasons,
-    wrapped."""
+    """The rewrites, one numbered line each, with their reasons, wrapped."""
     if not plan.rewrites:
         return Text("no rewrites applied: the plan is the base graph's order")
     counted = rewrite_count(plan)
@@ -87,10 +81,7 @@ def rewrite_list(plan: Plan, width: int = 120) -> Text:
 
 
 def plan_diff(plan: Plan, width: int | None = None) -> RenderableType:
-    """The base order and the planned order side by side, the legend, then the rewrites.
-
-    The table fits the console's width unless ``width`` is given.
-    """
+    """The base order and the planned order side by side, the legend, then the rewrites."""
     return PlanDiff(plan, width)
 
 

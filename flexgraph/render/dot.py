@@ -1,10 +1,7 @@
 """The plan as a Graphviz digraph, for ``dot -Tsvg`` and the like.
 
 Nodes are declared in execution order (Graphviz keeps it within a rank, so the
-picture reads like the table); a step a rewrite touched is filled in its
-action's colour. Edges passing an artifact are labelled with it, pure ordering
-edges dashed. Every identifier is a quoted, escaped string, so any name gives
-valid dot.
+picture reads like the table). Every identifier is quoted and escaped.
 """
 
 from __future__ import annotations

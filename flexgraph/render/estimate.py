@@ -1,44 +1,9 @@
 """Views of a memory estimate (the ``flexgraph.estimate/1`` object): text and JSON.
 
-They read the dict :meth:`Estimate.as_dict` makes (plus the CLI's device memory
-and verdicts), so this layer stays free of torch. Sizes print in decimal units
+They read the dict :meth:`Estimate.as_dict` makes, so this layer stays free of
+torch; the schema is in ``docs/guide/memory.rst``. Sizes print in decimal units
 (GB = 10^9 bytes, as GPU makers state a card's memory), each table in the unit
-of its largest figure, so a small model reads in KB or MB; parameter counts in
-thousands (K) or millions (M). The schema (bytes as integers)::
-
-    {"schema": "flexgraph.estimate/1", "world_size": int, "batch_size": int|null,
-     "optimizer": str, "seconds": float, "untraceable": str|null,
-     "device_memory": {"bytes": int, "source": str, "margin": float},
-     "host_memory": {"bytes": int, "source": str, "margin": float,
-                     "processes_per_node": int},
-     "weights_loaded": bool,
-     "parameters": {"total", "trainable", "frozen", "bytes", "largest_layer",
-                    "largest_parameter": int,
-                    "by_module": [{"module": str, "total": int, "trainable": int}]},
-     "candidates": [{"candidate": str, "strategy": str, "compute": str,
-                     "peak_bytes": int, "phase": str, "fits": bool|null,
-                     "parts": {"parameters", "gradients", "optimizer", "activations",
-                               "buffers": int|null},
-                     "traced_activations_bytes": int|null,
-                     "step_temporaries_bytes": int,
-                     "modelled": [str], "notes": [str], "reference_bytes": int|null,
-                     "setup": {"rank0_bytes": int, "other_bytes": int, "node_bytes": int,
-                               "fits": bool, "notes": [str]},
-                     "steps": {"trains_on": "host"|"device",
-                               "allocations": [{"step": str, "bytes": int, "what": str,
-                                                "ranks": "all"|"rank0"|"others",
-                                                "memory": "host"|"device",
-                                                "transient": bool}]}}],
-     "auto": {"choice": str, "reason": str}   (only with --strategy auto),
-     "plan": {"pruned": {step: reason}, "notes": {step: str}}
-                                              (only when the run's files change the plan)}
-
-``parts`` are the peak's: when the optimizer step is the peak, ``activations``
-is 0 and ``optimizer`` holds the step's temporaries; both are null (and
-``fits`` too) when the step could not be traced. ``setup`` is the host memory
-rank 0 and each other rank hold until the optimizer exists; ``node_bytes`` adds
-``processes_per_node - 1`` other ranks to rank 0. ``steps``: what each step of
-the candidate's plan allocates (negative: frees) on which ranks.
+of its largest figure.
 """
 
 from __future__ import annotations
@@ -53,8 +18,6 @@ from rich.text import Text
 
 from flexgraph.render._changes import derivation_lines
 from flexgraph.render._table_style import TABLE_STYLE
-
-__all__ = ["estimate_json", "estimate_view"]
 
 _PARTS = ("parameters", "gradients", "optimizer", "activations", "buffers")
 

@@ -1,7 +1,5 @@
-"""Why a step sits where it does: ``flexgraph plan CONFIG --explain STEP``.
-
-:meth:`flexgraph.Plan.explain`, plus the case a plan cannot answer alone: a base
-step the strategy took out (which rewrite removed, replaced or fused it).
+"""Why a step sits where it does: ``flexgraph plan CONFIG --explain STEP``, base steps
+taken out included.
 """
 
 from __future__ import annotations
@@ -12,11 +10,7 @@ from flexgraph.render._changes import gone_steps
 
 
 def explain_step(plan: Plan, name: str) -> str:
-    """Lines on the place of ``name``, a planned step or a base step taken out.
-
-    Raises :class:`~flexgraph.UnknownStepError` (with close names) when neither
-    graph has it.
-    """
+    """Lines on the place of ``name``, a planned step or a base step taken out."""
     if name in plan.graph:
         return plan.explain(name)
     gone = gone_steps(plan).get(name)

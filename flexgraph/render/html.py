@@ -1,13 +1,7 @@
 """The plan as one self-contained HTML page (``flexgraph plan --format html``).
 
-The page holds everything it shows: its style, its picture (SVG laid out here,
-:mod:`._page_svg`) and a few lines of script (zoom, the data edges on demand),
-and loads nothing, so it opens offline and from a run's folder. It shows what
-the strategy changed and why (the picture, then every rewrite in words), and,
-given an estimate or a run's records, what each step holds on each rank
-(:mod:`._page_memory`). Where the plan knows the model's facts, a table gives
-the model's state after each step. A ``--compare`` page puts the candidates
-side by side.
+The page holds its style, picture and script and loads nothing, so it opens
+offline and from a run's folder.
 """
 
 from __future__ import annotations
@@ -23,8 +17,6 @@ from flexgraph.render._page_model import PageModel, page_model
 from flexgraph.render._page_svg import COLOURS, plan_svg
 from flexgraph.render.estimate import size_text
 from flexgraph.render.json_view import plan_to_dict
-
-__all__ = ["compare_page", "plan_page"]
 
 STYLE = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 24px 40px;
@@ -220,7 +212,6 @@ def plan_page(plan: Plan | Mapping[str, Any], *, checks: Sequence[Any] = (),
               estimate: Mapping[str, Any] | None = None,
               measured: Sequence[Sequence[Mapping[str, Any]]] = (),
               source: str = "") -> str:
-    """The page of one plan, as HTML text."""
     model = _model(plan, checks)
     who = model.strategy or "no strategy"
     title = f"flexgraph plan: {who}" + (f" - {source}" if source else "")

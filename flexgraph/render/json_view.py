@@ -1,64 +1,9 @@
-'''The plan as JSON (``flexgraph plan --format json``): a stable schema for tools and CI.
+"""The plan as JSON (``flexgraph plan --format json``): a stable schema for tools and CI.
 
 Fields are only ever added under one ``"schema"`` version, never renamed or
-removed. Keys come in the order below, so a plan always gives the same bytes.
-Schema ``flexgraph.plan/2``::
-
-    {
-      "schema": "flexgraph.plan/2",
-      "strategy": "ddp",                # or null
-      "steps": [                        # in execution order
-        {
-          "name": "wrap_model",
-          "fn": "module:qualname",
-          "requires": ["cfg"], "provides": [], "updates": ["model"],
-          "after": ["load_checkpoint"], "before": [],
-          "params": {"device": "cpu"},  # bound keyword arguments, JSON-safe
-          "stage": 3,                   # 0-based index into "stages"
-          "origin": "base",             # "base", "user" (a step the user added), or the
-                                        # latest origin: {"action": "replaced",
-                                        #  "strategy": "ddp", "index": 0, "rewrite": "..."}
-          "user": false,                # the user added it (custom_steps)
-          "gives": ["on_device"],       # facts about the model it makes true
-          "ends": ["unwrapped"],        # ... and false
-          "needs": [],                  # facts it declares it needs of the model it receives
-          "implied_needs": [],          # what a user's name anchors mean in the base graph
-          "state": ["initialised", "loaded", "on_device", "whole"]  # the model's facts
-        }                               # after this step, null before the model exists
-      ],
-      "rewrites": [                     # in the order applied, skipped ones included
-        {
-          "index": 0,                   # 0-based position in the strategy
-          "strategy": "ddp",            # or "derived" (from the run's inputs, applied first)
-          "kind": "replace",            # insert|remove|prune|replace|move|fuse|configure
-          "description": "replace wrap_model with (...)",
-          "touched": {"wrap_model": "replaced"},  # step -> action
-          "consumed": {},               # step taken out -> the step in its place, or null
-          "why": "...",                 # its reason ("" when it gives none)
-          "applied": true,              # false: a conditional rewrite that did not apply
-          "skipped": null,              # why it did not ("init_weights is planned")
-          "steps": ["wrap_model"]       # the steps it names or brings in
-        }
-      ],
-      "stages": [["setup_env"], ["build_model"]],  # topological generations
-      "base_order": ["setup_env", "..."],
-      "edges": [                        # sorted by source, then target position
-        {"source": "build_model", "target": "init_weights",
-         "reason": "init_weights updates model, made by build_model"}
-      ],
-      "notes": {"load_checkpoint": "..."}  # only if any: step -> what it will do
-    }                                      # with the run's inputs
-
-An origin's ``action`` is ``inserted``, ``moved``, ``replaced``, ``fused``,
-``configured``, or ``placed`` (a user's step placed by its needs rather than
-at its anchors: ``strategy`` is ``"need"``, ``index`` null and ``rewrite``
-says where and why). ``params`` values JSON cannot hold (non-finite floats
-included) are written as their ``repr``; see :func:`json_safe`.
-
-``flexgraph.plan/1`` had no facts, reasons or user marks, and its ``origin``
-was never ``"user"``; its readers (a portable checkpoint's manifest, resume's
-plan-change log) read only the fields both versions share.
-'''
+removed; keys come in a fixed order, so a plan always gives the same bytes. The
+schema, ``flexgraph.plan/2``, is in ``docs/guide/plans.rst``.
+"""
 
 from __future__ import annotations
 
@@ -75,11 +20,7 @@ SCHEMA = "flexgraph.plan/2"
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` as something :func:`json.dumps` writes deterministically.
-
-    Tuples become lists, sets lists sorted by ``repr``, mappings with string
-    keys dicts; anything else JSON cannot hold becomes its ``repr``.
-    """
+    """``value`` for :func:`json.dumps`, deterministic: sets sorted, the unknown as ``repr``."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -106,11 +47,7 @@ def _state(state: tuple[str, ...] | None) -> list[str] | None:
 
 
 def plan_to_dict(plan: Plan, notes: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``plan`` as a JSON-ready dict in the ``flexgraph.plan/2`` schema.
-
-    ``notes`` (a line per step on what it will do with the run's inputs) is
-    added when not empty.
-    """
+    """``plan`` as a JSON-ready dict in the ``flexgraph.plan/2`` schema."""
     stage_of = {name: i for i, stage in enumerate(plan.stages) for name in stage}
     steps = []
     for step in plan.steps:

@@ -1,9 +1,7 @@
 """The plan as a Mermaid flowchart, which GitHub renders inside Markdown.
 
-Node ids are generated (``s1_build_model``: the position plus the name in ASCII;
-the ``s`` keeps them clear of keywords such as ``end`` and of the ``o`` / ``x``
-edge heads) and labels are quoted with Mermaid's entity escapes, as Mermaid is
-stricter than dot. Edges passing an artifact are labelled, ordering edges dotted.
+Node ids are generated (``s1_build_model``: the ``s`` keeps them clear of
+keywords such as ``end`` and of the ``o`` / ``x`` edge heads); Mermaid is stricter than dot.
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""Two plans side by side: the one that saved a checkpoint and the one resuming it.
-
-Laid out as :func:`~flexgraph.render.diff.plan_diff` lays out a strategy's
-changes, from the two plan dicts alone (``flexgraph.plan/1`` or ``/2``, read
-through the fields both have): ``replaced`` means another function,
-``configured`` other parameters, ``moved`` another place among the steps both
-plans hold.
-"""
+"""Two plans side by side: the one that saved a checkpoint and the one resuming it."""
 
 from __future__ import annotations
 
@@ -18,8 +11,6 @@ from rich.text import Text
 
 from flexgraph.render._changes import COLOURS, MARKERS
 from flexgraph.render._table_style import TABLE_STYLE
-
-__all__ = ["plan_changes", "plan_change_view"]
 
 
 def _steps(plan: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

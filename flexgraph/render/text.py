@@ -1,11 +1,7 @@
 """The plan as a table: the view ``flexgraph plan`` prints by default.
 
-One row per step in execution order; a touched step's origin is in its
-action's colour and in words, so a pipe loses nothing, and ``user`` marks the
-user's steps. The caption lists each rewrite with its reason (or why it was
-skipped), each step placed by its needs, and the model's state after each
-step that makes or changes it. Cells are :class:`rich.text.Text`, never
-markup, so a ``[`` in a name prints as itself.
+A touched step's origin is in colour and in words, so a pipe loses nothing.
+Cells are :class:`rich.text.Text`, never markup, so a ``[`` in a name prints as itself.
 """
 
 from __future__ import annotations
@@ -35,11 +31,7 @@ def _names(names: tuple[str, ...]) -> Text:
 
 
 def origin_text(plan: Plan, name: str) -> Text:
-    """``base`` (dim), ``user``, then one coloured line per origin (``"replaced by ddp #1"``).
-
-    The rewrite itself is spelled out in the caption, on one line rather than
-    folded in a column.
-    """
+    """``base`` (dim), ``user``, then one coloured line per origin (``"replaced by ddp #1"``)."""
     lines = [("user", COLOURS["user"])] if is_user(plan, name) else []
     lines += [(origin.short, COLOURS.get(origin.action, "")) for origin in history(plan, name)]
     if not lines:
@@ -53,12 +45,7 @@ STAGE_NOTE = ("stage: 1 + the longest chain of steps the step waits for; steps o
 
 
 def plan_caption(plan: Plan, width: int | None = None) -> Text:
-    """The counts line, the stage note, each rewrite (``ddp #1: <rewrite>``) with its reason
-    or why it was skipped, each step placed by its needs, then the model after each step
-    that changes it.
-
-    With ``width``, each line is wrapped to it (continuations indented).
-    """
+    """The counts, stage note, rewrites, placements and model lines, wrapped to ``width``."""
     lines = [f"{len(plan.order)} steps in {len(plan.stages)} stages; {rewrite_count(plan)}",
              STAGE_NOTE]
     lines += [f"  {line}" for applied in plan.rewrites for line in rewrite_lines(applied)]
@@ -103,7 +90,6 @@ LEFT_OUT_FIRST = ("fn", "stage")
 
 
 def fit_table(plan: Plan, width: int) -> Table:
-    """The plan table laid out for ``width`` columns (see the module docstring)."""
     rows = _cells(plan)
     kept = list(COLUMNS)
     for left_out in ("", *LEFT_OUT_FIRST):
@@ -125,10 +111,7 @@ def fit_table(plan: Plan, width: int) -> Table:
 
 
 class PlanTable(Table):
-    """The table of one plan, which fits itself to the width it is drawn at.
-
-    Undrawn it holds the rows at their natural layout, to inspect like any table.
-    """
+    """The table of one plan, which fits itself to the width it is drawn at."""
 
     def __init__(self, plan: Plan) -> None:
         super().__init__(title=plan_title(plan), caption=plan_caption(plan), **TABLE_STYLE)
@@ -150,9 +133,5 @@ class PlanTable(Table):
 
 
 def plan_table(plan: Plan) -> Table:
-    """``plan`` as a table, one row per step in execution order (see the module docstring).
-
-    Titled with the strategy; the caption counts steps, stages and rewrites,
-    says what a stage is, and lists the rewrites the origins refer to.
-    """
+    """``plan`` as a table, one row per step in execution order."""
     return PlanTable(plan)

@@ -1,8 +1,4 @@
-"""What a run cost, step by step: the table ``flexgraph run`` prints at the end.
-
-It takes the executor's records as they are, so a failed run and a dry run
-(steps still ``planned``) print too.
-"""
+"""What a run cost, step by step: the table ``flexgraph run`` prints at the end."""
 
 from __future__ import annotations
 
@@ -22,10 +18,7 @@ def _mib(value: float | None) -> Text:
 
 
 def timings_table(records: Sequence[StepRecord], title: str = "step timings") -> Table:
-    """The records as a table, with a total row (seconds summed, steps ok, highest peak).
-
-    ``peak RSS`` is the process's high-water mark of resident memory when the step ended.
-    """
+    """The records as a table, with a total row (seconds summed, steps ok, highest peak)."""
     table = Table(title=title, **TABLE_STYLE)
     table.add_column("step", no_wrap=True)
     table.add_column("origin", overflow="fold")

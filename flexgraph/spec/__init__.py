@@ -1,8 +1,7 @@
 """Pipeline specs: YAML files, Python-API scripts and MMEngine-style cfg.py configs.
 
-All three load (:func:`load_spec`) into one :class:`Spec`: a graph, the
-strategies it defines as data, its strategy choice and its inputs. This layer
-never imports torch, the training layer, the strategies or the CLI.
+All three load (:func:`load_spec`) into one :class:`Spec`. This layer never
+imports torch, the training layer, the strategies or the CLI.
 """
 
 from flexgraph.spec.errors import (

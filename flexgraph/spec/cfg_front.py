@@ -1,11 +1,9 @@
 """MMEngine-style ``cfg.py`` configs, read with mmengine's own ``Config``.
 
-So OpenMMLab users' configs (``_base_``, ``custom_imports``, ``--cfg-options``,
-``strategy = dict(type='DeepSpeedStrategy', ...)``) work unchanged. flexgraph
-reads ``steps`` (the graph; without it ``default_graph(cfg)``), ``custom_steps``
-(steps added to that graph, so a new updater must say ``after`` / ``before``),
-``strategies``, ``strategy`` and ``inputs``; the Config itself is the ``cfg``
-input. ``mmengine.config`` is imported lazily; it does not import torch.
+So OpenMMLab configs (``_base_``, ``custom_imports``, ``--cfg-options``) work
+unchanged. flexgraph reads ``steps`` (else ``default_graph(cfg)``),
+``custom_steps``, ``strategies``, ``strategy`` and ``inputs``; the Config itself
+is the ``cfg`` input.
 """
 
 from __future__ import annotations
@@ -39,11 +37,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _location(exc: BaseException, path: Path, shown: str) -> str:
-    """Where in the config (or one of its ``_base_`` files) ``exc`` arose.
-
-    mmengine runs each file as code under its own name: the deepest such frame
-    in the traceback is the culprit.
-    """
+    """Where in the config or its ``_base_`` files ``exc`` arose: the deepest frame mmengine ran."""
     filename, line = None, None
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
         if frame.f_code.co_name == "<module>":
@@ -105,7 +99,6 @@ def load_cfg_spec(
     cfg_options: dict[str, Any] | None = None,
     default_graph: DefaultGraph | None = None,
 ) -> Spec:
-    """Load an MMEngine-style config as a :class:`Spec` (see the module docstring)."""
     return config_spec(read_config(path, shown, cfg_options), shown, default_graph)
 
 

@@ -1,9 +1,7 @@
 """Small checks shared by the front ends, each failing with the file and place named.
 
-A spec is untrusted data: every mapping is checked for unknown and missing keys
-(unknown ones get a did-you-mean) and every field for its type, before any
-engine object is built. :class:`Where` carries the location through, so that a
-message reads ``pipe.yaml: steps[2] (tokenize): field 'requires' must be ...``.
+A spec is untrusted data: every mapping is checked for unknown and missing
+keys and every field for its type before any engine object is built.
 """
 
 from __future__ import annotations
@@ -108,10 +106,7 @@ def names(value: object, where: Where, field: str) -> tuple[str, ...]:
 
 
 def plain(value: Any) -> Any:
-    """Turn mapping and list subclasses (mmengine's ConfigDict) into dict and list.
-
-    So that a value reads and compares the same whichever front end it came from.
-    """
+    """Mapping and list subclasses (mmengine's ConfigDict) as dict and list."""
     if isinstance(value, Mapping):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list):

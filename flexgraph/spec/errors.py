@@ -1,9 +1,6 @@
 """Every way a spec file can be wrong, one class per failure.
 
-Each derives from :class:`SpecError` and the builtin that fits. Messages start
-with the file, then the place (``steps[2] (tokenize)``), then the field. Engine
-errors found while building the graph keep their class, the file put in front
-(:func:`restate`).
+Messages start with the file, then the place (``steps[2] (tokenize)``), then the field.
 """
 
 from __future__ import annotations

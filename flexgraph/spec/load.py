@@ -1,9 +1,8 @@
 """``load_spec``: one entry point for the three kinds of pipeline file.
 
-``.yaml`` / ``.yml`` is a YAML spec; a ``.py`` file that binds a top-level
-``pipeline`` (read with :mod:`ast`, not run) is a Python-API script, any other
-``.py`` an MMEngine-style config. The file's folder goes first on ``sys.path``,
-so its functions, ``custom_imports`` and imports find their sibling modules.
+A ``.py`` file that binds a top-level ``pipeline`` (read with :mod:`ast`, not
+run) is a Python-API script, any other an MMEngine-style config. The file's
+folder goes first on ``sys.path``, so its imports find their sibling modules.
 """
 
 from __future__ import annotations
@@ -30,11 +29,7 @@ def put_folder_on_path(path: Path) -> None:
 
 
 def base_files(path: Path, seen: set[Path] | None = None) -> list[Path]:
-    """The ``_base_`` files a cfg.py builds on, nearest first (read with :mod:`ast`).
-
-    Their ``custom_imports`` name modules beside them, so their folders go on
-    ``sys.path`` too. Bases not given as string literals are left to mmengine.
-    """
+    """A cfg.py's ``_base_`` files, nearest first (their ``custom_imports`` need their folders)."""
     seen = set() if seen is None else seen
     try:
         tree = ast.parse(path.read_text())
@@ -60,11 +55,7 @@ def load_spec(
     cfg_options: dict[str, Any] | None = None,
     default_graph: Callable[[Any], Graph] | None = None,
 ) -> Spec:
-    """Load a YAML spec, a Python-API script or an MMEngine-style cfg.py.
-
-    A failure is a :class:`SpecError` subclass, or an engine error with the file
-    in front.
-    """
+    """Load a YAML spec, a Python-API script or an MMEngine-style cfg.py."""
     path = Path(path)
     shown = str(path)
     if path.suffix not in SUFFIXES:

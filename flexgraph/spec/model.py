@@ -1,8 +1,4 @@
-"""The :class:`Spec`: what every front end (YAML, Python script, cfg.py) produces.
-
-So the CLI, the renderers and the tests never ask which kind of file a pipeline
-came from.
-"""
+"""The :class:`Spec`: what every front end (YAML, Python script, cfg.py) produces."""
 
 from __future__ import annotations
 
@@ -41,9 +37,8 @@ class Spec:
     def resolve_strategy(self, strategy: StrategyChoice | Strategy = None) -> Strategy | None:
         """The strategy to plan with: ``strategy`` (the CLI's), else the spec's, or ``None``.
 
-        The spec's own ``strategies`` come before the registry; a CLI name that
-        names the spec's choice (an alias included) keeps the spec's options. An
-        error in the spec's choice starts with the file.
+        The spec's own ``strategies`` come before the registry; a CLI name that names
+        the spec's choice (an alias included) keeps the spec's options.
         """
         chosen = strategy if strategy is not None else self.strategy
         if chosen is None:
@@ -63,9 +58,7 @@ class Spec:
         self, strategy: StrategyChoice | Strategy = None, targets: tuple[str, ...] = (),
         derived: Sequence[Rewrite] = (),
     ) -> Plan:
-        """Plan the graph under :meth:`resolve_strategy`'s choice with :func:`~flexgraph.make_plan`.
-
-        An engine error is restated with the file in front.
+        """Plan the graph under :meth:`resolve_strategy`'s choice; errors name the file.
 
         Examples
         --------

@@ -1,11 +1,8 @@
 """Python-API scripts: a ``.py`` file that builds the graph with flexgraph's own API.
 
 Such a script binds a top-level ``pipeline`` (a :class:`Graph`, a :class:`Spec`,
-or a function returning one) and may bind ``strategies``, ``strategy`` and
-``inputs``. That is decided by reading the file (:func:`defines_pipeline`),
-never by running it. The script runs as if imported (``__name__`` is its stem),
-so its ``__main__`` block stays out of loading and its functions get importable
-names in plans (``textstats_pipeline:fold_accents``).
+or a function returning one). It runs as if imported (``__name__`` is its
+stem), so its ``__main__`` block stays out and its functions get importable names.
 """
 
 from __future__ import annotations
@@ -68,7 +65,6 @@ def parse_python(path: Path, shown: str) -> ast.Module:
 
 
 def defines_pipeline(tree: ast.Module) -> bool:
-    """Whether the module binds the name ``pipeline`` at top level."""
     for node in tree.body:
         if isinstance(node, ast.Assign):
             targets = node.targets

@@ -82,11 +82,7 @@ def _build(kind: str, data: Mapping[str, Any], where: Where) -> Rewrite:
 
 
 def rewrite_from_mapping(data: object, where: Where) -> Rewrite:
-    """Build one :class:`Rewrite` from its mapping form (see the module docstring).
-
-    A malformed mapping raises a :class:`~flexgraph.spec.errors.SpecError`
-    subclass; a rewrite the engine refuses, :class:`RewriteDefinitionError`.
-    """
+    """Build one :class:`Rewrite` from its mapping form (see the module docstring)."""
     data = mapping(data, where)
     kinds = [key for key in data if key in REWRITE_KINDS]
     if not kinds:

@@ -1,9 +1,4 @@
-"""A step written as data (a YAML mapping, a cfg.py dict) turned into a :class:`Step`.
-
-One function for every front end, so the step fields are read and refused the
-same way everywhere. Functions stay ``"module:attr"`` text, checked only for
-their shape: planning never imports them.
-"""
+"""A step written as data turned into a :class:`Step`; functions stay ``"module:attr"`` text."""
 
 from __future__ import annotations
 
@@ -41,10 +36,7 @@ def _fn(value: object, where: Where) -> Callable[..., Any] | str:
 
 
 def step_from_mapping(data: object, where: Where, default_name: str | None = None) -> Step:
-    """Build a :class:`Step` from a mapping with the :data:`STEP_FIELDS`.
-
-    ``default_name`` makes ``name`` optional (a Replace keeps the old name).
-    """
+    """Build a :class:`Step` from a mapping; ``default_name`` makes ``name`` optional."""
     data = mapping(data, where)
     name = data.get("name", default_name)
     if isinstance(name, str):  # steps[2] (tokenize), or: ... (insert) step 'x'
@@ -67,10 +59,7 @@ def step_from_mapping(data: object, where: Where, default_name: str | None = Non
 
 
 def steps_from_list(value: object, where: Where, field: str, user: str = "") -> list[Step]:
-    """Build the steps of a ``steps:`` (or ``custom_steps``) list, each at ``field[i]``.
-
-    ``user`` marks them as a user's steps, added where it says (:attr:`Step.user`).
-    """
+    """Build the steps of a ``steps:`` (or ``custom_steps``) list; ``user`` marks them."""
     items = sequence(value, where, field)
     steps = [step_from_mapping(item, where.at(f"{field}[{i}]")) for i, item in enumerate(items)]
     return [s.evolve(user=user) for s in steps] if user else steps

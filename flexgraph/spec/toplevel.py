@@ -1,7 +1,4 @@
-"""The top-level fields that YAML specs and cfg.py configs share, read in one place.
-
-So "the same pipeline, two syntaxes" holds by construction.
-"""
+"""The top-level fields that YAML specs and cfg.py configs share, read in one place."""
 
 from __future__ import annotations
 
@@ -43,11 +40,7 @@ def inputs_from_data(value: object, where: Where) -> dict[str, Any]:
 
 
 def extend_graph(graph: Graph, value: object, where: Where, field: str) -> Graph:
-    """``graph.extend(steps)`` for the user's step list ``value``; refusals name ``field``.
-
-    The steps are marked the user's (:attr:`Step.user` is ``field``): their
-    anchors may name a strategy's steps, placed when the plan is made.
-    """
+    """``graph.extend(steps)`` for the user's step list ``value``; refusals name ``field``."""
     extra = steps_from_list(value, where, field, user=field)
     try:
         return graph.extend(extra)
@@ -56,11 +49,7 @@ def extend_graph(graph: Graph, value: object, where: Where, field: str) -> Graph
 
 
 def apply_options(inputs: Mapping[str, Any], options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``inputs`` with ``--cfg-options`` applied (``a.b=1`` sets ``inputs['a']['b']``).
-
-    They override initial artifacts but add no graph input: a step cannot come
-    to depend on a command-line flag.
-    """
+    """``inputs`` with ``--cfg-options`` applied; they add no graph input a step could depend on."""
     result = dict(inputs)
     for key, value in (options or {}).items():
         *parents, last = key.split(".")

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +192,7 @@ class TrainLoop:
         keep, append_lr = self.output.keep, self.output.lrs.append
         group = self._lr_group
         before, after = self.hooks.before_train_iter, self.hooks.after_train_iter
+        hub, hub_every_iter = runner.message_hub, self._hub_every_iter
         by_epoch = self.schedule.by_epoch
         stop = self._stop
         next_event = self._next_event(it, batch_idx)
@@ -201,11 +202,15 @@ class TrainLoop:
                 idx = batch_idx if by_epoch else it
                 for fn in before:
                     fn(runner, batch_idx=idx, data_batch=data_batch)
-                value = step(data_batch)
-                keep(value)
+                outputs = step(data_batch)
+                keep(outputs)
                 append_lr(group["lr"])
-                if after:
-                    self._after_iter(after, idx, data_batch, value)
+                if hub_every_iter:  # MMEngine's RuntimeInfoHook
+                    hub.update_info("iter", it)
+                    for key, value in outputs.items():
+                        hub.update_scalar(f"train/{key}", value)
+                for fn in after:
+                    fn(runner, batch_idx=idx, data_batch=data_batch, outputs=outputs)
                 it += 1
                 batch_idx += 1
                 if it >= next_event or stop.pending:
@@ -216,19 +221,6 @@ class TrainLoop:
             runner.iter = it  # where it failed, for the report of a failed rank
             raise
         return it, batch_idx, False
-
-    def _after_iter(self, fns: tuple[Any, ...], idx: int, data_batch: Any, value: Any) -> None:
-        """``after_train_iter`` with MMEngine's ``outputs`` (and, for hooks that may read
-        them, the hub's per-iteration updates)."""
-        runner = self.hooks.runner
-        outputs = value if isinstance(value, Mapping) else {"loss": value}
-        if self._hub_every_iter:
-            hub = runner.message_hub
-            hub.update_info("iter", runner.iter)
-            for key, v in outputs.items():
-                hub.update_scalar(f"train/{key}", v)
-        for fn in fns:
-            fn(runner, batch_idx=idx, data_batch=data_batch, outputs=outputs)
 
     # -- events ---------------------------------------------------------------------------
     def _next_event(self, it: int, batch_idx: int) -> int:

@@ -122,8 +122,8 @@ def _name(model: nn.Module) -> str:
 def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[Any, Any]:
     """Split a plain model's output into ``(loss to minimise, values to log)``.
 
-    The logged value is the loss for a tensor output, or a dict with the total
-    under ``'loss'`` and every tensor key of a dict output.
+    The values to log are MMEngine's ``outputs``: the loss under ``'loss'``,
+    and every other tensor key of a dict output.
 
     Parameters
     ----------
@@ -158,7 +158,7 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
                 f"(e.g. F.cross_entropy(logits, y)) or return a dict of losses"
             )
         loss = output if output.ndim == 0 else output.reshape(())
-        return loss, loss
+        return loss, {"loss": loss}
     if isinstance(output, Mapping):
         logged = {k: v.mean() for k, v in output.items() if isinstance(v, torch.Tensor)}
         parts = [v for k, v in logged.items() if "loss" in k]
@@ -169,8 +169,6 @@ def loss_of(output: Any, model: nn.Module, *, training: bool = True) -> tuple[An
                 f"minimise e.g. 'loss' or 'loss_cls' (all such keys are summed)"
             )
         total = parts[0] if len(parts) == 1 else sum(parts)
-        if len(logged) == 1 and "loss" in logged:
-            return total, total.detach()
         return total, {"loss": total, **{k: v for k, v in logged.items() if k != "loss"}}
     raise NoLossError(
         f"model {_name(model)} returned {type(output).__name__} from forward(); return "

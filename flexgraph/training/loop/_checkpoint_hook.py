@@ -1,12 +1,8 @@
 """MMEngine's ``CheckpointHook``, in its place in the hook order, saving through flexgraph.
 
-Other hooks can observe a save (``before_save_checkpoint``, and lower
-priorities run after the file exists), so the built-in checkpoint hook is a
-real hook at MMEngine's ``VERY_LOW``. It decides *when* and *under which name*
-as MMEngine's ``CheckpointHook`` does (``iter_{n}``, ``epoch_{n}``,
-``best_{metric}_...``, published ``{name}-{sha256[:8]}.pth``), and keeps the
-best scores in the message hub under MMEngine's names, where a resumed run
-finds them. *How* a checkpoint is written is the loop's and the checkpointer's.
+A real hook at ``VERY_LOW``, since other hooks observe a save. It decides *when*
+and *under which name* as MMEngine's does, and keeps the best scores in the
+message hub under MMEngine's names, where a resumed run finds them.
 """
 
 from __future__ import annotations
@@ -41,12 +37,8 @@ class CheckpointTarget(Protocol):
 
 
 class BuiltinCheckpointHook(Hook):
-    """Stands in for ``default_hooks.checkpoint`` (MMEngine's ``CheckpointHook``).
-
-    It saves nothing until a training loop :meth:`attach`-es itself, so an
-    evaluation entry point (which also fires ``after_val_epoch``) writes no
-    checkpoint.
-    """
+    """Stands in for ``default_hooks.checkpoint``; saves nothing until a training loop
+    :meth:`attach`-es itself (an evaluation entry point writes no checkpoint)."""
 
     priority = "VERY_LOW"
 

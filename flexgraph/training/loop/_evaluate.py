@@ -1,10 +1,7 @@
 """Validation and test passes, shared by the training loop and the entry points.
 
-With an evaluator (``val_evaluator`` / ``test_evaluator`` in the config) the
-model's predictions go through MMEngine's :class:`~mmengine.evaluator.Evaluator`,
-so OpenMMLab metrics work unchanged, across ranks included. Without one, the
-pass reports the mean loss over batches, which is what a plain ``nn.Module``
-that returns its loss can offer.
+With an evaluator the predictions go through MMEngine's ``Evaluator``; without
+one, the pass reports the mean loss over batches.
 """
 
 from __future__ import annotations

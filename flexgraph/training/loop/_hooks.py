@@ -1,22 +1,9 @@
 """MMEngine hooks without MMEngine's Runner: the ``runner`` view and the dispatcher.
 
-A user's ``mmengine.hooks.Hook`` subclass must run unchanged, so hooks receive a
-:class:`RunnerView` with the attributes such hooks read, in MMEngine's meaning
-(``runner.iter`` is the current iteration's index during ``*_train_iter``
-hooks), so ``every_n_train_iters`` and the like work as written. A hook that
-reads a Runner attribute the view lacks is refused by name when built
-(:func:`refuse_unknown_reads`).
-
-:class:`Hooks` keeps, per hook point, only the bound methods of hooks that
-override it, ordered by priority as MMEngine's ``Runner.register_hook`` does.
-The two MMEngine default hooks that other hooks can observe are hooks here too:
-``param_scheduler`` (LOW) and ``checkpoint`` (:class:`BuiltinCheckpointHook`,
-VERY_LOW); the others are built into the loop.
-
-The view, its message hub and visualizer exist before any hook is built, so a
-hook's constructor finds this run's. Without a ``visualizer`` in the config,
-MMEngine's default is built only when a hook first asks for it (most runs
-never draw).
+A user's ``mmengine.hooks.Hook`` subclass runs unchanged: it receives a
+:class:`RunnerView` with the attributes such hooks read, in MMEngine's meaning.
+Of MMEngine's default hooks, ``param_scheduler`` and ``checkpoint`` are hooks
+here too; the others are built into the loop.
 """
 
 from __future__ import annotations
@@ -65,8 +52,7 @@ HOOK_POINTS = (
     "before_save_checkpoint", "after_load_checkpoint",
 )
 
-# Hook's epoch/iter methods delegate to these generic ones; overriding the
-# generic one counts as overriding every point that delegates to it.
+# Overriding one of Hook's generic methods overrides every point that delegates to it.
 _DELEGATES = {
     "_before_epoch": ("before_train_epoch", "before_val_epoch", "before_test_epoch"),
     "_after_epoch": ("after_train_epoch", "after_val_epoch", "after_test_epoch"),
@@ -76,9 +62,7 @@ _DELEGATES = {
 
 _RUN_NUMBERS = itertools.count()  # visualizer names are process-global
 
-# MMEngine's default hooks, in the order its Runner registers them (which breaks
-# priority ties). ``checkpoint`` and ``logger`` settings are read by
-# :mod:`flexgraph.training.config._settings`.
+# MMEngine's default hooks, in the order its Runner registers them (which breaks ties).
 _DEFAULT_HOOKS = {
     "runtime_info": {"type": "RuntimeInfoHook"},
     "timer": {"type": "IterTimerHook"},
@@ -97,16 +81,8 @@ _BUILTIN_HOOK_TYPES = frozenset({
 class RunnerView:
     """What a hook sees as ``runner``: the run's artifacts and its counters.
 
-    Only hooks read it. Steps show it artifacts as the graph builds them,
-    through :meth:`hold` alone (``model`` during ``load_checkpoint``, the rest
-    when ``train`` starts), and read nothing back: what they need comes as
-    artifacts, or from the run context and the settings. The loop updates
-    ``epoch`` and ``iter`` as plain attribute stores.
-
-    ``log_dir`` is this run's timestamped folder when ``flexgraph run`` keeps a
-    record, else the work_dir. Like MMEngine's, ``experiment_name`` reads
-    ``{experiment_name}_{timestamp}`` and ``seed`` includes the rank under
-    ``diff_rank_seed``; dataloaders and evaluators are ``None`` until set.
+    Only hooks read it; steps fill it through :meth:`hold` alone and read
+    nothing back. The loop sets ``epoch`` and ``iter``.
     """
 
     def __init__(self, cfg: Any, *, work_dir: str, log_dir: str, experiment_name: str,
@@ -145,12 +121,7 @@ class RunnerView:
                        "test_evaluator", "seed"})
 
     def hold(self, *, schedule: TrainSchedule | None = None, **artifacts: Any) -> None:
-        """Show hooks the run's artifacts: the one way steps fill in this view.
-
-        A dataloader's dataset ``metainfo`` goes to the visualizer, as
-        MMEngine's loops give it (:func:`share_dataset_meta`). A name not shown
-        to hooks is a ``TypeError``.
-        """
+        """Show hooks the run's artifacts (a name not shown to hooks is a ``TypeError``)."""
         unknown = sorted(set(artifacts) - self._HELD)
         if unknown:
             raise TypeError(f"RunnerView.hold: {unknown[0]!r} is not shown to hooks; "
@@ -181,22 +152,18 @@ class RunnerView:
         return self._visualizer
 
     def build_visualizer_on_first_use(self, build: Callable[[], Any]) -> None:
-        """Build the visualizer only when a hook asks for it (see :func:`_runner_view`)."""
         self._visualizer, self._default_visualizer = None, build
 
     @property
     def rank(self) -> int:
-        """Global rank (0 without a process group)."""
         return this_rank()
 
     @property
     def world_size(self) -> int:
-        """Number of processes (1 without a process group)."""
         return world_size()
 
     @property
     def distributed(self) -> bool:
-        """Whether more than one process runs."""
         return self.world_size > 1
 
     @property
@@ -208,7 +175,6 @@ class RunnerView:
 
     @property
     def dataloader(self) -> Any:
-        """``runner.train_loop.dataloader``: the training dataloader."""
         return self.train_dataloader
 
     @property
@@ -218,7 +184,6 @@ class RunnerView:
 
     @property
     def test_loop(self) -> EvalLoopView:
-        """MMEngine's ``runner.test_loop``."""
         return EvalLoopView(self, "test")
 
     @property
@@ -259,11 +224,8 @@ _NOT_GIVEN = {
 
 
 def refuse_unknown_reads(hook: Any, what: str, runner: RunnerView) -> None:
-    """Refuse, by name, a hook whose code reads a Runner attribute the view lacks.
-
-    Read from the source of the hook's classes (``runner.x``, ``runner.train_loop.x``),
-    so that it fails when built rather than with an ``AttributeError`` mid-run.
-    """
+    """Refuse, by name, a hook whose source reads a Runner attribute the view lacks:
+    when built, rather than with an ``AttributeError`` mid-run."""
     known = {*dir(runner), "hooks"}
     loops = {"train_loop": known, "_train_loop": known,
              "val_loop": {*dir(EvalLoopView), "dataloader", "evaluator"}}
@@ -316,14 +278,10 @@ def _overrides(hook: Any, point: str) -> bool:
 
 
 class Hooks:
-    """The run's hooks in priority order, dispatched per hook point.
+    """The run's hooks, sorted stably by priority as MMEngine's Runner sorts them.
 
-    Every name in :data:`HOOK_POINTS` is an attribute holding a tuple of bound
-    methods; the loop iterates it directly on hot paths
-    (``for fn in hooks.after_train_iter: fn(runner, batch_idx=..., ...)``) and
-    uses :meth:`call` elsewhere. Hooks are sorted stably by ``priority`` (a name,
-    a ``Priority`` member or an int in 0..100; ``NORMAL`` when unset); any other
-    priority is a ``ConfigError``.
+    Each name in :data:`HOOK_POINTS` is an attribute: the tuple of bound methods
+    of the hooks that override that point.
     """
 
     def __init__(self, hooks: Iterable[Any], runner: RunnerView) -> None:
@@ -343,14 +301,8 @@ class Hooks:
             fn(runner, **kwargs)
 
     def start_run(self) -> None:
-        """Fire ``before_run`` once per run, before any other hook point.
-
-        Loading ``load_from`` weights and restoring a checkpoint to resume
-        happen in graph steps that precede the loop, and hooks such as EMA set
-        up state in ``before_run`` that their ``after_load_checkpoint`` needs;
-        so whichever step fires first starts the run, as MMEngine's Runner
-        fires ``before_run`` before loading.
-        """
+        """Fire ``before_run`` once per run: the first step that fires a hook calls it, as
+        hooks such as EMA set up in ``before_run`` what ``after_load_checkpoint`` needs."""
         if not self._run_started:
             self._run_started = True
             self.call("before_run")
@@ -364,22 +316,19 @@ class Hooks:
         return len(self.hooks)
 
     def hold(self, *, schedule: TrainSchedule | None = None, **artifacts: Any) -> None:
-        """Show the hooks the run's artifacts (:meth:`RunnerView.hold`): what steps
-        give hooks, the one way, and never read back."""
+        """:meth:`RunnerView.hold`."""
         self.runner.hold(schedule=schedule, **artifacts)
 
     def built_visualizer(self) -> Any:
-        """The Visualizer the hooks draw with, if one was built (MMEngine's default is
-        built when a hook first asks for it), for the run's output to write scalars to."""
+        """The Visualizer the hooks draw with, if one was built."""
         return self.runner.built_visualizer()
 
     def __repr__(self) -> str:
         return f"Hooks({[type(h).__name__ for h in self.hooks]})"
 
 
-# mmengine.runner.Priority's levels. Not imported from there: ``import mmengine.runner``
-# imports every runner and strategy, DeepSpeed included when it is installed
-# (seconds, and an accelerator warning on every run); a test checks the values.
+# mmengine.runner.Priority's levels: importing mmengine.runner imports every runner and
+# strategy, DeepSpeed included; a test checks the values.
 PRIORITIES = {"HIGHEST": 0, "VERY_HIGH": 10, "HIGH": 30, "ABOVE_NORMAL": 40, "NORMAL": 50,
               "BELOW_NORMAL": 60, "LOW": 70, "VERY_LOW": 90, "LOWEST": 100}
 
@@ -406,8 +355,7 @@ _NO_VISUALIZER_YET = "Visualizer.get_current_instance()"  # MMEngine's words for
 
 
 def _hook_from_cfg(cfg: Any, what: str, runner: RunnerView) -> Any:
-    """Build one hook; one that asks for the current Visualizer gets the run's, and
-    MMDetection's ``SyncNormHook`` flexgraph's, which works on shards too."""
+    """Build one hook; MMDetection's ``SyncNormHook`` becomes flexgraph's (works on shards)."""
     hook = _built_hook(cfg, what, runner)
     if replaces(hook):
         mine = SyncNormHook()
@@ -445,12 +393,8 @@ def _is_builtin(key: str, cfg: Any) -> bool:
 
 
 def _default_hooks(cfg: Any) -> dict[str, Any]:
-    """``default_hooks`` merged into MMEngine's defaults, in MMEngine's order.
-
-    As in MMEngine's ``Runner.register_default_hooks``: a key set to ``None``
-    removes that default, any other value replaces it in place, and new keys
-    come after the six defaults.
-    """
+    """``default_hooks`` merged into MMEngine's defaults as ``Runner.register_default_hooks``
+    merges them: ``None`` removes one, a value replaces it in place, new keys come last."""
     merged: dict[str, Any] = dict(_DEFAULT_HOOKS)
     for key, hook_cfg in section(cfg, "default_hooks", {}).items():
         if hook_cfg is None:
@@ -483,9 +427,8 @@ def _builtin_hook(key: str, hook_cfg: Any, settings: RunSettings) -> Any:
 def build_hooks(cfg: Any, settings: RunSettings, run_context: RunContext) -> Hooks:
     """Build the default hooks (MMEngine's, merged with ``default_hooks``) and ``custom_hooks``.
 
-    Timer, logger, sampler seed and runtime info are done by the loop itself;
-    any other entry is built like a custom hook. Config keys flexgraph does not
-    act on are reported here, once per run (rank 0).
+    Timer, logger, sampler seed and runtime info are done by the loop itself.
+    Config keys flexgraph does not act on are reported here, once per run.
     """
     warn_unused_keys(cfg, rank=run_context.rank, world_size=run_context.world_size)
     runner = _runner_view(cfg, settings, run_context)
@@ -520,11 +463,8 @@ def _runner_view(cfg: Any, settings: RunSettings, run_context: RunContext) -> Ru
     build = functools.partial(build_visualizer, cfg, name=runner.experiment_name,
                               save_dir=runner.log_dir, run_number=run_number)
     if section(cfg, "visualizer") is None and not _a_visualizer_exists():
-        # MMEngine's default visualizer has only a LocalVisBackend, which writes
-        # what hooks draw; building one costs a run's start half a second
-        # (matplotlib's figure), so it is built when a hook first asks for it.
-        # Once an earlier run of this process made one, hooks would be handed
-        # that one instead: then this run's is built at once.
+        # MMEngine's default (matplotlib) is slow to build: built when a hook first asks.
+        # Once an earlier run of this process made one, hooks would get that one instead.
         runner.build_visualizer_on_first_use(build)
     else:
         runner.visualizer = build()
@@ -532,7 +472,6 @@ def _runner_view(cfg: Any, settings: RunSettings, run_context: RunContext) -> Ru
 
 
 def _a_visualizer_exists() -> bool:
-    """Whether ``Visualizer.get_current_instance()`` would return one (this process's)."""
     from mmengine.visualization import Visualizer
 
     try:
@@ -545,12 +484,8 @@ def _a_visualizer_exists() -> bool:
 def build_visualizer(cfg: Any, *, name: str, save_dir: str, run_number: int = 0) -> Any:
     """The run's Visualizer, built as MMEngine's ``Runner.build_visualizer`` builds it.
 
-    A ``visualizer`` dict is built in the config's default scope with ``name`` and
-    ``save_dir`` as defaults; none gives MMEngine's default. A ``name`` an earlier
-    run in this process took gets ``_<run_number>`` appended: MMEngine's
-    ``get_instance`` would hand back that run's visualizer. Built on every rank,
-    used on rank 0 only; it becomes MMEngine's current Visualizer, so hooks that
-    call ``Visualizer.get_current_instance()`` draw with it.
+    A ``name`` an earlier run in this process took gets ``_<run_number>``
+    appended, else MMEngine's ``get_instance`` would hand back that run's.
     """
     from mmengine.registry import VISUALIZERS
     from mmengine.visualization import Visualizer
@@ -577,11 +512,8 @@ def build_visualizer(cfg: Any, *, name: str, save_dir: str, run_number: int = 0)
 
 def _visualizer_args(given: Mapping[str, Any], *, name: str, save_dir: str,
                      run_number: int) -> dict[str, Any]:
-    """The visualizer's build arguments: MMEngine's defaults, backends' types resolved.
-
-    Each backend's ``type`` is resolved here, in the default scope, so that a
-    misspelled one gets a did-you-mean; the Visualizer then builds the backends.
-    """
+    """The visualizer's build arguments; backends' types resolved here, so that a
+    misspelled one gets a did-you-mean."""
     args = dict(given)
     args.setdefault("type", "Visualizer")
     args["name"] = _free_name(args.get("name") or name, run_number)
@@ -595,7 +527,6 @@ def _visualizer_args(given: Mapping[str, Any], *, name: str, save_dir: str,
 
 
 def _backend_args(backend: Any, what: str) -> Any:
-    """A backend dict with its ``type`` resolved (a backend object stays as it is)."""
     if not isinstance(backend, Mapping):
         return backend
     if "type" not in backend:
@@ -616,7 +547,6 @@ def _free_name(name: str, run_number: int) -> str:
 
 
 def _is_rank_zero() -> bool:
-    """Rank 0 of the process group, or of the launch when there is none yet."""
     return launch_rank() == 0
 
 
@@ -638,13 +568,8 @@ def _check_tensorboard(visualizer: Any) -> None:
 
 
 def _record_config(visualizer: Any, cfg: Any) -> None:
-    """Give the config to every backend, as MMEngine's Runner does (``add_config``).
-
-    Not to a ``LocalVisBackend``: its ``vis_data/config.py`` would repeat the
-    run folder's ``config.py``, and MMEngine's ``Config.dump`` that it calls
-    slows a big config's start. A config that is not an mmengine
-    ``Config`` (the Python API's plain dicts) has no text to record.
-    """
+    """Give the config to every backend, as MMEngine's Runner does, but a
+    ``LocalVisBackend``: the run folder's ``config.py`` already holds it."""
     from mmengine.config import Config
     from mmengine.visualization import LocalVisBackend
 
@@ -656,12 +581,8 @@ def _record_config(visualizer: Any, cfg: Any) -> None:
 
 
 def share_dataset_meta(runner: RunnerView) -> None:
-    """Give the visualizer the ``metainfo`` of the run's datasets, as MMEngine's loops do.
-
-    MMEngine's train loop, then its validation (or test) loop, set
-    ``visualizer.dataset_meta`` when they are built, so the last one with a
-    ``metainfo`` wins; drawing hooks read the class names there.
-    """
+    """Give the visualizer the ``metainfo`` of the run's datasets, as MMEngine's loops do
+    (the last one with a ``metainfo`` wins)."""
     visualizer = runner.built_visualizer()
     if visualizer is None:
         return

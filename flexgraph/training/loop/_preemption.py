@@ -1,16 +1,8 @@
 """Stopping a run cleanly on a signal: finish the iteration, save, end the run.
 
-On any of the :class:`~flexgraph.training.config.StopPolicy`'s signals
-(a cluster's SIGTERM before SIGKILL, SLURM's ``--signal``, Ctrl-C), a
-:class:`StopRequest` lets the loop finish the iteration under way, save, and
-raise :class:`~flexgraph.training.errors.TrainingStopped`; ``--resume auto``
-continues exactly there.
-
-A signal may reach the ranks at different iterations, or only some of them,
-but the save is a collective: every ``check_interval`` iterations the ranks
-all-reduce (MAX) the signal each received, and a non-zero result stops them
-all there. The handler never raises, so no signal cuts into a save; a second
-signal is reported and ignored.
+A signal may reach the ranks at different iterations, but the save is a
+collective: every ``check_interval`` iterations the ranks all-reduce (MAX) the
+signal each received. The handler never raises, so no signal cuts into a save.
 """
 
 from __future__ import annotations
@@ -35,11 +27,8 @@ def _say(line: str) -> None:
 
 
 class StopRequest:
-    """The signal handlers of one training run, and the stop they request.
-
-    The ranks agree on a stop through a one-element tensor on ``device`` (the
-    process group's: CUDA for NCCL).
-    """
+    """The signal handlers of one training run, and the stop they request (agreed on
+    ``device``, the process group's)."""
 
     def __init__(self, policy: StopPolicy | None = None, *, world_size: int = 1, rank: int = 0,
                  device: str = "cpu") -> None:
@@ -63,7 +52,6 @@ class StopRequest:
             self._previous[signum] = signal.signal(signum, self._handle)
 
     def uninstall(self) -> None:
-        """Put back the handlers :meth:`install` replaced."""
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous.clear()
@@ -94,10 +82,7 @@ class StopRequest:
         return (iters_done // interval + 1) * interval
 
     def due(self, iters_done: int) -> int:
-        """The signal to stop on after ``iters_done`` iterations, or 0 to go on.
-
-        With several ranks, a collective at every ``check_interval``-th iteration.
-        """
+        """The signal to stop on after ``iters_done`` iterations, or 0 to go on."""
         if self.world_size == 1:
             return self.signum if self.pending else 0
         if not self.policy.signals or iters_done % self.policy.check_interval:

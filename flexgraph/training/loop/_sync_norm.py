@@ -1,10 +1,8 @@
 """MMDetection's ``SyncNormHook`` for every strategy: it averages what ranks hold apart.
 
-MMDetection's hook averages each norm layer's whole ``state_dict`` over the ranks
-before validation, concatenated into one tensor; under FSDP the norm weights are
-shards (DTensors) and that concatenation fails. A shard is the one copy of its
-rows, the same on every rank, so only the rest needs averaging: the running
-statistics (buffers, each rank's own) and unsharded parameters.
+Under FSDP the norm weights are shards (DTensors), on which MMDetection's
+concatenation fails; a shard is the one copy of its rows, so only the running
+statistics and unsharded parameters need averaging.
 """
 
 from __future__ import annotations

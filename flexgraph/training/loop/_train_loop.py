@@ -18,21 +18,17 @@ Order of hook points and of the built-in work, as MMEngine's Runner has them::
     after_train                      (VERY_LOW: published checkpoints)
     after_run
 
-Counters are MMEngine's; ``runner.epoch`` stays 0 in an iteration-based
-loop, which tracks its passes over the data itself.
-
 Unlike MMEngine, validation runs on a fork of the RNG streams, so training
-randomness does not depend on how often the run validates, and a resumed run
-ends bit-identical to an uninterrupted one. On a stop signal what is due at
-that iteration happens first, then a save, then :class:`TrainingStopped`
-(without ``after_train``/``after_run``).
+randomness does not depend on how often the run validates. On a stop signal
+what is due at that iteration happens first, then a save, then
+:class:`TrainingStopped` (without ``after_train``/``after_run``).
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,22 +50,17 @@ __all__ = ["TrainLoop"]
 
 
 def _may_read_outputs(hook_method: Any) -> bool:
-    """Whether an ``after_train_iter`` hook may read the iteration's outputs from the hub
-    (MMEngine's own scheduler hook and the built-in checkpoint hook do not)."""
+    """Whether an ``after_train_iter`` hook may read the iteration's outputs from the hub."""
     owner = type(getattr(hook_method, "__self__", None))
     return owner is not ParamSchedulerHook and owner is not BuiltinCheckpointHook
 
 
 def _next_multiple(n: int, k: int) -> int:
-    """The smallest multiple of ``k`` strictly greater than ``n``."""
     return (n // k + 1) * k
 
 
 class TrainLoop:
-    """One training run over already-built artifacts.
-
-    Construct it with what the ``train`` step received and call :meth:`run`.
-    """
+    """One training run over already-built artifacts: what the ``train`` step received."""
 
     def __init__(self, *, schedule: TrainSchedule, env: Env, model: torch.nn.Module,
                  train_step: Callable[[Any], Any], optim_wrapper: Any,
@@ -182,7 +173,6 @@ class TrainLoop:
         return self._result(it, time.perf_counter() - t0)
 
     def _epoch(self) -> int:
-        """``runner.epoch`` outside an epoch's hooks: passes done, or 0 in iteration mode."""
         return self._data_pass if self.schedule.by_epoch else 0
 
     def _iterate(self, batches: Any, it: int, batch_idx: int) -> tuple[int, int, bool]:
@@ -192,6 +182,7 @@ class TrainLoop:
         keep, append_lr = self.output.keep, self.output.lrs.append
         group = self._lr_group
         before, after = self.hooks.before_train_iter, self.hooks.after_train_iter
+        hub, hub_every_iter = runner.message_hub, self._hub_every_iter
         by_epoch = self.schedule.by_epoch
         stop = self._stop
         next_event = self._next_event(it, batch_idx)
@@ -201,11 +192,15 @@ class TrainLoop:
                 idx = batch_idx if by_epoch else it
                 for fn in before:
                     fn(runner, batch_idx=idx, data_batch=data_batch)
-                value = step(data_batch)
-                keep(value)
+                outputs = step(data_batch)
+                keep(outputs)
                 append_lr(group["lr"])
-                if after:
-                    self._after_iter(after, idx, data_batch, value)
+                if hub_every_iter:  # MMEngine's RuntimeInfoHook
+                    hub.update_info("iter", it)
+                    for key, value in outputs.items():
+                        hub.update_scalar(f"train/{key}", value)
+                for fn in after:
+                    fn(runner, batch_idx=idx, data_batch=data_batch, outputs=outputs)
                 it += 1
                 batch_idx += 1
                 if it >= next_event or stop.pending:
@@ -216,19 +211,6 @@ class TrainLoop:
             runner.iter = it  # where it failed, for the report of a failed rank
             raise
         return it, batch_idx, False
-
-    def _after_iter(self, fns: tuple[Any, ...], idx: int, data_batch: Any, value: Any) -> None:
-        """``after_train_iter`` with MMEngine's ``outputs`` (and, for hooks that may read
-        them, the hub's per-iteration updates)."""
-        runner = self.hooks.runner
-        outputs = value if isinstance(value, Mapping) else {"loss": value}
-        if self._hub_every_iter:
-            hub = runner.message_hub
-            hub.update_info("iter", runner.iter)
-            for key, v in outputs.items():
-                hub.update_scalar(f"train/{key}", v)
-        for fn in fns:
-            fn(runner, batch_idx=idx, data_batch=data_batch, outputs=outputs)
 
     # -- events ---------------------------------------------------------------------------
     def _next_event(self, it: int, batch_idx: int) -> int:
@@ -310,13 +292,10 @@ class TrainLoop:
                         best: bool = False) -> Path:
         """Save the state after ``iteration`` iterations as ``stem``; returns its path.
 
-        ``epoch`` and ``iteration`` are MMEngine's counters for the checkpoint's
-        meta; where the data continues comes from the loop's own position. A
-        ``best`` checkpoint holds the weights only and is not pruned. During
+        A ``best`` checkpoint holds the weights only and is not pruned. During
         validation the RNG state recorded is the one training continues with.
         """
-        # The records up to here reach metrics.jsonl first: a resume from this
-        # checkpoint cuts the file back to it, and must find them there.
+        # A resume from this checkpoint cuts metrics.jsonl back to it: its records first.
         self.output.flush(self._data_pass)
         hub = self.hooks.runner.message_hub
         info = {k: v for k, v in hub.runtime_info.items() if k.startswith(BEST_INFO_PREFIXES)}
@@ -336,7 +315,6 @@ class TrainLoop:
         return path
 
     def _stop_here(self, signum: int, it: int) -> None:
-        """Save the state after ``it`` iterations (unless just saved) and end the run."""
         name = signal.Signals(signum).name
         self.output.info(f"{name}: stopping after iteration {it}")
         path = None

@@ -1,10 +1,7 @@
 """The progress bar on a terminal: one line, redrawn by the loop's ticks, log lines above it.
 
-A single ``Text`` line in rich's ``Live`` display, rather than rich's
-``Progress``, which renders a table of columns at every redraw. ``Live`` crops
-the line to the terminal and sends anything else written to stdout or stderr
-above it. Log lines are printed unwrapped, so a line copied from the screen
-is the line in the log file.
+A single ``Text`` line in rich's ``Live`` display (rich's ``Progress`` renders a
+table at every redraw). Log lines are printed unwrapped, as in the log file.
 """
 
 from __future__ import annotations

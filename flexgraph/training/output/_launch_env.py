@@ -1,11 +1,8 @@
-"""What a launcher hands the processes it starts, through their environment: every name here.
+"""What a launcher hands the processes it starts, through their environment.
 
-torch's elastic agent passes ranks nothing but their environment, so the few
-facts a rank takes from its launcher travel as ``FLEXGRAPH_*`` variables; the
-launcher writes them, a rank reads them once into :class:`LaunchEnv`, and they
-become fields of the run's context. A rank started by ``torchrun`` or ``srun``
-directly has none. Standard library and attrs only: the launcher and
-``flexgraph plan`` import it without torch.
+torch's elastic agent passes ranks nothing but their environment, so these
+facts travel as ``FLEXGRAPH_*`` variables. Standard library and attrs only:
+the launcher imports it without torch.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """One owner per work_dir: a lock that a run holds for its whole life.
 
-The process that stands for the run (rank 0, or the launcher) takes
-``work_dir/flexgraph.lock`` before writing there; a second run stops at once
-naming the owner. An OS lock (``flock``) holds where the filesystem grants
-one; elsewhere a fresh heartbeat in the file does, and of two starters only
-the last writer after :data:`SETTLE` goes on. A work_dir only this host sees
-gets no heartbeat thread (a process's first thread slows every later step).
-A dead owner's lock is taken over with a warning.
+An OS lock (``flock``) holds where the filesystem grants one; elsewhere a
+fresh heartbeat in the file does, and of two starters only the last writer
+after :data:`SETTLE` goes on. A work_dir only this host sees gets no heartbeat
+thread (a process's first thread slows every later step).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The value a log line shows for each key: MMEngine's ``LogProcessor`` statistics.
 
-``LogProcessor`` logs, for every ``train/`` scalar, the mean over the last
-``window_size`` iterations for keys matching ``mean_pattern`` and the latest
-value for the others, plus what ``custom_cfg`` asks for. The statistics here
-are MMEngine's own ``HistoryBuffer`` methods over the same values, so each
-logged value equals the Runner's bit for bit.
-
-What differs is when the histories grow: the Runner's hub copies each key's
-whole history every iteration; here each key keeps only the tail a window can
-reach, extended once per flush. ``LogProcessor`` itself is not imported:
+The statistics are MMEngine's own ``HistoryBuffer`` methods over the same values,
+so each equals the Runner's bit for bit; each key keeps only the tail a window
+can reach, extended once per flush. ``LogProcessor`` itself is not imported:
 ``mmengine.runner`` imports DeepSpeed wherever it is installed.
 """
 
@@ -18,7 +12,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from mmengine.logging import HistoryBuffer
 
 from flexgraph.training.config import LogProcessorPolicy
@@ -80,38 +73,19 @@ class LogValues:
 
     def train(self, hub: Any, *, epoch_window: int, global_window: int) -> dict[str, float]:
         """The values of a training log line: MMEngine's ``LogProcessor`` tag (without
-        its ``epoch`` and ``iter``), keys without their ``train/`` prefix.
-
-        ``epoch_window`` and ``global_window`` are what MMEngine makes of the
-        window sizes ``'epoch'`` (the batch's index in its epoch, plus one) and
-        ``'global'`` (the iteration's index, plus one).
-        """
+        its ``epoch`` and ``iter``), keys without their ``train/`` prefix; the windows
+        are what MMEngine makes of the window sizes ``'epoch'`` and ``'global'``."""
         scalars = hub.log_scalars
         others = {}
         for key, buffer in scalars.items():  # the others' train scalars written this run
             if (key.startswith("train") and key.removeprefix("train/") not in self._history
                     and len(buffer.data[0]) != self._hub_lengths.get(key, 0)):
                 others[key.removeprefix("train/")] = buffer
-        if not self.policy.custom_cfg:  # the statistics of the keys kept here, directly
-            values = {key: self._window_statistic(key, history)
-                      for key, history in self._history.items() if history}
-            values.update(self._statistics(others, epoch_window, global_window))
-            return values
         reach = self._reach
         buffers = {key: HistoryBuffer(values[-reach:], [1] * min(len(values), reach))
                    for key, values in self._history.items() if values}
         buffers.update(others)
         return self._statistics(buffers, epoch_window, global_window)
-
-    def _window_statistic(self, key: str, history: list[float]) -> float:
-        """What :meth:`_statistics` makes of ``key``'s ``HistoryBuffer`` of ``history``,
-        without building one (a line costs two fewer buffers): ``mean`` sums the window
-        with numpy, as ``HistoryBuffer.mean`` does (so the value is the same to the
-        bit), over its count of ones; ``current`` is the latest value."""
-        if self._pattern.search(key):
-            window = history[-self.policy.window_size:]
-            return float(np.array(window).sum() / len(window))
-        return float(history[-1])
 
     def evaluation(self, hub: Any, mode: str, *, epoch_window: int,
                    global_window: int) -> dict[str, float]:

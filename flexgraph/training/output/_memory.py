@@ -105,11 +105,8 @@ def _bytes(mib: float | None) -> int | None:
 
 
 class MeasuredPeaks:
-    """Executor hook: each step's peak (RSS, and CUDA's allocated peak) as it ends.
-
-    ``setup_by_rank`` holds every rank's setup steps once setup ends (a
-    collective: every rank runs the same plan); ``None`` before.
-    """
+    """Executor hook: each step's peak (RSS, and CUDA's allocated peak) as it ends;
+    ``setup_by_rank``: every rank's setup steps once setup ends (a collective)."""
 
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []

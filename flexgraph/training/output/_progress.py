@@ -1,10 +1,7 @@
 """How far a launched rank got, kept where its launcher can read it after the rank dies.
 
-A killed rank writes no error file, so a rank of ``flexgraph run
---nproc-per-node N`` keeps a short record of its step and iterations in a file
-its launcher names. It is rewritten only at the start of each step and at each
-log line, never per iteration, so the iteration it gives may lag by up to one
-log interval. Without a launcher nothing is written.
+Rewritten at the start of each step and at each log line, never per iteration,
+so the iteration it gives may lag by up to one log interval.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The run's context: what a run knows beyond its config, in one frozen value passed down.
 
-``flexgraph run`` makes one :class:`RunContext` after planning, once the
-work_dir's record is open: the plan, the record, the rank and world size, the
-launch, and the run's log (logger, timestamp, folder, message hub). It is the
-standard graph's ``run_context`` input; steps take it as an argument and
-nothing writes it back. Without the command, :func:`standard_inputs
-<flexgraph.training.graph.standard_inputs>` makes one of this process alone.
-It lives in output because it holds the run's record and log.
+``flexgraph run`` makes one :class:`RunContext` after planning; steps take it
+as an argument and nothing writes it back. It lives in output because it holds
+the run's record and log.
 """
 
 from __future__ import annotations
@@ -168,12 +164,8 @@ class RunContext:
     @classmethod
     def of_this_process(cls, *, log_level: str | int = "INFO", log_dir: str | None = None
                         ) -> RunContext:
-        """The context of a run that no command set up: this process as its launcher placed it.
-
-        The rank and world size are the ones a launcher gave the process
-        (``RANK`` / ``WORLD_SIZE``; 0 and 1 without one); no record, no launch
-        facts; a console logger.
-        """
+        """The context of a run that no command set up: this process as its launcher placed
+        it (``RANK`` / ``WORLD_SIZE``), no record, a console logger."""
         from flexgraph.training.output._workdir import console_logger
         from flexgraph.training.runtime import launch_rank, launch_world_size
 

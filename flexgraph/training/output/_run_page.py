@@ -1,9 +1,4 @@
-"""What each step cost on every rank, left in the run's folder: ``timings.txt`` and ``plan.html``.
-
-:class:`StepTimings` records every step of every rank (time, memory, the
-device's peak on CUDA); once the last step ends the ranks share their records
-(a collective) and :func:`write_run_page` writes them.
-"""
+"""What each step cost on every rank: ``timings.txt`` and ``plan.html`` in the run's folder."""
 
 from __future__ import annotations
 

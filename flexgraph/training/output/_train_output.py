@@ -1,14 +1,9 @@
 """What a run shows and records: progress, log lines, ``metrics.jsonl``, and the scalars
 the visualizer's backends receive (as MMEngine's LoggerHook hands them over).
 
-The loop hands over each iteration's logged value (:meth:`TrainOutput.keep`);
-on an accelerator it stays on the device until the next
-:meth:`TrainOutput.flush`, so the loop does not wait for the device between
-log lines. A log line says for each key what MMEngine's LoggerHook says; the
-console, the log file and the visualizer get it (without a ``visualizer``,
-the scalar files MMEngine's default one would write, without building it).
-``metrics.jsonl`` holds every iteration's raw values, cut back to the
-checkpoint's iteration on resume. Only rank 0 writes or prints.
+On an accelerator each iteration's logged values stay on the device until the
+next flush, so the loop does not wait for the device between log lines.
+``metrics.jsonl`` holds every iteration's raw values. Only rank 0 writes or prints.
 """
 
 from __future__ import annotations
@@ -32,10 +27,8 @@ from flexgraph.training.output._workdir import FILE_ONLY
 __all__ = ["METRICS_FILE", "TrainOutput"]
 
 METRICS_FILE = "metrics.jsonl"
-# How often the loop's ticks redraw the bar, at most (rich's own refresh thread stays
-# off: it would take the interpreter's lock from the training thread at its own pace);
-# and the share of the process's CPU time redrawing may take at most, which a run that
-# gets only part of a CPU would otherwise exceed.
+# Redraws a second at most (rich's refresh thread stays off: it would take the
+# interpreter's lock from the training thread), and the CPU share redrawing may take.
 _REFRESH_PER_SECOND = 4
 _BAR_CPU_SHARE = 0.005
 _NEVER = 2**62
@@ -43,7 +36,7 @@ _NEVER = 2**62
 
 class _ScalarFiles:
     """The scalar files a ``LocalVisBackend`` writes in ``vis_data``, without building
-    a Visualizer (which slows a run's start); open from the first line to :meth:`close`."""
+    a Visualizer (which slows a run's start)."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
@@ -51,7 +44,6 @@ class _ScalarFiles:
 
     def add_scalars(self, scalar_dict: dict[str, float], step: int = 0,
                     file_path: str | None = None) -> None:
-        """What ``Visualizer.add_scalars`` hands a ``LocalVisBackend``."""
         line = json.dumps({**scalar_dict, "step": step}) + "\n"
         for name in ("scalars.json", file_path):
             if name:
@@ -72,7 +64,7 @@ _RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 def _numbers(values: list[Any]) -> list[dict[str, float]]:
-    """Each kept value as ``{key: number}`` (a bare loss under ``'loss'``), read in one go."""
+    """Each kept value as ``{key: number}``, read in one go."""
     rows = [value if isinstance(value, Mapping) else {"loss": value} for value in values]
     numbers = iter(_to_floats([v for row in rows for v in row.values()]))
     return [{key: next(numbers) for key in row} for row in rows]
@@ -95,11 +87,8 @@ def _to_floats(values: list[Any]) -> list[float]:
 
 
 def _truncate_after(path: Path, last_iter: int, *, evals_at_last: bool = True) -> None:
-    """Drop the records of iterations after ``last_iter`` (records are in order).
-
-    ``evals_at_last=False`` also drops evaluation records at ``last_iter``
-    (written after the checkpoint, by a validation the resumed run repeats).
-    """
+    """Drop the records of iterations after ``last_iter`` (and, unless
+    ``evals_at_last``, its evaluation records: a validation the resumed run repeats)."""
     if not path.is_file():
         return
     with open(path, "r+b") as f:
@@ -202,11 +191,9 @@ class TrainOutput:
              repeats_evals: bool = False) -> None:
         """Start timing at ``start_iter`` and open the sinks (rank 0).
 
-        A resumed run first cuts ``metrics.jsonl`` back to ``start_iter``: the
-        records an interrupted run wrote after its checkpoint describe steps
-        that were rolled back and are about to be trained (and logged) again.
-        With ``repeats_evals`` (saved before its epoch's end) the validation
-        record at ``start_iter`` goes too.
+        A resumed run first cuts ``metrics.jsonl`` back to ``start_iter``: what
+        came after is trained again. With ``repeats_evals`` the validation record
+        at ``start_iter`` goes too.
         """
         self._start_iter = self._tick_iter = start_iter
         self._next_iter = start_iter + 1
@@ -229,9 +216,7 @@ class TrainOutput:
             self._bar.start()
 
     def close(self) -> None:
-        """Release the sinks and close the visualizer (call :meth:`flush` first); idempotent.
-
-        Closed on every rank, after a failure too, so what hooks drew reaches its files."""
+        """Release the sinks and close the visualizer (call :meth:`flush` first); idempotent."""
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
@@ -248,12 +233,8 @@ class TrainOutput:
 
     # -- per iteration, and per flush --------------------------------------------------
     def keep(self, value: Any) -> None:
-        """Keep one iteration's logged value: a loss, or a dict of values.
-
-        Tensors are kept as numbers on the CPU and detached elsewhere (read at
-        the next flush). A dict of the loss alone (what MMEngine's
-        ``BaseModel.train_step`` returns for one loss) is kept as that loss.
-        """
+        """Keep one iteration's logged value: a loss, or a dict of values (the loss alone
+        kept as a loss). Tensors become numbers on the CPU, detached tensors elsewhere."""
         if isinstance(value, Mapping):
             if len(value) != 1 or "loss" not in value:
                 self.values.append({k: self._convert(v) if isinstance(v, torch.Tensor) else v
@@ -264,14 +245,10 @@ class TrainOutput:
 
     @property
     def last_values(self) -> dict[str, float]:
-        """The most recent value of every logged key (and ``lr``)."""
         return dict(self._last)
 
     def flush(self, epoch: int) -> None:
-        """Record the iterations kept since the last flush, of epoch index ``epoch``.
-
-        One device sync reads them all.
-        """
+        """Record the iterations kept since the last flush (one device sync)."""
         values, lrs = self.values.copy(), self.lrs.copy()
         self.values.clear()  # in place: the loop holds the bound ``append``
         self.lrs.clear()
@@ -292,21 +269,15 @@ class TrainOutput:
                      for i, (row, lr) in enumerate(zip(rows, lrs, strict=True))])
 
     def end_pass(self, epoch: int) -> None:
-        """A pass over the data (epoch index ``epoch``) ended: its records carry it."""
         self.flush(epoch)
 
     def _write(self, records: list[dict[str, Any]]) -> None:
-        """Append ``records`` to ``metrics.jsonl`` (rank 0, while open)."""
         if self._jsonl is not None:
             self._jsonl.write("".join(f"{_RECORD_ENCODER.encode(r)}\n" for r in records))
             self._jsonl.flush()
 
     def log(self, iters_done: int, epoch: int, batch_idx: int) -> None:
-        """The log line due after ``iters_done`` iterations (``batch_idx`` of ``epoch``).
-
-        Every rank passes here, so it is also where a launched rank records how
-        far it got.
-        """
+        """The log line due after ``iters_done`` iterations; every rank records its progress."""
         if self._progress_record is not None:
             self._progress_record.iteration(iters_done, self.log_interval)
         self.flush(epoch)
@@ -314,7 +285,6 @@ class TrainOutput:
             self._line(iters_done, batch_idx, epoch=epoch)
 
     def _line(self, iters_done: int, batch_idx: int, *, epoch: int) -> None:
-        """Compose and print the log line due after ``iters_done`` iterations."""
         self._window_n = 0
         values = self.log_values.train(
             self.message_hub,
@@ -344,11 +314,7 @@ class TrainOutput:
         self._print(f"{where}  {lrs}  eta: {eta}  time: {per_iter * 1e3:.2f} ms/it  {shown}")
 
     def tick(self, iters_done: int) -> int:
-        """Redraw the progress bar; return the iteration count of the next tick.
-
-        Ticks come ``_REFRESH_PER_SECOND`` times a second at most, fewer where
-        redrawing would take more than ``_BAR_CPU_SHARE`` of the CPU.
-        """
+        """Redraw the progress bar; return the iteration count of the next tick."""
         if self._bar is None:
             return _NEVER
         wall, cpu = time.perf_counter(), time.process_time()
@@ -365,7 +331,6 @@ class TrainOutput:
         return iters_done + max(1, min(int(stride), 10_000))
 
     def _redraw(self, iters_done: int) -> None:
-        """The bar at ``iters_done``, with the lines pending above it (one write)."""
         elapsed = time.perf_counter() - self._t0
         done = iters_done - self._start_iter
         remaining = elapsed / done * (self.max_iters - iters_done) if done else float("nan")
@@ -377,11 +342,8 @@ class TrainOutput:
     # -- evaluation ---------------------------------------------------------------------
     def eval_metrics(self, metrics: Mapping[str, Any], *, mode: str, iters_done: int,
                      epoch: int) -> None:
-        """Record one evaluation: a ``"mode": mode`` line, hub, backends (``val``), log line.
-
-        ``metrics.jsonl`` gets the metrics as the evaluator computed them; the
-        hub, the line and the backends get them as MMEngine's RuntimeInfoHook
-        and LoggerHook do (backends: validation scalars only)."""
+        """Record one evaluation: in ``metrics.jsonl`` as computed; in the hub, the line and
+        the backends (validation only) as MMEngine's RuntimeInfoHook and LoggerHook do."""
         if not self.is_main:
             return
         values = {k: _scalar(v) for k, v in metrics.items()}
@@ -403,15 +365,11 @@ class TrainOutput:
                     else f"Iter({mode}) [{iters_done}]  {text}")
 
     def info(self, message: str) -> None:
-        """A one-off line (resume notices, the final summary), rank 0 only."""
         if self.is_main:
             self._print(message)
 
     def _print(self, line: str) -> None:
-        """A log line: to the logger, or above the progress bar with its next tick.
-
-        The log file gets every line at once.
-        """
+        """A log line: to the logger, or above the progress bar with its next tick."""
         if self._bar is None:
             self.logger.info(line)
         elif self.logger.isEnabledFor(logging.INFO):

@@ -1,9 +1,7 @@
 """What a run leaves in its work_dir, and which of its log lines reach the console.
 
-The layout is docs/guide/work_dir.rst's. The record is opened once the plan is
-valid, so a config that fails to load or plan leaves nothing; only rank 0
-writes. MMEngine's INFO lines go to the log file only, its other lines and
-flexgraph's to the console too.
+The layout is docs/guide/work_dir.rst's; only rank 0 writes. MMEngine's INFO
+lines go to the log file only.
 """
 
 from __future__ import annotations
@@ -68,10 +66,7 @@ def console_logger(timestamp: str, log_level: Any = "INFO", *, rank: int = 0,
 
 
 class RunRecord:
-    """One run's log file, config and plan in ``work_dir/<timestamp>/``.
-
-    Ranks that write nothing have no ``file_handler``.
-    """
+    """One run's log file, config and plan in ``work_dir/<timestamp>/``."""
 
     def __init__(self, logger: MMLogger, timestamp: str, run_dir: Path,
                  file_handler: logging.Handler | None) -> None:
@@ -105,11 +100,8 @@ class RunRecord:
 
 
 class _LogFile(logging.FileHandler):
-    """The run's log file; a write the device refuses is dropped, silently.
-
-    On a full device the run already fails with its own one-line error, which
-    a traceback per unwritten line, or one at close, would bury.
-    """
+    """The run's log file; a write the device refuses is dropped, silently (on a full
+    device the run fails with its own one-line error, which tracebacks would bury)."""
 
     def handleError(self, record: logging.LogRecord) -> None:
         if not isinstance(sys.exc_info()[1], OSError):

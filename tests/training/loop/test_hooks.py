@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from mmengine.hooks import Hook
 
-from flexgraph.training.loop import HOOK_POINTS, Hooks
+from flexgraph.training.loop import Hooks
+from flexgraph.training.loop._hooks import HOOK_POINTS
 from tests.training.training_helpers import RecordingHook, build_hooks, run_steps
 
 
@@ -150,8 +151,7 @@ def test_priorities_are_mmengines_without_importing_its_runner():
     from mmengine.runner import Priority, get_priority
 
     from flexgraph.training.errors import ConfigError
-    from flexgraph.training.loop import PRIORITIES
-    from flexgraph.training.loop._hooks import _priority
+    from flexgraph.training.loop._hooks import PRIORITIES, _priority
 
     assert {p.name: p.value for p in Priority} == PRIORITIES
     for value in [*Priority, *(p.name.lower() for p in Priority), 0, 33, 100]:

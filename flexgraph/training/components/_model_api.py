@@ -20,16 +20,6 @@ from torch import nn
 
 from flexgraph.training.errors import NoLossError
 
-__all__ = [
-    "batch_mover",
-    "forward",
-    "loss_of",
-    "make_eval_step",
-    "make_train_step",
-    "unwrap_model",
-    "uses_step_api",
-]
-
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The user's module inside DDP / MMEngine wrappers / ``torch.compile``, however many.

@@ -16,8 +16,6 @@ from mmengine.hooks import Hook
 from flexgraph.training.config import CheckpointPolicy
 from flexgraph.training.errors import ConfigError
 
-__all__ = ["BEST_INFO_PREFIXES", "BuiltinCheckpointHook", "CheckpointTarget"]
-
 #: Runtime-info keys (MMEngine's) that carry the best checkpoints across a resume.
 BEST_INFO_PREFIXES = ("best_score", "best_ckpt")
 

@@ -19,8 +19,6 @@ from flexgraph.training.errors import EmptyDatasetError
 from flexgraph.training.loop._hooks import Hooks
 from flexgraph.training.runtime import Env, world_size
 
-__all__ = ["build_evaluator", "run_evaluation"]
-
 
 def build_evaluator(cfg: Any, *, what: str = "val_evaluator") -> Evaluator | None:
     """An Evaluator from a metric dict, a list of them, or ``dict(metrics=[...])``."""

@@ -35,9 +35,6 @@ from flexgraph.training.loop._sync_norm import SyncNormHook, replaces
 from flexgraph.training.output import RunContext
 from flexgraph.training.runtime import launch_rank, this_rank, world_size
 
-__all__ = ["HOOK_POINTS", "PRIORITIES", "Hooks", "RunnerView", "build_hooks",
-           "build_visualizer", "share_dataset_meta"]
-
 HOOK_POINTS = (
     "before_run", "after_run",
     "before_train", "after_train",

@@ -17,8 +17,6 @@ import torch
 
 from flexgraph.training.config import StopPolicy
 
-__all__ = ["StopRequest"]
-
 
 def _say(line: str) -> None:
     """Write one line to stderr from a signal handler (no Python stream locks involved)."""

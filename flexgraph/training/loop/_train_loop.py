@@ -46,8 +46,6 @@ from flexgraph.training.loop._preemption import StopRequest
 from flexgraph.training.output import TrainOutput
 from flexgraph.training.runtime import Env, capture_rng, restore_rng
 
-__all__ = ["TrainLoop"]
-
 
 def _may_read_outputs(hook_method: Any) -> bool:
     """Whether an ``after_train_iter`` hook may read the iteration's outputs from the hub."""

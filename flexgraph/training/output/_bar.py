@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["TerminalBar", "format_duration"]
-
 _BAR_WIDTH = 40  # columns, as rich's default bar
 
 

@@ -11,17 +11,6 @@ from collections.abc import Mapping
 
 import attrs
 
-__all__ = [
-    "AUTO_CHOICE_VAR",
-    "AUTO_REASON_VAR",
-    "LAUNCHER_PID_VAR",
-    "PLAN_DIGEST_VAR",
-    "PROGRESS_DIR_VAR",
-    "RUN_ESTIMATE_VAR",
-    "RUN_ID_VAR",
-    "LaunchEnv",
-]
-
 LAUNCHER_PID_VAR = "FLEXGRAPH_LAUNCHER"
 PLAN_DIGEST_VAR = "FLEXGRAPH_PLAN_DIGEST"
 RUN_ID_VAR = "FLEXGRAPH_RUN_ID"

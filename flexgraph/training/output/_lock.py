@@ -22,9 +22,6 @@ from typing import Any
 
 from flexgraph.training.errors import WorkDirBusyError
 
-__all__ = ["HOST_LOCAL_FILESYSTEMS", "LOCK_FILE", "WorkDirLock", "check_work_dir_owner",
-           "is_host_local", "take_work_dir"]
-
 LOCK_FILE = "flexgraph.lock"
 HEARTBEAT_EVERY = 30.0
 """Seconds between two refreshes of the owner's heartbeat."""

@@ -16,8 +16,6 @@ from mmengine.logging import HistoryBuffer
 
 from flexgraph.training.config import LogProcessorPolicy
 
-__all__ = ["LogValues"]
-
 _HUB_LIMIT = 1_000_000  # MMEngine's HistoryBuffer max_length: the most a window reaches
 
 

@@ -11,8 +11,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Progress", "open_progress", "read_progress"]
-
 
 class Progress:
     """The record of one rank: ``{"step": ..., "iter": ..., "every": ...}`` (and ``"done"``

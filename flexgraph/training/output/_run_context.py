@@ -21,8 +21,6 @@ from flexgraph.training.output._progress import Progress
 if TYPE_CHECKING:
     from flexgraph.training.output._workdir import RunRecord
 
-__all__ = ["AutoChoice", "LaunchFacts", "RunContext"]
-
 
 @attrs.frozen
 class AutoChoice:

@@ -24,8 +24,6 @@ from flexgraph.training.output._log_values import LogValues
 from flexgraph.training.output._progress import Progress
 from flexgraph.training.output._workdir import FILE_ONLY
 
-__all__ = ["METRICS_FILE", "TrainOutput"]
-
 METRICS_FILE = "metrics.jsonl"
 # Redraws a second at most (rich's refresh thread stays off: it would take the
 # interpreter's lock from the training thread), and the CPU share redrawing may take.

@@ -23,8 +23,6 @@ from mmengine.logging.logger import MMFormatter
 
 from flexgraph.training.config import RunSettings, write_config
 
-__all__ = ["FILE_ONLY", "RunRecord", "console_logger", "open_run_record"]
-
 FILE_ONLY = {"flexgraph_file_only": True}
 """``logger.info(msg, extra=FILE_ONLY)``: a line for the log file, not the console."""
 

@@ -23,6 +23,9 @@ for the same model, optimizer and scheduler:
 * ``watchdog`` (only with ``--only``): ``flexgraph-plain`` with its progress
   watchdog (on by default) against the same run with it off
   (``env_cfg.stall_timeout=0``), in the ``hand`` column.
+* ``plain-wrapped`` (only with ``--only``): ``flexgraph-plain`` against the
+  plain hand loop stepping through MMEngine's ``OptimWrapper.update_params``,
+  as flexgraph's loop steps every model: flexgraph's own per-iteration work.
 
 A scheduled shape's hand loops step MMEngine's ``LinearLR`` after every
 iteration, as ``ParamSchedulerHook`` does in flexgraph's run. flexgraph runs as
@@ -48,7 +51,8 @@ that the heap's adaptive thresholds do not make two runs of one loop
 differ::
 
     python benchmarks/loop_overhead.py [--rounds R] [--shapes tiny,short-epochs,wide]
-                                       [--only plain,api,terminal,calibrate,calibrate-api,watchdog]
+                                       [--only plain,api,terminal,calibrate,calibrate-api,
+                                               watchdog,plain-wrapped]
                                        [--iters N] [--epochs LO,HI] [--repeats K] [--jobs J]
                                        [--with-mmengine] [--tensorboard]
 
@@ -116,6 +120,9 @@ COMPARISONS = {
     # Opt-in (``--only``): flexgraph with its progress watchdog (on by default) against
     # the same run with it off (``env_cfg.stall_timeout=0``).
     "watchdog": ("flexgraph-plain-unwatched", "flexgraph-plain", False),
+    # Opt-in: the plain hand loop stepping through ``OptimWrapper.update_params``, as
+    # flexgraph's one loop path does: flexgraph's own per-iteration work alone.
+    "plain-wrapped": ("hand-plain-wrapped", "flexgraph-plain", False),
 }
 # glibc's heap, the same in every child: blocks up to 32 MiB come from the heap, which
 # keeps up to 256 MiB free at its top instead of giving it back.
@@ -206,23 +213,31 @@ def _config(work_dir: str, shape: Shape, epochs: int, api: bool) -> dict[str, An
 
 # -- one whole run of each variant (build, then train) -------------------------------------
 
-def hand_plain(shape: Shape, epochs: int, work_dir: str) -> None:
+def hand_plain(shape: Shape, epochs: int, work_dir: str, wrapped: bool = False) -> None:
+    """``wrapped``: the step through MMEngine's ``OptimWrapper.update_params``, as
+    flexgraph's loop steps every model, instead of the optimizer's own calls."""
+    from mmengine.optim import OptimWrapper
     from mmengine.registry import MODELS
 
     torch.manual_seed(0)
     model = MODELS.build(dict(type="LoopMLP", width=shape.width))
     optimizer = build_optimizer(shape, model.parameters())
-    schedulers = build_schedulers(shape, optimizer, epochs)
+    optim_wrapper = OptimWrapper(optimizer) if wrapped else None
+    schedulers = build_schedulers(shape, optim_wrapper or optimizer, epochs)
     loader = torch.utils.data.DataLoader(TinyData(shape.iters * shape.batch),
                                          batch_size=shape.batch, shuffle=True)
     logged = []
     _LOCKSTEP.at_training()
     for _ in range(epochs):
         for x, y in loader:
-            optimizer.zero_grad()
-            loss = model(x, y)
-            loss.backward()
-            optimizer.step()
+            if optim_wrapper is not None:
+                loss = model(x, y)
+                optim_wrapper.update_params(loss)
+            else:
+                optimizer.zero_grad()
+                loss = model(x, y)
+                loss.backward()
+                optimizer.step()
             logged.append(loss.item())
             for scheduler in schedulers:
                 scheduler.step()
@@ -309,6 +324,7 @@ def mmengine_run(shape: Shape, epochs: int, work_dir: str) -> None:
 VARIANTS = {
     "hand-plain": hand_plain,
     "hand-plain-again": hand_plain,
+    "hand-plain-wrapped": lambda s, e, d: hand_plain(s, e, d, wrapped=True),
     "hand-api": hand_api,
     "hand-api-again": hand_api,
     "flexgraph-plain": lambda s, e, d: flexgraph_run(s, e, d, api=False),

@@ -4,10 +4,12 @@ Property tests draw the same examples on every run (``derandomize``), so that
 the suite cannot fail by chance: a run fails only where the code changed.
 ``HYPOTHESIS_PROFILE=explore`` draws new examples each time, to hunt for bugs;
 a failure prints the example to add with ``@example``. ``small_device`` is a
-real, tiny filesystem for the full-device tests.
+real, tiny filesystem for the full-device tests; ``module_folder`` holds one
+module's training runs and goes when they pass.
 """
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -38,6 +40,20 @@ def small_device(tmp_path):
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
+
+@pytest.fixture(scope="module")
+def module_folder(request, tmp_path_factory):
+    """A folder for one module's runs, removed when the module's tests have all passed.
+
+    OpenMMLab's checkpoints make a module's runs gigabytes (MMDetection's, several):
+    kept to the session's end, the modules together would fill a machine's disk.
+    Kept where a test failed, as pytest keeps a failing test's ``tmp_path``.
+    """
+    failed = request.session.testsfailed
+    folder = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])
+    yield folder
+    if request.session.testsfailed == failed:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

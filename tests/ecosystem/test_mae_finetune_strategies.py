@@ -40,8 +40,8 @@ def _wrapper(folder: Path, model: str, strategy: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mae")
+def root(module_folder):
+    root = module_folder
     shutil.copytree(ROOT / "tests" / "cli" / "standins" / "minipre", root / "minipre")
     write_images(root / "data")
     write_pretrained(root / "pretrained-p16.pth", patch_size=16)

@@ -30,8 +30,8 @@ def _rtmdet_ema_hook() -> dict:
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mmdet-ema")
+def root(module_folder):
+    root = module_folder
     data = write_coco(root / "data")
     write_wrapper(root, "atss", data, f"custom_hooks = [{_rtmdet_ema_hook()!r}]")
     return root

@@ -64,9 +64,9 @@ def _probe(work_dir: Path) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, dict[str, object]]:
+def runs(module_folder) -> dict[str, dict[str, object]]:
     """The probes of both runs, by runner: ``mmengine`` and ``flexgraph``."""
-    root = tmp_path_factory.mktemp("mmengine-parity")
+    root = module_folder
     pretrained = write_pretrained(root / "pretrained.pth", patch_size=16)
     # MMEngine's Runner wants the test split's three keys all set or all None.
     options = [*overrides(write_images(root / "data"), pretrained, "ddp", fp32=True, epochs=1),

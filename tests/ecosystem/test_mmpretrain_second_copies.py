@@ -36,8 +36,8 @@ TOLERANCE = {"zero1": 2e-6, "zero2": 2e-6, "zero3": 2e-6}  # DeepSpeed sums grad
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mmpretrain")
+def root(module_folder):
+    root = module_folder
     write_images(root / "data")
     return root
 

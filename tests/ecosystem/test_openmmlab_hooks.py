@@ -84,8 +84,8 @@ def _validations(work_dir: Path) -> list[list[list[list[float]]]]:
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("openmmlab-hooks")
+def root(module_folder) -> Path:
+    root = module_folder
     write_images(root / "data")
     return root
 

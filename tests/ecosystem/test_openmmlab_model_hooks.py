@@ -120,8 +120,8 @@ def _run(root: Path, config: Path, strategy: str):
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("model-hooks")
+def root(module_folder) -> Path:
+    root = module_folder
     write_coco(root / "coco")
     write_images(root / "data")
     return root

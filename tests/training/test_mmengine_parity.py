@@ -355,7 +355,12 @@ def run_mmengine(cfg: dict[str, Any], work_dir: Path, monkeypatch) -> dict[str, 
         # MMEngine reads its own checkpoints (published_keys) with torch.load's
         # default, which refuses the objects it writes under current torch.
         patch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-        runner = Runner.from_cfg(Config(dict(cfg, work_dir=str(work_dir))))
+        # MMEngine's default name, the second it starts, would hand a Runner started in
+        # the second an earlier run of this process started that run's visualizer and
+        # logger, which write into that run's (by now removed) folder.
+        name = cfg.get("experiment_name", f"{work_dir.parent.name}-{work_dir.name}")
+        runner = Runner.from_cfg(Config(dict(cfg, work_dir=str(work_dir),
+                                             experiment_name=name)))
         runner.train()
     _end_persistent_workers(*(loop.dataloader for loop in (runner.train_loop, runner.val_loop)
                               if loop is not None))
